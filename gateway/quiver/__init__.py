@@ -1,0 +1,1 @@
+"""``sluicegate quiver``: quiver-style throughput tests of any AMQP 1.0 server."""
