@@ -1,0 +1,312 @@
+"""Proton's endpoint and delivery events, translated into calls on the pure state machines.
+
+Each ``on_*`` pulls plain values out of the event, makes one call on a session or queue, and
+applies what comes back. Sessions that have something to send are marked and pumped together
+when the reactor runs out of events (:meth:`Broker.flush`), so one socket read of many messages
+costs one pass over each session's ``outgoing_pending``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from proton import Condition, Delivery, Disposition, Endpoint, Event, Handler, Link, symbol
+
+from gateway.addresses import parse_address
+from gateway.config import ServerConfig
+from gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState, SessionState
+from queues.errors import QueueError
+from queues.message import Message
+from queues.queue_type import Dispatch, Outcome
+from queues.registry import QueueRegistry
+from queues.serial import SERIAL_MASK, serial_add
+from session.session import LinkFlow, route
+from session.session import Session as PureSession
+
+log = logging.getLogger("sluicegate")
+
+PRODUCT: Final = "sluicegate"
+VERSION: Final = "0.1.0"
+_OUTCOMES: Final = {
+    Disposition.ACCEPTED: Outcome.ACCEPTED,
+    Disposition.RELEASED: Outcome.RELEASED,
+    Disposition.REJECTED: Outcome.REJECTED,
+    Disposition.MODIFIED: Outcome.MODIFIED,
+}
+
+
+def _close(endpoint: Endpoint, condition: str, description: str) -> None:
+    endpoint.condition = Condition(condition, description)
+    endpoint.close()
+
+
+class Broker(Handler):
+    """The server's reactor handler: every connection's endpoints and deliveries."""
+
+    def __init__(self, config: ServerConfig, registry: QueueRegistry) -> None:
+        super().__init__()
+        self.config = config
+        self.registry = registry
+        self.connections: set[ConnectionState] = set()
+        self._dirty: set[SessionState] = set()
+        # Keys for consumer links within their session; proton does not expose handles.
+        self._handles = 0
+
+    # -- connections ----------------------------------------------------------------------
+
+    def on_connection_remote_open(self, event: Event) -> None:
+        """Answer OPEN with our identity; proton negotiates frame size and channels."""
+        connection = event.connection
+        connection.properties = {
+            symbol("product"): PRODUCT,
+            symbol("version"): VERSION,
+        }
+        connection.open()
+
+    def on_connection_remote_close(self, event: Event) -> None:
+        """The client closed: give back what it held and answer CLOSE."""
+        state: ConnectionState | None = getattr(event.connection, "sg", None)
+        if state is not None:
+            self.release_connection(state)
+        event.connection.close()
+
+    def on_transport_closed(self, event: Event) -> None:
+        """The socket is gone, with or without CLOSE: nothing of it may stay acquired."""
+        connection = event.transport.connection
+        if connection is None:
+            return
+        state: ConnectionState | None = getattr(connection, "sg", None)
+        if state is not None:
+            self.release_connection(state)
+
+    def release_connection(self, state: ConnectionState) -> None:
+        """End every session of a connection once, returning its messages to their queues."""
+        if state.closed:
+            return
+        state.closed = True
+        self.connections.discard(state)
+        for session in list(state.sessions.values()):
+            self._end_session(session)
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def on_session_remote_open(self, event: Event) -> None:
+        """A BEGIN: pair the proton session with a pure outbound session."""
+        session = event.session
+        connection: ConnectionState = session.connection.sg
+        pure = PureSession(
+            connection.writer,
+            max_queue_credit=self.config.max_queue_credit,
+            max_frame_size=connection.transport.remote_max_frame_size or self.config.max_frame_size,
+        )
+        state = SessionState(connection, session, pure)
+        connection.sessions[pure.writer_credit] = state
+        session.sg = state
+        session.open()
+
+    def on_session_remote_close(self, event: Event) -> None:
+        """An END: its links are gone and their messages go back."""
+        state: SessionState | None = getattr(event.session, "sg", None)
+        if state is not None:
+            self._end_session(state)
+        event.session.close()
+
+    def _end_session(self, state: SessionState) -> None:
+        if state.pure.writer_credit not in state.connection.sessions:
+            return
+        del state.connection.sessions[state.pure.writer_credit]
+        self._dirty.discard(state)
+        self._route(state.pure.end())
+
+    # -- links ----------------------------------------------------------------------------
+
+    def on_link_remote_open(self, event: Event) -> None:
+        """An ATTACH: echo both termini, then serve the queue the address names or refuse."""
+        link = event.link
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        try:
+            if link.is_sender:
+                self._attach_consumer(link)
+            else:
+                self._attach_publisher(link)
+        except QueueError as error:
+            if link.is_sender:
+                link.source.address = None
+            else:
+                link.target.address = None
+            link.open()
+            _close(link, error.condition, str(error))
+
+    def _attach_publisher(self, link: Link) -> None:
+        address = parse_address(link.remote_target.address)
+        queue = self.registry.declare(address.queue)
+        link.sg = IncomingLinkState(link, queue, self.config.max_link_credit)
+        link.open()
+        link.flow(self.config.max_link_credit)
+
+    def _attach_consumer(self, link: Link) -> None:
+        if link.remote_source.dynamic:
+            raise _NotImplementedAddress("dynamic sources are not supported")
+        address = parse_address(link.remote_source.address)
+        queue = self.registry.declare(address.queue)
+        session: SessionState = link.session.sg
+        ack_required = link.remote_snd_settle_mode != Link.SND_SETTLED
+        self._handles += 1
+        pure_link = session.pure.attach_link(self._handles, queue, ack_required=ack_required)
+        state = OutgoingLinkState(link, pure_link, session)
+        session.senders[pure_link] = state
+        link.sg = state
+        link.open()
+
+    def on_link_remote_close(self, event: Event) -> None:
+        """A DETACH: release what the link held and answer it."""
+        self._detach(event.link)
+        event.link.close()
+
+    on_link_remote_detach = on_link_remote_close
+
+    def _detach(self, link: Link) -> None:
+        state = getattr(link, "sg", None)
+        if isinstance(state, OutgoingLinkState):
+            state.session.senders.pop(state.link, None)
+            self._route(state.session.pure.detach_link(state.link))
+
+    def on_link_flow(self, event: Event) -> None:
+        """A client FLOW on a consumer link, recognised by a change of its credit limit.
+
+        Proton raises this event also after each transfer it writes, and hides the FLOW's raw
+        fields; its credit (limit minus deliveries advanced) tells a real FLOW apart.
+        """
+        link = event.link
+        state = getattr(link, "sg", None)
+        if not isinstance(state, OutgoingLinkState):
+            return
+        credit = link.credit
+        drain = link.drain_mode
+        limit = (state.delivery_count + credit) & SERIAL_MASK
+        if limit == state.limit and drain == state.drain:
+            return
+        state.limit = limit
+        state.drain = drain
+        state.session.pure.client_flow(
+            state.link, state.delivery_count, max(credit, 0), drain, False
+        )
+        self._dirty.add(state.session)
+
+    # -- deliveries -----------------------------------------------------------------------
+
+    def on_delivery(self, event: Event) -> None:
+        """A transfer from a publisher, or a consumer's settlement."""
+        link = event.link
+        if link.is_receiver:
+            self._receive(link, event.delivery)
+        else:
+            self._settled(link, event.delivery)
+
+    def _receive(self, link: Link, delivery: Delivery) -> None:
+        state = getattr(link, "sg", None)
+        if not isinstance(state, IncomingLinkState):
+            return
+        if delivery.partial:
+            if delivery.pending > self.config.max_message_size:
+                self._refuse_oversized(link, delivery)
+            return
+        if link.credit < 0:
+            delivery.settle()
+            _close(
+                link, "amqp:link:transfer-limit-exceeded", "a transfer arrived with no link credit"
+            )
+            return
+        if delivery.aborted:
+            link.advance()
+            delivery.settle()
+            return
+        size = delivery.pending
+        if size > self.config.max_message_size:
+            self._refuse_oversized(link, delivery)
+            return
+        payload = link.recv(size) or b""
+        link.advance()
+        state.received += 1
+        dispatches = state.queue.enqueue(Message(payload))
+        if dispatches:
+            self._route(dispatches)
+        if not delivery.settled:
+            delivery.update(Delivery.ACCEPTED)
+        delivery.settle()
+        credit = link.credit
+        if credit <= state.max_link_credit // 2:
+            link.flow(state.max_link_credit - credit)
+
+    def _refuse_oversized(self, link: Link, delivery: Delivery) -> None:
+        delivery.settle()
+        _close(
+            link,
+            "amqp:link:message-size-exceeded",
+            f"message larger than max-message-size {self.config.max_message_size}",
+        )
+
+    def _settled(self, link: Link, delivery: Delivery) -> None:
+        state = getattr(link, "sg", None)
+        if not isinstance(state, OutgoingLinkState):
+            return
+        outcome = _OUTCOMES.get(delivery.remote_state)
+        if outcome is None and not delivery.settled:
+            return
+        failed = outcome is Outcome.MODIFIED and bool(delivery.remote.failed)
+        seq = int(delivery.tag)
+        dispatches = state.session.pure.settle(
+            state.link, [seq], outcome or Outcome.ACCEPTED, failed
+        )
+        delivery.settle()
+        if dispatches:
+            self._route(dispatches)
+
+    # -- sending --------------------------------------------------------------------------
+
+    def _route(self, dispatches: list[Dispatch]) -> None:
+        self._dirty.update(route(dispatches))
+
+    def mark(self, session: SessionState) -> None:
+        """Have a session pumped at the next flush."""
+        self._dirty.add(session)
+
+    def flush(self) -> None:
+        """Pump every session that has something new to send."""
+        dirty = self._dirty
+        while dirty:
+            self.pump(dirty.pop())
+
+    def pump(self, state: SessionState) -> None:
+        """Hand the session's sendable deliveries and FLOWs to proton."""
+        if state.connection.closed:
+            return
+        state.refresh_window()
+        senders = state.senders
+        for action in state.pure.send_pending():
+            if type(action) is tuple:
+                link, message = action
+                link_state = senders[link]
+                sender = link_state.sender
+                delivery = sender.delivery(str(message.seq))
+                sender.stream(message.payload)
+                sender.advance()
+                link_state.delivery_count = (link_state.delivery_count + 1) & SERIAL_MASK
+                if not link.ack_required:
+                    delivery.settle()
+            else:
+                assert isinstance(action, LinkFlow)
+                self._send_link_flow(senders.get(action.link), action)
+
+    def _send_link_flow(self, state: OutgoingLinkState | None, flow: LinkFlow) -> None:
+        """Send a drain completion; proton can send no other FLOW for a sending link."""
+        if state is None or not flow.drain:
+            return
+        drained = state.sender.drained()
+        state.delivery_count = serial_add(state.delivery_count, drained)
+
+
+class _NotImplementedAddress(QueueError):
+    condition = "amqp:not-implemented"

@@ -1,0 +1,147 @@
+"""Server configuration: embedded defaults, then a TOML file, then ``SLUICEGATE_*``, then flags.
+
+Every key is validated once, here, so that a bad value stops the server with one line naming
+the key and the problem instead of failing later inside the reactor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from session.session import DEFAULT_MAX_QUEUE_CREDIT
+from writer.credit import DEFAULT_INITIAL_CREDIT, DEFAULT_MORE_CREDIT_AFTER
+
+# RabbitMQ's DEFAULT_MAX_LINK_CREDIT: 170 * 1.5 = 255 stays below the queue batch of 256.
+DEFAULT_MAX_LINK_CREDIT: Final = 170
+# RabbitMQ's default max_message_size is 16 MiB; a Python server copies each message once more,
+# so it keeps half of that.
+DEFAULT_MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
+# Proton's and RabbitMQ's default: large enough to batch small messages, small enough that one
+# frame never blocks a connection's other sessions for long.
+DEFAULT_MAX_FRAME_SIZE: Final = 128 * 1024
+# AMQP 1.0 §2.7.1: no peer may announce less.
+MIN_MAX_FRAME_SIZE: Final = 512
+ENV_PREFIX: Final = "SLUICEGATE_"
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything the server needs to start; the defaults are the embedded default."""
+
+    listen: str = "127.0.0.1:5672"
+    data_dir: Path = field(default_factory=lambda: Path("sluicegate-data"))
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_link_credit: int = DEFAULT_MAX_LINK_CREDIT
+    max_queue_credit: int = DEFAULT_MAX_QUEUE_CREDIT
+    writer_initial_credit: int = DEFAULT_INITIAL_CREDIT
+    writer_more_credit_after: int = DEFAULT_MORE_CREDIT_AFTER
+    shutdown_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        host, _, port = self.listen.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"listen: expected HOST:PORT, got {self.listen!r}")
+        for key in ("max_message_size", "max_link_credit", "max_queue_credit"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key}: must be positive, got {getattr(self, key)}")
+        if self.max_frame_size < MIN_MAX_FRAME_SIZE:
+            raise ConfigError(f"max_frame_size: must be at least {MIN_MAX_FRAME_SIZE}")
+        if not 0 < self.writer_more_credit_after <= self.writer_initial_credit:
+            raise ConfigError(
+                "writer_more_credit_after: must be positive and at most writer_initial_credit"
+            )
+        if self.shutdown_timeout <= 0:
+            raise ConfigError("shutdown_timeout: must be positive")
+
+    @property
+    def host(self) -> str:
+        """The address to listen on."""
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        """The port to listen on; 0 picks a free one."""
+        return int(self.listen.rpartition(":")[2])
+
+
+def parse_size(key: str, raw: object) -> int:
+    """Read a byte size: an integer, or a string such as ``64MiB``, ``512k`` or ``1GB``."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    match = _SIZE.match(str(raw))
+    if not match:
+        raise ConfigError(f"{key}: expected a size such as 65536 or 64MiB, got {raw!r}")
+    number, unit = match.groups()
+    unit = (unit or "").lower()
+    base = 1024 if "i" in unit else 1000
+    scale = {"": 1, "b": 1}.get(unit) or base ** ("kmg".index(unit[0]) + 1)
+    return int(number) * scale
+
+
+def _coerce(key: str, kind: object, raw: object) -> object:
+    if kind == "int":
+        if key.endswith("_size"):
+            return parse_size(key, raw)
+        try:
+            return int(str(raw))
+        except ValueError:
+            raise ConfigError(f"{key}: expected an integer, got {raw!r}") from None
+    if kind == "float":
+        try:
+            return float(str(raw))
+        except ValueError:
+            raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+    if kind == "Path":
+        return Path(str(raw))
+    return str(raw)
+
+
+def load_config(
+    file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> ServerConfig:
+    """Merge the embedded defaults with a TOML file, the environment and CLI overrides."""
+    kinds = {f.name: f.type for f in dataclasses.fields(ServerConfig)}
+    values: dict[str, object] = {}
+    if file is not None:
+        try:
+            table = tomllib.loads(file.read_text())
+        except OSError as exc:
+            raise ConfigError(f"config: cannot read {file}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config: {file} is not valid TOML: {exc}") from None
+        for key, raw in table.items():
+            name = key.replace("-", "_")
+            if name not in kinds:
+                raise ConfigError(f"{key}: unknown key in {file}")
+            values[name] = raw
+    env = os.environ if environ is None else environ
+    for key, raw in env.items():
+        if key.startswith(ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name not in kinds:
+                raise ConfigError(f"{key}: unknown setting")
+            values[name] = raw
+    for name, raw in (overrides or {}).items():
+        if raw is not None:
+            values[name] = raw
+    coerced = {name: _coerce(name, kinds[name], raw) for name, raw in values.items()}
+    try:
+        return ServerConfig(**coerced)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,87 @@
+"""The reactor's IO handler, extended with what flow control needs from the socket.
+
+- Bytes really written are counted and reported to the connection's writer ledger, which gives
+  frame credit back to sessions (proton's own output buffer is unbounded: DESIGN §1).
+- Every read from a connection re-checks its sessions with deliveries waiting: a client reopens
+  its incoming window with a session-only FLOW, for which proton raises no event.
+- Sessions with something new to send are pumped before the reactor blocks in ``select``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from proton import Event
+from proton.handlers import IOHandler
+
+from gateway.broker import Broker
+from gateway.state import ConnectionState
+
+log = logging.getLogger("sluicegate.io")
+
+
+class FlowIO(IOHandler):
+    """proton's ``IOHandler`` plus byte accounting and a flush before blocking."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__()
+        self.broker = broker
+
+    def on_reactor_quiesced(self, event: Event) -> None:
+        """Flush sessions first; block in select only if that produced no new events."""
+        self.broker.flush()
+        super().on_reactor_quiesced(event)
+
+    def on_selectable_readable(self, event: Event) -> None:
+        """Read as proton does, then look again at sessions that were waiting on the window."""
+        super().on_selectable_readable(event)
+        state: ConnectionState | None = getattr(event.selectable, "sg", None)
+        if state is not None:
+            for session in state.sessions.values():
+                if session.pure.outgoing_pending:
+                    self.broker.mark(session)
+
+    def on_selectable_writable(self, event: Event) -> None:
+        """Write as proton does, counting the bytes that reached the socket."""
+        selectable = event.selectable
+        transport = selectable._transport
+        if not transport:
+            return
+        pending = transport.pending()
+        if pending > 0:
+            try:
+                written = selectable.send(transport.peek(pending))
+            except OSError as error:
+                log.debug("send failed: %r", error)
+                transport.close_head()
+                written = 0
+            if written:
+                transport.pop(written)
+                state: ConnectionState | None = getattr(selectable, "sg", None)
+                if state is not None:
+                    self._written(state, written, transport.pending())
+        if transport.pending() != pending:
+            self.update(transport, selectable, selectable._reactor.now)
+
+    def _written(self, state: ConnectionState, written: int, still_pending: int) -> None:
+        writer = state.writer
+        unblocked = writer.written(written)
+        if not still_pending:
+            held = sum(s.session.outgoing_bytes for s in state.sessions.values())
+            unblocked += writer.caught_up(held)
+        for credit in unblocked:
+            session = state.sessions.get(credit)
+            if session is not None:
+                self.broker.mark(session)
+
+
+def listen_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A non-blocking listening socket with a real backlog (proton's own uses 10)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(backlog)
+    sock.setblocking(False)
+    return sock

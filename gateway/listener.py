@@ -1,0 +1,95 @@
+"""Accepting client connections: one listening socket, a proton server transport per client.
+
+Proton's ``Acceptor`` listens with a backlog of 10 and accepts one client per readiness, so a
+burst of connects overflows and waits for SYN retransmits (DESIGN §1). This one listens with a
+large backlog and accepts until the socket would block.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+from collections.abc import Callable
+from typing import Final
+
+from proton import Event, Transport
+from proton.handlers import IOHandler
+from proton.reactor import Container
+
+from gateway.config import ServerConfig
+from gateway.io_layer import listen_socket
+from gateway.state import ConnectionState
+from writer.writer import Writer
+
+log = logging.getLogger("sluicegate.listener")
+
+# Linux caps this at net.core.somaxconn (4096 by default since 5.4).
+LISTEN_BACKLOG: Final = 4096
+
+
+class Listener:
+    """The server's listening socket as a reactor selectable."""
+
+    def __init__(
+        self,
+        container: Container,
+        config: ServerConfig,
+        on_connection: Callable[[ConnectionState], None],
+    ) -> None:
+        self._container = container
+        self._config = config
+        self._on_connection = on_connection
+        self._socket = listen_socket(config.host, config.port, LISTEN_BACKLOG)
+        self.port: int = self._socket.getsockname()[1]
+        self._selectable = container.selectable(self, self._socket)
+        self._selectable.reading = True
+        self._selectable._transport = None
+        container.update(self._selectable)
+
+    def on_selectable_readable(self, event: Event) -> None:
+        """Accept every waiting client."""
+        while True:
+            try:
+                sock, _ = self._socket.accept()
+            except BlockingIOError:
+                return
+            except OSError as error:
+                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("cannot accept: %s", error.strerror)
+                    return
+                raise
+            self._serve(sock)
+
+    def _serve(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        container = self._container
+        connection = container.connection()
+        # Marks an accepted connection: proton's IO handler would otherwise dial out for it.
+        connection._acceptor = self
+        transport = Transport(Transport.SERVER)
+        transport.max_frame_size = self._config.max_frame_size
+        sasl = transport.sasl()
+        sasl.allowed_mechs("ANONYMOUS")
+        sasl.allow_insecure_mechs = True
+        transport.bind(connection)
+        selectable = container.selectable(delegate=sock)
+        selectable._transport = transport
+        transport._selectable = selectable
+        state = ConnectionState(
+            connection,
+            transport,
+            selectable,
+            Writer(self._config.writer_initial_credit, self._config.writer_more_credit_after),
+        )
+        connection.sg = state
+        selectable.sg = state
+        self._on_connection(state)
+        IOHandler.update(transport, selectable, container.now)
+
+    def close(self) -> None:
+        """Stop accepting; connected clients are not affected."""
+        if not self._selectable.is_terminal:
+            self._selectable.terminate()
+            self._selectable.update()

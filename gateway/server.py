@@ -1,0 +1,112 @@
+"""The server: one proton reactor, its listener, its queues, and a clean shutdown.
+
+Everything runs on the reactor thread. Other threads (tests, signal handlers) reach it only
+through :meth:`Server.call`, which runs a function there and waits for its result.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from proton import Condition
+from proton.reactor import Container
+
+from gateway.broker import Broker
+from gateway.config import ServerConfig
+from gateway.io_layer import FlowIO
+from gateway.listener import Listener
+from gateway.state import ConnectionState
+from gateway.wakeup import Wakeup
+from queues.registry import QueueRegistry
+
+log = logging.getLogger("sluicegate")
+T = TypeVar("T")
+
+
+# How long select() may block: the longest a shutdown deadline can be overrun.
+_SELECT_TIMEOUT = 0.5
+
+
+class Server:
+    """An AMQP 1.0 server on one reactor."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.registry = QueueRegistry()
+        self.broker = Broker(config, self.registry)
+        self.container = Container(self.broker)
+        self.container.global_handler = FlowIO(self.broker)
+        self._wakeup = Wakeup()
+        self._listener: Listener | None = None
+        self._stopping = False
+        self._deadline = 0.0
+        self.port = 0
+        self.ready = threading.Event()
+
+    def start(self) -> None:
+        """Open the listening socket; after this, :attr:`port` is the real port."""
+        self._listener = Listener(self.container, self.config, self.broker.connections.add)
+        self.port = self._listener.port
+        self._wakeup.attach(self.container)
+
+    def run(self) -> None:
+        """Serve until :meth:`shutdown` has closed every connection."""
+        if self._listener is None:
+            self.start()
+        container = self.container
+        container.timeout = _SELECT_TIMEOUT
+        container.start()
+        self.ready.set()
+        while container.process():
+            if self._stopping and time.monotonic() > self._deadline:
+                log.warning("shutdown timed out with %d connections open", len(self.broker.connections))
+                break
+        container.stop()
+        container.process()
+
+    def call(self, function: Callable[[], T], timeout: float = 10.0) -> T:
+        """Run ``function`` on the reactor thread and return its result."""
+        done = threading.Event()
+        result: list[T] = []
+        failure: list[BaseException] = []
+
+        def invoke() -> None:
+            try:
+                result.append(function())
+            except BaseException as error:
+                failure.append(error)
+            finally:
+                done.set()
+
+        self._wakeup.call_soon(invoke)
+        if not done.wait(timeout):
+            raise TimeoutError("the reactor did not answer")
+        if failure:
+            raise failure[0]
+        return result[0]
+
+    def request_shutdown(self) -> None:
+        """Ask for a graceful shutdown; safe from signal handlers and other threads."""
+        self._wakeup.call_soon(self._shutdown)
+
+    def _shutdown(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._listener is not None:
+            self._listener.close()
+        for state in list(self.broker.connections):
+            self._force_close(state)
+        self.broker.flush()
+        self._wakeup.detach()
+        self._deadline = time.monotonic() + self.config.shutdown_timeout
+
+    def _force_close(self, state: ConnectionState) -> None:
+        self.broker.release_connection(state)
+        connection = state.connection
+        connection.condition = Condition("amqp:connection:forced", "the server is shutting down")
+        connection.close()

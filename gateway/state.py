@@ -1,0 +1,84 @@
+"""What the gateway keeps per connection, session and link beside proton's own endpoints.
+
+Each record ties a proton endpoint to the pure state machine that decides for it. They are
+attached to proton's wrappers as the attribute ``sg`` (proton keeps wrapper attributes in a
+record on the C object, so every wrapper of the same endpoint sees them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proton import Connection, Receiver, Sender, Session, Transport
+from proton._selectable import Selectable
+
+from gateway.window import remote_incoming_window, session_address
+from queues.classic import ClassicQueue
+from session.outgoing_link import OutgoingLink
+from session.session import Session as PureSession
+from session.session import TRANSFER_FRAME_OVERHEAD
+from writer.credit import SessionCredit
+from writer.writer import Writer
+
+
+class ConnectionState:
+    """One client connection: its writer ledger and its sessions."""
+
+    __slots__ = ("closed", "connection", "selectable", "sessions", "transport", "writer")
+
+    def __init__(
+        self, connection: Connection, transport: Transport, selectable: Selectable, writer: Writer
+    ) -> None:
+        self.connection = connection
+        self.transport = transport
+        self.selectable = selectable
+        self.writer = writer
+        self.sessions: dict[SessionCredit, SessionState] = {}
+        self.closed = False
+
+
+class SessionState:
+    """One AMQP session: the pure outbound session and the proton session it drives."""
+
+    __slots__ = ("address", "connection", "pure", "senders", "session")
+
+    def __init__(self, connection: ConnectionState, session: Session, pure: PureSession) -> None:
+        self.connection = connection
+        self.session = session
+        self.pure = pure
+        self.address = session_address(session)
+        self.senders: dict[OutgoingLink, OutgoingLinkState] = {}
+
+    def refresh_window(self) -> None:
+        """Read the client's remote incoming window, less what proton still holds to send.
+
+        Proton subtracts frames only once it writes them, so bytes it holds unsent would be
+        counted twice; they are converted to frames and taken off.
+        """
+        held = self.session.outgoing_bytes
+        frames_held = -(-held // (self.pure.frame_payload + TRANSFER_FRAME_OVERHEAD))
+        self.pure.remote_incoming_window = remote_incoming_window(self.address) - frames_held
+
+
+@dataclass(slots=True)
+class IncomingLinkState:
+    """A publisher's link: where its messages go and how much credit it may get."""
+
+    receiver: Receiver
+    queue: ClassicQueue
+    max_link_credit: int
+    received: int = 0
+
+
+@dataclass(slots=True)
+class OutgoingLinkState:
+    """A consumer's link: the pure link and proton's credit limit last seen on it."""
+
+    sender: Sender
+    link: OutgoingLink
+    session: SessionState
+    # Proton's delivery-count on this link: deliveries advanced plus credit drained.
+    delivery_count: int = 0
+    # The credit limit (delivery-count + credit) and drain flag of the last client FLOW seen.
+    limit: int = 0
+    drain: bool = False

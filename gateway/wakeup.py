@@ -1,0 +1,69 @@
+"""Waking the reactor from a signal handler or another thread.
+
+Proton's ``EventInjector`` takes a lock in ``queue.Queue.put``, which a signal handler must not do.
+Here callers append to a deque (atomic in CPython) and write one byte to a pipe; the reactor
+thread drains the pipe and runs the callbacks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable
+
+from proton import Event
+from proton._selectable import Selectable
+from proton.reactor import Container
+
+
+class Wakeup:
+    """A selectable pipe that runs queued callbacks on the reactor thread."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._calls: deque[Callable[[], None]] = deque()
+        self._selectable: Selectable | None = None
+
+    def attach(self, container: Container) -> None:
+        """Register the pipe with the reactor's selector."""
+        selectable = container.selectable(self)
+        # The global IO handler sees this selectable too and skips it only if it has no transport.
+        selectable._transport = None
+        selectable.reading = True
+        container.update(selectable)
+        self._selectable = selectable
+
+    def detach(self) -> None:
+        """Leave the selector, so that a reactor with nothing else to do can end."""
+        if self._selectable is not None and not self._selectable.is_terminal:
+            self._selectable.terminate()
+            self._selectable.update()
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the reactor thread; safe from threads and signal handlers."""
+        self._calls.append(callback)
+        try:
+            os.write(self._write, b"!")
+        except BlockingIOError:
+            pass
+
+    def fileno(self) -> int:
+        """The read end of the pipe, for the selector."""
+        return self._read
+
+    def on_selectable_readable(self, event: Event) -> None:
+        """Drain the pipe and run what was queued."""
+        try:
+            while os.read(self._read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while self._calls:
+            self._calls.popleft()()
+
+    def close(self) -> None:
+        """Called by the reactor when the selectable ends: release both ends of the pipe."""
+        os.close(self._read)
+        os.close(self._write)

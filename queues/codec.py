@@ -1,0 +1,285 @@
+"""The slice of the AMQP 1.0 type system a broker needs to read message sections (AMQP 1.0 §1).
+
+A broker forwards the encoded bytes it received; it reads only the few sections a feature needs
+(the header for delivery-count and ttl, properties and application-properties for filters) and
+never the body. This module decodes single values at an offset and skips whole values by their
+width, so finding a section never walks the body's content.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Final, TypeAlias
+
+from queues.errors import DecodeError
+
+# What decoding yields: AMQP scalars map to Python scalars, compounds to lists and dicts.
+Value: TypeAlias = (
+    "None | bool | int | float | str | bytes | list[Value] | dict[Value, Value] | Described"
+)
+
+
+class Symbol(str):
+    """An AMQP symbol: kept distinct from a string so that re-encoding keeps its type."""
+
+    __slots__ = ()
+
+
+class Timestamp(int):
+    """An AMQP timestamp in milliseconds since the epoch."""
+
+    __slots__ = ()
+
+
+class Described:
+    """A described value whose descriptor this codec does not interpret."""
+
+    __slots__ = ("descriptor", "value")
+
+    def __init__(self, descriptor: Value, value: Value) -> None:
+        self.descriptor = descriptor
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Described)
+            and self.descriptor == other.descriptor
+            and self.value == other.value
+        )
+
+    def __hash__(self) -> int:
+        return hash((repr(self.descriptor), repr(self.value)))
+
+    def __repr__(self) -> str:
+        return f"Described({self.descriptor!r}, {self.value!r})"
+
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_F32 = struct.Struct(">f")
+_F64 = struct.Struct(">d")
+
+# The width of a fixed-width value's payload, by the high nibble of its constructor (§1.2).
+_FIXED_WIDTH: Final = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}
+# Variable-width and compound constructors: the high nibble says how wide the size field is.
+_SIZE_WIDTH: Final = {0xA: 1, 0xB: 4, 0xC: 1, 0xD: 4, 0xE: 1, 0xF: 4}
+
+
+def _need(buf: bytes | memoryview, end: int) -> None:
+    if end > len(buf):
+        raise DecodeError("value runs past the end of the message")
+
+
+def _payload_end(code: int, buf: bytes | memoryview, pos: int) -> int:
+    """Return where the payload of constructor ``code``, starting at ``pos``, ends."""
+    nibble = code >> 4
+    width = _FIXED_WIDTH.get(nibble)
+    if width is not None:
+        end = pos + width
+    elif nibble in _SIZE_WIDTH:
+        if _SIZE_WIDTH[nibble] == 1:
+            _need(buf, pos + 1)
+            end = pos + 1 + buf[pos]
+        else:
+            _need(buf, pos + 4)
+            end = pos + 4 + _U32.unpack_from(buf, pos)[0]
+    else:
+        raise DecodeError(f"unknown type constructor 0x{code:02x}")
+    _need(buf, end)
+    return end
+
+
+def skip(buf: bytes | memoryview, pos: int) -> int:
+    """Return the offset just past the value that starts at ``pos``, without decoding it."""
+    _need(buf, pos + 1)
+    code = buf[pos]
+    if code == 0x00:
+        return skip(buf, skip(buf, pos + 1))
+    return _payload_end(code, buf, pos + 1)
+
+
+def _utf8(raw: bytes | memoryview) -> str:
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError("invalid UTF-8 in a string") from exc
+
+
+_FIXED: Final[dict[int, Callable[[bytes | memoryview, int], Value]]] = {
+    0x40: lambda b, p: None,
+    0x41: lambda b, p: True,
+    0x42: lambda b, p: False,
+    0x56: lambda b, p: b[p] != 0,
+    0x43: lambda b, p: 0,
+    0x44: lambda b, p: 0,
+    0x45: lambda b, p: [],
+    0x50: lambda b, p: b[p],
+    0x51: lambda b, p: _I8.unpack_from(b, p)[0],
+    0x52: lambda b, p: b[p],
+    0x53: lambda b, p: b[p],
+    0x54: lambda b, p: _I8.unpack_from(b, p)[0],
+    0x55: lambda b, p: _I8.unpack_from(b, p)[0],
+    0x60: lambda b, p: _U16.unpack_from(b, p)[0],
+    0x61: lambda b, p: _I16.unpack_from(b, p)[0],
+    0x70: lambda b, p: _U32.unpack_from(b, p)[0],
+    0x71: lambda b, p: _I32.unpack_from(b, p)[0],
+    0x72: lambda b, p: _F32.unpack_from(b, p)[0],
+    0x73: lambda b, p: _U32.unpack_from(b, p)[0],
+    0x80: lambda b, p: _U64.unpack_from(b, p)[0],
+    0x81: lambda b, p: _I64.unpack_from(b, p)[0],
+    0x82: lambda b, p: _F64.unpack_from(b, p)[0],
+    0x83: lambda b, p: Timestamp(_I64.unpack_from(b, p)[0]),
+    0x98: lambda b, p: bytes(b[p : p + 16]),
+}
+
+
+def decode(buf: bytes | memoryview, pos: int) -> tuple[Value, int]:
+    """Decode the value at ``pos``; return it and the offset just past it."""
+    _need(buf, pos + 1)
+    code = buf[pos]
+    if code == 0x00:
+        descriptor, value_pos = decode(buf, pos + 1)
+        value, end = decode(buf, value_pos)
+        return Described(descriptor, value), end
+    return _decode_payload(code, buf, pos + 1)
+
+
+def _decode_payload(code: int, buf: bytes | memoryview, pos: int) -> tuple[Value, int]:
+    end = _payload_end(code, buf, pos)
+    nibble = code >> 4
+    if nibble in _FIXED_WIDTH:
+        reader = _FIXED.get(code)
+        if reader is None:
+            raise DecodeError(f"unsupported type constructor 0x{code:02x}")
+        return reader(buf, pos), end
+    start = pos + _SIZE_WIDTH[nibble]
+    if code in (0xA0, 0xB0):
+        return bytes(buf[start:end]), end
+    if code in (0xA1, 0xB1):
+        return _utf8(buf[start:end]), end
+    if code in (0xA3, 0xB3):
+        return Symbol(_utf8(buf[start:end])), end
+    if code in (0xC0, 0xD0, 0xC1, 0xD1):
+        items = _items(buf, start, end, _SIZE_WIDTH[nibble])
+        return (items if code in (0xC0, 0xD0) else _to_map(items)), end
+    if code in (0xE0, 0xF0):
+        return _array(buf, start, end, _SIZE_WIDTH[nibble]), end
+    raise DecodeError(f"unsupported type constructor 0x{code:02x}")
+
+
+def _count(buf: bytes | memoryview, pos: int, width: int) -> int:
+    _need(buf, pos + width)
+    count: int = buf[pos] if width == 1 else _U32.unpack_from(buf, pos)[0]
+    return count
+
+
+def _to_map(items: list[Value]) -> dict[Value, Value]:
+    if len(items) % 2:
+        raise DecodeError("a map has an odd number of items")
+    result: dict[Value, Value] = {}
+    for i in range(0, len(items), 2):
+        key = items[i]
+        if isinstance(key, list | dict):
+            raise DecodeError("a map key is a compound value")
+        result[key] = items[i + 1]
+    return result
+
+
+def _items(buf: bytes | memoryview, start: int, end: int, width: int) -> list[Value]:
+    count = _count(buf, start, width)
+    pos = start + width
+    items: list[Value] = []
+    for _ in range(count):
+        if pos >= end:
+            raise DecodeError("a compound value has fewer items than its count")
+        value, pos = decode(buf, pos)
+        items.append(value)
+    return items
+
+
+def _array(buf: bytes | memoryview, start: int, end: int, width: int) -> list[Value]:
+    """Decode an array: one constructor shared by every element (§1.6.24)."""
+    count = _count(buf, start, width)
+    pos = start + width
+    _need(buf, pos + 1)
+    descriptor: Value = None
+    described = buf[pos] == 0x00
+    if described:
+        descriptor, pos = decode(buf, pos + 1)
+    _need(buf, pos + 1)
+    code = buf[pos]
+    pos += 1
+    items: list[Value] = []
+    for _ in range(count):
+        if pos > end:
+            raise DecodeError("an array has fewer elements than its count")
+        value, pos = _decode_payload(code, buf, pos)
+        items.append(Described(descriptor, value) if described else value)
+    return items
+
+
+def encode(value: Value) -> bytes:
+    """Encode ``value`` with the smallest constructor that holds it."""
+    if value is None:
+        return b"\x40"
+    if value is True:
+        return b"\x41"
+    if value is False:
+        return b"\x42"
+    if isinstance(value, Described):
+        return b"\x00" + encode(value.descriptor) + encode(value.value)
+    if isinstance(value, Timestamp):
+        return b"\x83" + _I64.pack(value)
+    if isinstance(value, int):
+        if value < 0:
+            return b"\x55" + _I8.pack(value) if value >= -128 else b"\x81" + _I64.pack(value)
+        if value == 0:
+            return b"\x44"
+        if value < 256:
+            return b"\x53" + _U8.pack(value)
+        return b"\x80" + _U64.pack(value)
+    if isinstance(value, float):
+        return b"\x82" + _F64.pack(value)
+    if isinstance(value, Symbol):
+        return _variable(value.encode("utf-8"), 0xA3, 0xB3)
+    if isinstance(value, str):
+        return _variable(value.encode("utf-8"), 0xA1, 0xB1)
+    if isinstance(value, bytes):
+        return _variable(value, 0xA0, 0xB0)
+    if isinstance(value, list):
+        return _compound(b"".join(encode(v) for v in value), len(value), 0xC0, 0xD0)
+    body = b"".join(encode(k) + encode(v) for k, v in value.items())
+    return _compound(body, 2 * len(value), 0xC1, 0xD1)
+
+
+def encode_uint(value: int) -> bytes:
+    """Encode an AMQP uint (delivery-count and ttl are uints, not ulongs)."""
+    if value == 0:
+        return b"\x43"
+    if value < 256:
+        return b"\x52" + _U8.pack(value)
+    return b"\x70" + _U32.pack(value)
+
+
+def encode_ubyte(value: int) -> bytes:
+    """Encode an AMQP ubyte (the header's priority)."""
+    return b"\x50" + _U8.pack(value)
+
+
+def _variable(raw: bytes, small: int, large: int) -> bytes:
+    if len(raw) < 256:
+        return bytes((small, len(raw))) + raw
+    return bytes((large,)) + _U32.pack(len(raw)) + raw
+
+
+def _compound(body: bytes, count: int, small: int, large: int) -> bytes:
+    if len(body) + 1 < 256 and count < 256:
+        return bytes((small, len(body) + 1, count)) + body
+    return bytes((large,)) + _U32.pack(len(body) + 4) + _U32.pack(count) + body

@@ -1,0 +1,155 @@
+"""Reading and rewriting a message's leading sections without touching its body (AMQP 1.0 §3.2).
+
+The server keeps each message as the bytes its publisher sent. Only a redelivery after a failed
+attempt changes those bytes: the header's delivery-count goes up (§3.2.1), so the header section
+is re-encoded and the rest of the message is reused as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from queues.codec import Described, Symbol, Value, decode, encode, encode_ubyte, encode_uint
+from queues.errors import DecodeError
+
+HEADER: Final = 0x70
+DELIVERY_ANNOTATIONS: Final = 0x71
+MESSAGE_ANNOTATIONS: Final = 0x72
+PROPERTIES: Final = 0x73
+APPLICATION_PROPERTIES: Final = 0x74
+# Sections may also be described by their symbolic names (§3.2).
+_SYMBOLIC: Final = {
+    "amqp:header:list": HEADER,
+    "amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
+    "amqp:message-annotations:map": MESSAGE_ANNOTATIONS,
+    "amqp:properties:list": PROPERTIES,
+    "amqp:application-properties:map": APPLICATION_PROPERTIES,
+    "amqp:data:binary": 0x75,
+    "amqp:amqp-sequence:list": 0x76,
+    "amqp:amqp-value:*": 0x77,
+    "amqp:footer:map": 0x78,
+}
+# The header of a message that has none: every field takes its default (§3.2.1).
+_HEADER_PREFIX: Final = b"\x00\x53\x70"
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The header fields a broker acts on (§3.2.1), with the spec's defaults."""
+
+    durable: bool = False
+    priority: int = 4
+    ttl: int | None = None
+    first_acquirer: bool = False
+    delivery_count: int = 0
+
+
+def section_code(descriptor: Value) -> int:
+    """Return the numeric section code of a section descriptor, or -1 if it names no section."""
+    if isinstance(descriptor, Symbol):
+        return _SYMBOLIC.get(descriptor, -1)
+    if isinstance(descriptor, int) and not isinstance(descriptor, bool):
+        return descriptor
+    return -1
+
+
+def sections(payload: bytes | memoryview, until: int = 0x75) -> list[tuple[int, Value, int, int]]:
+    """Decode the sections before the body: ``(code, value, start, end)`` for each.
+
+    Stops at the first section whose code is ``until`` or more (by default the body), so the
+    body is never decoded.
+    """
+    found: list[tuple[int, Value, int, int]] = []
+    pos = 0
+    size = len(payload)
+    while pos < size:
+        if payload[pos] != 0x00:
+            raise DecodeError("a message section is not a described value")
+        descriptor, value_pos = decode(payload, pos + 1)
+        code = section_code(descriptor)
+        if code >= until:
+            break
+        value, end = decode(payload, value_pos)
+        found.append((code, value, pos, end))
+        pos = end
+    return found
+
+
+def read_header(payload: bytes | memoryview) -> Header:
+    """Return the message's header fields; a message without a header has the defaults."""
+    if not payload or payload[0] != 0x00:
+        return Header()
+    descriptor, value_pos = decode(payload, 1)
+    if section_code(descriptor) != HEADER:
+        return Header()
+    value, _ = decode(payload, value_pos)
+    return _header_from(value)
+
+
+def _header_from(value: Value) -> Header:
+    if not isinstance(value, list):
+        raise DecodeError("the header section is not a list")
+    fields = [*value, None, None, None, None, None][:5]
+    durable, priority, ttl, first_acquirer, delivery_count = fields
+    return Header(
+        durable=durable is True,
+        priority=priority if isinstance(priority, int) else 4,
+        ttl=ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None,
+        first_acquirer=first_acquirer is True,
+        delivery_count=delivery_count if isinstance(delivery_count, int) else 0,
+    )
+
+
+def encode_header(header: Header) -> bytes:
+    """Encode a header section, dropping trailing fields that hold their defaults (§1.4)."""
+    fields = [
+        b"\x41" if header.durable else b"\x42",
+        encode_ubyte(header.priority),
+        b"\x40" if header.ttl is None else encode_uint(header.ttl),
+        b"\x41" if header.first_acquirer else b"\x42",
+        encode_uint(header.delivery_count),
+    ]
+    defaults = [b"\x42", encode_ubyte(4), b"\x40", b"\x42", b"\x43"]
+    while fields and fields[-1] == defaults[len(fields) - 1]:
+        fields.pop()
+    body = b"".join(fields)
+    if not fields:
+        return _HEADER_PREFIX + b"\x45"
+    return _HEADER_PREFIX + bytes((0xC0, len(body) + 1, len(fields))) + body
+
+
+def with_delivery_count(payload: bytes, delivery_count: int) -> bytes:
+    """Return ``payload`` with its header's delivery-count set, inserting a header if absent."""
+    header = Header()
+    rest = 0
+    if payload and payload[0] == 0x00:
+        descriptor, value_pos = decode(payload, 1)
+        if section_code(descriptor) == HEADER:
+            value, rest = decode(payload, value_pos)
+            header = _header_from(value)
+    updated = Header(
+        durable=header.durable,
+        priority=header.priority,
+        ttl=header.ttl,
+        first_acquirer=header.first_acquirer,
+        delivery_count=delivery_count,
+    )
+    return encode_header(updated) + payload[rest:]
+
+
+__all__ = [
+    "APPLICATION_PROPERTIES",
+    "DELIVERY_ANNOTATIONS",
+    "HEADER",
+    "MESSAGE_ANNOTATIONS",
+    "PROPERTIES",
+    "Described",
+    "Header",
+    "encode",
+    "encode_header",
+    "read_header",
+    "section_code",
+    "sections",
+    "with_delivery_count",
+]

@@ -1,0 +1,268 @@
+"""The outbound half of an AMQP session: ``outgoing_pending`` and the credit top-up (PR 11307).
+
+Deliveries from queues and the queues' credit replies wait in one FIFO, ``outgoing_pending``.
+:meth:`Session.send_pending` walks it after every event: a credit reply is handled when it
+reaches the head, that is only once every delivery queued before it has been handed to the
+writer, so the next batch of queue credit is requested only when the previous batch has left
+the session. Deliveries wait while the client's remote incoming window is closed or the writer
+has blocked the session; FLOWs never wait (AMQP 1.0 §2.5.6, notes/rabbitmq-flow.md §3.3).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Final, TypeAlias, cast
+
+from queues.message import Message
+from queues.queue_type import CreditReply, Dispatch, Outcome, QueueType
+from queues.serial import SERIAL_MASK, link_credit_snd, serial_add
+from session.outgoing_link import CreditReq, OutgoingLink
+from writer.credit import SessionCredit
+from writer.writer import Writer
+
+# RabbitMQ's DEFAULT_MAX_QUEUE_CREDIT: the largest batch a queue holds per consumer, so at most
+# this many deliveries per consumer wait in outgoing_pending.
+DEFAULT_MAX_QUEUE_CREDIT: Final = 256
+# Bytes a TRANSFER frame adds around its payload: 8 bytes of frame header and a performative
+# (handle, delivery-id, tag, format, settled, more) that stays under 56 bytes for 8-byte tags.
+TRANSFER_FRAME_OVERHEAD: Final = 64
+# AMQP 1.0 §2.7.1: the smallest max-frame-size a peer may announce.
+MIN_MAX_FRAME_SIZE: Final = 512
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFlow:
+    """A FLOW the session sends for a consumer link (a drain completion or an echo)."""
+
+    link: OutgoingLink
+    delivery_count: int
+    link_credit: int
+    available: int
+    drain: bool
+
+
+# What send_pending hands to the IO layer, in wire order: a TRANSFER of a message, or a FLOW.
+Transfer: TypeAlias = tuple[OutgoingLink, Message]
+Action: TypeAlias = Transfer | LinkFlow
+_Pending: TypeAlias = tuple[OutgoingLink, Message | CreditReply | LinkFlow]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatistics:
+    """The session's outbound flow-control state for metrics and tests."""
+
+    outgoing_pending: int
+    pending_deliveries: int
+    remote_incoming_window: int
+    writer_blocked: bool
+    writer_credit: int
+    credit_requests_in_flight: int
+    stashed_credit_reqs: int
+    links: int
+
+
+class Session:
+    """Outbound flow control of one AMQP session, free of IO: events in, actions out."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        *,
+        max_queue_credit: int = DEFAULT_MAX_QUEUE_CREDIT,
+        max_frame_size: int = 65536,
+        remote_incoming_window: int = 0,
+    ) -> None:
+        if max_queue_credit <= 0:
+            raise ValueError("max_queue_credit must be positive")
+        self.writer = writer
+        self.writer_credit: SessionCredit = writer.session_credit()
+        self.max_queue_credit = max_queue_credit
+        self.frame_payload = max(max_frame_size, MIN_MAX_FRAME_SIZE) - TRANSFER_FRAME_OVERHEAD
+        self.remote_incoming_window = remote_incoming_window
+        self.outgoing_pending: deque[_Pending] = deque()
+        self.links: dict[int, OutgoingLink] = {}
+
+    # -- links ----------------------------------------------------------------------------
+
+    def attach_link(self, handle: int, queue: QueueType, *, ack_required: bool) -> OutgoingLink:
+        """Register a consumer link; it gets nothing until the client's first FLOW."""
+        link = OutgoingLink(self, handle, queue, ack_required)
+        self.links[handle] = link
+        queue.attach(link, ack_required=ack_required)
+        return link
+
+    def detach_link(self, link: OutgoingLink) -> list[Dispatch]:
+        """Forget a link: its buffered deliveries are dropped here and given back to the queue."""
+        if link.detached:
+            return []
+        link.detached = True
+        self.links.pop(link.handle, None)
+        unsent: list[Message] = []
+        kept: deque[_Pending] = deque()
+        for entry in self.outgoing_pending:
+            if entry[0] is link:
+                if type(entry[1]) is Message:
+                    unsent.append(entry[1])
+            else:
+                kept.append(entry)
+        self.outgoing_pending = kept
+        return link.queue.detach(link, unsent)
+
+    def end(self) -> list[Dispatch]:
+        """The session ended: every link is detached and its messages go back to their queues."""
+        dispatches: list[Dispatch] = []
+        for link in list(self.links.values()):
+            dispatches.extend(self.detach_link(link))
+        self.writer.forget(self.writer_credit)
+        return dispatches
+
+    # -- events from the client -----------------------------------------------------------
+
+    def client_flow(
+        self, link: OutgoingLink, delivery_count: int, link_credit: int, drain: bool, echo: bool
+    ) -> None:
+        """A client FLOW for a consumer link (notes §3.1): request credit, or stash it."""
+        if link.credit_req_in_flight:
+            link.stashed_credit_req = CreditReq(delivery_count, link_credit, drain, echo)
+            return
+        client = link.client_flow_ctl
+        desired = link_credit_snd(delivery_count, link_credit, client.delivery_count)
+        client.credit = desired
+        client.echo = echo
+        link.queue_flow_ctl.drain = drain
+        self._request_credit(link, min(desired, self.max_queue_credit), drain)
+
+    def settle(
+        self, link: OutgoingLink, seqs: list[int], outcome: Outcome, delivery_failed: bool
+    ) -> list[Dispatch]:
+        """The client settled deliveries of a link; released ones may go to other consumers."""
+        return link.queue.settle(link, seqs, outcome, delivery_failed)
+
+    # -- deliveries from queues -----------------------------------------------------------
+
+    def deliver(self, link: OutgoingLink, message: Message) -> None:
+        """A queue dispatched a message to one of this session's links."""
+        self.outgoing_pending.append((link, message))
+
+    def send_pending(self) -> list[Action]:
+        """Hand over what the window and the writer allow, in order (notes §3.3)."""
+        out: list[Action] = []
+        pending = self.outgoing_pending
+        credit = self.writer_credit
+        frame_payload = self.frame_payload
+        while pending:
+            link, item = pending[0]
+            if type(item) is Message:
+                if self.remote_incoming_window <= 0 or credit.blocked:
+                    break
+                pending.popleft()
+                size = len(item.payload)
+                frames = -(-size // frame_payload) or 1
+                self.remote_incoming_window -= frames
+                self.writer.handed(credit, frames, size)
+                out.append((link, item))
+                self._sent(link)
+            elif type(item) is CreditReply:
+                pending.popleft()
+                self._credit_reply(link, item, out)
+            else:
+                pending.popleft()
+                out.append(cast(LinkFlow, item))
+        return out
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
+        queue_ctl = link.queue_flow_ctl
+        queue_ctl.credit = credit
+        link.credit_req_in_flight = True
+        messages, reply = link.queue.credit(link, queue_ctl.delivery_count, credit, drain)
+        pending = self.outgoing_pending
+        for message in messages:
+            pending.append((link, message))
+        pending.append((link, reply))
+
+    def _sent(self, link: OutgoingLink) -> None:
+        """A delivery left the session (notes §3.4), forced through even if credit dropped."""
+        link.sent += 1
+        client = link.client_flow_ctl
+        client.delivery_count = (client.delivery_count + 1) & SERIAL_MASK
+        if client.credit > 0:
+            client.credit -= 1
+        queue_ctl = link.queue_flow_ctl
+        queue_ctl.delivery_count = (queue_ctl.delivery_count + 1) & SERIAL_MASK
+        if queue_ctl.credit > 0:
+            queue_ctl.credit -= 1
+        if queue_ctl.credit == 0 and client.credit > 0 and not link.credit_req_in_flight:
+            # The mid-stream top-up: the queue's batch is used up and the client wants more.
+            self._request_credit(link, min(client.credit, self.max_queue_credit), queue_ctl.drain)
+
+    def _credit_reply(self, link: OutgoingLink, reply: CreditReply, out: list[Action]) -> None:
+        """Handle the queue's reply once every earlier delivery has left (notes §3.5)."""
+        client = link.client_flow_ctl
+        queue_ctl = link.queue_flow_ctl
+        if not reply.drain:
+            queue_ctl.delivery_count = reply.delivery_count
+            if link.stashed_credit_req is not None:
+                self._pop_credit_req(link)
+            elif reply.credit == 0 and client.credit > 0:
+                self._request_credit(link, min(client.credit, self.max_queue_credit), False)
+            else:
+                link.credit_req_in_flight = False
+                if client.echo:
+                    out.append(
+                        LinkFlow(link, client.delivery_count, client.credit, reply.available, False)
+                    )
+            return
+        if reply.delivery_count == queue_ctl.delivery_count and client.credit > 0:
+            # The queue spent the whole batch on messages: it may hold more, drain another round.
+            self._request_credit(link, min(client.credit, self.max_queue_credit), True)
+            return
+        client.delivery_count = serial_add(client.delivery_count, client.credit)
+        out.append(LinkFlow(link, client.delivery_count, 0, reply.available, True))
+        client.credit = 0
+        queue_ctl.credit = 0
+        queue_ctl.drain = False
+        queue_ctl.delivery_count = reply.delivery_count
+        link.credit_req_in_flight = False
+        if link.stashed_credit_req is not None:
+            self._pop_credit_req(link)
+
+    def _pop_credit_req(self, link: OutgoingLink) -> None:
+        """The latest client FLOW applies: request credit from it (notes §3.5)."""
+        stash = link.stashed_credit_req
+        assert stash is not None
+        link.stashed_credit_req = None
+        client = link.client_flow_ctl
+        desired = link_credit_snd(stash.delivery_count, stash.credit, client.delivery_count)
+        client.credit = desired
+        client.echo = stash.echo
+        link.queue_flow_ctl.drain = stash.drain
+        self._request_credit(link, min(desired, self.max_queue_credit), stash.drain)
+
+    def statistics(self) -> SessionStatistics:
+        """A snapshot for metrics and tests."""
+        links = list(self.links.values())
+        return SessionStatistics(
+            outgoing_pending=len(self.outgoing_pending),
+            pending_deliveries=sum(1 for e in self.outgoing_pending if type(e[1]) is Message),
+            remote_incoming_window=self.remote_incoming_window,
+            writer_blocked=self.writer_credit.blocked,
+            writer_credit=self.writer_credit.credit,
+            credit_requests_in_flight=sum(1 for link in links if link.credit_req_in_flight),
+            stashed_credit_reqs=sum(1 for link in links if link.stashed_credit_req is not None),
+            links=len(links),
+        )
+
+
+def route(dispatches: list[Dispatch]) -> set[Session]:
+    """Put queue dispatches into their consumers' sessions; return the sessions to pump."""
+    touched: set[Session] = set()
+    for key, message in dispatches:
+        link = cast(OutgoingLink, key)
+        if link.detached:
+            continue
+        link.session.outgoing_pending.append((link, message))
+        touched.add(link.session)
+    return touched
