@@ -44,7 +44,7 @@ def parse_address(address: str | None) -> QueueAddress:
         if not name or "/" in name:
             raise AddressError(f"bad queue address {address!r}: expected /queues/NAME")
         return QueueAddress(name)
-    if address.startswith("/exchanges/") or address.startswith("/exchange/"):
+    if address.startswith(("/exchanges/", "/exchange/")):
         raise AddressNotImplemented(f"exchanges are not served yet: {address!r}")
     if address.startswith("/queue/"):
         return QueueAddress(unquote(address[len("/queue/") :]))

@@ -9,12 +9,31 @@ costs one pass over each session's ``outgoing_pending``.
 from __future__ import annotations
 
 import logging
-from typing import Final
+from typing import Final, cast
 
-from proton import Condition, Delivery, Disposition, Endpoint, Event, Handler, Link, symbol
+from proton import (
+    Condition,
+    Connection,
+    Delivery,
+    Disposition,
+    Event,
+    Handler,
+    Link,
+    Receiver,
+    Sender,
+    Session,
+    symbol,
+)
 
 from gateway.addresses import parse_address
 from gateway.config import ServerConfig
+from gateway.events import (
+    connection_of,
+    delivery_of,
+    link_of,
+    session_of,
+    transport_of,
+)
 from gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState, SessionState
 from queues.errors import QueueError
 from queues.message import Message
@@ -28,7 +47,7 @@ log = logging.getLogger("sluicegate")
 
 PRODUCT: Final = "sluicegate"
 VERSION: Final = "0.1.0"
-_OUTCOMES: Final = {
+_OUTCOMES: Final[dict[int, Outcome]] = {
     Disposition.ACCEPTED: Outcome.ACCEPTED,
     Disposition.RELEASED: Outcome.RELEASED,
     Disposition.REJECTED: Outcome.REJECTED,
@@ -36,7 +55,7 @@ _OUTCOMES: Final = {
 }
 
 
-def _close(endpoint: Endpoint, condition: str, description: str) -> None:
+def _close(endpoint: Connection | Session | Link, condition: str, description: str) -> None:
     endpoint.condition = Condition(condition, description)
     endpoint.close()
 
@@ -52,12 +71,13 @@ class Broker(Handler):
         self._dirty: set[SessionState] = set()
         # Keys for consumer links within their session; proton does not expose handles.
         self._handles = 0
+        self._states: dict[PureSession, SessionState] = {}
 
     # -- connections ----------------------------------------------------------------------
 
     def on_connection_remote_open(self, event: Event) -> None:
         """Answer OPEN with our identity; proton negotiates frame size and channels."""
-        connection = event.connection
+        connection = connection_of(event)
         connection.properties = {
             symbol("product"): PRODUCT,
             symbol("version"): VERSION,
@@ -66,16 +86,15 @@ class Broker(Handler):
 
     def on_connection_remote_close(self, event: Event) -> None:
         """The client closed: give back what it held and answer CLOSE."""
-        state: ConnectionState | None = getattr(event.connection, "sg", None)
+        connection = connection_of(event)
+        state: ConnectionState | None = getattr(connection, "sg", None)
         if state is not None:
             self.release_connection(state)
-        event.connection.close()
+        connection.close()
 
     def on_transport_closed(self, event: Event) -> None:
         """The socket is gone, with or without CLOSE: nothing of it may stay acquired."""
-        connection = event.transport.connection
-        if connection is None:
-            return
+        connection = transport_of(event).connection
         state: ConnectionState | None = getattr(connection, "sg", None)
         if state is not None:
             self.release_connection(state)
@@ -93,7 +112,7 @@ class Broker(Handler):
 
     def on_session_remote_open(self, event: Event) -> None:
         """A BEGIN: pair the proton session with a pure outbound session."""
-        session = event.session
+        session = session_of(event)
         connection: ConnectionState = session.connection.sg
         pure = PureSession(
             connection.writer,
@@ -102,15 +121,17 @@ class Broker(Handler):
         )
         state = SessionState(connection, session, pure)
         connection.sessions[pure.writer_credit] = state
+        self._states[pure] = state
         session.sg = state
         session.open()
 
     def on_session_remote_close(self, event: Event) -> None:
         """An END: its links are gone and their messages go back."""
-        state: SessionState | None = getattr(event.session, "sg", None)
+        session = session_of(event)
+        state: SessionState | None = getattr(session, "sg", None)
         if state is not None:
             self._end_session(state)
-        event.session.close()
+        session.close()
 
     def _end_session(self, state: SessionState) -> None:
         if state.pure.writer_credit not in state.connection.sessions:
@@ -118,12 +139,13 @@ class Broker(Handler):
         del state.connection.sessions[state.pure.writer_credit]
         self._dirty.discard(state)
         self._route(state.pure.end())
+        del self._states[state.pure]
 
     # -- links ----------------------------------------------------------------------------
 
     def on_link_remote_open(self, event: Event) -> None:
         """An ATTACH: echo both termini, then serve the queue the address names or refuse."""
-        link = event.link
+        link = link_of(event)
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         try:
@@ -132,17 +154,17 @@ class Broker(Handler):
             else:
                 self._attach_publisher(link)
         except QueueError as error:
-            if link.is_sender:
-                link.source.address = None
-            else:
-                link.target.address = None
+            # The refusal of §2.6.3: a null terminus in the reply, then a DETACH with the error.
+            # Proton's hints type the address as str; None is what encodes a null address.
+            terminus = link.source if link.is_sender else link.target
+            setattr(terminus, "address", None)  # noqa: B010
             link.open()
             _close(link, error.condition, str(error))
 
     def _attach_publisher(self, link: Link) -> None:
         address = parse_address(link.remote_target.address)
         queue = self.registry.declare(address.queue)
-        link.sg = IncomingLinkState(link, queue, self.config.max_link_credit)
+        link.sg = IncomingLinkState(cast(Receiver, link), queue, self.config.max_link_credit)
         link.open()
         link.flow(self.config.max_link_credit)
 
@@ -155,15 +177,16 @@ class Broker(Handler):
         ack_required = link.remote_snd_settle_mode != Link.SND_SETTLED
         self._handles += 1
         pure_link = session.pure.attach_link(self._handles, queue, ack_required=ack_required)
-        state = OutgoingLinkState(link, pure_link, session)
+        state = OutgoingLinkState(cast(Sender, link), pure_link, session)
         session.senders[pure_link] = state
         link.sg = state
         link.open()
 
     def on_link_remote_close(self, event: Event) -> None:
         """A DETACH: release what the link held and answer it."""
-        self._detach(event.link)
-        event.link.close()
+        link = link_of(event)
+        self._detach(link)
+        link.close()
 
     on_link_remote_detach = on_link_remote_close
 
@@ -179,7 +202,7 @@ class Broker(Handler):
         Proton raises this event also after each transfer it writes, and hides the FLOW's raw
         fields; its credit (limit minus deliveries advanced) tells a real FLOW apart.
         """
-        link = event.link
+        link = link_of(event)
         state = getattr(link, "sg", None)
         if not isinstance(state, OutgoingLinkState):
             return
@@ -199,11 +222,11 @@ class Broker(Handler):
 
     def on_delivery(self, event: Event) -> None:
         """A transfer from a publisher, or a consumer's settlement."""
-        link = event.link
+        link = link_of(event)
         if link.is_receiver:
-            self._receive(link, event.delivery)
+            self._receive(link, delivery_of(event))
         else:
-            self._settled(link, event.delivery)
+            self._settled(link, delivery_of(event))
 
     def _receive(self, link: Link, delivery: Delivery) -> None:
         state = getattr(link, "sg", None)
@@ -252,7 +275,7 @@ class Broker(Handler):
         state = getattr(link, "sg", None)
         if not isinstance(state, OutgoingLinkState):
             return
-        outcome = _OUTCOMES.get(delivery.remote_state)
+        outcome = _OUTCOMES.get(int(delivery.remote_state))
         if outcome is None and not delivery.settled:
             return
         failed = outcome is Outcome.MODIFIED and bool(delivery.remote.failed)
@@ -267,7 +290,9 @@ class Broker(Handler):
     # -- sending --------------------------------------------------------------------------
 
     def _route(self, dispatches: list[Dispatch]) -> None:
-        self._dirty.update(route(dispatches))
+        states = self._states
+        for pure in route(dispatches):
+            self._dirty.add(states[pure])
 
     def mark(self, session: SessionState) -> None:
         """Have a session pumped at the next flush."""

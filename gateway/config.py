@@ -132,14 +132,13 @@ def load_config(
             values[name] = raw
     env = os.environ if environ is None else environ
     for key, raw in env.items():
-        if key.startswith(ENV_PREFIX):
-            name = key[len(ENV_PREFIX) :].lower()
-            if name not in kinds:
-                raise ConfigError(f"{key}: unknown setting")
-            values[name] = raw
-    for name, raw in (overrides or {}).items():
-        if raw is not None:
-            values[name] = raw
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key[len(ENV_PREFIX) :].lower()
+        if name not in kinds:
+            raise ConfigError(f"{key}: unknown setting")
+        values[name] = raw
+    values.update({name: raw for name, raw in (overrides or {}).items() if raw is not None})
     coerced = {name: _coerce(name, kinds[name], raw) for name, raw in values.items()}
     try:
         return ServerConfig(**coerced)  # type: ignore[arg-type]

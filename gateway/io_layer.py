@@ -13,7 +13,9 @@ import logging
 import socket
 
 from proton import Event
+from proton._selectable import Selectable
 from proton.handlers import IOHandler
+from proton.reactor import Container, EventInjector
 
 from gateway.broker import Broker
 from gateway.state import ConnectionState
@@ -74,6 +76,21 @@ class FlowIO(IOHandler):
             session = state.sessions.get(credit)
             if session is not None:
                 self.broker.mark(session)
+
+
+def register(
+    container: Container, delegate: socket.socket | EventInjector, handler: object
+) -> Selectable:
+    """Add a socket or pipe without a transport to the reactor, its events going to ``handler``.
+
+    The global IO handler sees every selectable and skips those whose ``_transport`` is None.
+    """
+    selectable = Selectable(delegate, container)
+    setattr(selectable, "handler", handler)  # noqa: B010
+    setattr(selectable, "_transport", None)  # noqa: B010
+    selectable.reading = True
+    container.update(selectable)
+    return selectable
 
 
 def listen_socket(host: str, port: int, backlog: int) -> socket.socket:

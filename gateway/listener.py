@@ -14,11 +14,12 @@ from collections.abc import Callable
 from typing import Final
 
 from proton import Event, Transport
+from proton._selectable import Selectable
 from proton.handlers import IOHandler
 from proton.reactor import Container
 
 from gateway.config import ServerConfig
-from gateway.io_layer import listen_socket
+from gateway.io_layer import listen_socket, register
 from gateway.state import ConnectionState
 from writer.writer import Writer
 
@@ -42,10 +43,7 @@ class Listener:
         self._on_connection = on_connection
         self._socket = listen_socket(config.host, config.port, LISTEN_BACKLOG)
         self.port: int = self._socket.getsockname()[1]
-        self._selectable = container.selectable(self, self._socket)
-        self._selectable.reading = True
-        self._selectable._transport = None
-        container.update(self._selectable)
+        self._selectable = register(container, self._socket, self)
 
     def on_selectable_readable(self, event: Event) -> None:
         """Accept every waiting client."""
@@ -67,15 +65,15 @@ class Listener:
         container = self._container
         connection = container.connection()
         # Marks an accepted connection: proton's IO handler would otherwise dial out for it.
-        connection._acceptor = self
+        setattr(connection, "_acceptor", self)  # noqa: B010
         transport = Transport(Transport.SERVER)
         transport.max_frame_size = self._config.max_frame_size
         sasl = transport.sasl()
         sasl.allowed_mechs("ANONYMOUS")
         sasl.allow_insecure_mechs = True
         transport.bind(connection)
-        selectable = container.selectable(delegate=sock)
-        selectable._transport = transport
+        selectable = Selectable(sock, container)
+        setattr(selectable, "_transport", transport)  # noqa: B010
         transport._selectable = selectable
         state = ConnectionState(
             connection,
@@ -84,7 +82,7 @@ class Listener:
             Writer(self._config.writer_initial_credit, self._config.writer_more_credit_after),
         )
         connection.sg = state
-        selectable.sg = state
+        setattr(selectable, "sg", state)  # noqa: B010
         self._on_connection(state)
         IOHandler.update(transport, selectable, container.now)
 

@@ -61,12 +61,37 @@ class Server:
         container.timeout = _SELECT_TIMEOUT
         container.start()
         self.ready.set()
-        while container.process():
+        while self._process():
             if self._stopping and time.monotonic() > self._deadline:
-                log.warning("shutdown timed out with %d connections open", len(self.broker.connections))
+                log.warning("shutdown timed out: %d connections open", len(self.broker.connections))
                 break
         container.stop()
         container.process()
+
+    def _process(self) -> bool:
+        """Run the reactor once; a failure while handling one connection closes only that one."""
+        try:
+            return self.container.process()
+        except Exception:
+            log.exception("internal error while handling an event")
+            self._contain_failure()
+            return True
+
+    def _contain_failure(self) -> None:
+        # The event being dispatched is still at the head of the collector: proton pops it
+        # only after every handler has run.
+        collector = self.container._collector
+        event = collector.peek()
+        if event is None:
+            return
+        collector.pop()
+        connection = event.connection
+        state: ConnectionState | None = getattr(connection, "sg", None)
+        if state is not None and not state.closed:
+            self.broker.release_connection(state)
+            connection_ = state.connection
+            connection_.condition = Condition("amqp:internal-error", "the server failed")
+            connection_.close()
 
     def call(self, function: Callable[[], T], timeout: float = 10.0) -> T:
         """Run ``function`` on the reactor thread and return its result."""

@@ -15,8 +15,8 @@ from proton._selectable import Selectable
 from gateway.window import remote_incoming_window, session_address
 from queues.classic import ClassicQueue
 from session.outgoing_link import OutgoingLink
-from session.session import Session as PureSession
 from session.session import TRANSFER_FRAME_OVERHEAD
+from session.session import Session as PureSession
 from writer.credit import SessionCredit
 from writer.writer import Writer
 

@@ -7,13 +7,17 @@ thread drains the pipe and runs the callbacks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 from proton import Event
 from proton._selectable import Selectable
-from proton.reactor import Container
+from proton.reactor import Container, EventInjector
+
+from gateway.io_layer import register
 
 
 class Wakeup:
@@ -28,12 +32,8 @@ class Wakeup:
 
     def attach(self, container: Container) -> None:
         """Register the pipe with the reactor's selector."""
-        selectable = container.selectable(self)
-        # The global IO handler sees this selectable too and skips it only if it has no transport.
-        selectable._transport = None
-        selectable.reading = True
-        container.update(selectable)
-        self._selectable = selectable
+        # The selector only needs fileno(): the pipe stands in for proton's injector.
+        self._selectable = register(container, cast(EventInjector, self), self)
 
     def detach(self) -> None:
         """Leave the selector, so that a reactor with nothing else to do can end."""
@@ -44,10 +44,8 @@ class Wakeup:
     def call_soon(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the reactor thread; safe from threads and signal handlers."""
         self._calls.append(callback)
-        try:
+        with contextlib.suppress(BlockingIOError):
             os.write(self._write, b"!")
-        except BlockingIOError:
-            pass
 
     def fileno(self) -> int:
         """The read end of the pipe, for the selector."""
@@ -55,11 +53,9 @@ class Wakeup:
 
     def on_selectable_readable(self, event: Event) -> None:
         """Drain the pipe and run what was queued."""
-        try:
+        with contextlib.suppress(BlockingIOError):
             while os.read(self._read, 4096):
                 pass
-        except BlockingIOError:
-            pass
         while self._calls:
             self._calls.popleft()()
 

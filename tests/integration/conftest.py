@@ -1,0 +1,116 @@
+"""A real sluicegate server on 127.0.0.1 for integration tests, in a thread of the test process.
+
+Running it in-process lets tests read the server's ``statistics()`` white-box, the way
+RabbitMQ's suites call ``rabbit_queue_type:stat/1`` over RPC: always on the reactor thread,
+through :meth:`gateway.server.Server.call`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from gateway.config import ServerConfig
+from gateway.server import Server
+from queues.queue_type import QueueStatistics
+from session.session import SessionStatistics
+
+T = TypeVar("T")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration as an integration test."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@dataclass
+class RunningServer:
+    """A started server and the ways tests reach it."""
+
+    server: Server
+    thread: threading.Thread
+    host: str = "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return self.server.port
+
+    @property
+    def url(self) -> str:
+        """``amqp://127.0.0.1:PORT``."""
+        return f"amqp://{self.host}:{self.port}"
+
+    def call(self, function: Callable[[], T]) -> T:
+        """Run ``function`` on the reactor thread."""
+        return self.server.call(function)
+
+    def queue(self, name: str) -> QueueStatistics:
+        """A queue's counts; the queue must exist."""
+
+        def read() -> QueueStatistics:
+            queue = self.server.registry.get(name)
+            assert queue is not None, f"no queue {name!r}"
+            return queue.statistics()
+
+        return self.call(read)
+
+    def sessions(self) -> list[SessionStatistics]:
+        """The outbound statistics of every open session."""
+
+        def read() -> list[SessionStatistics]:
+            return [
+                session.pure.statistics()
+                for connection in self.server.broker.connections
+                for session in connection.sessions.values()
+            ]
+
+        return self.call(read)
+
+    def stop(self) -> None:
+        """Shut down gracefully and wait for the reactor thread to end."""
+        self.server.request_shutdown()
+        self.thread.join(timeout=15)
+        assert not self.thread.is_alive(), "the server did not shut down"
+
+
+def start_server(**settings: object) -> RunningServer:
+    """Start a server on a free loopback port with ``settings`` over the defaults."""
+    config = ServerConfig(listen="127.0.0.1:0", **settings)  # type: ignore[arg-type]
+    server = Server(config)
+    server.start()
+    thread = threading.Thread(target=server.run, name="sluicegate-reactor", daemon=True)
+    thread.start()
+    server.ready.wait(5)
+    return RunningServer(server, thread)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[RunningServer]:
+    """One server shared by the tests that use distinct queue names."""
+    running = start_server()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def make_server() -> Iterator[Callable[..., RunningServer]]:
+    """Start servers with their own settings; each is stopped after the test."""
+    started: list[RunningServer] = []
+
+    def make(**settings: object) -> RunningServer:
+        running = start_server(**settings)
+        started.append(running)
+        return running
+
+    yield make
+    for running in started:
+        running.stop()
