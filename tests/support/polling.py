@@ -8,7 +8,9 @@ from collections.abc import Callable
 import pytest
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> None:
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02
+) -> None:
     """Poll until ``predicate`` holds; fail the test if it does not within ``timeout``."""
     deadline = time.monotonic() + timeout
     while not predicate():

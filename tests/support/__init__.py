@@ -1,0 +1,1 @@
+"""Test-only helpers shared by the unit and integration suites."""
