@@ -40,10 +40,10 @@ def parse_address(address: str | None) -> QueueAddress:
         if not address or address == "/":
             raise AddressError("the URL names no queue")
     if address.startswith("/queues/"):
-        name = unquote(address[len("/queues/") :])
-        if not name or "/" in name:
+        segment = address[len("/queues/") :]
+        if not segment or "/" in segment:
             raise AddressError(f"bad queue address {address!r}: expected /queues/NAME")
-        return QueueAddress(name)
+        return QueueAddress(unquote(segment))
     if address.startswith(("/exchanges/", "/exchange/")):
         raise AddressNotImplemented(f"exchanges are not served yet: {address!r}")
     if address.startswith("/queue/"):
