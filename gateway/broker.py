@@ -16,12 +16,14 @@ from proton import (
     Connection,
     Delivery,
     Disposition,
+    Endpoint,
     Event,
     Handler,
     Link,
     Receiver,
     Sender,
     Session,
+    Terminus,
     symbol,
 )
 
@@ -72,6 +74,9 @@ class Broker(Handler):
         # Keys for consumer links within their session; proton does not expose handles.
         self._handles = 0
         self._states: dict[PureSession, SessionState] = {}
+        # Publisher links whose credit fell to half: renewed once per batch of events, so that
+        # a transfer beyond the credit the client was really granted is seen as such.
+        self._renew: set[IncomingLinkState] = set()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -155,9 +160,8 @@ class Broker(Handler):
                 self._attach_publisher(link)
         except QueueError as error:
             # The refusal of §2.6.3: a null terminus in the reply, then a DETACH with the error.
-            # Proton's hints type the address as str; None is what encodes a null address.
             terminus = link.source if link.is_sender else link.target
-            setattr(terminus, "address", None)  # noqa: B010
+            terminus.type = Terminus.UNSPECIFIED
             link.open()
             _close(link, error.condition, str(error))
 
@@ -206,6 +210,8 @@ class Broker(Handler):
         state = getattr(link, "sg", None)
         if not isinstance(state, OutgoingLinkState):
             return
+        if state.drain_pending:
+            self._complete_drain(state)
         credit = link.credit
         drain = link.drain_mode
         limit = (state.delivery_count + credit) & SERIAL_MASK
@@ -259,9 +265,8 @@ class Broker(Handler):
         if not delivery.settled:
             delivery.update(Delivery.ACCEPTED)
         delivery.settle()
-        credit = link.credit
-        if credit <= state.max_link_credit // 2:
-            link.flow(state.max_link_credit - credit)
+        if link.credit <= state.max_link_credit // 2:
+            self._renew.add(state)
 
     def _refuse_oversized(self, link: Link, delivery: Delivery) -> None:
         delivery.settle()
@@ -299,7 +304,13 @@ class Broker(Handler):
         self._dirty.add(session)
 
     def flush(self) -> None:
-        """Pump every session that has something new to send."""
+        """Renew publisher credit and pump every session that has something new to send."""
+        renew = self._renew
+        while renew:
+            state = renew.pop()
+            receiver = state.receiver
+            if receiver.state & Endpoint.LOCAL_ACTIVE:
+                receiver.flow(state.max_link_credit - receiver.credit)
         dirty = self._dirty
         while dirty:
             self.pump(dirty.pop())
@@ -329,7 +340,20 @@ class Broker(Handler):
         """Send a drain completion; proton can send no other FLOW for a sending link."""
         if state is None or not flow.drain:
             return
-        drained = state.sender.drained()
+        state.drain_pending = True
+        self._complete_drain(state)
+
+    def _complete_drain(self, state: OutgoingLinkState) -> None:
+        """Let proton send the drained FLOW once it holds no transfer of the link.
+
+        Proton drops the drained FLOW if told while transfers still wait inside it (for the
+        window, say); it must come after them anyway (AMQP 1.0 §2.6.7).
+        """
+        sender = state.sender
+        if sender.queued:
+            return
+        state.drain_pending = False
+        drained = sender.drained()
         state.delivery_count = serial_add(state.delivery_count, drained)
 
 

@@ -60,7 +60,7 @@ class SessionState:
         self.pure.remote_incoming_window = remote_incoming_window(self.address) - frames_held
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class IncomingLinkState:
     """A publisher's link: where its messages go and how much credit it may get."""
 
@@ -82,3 +82,5 @@ class OutgoingLinkState:
     # The credit limit (delivery-count + credit) and drain flag of the last client FLOW seen.
     limit: int = 0
     drain: bool = False
+    # A drain completed in the session whose FLOW proton must send after its queued transfers.
+    drain_pending: bool = False
