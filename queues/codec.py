@@ -16,7 +16,7 @@ from queues.errors import DecodeError
 
 # What decoding yields: AMQP scalars map to Python scalars, compounds to lists and dicts.
 Value: TypeAlias = (
-    "None | bool | int | float | str | bytes | list[Value] | dict[Value, Value] | Described"
+    "bool | int | float | str | bytes | list[Value] | dict[Value, Value] | Described | None"
 )
 
 

@@ -1,4 +1,4 @@
-"""A message as the server holds it: the publisher's encoded bytes plus the few fields it acts on."""
+"""A message as the server holds it: the publisher's encoded bytes and the fields it acts on."""
 
 from __future__ import annotations
 

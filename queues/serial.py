@@ -28,7 +28,8 @@ def serial_diff(a: int, b: int) -> int:
 def link_credit_snd(delivery_count_rcv: int, link_credit_rcv: int, delivery_count_snd: int) -> int:
     """Credit the sender may use, from the receiver's FLOW and the sender's delivery-count.
 
-    AMQP 1.0 §2.6.7: ``link-credit(snd) = delivery-count(rcv) + link-credit(rcv) - delivery-count(snd)``.
+    AMQP 1.0 §2.6.7: ``link-credit(snd) = delivery-count(rcv) + link-credit(rcv)
+    - delivery-count(snd)``.
     The floor of 0 covers a receiver that lowered its credit while deliveries were in flight.
     """
     return max(0, serial_diff(serial_add(delivery_count_rcv, link_credit_rcv), delivery_count_snd))
