@@ -1,0 +1,462 @@
+"""The AMQP 1.0 value codec: round trips, proton interop, and hostile bytes.
+
+A broker decodes bytes its publishers chose, so the one exception the codec may raise on bad
+input is ``DecodeError`` (which carries ``amqp:decode-error``); anything else would escape the
+queue layer as an internal error.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import proton
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from queues.codec import (
+    Described,
+    Symbol,
+    Timestamp,
+    Value,
+    decode,
+    encode,
+    encode_ubyte,
+    encode_uint,
+    skip,
+)
+from queues.errors import DecodeError
+
+# -- strategies ----------------------------------------------------------------------------
+
+scalars: st.SearchStrategy[Value] = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.text(max_size=300),
+    st.builds(Symbol, st.text(alphabet="abcdefghijklmnopqrstuvwxyz:-.", max_size=40)),
+    st.builds(Timestamp, st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+    st.binary(max_size=20),
+    st.binary(min_size=250, max_size=300),
+)
+# Map keys: any scalar (compounds are refused as keys by the decoder).
+keys: st.SearchStrategy[Value] = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.text(max_size=10),
+    st.builds(Symbol, st.text(max_size=10)),
+    st.binary(max_size=10),
+)
+
+
+def _extend(children: st.SearchStrategy[Value]) -> st.SearchStrategy[Value]:
+    return st.one_of(
+        st.lists(children, max_size=6),
+        st.lists(st.none(), min_size=256, max_size=260),
+        st.dictionaries(keys, children, max_size=5),
+        st.builds(
+            Described,
+            st.one_of(st.builds(Symbol, st.text(max_size=8)), st.integers(0, 2**64 - 1)),
+            children,
+        ),
+    )
+
+
+values: st.SearchStrategy[Value] = st.recursive(scalars, _extend, max_leaves=20)
+
+
+def shape(value: Value) -> object:
+    """A comparable form that keeps AMQP types apart (str vs symbol, int vs timestamp, NaN)."""
+    if value is None or isinstance(value, bool):
+        return ("scalar", value)
+    if isinstance(value, Timestamp):
+        return ("timestamp", int(value))
+    if isinstance(value, int):
+        return ("int", value)
+    if isinstance(value, float):
+        return ("float", struct.pack(">d", value))
+    if isinstance(value, Symbol):
+        return ("symbol", str(value))
+    if isinstance(value, str):
+        return ("str", value)
+    if isinstance(value, bytes):
+        return ("bytes", value)
+    if isinstance(value, list):
+        return ("list", tuple(shape(v) for v in value))
+    if isinstance(value, dict):
+        return ("map", tuple((shape(k), shape(v)) for k, v in value.items()))
+    return ("described", shape(value.descriptor), shape(value.value))
+
+
+# -- round trips ---------------------------------------------------------------------------
+
+
+@given(values)
+def test_round_trip(value: Value) -> None:
+    raw = encode(value)
+    decoded, end = decode(raw, 0)
+    assert end == len(raw)
+    assert shape(decoded) == shape(value)
+    assert encode(decoded) == raw
+
+
+@given(values, st.binary(max_size=8), st.binary(max_size=8))
+def test_decode_and_skip_at_an_offset_stop_at_the_value_end(
+    value: Value, before: bytes, after: bytes
+) -> None:
+    raw = encode(value)
+    buf = before + raw + after
+    decoded, end = decode(buf, len(before))
+    assert end == len(before) + len(raw)
+    assert shape(decoded) == shape(value)
+    assert skip(buf, len(before)) == end
+    assert decode(memoryview(buf), len(before))[1] == end
+
+
+@given(st.lists(values, max_size=5))
+def test_skip_walks_a_sequence_of_values(items: list[Value]) -> None:
+    raw = b"".join(encode(v) for v in items)
+    pos = 0
+    for item in items:
+        nxt = skip(raw, pos)
+        assert shape(decode(raw, pos)[0]) == shape(item)
+        pos = nxt
+    assert pos == len(raw)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, b"\x40"),
+        (True, b"\x41"),
+        (False, b"\x42"),
+        (0, b"\x44"),
+        (1, b"\x53\x01"),
+        (255, b"\x53\xff"),
+        (256, b"\x80" + (256).to_bytes(8, "big")),
+        (-1, b"\x55\xff"),
+        (-128, b"\x55\x80"),
+        (-129, b"\x81" + (-129).to_bytes(8, "big", signed=True)),
+        ("", b"\xa1\x00"),
+        ("é", b"\xa1\x02\xc3\xa9"),
+        (Symbol("ab"), b"\xa3\x02ab"),
+        (b"\x00\x01", b"\xa0\x02\x00\x01"),
+        (b"x" * 256, b"\xb0\x00\x00\x01\x00" + b"x" * 256),
+        ([], b"\xc0\x01\x00"),
+        ([True], b"\xc0\x02\x01\x41"),
+        ({}, b"\xc1\x01\x00"),
+        ({"a": 1}, b"\xc1\x06\x02\xa1\x01a\x53\x01"),
+        (Described(Symbol("x"), None), b"\x00\xa3\x01x\x40"),
+        (Timestamp(1), b"\x83" + (1).to_bytes(8, "big")),
+    ],
+)
+def test_encode_picks_the_smallest_constructor(value: Value, expected: bytes) -> None:
+    assert encode(value) == expected
+    assert shape(decode(expected, 0)[0]) == shape(value)
+
+
+def test_large_list_uses_list32() -> None:
+    raw = encode([None] * 300)
+    assert raw[0] == 0xD0
+    assert struct.unpack(">II", raw[1:9]) == (300 + 4, 300)
+    assert decode(raw, 0) == ([None] * 300, len(raw))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(0, b"\x43"), (1, b"\x52\x01"), (255, b"\x52\xff"), (256, b"\x70\x00\x00\x01\x00")],
+)
+def test_encode_uint(value: int, expected: bytes) -> None:
+    assert encode_uint(value) == expected
+    assert decode(expected, 0) == (value, len(expected))
+
+
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_uint_round_trip(value: int) -> None:
+    raw = encode_uint(value)
+    assert decode(raw, 0) == (value, len(raw))
+
+
+@given(st.integers(min_value=0, max_value=255))
+def test_ubyte_round_trip(value: int) -> None:
+    assert decode(encode_ubyte(value), 0) == (value, 2)
+
+
+# -- proton's encodings --------------------------------------------------------------------
+
+
+def _proton_bytes(put: str, *args: object) -> bytes:
+    data = proton.Data()
+    getattr(data, put)(*args)
+    raw: bytes = data.encode()
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("put", "arg", "expected"),
+    [
+        ("put_null", None, None),
+        ("put_bool", True, True),
+        ("put_bool", False, False),
+        ("put_ubyte", 200, 200),
+        ("put_byte", -5, -5),
+        ("put_ushort", 60000, 60000),
+        ("put_short", -300, -300),
+        ("put_uint", 0, 0),
+        ("put_uint", 7, 7),
+        ("put_uint", 4_000_000_000, 4_000_000_000),
+        ("put_int", -7, -7),
+        ("put_int", -2_000_000_000, -2_000_000_000),
+        ("put_ulong", 0, 0),
+        ("put_ulong", 2**64 - 1, 2**64 - 1),
+        ("put_long", -(2**63), -(2**63)),
+        ("put_long", 100, 100),
+        ("put_double", 1.5, 1.5),
+        ("put_float", 0.25, 0.25),
+        ("put_timestamp", 1_700_000_000_000, Timestamp(1_700_000_000_000)),
+        ("put_string", "héllo", "héllo"),
+        ("put_string", "x" * 300, "x" * 300),
+        ("put_symbol", "amqp:accepted:list", Symbol("amqp:accepted:list")),
+        ("put_binary", b"\x00\xff", b"\x00\xff"),
+        ("put_binary", b"y" * 1000, b"y" * 1000),
+        ("put_char", "x", ord("x")),
+    ],
+)
+def test_decode_proton_scalars(put: str, arg: object, expected: Value) -> None:
+    raw = _proton_bytes(put) if arg is None else _proton_bytes(put, arg)
+    value, end = decode(raw, 0)
+    assert end == len(raw) == skip(raw, 0)
+    assert shape(value) == shape(expected)
+
+
+def test_decode_proton_uuid() -> None:
+    import uuid
+
+    u = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    raw = _proton_bytes("put_uuid", u)
+    assert decode(raw, 0) == (u.bytes, len(raw))
+
+
+def test_decode_proton_compounds() -> None:
+    data = proton.Data()
+    data.put_list()
+    data.enter()
+    data.put_int(1)
+    data.put_string("two")
+    data.put_map()
+    data.enter()
+    data.put_symbol("k")
+    data.put_array(False, proton.Data.INT)
+    data.enter()
+    for i in (1, 2, 3):
+        data.put_int(i)
+    data.exit()
+    data.exit()
+    data.put_described()
+    data.enter()
+    data.put_ulong(0x70)
+    data.put_list()
+    data.exit()
+    data.exit()
+    raw = data.encode()
+    value, end = decode(raw, 0)
+    assert end == len(raw) == skip(raw, 0)
+    assert shape(value) == shape([1, "two", {Symbol("k"): [1, 2, 3]}, Described(0x70, [])])
+
+
+def test_decode_proton_arrays() -> None:
+    data = proton.Data()
+    data.put_array(False, proton.Data.SYMBOL)
+    data.enter()
+    data.put_symbol("a")
+    data.put_symbol("bc")
+    data.exit()
+    raw = data.encode()
+    assert shape(decode(raw, 0)[0]) == shape([Symbol("a"), Symbol("bc")])
+
+    described = proton.Data()
+    described.put_array(True, proton.Data.STRING)
+    described.enter()
+    described.put_symbol("desc")
+    described.put_string("x")
+    described.put_string("y")
+    described.exit()
+    raw = described.encode()
+    value, end = decode(raw, 0)
+    assert end == len(raw)
+    assert shape(value) == shape([Described(Symbol("desc"), "x"), Described(Symbol("desc"), "y")])
+
+    empty = proton.Data()
+    empty.put_array(False, proton.Data.INT)
+    raw = empty.encode()
+    assert decode(raw, 0) == ([], len(raw))
+
+
+@given(values)
+def test_proton_decodes_what_we_encode(value: Value) -> None:
+    """Our encoding is valid AMQP: proton reads it back to the same number of bytes."""
+    raw = encode(value)
+    data = proton.Data()
+    assert data.decode(raw) == len(raw)
+
+
+# -- hostile and truncated input -----------------------------------------------------------
+
+
+def _only_decode_errors(buf: bytes, pos: int = 0) -> None:
+    try:
+        _, end = decode(buf, pos)
+    except DecodeError:
+        pass
+    else:
+        assert pos < end <= len(buf)
+    try:
+        end = skip(buf, pos)
+    except DecodeError:
+        pass
+    else:
+        assert pos < end <= len(buf)
+
+
+# At most 400 bytes: deeper nesting than that is covered by the explicit tests below.
+@given(st.binary(max_size=400))
+def test_random_bytes_raise_only_decode_error(buf: bytes) -> None:
+    _only_decode_errors(buf)
+
+
+@given(st.binary(min_size=1, max_size=200), st.data())
+def test_random_bytes_at_any_offset(buf: bytes, data: st.DataObject) -> None:
+    pos = data.draw(st.integers(min_value=0, max_value=len(buf)))
+    _only_decode_errors(buf, pos)
+
+
+# Byte strings that look like AMQP: constructors followed by plausible sizes and payloads.
+_CONSTRUCTORS = (
+    "00 40 41 42 43 44 45 50 52 53 55 56 60 70 71 72 73 74 80 81 82 83 84 94 98 a0 a1 a3"
+)
+constructors = st.sampled_from(
+    list(bytes.fromhex(_CONSTRUCTORS + " b0 b1 b3 c0 c1 d0 d1 e0 f0 01 30 ff"))
+)
+amqp_like = st.lists(
+    st.one_of(constructors.map(lambda c: bytes([c])), st.binary(min_size=1, max_size=4)),
+    max_size=60,
+).map(b"".join)
+
+
+@given(amqp_like)
+def test_amqp_like_bytes_raise_only_decode_error(buf: bytes) -> None:
+    _only_decode_errors(buf)
+
+
+@given(values, st.data())
+def test_truncated_value_raises_decode_error(value: Value, data: st.DataObject) -> None:
+    raw = encode(value)
+    cut = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+    with pytest.raises(DecodeError):
+        decode(raw[:cut], 0)
+    with pytest.raises(DecodeError):
+        skip(raw[:cut], 0)
+
+
+@given(values, st.data())
+def test_corrupted_value_raises_only_decode_error(value: Value, data: st.DataObject) -> None:
+    raw = bytearray(encode(value))
+    index = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+    raw[index] = data.draw(st.integers(min_value=0, max_value=255))
+    _only_decode_errors(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    "buf",
+    [
+        b"",
+        b"\x00",
+        b"\x00\x53",
+        b"\x53",
+        b"\x70\x00\x00",
+        b"\xa1\x05abc",
+        b"\xb1\x00\x00\x00",
+        b"\xb1\xff\xff\xff\xffx",
+        b"\xc0\x01",
+        b"\xc0\x01\x02",  # two items promised, none present
+        b"\xc0\x02\x02\x41",  # two items promised, one present
+        b"\xd0\x00\x00\x00\x04\x00\x00\x00\x02",
+        b"\xc1\x02\x01\x41",  # a map with an odd number of items
+        b"\xc1\x04\x02\xc0\x01\x00\x41",  # a map whose key is a list
+        b"\xe0\x02\x03\x53",  # an array promising 3 smallulongs holding none
+        b"\xe0\x01\x01",  # an array without its element constructor
+        b"\xa1\x02\xc3\x28",  # invalid UTF-8
+        b"\xa3\x01\xff",
+        b"\x01",  # unknown constructors
+        b"\x30",
+        b"\xff",
+        b"\x74\x00\x00\x00\x05",  # decimal32: valid AMQP, but not a type this codec reads
+    ],
+)
+def test_malformed_values_raise_decode_error(buf: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode(buf, 0)
+
+
+def test_skip_does_not_need_to_understand_fixed_width_payloads() -> None:
+    """skip goes by width: a decimal32 it cannot decode is still skipped whole."""
+    assert skip(b"\x74\x00\x00\x00\x05\x40", 0) == 5
+
+
+@pytest.mark.parametrize("buf", [b"", b"\xa1", b"\xa1\x03ab", b"\xb0\x00\x00\x01", b"\x00\x53"])
+def test_skip_never_runs_past_the_end(buf: bytes) -> None:
+    with pytest.raises(DecodeError):
+        skip(buf, 0)
+
+
+def test_skip_at_the_end_raises() -> None:
+    raw = encode("abc")
+    with pytest.raises(DecodeError):
+        skip(raw, len(raw))
+    with pytest.raises(DecodeError):
+        decode(raw, len(raw))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="BUG: a chain of descriptor bytes (0x00 ...) recurses once per byte; 1200 bytes raise "
+    "RecursionError instead of DecodeError",
+)
+@pytest.mark.parametrize("function", ["decode", "skip"])
+def test_deeply_described_input_raises_decode_error(function: str) -> None:
+    buf = b"\x00" * 1200
+    with pytest.raises(DecodeError):
+        (decode if function == "decode" else skip)(buf, 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="BUG: nested list8 headers (C0 FF 01 ...) recurse once per level; 600 levels raise "
+    "RecursionError instead of DecodeError",
+)
+def test_deeply_nested_lists_raise_decode_error() -> None:
+    buf = b"\xc0\xff\x01" * 600
+    with pytest.raises(DecodeError):
+        decode(buf, 0)
+
+
+def test_deep_but_valid_nesting_within_reason_decodes() -> None:
+    value: Value = None
+    for _ in range(50):
+        value = [value]
+    raw = encode(value)
+    assert shape(decode(raw, 0)[0]) == shape(value)
+
+
+def test_nan_and_signed_zero_round_trip_bit_exactly() -> None:
+    for x in (math.nan, -0.0, math.inf, -math.inf):
+        raw = encode(x)
+        decoded = decode(raw, 0)[0]
+        assert isinstance(decoded, float)
+        assert struct.pack(">d", decoded) == struct.pack(">d", x)
