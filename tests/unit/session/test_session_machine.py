@@ -1,0 +1,405 @@
+"""Session + ClassicQueue + Writer under random clients: the dual link's invariants (style §3.4).
+
+The machine plays the client (FLOWs with any credit, drain and echo, sometimes with a stale
+delivery-count as when a FLOW crosses transfers on the wire), the publishers (enqueue, routed to
+the session), the network (the remote incoming window opens and closes; the writer drains some
+bytes) and the consumer's settlements and detaches. After every step it checks the bounds the
+design promises.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from queues.classic import ClassicQueue
+from queues.codec import Described, encode
+from queues.message import Message
+from queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
+from queues.serial import serial_diff
+from session.outgoing_link import OutgoingLink
+from session.session import Action, LinkFlow, Session, route
+from writer.writer import Writer
+
+MAX_QUEUE_CREDIT = 8
+MAX_FRAME_SIZE = 512  # 448 payload bytes per frame: messages of 1 to 4 frames
+WRITER_CREDIT = 8
+WRITER_MORE_AFTER = 4
+
+
+class RecordingQueue(ClassicQueue):
+    """Counts credit requests per consumer."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.requests: Counter[int] = Counter()
+        self.requested: list[tuple[int, int, bool]] = []
+
+    def credit(
+        self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
+    ) -> tuple[list[Message], CreditReply]:
+        assert isinstance(consumer, OutgoingLink)
+        self.requests[id(consumer)] += 1
+        self.requested.append((id(consumer), credit, drain))
+        return super().credit(consumer, delivery_count, credit, drain)
+
+    def consumer_credit(self, link: OutgoingLink) -> int:
+        """White box: the credit the queue holds for a consumer."""
+        return self._consumers[link].credit
+
+    def unacked_of(self, link: OutgoingLink) -> set[int]:
+        """White box: what a consumer holds unsettled inside the queue."""
+        return set(self._consumers[link].unacked)
+
+
+class SpySession(Session):
+    """Counts the credit replies the session has handled, per link."""
+
+    def __init__(self, writer: Writer) -> None:
+        super().__init__(
+            writer,
+            max_queue_credit=MAX_QUEUE_CREDIT,
+            max_frame_size=MAX_FRAME_SIZE,
+            remote_incoming_window=0,
+        )
+        self.replies: Counter[int] = Counter()
+
+    def _credit_reply(self, link: OutgoingLink, reply: CreditReply, out: list[Action]) -> None:
+        self.replies[id(link)] += 1
+        super()._credit_reply(link, reply, out)
+
+
+@dataclass
+class ClientLink:
+    """What the client knows of one of its receiving links, in unbounded integers."""
+
+    link: OutgoingLink
+    ack_required: bool
+    # Transfers received plus delivery-count advances announced by drained FLOWs.
+    consumed: int = 0
+    # consumed as of the last FLOW received from the session (stale FLOWs go back to here).
+    consumed_at_last_flow: int = 0
+    # The highest delivery-count + link-credit any of the client's FLOWs granted.
+    max_limit: int = 0
+    latest_limit: int = 0
+    latest_drain: bool = False
+    latest_echo: bool = False
+    # Set once the session answered the latest FLOW's drain or echo with a FLOW.
+    answered: bool = True
+    # Set when a drain completed and no newer FLOW came: nothing may be sent any more.
+    closed: bool = False
+    last_action: Action | None = None
+    outstanding: set[int] = field(default_factory=set)
+
+
+def _payload(i: int, size: int) -> bytes:
+    return encode(Described(0x77, f"m{i}:" + "x" * size))
+
+
+credit_values = st.one_of(
+    st.integers(min_value=0, max_value=3),
+    st.integers(min_value=4, max_value=40),
+    st.just(2_000_000_000),
+)
+
+
+slots = st.integers(min_value=0, max_value=2)  # up to three consumer links at a time
+
+
+class SessionMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue = RecordingQueue("q")
+        self.writer = Writer(initial_credit=WRITER_CREDIT, more_credit_after=WRITER_MORE_AFTER)
+        self.session = SpySession(self.writer)
+        self.clients: dict[int, ClientLink] = {}
+        self.slots: list[OutgoingLink | None] = [None, None, None]
+        self.next_handle = 0
+        self.enqueued = 0
+        self.archived = 0  # accepted or rejected by the client, or sent in settled mode
+        self.archived_seqs: set[int] = set()
+
+    # -- helpers --
+
+    def live(self) -> list[ClientLink]:
+        return [c for c in self.clients.values() if not c.link.detached]
+
+    def client_of(self, link: OutgoingLink) -> ClientLink:
+        return self.clients[id(link)]
+
+    def route(self, dispatches: list[Dispatch]) -> None:
+        touched = route(dispatches)
+        assert touched <= {self.session}
+
+    def pending_deliveries(self, link: OutgoingLink) -> int:
+        return sum(
+            1 for entry_link, item in self.session.outgoing_pending
+            if entry_link is link and isinstance(item, Message)
+        )  # fmt: skip
+
+    def quiescent(self, client: ClientLink) -> bool:
+        link = client.link
+        return (
+            not link.credit_req_in_flight
+            and link.stashed_credit_req is None
+            and self.pending_deliveries(link) == 0
+        )
+
+    # -- rules: links --
+
+    @initialize(ack_required=st.booleans())
+    def first_link(self, ack_required: bool) -> None:
+        self.attach(0, ack_required)
+
+    @rule(slot=slots, ack_required=st.booleans())
+    def attach(self, slot: int, ack_required: bool) -> None:
+        if self.slots[slot] is not None:
+            return
+        link = self.session.attach_link(self.next_handle, self.queue, ack_required=ack_required)
+        self.next_handle += 1
+        self.clients[id(link)] = ClientLink(link, ack_required)
+        self.slots[slot] = link
+
+    @rule(slot=slots, now=st.integers(min_value=0, max_value=3))
+    def detach(self, slot: int, now: int) -> None:
+        link = self.slots[slot]
+        if link is None or now:  # detach one time in four: links live long enough to matter
+            return
+        self.slots[slot] = None
+        client = self.client_of(link)
+        client.outstanding.clear()  # the queue takes them back (counted as failed)
+        self.route(self.session.detach_link(link))
+        assert self.pending_deliveries(link) == 0
+        assert link.handle not in self.session.links
+
+    # -- rules: the client --
+
+    @rule(
+        slot=slots,
+        credit=credit_values,
+        drain=st.booleans(),
+        echo=st.booleans(),
+        stale=st.integers(min_value=0, max_value=3),
+    )
+    def client_flow(self, slot: int, credit: int, drain: bool, echo: bool, stale: int) -> None:
+        link = self.slots[slot]
+        if link is None:
+            self.attach(slot, ack_required=stale % 2 == 0)
+            link = self.slots[slot]
+            assert link is not None
+        client = self.client_of(link)
+        # A FLOW may have crossed up to ``stale`` transfers on the wire (but not a FLOW).
+        base = max(client.consumed - stale, client.consumed_at_last_flow)
+        limit = base + credit
+        client.max_limit = max(client.max_limit, limit)
+        client.latest_limit = limit
+        client.latest_drain = drain
+        client.latest_echo = echo
+        client.answered = not (drain or echo)
+        client.closed = False
+        requests_before = self.queue.requests[id(link)]
+        in_flight = link.credit_req_in_flight
+        self.session.client_flow(link, base & 0xFFFFFFFF, credit, drain, echo)
+        # Either exactly one credit request, or (while one is in flight) a stash.
+        if in_flight:
+            assert self.queue.requests[id(link)] == requests_before
+            assert link.stashed_credit_req is not None
+        else:
+            assert self.queue.requests[id(link)] == requests_before + 1
+
+    @rule(
+        slot=slots,
+        data=st.data(),
+        outcome=st.sampled_from(Outcome),
+        delivery_failed=st.booleans(),
+    )
+    def settle(
+        self, slot: int, data: st.DataObject, outcome: Outcome, delivery_failed: bool
+    ) -> None:
+        link = self.slots[slot]
+        if link is None or not self.client_of(link).outstanding:
+            return
+        client = self.client_of(link)
+        seqs = data.draw(st.lists(st.sampled_from(sorted(client.outstanding)), unique=True))
+        delivery_failed = delivery_failed and outcome is Outcome.MODIFIED
+        for seq in seqs:
+            client.outstanding.discard(seq)
+            if outcome in (Outcome.ACCEPTED, Outcome.REJECTED):
+                self.archived += 1
+                self.archived_seqs.add(seq)
+        self.route(self.session.settle(link, seqs, outcome, delivery_failed))
+
+    # -- rules: publishers and the network --
+
+    @rule(count=st.integers(min_value=1, max_value=12), size=st.sampled_from([0, 10, 500, 1300]))
+    def enqueue(self, count: int, size: int) -> None:
+        for _ in range(count):
+            self.route(self.queue.enqueue(Message(_payload(self.enqueued, size))))
+            self.enqueued += 1
+
+    @rule(window=st.sampled_from([0, 1, 2, 5, 20, 1000, 1000]))
+    def set_window(self, window: int) -> None:
+        self.session.remote_incoming_window = window
+
+    @rule(nbytes=st.one_of(st.none(), st.integers(min_value=0, max_value=3000)))
+    def written(self, nbytes: int | None) -> None:
+        """The socket took some bytes, or (None) everything proton had."""
+        if nbytes is None:
+            self.writer.caught_up(0)
+        else:
+            self.writer.written(nbytes)
+
+    @rule()
+    def send_pending(self) -> None:
+        self._send_pending()
+
+    @rule(writes=st.booleans())
+    def pump(self, writes: bool) -> None:
+        """Window wide open; send until nothing moves, the socket keeping up or (not) stalling."""
+        self.session.remote_incoming_window = 1000
+        for _ in range(100):
+            if writes:
+                self.writer.caught_up(0)
+            if not self._send_pending():
+                break
+
+    def _send_pending(self) -> list[Action]:
+        window = self.session.remote_incoming_window
+        blocked = self.session.writer_credit.blocked
+        had_delivery = self.session.statistics().pending_deliveries > 0
+        closed_before = {id(c.link) for c in self.live() if c.closed}
+        out = self.session.send_pending()
+        sent = [a for a in out if not isinstance(a, LinkFlow)]
+        if window <= 0 or blocked:
+            assert sent == [], "a transfer went out with the window closed or the writer blocked"
+        elif had_delivery:
+            assert sent, "a delivery could go out but send_pending sent nothing"
+        for action in out:
+            if isinstance(action, LinkFlow):
+                self.receive_flow(action)
+            else:
+                link, message = action
+                assert id(link) not in closed_before, "a transfer after a completed drain"
+                self.receive_transfer(link, message)
+        # send_pending stops only when nothing is left or a delivery has to wait.
+        pending = self.session.outgoing_pending
+        if pending:
+            _, head = pending[0]
+            assert isinstance(head, Message)
+            assert self.session.remote_incoming_window <= 0 or self.session.writer_credit.blocked
+        # Mark the links whose drain completed: they must now stay silent.
+        for client in self.live():
+            if self.quiescent(client) and client.latest_drain:
+                last = client.last_action
+                assert isinstance(last, LinkFlow), f"drain ended without a FLOW: {last!r}"
+                assert last.drain
+                assert last.link_credit == 0
+                assert last.delivery_count == client.link.client_flow_ctl.delivery_count
+                client.closed = True
+        return out
+
+    def receive_transfer(self, link: OutgoingLink, message: Message) -> None:
+        assert not link.detached
+        client = self.client_of(link)
+        # Never beyond the credit the client granted (serial arithmetic, unbounded here).
+        assert client.consumed < client.max_limit, "a transfer beyond every credit granted"
+        client.consumed += 1
+        client.last_action = (link, message)
+        # Never twice to a client that still holds it, never after it was archived.
+        assert message.seq not in self.archived_seqs
+        for other in self.clients.values():
+            assert message.seq not in other.outstanding
+        if client.ack_required:
+            client.outstanding.add(message.seq)
+        else:
+            self.archived += 1
+            self.archived_seqs.add(message.seq)
+
+    def receive_flow(self, flow: LinkFlow) -> None:
+        link = flow.link
+        assert not link.detached
+        client = self.client_of(link)
+        advance = serial_diff(flow.delivery_count, client.consumed & 0xFFFFFFFF)
+        if flow.drain:
+            assert flow.link_credit == 0
+            assert advance >= 0
+        else:
+            # An echo reports the count as it is: the client has seen every transfer before it.
+            assert advance == 0
+        client.consumed += advance
+        # A drain never advances the count past what the client granted.
+        assert client.consumed <= max(client.max_limit, client.consumed - advance)
+        client.consumed_at_last_flow = client.consumed
+        client.last_action = flow
+        client.answered = True
+
+    # -- invariants --
+
+    @invariant()
+    def one_credit_request_in_flight(self) -> None:
+        for client in self.live():
+            link = client.link
+            outstanding = self.queue.requests[id(link)] - self.session.replies[id(link)]
+            assert outstanding in (0, 1), f"{outstanding} credit requests in flight"
+            assert link.credit_req_in_flight == (outstanding == 1)
+
+    @invariant()
+    def queue_credit_bounded(self) -> None:
+        for client in self.live():
+            link = client.link
+            assert 0 <= link.queue_flow_ctl.credit <= MAX_QUEUE_CREDIT
+            assert self.pending_deliveries(link) <= MAX_QUEUE_CREDIT
+            assert self.queue.consumer_credit(link) <= MAX_QUEUE_CREDIT
+        assert all(0 <= c <= MAX_QUEUE_CREDIT for _, c, _ in self.queue.requested)
+
+    @invariant()
+    def client_view_matches_session(self) -> None:
+        for client in self.live():
+            ctl = client.link.client_flow_ctl
+            assert client.consumed & 0xFFFFFFFF == ctl.delivery_count
+            assert client.consumed <= max(client.max_limit, 0)
+            if self.quiescent(client):
+                # The latest FLOW holds exactly: what is left is what it granted.
+                assert client.consumed + ctl.credit == max(client.latest_limit, client.consumed)
+                # The queue holds exactly the credit the session thinks it does.
+                assert self.queue.consumer_credit(client.link) == client.link.queue_flow_ctl.credit
+                # No stall: credit left and messages ready means a request would be under way.
+                if ctl.credit > 0:
+                    assert self.queue.available == 0, "credit and ready messages, but idle"
+                if client.latest_drain or client.latest_echo:
+                    assert client.answered, "a drain or echo FLOW went unanswered"
+
+    @invariant()
+    def closed_links_stay_silent(self) -> None:
+        for client in self.live():
+            if client.closed:
+                assert self.pending_deliveries(client.link) == 0
+                assert self.queue.consumer_credit(client.link) == 0
+
+    @invariant()
+    def nothing_lost(self) -> None:
+        stats = self.queue.statistics()
+        settled_buffered = sum(
+            1 for link, item in self.session.outgoing_pending
+            if isinstance(item, Message) and not link.ack_required
+        )  # fmt: skip
+        assert stats.published == self.enqueued
+        assert stats.ready + stats.unacked + self.archived + settled_buffered == self.enqueued
+        for client in self.live():
+            if client.ack_required:
+                assert client.outstanding <= self.queue.unacked_of(client.link)
+
+    @invariant()
+    def writer_ledger_consistent(self) -> None:
+        stats = self.writer.statistics()
+        credit = self.session.writer_credit
+        assert stats.bytes_pending >= 0
+        assert credit.credit + credit.acked + stats.frames_pending == WRITER_CREDIT
+
+
+SessionMachine.TestCase.settings = settings(stateful_step_count=50)
+test_session_machine = SessionMachine.TestCase
