@@ -27,7 +27,7 @@ from proton import (
     symbol,
 )
 
-from gateway.addresses import parse_address
+from gateway.addresses import AddressNotImplemented, parse_address
 from gateway.config import ServerConfig
 from gateway.events import (
     connection_of,
@@ -174,7 +174,7 @@ class Broker(Handler):
 
     def _attach_consumer(self, link: Link) -> None:
         if link.remote_source.dynamic:
-            raise _NotImplementedAddress("dynamic sources are not supported")
+            raise AddressNotImplemented("dynamic sources are not supported")
         address = parse_address(link.remote_source.address)
         queue = self.registry.declare(address.queue)
         session: SessionState = link.session.sg
@@ -355,7 +355,3 @@ class Broker(Handler):
         state.drain_pending = False
         drained = sender.drained()
         state.delivery_count = serial_add(state.delivery_count, drained)
-
-
-class _NotImplementedAddress(QueueError):
-    condition = "amqp:not-implemented"
