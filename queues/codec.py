@@ -72,6 +72,14 @@ _FIXED_WIDTH: Final = {0x4: 0, 0x5: 1, 0x6: 2, 0x7: 4, 0x8: 8, 0x9: 16}
 _SIZE_WIDTH: Final = {0xA: 1, 0xB: 4, 0xC: 1, 0xD: 4, 0xE: 1, 0xF: 4}
 
 
+# How deeply compounds may nest: sections need 3 levels, application data rarely 10; a hostile
+# message must not exhaust the interpreter's recursion limit (1000 frames).
+MAX_DEPTH: Final = 64
+# Elements of width 0 (null, true, false, empty list...) cost no bytes, so an array's count alone
+# could ask for billions of them; no real message needs more than this many.
+_MAX_ZERO_WIDTH_ELEMENTS: Final = 1 << 16
+
+
 def _need(buf: bytes | memoryview, end: int) -> None:
     if end > len(buf):
         raise DecodeError("value runs past the end of the message")
@@ -101,8 +109,16 @@ def skip(buf: bytes | memoryview, pos: int) -> int:
     _need(buf, pos + 1)
     code = buf[pos]
     if code == 0x00:
-        return skip(buf, skip(buf, pos + 1))
+        return skip(buf, _skip_descriptor(buf, pos + 1))
     return _payload_end(code, buf, pos + 1)
+
+
+def _skip_descriptor(buf: bytes | memoryview, pos: int) -> int:
+    """Skip a descriptor, which is a symbol or a ulong, never itself described (§1.2)."""
+    _need(buf, pos + 1)
+    if buf[pos] == 0x00:
+        raise DecodeError("a descriptor is itself described")
+    return _payload_end(buf[pos], buf, pos + 1)
 
 
 def _utf8(raw: bytes | memoryview) -> str:
@@ -142,16 +158,23 @@ _FIXED: Final[dict[int, Callable[[bytes | memoryview, int], Value]]] = {
 
 def decode(buf: bytes | memoryview, pos: int) -> tuple[Value, int]:
     """Decode the value at ``pos``; return it and the offset just past it."""
+    return _decode(buf, pos, 0)
+
+
+def _decode(buf: bytes | memoryview, pos: int, depth: int) -> tuple[Value, int]:
     _need(buf, pos + 1)
     code = buf[pos]
     if code == 0x00:
-        descriptor, value_pos = decode(buf, pos + 1)
-        value, end = decode(buf, value_pos)
+        _need(buf, pos + 2)
+        if buf[pos + 1] == 0x00:
+            raise DecodeError("a descriptor is itself described")
+        descriptor, value_pos = _decode_payload(buf[pos + 1], buf, pos + 2, depth)
+        value, end = _decode(buf, value_pos, depth)
         return Described(descriptor, value), end
-    return _decode_payload(code, buf, pos + 1)
+    return _decode_payload(code, buf, pos + 1, depth)
 
 
-def _decode_payload(code: int, buf: bytes | memoryview, pos: int) -> tuple[Value, int]:
+def _decode_payload(code: int, buf: bytes | memoryview, pos: int, depth: int) -> tuple[Value, int]:
     end = _payload_end(code, buf, pos)
     nibble = code >> 4
     if nibble in _FIXED_WIDTH:
@@ -166,11 +189,13 @@ def _decode_payload(code: int, buf: bytes | memoryview, pos: int) -> tuple[Value
         return _utf8(buf[start:end]), end
     if code in (0xA3, 0xB3):
         return Symbol(_utf8(buf[start:end])), end
+    if depth >= MAX_DEPTH:
+        raise DecodeError(f"compound values nested deeper than {MAX_DEPTH}")
     if code in (0xC0, 0xD0, 0xC1, 0xD1):
-        items = _items(buf, start, end, _SIZE_WIDTH[nibble])
+        items = _items(buf, start, end, _SIZE_WIDTH[nibble], depth + 1)
         return (items if code in (0xC0, 0xD0) else _to_map(items)), end
     if code in (0xE0, 0xF0):
-        return _array(buf, start, end, _SIZE_WIDTH[nibble]), end
+        return _array(buf, start, end, _SIZE_WIDTH[nibble], depth + 1), end
     raise DecodeError(f"unsupported type constructor 0x{code:02x}")
 
 
@@ -192,35 +217,44 @@ def _to_map(items: list[Value]) -> dict[Value, Value]:
     return result
 
 
-def _items(buf: bytes | memoryview, start: int, end: int, width: int) -> list[Value]:
+def _items(buf: bytes | memoryview, start: int, end: int, width: int, depth: int) -> list[Value]:
     count = _count(buf, start, width)
     pos = start + width
     items: list[Value] = []
     for _ in range(count):
         if pos >= end:
             raise DecodeError("a compound value has fewer items than its count")
-        value, pos = decode(buf, pos)
+        value, pos = _decode(buf, pos, depth)
+        if pos > end:
+            raise DecodeError("an item runs past the end of its compound value")
         items.append(value)
     return items
 
 
-def _array(buf: bytes | memoryview, start: int, end: int, width: int) -> list[Value]:
+def _array(buf: bytes | memoryview, start: int, end: int, width: int, depth: int) -> list[Value]:
     """Decode an array: one constructor shared by every element (§1.6.24)."""
     count = _count(buf, start, width)
     pos = start + width
+    if pos > end:
+        raise DecodeError("an array's count runs past its size")
     _need(buf, pos + 1)
     descriptor: Value = None
     described = buf[pos] == 0x00
     if described:
-        descriptor, pos = decode(buf, pos + 1)
+        _need(buf, pos + 2)
+        if buf[pos + 1] == 0x00:
+            raise DecodeError("a descriptor is itself described")
+        descriptor, pos = _decode_payload(buf[pos + 1], buf, pos + 2, depth)
     _need(buf, pos + 1)
     code = buf[pos]
     pos += 1
+    if _FIXED_WIDTH.get(code >> 4) == 0 and count > _MAX_ZERO_WIDTH_ELEMENTS:
+        raise DecodeError(f"an array of {count} empty elements")
     items: list[Value] = []
     for _ in range(count):
+        value, pos = _decode_payload(code, buf, pos, depth)
         if pos > end:
-            raise DecodeError("an array has fewer elements than its count")
-        value, pos = _decode_payload(code, buf, pos)
+            raise DecodeError("an array element runs past the end of the array")
         items.append(Described(descriptor, value) if described else value)
     return items
 

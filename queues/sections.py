@@ -87,18 +87,41 @@ def read_header(payload: bytes | memoryview) -> Header:
     return _header_from(value)
 
 
+_UBYTE_MAX: Final = 0xFF
+_UINT_MAX: Final = 0xFFFFFFFF
+
+
 def _header_from(value: Value) -> Header:
+    """Read the header's fields, refusing values their AMQP types cannot hold.
+
+    The header is re-encoded on redelivery, so a value that would not encode back (a priority of
+    1000, a negative ttl) is refused when the message is read, not when it is redelivered.
+    """
     if not isinstance(value, list):
         raise DecodeError("the header section is not a list")
     fields = [*value, None, None, None, None, None][:5]
     durable, priority, ttl, first_acquirer, delivery_count = fields
     return Header(
-        durable=durable is True,
-        priority=priority if isinstance(priority, int) else 4,
-        ttl=ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None,
-        first_acquirer=first_acquirer is True,
-        delivery_count=delivery_count if isinstance(delivery_count, int) else 0,
+        durable=_boolean("durable", durable),
+        priority=4 if priority is None else _unsigned("priority", priority, _UBYTE_MAX),
+        ttl=None if ttl is None else _unsigned("ttl", ttl, _UINT_MAX),
+        first_acquirer=_boolean("first-acquirer", first_acquirer),
+        delivery_count=(
+            0 if delivery_count is None else _unsigned("delivery-count", delivery_count, _UINT_MAX)
+        ),
     )
+
+
+def _boolean(name: str, value: Value) -> bool:
+    if value is None or isinstance(value, bool):
+        return value is True
+    raise DecodeError(f"the header's {name} is not a boolean")
+
+
+def _unsigned(name: str, value: Value, maximum: int) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum:
+        return value
+    raise DecodeError(f"the header's {name} is not an unsigned integer up to {maximum}")
 
 
 def encode_header(header: Header) -> bytes:

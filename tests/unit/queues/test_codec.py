@@ -421,12 +421,6 @@ def test_skip_at_the_end_raises() -> None:
         decode(raw, len(raw))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="BUG: a chain of descriptor bytes (0x00 ...) recurses once per byte; 1200 bytes raise "
-    "RecursionError instead of DecodeError",
-)
 @pytest.mark.parametrize("function", ["decode", "skip"])
 def test_deeply_described_input_raises_decode_error(function: str) -> None:
     buf = b"\x00" * 1200
@@ -434,14 +428,32 @@ def test_deeply_described_input_raises_decode_error(function: str) -> None:
         (decode if function == "decode" else skip)(buf, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="BUG: nested list8 headers (C0 FF 01 ...) recurse once per level; 600 levels raise "
-    "RecursionError instead of DecodeError",
-)
 def test_deeply_nested_lists_raise_decode_error() -> None:
     buf = b"\xc0\xff\x01" * 600
+    with pytest.raises(DecodeError):
+        decode(buf, 0)
+
+
+def test_an_array_count_of_billions_of_empty_elements_raises_decode_error() -> None:
+    """An array of nulls costs no bytes per element: its count alone must not be trusted."""
+    buf = b"\xf0" + struct.pack(">I", 5) + struct.pack(">I", 0xFFFFFFFF) + b"\x40"
+    with pytest.raises(DecodeError):
+        decode(buf, 0)
+
+
+def test_an_array_of_a_few_empty_elements_decodes() -> None:
+    buf = b"\xe0\x02\x03\x41"
+    assert decode(buf, 0) == ([True, True, True], len(buf))
+
+
+@pytest.mark.parametrize(
+    "buf",
+    [
+        b"\xc0\x02\x01\xa1\x05hello",  # a list of size 2 whose item is 7 bytes long
+        b"\xe0\x02\x02\x53\x01\x02",  # an array whose second element is past its size
+    ],
+)
+def test_an_item_past_its_compound_raises_decode_error(buf: bytes) -> None:
     with pytest.raises(DecodeError):
         decode(buf, 0)
 
