@@ -16,11 +16,9 @@ from proton import (
     Connection,
     Delivery,
     Disposition,
-    Endpoint,
     Event,
     Handler,
     Link,
-    Receiver,
     Sender,
     Session,
     Terminus,
@@ -36,12 +34,13 @@ from gateway.events import (
     session_of,
     transport_of,
 )
+from gateway.publishing import Publishing
 from gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState, SessionState
 from queues.errors import QueueError
-from queues.message import Message
 from queues.queue_type import Dispatch, Outcome
 from queues.registry import QueueRegistry
 from queues.serial import SERIAL_MASK, serial_add
+from session.memory_budget import MemoryBudget
 from session.session import LinkFlow, route
 from session.session import Session as PureSession
 
@@ -74,9 +73,9 @@ class Broker(Handler):
         # Keys for consumer links within their session; proton does not expose handles.
         self._handles = 0
         self._states: dict[PureSession, SessionState] = {}
-        # Publisher links whose credit fell to half: renewed once per batch of events, so that
-        # a transfer beyond the credit the client was really granted is seen as such.
-        self._renew: set[IncomingLinkState] = set()
+        self.publishing = Publishing(
+            config, registry, MemoryBudget(config.memory_budget), self._route
+        )
 
     # -- connections ----------------------------------------------------------------------
 
@@ -157,20 +156,13 @@ class Broker(Handler):
             if link.is_sender:
                 self._attach_consumer(link)
             else:
-                self._attach_publisher(link)
+                self.publishing.attach(link)
         except QueueError as error:
             # The refusal of §2.6.3: a null terminus in the reply, then a DETACH with the error.
             terminus = link.source if link.is_sender else link.target
             terminus.type = Terminus.UNSPECIFIED
             link.open()
             _close(link, error.condition, str(error))
-
-    def _attach_publisher(self, link: Link) -> None:
-        address = parse_address(link.remote_target.address)
-        queue = self.registry.declare(address.queue)
-        link.sg = IncomingLinkState(cast(Receiver, link), queue, self.config.max_link_credit)
-        link.open()
-        link.flow(self.config.max_link_credit)
 
     def _attach_consumer(self, link: Link) -> None:
         if link.remote_source.dynamic:
@@ -199,6 +191,8 @@ class Broker(Handler):
         if isinstance(state, OutgoingLinkState):
             state.session.senders.pop(state.link, None)
             self._route(state.session.pure.detach_link(state.link))
+        elif isinstance(state, IncomingLinkState):
+            self.publishing.detach(state)
 
     def on_link_flow(self, event: Event) -> None:
         """A client FLOW on a consumer link, recognised by a change of its credit limit.
@@ -230,51 +224,9 @@ class Broker(Handler):
         """A transfer from a publisher, or a consumer's settlement."""
         link = link_of(event)
         if link.is_receiver:
-            self._receive(link, delivery_of(event))
+            self.publishing.receive(link, delivery_of(event))
         else:
             self._settled(link, delivery_of(event))
-
-    def _receive(self, link: Link, delivery: Delivery) -> None:
-        state = getattr(link, "sg", None)
-        if not isinstance(state, IncomingLinkState):
-            return
-        if delivery.partial:
-            if delivery.pending > self.config.max_message_size:
-                self._refuse_oversized(link, delivery)
-            return
-        if link.credit < 0:
-            delivery.settle()
-            _close(
-                link, "amqp:link:transfer-limit-exceeded", "a transfer arrived with no link credit"
-            )
-            return
-        if delivery.aborted:
-            link.advance()
-            delivery.settle()
-            return
-        size = delivery.pending
-        if size > self.config.max_message_size:
-            self._refuse_oversized(link, delivery)
-            return
-        payload = link.recv(size) or b""
-        link.advance()
-        state.received += 1
-        dispatches = state.queue.enqueue(Message(payload))
-        if dispatches:
-            self._route(dispatches)
-        if not delivery.settled:
-            delivery.update(Delivery.ACCEPTED)
-        delivery.settle()
-        if link.credit <= state.max_link_credit // 2:
-            self._renew.add(state)
-
-    def _refuse_oversized(self, link: Link, delivery: Delivery) -> None:
-        delivery.settle()
-        _close(
-            link,
-            "amqp:link:message-size-exceeded",
-            f"message larger than max-message-size {self.config.max_message_size}",
-        )
 
     def _settled(self, link: Link, delivery: Delivery) -> None:
         state = getattr(link, "sg", None)
@@ -305,12 +257,7 @@ class Broker(Handler):
 
     def flush(self) -> None:
         """Renew publisher credit and pump every session that has something new to send."""
-        renew = self._renew
-        while renew:
-            state = renew.pop()
-            receiver = state.receiver
-            if receiver.state & Endpoint.LOCAL_ACTIVE:
-                receiver.flow(state.max_link_credit - receiver.credit)
+        self.publishing.flush()
         dirty = self._dirty
         while dirty:
             self.pump(dirty.pop())

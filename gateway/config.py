@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from session.account import DEFAULT_ACCOUNT_LIMIT
+from session.memory_budget import DEFAULT_MEMORY_BUDGET
 from session.session import DEFAULT_MAX_QUEUE_CREDIT
 from writer.credit import DEFAULT_INITIAL_CREDIT, DEFAULT_MORE_CREDIT_AFTER
 
@@ -47,6 +49,10 @@ class ServerConfig:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_link_credit: int = DEFAULT_MAX_LINK_CREDIT
     max_queue_credit: int = DEFAULT_MAX_QUEUE_CREDIT
+    # Bytes of message bodies all queues may hold in memory before publishers are blocked.
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    # Routed copies a connection may have in flight (not yet stored) before its reads pause.
+    account_limit: int = DEFAULT_ACCOUNT_LIMIT
     writer_initial_credit: int = DEFAULT_INITIAL_CREDIT
     writer_more_credit_after: int = DEFAULT_MORE_CREDIT_AFTER
     shutdown_timeout: float = 5.0
@@ -55,7 +61,13 @@ class ServerConfig:
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit() or int(port) > 65535:
             raise ConfigError(f"listen: expected HOST:PORT, got {self.listen!r}")
-        for key in ("max_message_size", "max_link_credit", "max_queue_credit"):
+        for key in (
+            "max_message_size",
+            "max_link_credit",
+            "max_queue_credit",
+            "memory_budget",
+            "account_limit",
+        ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}: must be positive, got {getattr(self, key)}")
         if self.max_frame_size < MIN_MAX_FRAME_SIZE:
@@ -94,7 +106,7 @@ def parse_size(key: str, raw: object) -> int:
 
 def _coerce(key: str, kind: object, raw: object) -> object:
     if kind == "int":
-        if key.endswith("_size"):
+        if key.endswith("_size") or key == "memory_budget":
             return parse_size(key, raw)
         try:
             return int(str(raw))

@@ -5,6 +5,7 @@
 - Every read from a connection re-checks its sessions with deliveries waiting: a client reopens
   its incoming window with a session-only FLOW, for which proton raises no event.
 - Sessions with something new to send are pumped before the reactor blocks in ``select``.
+- A connection whose account is over its limit is not read (gateway/reading.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from proton._selectable import Selectable
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
+from gateway import reading
 from gateway.broker import Broker
 from gateway.state import ConnectionState
 
@@ -29,6 +31,10 @@ class FlowIO(IOHandler):
     def __init__(self, broker: Broker) -> None:
         super().__init__()
         self.broker = broker
+
+    # Proton calls ``self.update`` after every read, write and tick: a connection whose account
+    # is paused must stay unread whatever its transport's capacity (gateway/reading.py).
+    update = staticmethod(reading.update)
 
     def on_reactor_quiesced(self, event: Event) -> None:
         """Flush sessions first; block in select only if that produced no new events."""

@@ -21,6 +21,7 @@ from proton.reactor import Container
 from gateway.config import ServerConfig
 from gateway.io_layer import listen_socket, register
 from gateway.state import ConnectionState
+from session.account import Account
 from writer.writer import Writer
 
 log = logging.getLogger("sluicegate.listener")
@@ -80,6 +81,7 @@ class Listener:
             transport,
             selectable,
             Writer(self._config.writer_initial_credit, self._config.writer_more_credit_after),
+            Account(self._config.account_limit),
         )
         connection.sg = state
         setattr(selectable, "sg", state)  # noqa: B010

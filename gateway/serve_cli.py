@@ -25,6 +25,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--max-message-size", metavar="SIZE", help="e.g. 8MiB")
     parser.add_argument("--max-queue-credit", type=int, metavar="N")
     parser.add_argument("--max-link-credit", type=int, metavar="N")
+    parser.add_argument(
+        "--memory-budget", metavar="SIZE", help="message bytes held in memory, e.g. 64MiB"
+    )
     parser.set_defaults(run=run)
 
 
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
                 "max_message_size": args.max_message_size,
                 "max_queue_credit": args.max_queue_credit,
                 "max_link_credit": args.max_link_credit,
+                "memory_budget": args.memory_budget,
             },
         )
     except ConfigError as error:

@@ -14,6 +14,8 @@ from proton._selectable import Selectable
 
 from gateway.window import remote_incoming_window, session_address
 from queues.classic import ClassicQueue
+from session.account import Account
+from session.incoming_link import IncomingLink
 from session.outgoing_link import OutgoingLink
 from session.session import TRANSFER_FRAME_OVERHEAD
 from session.session import Session as PureSession
@@ -22,17 +24,24 @@ from writer.writer import Writer
 
 
 class ConnectionState:
-    """One client connection: its writer ledger and its sessions."""
+    """One client connection: its writer ledger, its account and its sessions."""
 
-    __slots__ = ("closed", "connection", "selectable", "sessions", "transport", "writer")
+    __slots__ = ("account", "closed", "connection", "selectable", "sessions", "transport", "writer")
 
     def __init__(
-        self, connection: Connection, transport: Transport, selectable: Selectable, writer: Writer
+        self,
+        connection: Connection,
+        transport: Transport,
+        selectable: Selectable,
+        writer: Writer,
+        account: Account,
     ) -> None:
         self.connection = connection
         self.transport = transport
         self.selectable = selectable
         self.writer = writer
+        # Work this connection caused that is not finished; reads pause while it is too high.
+        self.account = account
         self.sessions: dict[SessionCredit, SessionState] = {}
         self.closed = False
 
@@ -62,12 +71,12 @@ class SessionState:
 
 @dataclass(slots=True, eq=False)
 class IncomingLinkState:
-    """A publisher's link: where its messages go and how much credit it may get."""
+    """A publisher's link: where its messages go, its credit, and the account it charges."""
 
     receiver: Receiver
     queue: ClassicQueue
-    max_link_credit: int
-    received: int = 0
+    link: IncomingLink
+    connection: ConnectionState
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ import heapq
 from collections import deque
 from typing import Final
 
+from queues.held_bytes import HeldBytes
 from queues.message import Message
 from queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome, QueueStatistics
 from queues.serial import SERIAL_MASK, link_credit_snd
@@ -39,8 +40,10 @@ class Consumer:
 class ClassicQueue:
     """An in-memory queue implementing :class:`queues.queue_type.QueueType`."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, held: HeldBytes | None = None) -> None:
         self.name = name
+        # The server-wide count of bytes held, for the memory budget.
+        self.held = HeldBytes() if held is None else held
         self._ready: deque[Message] = deque()
         self._returned: list[tuple[int, Message]] = []
         self._ready_bytes = 0
@@ -71,7 +74,7 @@ class ClassicQueue:
             state.unacked.pop(message.seq, None)
             self._push_returned(message)
         for message in state.unacked.values():
-            message.count_failed_delivery()
+            self._count_failed_delivery(message)
             self._push_returned(message)
         state.unacked.clear()
         return self._dispatch()
@@ -108,6 +111,7 @@ class ClassicQueue:
         message.seq = self._next_seq
         self._next_seq += 1
         self._published += 1
+        self.held.total += len(message.payload)
         rotation = self._rotation
         if rotation and not self._returned and not self._ready:
             state = rotation.popleft()
@@ -136,15 +140,17 @@ class ClassicQueue:
                 continue
             if requeue:
                 if delivery_failed:
-                    message.count_failed_delivery()
+                    self._count_failed_delivery(message)
                 self._push_returned(message)
             else:
                 self._acknowledged += 1
+                self.held.total -= len(message.payload)
         return self._dispatch() if requeue else _NO_DISPATCH
 
     def purge(self) -> int:
         """Drop every available message; return how many were dropped."""
         count = self.available
+        self.held.total -= self._ready_bytes + sum(len(m.payload) for _, m in self._returned)
         self._ready.clear()
         self._returned.clear()
         self._ready_bytes = 0
@@ -166,6 +172,11 @@ class ClassicQueue:
 
     # -- internals ------------------------------------------------------------------------
 
+    def _count_failed_delivery(self, message: Message) -> None:
+        before = len(message.payload)
+        message.count_failed_delivery()
+        self.held.total += len(message.payload) - before
+
     def _push_returned(self, message: Message) -> None:
         heapq.heappush(self._returned, (message.seq, message))
 
@@ -186,6 +197,7 @@ class ClassicQueue:
             state.unacked[message.seq] = message
         else:
             self._acknowledged += 1
+            self.held.total -= len(message.payload)
 
     def _take(self, state: Consumer, limit: int) -> list[Message]:
         taken: list[Message] = []

@@ -1,0 +1,215 @@
+"""The publish path: a publisher's transfers routed to queues, confirmed once stored.
+
+A received delivery becomes an :class:`Unconfirmed` record with one pending copy per target
+queue. Each copy borrows one unit from the connection's account. When a queue has stored its
+copy (at once for an in-memory queue; after the fsync for a durable one) the queue's owner calls
+:meth:`Publishing.confirm`; when the last copy is confirmed the delivery is settled with its
+outcome, the link's unconfirmed count drops, and the link may be granted new credit at the next
+:meth:`Publishing.flush`. Credit therefore follows storage (notes/rabbitmq-flow.md §6.1).
+
+Above the server's memory budget no publishing link is granted new credit until the bytes held
+fall back below the budget's low-water mark (DESIGN §1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final, cast
+
+from proton import Condition, Delivery, Endpoint, Link, Receiver
+
+from gateway import reading
+from gateway.addresses import parse_address
+from gateway.config import ServerConfig
+from gateway.state import ConnectionState, IncomingLinkState
+from queues.classic import ClassicQueue
+from queues.message import Message
+from queues.queue_type import Dispatch, Outcome
+from queues.registry import QueueRegistry
+from session.incoming_link import IncomingLink
+from session.memory_budget import MemoryBudget
+
+_DISPOSITIONS: Final[dict[Outcome, int]] = {
+    Outcome.ACCEPTED: Delivery.ACCEPTED,
+    Outcome.RELEASED: Delivery.RELEASED,
+    Outcome.REJECTED: Delivery.REJECTED,
+    Outcome.MODIFIED: Delivery.MODIFIED,
+}
+
+
+def _close_link(link: Link, condition: str, description: str) -> None:
+    """Detach a link with an error condition."""
+    link.condition = Condition(condition, description)
+    link.close()
+
+
+class Unconfirmed:
+    """A received delivery whose routed copies are not all stored yet."""
+
+    __slots__ = ("condition", "copies", "delivery", "link", "outcome")
+
+    def __init__(self, delivery: Delivery, link: IncomingLinkState, copies: int) -> None:
+        self.delivery = delivery
+        self.link = link
+        self.copies = copies
+        # The outcome the publisher gets: accepted unless some queue refused its copy.
+        self.outcome = Outcome.ACCEPTED
+        self.condition: Condition | None = None
+
+
+class Publishing:
+    """Every publishing link of a server: receive, route, store, confirm, renew credit."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        registry: QueueRegistry,
+        budget: MemoryBudget,
+        dispatch: Callable[[list[Dispatch]], None],
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.budget = budget
+        # Deliveries a store handed to consumers at once; the broker marks their sessions.
+        self._dispatch = dispatch
+        self.links: set[IncomingLinkState] = set()
+        # Links whose credit fell to half: renewed once per batch of events (flush), so that a
+        # transfer beyond the credit the client was really granted is seen as such.
+        self._renew: set[IncomingLinkState] = set()
+
+    # -- links ----------------------------------------------------------------------------
+
+    def attach(self, link: Link) -> None:
+        """Open a publisher's link to the queue its target names and grant its first credit."""
+        address = parse_address(link.remote_target.address)
+        queue = self.registry.declare(address.queue)
+        connection: ConnectionState = link.connection.sg
+        pure = IncomingLink(self.config.max_link_credit)
+        state = IncomingLinkState(cast(Receiver, link), queue, pure, connection)
+        link.sg = state
+        self.links.add(state)
+        link.open()
+        credit = pure.attach(self.budget.blocked)
+        if credit:
+            link.flow(credit)
+        else:
+            self._renew.add(state)
+
+    def detach(self, state: IncomingLinkState) -> None:
+        """Forget a link; copies still being stored are confirmed to nobody."""
+        self.links.discard(state)
+        self._renew.discard(state)
+
+    # -- transfers ------------------------------------------------------------------------
+
+    def receive(self, link: Link, delivery: Delivery) -> None:
+        """A transfer from a publisher: refuse it, or route it and store a copy per queue."""
+        state = getattr(link, "sg", None)
+        if not isinstance(state, IncomingLinkState):
+            return
+        max_size = self.config.max_message_size
+        if delivery.partial:
+            if delivery.pending > max_size:
+                self._refuse_oversized(link, delivery)
+            return
+        pure = state.link
+        if not pure.receive():
+            delivery.settle()
+            _close_link(
+                link, "amqp:link:transfer-limit-exceeded", "a transfer arrived with no link credit"
+            )
+            return
+        if delivery.aborted:
+            # It used a credit (AMQP 1.0 §2.6.14) but there is nothing to store.
+            link.advance()
+            delivery.settle()
+            pure.confirm()
+            return
+        size = delivery.pending
+        if size > max_size:
+            self._refuse_oversized(link, delivery)
+            return
+        payload = link.recv(size) or b""
+        link.advance()
+        queues = self.route(state, payload)
+        pending = Unconfirmed(delivery, state, len(queues))
+        if not queues:
+            self._settle(pending)
+            return
+        if state.connection.account.borrow(len(queues)):
+            reading.pause(state.connection)
+        for queue in queues:
+            self.store(pending, queue, Message(payload))
+
+    def route(self, state: IncomingLinkState, payload: bytes) -> list[ClassicQueue]:
+        """The queues a message goes to: the link's target queue."""
+        return [state.queue]
+
+    def store(self, pending: Unconfirmed, queue: ClassicQueue, message: Message) -> None:
+        """Enqueue one copy; an in-memory queue has stored it once ``enqueue`` returns."""
+        dispatches = queue.enqueue(message)
+        if dispatches:
+            self._dispatch(dispatches)
+        self.confirm(pending)
+
+    def confirm(
+        self,
+        pending: Unconfirmed,
+        outcome: Outcome = Outcome.ACCEPTED,
+        condition: Condition | None = None,
+    ) -> None:
+        """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``condition``).
+
+        Repays the copy to the connection's account; the last copy settles the delivery with
+        the outcome (``rejected`` if any queue refused it) and frees a place in the link's
+        unconfirmed count, so the link may get credit again.
+        """
+        if outcome is not Outcome.ACCEPTED and pending.outcome is not Outcome.REJECTED:
+            pending.outcome = outcome
+            pending.condition = condition
+        state = pending.link
+        connection = state.connection
+        if connection.account.repay(1) and not connection.closed:
+            reading.resume(connection)
+        pending.copies -= 1
+        if pending.copies == 0:
+            self._settle(pending)
+
+    def _settle(self, pending: Unconfirmed) -> None:
+        delivery = pending.delivery
+        if not delivery.settled:
+            if pending.condition is not None:
+                delivery.local.condition = pending.condition
+            delivery.update(_DISPOSITIONS[pending.outcome])
+        delivery.settle()
+        state = pending.link
+        pure = state.link
+        pure.confirm()
+        if pure.wants_credit:
+            self._renew.add(state)
+
+    def _refuse_oversized(self, link: Link, delivery: Delivery) -> None:
+        delivery.settle()
+        _close_link(
+            link,
+            "amqp:link:message-size-exceeded",
+            f"message larger than max-message-size {self.config.max_message_size}",
+        )
+
+    # -- credit ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Check the memory budget, then renew the credit of links that may have more."""
+        budget = self.budget
+        if budget.update(self.registry.held.total) and not budget.blocked:
+            self._renew.update(s for s in self.links if s.link.wants_credit)
+        if budget.blocked:
+            return
+        renew = self._renew
+        while renew:
+            state = renew.pop()
+            receiver = state.receiver
+            if receiver.state & Endpoint.LOCAL_ACTIVE:
+                grant = state.link.renew()
+                if grant:
+                    receiver.flow(grant)

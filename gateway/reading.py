@@ -1,0 +1,42 @@
+"""Per-connection read pausing: TCP back-pressure on a client whose account is too deep.
+
+The reactor selects a socket for reading when ``selectable.reading`` is true, which proton's
+``IOHandler.update`` recomputes from the transport after every read, write and tick. This
+module's :func:`update` runs proton's and then forces ``reading`` off while the connection's
+account is paused; the selector picks the flag up when it handles the ``selectable_updated``
+event that ``update`` queued, so a paused socket is simply never read. The kernel's receive
+buffer then fills and TCP closes its window on the client, which blocks in ``send``.
+"""
+
+from __future__ import annotations
+
+from proton import Transport
+from proton._selectable import Selectable
+from proton.handlers import IOHandler
+
+from gateway.state import ConnectionState
+
+
+def update(transport: Transport, selectable: Selectable, now: float) -> None:
+    """Proton's ``IOHandler.update``, keeping a paused connection's socket unread."""
+    IOHandler.update(transport, selectable, now)
+    state: ConnectionState | None = getattr(selectable, "sg", None)
+    if state is not None and state.account.paused:
+        selectable.reading = False
+
+
+def pause(state: ConnectionState) -> None:
+    """Stop reading the connection's socket until :func:`resume`."""
+    selectable = state.selectable
+    if selectable.is_terminal:
+        return
+    selectable.reading = False
+    selectable.update()
+
+
+def resume(state: ConnectionState) -> None:
+    """Read the connection's socket again (its account is paid down)."""
+    selectable = state.selectable
+    if selectable.is_terminal or selectable._transport is None:
+        return
+    update(state.transport, selectable, selectable._reactor.now)

@@ -1,0 +1,82 @@
+"""A publisher's link as the session sees it: credit that follows confirmations (notes §6.1).
+
+RabbitMQ 4 grants ``max_link_credit`` on ATTACH and renews it only when the credit left has
+fallen to half **and** the link has fewer than ``max_link_credit`` messages still unconfirmed
+(``grant_link_credit``). Credit therefore follows storage, not receipt: a target that stores
+slowly (an fsync, a full queue) throttles only the links that publish to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingLinkStatistics:
+    """A publishing link's flow-control state for metrics and tests."""
+
+    credit: int
+    unconfirmed: int
+    received: int
+    confirmed: int
+    max_link_credit: int
+
+
+class IncomingLink:
+    """Credit granted to one publisher and the messages it sent that are not yet stored."""
+
+    __slots__ = ("confirmed", "credit", "half", "max_link_credit", "received", "unconfirmed")
+
+    def __init__(self, max_link_credit: int) -> None:
+        if max_link_credit <= 0:
+            raise ValueError(f"max_link_credit must be positive, got {max_link_credit}")
+        self.max_link_credit = max_link_credit
+        self.half = max_link_credit // 2
+        self.credit = 0
+        self.unconfirmed = 0
+        self.received = 0
+        self.confirmed = 0
+
+    def attach(self, blocked: bool = False) -> int:
+        """The credit of the first FLOW: everything, unless the server is over its budget."""
+        if blocked:
+            return 0
+        self.credit = self.max_link_credit
+        return self.credit
+
+    def receive(self) -> bool:
+        """Count one transfer; False if it came with no credit (transfer-limit-exceeded)."""
+        if self.credit <= 0:
+            return False
+        self.credit -= 1
+        self.unconfirmed += 1
+        self.received += 1
+        return True
+
+    def confirm(self) -> None:
+        """One received message is now settled: stored in every queue, or refused."""
+        self.unconfirmed -= 1
+        self.confirmed += 1
+
+    @property
+    def wants_credit(self) -> bool:
+        """True when the credit left is at most half: the link may need a renewal."""
+        return self.credit <= self.half
+
+    def renew(self, blocked: bool = False) -> int:
+        """Credit to add in a FLOW now (0: none), by RabbitMQ's rule; the server may block it."""
+        if blocked or self.credit > self.half or self.unconfirmed >= self.max_link_credit:
+            return 0
+        grant = self.max_link_credit - self.credit
+        self.credit = self.max_link_credit
+        return grant
+
+    def statistics(self) -> IncomingLinkStatistics:
+        """Counts for metrics and tests."""
+        return IncomingLinkStatistics(
+            credit=self.credit,
+            unconfirmed=self.unconfirmed,
+            received=self.received,
+            confirmed=self.confirmed,
+            max_link_credit=self.max_link_credit,
+        )
