@@ -1,7 +1,14 @@
-"""``python -m gateway``: the server on its embedded defaults, like ``sluicegate serve``."""
+"""``python -m gateway``: the ``sluicegate`` command; with no subcommand, ``serve``.
+
+So ``python -m gateway`` alone runs the server on its embedded defaults, and
+``python -m gateway --listen 127.0.0.1:0`` and ``python -m gateway serve ...`` both serve.
+"""
 
 import sys
 
 from gateway.cli import main
 
-sys.exit(main(["serve", *sys.argv[1:]]))
+args = sys.argv[1:]
+if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
+    args = ["serve", *args]
+sys.exit(main(args))

@@ -18,7 +18,8 @@ from __future__ import annotations
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Literal, Self
@@ -192,6 +193,7 @@ class RawClient:
         self._sock = sock
         self._buffer = bytearray()
         self._last_sent = time.monotonic()
+        self._corked: list[bytes] | None = None
         self.max_frame_size = max_frame_size
         self.write_timeout = DEFAULT_TIMEOUT
         self.peer_max_frame_size = MIN_MAX_FRAME_SIZE
@@ -298,8 +300,25 @@ class RawClient:
 
     # ----- writing -----
 
+    @contextmanager
+    def corked(self) -> Iterator[None]:
+        """Hold every write made inside the block and send them in one ``sendall`` at its end.
+
+        The server then reads many frames per socket read, as from a fast client, before it
+        can answer any of them.
+        """
+        self._corked = held = []
+        try:
+            yield
+        finally:
+            self._corked = None
+        self.send_raw(b"".join(held))
+
     def send_raw(self, data: bytes) -> None:
         """Write bytes as they are (also for malformed-input tests); blocks while TCP is full."""
+        if self._corked is not None:
+            self._corked.append(data)
+            return
         self._sock.settimeout(self.write_timeout)
         self._sock.sendall(data)
         self._last_sent = time.monotonic()

@@ -1,0 +1,125 @@
+"""``sluicegate serve`` and ``python -m gateway`` as a user runs them: a real process."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from support.clients import consume, publish
+from support.raw_client import RawClient
+
+_LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
+
+
+def _sluicegate() -> list[str]:
+    """The console script installed next to this interpreter."""
+    script = Path(sys.executable).with_name("sluicegate")
+    found = str(script) if script.exists() else shutil.which("sluicegate")
+    assert found, "the sluicegate console script is not installed"
+    return [found]
+
+
+@contextmanager
+def _serving(command: list[str], tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    process = subprocess.Popen(
+        [*command, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().rstrip("\n")
+        match = _LISTENING.match(line)
+        if match is None:
+            assert process.stderr is not None
+            pytest.fail(f"first line {line!r}, stderr {process.stderr.read()!r}")
+        yield process, int(match.group(1))
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "signum"),
+    [
+        ([*_sluicegate(), "serve"], signal.SIGTERM),
+        ([sys.executable, "-m", "gateway", "serve"], signal.SIGINT),
+    ],
+    ids=["sluicegate-serve-sigterm", "python-m-gateway-sigint"],
+)
+def test_serve_prints_its_address_and_stops_on_a_signal_with_connection_forced(
+    command: list[str], signum: signal.Signals, tmp_path: Path
+) -> None:
+    with _serving(command, tmp_path) as (process, port):
+        url = f"amqp://127.0.0.1:{port}"
+        assert publish(url, "/queues/cli", ["a", "b"]).outcomes == ["accepted", "accepted"]
+        assert consume(url, "/queues/cli", 2).bodies == ["a", "b"]
+        with RawClient.connect("127.0.0.1", port) as client:
+            process.send_signal(signum)
+            close = client.wait_for("close", timeout=10)
+            assert close["error"]["condition"] == "amqp:connection:forced"
+        assert process.wait(timeout=15) == 0
+        assert process.stdout is not None
+        assert process.stdout.read() == ""
+        # Stopped means no longer listening.
+        with (
+            pytest.raises(ConnectionRefusedError),
+            socket.create_connection(("127.0.0.1", port), timeout=2),
+        ):
+            pass
+
+
+def test_python_m_gateway_without_arguments_serves_the_default(tmp_path: Path) -> None:
+    """``python -m gateway`` alone is ``serve`` on 127.0.0.1:5672 (CI's machine has it free)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert (
+            process.stdout.readline().rstrip("\n")
+            == "sluicegate listening on amqp://127.0.0.1:5672"
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_a_busy_port_is_one_clear_line_and_a_non_zero_exit(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [*_sluicegate(), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"127.0.0.1:{port}" in lines[0]
