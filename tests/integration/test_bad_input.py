@@ -21,8 +21,10 @@ def _payload(body: bytes | str) -> bytes:
     return encoded
 
 
-def _publisher(server: RunningServer, address: str, **connect: int) -> tuple[RawClient, int]:
-    client = RawClient.connect(server.host, server.port, **connect)
+def _publisher(
+    server: RunningServer, address: str, max_frame_size: int = 65536
+) -> tuple[RawClient, int]:
+    client = RawClient.connect(server.host, server.port, max_frame_size=max_frame_size)
     client.begin()
     handle = client.attach("publisher", "sender", target=address)
     client.wait_attach(handle)

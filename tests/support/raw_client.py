@@ -307,7 +307,8 @@ class RawClient:
         The server then reads many frames per socket read, as from a fast client, before it
         can answer any of them.
         """
-        self._corked = held = []
+        held: list[bytes] = []
+        self._corked = held
         try:
             yield
         finally:
