@@ -6,6 +6,7 @@
   its incoming window with a session-only FLOW, for which proton raises no event.
 - Sessions with something new to send are pumped before the reactor blocks in ``select``.
 - A connection whose account is over its limit is not read (gateway/reading.py).
+- The reactor waits in epoll (:mod:`gateway.selector`), not select(): no limit of 1,024 sockets.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from proton.reactor import Container, EventInjector
 
 from gateway import reading
 from gateway.broker import Broker
+from gateway.selector import EpollSelector
 from gateway.state import ConnectionState
 
 log = logging.getLogger("sluicegate.io")
@@ -30,11 +32,18 @@ class FlowIO(IOHandler):
 
     def __init__(self, broker: Broker) -> None:
         super().__init__()
+        self._epoll = EpollSelector()
+        # IOHandler's methods use the selector through this attribute, by its interface.
+        self._selector = self._epoll  # type: ignore[assignment]
         self.broker = broker
 
     # Proton calls ``self.update`` after every read, write and tick: a connection whose account
     # is paused must stay unread whatever its transport's capacity (gateway/reading.py).
     update = staticmethod(reading.update)
+
+    def close(self) -> None:
+        """Release the selector once the reactor has stopped."""
+        self._epoll.close()
 
     def on_reactor_quiesced(self, event: Event) -> None:
         """Flush sessions first; block in select only if that produced no new events."""

@@ -39,7 +39,8 @@ class Server:
         self.registry = QueueRegistry()
         self.broker = Broker(config, self.registry)
         self.container = Container(self.broker)
-        self.container.global_handler = FlowIO(self.broker)
+        self._io = FlowIO(self.broker)
+        self.container.global_handler = self._io
         self._wakeup = Wakeup()
         self._listener: Listener | None = None
         self._stopping = False
@@ -67,6 +68,7 @@ class Server:
                 break
         container.stop()
         container.process()
+        self._io.close()
 
     def _process(self) -> bool:
         """Run the reactor once; a failure while handling one connection closes only that one."""

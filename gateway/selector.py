@@ -1,0 +1,162 @@
+"""An epoll selector for proton's reactor, without select()'s limit of 1,024 descriptors.
+
+Proton's ``IO.Selector`` calls ``select.select`` (``FD_SETSIZE``: a descriptor above 1,023 raises
+``ValueError``) and rescans every selectable's deadline on each update, O(n) per event. This
+class has the same interface (``add``, ``remove``, ``update``, ``selectables``, ``select``), so
+the reactor's ``IOHandler`` uses it unchanged: interest sets live in the kernel and deadlines in
+a heap whose stale entries are skipped when they surface.
+
+epoll reports a hang-up or error even for a descriptor registered with no interest, and level
+triggered it would do so on every wait; so a selectable that wants neither reading nor writing
+(a connection whose reads are paused, say) is taken out of epoll until it wants one again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import select
+import time
+from typing import Final
+
+from proton._selectable import Selectable
+
+# epoll_wait's batch: events beyond it are returned by the next wait, so it bounds only memory.
+_MAX_EVENTS: Final = 4096
+_ERROR_EVENTS: Final = select.EPOLLERR | select.EPOLLHUP
+
+
+class EpollSelector:
+    """Proton's ``IO.Selector`` interface over ``select.epoll``."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._selectables: set[Selectable] = set()
+        # The descriptor each selectable was registered with: a closed socket's fileno() is -1.
+        self._fds: dict[Selectable, int] = {}
+        self._masks: dict[int, int] = {}
+        self._by_fd: dict[int, Selectable] = {}
+        self._deadlines: dict[Selectable, float] = {}
+        self._heap: list[tuple[float, int, Selectable]] = []
+        self._order = itertools.count()
+
+    @property
+    def selectables(self) -> int:
+        """How many selectables are registered."""
+        return len(self._selectables)
+
+    def add(self, selectable: Selectable) -> None:
+        """Start watching a new selectable."""
+        self._selectables.add(selectable)
+        self.update(selectable)
+
+    def remove(self, selectable: Selectable) -> None:
+        """Stop watching; called before the reactor closes the descriptor."""
+        self._selectables.discard(selectable)
+        self._deadlines.pop(selectable, None)
+        fd = self._fds.pop(selectable, None)
+        if fd is not None and self._by_fd.get(fd) is selectable:
+            del self._by_fd[fd]
+            if self._masks.pop(fd, 0):
+                with contextlib.suppress(OSError):
+                    self._epoll.unregister(fd)
+
+    def update(self, selectable: Selectable) -> None:
+        """Apply a selectable's current reading, writing and deadline."""
+        if selectable not in self._selectables:
+            return
+        fd = self._fds.get(selectable)
+        if fd is None:
+            fd = selectable.fileno()
+            if fd >= 0:
+                self._forget(fd)
+                self._fds[selectable] = fd
+                self._by_fd[fd] = selectable
+        if fd >= 0:
+            self._watch(fd, selectable)
+        deadline = selectable.deadline
+        if deadline:
+            if self._deadlines.get(selectable) != deadline:
+                self._deadlines[selectable] = deadline
+                heapq.heappush(self._heap, (deadline, next(self._order), selectable))
+        else:
+            self._deadlines.pop(selectable, None)
+
+    def _forget(self, fd: int) -> None:
+        """Drop a stale owner of ``fd``: its socket was closed and the number reused."""
+        stale = self._by_fd.pop(fd, None)
+        if stale is not None:
+            self._fds.pop(stale, None)
+        if self._masks.pop(fd, 0):
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(fd)
+
+    def _watch(self, fd: int, selectable: Selectable) -> None:
+        mask = (select.EPOLLIN if selectable.reading else 0) | (
+            select.EPOLLOUT if selectable.writing else 0
+        )
+        old = self._masks.get(fd, 0)
+        if mask == old:
+            return
+        if not mask:
+            del self._masks[fd]
+            self._epoll.unregister(fd)
+        elif not old:
+            self._masks[fd] = mask
+            self._epoll.register(fd, mask)
+        else:
+            self._masks[fd] = mask
+            self._epoll.modify(fd, mask)
+
+    def _next_deadline(self) -> float | None:
+        heap = self._heap
+        deadlines = self._deadlines
+        while heap:
+            deadline, _, selectable = heap[0]
+            if deadlines.get(selectable) == deadline:
+                return deadline
+            heapq.heappop(heap)
+        return None
+
+    def select(
+        self, timeout: float | None
+    ) -> tuple[list[Selectable], list[Selectable], list[Selectable]]:
+        """Wait for readiness or the next deadline: (readable, writable, expired)."""
+        deadline = self._next_deadline()
+        wait = -1.0 if timeout is None else timeout
+        if deadline is not None:
+            until = max(0.0, deadline - time.time())
+            wait = until if wait < 0 else min(wait, until)
+        try:
+            events = self._epoll.poll(wait, _MAX_EVENTS)
+        except InterruptedError:
+            events = []
+        readable: list[Selectable] = []
+        writable: list[Selectable] = []
+        by_fd = self._by_fd
+        for fd, mask in events:
+            selectable = by_fd.get(fd)
+            if selectable is None:
+                continue
+            wanted = self._masks.get(fd, 0)
+            if mask & (select.EPOLLIN | _ERROR_EVENTS) and wanted & select.EPOLLIN:
+                readable.append(selectable)
+            if mask & (select.EPOLLOUT | _ERROR_EVENTS) and wanted & select.EPOLLOUT:
+                writable.append(selectable)
+        return readable, writable, self._expired(time.time())
+
+    def _expired(self, now: float) -> list[Selectable]:
+        expired: list[Selectable] = []
+        heap = self._heap
+        deadlines = self._deadlines
+        while heap and heap[0][0] < now:
+            deadline, _, selectable = heapq.heappop(heap)
+            if deadlines.get(selectable) == deadline:
+                del deadlines[selectable]
+                expired.append(selectable)
+        return expired
+
+    def close(self) -> None:
+        """Release the epoll descriptor."""
+        self._epoll.close()
