@@ -1,0 +1,327 @@
+"""The log's records: a length, a CRC-32 and a type byte in front of each body.
+
+Layout of one record (big-endian)::
+
+    u32 length of (type + body) | u32 CRC-32 of (type + body) | u8 type | body
+
+The CRC covers the type byte, so a torn or overwritten record never decodes as another type.
+Message ids are u64s the store hands out in log order; queue names are UTF-8 with a u16 length;
+queue, exchange and binding arguments are AMQP maps (the codec of the message sections).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+from queues.codec import Value, decode, encode
+from queues.errors import DecodeError
+
+_HEAD = struct.Struct(">IIB")
+HEADER_SIZE: Final = _HEAD.size
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_ENQUEUE = struct.Struct(">QQ")
+# A record longer than this is corruption, not data: messages are capped far below it
+# (max_message_size), and a flipped bit in a length must not make the reader allocate gigabytes.
+MAX_RECORD_SIZE: Final = 1 << 30
+
+
+class RecordType(enum.IntEnum):
+    """What a record says; the numbers are the on-disk type byte and never change."""
+
+    SEGMENT = 1
+    DECLARE_QUEUE = 2
+    DELETE_QUEUE = 3
+    DECLARE_EXCHANGE = 4
+    DELETE_EXCHANGE = 5
+    BIND = 6
+    UNBIND = 7
+    ENQUEUE = 8
+    SETTLE = 9
+    ACQUIRE = 10
+    RETURN = 11
+    RETURN_FAILED = 12
+
+
+Arguments: TypeAlias = dict[str, Value]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStart:
+    """The first record of every segment: its number and the next message id at its start."""
+
+    segment: int
+    next_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeclared:
+    """A durable queue and its arguments (``x-queue-type`` and the rest, as declared)."""
+
+    name: str
+    arguments: Arguments
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeleted:
+    """A queue and every message in it are gone."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeDeclared:
+    """A durable exchange of a type (``direct``, ``fanout``, ``topic``)."""
+
+    name: str
+    kind: str
+    arguments: Arguments
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeDeleted:
+    """An exchange and its bindings are gone."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A binding from an exchange to a queue (``bound``) or its removal (``not bound``)."""
+
+    exchange: str
+    queue: str
+    key: str
+    arguments: Arguments
+    bound: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """A persistent message: its id, queue, arrival time and where its bytes lie in the record.
+
+    ``payload_offset`` is relative to the start of the record, so the store can read the body
+    back with one ``pread`` without decoding anything else.
+    """
+
+    message_id: int
+    queue: str
+    timestamp: int
+    payload_offset: int
+    payload: bytes | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesChanged:
+    """Settled (archived), acquired by a consumer, or returned (released, maybe failed)."""
+
+    kind: RecordType
+    message_ids: tuple[int, ...]
+
+
+Record: TypeAlias = (
+    SegmentStart
+    | QueueDeclared
+    | QueueDeleted
+    | ExchangeDeclared
+    | ExchangeDeleted
+    | Binding
+    | Enqueued
+    | MessagesChanged
+)
+
+
+class TornRecord(DecodeError):
+    """The buffer ends inside a record: a write that a crash cut short."""
+
+
+class CorruptRecord(DecodeError):
+    """A complete record whose CRC, type or body is wrong."""
+
+
+# -- encoding -----------------------------------------------------------------------------
+
+
+def _frame(kind: RecordType, body: bytes) -> bytes:
+    typed = bytes((kind,)) + body
+    return _U32.pack(len(typed)) + _U32.pack(zlib.crc32(typed)) + typed
+
+
+def _name(name: str) -> bytes:
+    raw = name.encode("utf-8")
+    if len(raw) > 0xFFFF:
+        raise ValueError("a name longer than 65535 bytes cannot be logged")
+    return _U16.pack(len(raw)) + raw
+
+
+def _arguments(arguments: Arguments) -> bytes:
+    mapping: dict[Value, Value] = dict(arguments.items())
+    return encode(mapping)
+
+
+def encode_segment_start(segment: int, next_id: int) -> bytes:
+    """The record that opens a segment."""
+    return _frame(RecordType.SEGMENT, _U64.pack(segment) + _U64.pack(next_id))
+
+
+def encode_queue_declared(name: str, arguments: Arguments) -> bytes:
+    """A durable queue declaration."""
+    return _frame(RecordType.DECLARE_QUEUE, _name(name) + _arguments(arguments))
+
+
+def encode_queue_deleted(name: str) -> bytes:
+    """A queue deletion."""
+    return _frame(RecordType.DELETE_QUEUE, _name(name))
+
+
+def encode_exchange_declared(name: str, kind: str, arguments: Arguments) -> bytes:
+    """A durable exchange declaration."""
+    return _frame(RecordType.DECLARE_EXCHANGE, _name(name) + _name(kind) + _arguments(arguments))
+
+
+def encode_exchange_deleted(name: str) -> bytes:
+    """An exchange deletion."""
+    return _frame(RecordType.DELETE_EXCHANGE, _name(name))
+
+
+def encode_binding(exchange: str, queue: str, key: str, arguments: Arguments, bound: bool) -> bytes:
+    """A binding added (``bound``) or removed."""
+    kind = RecordType.BIND if bound else RecordType.UNBIND
+    return _frame(kind, _name(exchange) + _name(queue) + _name(key) + _arguments(arguments))
+
+
+def enqueue_prefix(message_id: int, queue: str, timestamp: int, payload: bytes) -> bytes:
+    """Everything of an enqueue record before its payload, so the payload is never copied.
+
+    The record is this prefix followed by ``payload``: write both with one ``pwritev``.
+    """
+    body_head = bytes((RecordType.ENQUEUE,)) + _ENQUEUE.pack(message_id, timestamp) + _name(queue)
+    length = len(body_head) + len(payload)
+    crc = zlib.crc32(payload, zlib.crc32(body_head))
+    return _U32.pack(length) + _U32.pack(crc) + body_head
+
+
+def encode_messages_changed(kind: RecordType, message_ids: list[int]) -> bytes:
+    """A batch of settlements, acquisitions or returns."""
+    body = _U32.pack(len(message_ids)) + struct.pack(f">{len(message_ids)}Q", *message_ids)
+    return _frame(kind, body)
+
+
+# -- decoding -----------------------------------------------------------------------------
+
+
+class _Body:
+    """A cursor over one record body that reports overruns as corruption."""
+
+    __slots__ = ("buf", "end", "pos")
+
+    def __init__(self, buf: memoryview, pos: int, end: int) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.end = end
+
+    def take(self, size: int) -> memoryview:
+        if self.pos + size > self.end:
+            raise CorruptRecord("a field runs past the end of its record")
+        chunk = self.buf[self.pos : self.pos + size]
+        self.pos += size
+        return chunk
+
+    def u64(self) -> int:
+        value: int = _U64.unpack(self.take(8))[0]
+        return value
+
+    def u32(self) -> int:
+        value: int = _U32.unpack(self.take(4))[0]
+        return value
+
+    def name(self) -> str:
+        size: int = _U16.unpack(self.take(2))[0]
+        try:
+            return bytes(self.take(size)).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CorruptRecord("a name is not valid UTF-8") from error
+
+    def arguments(self) -> Arguments:
+        try:
+            value, end = decode(self.buf[: self.end], self.pos)
+        except DecodeError as error:
+            raise CorruptRecord(f"bad arguments: {error}") from error
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise CorruptRecord("arguments are not a map with string keys")
+        self.pos = end
+        return {str(k): v for k, v in value.items()}
+
+    def done(self) -> None:
+        if self.pos != self.end:
+            raise CorruptRecord("a record has bytes after its last field")
+
+
+def _decode_body(kind: RecordType, body: _Body, start: int) -> Record:
+    if kind is RecordType.SEGMENT:
+        segment_start = SegmentStart(body.u64(), body.u64())
+        body.done()
+        return segment_start
+    if kind is RecordType.ENQUEUE:
+        message_id, timestamp = body.u64(), body.u64()
+        queue = body.name()
+        payload_offset = body.pos - start
+        payload = body.take(body.end - body.pos)
+        return Enqueued(message_id, queue, timestamp, payload_offset, payload)
+    if kind in (RecordType.SETTLE, RecordType.ACQUIRE, RecordType.RETURN, RecordType.RETURN_FAILED):
+        count = body.u32()
+        ids = struct.unpack(f">{count}Q", body.take(8 * count))
+        body.done()
+        return MessagesChanged(kind, ids)
+    record: Record
+    if kind is RecordType.DECLARE_QUEUE:
+        record = QueueDeclared(body.name(), body.arguments())
+    elif kind is RecordType.DELETE_QUEUE:
+        record = QueueDeleted(body.name())
+    elif kind is RecordType.DECLARE_EXCHANGE:
+        record = ExchangeDeclared(body.name(), body.name(), body.arguments())
+    elif kind is RecordType.DELETE_EXCHANGE:
+        record = ExchangeDeleted(body.name())
+    else:
+        exchange, queue, key = body.name(), body.name(), body.name()
+        record = Binding(exchange, queue, key, body.arguments(), kind is RecordType.BIND)
+    body.done()
+    return record
+
+
+def decode_record(buf: bytes | memoryview, pos: int) -> tuple[Record, int]:
+    """Decode the record at ``pos``; return it and the offset just past it.
+
+    Raises :class:`TornRecord` when ``buf`` ends inside the record and :class:`CorruptRecord`
+    when the record is complete but wrong.
+    """
+    view = memoryview(buf)
+    if pos + HEADER_SIZE > len(view):
+        raise TornRecord("the buffer ends inside a record header")
+    length, crc, type_byte = _HEAD.unpack_from(view, pos)
+    if length == 0 or length > MAX_RECORD_SIZE:
+        raise CorruptRecord(f"impossible record length {length}")
+    end = pos + 8 + length
+    if end > len(view):
+        raise TornRecord("the buffer ends inside a record")
+    if zlib.crc32(view[pos + 8 : end]) != crc:
+        raise CorruptRecord("CRC mismatch")
+    try:
+        kind = RecordType(type_byte)
+    except ValueError:
+        raise CorruptRecord(f"unknown record type {type_byte}") from None
+    return _decode_body(kind, _Body(view, pos + HEADER_SIZE, end), pos), end
+
+
+def iter_records(buf: bytes | memoryview, pos: int = 0) -> Iterator[tuple[int, Record]]:
+    """Yield ``(offset, record)`` for each record from ``pos`` to the end of ``buf``."""
+    while pos < len(buf):
+        record, end = decode_record(buf, pos)
+        yield pos, record
+        pos = end

@@ -1,0 +1,154 @@
+"""The log's files: one directory of numbered segment files, written at known offsets.
+
+Every record's place (segment, offset) is decided before it is written, so a write that fails
+halfway is simply written again at the same offset, and a reader can ``pread`` a message body
+while the writer appends elsewhere. A segment is fsynced before the first write to the next one:
+only the last segment can ever end torn (see :mod:`queues.log.recovery`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+SUFFIX: Final = ".seg"
+# Zero-padded so that listing the directory sorts segments in log order.
+_DIGITS: Final = 20
+
+
+def segment_path(directory: Path, segment: int) -> Path:
+    """The file of segment number ``segment``."""
+    return directory / f"{segment:0{_DIGITS}d}{SUFFIX}"
+
+
+def list_segments(directory: Path) -> list[int]:
+    """Segment numbers present in ``directory``, oldest first."""
+    if not directory.is_dir():
+        return []
+    return sorted(
+        int(path.stem)
+        for path in directory.iterdir()
+        if path.suffix == SUFFIX and path.stem.isdigit()
+    )
+
+
+def read_segments(directory: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(number, contents, is_last)`` for each segment, oldest first."""
+    numbers = list_segments(directory)
+    for index, number in enumerate(numbers):
+        yield number, segment_path(directory, number).read_bytes(), index == len(numbers) - 1
+
+
+def sync_directory(directory: Path) -> None:
+    """Make file creations and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def truncate_segment(directory: Path, segment: int, length: int) -> None:
+    """Cut a segment's torn tail off, durably."""
+    fd = os.open(segment_path(directory, segment), os.O_WRONLY)
+    try:
+        os.ftruncate(fd, length)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SegmentWriter:
+    """The writing side: used by one thread only (the log writer)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._fds: dict[int, int] = {}
+        self._dirty: set[int] = set()
+        self._newest = -1
+
+    def write(self, segment: int, offset: int, buffers: Sequence[bytes]) -> None:
+        """Write ``buffers`` at ``offset`` of ``segment``, however many calls it takes."""
+        fd = self._fd(segment)
+        self._dirty.add(segment)
+        remaining = [memoryview(b) for b in buffers if b]
+        while remaining:
+            written = os.pwritev(fd, remaining, offset)
+            offset += written
+            while remaining and written >= len(remaining[0]):
+                written -= len(remaining[0])
+                remaining.pop(0)
+            if remaining and written:
+                remaining[0] = remaining[0][written:]
+
+    def sync(self) -> None:
+        """fsync every segment written since the last sync."""
+        for segment in sorted(self._dirty):
+            fd = self._fds.get(segment)
+            if fd is not None:
+                os.fsync(fd)
+        self._dirty.clear()
+
+    def delete(self, segment: int) -> None:
+        """Remove a segment that compaction freed."""
+        fd = self._fds.pop(segment, None)
+        if fd is not None:
+            os.close(fd)
+        self._dirty.discard(segment)
+        segment_path(self.directory, segment).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Close every file."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def _fd(self, segment: int) -> int:
+        fd = self._fds.get(segment)
+        if fd is not None:
+            return fd
+        if segment > self._newest:
+            # Everything before a new segment is durable before the segment exists: a crash can
+            # then tear only the last segment.
+            self.sync()
+            for older in [s for s in self._fds if s < segment]:
+                os.close(self._fds.pop(older))
+        fd = os.open(segment_path(self.directory, segment), os.O_WRONLY | os.O_CREAT, 0o644)
+        self._fds[segment] = fd
+        if segment > self._newest:
+            self._newest = segment
+            sync_directory(self.directory)
+        return fd
+
+
+class SegmentReader:
+    """The reading side: ``pread`` of message bodies, on the thread that owns the queues."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._fds: dict[int, int] = {}
+
+    def read(self, segment: int, offset: int, size: int) -> bytes:
+        """The ``size`` bytes at ``offset`` of ``segment``."""
+        fd = self._fds.get(segment)
+        if fd is None:
+            fd = self._fds[segment] = os.open(segment_path(self.directory, segment), os.O_RDONLY)
+        data = os.pread(fd, size, offset)
+        if len(data) != size:
+            raise OSError(f"segment {segment} ends before offset {offset + size}")
+        return data
+
+    def forget(self, segment: int) -> None:
+        """Close a segment about to be deleted."""
+        fd = self._fds.pop(segment, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close every file."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()

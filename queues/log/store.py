@@ -1,0 +1,417 @@
+"""The durable store as the reactor thread sees it: records placed, batched, and read back.
+
+The store decides where every record goes (segment and offset) the moment it is appended, so
+the ledger knows each message's segment at once and a failed write can be repeated in place.
+Appends collect into a :class:`WriteBatch`; the gateway's log writer writes a batch (or several)
+and covers them with one fsync, then hands them back to :meth:`MessageStore.written`.
+Message bodies stay in memory only until their batch is written, then in a bounded cache;
+after that they are read back from their segment (:class:`StoredMessage`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from queues.log.ledger import SegmentLedger
+from queues.log.records import (
+    Arguments,
+    RecordType,
+    encode_binding,
+    encode_exchange_declared,
+    encode_exchange_deleted,
+    encode_messages_changed,
+    encode_queue_declared,
+    encode_queue_deleted,
+    encode_segment_start,
+    enqueue_prefix,
+)
+from queues.log.recovery import RecoveredState, Recovery
+from queues.log.segments import (
+    SegmentReader,
+    SegmentWriter,
+    list_segments,
+    read_segments,
+    segment_path,
+    sync_directory,
+    truncate_segment,
+)
+from queues.message import Message
+from queues.sections import with_delivery_count
+
+# Large enough that rolling (an fsync and a topology snapshot) is rare, small enough that
+# compaction frees disk in useful steps and recovery reads one segment at a time in memory.
+DEFAULT_SEGMENT_SIZE: Final = 16 * 1024 * 1024
+# Bodies kept after their write, for consumers that read close behind publishers.
+DEFAULT_CACHE_BYTES: Final = 16 * 1024 * 1024
+# Message ids per settle/acquire/return record: bounds one record's size (8 bytes per id).
+_IDS_PER_RECORD: Final = 65536
+
+
+class StoredMessage(Message):
+    """A persistent message: an index entry (segment, offset, size), its body read on demand."""
+
+    __slots__ = ("length", "message_id", "offset", "segment", "store", "timestamp")
+
+    def __init__(
+        self,
+        store: MessageStore,
+        message_id: int,
+        segment: int,
+        offset: int,
+        length: int,
+        timestamp: int,
+        delivery_count: int = 0,
+    ) -> None:
+        self.store = store
+        self.message_id = message_id
+        self.segment = segment
+        self.offset = offset
+        self.length = length
+        self.timestamp = timestamp
+        self.delivery_count = delivery_count
+        self.seq = 0
+
+    @property
+    def payload(self) -> bytes:  # type: ignore[override]
+        """The wire bytes: the stored body, with the delivery-count raised after failures."""
+        body = self.store.body(self)
+        return with_delivery_count(body, self.delivery_count) if self.delivery_count else body
+
+    @property
+    def size(self) -> int:
+        """Bytes on the wire, known without reading the body."""
+        return self.length
+
+    def count_failed_delivery(self) -> None:
+        """Count a failed attempt; the header is rewritten each time the body is read."""
+        self.delivery_count += 1
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Records placed since the last batch, for the log writer to write and fsync."""
+
+    # (segment, offset, buffers): the buffers are written contiguously at the offset.
+    writes: list[tuple[int, int, list[bytes]]] = field(default_factory=list)
+    # Segments compaction freed: deleted after this batch is durable.
+    deletions: list[int] = field(default_factory=list)
+    # Messages whose bodies this batch writes: they leave memory once it is written.
+    messages: list[StoredMessage] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch writes."""
+        return sum(len(b) for _, _, buffers in self.writes for b in buffers)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    """The store's counts for metrics, tests and the benchmark."""
+
+    segments: int
+    active_segment: int
+    bytes_placed: int
+    unwritten_messages: int
+    cached_bodies: int
+    cached_bytes: int
+    body_reads: int
+    recovered_messages: int
+    truncated_bytes: int
+
+
+class MessageStore:
+    """One log directory: placement, topology snapshots, compaction and the body cache."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.cache_bytes = cache_bytes
+        recovery = Recovery()
+        for number, data, last in read_segments(directory):
+            recovery.segment(number, data, last)
+        self.recovered: RecoveredState = recovery.state
+        self.ledger: SegmentLedger = recovery.ledger
+        for number, length in self.recovered.valid_length.items():
+            if length < segment_path(directory, number).stat().st_size:
+                truncate_segment(directory, number, length)
+        self.queues: dict[str, Arguments] = dict(self.recovered.queues)
+        self.exchanges: dict[str, tuple[str, Arguments]] = {
+            name: (e.kind, e.arguments) for name, e in self.recovered.exchanges.items()
+        }
+        self.bindings: dict[tuple[str, str, str], Arguments] = dict(self.recovered.bindings)
+        self.next_id = self.recovered.next_id
+        self.reader = SegmentReader(directory)
+        self._batch = WriteBatch()
+        self._changes: list[tuple[RecordType, StoredMessage]] = []
+        self._unwritten: dict[int, bytes] = {}
+        self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self._cached_bytes = 0
+        self._body_reads = 0
+        self._placed = 0
+        self._recovered_count = 0
+        existing = list_segments(directory)
+        self.segment = (existing[-1] + 1) if existing else 1
+        self._offset = 0
+        self._start_segment()
+
+    # -- topology -------------------------------------------------------------------------
+
+    def declare_queue(self, name: str, arguments: Arguments) -> None:
+        """Log a durable queue (again, if its arguments changed)."""
+        if self.queues.get(name) == arguments and name in self.queues:
+            return
+        self.queues[name] = arguments
+        self._append([encode_queue_declared(name, arguments)])
+
+    def delete_queue(self, name: str, messages: Iterable[Message]) -> None:
+        """Log a queue's deletion; its persistent ``messages`` are settled first."""
+        for message in messages:
+            self.settled(message)
+        self.queues.pop(name, None)
+        for key in [k for k in self.bindings if k[1] == name]:
+            del self.bindings[key]
+        self._remove_topology(encode_queue_deleted(name))
+
+    def declare_exchange(self, name: str, kind: str, arguments: Arguments) -> None:
+        """Log a durable exchange."""
+        if self.exchanges.get(name) == (kind, arguments):
+            return
+        self.exchanges[name] = (kind, arguments)
+        self._append([encode_exchange_declared(name, kind, arguments)])
+
+    def delete_exchange(self, name: str) -> None:
+        """Log an exchange's deletion, and so its bindings'."""
+        self.exchanges.pop(name, None)
+        for key in [k for k in self.bindings if k[0] == name]:
+            del self.bindings[key]
+        self._remove_topology(encode_exchange_deleted(name))
+
+    def bind(self, exchange: str, queue: str, key: str, arguments: Arguments) -> None:
+        """Log a binding."""
+        if self.bindings.get((exchange, queue, key)) == arguments:
+            return
+        self.bindings[(exchange, queue, key)] = arguments
+        self._append([encode_binding(exchange, queue, key, arguments, True)])
+
+    def unbind(self, exchange: str, queue: str, key: str) -> None:
+        """Log a binding's removal."""
+        arguments = self.bindings.pop((exchange, queue, key), None)
+        if arguments is not None:
+            self._remove_topology(encode_binding(exchange, queue, key, arguments, False))
+
+    # -- messages -------------------------------------------------------------------------
+
+    def enqueue(self, queue: str, payload: bytes, timestamp: int) -> StoredMessage:
+        """Log a persistent message; it is durable once the batch holding it is written."""
+        message_id = self.next_id
+        self.next_id += 1
+        prefix = enqueue_prefix(message_id, queue, timestamp, payload)
+        segment, offset = self._append([prefix, payload])
+        self.ledger.enqueued(segment)
+        message = StoredMessage(
+            self, message_id, segment, offset + len(prefix), len(payload), timestamp
+        )
+        self._unwritten[message_id] = payload
+        self._batch.messages.append(message)
+        return message
+
+    def take_recovered(self, queue: str) -> list[StoredMessage]:
+        """Index entries of the messages recovery found in ``queue``, in log order, once.
+
+        Bodies stay on disk; the recovery records are dropped as they are handed over.
+        """
+        found = self.recovered.messages.pop(queue, {})
+        self._recovered_count += len(found)
+        return [
+            StoredMessage(
+                self, m.message_id, m.segment, m.offset, m.size, m.timestamp, m.delivery_count
+            )
+            for m in found.values()
+        ]
+
+    def settled(self, message: Message) -> None:
+        """A persistent message is archived: accepted, rejected, purged or dropped."""
+        if type(message) is StoredMessage:
+            self._changes.append((RecordType.SETTLE, message))
+            # The batch that writes the body holds its own reference to it.
+            self._unwritten.pop(message.message_id, None)
+            self._forget_body(message.message_id)
+
+    def acquired(self, message: Message) -> None:
+        """A persistent message went to a consumer."""
+        if type(message) is StoredMessage:
+            self._changes.append((RecordType.ACQUIRE, message))
+
+    def returned(self, message: Message, failed: bool) -> None:
+        """A persistent message came back to its queue, after a failed attempt or not."""
+        if type(message) is StoredMessage:
+            kind = RecordType.RETURN_FAILED if failed else RecordType.RETURN
+            self._changes.append((kind, message))
+
+    def body(self, message: StoredMessage) -> bytes:
+        """A message's stored bytes: from memory if not yet written or cached, else the disk."""
+        message_id = message.message_id
+        body = self._unwritten.get(message_id)
+        if body is not None:
+            return body
+        body = self._cache.get(message_id)
+        if body is not None:
+            return body
+        self._body_reads += 1
+        return self.reader.read(message.segment, message.offset, message.length)
+
+    # -- batches --------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        """True if anything waits to be written."""
+        return bool(self._batch.writes or self._changes)
+
+    def take_batch(self) -> WriteBatch:
+        """Everything appended since the last call, with the segments compaction freed."""
+        self._place_changes()
+        batch = self._batch
+        self._batch = WriteBatch()
+        batch.deletions = self.ledger.collect(self.segment)
+        for segment in batch.deletions:
+            self.reader.forget(segment)
+        return batch
+
+    def written(self, batch: WriteBatch) -> None:
+        """A batch is durable: its bodies move from memory to the bounded cache."""
+        unwritten = self._unwritten
+        cache = self._cache
+        limit = self.cache_bytes
+        for message in batch.messages:
+            body = unwritten.pop(message.message_id, None)
+            if body is None:
+                continue
+            cache[message.message_id] = body
+            self._cached_bytes += len(body)
+        while self._cached_bytes > limit and cache:
+            _, body = cache.popitem(last=False)
+            self._cached_bytes -= len(body)
+
+    def statistics(self) -> StoreStatistics:
+        """Counts for metrics and tests."""
+        return StoreStatistics(
+            segments=len(self.ledger.segments),
+            active_segment=self.segment,
+            bytes_placed=self._placed,
+            unwritten_messages=len(self._unwritten),
+            cached_bodies=len(self._cache),
+            cached_bytes=self._cached_bytes,
+            body_reads=self._body_reads,
+            recovered_messages=self._recovered_count,
+            truncated_bytes=self.recovered.truncated,
+        )
+
+    def close(self) -> None:
+        """Close the files the reader holds."""
+        self.reader.close()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _forget_body(self, message_id: int) -> None:
+        body = self._cache.pop(message_id, None)
+        if body is not None:
+            self._cached_bytes -= len(body)
+
+    def _append(self, buffers: list[bytes]) -> tuple[int, int]:
+        size = sum(len(b) for b in buffers)
+        if self._offset + size > self.segment_size and self._offset > self._snapshot_end:
+            self.segment += 1
+            self._start_segment()
+        segment, offset = self.segment, self._offset
+        self._place(buffers, size)
+        return segment, offset
+
+    def _place(self, buffers: list[bytes], size: int) -> None:
+        writes = self._batch.writes
+        if writes:
+            segment, offset, last = writes[-1]
+            if segment == self.segment and offset + sum(len(b) for b in last) == self._offset:
+                last.extend(buffers)
+                self._offset += size
+                self._placed += size
+                return
+        writes.append((self.segment, self._offset, list(buffers)))
+        self._offset += size
+        self._placed += size
+
+    def _start_segment(self) -> None:
+        """Open a segment with its header and a snapshot of the topology.
+
+        The snapshot lets compaction delete older segments that hold declarations: replaying
+        from any remaining segment declares everything that still exists.
+        """
+        self._offset = 0
+        self.ledger.open_segment(self.segment)
+        records = [encode_segment_start(self.segment, self.next_id)]
+        records += [encode_exchange_declared(n, k, a) for n, (k, a) in self.exchanges.items()]
+        records += [encode_queue_declared(name, args) for name, args in self.queues.items()]
+        records += [
+            encode_binding(exchange, queue, key, arguments, True)
+            for (exchange, queue, key), arguments in self.bindings.items()
+        ]
+        for record in records:
+            self._place([record], len(record))
+        self._snapshot_end = self._offset
+
+    def _remove_topology(self, record: bytes) -> None:
+        self._place_changes()
+        segment, _ = self._append([record])
+        self.ledger.topology_removed(segment)
+
+    def _place_changes(self) -> None:
+        """Encode buffered state changes, consecutive ones of a kind in one record, in order."""
+        changes = self._changes
+        if not changes:
+            return
+        self._changes = []
+        start = 0
+        while start < len(changes):
+            kind = changes[start][0]
+            end = start + 1
+            while end < len(changes) and changes[end][0] is kind and end - start < _IDS_PER_RECORD:
+                end += 1
+            run = [message for _, message in changes[start:end]]
+            segment, _ = self._append([encode_messages_changed(kind, [m.message_id for m in run])])
+            ledger = self.ledger
+            if kind is RecordType.SETTLE:
+                for message in run:
+                    ledger.settled(message.segment, segment)
+            else:
+                for message in run:
+                    ledger.referenced(message.segment, segment)
+            start = end
+
+
+def write_batches(writer: SegmentWriter, batches: list[WriteBatch]) -> None:
+    """Write ``batches`` and cover them with one fsync, then delete the segments they freed.
+
+    Deletions wait for the fsync (the settlements that free a segment are in the batch) and are
+    made durable before the next batch, so a crash never brings back an older segment after a
+    newer one that settled its messages is gone.
+    """
+    for batch in batches:
+        for segment, offset, buffers in batch.writes:
+            writer.write(segment, offset, buffers)
+    writer.sync()
+    deleted = False
+    for batch in batches:
+        for segment in batch.deletions:
+            writer.delete(segment)
+            deleted = True
+    if deleted:
+        sync_directory(writer.directory)

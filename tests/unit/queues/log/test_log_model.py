@@ -1,0 +1,173 @@
+"""The store against a model, after RabbitMQ's ``classic_queue_prop_SUITE``.
+
+Commands publish, consume, settle (accept, release, fail), flush (a group commit: what was
+appended becomes durable and publishers are confirmed), crash (a dirty restart: the pending
+batch is lost, or torn part-way through, then the log is recovered) and restart (a clean one).
+After a crash every confirmed message whose settlement was not durable is back, in order;
+messages published but not confirmed ("uncertain") may or may not be; nothing durably settled
+comes back.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+
+from queues.codec import Described, encode
+from queues.log.segments import SegmentWriter
+from queues.log.store import MessageStore, StoredMessage, WriteBatch, write_batches
+from queues.sections import read_header
+
+# Small segments so that runs roll segments and compact them often.
+_SEGMENT_SIZE = 1024
+
+
+@dataclass
+class Tracked:
+    """What the model knows of one message."""
+
+    number: int
+    confirmed: bool = False
+    failures_durable: int = 0
+
+
+class StoreModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp(prefix="sluicegate-model-"))
+        self.store = MessageStore(self.directory, segment_size=_SEGMENT_SIZE, cache_bytes=256)
+        self.writer = SegmentWriter(self.directory)
+        self.store.declare_queue("q", {})
+        self.ready: list[StoredMessage] = []
+        self.acquired: list[StoredMessage] = []
+        self.tracked: dict[int, Tracked] = {}
+        self.published = 0
+        # Messages settled since the last flush: their settlement is not durable yet.
+        self.settling: set[int] = set()
+        # Messages whose settlement is durable: they never come back.
+        self.gone: set[int] = set()
+
+    def teardown(self) -> None:
+        self.store.close()
+        self.writer.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    @staticmethod
+    def _body(number: int) -> bytes:
+        return encode(Described(0x77, f"message {number} " + "x" * (number % 7) * 40))
+
+    @rule(count=st.integers(1, 5))
+    def publish(self, count: int) -> None:
+        for _ in range(count):
+            self.published += 1
+            message = self.store.enqueue("q", self._body(self.published), self.published)
+            self.tracked[message.message_id] = Tracked(self.published)
+            self.ready.append(message)
+
+    @precondition(lambda self: self.ready)
+    @rule()
+    def consume(self) -> None:
+        message = self.ready.pop(0)
+        self.store.acquired(message)
+        self.acquired.append(message)
+
+    @precondition(lambda self: self.acquired)
+    @rule(index=st.integers(0, 10))
+    def accept(self, index: int) -> None:
+        message = self.acquired.pop(index % len(self.acquired))
+        self.store.settled(message)
+        self.settling.add(message.message_id)
+
+    @precondition(lambda self: self.acquired)
+    @rule(index=st.integers(0, 10), failed=st.booleans())
+    def release(self, index: int, failed: bool) -> None:
+        message = self.acquired.pop(index % len(self.acquired))
+        self.store.returned(message, failed)
+        if failed:
+            message.count_failed_delivery()
+        self.ready.append(message)
+        self.ready.sort(key=lambda m: m.message_id)
+
+    @rule()
+    def flush(self) -> None:
+        batch = self.store.take_batch()
+        write_batches(self.writer, [batch])
+        self.store.written(batch)
+        for message in batch.messages:
+            self.tracked[message.message_id].confirmed = True
+        self.gone |= self.settling
+        self.settling.clear()
+        # Disk follows the live backlog: each live message pins at most its own segment and
+        # the one that settles its neighbours; the active segment is always there.
+        live = len(self.ready) + len(self.acquired)
+        assert self.store.statistics().segments <= 2 * live + 2
+
+    @rule(torn=st.floats(0, 1))
+    def crash(self, torn: float) -> None:
+        """A kill -9: some prefix of the pending batch reached the disk, the rest did not."""
+        batch = self.store.take_batch()
+        self._write_prefix(batch, torn)
+        self.store.close()
+        self.writer.close()
+        self._recover(clean=False)
+
+    @rule()
+    def restart(self) -> None:
+        self.flush()
+        self.store.close()
+        self.writer.close()
+        self._recover(clean=True)
+
+    def _write_prefix(self, batch: WriteBatch, fraction: float) -> None:
+        total = batch.size
+        budget = int(total * fraction)
+        for segment, offset, buffers in batch.writes:
+            data = b"".join(buffers)[:budget]
+            if data:
+                self.writer.write(segment, offset, [data])
+            budget -= len(data)
+            if budget <= 0:
+                break
+
+    def _recover(self, clean: bool) -> None:
+        self.store = MessageStore(self.directory, segment_size=_SEGMENT_SIZE, cache_bytes=256)
+        self.writer = SegmentWriter(self.directory)
+        # The server declares its queues again as clients attach to them.
+        self.store.declare_queue("q", {})
+        recovered = self.store.take_recovered("q")
+        ids = [m.message_id for m in recovered]
+        assert ids == sorted(ids), "recovered messages are in log order"
+        held = {m.message_id for m in self.ready + self.acquired}
+        must = {
+            i for i in held if self.tracked[i].confirmed
+        }  # confirmed and not durably settled (acquired ones too: their ack never came)
+        may = held | self.settling
+        assert must <= set(ids), f"lost confirmed messages {sorted(must - set(ids))}"
+        assert set(ids) <= may, f"resurrected {sorted(set(ids) - may)}"
+        assert not set(ids) & self.gone
+        acquired = {m.message_id for m in self.acquired}
+        for message in recovered:
+            header = read_header(message.payload)
+            assert message.payload.endswith(self._body(self.tracked[message.message_id].number))
+            if clean and message.message_id in acquired:
+                assert header.delivery_count >= 1
+        if clean:
+            assert set(ids) == held
+        for message in recovered:
+            self.tracked[message.message_id].confirmed = True
+        # Lost messages were never durable: their ids may be handed out again.
+        for lost in (held | self.settling) - set(ids):
+            del self.tracked[lost]
+        self.settling.clear()
+        self.ready = recovered
+        self.acquired = []
+
+
+StoreModel.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+TestStoreModel = StoreModel.TestCase

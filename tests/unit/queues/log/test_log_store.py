@@ -1,0 +1,197 @@
+"""The store on real files: recovery, lazy bodies, compaction, torn tails and corruption."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from queues.codec import Described, Symbol, encode
+from queues.log.recovery import LogCorrupted
+from queues.log.segments import SegmentWriter, list_segments, segment_path
+from queues.log.store import MessageStore, StoredMessage, write_batches
+from queues.sections import read_header
+
+
+def _payload(i: int, size: int = 0) -> bytes:
+    return encode(Described(0x77, f"m{i}" + "x" * size))
+
+
+def _flush(store: MessageStore, writer: SegmentWriter) -> None:
+    batch = store.take_batch()
+    write_batches(writer, [batch])
+    store.written(batch)
+
+
+def _reopen(directory: Path, **options: int) -> MessageStore:
+    return MessageStore(directory, **options)
+
+
+def _bodies(messages: list[StoredMessage]) -> list[bytes]:
+    return [m.payload for m in messages]
+
+
+def test_queues_and_messages_survive_a_reopen(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {"x-queue-type": Symbol("classic")})
+    store.declare_exchange("e", "direct", {})
+    store.bind("e", "q", "k", {})
+    messages = [store.enqueue("q", _payload(i), 1000 + i) for i in range(5)]
+    store.settled(messages[1])
+    _flush(store, writer)
+    store.close()
+
+    again = _reopen(tmp_path)
+    assert again.queues == {"q": {"x-queue-type": "classic"}}
+    assert again.exchanges == {"e": ("direct", {})}
+    assert again.bindings == {("e", "q", "k"): {}}
+    recovered = again.take_recovered("q")
+    assert _bodies(recovered) == [_payload(i) for i in (0, 2, 3, 4)]
+    assert [m.timestamp for m in recovered] == [1000, 1002, 1003, 1004]
+    assert again.statistics().body_reads == 4
+
+
+def test_unwritten_appends_are_lost_and_ids_never_reused(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    kept = store.enqueue("q", _payload(1), 0)
+    _flush(store, writer)
+    store.enqueue("q", _payload(2), 0)  # never written: the crash comes first
+    again = _reopen(tmp_path)
+    recovered = again.take_recovered("q")
+    assert [m.message_id for m in recovered] == [kept.message_id]
+    assert again.next_id > kept.message_id
+
+
+def test_an_acquired_message_comes_back_with_one_more_delivery_count(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    first, second, third = (store.enqueue("q", _payload(i), 0) for i in range(3))
+    store.acquired(first)
+    store.acquired(second)
+    store.returned(second, failed=True)
+    store.acquired(third)
+    store.returned(third, failed=False)
+    _flush(store, writer)
+    recovered = _reopen(tmp_path).take_recovered("q")
+    assert [read_header(m.payload).delivery_count for m in recovered] == [1, 1, 0]
+
+
+def test_bodies_are_read_back_from_disk_once_out_of_the_cache(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, cache_bytes=0)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    message = store.enqueue("q", _payload(7, 1000), 0)
+    assert message.payload == _payload(7, 1000)
+    assert store.statistics().body_reads == 0
+    _flush(store, writer)
+    assert store.statistics().unwritten_messages == 0
+    assert message.payload == _payload(7, 1000)
+    assert store.statistics().body_reads == 1
+    assert message.size == len(_payload(7, 1000))
+
+
+def test_compaction_deletes_settled_segments_and_keeps_live_ones(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, segment_size=4096)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    messages = [store.enqueue("q", _payload(i, 500), 0) for i in range(40)]
+    _flush(store, writer)
+    segments_full = len(list_segments(tmp_path))
+    assert segments_full >= 5
+    # Settle everything but the first and the last message.
+    for message in messages[1:-1]:
+        store.settled(message)
+    _flush(store, writer)
+    _flush(store, writer)
+    on_disk = list_segments(tmp_path)
+    assert len(on_disk) <= 4
+    assert messages[0].segment in on_disk
+    assert messages[-1].segment in on_disk
+    recovered = _reopen(tmp_path, segment_size=4096).take_recovered("q")
+    assert [m.message_id for m in recovered] == [messages[0].message_id, messages[-1].message_id]
+
+
+def test_declarations_survive_the_compaction_of_the_segment_that_made_them(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, segment_size=2048)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("kept", {"x-max-length": 5})
+    store.declare_queue("gone", {})
+    messages = [store.enqueue("kept", _payload(i, 400), 0) for i in range(20)]
+    store.delete_queue("gone", [])
+    for message in messages:
+        store.settled(message)
+    _flush(store, writer)
+    _flush(store, writer)
+    assert 1 not in list_segments(tmp_path)
+    again = _reopen(tmp_path)
+    assert again.queues == {"kept": {"x-max-length": 5}}
+
+
+def test_a_deleted_queue_takes_its_messages(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    messages = [store.enqueue("q", _payload(i), 0) for i in range(3)]
+    _flush(store, writer)
+    store.delete_queue("q", messages)
+    store.declare_queue("q", {})
+    _flush(store, writer)
+    again = _reopen(tmp_path)
+    assert again.queues == {"q": {}}
+    assert again.take_recovered("q") == []
+
+
+def test_a_torn_tail_is_truncated_and_everything_before_it_kept(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    for i in range(3):
+        store.enqueue("q", _payload(i), 0)
+    _flush(store, writer)
+    path = segment_path(tmp_path, store.segment)
+    whole = path.stat().st_size
+    with path.open("ab") as file:
+        file.write(b"\x00\x00\x01\x00\xde\xad")  # a record header cut by the crash
+    again = _reopen(tmp_path)
+    assert again.statistics().truncated_bytes == 6
+    assert path.stat().st_size == whole
+    assert _bodies(again.take_recovered("q")) == [_payload(i) for i in range(3)]
+
+
+def test_a_corrupt_record_in_the_tail_cuts_the_tail_there(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    messages = [store.enqueue("q", _payload(i), 0) for i in range(3)]
+    _flush(store, writer)
+    path = segment_path(tmp_path, store.segment)
+    data = bytearray(path.read_bytes())
+    data[messages[1].offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+    again = _reopen(tmp_path)
+    assert [m.message_id for m in again.take_recovered("q")] == [messages[0].message_id]
+    assert again.statistics().truncated_bytes > 0
+
+
+def test_a_corrupt_record_before_the_tail_stops_recovery_naming_it(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    message = store.enqueue("q", _payload(1), 0)
+    _flush(store, writer)
+    restarted = MessageStore(tmp_path)
+    _flush(restarted, SegmentWriter(tmp_path))  # the restart's segment is now the tail
+    path = segment_path(tmp_path, message.segment)
+    data = bytearray(path.read_bytes())
+    data[message.offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(LogCorrupted) as failure:
+        MessageStore(tmp_path)
+    assert failure.value.segment == message.segment
+    assert f"segment {message.segment} is corrupt at offset" in str(failure.value)
+    assert os.path.exists(path)
