@@ -31,7 +31,15 @@ DEFAULT_MAX_FRAME_SIZE: Final = 128 * 1024
 # AMQP 1.0 §2.7.1: no peer may announce less.
 MIN_MAX_FRAME_SIZE: Final = 512
 ENV_PREFIX: Final = "SLUICEGATE_"
+# RabbitMQ's Prometheus port, so existing scrape configs and dashboards find sluicegate.
+DEFAULT_METRICS_LISTEN: Final = "127.0.0.1:15692"
+# Values of metrics_listen that turn the endpoint off.
+METRICS_OFF: Final = frozenset({"", "off", "none", "false"})
 
+# Field types (as annotated) that a single command-line flag can carry.
+_SCALAR_KINDS: Final = frozenset({"int", "float", "str", "bool", "Path"})
+_TRUE: Final = frozenset({"true", "yes", "on", "1"})
+_FALSE: Final = frozenset({"false", "no", "off", "0"})
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
 
 
@@ -56,11 +64,12 @@ class ServerConfig:
     writer_initial_credit: int = DEFAULT_INITIAL_CREDIT
     writer_more_credit_after: int = DEFAULT_MORE_CREDIT_AFTER
     shutdown_timeout: float = 5.0
+    metrics_listen: str = DEFAULT_METRICS_LISTEN
 
     def __post_init__(self) -> None:
-        host, _, port = self.listen.rpartition(":")
-        if not host or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(f"listen: expected HOST:PORT, got {self.listen!r}")
+        _check_host_port("listen", self.listen)
+        if self.metrics_listen.lower() not in METRICS_OFF:
+            _check_host_port("metrics_listen", self.metrics_listen)
         for key in (
             "max_message_size",
             "max_link_credit",
@@ -88,6 +97,20 @@ class ServerConfig:
     def port(self) -> int:
         """The port to listen on; 0 picks a free one."""
         return int(self.listen.rpartition(":")[2])
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where Prometheus scrapes, or None when the endpoint is off."""
+        if self.metrics_listen.lower() in METRICS_OFF:
+            return None
+        host, _, port = self.metrics_listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+def _check_host_port(key: str, value: str) -> None:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{key}: expected HOST:PORT, got {value!r}")
 
 
 def parse_size(key: str, raw: object) -> int:
@@ -117,9 +140,25 @@ def _coerce(key: str, kind: object, raw: object) -> object:
             return float(str(raw))
         except ValueError:
             raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        word = str(raw).strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise ConfigError(f"{key}: expected true or false, got {raw!r}")
     if kind == "Path":
         return Path(str(raw))
     return str(raw)
+
+
+def setting_names(*, scalar: bool = False) -> list[str]:
+    """Every key a configuration file may set, in declaration order.
+
+    ``scalar`` keeps the keys whose value fits in one flag or environment variable.
+    """
+    fields = dataclasses.fields(ServerConfig)
+    return [f.name for f in fields if not scalar or f.type in _SCALAR_KINDS]
 
 
 def load_config(

@@ -8,10 +8,18 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
-from gateway.config import ConfigError, load_config
-from gateway.server import Server
+from gateway.config import ConfigError, load_config, setting_names
+from gateway.server import Server, StartError
+
+_FLAG_HELP: Final = {
+    "listen": "AMQP address to listen on, HOST:PORT (port 0: any)",
+    "data_dir": "where durable data lives",
+    "max_message_size": "largest message accepted, e.g. 8MiB",
+    "metrics_listen": "Prometheus endpoint, HOST:PORT, or 'off'",
+    "memory_budget": "message bytes held in memory, e.g. 64MiB",
+}
 
 
 def add_parser(commands: Any) -> None:
@@ -19,15 +27,16 @@ def add_parser(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "serve", help="run the AMQP 1.0 server (default: 127.0.0.1:5672, no config needed)"
     )
-    parser.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (port 0: any)")
-    parser.add_argument("--data-dir", type=Path, metavar="DIR", help="where durable data lives")
     parser.add_argument("--config", type=Path, metavar="FILE", help="a TOML configuration file")
-    parser.add_argument("--max-message-size", metavar="SIZE", help="e.g. 8MiB")
-    parser.add_argument("--max-queue-credit", type=int, metavar="N")
-    parser.add_argument("--max-link-credit", type=int, metavar="N")
-    parser.add_argument(
-        "--memory-budget", metavar="SIZE", help="message bytes held in memory, e.g. 64MiB"
-    )
+    for name in setting_names(scalar=True):
+        # Values stay strings here: load_config checks them like file and environment values,
+        # so a bad flag gets the same one-line error naming the key.
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            metavar=name.upper(),
+            help=_FLAG_HELP.get(name, "see docs/configuration.md"),
+        )
     parser.set_defaults(run=run)
 
 
@@ -35,17 +44,8 @@ def run(args: argparse.Namespace) -> int:
     """Start the server, print where it listens, and serve until told to stop."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     try:
-        config = load_config(
-            args.config,
-            overrides={
-                "listen": args.listen,
-                "data_dir": args.data_dir,
-                "max_message_size": args.max_message_size,
-                "max_queue_credit": args.max_queue_credit,
-                "max_link_credit": args.max_link_credit,
-                "memory_budget": args.memory_budget,
-            },
-        )
+        flags = {name: getattr(args, name) for name in setting_names(scalar=True)}
+        config = load_config(args.config, overrides=flags)
     except ConfigError as error:
         print(f"sluicegate: {error}", file=sys.stderr)
         return 2
@@ -57,8 +57,8 @@ def serve(config: Any) -> int:
     server = Server(config)
     try:
         server.start()
-    except OSError as error:
-        print(f"sluicegate: cannot listen on {config.listen}: {error.strerror}", file=sys.stderr)
+    except StartError as error:
+        print(f"sluicegate: {error}", file=sys.stderr)
         return 1
 
     def stop(signum: int, frame: FrameType | None) -> None:

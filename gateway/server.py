@@ -19,7 +19,9 @@ from gateway.broker import Broker
 from gateway.config import ServerConfig
 from gateway.io_layer import FlowIO
 from gateway.listener import Listener
+from gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
 from gateway.state import ConnectionState
+from gateway.statistics import ServerStatistics, server_statistics
 from gateway.wakeup import Wakeup
 from queues.registry import QueueRegistry
 
@@ -29,6 +31,10 @@ T = TypeVar("T")
 
 # How long select() may block: the longest a shutdown deadline can be overrun.
 _SELECT_TIMEOUT = 0.5
+
+
+class StartError(Exception):
+    """The server cannot start; the message names the setting at fault."""
 
 
 class Server:
@@ -43,16 +49,48 @@ class Server:
         self.container.global_handler = self._io
         self._wakeup = Wakeup()
         self._listener: Listener | None = None
+        self._metrics: MetricsEndpoint | None = None
         self._stopping = False
         self._deadline = 0.0
         self.port = 0
+        self.metrics_port = 0
         self.ready = threading.Event()
 
     def start(self) -> None:
-        """Open the listening socket; after this, :attr:`port` is the real port."""
-        self._listener = Listener(self.container, self.config, self.broker.connections.add)
+        """Open the listening sockets; after this, :attr:`port` is the real port.
+
+        Raises :class:`StartError` naming the setting whose address cannot be used.
+        """
+        config = self.config
+        metrics = config.metrics_address
+        if metrics is not None:
+            try:
+                self._metrics = MetricsEndpoint(*metrics, self._scrape)
+            except OSError as error:
+                raise StartError(
+                    f"metrics_listen: cannot listen on {config.metrics_listen}: {error.strerror}"
+                ) from None
+            self.metrics_port = self._metrics.port
+        try:
+            self._listener = Listener(self.container, config, self.broker.connections.add)
+        except OSError as error:
+            self._close_metrics()
+            message = f"listen: cannot listen on {config.listen}: {error.strerror}"
+            raise StartError(message) from None
         self.port = self._listener.port
         self._wakeup.attach(self.container)
+
+    def statistics(self) -> ServerStatistics:
+        """Every queue's, session's and connection's counters; call on the reactor thread."""
+        return server_statistics(self.broker, self.registry)
+
+    def _scrape(self) -> ServerStatistics:
+        return self.call(self.statistics, timeout=SNAPSHOT_TIMEOUT)
+
+    def _close_metrics(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
 
     def run(self) -> None:
         """Serve until :meth:`shutdown` has closed every connection."""
@@ -69,6 +107,7 @@ class Server:
         container.stop()
         container.process()
         self._io.close()
+        self._close_metrics()
 
     def _process(self) -> bool:
         """Run the reactor once; a failure while handling one connection closes only that one."""

@@ -1,4 +1,4 @@
-"""Test-wide settings: Hypothesis profiles for development and CI."""
+"""Test-wide settings: Hypothesis profiles, and the metrics port of servers run as subprocesses."""
 
 from __future__ import annotations
 
@@ -11,3 +11,7 @@ settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# Servers the tests start as subprocesses inherit this: many may run at once on one machine,
+# and the default metrics port (15692) would let only one of them start.
+os.environ.setdefault("SLUICEGATE_METRICS_LISTEN", "127.0.0.1:0")

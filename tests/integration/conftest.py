@@ -49,6 +49,11 @@ class RunningServer:
         """``amqp://127.0.0.1:PORT``."""
         return f"amqp://{self.host}:{self.port}"
 
+    @property
+    def metrics_url(self) -> str:
+        """Where the server's Prometheus endpoint listens."""
+        return f"http://{self.host}:{self.server.metrics_port}/metrics"
+
     def call(self, function: Callable[[], T]) -> T:
         """Run ``function`` on the reactor thread."""
         return self.server.call(function)
@@ -84,6 +89,7 @@ class RunningServer:
 
 def start_server(**settings: object) -> RunningServer:
     """Start a server on a free loopback port with ``settings`` over the defaults."""
+    settings.setdefault("metrics_listen", "127.0.0.1:0")
     config = ServerConfig(listen="127.0.0.1:0", **settings)  # type: ignore[arg-type]
     server = Server(config)
     server.start()

@@ -1,0 +1,185 @@
+"""Prometheus metrics, read from the server's ``statistics()`` when Prometheus scrapes.
+
+The collector asks the reactor thread for one snapshot per scrape (through ``Server.call``)
+instead of having the reactor publish snapshots on a timer: values are exact at scrape time, the
+reactor does no work at all while nobody scrapes, and a scrape costs one pass over queues and
+sessions, however many messages flow. Nothing on the per-message path touches prometheus-client.
+A reactor that does not answer within :data:`SNAPSHOT_TIMEOUT` fails the scrape (HTTP 500), which
+Prometheus records as ``up == 0``: a stuck reactor must not look healthy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Final
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.statistics import ServerStatistics
+
+# Shorter than Prometheus's default scrape timeout (10 s), so that a stuck reactor shows as a
+# failed scrape rather than a scrape Prometheus gave up on.
+SNAPSHOT_TIMEOUT: Final = 5.0
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class ServerCollector(Collector):
+    """Turns one :class:`ServerStatistics` snapshot into metric families."""
+
+    def __init__(self, snapshot: Callable[[], ServerStatistics]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        """Take a snapshot and describe it."""
+        stats = self._snapshot()
+        yield from self._queues(stats)
+        yield CounterMetricFamily(
+            "sluicegate_messages_published",
+            "Messages enqueued into the queues that exist.",
+            value=stats.messages_published,
+        )
+        yield CounterMetricFamily(
+            "sluicegate_messages_delivered",
+            "Deliveries handed to consumers by the queues that exist.",
+            value=stats.messages_delivered,
+        )
+        yield _gauge("sluicegate_connections", "Open client connections.", stats.connections)
+        yield _gauge(
+            "sluicegate_connection_reads_paused",
+            "Connections whose socket is not read because their account is over its limit.",
+            sum(1 for account in stats.accounts if account.paused),
+        )
+        yield _gauge(
+            "sluicegate_connection_account_debt",
+            "Routed copies published and not yet stored, summed over connections.",
+            sum(account.debt for account in stats.accounts),
+        )
+        budget = stats.budget
+        yield _gauge(
+            "sluicegate_memory_budget_used_bytes", "Message bytes held in memory.", budget.used
+        )
+        yield _gauge(
+            "sluicegate_memory_budget_limit_bytes",
+            "The memory budget: above it publishers get no credit.",
+            budget.limit,
+        )
+        yield _gauge(
+            "sluicegate_memory_budget_blocked",
+            "1 while the memory budget withholds credit from publishers.",
+            int(budget.blocked),
+        )
+        yield CounterMetricFamily(
+            "sluicegate_memory_budget_blocks",
+            "Times the memory budget has blocked publishers.",
+            value=budget.blocks,
+        )
+        yield from self._sessions(stats)
+        yield _gauge(
+            "sluicegate_writer_bytes_pending",
+            "Bytes of transfers handed to proton but not yet written to sockets.",
+            sum(writer.bytes_pending for writer in stats.writers),
+        )
+
+    @staticmethod
+    def _queues(stats: ServerStatistics) -> Iterator[Metric]:
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "ready": GaugeMetricFamily(
+                "sluicegate_queue_messages_ready",
+                "Messages ready to be delivered.",
+                labels=["queue"],
+            ),
+            "unacked": GaugeMetricFamily(
+                "sluicegate_queue_messages_unacked",
+                "Messages delivered and not yet settled.",
+                labels=["queue"],
+            ),
+            "ready_bytes": GaugeMetricFamily(
+                "sluicegate_queue_messages_ready_bytes",
+                "Encoded bytes of the messages ready to be delivered.",
+                labels=["queue"],
+            ),
+            "consumers": GaugeMetricFamily(
+                "sluicegate_queue_consumers", "Consumer links attached.", labels=["queue"]
+            ),
+            "published": CounterMetricFamily(
+                "sluicegate_queue_messages_published",
+                "Messages enqueued since the queue was declared.",
+                labels=["queue"],
+            ),
+            "delivered": CounterMetricFamily(
+                "sluicegate_queue_messages_delivered",
+                "Deliveries to consumers since the queue was declared.",
+                labels=["queue"],
+            ),
+            "acknowledged": CounterMetricFamily(
+                "sluicegate_queue_messages_acknowledged",
+                "Deliveries settled for good (accepted, rejected or pre-settled).",
+                labels=["queue"],
+            ),
+        }
+        for queue in stats.queues:
+            for field, family in families.items():
+                family.add_metric([queue.name], getattr(queue, field))
+        yield from families.values()
+
+    @staticmethod
+    def _sessions(stats: ServerStatistics) -> Iterator[Metric]:
+        sessions = stats.sessions
+        pending = [session.outgoing_pending for session in sessions]
+        yield _gauge("sluicegate_sessions", "Open AMQP sessions.", len(sessions))
+        yield _gauge(
+            "sluicegate_session_outgoing_pending",
+            "Deliveries and credit replies waiting in outgoing_pending, summed over sessions.",
+            sum(pending),
+        )
+        yield _gauge(
+            "sluicegate_session_outgoing_pending_max",
+            "The longest outgoing_pending of any session.",
+            max(pending, default=0),
+        )
+        yield _gauge(
+            "sluicegate_credit_requests_in_flight",
+            "Consumer links waiting for a queue's credit reply.",
+            sum(session.credit_requests_in_flight for session in sessions),
+        )
+        yield _gauge(
+            "sluicegate_session_stashed_credit_requests",
+            "Client FLOWs held back while a credit request is in flight.",
+            sum(session.stashed_credit_reqs for session in sessions),
+        )
+        yield _gauge(
+            "sluicegate_sessions_remote_window_closed",
+            "Sessions whose client's incoming window is closed.",
+            sum(1 for session in sessions if session.remote_incoming_window <= 0),
+        )
+        yield _gauge(
+            "sluicegate_sessions_writer_blocked",
+            "Sessions the connection writer has blocked until the socket drains.",
+            sum(1 for session in sessions if session.writer_blocked),
+        )
+
+
+class MetricsEndpoint:
+    """The HTTP endpoint Prometheus scrapes, on its own daemon thread."""
+
+    def __init__(self, host: str, port: int, snapshot: Callable[[], ServerStatistics]) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(ServerCollector(snapshot))
+        registry.register(ProcessCollector(registry=None))
+        self._server: WSGIServer
+        self._thread: threading.Thread
+        self._server, self._thread = start_http_server(port, host, registry)
+        self.port: int = self._server.server_port
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

@@ -1,0 +1,57 @@
+"""One consistent snapshot of the whole server, taken on the reactor thread.
+
+Every pure part already counts what it owns (``statistics()`` on queues, sessions and writers);
+this module only gathers those records in one pass, so that a scrape sees queues, sessions and
+connections at the same instant and nothing is counted on the per-message path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.broker import Broker
+from queues.queue_type import QueueStatistics
+from queues.registry import QueueRegistry
+from session.account import AccountStatistics
+from session.memory_budget import BudgetStatistics
+from session.session import SessionStatistics
+from writer.writer import WriterStatistics
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatistics:
+    """Every queue, session, connection and the memory budget of one server at one instant."""
+
+    connections: int
+    queues: list[QueueStatistics]
+    sessions: list[SessionStatistics]
+    writers: list[WriterStatistics]
+    accounts: list[AccountStatistics]
+    budget: BudgetStatistics
+
+    @property
+    def messages_published(self) -> int:
+        """Messages ever enqueued into the queues that exist."""
+        return sum(queue.published for queue in self.queues)
+
+    @property
+    def messages_delivered(self) -> int:
+        """Deliveries ever handed to consumers by the queues that exist."""
+        return sum(queue.delivered for queue in self.queues)
+
+
+def server_statistics(broker: Broker, registry: QueueRegistry) -> ServerStatistics:
+    """Read every part's counters; must run on the reactor thread."""
+    connections = [state for state in broker.connections if not state.closed]
+    return ServerStatistics(
+        connections=len(connections),
+        queues=registry.statistics(),
+        sessions=[
+            session.pure.statistics()
+            for connection in connections
+            for session in connection.sessions.values()
+        ],
+        writers=[connection.writer.statistics() for connection in connections],
+        accounts=[connection.account.statistics() for connection in connections],
+        budget=broker.publishing.budget.statistics(),
+    )

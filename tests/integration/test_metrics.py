@@ -1,0 +1,116 @@
+"""The Prometheus endpoint: a scrape after a known workload shows exactly that workload."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Callable
+
+from integration.conftest import RunningServer
+from prometheus_client.parser import text_string_to_metric_families
+from proton.utils import BlockingConnection
+from support.clients import publish
+from support.polling import wait_until
+from support.raw_client import RawClient
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(running: RunningServer) -> Samples:
+    """Fetch the endpoint and parse it with prometheus-client's own parser."""
+    with urllib.request.urlopen(running.metrics_url, timeout=30) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def queue_value(samples: Samples, name: str, queue: str) -> float:
+    return samples[(name, (("queue", queue),))]
+
+
+def test_scrape_after_a_known_workload(make_server: Callable[..., RunningServer]) -> None:
+    running = make_server()
+    publish(running.url, "/queues/m-one", [b"x" * 10] * 10)
+    publish(running.url, "/queues/m-two", [b"y" * 7] * 5)
+    # Exactly two deliveries from m-two, both accepted: the raw client grants credit 2, once.
+    with RawClient.connect("127.0.0.1", running.port) as client:
+        client.begin()
+        handle = client.attach("m-two-consumer", "receiver", source="/queues/m-two")
+        client.wait_attach(handle)
+        client.flow(handle, link_credit=2)
+        ids = []
+        for _ in range(2):
+            delivery = client.next_message()
+            assert delivery is not None
+            ids.append(delivery.delivery_id)
+        client.disposition(ids[0], ids[1], state="accepted")
+    wait_until(lambda: running.queue("m-two").acknowledged == 2)
+
+    # A consumer that holds 4 deliveries unsettled while the scrape happens.
+    connection = BlockingConnection(running.url)
+    try:
+        receiver = connection.create_receiver("/queues/m-one", credit=4)
+        wait_until(lambda: running.queue("m-one").unacked == 4)
+        wait_until(lambda: running.call(running.server.statistics).connections == 1)
+        samples = scrape(running)
+        assert queue_value(samples, "sluicegate_queue_messages_ready", "m-one") == 6
+        assert queue_value(samples, "sluicegate_queue_messages_unacked", "m-one") == 4
+        assert queue_value(samples, "sluicegate_queue_consumers", "m-one") == 1
+        assert queue_value(samples, "sluicegate_queue_messages_ready_bytes", "m-one") > 0
+        assert queue_value(samples, "sluicegate_queue_messages_ready", "m-two") == 3
+        assert queue_value(samples, "sluicegate_queue_messages_unacked", "m-two") == 0
+        assert queue_value(samples, "sluicegate_queue_consumers", "m-two") == 0
+        assert queue_value(samples, "sluicegate_queue_messages_published_total", "m-one") == 10
+        assert queue_value(samples, "sluicegate_queue_messages_acknowledged_total", "m-two") == 2
+        assert samples[("sluicegate_messages_published_total", ())] == 15
+        assert samples[("sluicegate_messages_delivered_total", ())] == 6
+        assert samples[("sluicegate_connections", ())] == 1
+        assert samples[("sluicegate_sessions", ())] == 1
+        # Everything granted was delivered: nothing waits in the session, no request is open.
+        assert samples[("sluicegate_session_outgoing_pending", ())] == 0
+        assert samples[("sluicegate_session_outgoing_pending_max", ())] == 0
+        assert samples[("sluicegate_credit_requests_in_flight", ())] == 0
+        assert samples[("sluicegate_session_stashed_credit_requests", ())] == 0
+        assert samples[("sluicegate_connection_reads_paused", ())] == 0
+        assert samples[("sluicegate_connection_account_debt", ())] == 0
+        assert samples[("sluicegate_memory_budget_used_bytes", ())] == 10 * 6 + 7 * 3
+        assert samples[("sluicegate_memory_budget_blocked", ())] == 0
+        assert samples[("process_resident_memory_bytes", ())] > 0
+        receiver.link.close()
+    finally:
+        connection.close()
+    wait_until(lambda: running.call(running.server.statistics).connections == 0)
+    samples = scrape(running)
+    assert samples[("sluicegate_connections", ())] == 0
+    assert queue_value(samples, "sluicegate_queue_messages_ready", "m-one") == 10
+    assert queue_value(samples, "sluicegate_queue_consumers", "m-one") == 0
+
+
+def test_outgoing_pending_while_the_client_window_is_closed(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Deliveries the client's window holds back show in outgoing_pending, sum and max."""
+    running = make_server()
+    publish(running.url, "/queues/m-window", [b"z"] * 20)
+    with RawClient.connect("127.0.0.1", running.port) as client:
+        client.begin(incoming_window=5)
+        handle = client.attach("window-consumer", "receiver", source="/queues/m-window")
+        client.wait_attach(handle)
+        client.flow(handle, link_credit=20)
+        wait_until(lambda: running.queue("m-window").unacked == 20)
+        wait_until(lambda: scrape(running)[("sluicegate_session_outgoing_pending", ())] == 16)
+        samples = scrape(running)
+    # 15 deliveries wait for the window, and behind them the queue's credit reply, whose link
+    # therefore still counts a credit request in flight.
+    assert samples[("sluicegate_sessions", ())] == 1
+    assert samples[("sluicegate_session_outgoing_pending_max", ())] == 16
+    assert samples[("sluicegate_credit_requests_in_flight", ())] == 1
+    assert samples[("sluicegate_sessions_remote_window_closed", ())] == 1
+
+
+def test_metrics_can_be_turned_off(make_server: Callable[..., RunningServer]) -> None:
+    running = make_server(metrics_listen="off")
+    assert running.server.metrics_port == 0
+    assert running.server.config.metrics_address is None
