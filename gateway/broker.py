@@ -222,11 +222,15 @@ class Broker(Handler):
 
     def on_delivery(self, event: Event) -> None:
         """A transfer from a publisher, or a consumer's settlement."""
-        link = link_of(event)
+        self.on_delivery_of(delivery_of(event))
+
+    def on_delivery_of(self, delivery: Delivery) -> None:
+        """The delivery event's work, called by the reactor without wrapping an ``Event``."""
+        link = delivery.link
         if link.is_receiver:
-            self.publishing.receive(link, delivery_of(event))
+            self.publishing.receive(link, delivery)
         else:
-            self._settled(link, delivery_of(event))
+            self._settled(link, delivery)
 
     def _settled(self, link: Link, delivery: Delivery) -> None:
         state = getattr(link, "sg", None)

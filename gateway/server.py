@@ -13,13 +13,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from proton import Condition
-from proton.reactor import Container
 
 from gateway.broker import Broker
 from gateway.config import ServerConfig
 from gateway.io_layer import FlowIO
 from gateway.listener import Listener
 from gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
+from gateway.reactor import BrokerContainer
 from gateway.state import ConnectionState
 from gateway.statistics import ServerStatistics, server_statistics
 from gateway.wakeup import Wakeup
@@ -44,7 +44,7 @@ class Server:
         self.config = config
         self.registry = QueueRegistry()
         self.broker = Broker(config, self.registry)
-        self.container = Container(self.broker)
+        self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)
         self.container.global_handler = self._io
         self._wakeup = Wakeup()
