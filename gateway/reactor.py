@@ -3,9 +3,10 @@
 Proton's ``Reactor.process`` wraps every C event in a Python ``Event`` (looking up its context,
 record and handler) and dispatches it twice, to the handler and to the global IO handler, each
 time through ``getattr``. A message end to end costs three ``PN_DELIVERY`` events (counted with
-quiver), and that plumbing was about half the server's CPU (``docs/performance.md``). Deliveries concern only the broker, never the IO handler, so
-they go straight from the collector to :meth:`Broker.on_delivery_of` with only the ``Delivery``
-wrapped; every other event takes proton's own path unchanged.
+quiver), and that plumbing was about half the server's CPU (``docs/performance.md``).
+Deliveries concern only the broker, never the IO handler, so they go straight from the
+collector to :meth:`Broker.on_delivery_of` with only the ``Delivery`` wrapped; every other
+event takes proton's own path unchanged.
 """
 
 from __future__ import annotations
