@@ -1,0 +1,224 @@
+"""Load-generating clients, each in its own process so none shares the bench's GIL.
+
+``SenderProcess`` runs ``sluicegate quiver``'s own sender (pre-encoded messages, credit used as
+it comes) for a count or a duration: the prefill and the unthrottled publisher.
+``ConsumerProcess`` is a paced receiver: it grants a large credit once and then takes
+``rate`` messages per second, reading the socket only when it needs the next message, so a
+server that pushes faster finds TCP's buffers full, as with a real slow application.
+Both publish their counters to shared memory that the bench samples.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection as Channel
+from multiprocessing.context import SpawnProcess
+from typing import Any, Final
+
+from proton import Delivery, Endpoint
+
+from gateway.quiver import sender
+from gateway.quiver.arrow import describe
+from gateway.quiver.engine import Engine
+from gateway.quiver.reports import Failed, Scoreboard, SenderDone
+from gateway.quiver.settings import ArrowConfig
+
+__all__ = ["ClientError", "ConsumerPlan", "ConsumerProcess", "SenderProcess"]
+
+CONTEXT: Final = multiprocessing.get_context("spawn")
+CONNECT_TIMEOUT_S: Final[float] = 30.0  # a loaded server still accepts within this
+POLL_S: Final[float] = 0.02  # the consumer's longest wait for bytes while it has none to take
+# After this long behind its pace the consumer starts counting afresh instead of bursting.
+MAX_LAG_S: Final[float] = 1.0
+
+
+class ClientError(RuntimeError):
+    """A client process failed; the message is its one line."""
+
+
+class SenderProcess:
+    """The quiver sender in a process: ``count`` messages, or for ``duration`` seconds."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        address: str,
+        *,
+        body_size: int,
+        count: int | None = None,
+        duration: float | None = None,
+        durable: bool = False,
+        name: int = 1,
+    ) -> None:
+        self.board = Scoreboard(CONTEXT, 1)
+        self.channel, theirs = CONTEXT.Pipe()
+        config = ArrowConfig(
+            role="sender",
+            index=name,
+            host=host,
+            port=port,
+            address=address,
+            listen=False,
+            count=count,
+            duration=duration,
+            body_size=body_size,
+            credit=1,  # a sender's credit comes from the server; this field is the receiver's
+            durable=durable,
+            presettled=False,
+            not_before_ns=time.time_ns(),
+            timeout=CONNECT_TIMEOUT_S,
+        )
+        self.name = config.name
+        self.process: SpawnProcess = CONTEXT.Process(
+            target=sender.main, args=(config, theirs, self.board, 0), name=self.name, daemon=True
+        )
+        self.done: SenderDone | None = None
+
+    def start(self) -> SenderProcess:
+        """Start sending."""
+        self.process.start()
+        return self
+
+    @property
+    def sent(self) -> int:
+        """Messages handed to the server so far."""
+        return int(self.board.counts[0])
+
+    @property
+    def settled(self) -> int:
+        """Outcomes received so far."""
+        return int(self.board.settled[0])
+
+    def poll(self) -> SenderDone | None:
+        """The totals once the sender is done; ``ClientError`` if it failed or died."""
+        if self.done is None and self.channel.poll():
+            report = self.channel.recv()
+            if isinstance(report, Failed):
+                raise ClientError(f"{report.name}: {report.reason}")
+            if isinstance(report, SenderDone):
+                self.done = report
+        if self.done is None and not self.process.is_alive() and not self.channel.poll():
+            raise ClientError(f"{self.name} exited with status {self.process.exitcode}")
+        return self.done
+
+    def wait(self, timeout: float) -> SenderDone:
+        """Block until done; ``ClientError`` when it fails or takes longer than ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while (done := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise ClientError(f"{self.name}: not done after {timeout:g} s ({self.sent:,} sent)")
+            self.channel.poll(0.1)
+        self.process.join(CONNECT_TIMEOUT_S)
+        return done
+
+    def stop(self) -> None:
+        """End the process if it still runs."""
+        if self.process.pid is not None and self.process.is_alive():
+            self.process.terminate()
+            self.process.join(CONNECT_TIMEOUT_S)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPlan:
+    """What the paced consumer does: where, its credit, its pace, for how long."""
+
+    host: str
+    port: int
+    address: str
+    credit: int
+    rate: float  # messages per second taken by the application
+    duration: float  # seconds from the attach
+
+
+def consume_paced(plan: ConsumerPlan, channel: Channel, counts: Any) -> None:
+    """Process entry point: grant ``credit`` once and take ``rate`` messages/s for ``duration``.
+
+    ``counts`` is a shared ``RawArray('q', 1)``: messages taken. The channel gets one line on
+    failure, ``None`` when done.
+    """
+    try:
+        engine = Engine.connect(plan.host, plan.port, "bench consumer", CONNECT_TIMEOUT_S)
+    except OSError as error:
+        channel.send(f"consumer: cannot connect to {plan.host}:{plan.port}: {error.strerror}")
+        return
+    connection = engine.connection
+    connection.open()
+    session = connection.session()
+    session.open()
+    link = session.receiver("bench consumer")
+    link.source.address = plan.address
+    link.open()
+    link.flow(plan.credit)
+    interval = 1 / plan.rate
+    end = time.monotonic() + plan.duration
+    next_at = time.monotonic()
+    taken = 0
+    while (now := time.monotonic()) < end:
+        engine.tick()
+        engine.write()
+        delivery: Delivery | None = link.current
+        if delivery is not None and delivery.readable and not delivery.partial:
+            if now < next_at:
+                time.sleep(min(next_at - now, end - now))
+                continue
+            link.recv(delivery.pending)
+            delivery.update(Delivery.ACCEPTED)
+            delivery.settle()
+            link.advance()
+            taken += 1
+            counts[0] = taken
+            next_at = max(next_at + interval, now - MAX_LAG_S)
+            continue
+        engine.pump(min(POLL_S, max(0.0, next_at - now)))
+        ended = link.state & Endpoint.REMOTE_CLOSED or connection.state & Endpoint.REMOTE_CLOSED
+        if ended or engine.closed or engine.eof:
+            condition = link.remote_condition or connection.remote_condition
+            channel.send("consumer: " + describe(condition, "connection lost"))
+            engine.close()
+            return
+    connection.close()
+    engine.pump(POLL_S)
+    engine.close()
+    channel.send(None)
+
+
+class ConsumerProcess:
+    """``consume_paced`` in a process, with its counter readable from here."""
+
+    def __init__(self, plan: ConsumerPlan) -> None:
+        self.counts = CONTEXT.RawArray("q", 1)
+        self.channel, theirs = CONTEXT.Pipe()
+        self.process: SpawnProcess = CONTEXT.Process(
+            target=consume_paced, args=(plan, theirs, self.counts), name="consumer", daemon=True
+        )
+        self.finished = False
+
+    def start(self) -> ConsumerProcess:
+        """Start consuming."""
+        self.process.start()
+        return self
+
+    @property
+    def taken(self) -> int:
+        """Messages taken so far."""
+        return int(self.counts[0])
+
+    def poll(self) -> bool:
+        """True once done; ``ClientError`` if it failed or died."""
+        if not self.finished and self.channel.poll():
+            reason = self.channel.recv()
+            if reason is not None:
+                raise ClientError(str(reason))
+            self.finished = True
+        if not self.finished and not self.process.is_alive() and not self.channel.poll():
+            raise ClientError(f"consumer exited with status {self.process.exitcode}")
+        return self.finished
+
+    def stop(self) -> None:
+        """End the process if it still runs."""
+        if self.process.pid is not None and self.process.is_alive():
+            self.process.terminate()
+            self.process.join(CONNECT_TIMEOUT_S)

@@ -1,0 +1,1 @@
+"""The benchmark scenarios, by name (``python -m bench NAME --help`` for each one's options)."""
