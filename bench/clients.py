@@ -165,9 +165,9 @@ def consume_paced(plan: ConsumerPlan, channel: Channel, counts: Any) -> None:
                 time.sleep(min(next_at - now, end - now))
                 continue
             link.recv(delivery.pending)
+            link.advance()  # before settling: settling the current delivery advances too
             delivery.update(Delivery.ACCEPTED)
             delivery.settle()
-            link.advance()
             taken += 1
             counts[0] = taken
             next_at = max(next_at + interval, now - MAX_LAG_S)

@@ -152,9 +152,9 @@ class Fleet:
             delivery: Delivery | None = receiver.current
             while delivery is not None and delivery.readable and not delivery.partial:
                 receiver.recv(delivery.pending)
+                receiver.advance()  # before settling: settling the current delivery advances too
                 delivery.update(Delivery.ACCEPTED)
                 delivery.settle()
-                receiver.advance()
                 member.received += 1
                 taken += 1
                 delivery = receiver.current

@@ -44,6 +44,11 @@ DEFAULT_ADDRESS_PREFIX: Final[str] = "/queues/"  # RabbitMQ 4's v2 address forma
 READY_TIMEOUT_S: Final[float] = 30.0  # a loaded machine takes a few seconds to import proton
 STOP_TIMEOUT_S: Final[float] = 20.0  # the server's own graceful shutdown plus a margin
 _ADDRESS_LINE = re.compile(r"listening on amqp://(?P<host>[^\s:]+|\[[^\]]+\]):(?P<port>\d+)")
+# What a sluicegate that refuses an option lacks (the issue that brings it).
+FEATURES: Final[dict[str, str]] = {
+    "--memory-budget": "the server-wide memory budget (issue 5, inbound flow control)",
+    "--metrics-listen": "the Prometheus metrics endpoint (issue 10, operations)",
+}
 _UNKNOWN_OPTION = re.compile(r"unrecognized arguments: (?P<option>--[\w-]+)")
 
 
@@ -178,7 +183,9 @@ def _start_failure(
     text = "\n".join(errors)
     unknown = _UNKNOWN_OPTION.search(text)
     if unknown is not None:
-        return MissingFeature(f"this sluicegate has no {unknown['option']} option")
+        option = unknown["option"]
+        feature = FEATURES.get(option, "a feature this scenario needs")
+        return MissingFeature(f"this sluicegate has no {option} option: {feature} has not landed")
     last = errors[-1] if errors else f"no address line within {READY_TIMEOUT_S:g} s"
     return ServerError(f"{' '.join(command[2:5])} failed (status {status}): {last}")
 

@@ -1,0 +1,89 @@
+"""``python -m bench`` end to end, very short: a scenario against a test server, its outputs.
+
+Figures are not asserted (they depend on the machine); the files, the table's shape, the counts
+and the flow-control bound the slow-consumer scenario exists to show are.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from integration.conftest import RunningServer
+
+from session.session import DEFAULT_MAX_QUEUE_CREDIT
+
+RUN_TIMEOUT_S = 240  # a loaded 2-core machine; the runs themselves take seconds
+# "outgoing_pending ≤ 256 + a few": the queue's batch plus credit replies and FLOWs queued with it.
+PENDING_SLACK = 16
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the bench CLI as a user would, from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+        cwd=Path(__file__).parents[2],
+    )
+
+
+def table_rows(stdout: str) -> list[dict[str, str]]:
+    """The Markdown table's rows as heading → cell."""
+    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+    headings = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [
+        dict(zip(headings, (cell.strip() for cell in line.strip("|").split("|")), strict=True))
+        for line in lines[2:]
+    ]
+
+
+@pytest.mark.slow
+def test_throughput_against_a_test_server(server: RunningServer, tmp_path: Path) -> None:
+    run = bench(
+        "throughput", "--url", server.url, "--credit", "1000", "--duration", "3",
+        "--output", str(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    [row] = table_rows(run.stdout)
+    assert (row["server"], row["case"]) == ("server", "credit 1,000")
+    assert row["RSS peak MB"] == "-"  # a server given by URL without --pid is not sampled
+    report = json.loads((tmp_path / "throughput.json").read_text())
+    [record] = report["records"]
+    quiver = record["parameters"]["quiver"]["results"]
+    assert quiver["count"] == quiver["sent"] == quiver["accepted"] > 0
+    assert record["figures"]["messages"] == quiver["count"]
+    assert (tmp_path / "throughput.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_slow_consumer_on_a_started_server(tmp_path: Path) -> None:
+    run = bench(
+        "slow-consumer", "--messages", "20000", "--duration", "3", "--output", str(tmp_path)
+    )
+    assert run.returncode == 0, run.stderr
+    [record] = json.loads((tmp_path / "slow-consumer.json").read_text())["records"]
+    figures = record["figures"]
+    assert 0 < figures["taken"] <= 20000
+    assert figures["RSS peak MB"] > 0
+    assert 0 < figures["pending max"] <= DEFAULT_MAX_QUEUE_CREDIT + PENDING_SLACK
+    names = {series["name"] for series in record["series"]}
+    assert {"server RSS", "outgoing_pending max", "consumer rate"} <= names
+    assert (tmp_path / "slow-consumer.png").stat().st_size > 0
+
+
+def test_a_missing_server_is_one_line(tmp_path: Path) -> None:
+    run = bench(
+        "throughput", "--url", "amqp://127.0.0.1:1/", "--duration", "1", "--output", str(tmp_path)
+    )
+    assert run.returncode == 1
+    assert run.stdout == ""
+    assert run.stderr.splitlines()[-1] == (
+        "python -m bench throughput: server: receiver 1: cannot connect to 127.0.0.1:1: "
+        "Connection refused"
+    )
