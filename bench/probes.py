@@ -88,7 +88,7 @@ class MetricsProbe:
         except (OSError, MetricsError, urllib.error.URLError):
             return {}
         if figures is None:
-            return {"outgoing_pending sum": 0.0, "outgoing_pending max": 0.0}
+            return {}  # not exported: no figure rather than a made-up zero
         return {"outgoing_pending sum": figures[0], "outgoing_pending max": figures[1]}
 
 

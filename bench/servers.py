@@ -34,12 +34,10 @@ __all__ = [
     "parse_target",
     "running",
     "start_sluicegate",
-    "start_with_metrics",
     "stop",
 ]
 
 START: Final[str] = "start"  # the URL that means "start a sluicegate for each run"
-SAMPLED_SERVER: Final[str] = "bench.sampled_server"
 DEFAULT_ADDRESS_PREFIX: Final[str] = "/queues/"  # RabbitMQ 4's v2 address format, sluicegate's
 READY_TIMEOUT_S: Final[float] = 30.0  # a loaded machine takes a few seconds to import proton
 STOP_TIMEOUT_S: Final[float] = 20.0  # the server's own graceful shutdown plus a margin
@@ -127,14 +125,17 @@ def _drain(stream: IO[str], into: list[str]) -> None:
 
 
 def start_sluicegate(
-    name: str, options: Sequence[str], data_dir: Path, module: str = "gateway"
+    name: str, options: Sequence[str], data_dir: Path, metrics: bool = False
 ) -> Server:
-    """Start ``python -m MODULE serve`` on a free port; raise ``MissingFeature`` or ``ServerError``.
+    """Start ``python -m gateway serve`` on a free port (``MissingFeature``, ``ServerError``).
 
-    ``module`` is ``SAMPLED_SERVER`` when sluicegate has no metrics endpoint yet.
+    ``metrics`` puts the Prometheus endpoint on a free port; without it the endpoint is off, so
+    that no two servers contend for its default port.
     """
-    command = [sys.executable, "-m", module, "serve", "--listen", "127.0.0.1:0"]
-    command += ["--data-dir", str(data_dir), *options]
+    metrics_port = free_port() if metrics else None
+    metrics_listen = "off" if metrics_port is None else f"127.0.0.1:{metrics_port}"
+    command = [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
+    command += ["--data-dir", str(data_dir), "--metrics-listen", metrics_listen, *options]
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -171,6 +172,7 @@ def start_sluicegate(
         port=int(match["port"]),
         address_prefix=DEFAULT_ADDRESS_PREFIX,
         pid=process.pid,
+        metrics_url=None if metrics_port is None else f"http://127.0.0.1:{metrics_port}/metrics",
         data_dir=data_dir,
         process=process,
         log_lines=errors,
@@ -216,24 +218,6 @@ def external(target: Target) -> Server:
     )
 
 
-def start_with_metrics(name: str, options: Sequence[str], data_dir: Path) -> Server:
-    """Start sluicegate with its Prometheus endpoint on a free port.
-
-    A sluicegate without ``--metrics-listen`` runs under ``bench.sampled_server``, which serves
-    the same outgoing_pending gauge from the server's statistics.
-    """
-    port = free_port()
-    with_metrics = [*options, "--metrics-listen", f"127.0.0.1:{port}"]
-    try:
-        server = start_sluicegate(name, with_metrics, data_dir)
-    except MissingFeature as missing:
-        if "--metrics-listen" not in str(missing):
-            raise
-        server = start_sluicegate(name, with_metrics, data_dir, SAMPLED_SERVER)
-    server.metrics_url = f"http://127.0.0.1:{port}/metrics"
-    return server
-
-
 @contextmanager
 def running(target: Target, options: Sequence[str] = (), metrics: bool = False) -> Iterator[Server]:
     """The target's server for one run: started fresh (and stopped after) or reached by URL.
@@ -246,11 +230,7 @@ def running(target: Target, options: Sequence[str] = (), metrics: bool = False) 
         yield external(target)
         return
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as scratch:
-        data_dir = Path(scratch) / "data"
-        if metrics:
-            server = start_with_metrics(target.name, options, data_dir)
-        else:
-            server = start_sluicegate(target.name, options, data_dir)
+        server = start_sluicegate(target.name, options, Path(scratch) / "data", metrics)
         try:
             yield server
         finally:
