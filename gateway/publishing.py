@@ -22,9 +22,8 @@ from gateway import reading
 from gateway.addresses import parse_address
 from gateway.config import ServerConfig
 from gateway.state import ConnectionState, IncomingLinkState
-from queues.classic import ClassicQueue
 from queues.message import Message
-from queues.queue_type import Dispatch, Outcome
+from queues.queue_type import Dispatch, Outcome, QueueType
 from queues.registry import QueueRegistry
 from session.incoming_link import IncomingLink
 from session.memory_budget import MemoryBudget
@@ -141,11 +140,11 @@ class Publishing:
         for queue in queues:
             self.store(pending, queue, Message(payload))
 
-    def route(self, state: IncomingLinkState, payload: bytes) -> list[ClassicQueue]:
+    def route(self, state: IncomingLinkState, payload: bytes) -> list[QueueType]:
         """The queues a message goes to: the link's target queue."""
         return [state.queue]
 
-    def store(self, pending: Unconfirmed, queue: ClassicQueue, message: Message) -> None:
+    def store(self, pending: Unconfirmed, queue: QueueType, message: Message) -> None:
         """Enqueue one copy; an in-memory queue has stored it once ``enqueue`` returns."""
         dispatches = queue.enqueue(message)
         if dispatches:

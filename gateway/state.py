@@ -13,7 +13,7 @@ from proton import Connection, Receiver, Sender, Session, Transport
 from proton._selectable import Selectable
 
 from gateway.window import remote_incoming_window, session_address
-from queues.classic import ClassicQueue
+from queues.queue_type import QueueType
 from session.account import Account
 from session.incoming_link import IncomingLink
 from session.outgoing_link import OutgoingLink
@@ -74,7 +74,7 @@ class IncomingLinkState:
     """A publisher's link: where its messages go, its credit, and the account it charges."""
 
     receiver: Receiver
-    queue: ClassicQueue
+    queue: QueueType
     link: IncomingLink
     connection: ConnectionState
 

@@ -1,11 +1,22 @@
 """The classic queue: a FIFO of messages shared round robin by credited consumers.
 
 A message is AVAILABLE, ACQUIRED by one consumer (delivered, unsettled) or ARCHIVED (gone).
-AVAILABLE messages are served in publication order. A released message goes back to its
-original place: every message taken from the ready FIFO has a lower sequence number than all
-messages still in it, so returned messages wait in a heap by sequence number and are always
-served before the FIFO. Both structures make every operation O(1) or O(log returned), however
-long the queue.
+Messages live in ``_log``, a dict by sequence number, so any message is found in O(1) and an
+archived one leaves at once, whatever order consumers settle in: the log holds only live
+messages, even behind one that a consumer holds for hours. Archiving leaves a gap in the
+sequence; the scavenger moves ``_low`` (a lower bound of live sequence numbers) over the gaps
+lazily, each gap once, so every message costs amortised O(1) however long the queue.
+
+AVAILABLE messages are served in publication order. ``_cursor`` marks how far the queue has
+handed out messages in order; a message released behind it waits in ``_returned``, a heap by
+sequence number, and is served before the cursor moves on: back at its original position.
+Filtered and browsing consumers keep their own cursor and heap, since they skip what they do
+not match. Heaps are lazy: an entry whose message changed state meanwhile is dropped when met.
+
+Time comes from a shared :class:`~queues.queue_type.Clock`. Expiry deadlines (``ttl``,
+``absolute-expiry-time``, ``x-message-ttl``) and delivery locks (``x-consumer-timeout``) sit in
+heaps that :meth:`ClassicQueue.expire` pops; a delivery also checks expiry, so an expired message
+is never delivered even before the timer runs.
 """
 
 from __future__ import annotations
@@ -14,52 +25,153 @@ import heapq
 from collections import deque
 from typing import Final
 
+from queues.arguments import DEFAULT_ARGUMENTS, Overflow, QueueArguments
+from queues.errors import ResourceLimitExceeded
 from queues.held_bytes import HeldBytes
-from queues.message import Message
-from queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome, QueueStatistics
+from queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from queues.queue_type import (
+    DEFAULT_CONSUMER,
+    Clock,
+    ConsumerKey,
+    ConsumerOptions,
+    CreditReply,
+    DeadLetter,
+    Dispatch,
+    LockExpired,
+    MessageFilter,
+    Outcome,
+    QueueStatistics,
+)
 from queues.serial import SERIAL_MASK, link_credit_snd
 
 _NO_DISPATCH: Final[list[Dispatch]] = []
+# Deliveries whose lock expired that a consumer may still settle late and get a clear error;
+# older ones are forgotten (their late settlement is then ignored like any unknown one).
+_MAX_LOST_LOCKS: Final = 65536
+
+# Dead-letter reasons, as RabbitMQ names them in x-death / x-opt-deaths.
+REJECTED: Final = "rejected"
+EXPIRED: Final = "expired"
+DELIVERY_LIMIT: Final = "delivery_limit"
+MAXLEN: Final = "maxlen"
 
 
 class Consumer:
     """One consumer's side of the queue link: its credit and what it holds unsettled."""
 
-    __slots__ = ("ack_required", "credit", "delivery_count", "key", "unacked", "waiting")
+    __slots__ = (
+        "ack_required",
+        "active",
+        "browse",
+        "credit",
+        "cursor",
+        "delivery_count",
+        "filter",
+        "key",
+        "lost",
+        "priority",
+        "returned",
+        "unacked",
+        "waiting",
+    )
 
-    def __init__(self, key: ConsumerKey, ack_required: bool) -> None:
+    def __init__(self, key: ConsumerKey, ack_required: bool, options: ConsumerOptions) -> None:
         self.key = key
-        self.ack_required = ack_required
+        self.ack_required = ack_required and not options.browse
+        self.filter: MessageFilter | None = options.filter
+        self.browse = options.browse
+        self.priority = options.priority
         self.delivery_count = 0
         self.credit = 0
         self.unacked: dict[int, Message] = {}
         # True while the consumer sits in the queue's rotation of consumers with credit.
         self.waiting = False
+        # False for a single-active-consumer queue's consumers that wait their turn.
+        self.active = True
+        # For filtered and browsing consumers: the next sequence number to look at, and the
+        # messages released behind it that it has not seen since.
+        self.cursor = 0
+        self.returned: list[int] = []
+        # Deliveries released by lock expiry, so that their late settlement gets an error.
+        self.lost: dict[int, None] = {}
+
+    @property
+    def scans(self) -> bool:
+        """True when the consumer does not take the queue's messages simply in order."""
+        return self.filter is not None or self.browse
 
 
 class ClassicQueue:
     """An in-memory queue implementing :class:`queues.queue_type.QueueType`."""
 
-    def __init__(self, name: str, held: HeldBytes | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        arguments: QueueArguments = DEFAULT_ARGUMENTS,
+        *,
+        clock: Clock | None = None,
+        dead_letters: list[DeadLetter] | None = None,
+        held: HeldBytes | None = None,
+    ) -> None:
         self.name = name
         # The server-wide count of bytes held, for the memory budget.
         self.held = HeldBytes() if held is None else held
-        self._ready: deque[Message] = deque()
-        self._returned: list[tuple[int, Message]] = []
+        self.arguments = arguments
+        self.clock = clock if clock is not None else Clock()
+        # Where dead letters go for routing to the dead-letter exchange (the registry's outbox).
+        self.dead_letters: list[DeadLetter] = dead_letters if dead_letters is not None else []
+        self._log: dict[int, Message] = {}
+        self._low = 0
+        self._cursor = 0
+        self._returned: list[int] = []
+        self._available = 0
         self._ready_bytes = 0
         self._next_seq = 0
+        self._expiries: list[tuple[int, int]] = []
+        # (deadline, ticket, message, holder): the ticket keeps entries comparable.
+        self._locks: list[tuple[int, int, Message, Consumer]] = []
+        self._tickets = 0
         self._consumers: dict[ConsumerKey, Consumer] = {}
-        # Consumers with credit, in round-robin order: fair dispatch without scanning them all.
-        self._rotation: deque[Consumer] = deque()
+        # Consumers with credit by priority, highest first; round robin within a priority.
+        self._rotation: list[tuple[int, deque[Consumer]]] = []
+        self._waiting = 0
+        # Browsing consumers with credit.
+        self._browsing = 0
+        self._ttl = arguments.message_ttl
+        self._bounded = arguments.bounded
+        self._browsers: list[Consumer] = []
+        # Filtered consumers that acquire: each sees messages released behind its cursor.
+        self._filtered: list[Consumer] = []
         self._published = 0
         self._delivered = 0
         self._acknowledged = 0
+        self._rejected = 0
+        self._expired = 0
+        self._dead_lettered = 0
+        self._dropped = 0
+        self._overflowed = 0
+        self._lock_expired = 0
 
     # -- consumers ------------------------------------------------------------------------
 
-    def attach(self, consumer: ConsumerKey, *, ack_required: bool) -> None:
-        """Register a consumer with no credit."""
-        self._consumers[consumer] = Consumer(consumer, ack_required)
+    def attach(
+        self,
+        consumer: ConsumerKey,
+        *,
+        ack_required: bool,
+        options: ConsumerOptions = DEFAULT_CONSUMER,
+    ) -> None:
+        """Register a consumer with no credit; it starts at the queue's first message."""
+        state = Consumer(consumer, ack_required, options)
+        self._scavenge()
+        state.cursor = self._low
+        if self.arguments.single_active_consumer and not state.browse:
+            state.active = not any(c.active and not c.browse for c in self._consumers.values())
+        self._consumers[consumer] = state
+        if state.browse:
+            self._browsers.append(state)
+        elif state.filter is not None:
+            self._filtered.append(state)
 
     def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
         """Remove a consumer; unsent messages return as they were, unsettled ones as failed."""
@@ -67,17 +179,29 @@ class ClassicQueue:
         if state is None:
             return _NO_DISPATCH
         state.credit = 0
-        if state.waiting:
-            self._rotation.remove(state)
-            state.waiting = False
+        self._leave_rotation(state)
+        if state.browse:
+            self._browsers.remove(state)
+        elif state.filter is not None:
+            self._filtered.remove(state)
+        unacked = state.unacked
         for message in unsent:
-            state.unacked.pop(message.seq, None)
-            self._push_returned(message)
-        for message in state.unacked.values():
-            self._count_failed_delivery(message)
-            self._push_returned(message)
-        state.unacked.clear()
-        return self._dispatch()
+            if state.browse:
+                continue
+            held = unacked.pop(message.seq, None)
+            if held is message or (held is None and message.state == ARCHIVED):
+                self._restore(message)
+        failed = list(unacked.values())
+        unacked.clear()
+        for message in failed:
+            self._make_available(message)
+        if state.active and self.arguments.single_active_consumer and not state.browse:
+            self._promote()
+        try:
+            self._count_failures(failed)
+        finally:
+            dispatches = self._dispatch()
+        return dispatches
 
     def credit(
         self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
@@ -85,18 +209,16 @@ class ClassicQueue:
         """Set a consumer's credit, deliver what it can take, then reply once."""
         state = self._consumers[consumer]
         state.credit = link_credit_snd(delivery_count, credit, state.delivery_count)
-        delivered = self._take(state, state.credit)
+        delivered = self._take(state, state.credit) if state.active else []
         if drain and state.credit > 0:
             # AMQP 1.0 §2.6.7: a drained sender advances delivery-count by its unused credit.
             state.delivery_count = (state.delivery_count + state.credit) & SERIAL_MASK
             state.credit = 0
-        if state.credit > 0 and not state.waiting:
-            state.waiting = True
-            self._rotation.append(state)
-        elif state.credit == 0 and state.waiting:
-            self._rotation.remove(state)
-            state.waiting = False
-        reply = CreditReply(state.delivery_count, state.credit, self.available, drain)
+        if state.credit > 0 and state.active:
+            self._join_rotation(state)
+        else:
+            self._leave_rotation(state)
+        reply = CreditReply(state.delivery_count, state.credit, self._available, drain)
         return delivered, reply
 
     # -- messages -------------------------------------------------------------------------
@@ -104,125 +226,538 @@ class ClassicQueue:
     @property
     def available(self) -> int:
         """Messages ready to be delivered."""
-        return len(self._ready) + len(self._returned)
+        return self._available
 
     def enqueue(self, message: Message) -> list[Dispatch]:
-        """Append a message; the next consumer with credit in rotation receives it."""
-        message.seq = self._next_seq
-        self._next_seq += 1
+        """Append a message; the next consumer with credit in rotation receives it.
+
+        Raises :class:`~queues.errors.ResourceLimitExceeded` when the queue is full and its
+        overflow is ``reject-publish``: nothing is then stored.
+        """
+        ttl = self._ttl
+        if ttl is not None:
+            deadline = self.clock.now + ttl
+            if message.expires is None or deadline < message.expires:
+                message.expires = deadline
+        if self._bounded and self._refuse(message):
+            self._overflowed += 1
+            if self.arguments.overflow is Overflow.REJECT_PUBLISH_DLX:
+                self._dead_letter(message, MAXLEN)
+            raise ResourceLimitExceeded(f"queue '{self.name}' is full (x-overflow reject-publish)")
+        message.seq = seq = self._next_seq
+        self._next_seq = seq + 1
         self._published += 1
-        self.held.total += len(message.payload)
-        rotation = self._rotation
-        if rotation and not self._returned and not self._ready:
-            state = rotation.popleft()
-            self._give(state, message)
-            if state.credit > 0:
-                rotation.append(state)
-            else:
-                state.waiting = False
-            return [(state.key, message)]
-        self._ready.append(message)
-        self._ready_bytes += len(message.payload)
-        return _NO_DISPATCH
+        self._log[seq] = message
+        self._available += 1
+        size = len(message.payload)
+        self._ready_bytes += size
+        self.held.total += size
+        expires = message.expires
+        if expires is not None:
+            heapq.heappush(self._expiries, (expires, seq))
+        if self._waiting or self._browsing:
+            dispatches = self._offer(message)
+            if message.state != AVAILABLE:
+                return dispatches
+        else:
+            dispatches = _NO_DISPATCH
+        if expires is not None and expires <= self.clock.now:
+            # A message that is already dead (ttl 0) lives only if a consumer takes it at once.
+            self._expire(message)
+        elif self._bounded:
+            self._drop_head()
+        return dispatches
 
     def settle(
         self, consumer: ConsumerKey, seqs: list[int], outcome: Outcome, delivery_failed: bool
     ) -> list[Dispatch]:
-        """Apply an outcome: accepted and rejected archive, released and modified requeue."""
+        """Apply an outcome: accepted archives, rejected dead-letters, the others requeue."""
         state = self._consumers.get(consumer)
         if state is None:
             return _NO_DISPATCH
         unacked = state.unacked
-        requeue = outcome is Outcome.RELEASED or outcome is Outcome.MODIFIED
+        if outcome is Outcome.ACCEPTED and not state.lost:
+            # The common case, kept tight: archive each delivery in place.
+            log = self._log
+            settled = 0
+            freed = 0
+            for seq in seqs:
+                message = unacked.pop(seq, None)
+                if message is not None:
+                    message.state = ARCHIVED
+                    del log[seq]
+                    settled += 1
+                    freed += len(message.payload)
+            self._acknowledged += settled
+            self.held.total -= freed
+            return _NO_DISPATCH
+        late: list[int] = []
+        failed: list[Message] = []
+        requeued = False
         for seq in seqs:
             message = unacked.pop(seq, None)
             if message is None:
+                if seq in state.lost:
+                    del state.lost[seq]
+                    late.append(seq)
                 continue
-            if requeue:
-                if delivery_failed:
-                    self._count_failed_delivery(message)
-                self._push_returned(message)
-            else:
+            if outcome is Outcome.ACCEPTED:
                 self._acknowledged += 1
-                self.held.total -= len(message.payload)
-        return self._dispatch() if requeue else _NO_DISPATCH
+                self._archive(message)
+            elif outcome is Outcome.REJECTED:
+                self._rejected += 1
+                self._archive(message)
+                self._dead_letter(message, REJECTED)
+            else:
+                requeued = True
+                self._make_available(message)
+                if delivery_failed and outcome is Outcome.MODIFIED:
+                    failed.append(message)
+        dispatches = _NO_DISPATCH
+        try:
+            self._count_failures(failed)
+        finally:
+            if requeued:
+                dispatches = self._dispatch()
+        if late:
+            raise LockExpired(
+                f"deliveries {late} of queue '{self.name}' were released when their lock "
+                f"expired after {self.arguments.consumer_timeout} ms; this settlement "
+                "changed nothing",
+                dispatches,
+            )
+        return dispatches
 
     def purge(self) -> int:
         """Drop every available message; return how many were dropped."""
-        count = self.available
-        self.held.total -= self._ready_bytes + sum(len(m.payload) for _, m in self._returned)
-        self._ready.clear()
+        count = self._available
+        log = self._log
+        for seq, message in list(log.items()):
+            if message.state == AVAILABLE:
+                message.state = ARCHIVED
+                del log[seq]
         self._returned.clear()
+        for state in self._filtered:
+            state.returned.clear()
+        self._expiries.clear()
+        self.held.total -= self._ready_bytes
+        self._available = 0
         self._ready_bytes = 0
         return count
 
+    def expire(self) -> list[Dispatch]:
+        """Expire messages and release deliveries whose deadline is the clock's time or past."""
+        now = self.clock.now
+        expiries = self._expiries
+        while expiries and expiries[0][0] <= now:
+            deadline, seq = heapq.heappop(expiries)
+            message = self._find(seq)
+            if message is not None and message.state == AVAILABLE and message.expires == deadline:
+                self._expire(message)
+        locks = self._locks
+        released: list[Message] = []
+        while locks and locks[0][0] <= now:
+            deadline, _, message, state = heapq.heappop(locks)
+            seq = message.seq
+            if state.unacked.get(seq) is message and message.lock_deadline == deadline:
+                del state.unacked[seq]
+                self._lock_expired += 1
+                if len(state.lost) >= _MAX_LOST_LOCKS:
+                    del state.lost[next(iter(state.lost))]
+                state.lost[seq] = None
+                self._make_available(message)
+                released.append(message)
+        if not released:
+            return _NO_DISPATCH
+        try:
+            self._count_failures(released)
+        finally:
+            dispatches = self._dispatch()
+        return dispatches
+
+    def next_deadline(self) -> int | None:
+        """The earliest expiry or lock deadline pending (perhaps of a message since gone)."""
+        deadlines = [heap[0][0] for heap in (self._expiries, self._locks) if heap]
+        return min(deadlines) if deadlines else None
+
     def statistics(self) -> QueueStatistics:
         """Counts for metrics and tests."""
-        returned_bytes = sum(len(m.payload) for _, m in self._returned)
         return QueueStatistics(
             name=self.name,
-            ready=self.available,
+            ready=self._available,
             unacked=sum(len(c.unacked) for c in self._consumers.values()),
             consumers=len(self._consumers),
-            ready_bytes=self._ready_bytes + returned_bytes,
+            ready_bytes=self._ready_bytes,
             published=self._published,
             delivered=self._delivered,
             acknowledged=self._acknowledged,
+            rejected=self._rejected,
+            expired=self._expired,
+            dead_lettered=self._dead_lettered,
+            dropped=self._dropped,
+            overflowed=self._overflowed,
+            lock_expired=self._lock_expired,
         )
 
-    # -- internals ------------------------------------------------------------------------
+    def holds(self, consumer: ConsumerKey) -> set[int]:
+        """The sequence numbers a consumer holds unsettled."""
+        state = self._consumers.get(consumer)
+        return set(state.unacked) if state is not None else set()
 
-    def _count_failed_delivery(self, message: Message) -> None:
-        before = len(message.payload)
-        message.count_failed_delivery()
-        self.held.total += len(message.payload) - before
+    def log_slots(self) -> int:
+        """Slots the log keeps, holes included: what the scavenger bounds."""
+        return len(self._log)
 
-    def _push_returned(self, message: Message) -> None:
-        heapq.heappush(self._returned, (message.seq, message))
+    # -- state changes --------------------------------------------------------------------
+
+    def _archive(self, message: Message) -> None:
+        message.state = ARCHIVED
+        del self._log[message.seq]
+        self.held.total -= len(message.payload)
+
+    def _make_available(self, message: Message) -> None:
+        """Put an acquired message back at its original position."""
+        message.state = AVAILABLE
+        self._available += 1
+        self._ready_bytes += len(message.payload)
+        seq = message.seq
+        if seq < self._cursor:
+            heapq.heappush(self._returned, seq)
+        for state in self._filtered:
+            if seq < state.cursor:
+                heapq.heappush(state.returned, seq)
+        if message.expires is not None:
+            heapq.heappush(self._expiries, (message.expires, seq))
+
+    def _restore(self, message: Message) -> None:
+        """Take back a message its consumer's session never sent, as if never delivered."""
+        if message.state == ARCHIVED:
+            # A settled-mode delivery: it was counted as consumed when handed out.
+            self._acknowledged -= 1
+            self._log[message.seq] = message
+            self._low = min(self._low, message.seq)
+            self.held.total += len(message.payload)
+        self._delivered -= 1
+        self._make_available(message)
+
+    def _count_failures(self, messages: list[Message]) -> None:
+        """Count a failed delivery on each message, dead-lettering those past the limit.
+
+        Runs after the messages are back in the queue, so that a header that cannot be
+        re-encoded loses nothing: that message keeps its old count, the others get theirs.
+        """
+        limit = self.arguments.delivery_limit
+        error: Exception | None = None
+        for message in messages:
+            size = len(message.payload)
+            try:
+                message.count_failed_delivery()
+            except Exception as exc:
+                error = error or exc
+                continue
+            grown = len(message.payload) - size
+            self._ready_bytes += grown
+            self.held.total += grown
+            if limit is not None and message.delivery_count > limit:
+                self._remove_available(message)
+                self._dead_letter(message, DELIVERY_LIMIT)
+        if error is not None:
+            raise error
+
+    def _remove_available(self, message: Message) -> None:
+        self._available -= 1
+        self._ready_bytes -= len(message.payload)
+        self._archive(message)
+
+    def _expire(self, message: Message) -> None:
+        self._expired += 1
+        self._remove_available(message)
+        self._dead_letter(message, EXPIRED)
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        exchange = self.arguments.dead_letter_exchange
+        if exchange is None:
+            self._dropped += 1
+            return
+        self._dead_lettered += 1
+        self.dead_letters.append(
+            DeadLetter(self.name, message, reason, exchange, self.arguments.dead_letter_routing_key)
+        )
+
+    def _refuse(self, message: Message) -> bool:
+        """True when a reject-publish queue has no room for ``message``."""
+        if self.arguments.overflow is Overflow.DROP_HEAD:
+            return False
+        max_length = self.arguments.max_length
+        max_bytes = self.arguments.max_length_bytes
+        return (max_length is not None and self._available >= max_length) or (
+            max_bytes is not None and self._ready_bytes + len(message.payload) > max_bytes
+        )
+
+    def _drop_head(self) -> None:
+        """Drop the oldest available messages until the queue is within its limits."""
+        max_length = self.arguments.max_length
+        max_bytes = self.arguments.max_length_bytes
+        while (max_length is not None and self._available > max_length) or (
+            max_bytes is not None and self._ready_bytes > max_bytes
+        ):
+            message = self._next_available()
+            if message is None:
+                break
+            self._overflowed += 1
+            self._remove_available(message)
+            self._dead_letter(message, MAXLEN)
+
+    def _scavenge(self) -> None:
+        """Move ``_low`` over the gaps archived messages left at the front of the sequence."""
+        log = self._log
+        low = self._low
+        end = self._next_seq
+        while low < end and low not in log:
+            low += 1
+        self._low = low
+
+    # -- finding messages -----------------------------------------------------------------
+
+    def _find(self, seq: int) -> Message | None:
+        """The message with sequence number ``seq`` if the queue still holds it."""
+        return self._log.get(seq)
 
     def _next_available(self) -> Message | None:
-        if self._returned:
-            return heapq.heappop(self._returned)[1]
-        if self._ready:
-            message = self._ready.popleft()
-            self._ready_bytes -= len(message.payload)
+        """The oldest available message (not yet acquired), expiring dead ones on the way."""
+        now = self.clock.now
+        returned = self._returned
+        while returned:
+            message = self._find(heapq.heappop(returned))
+            if message is None or message.state != AVAILABLE:
+                continue
+            if message.expires is not None and message.expires <= now:
+                self._expire(message)
+                continue
             return message
+        log = self._log
+        seq = max(self._cursor, self._low)
+        end = self._next_seq
+        while seq < end:
+            message = log.get(seq)
+            seq += 1
+            if message is None or message.state != AVAILABLE:
+                continue
+            if message.expires is not None and message.expires <= now:
+                self._expire(message)
+                continue
+            self._cursor = seq
+            return message
+        self._cursor = end
         return None
 
-    def _give(self, state: Consumer, message: Message) -> None:
+    def _next_scanned(self, state: Consumer) -> Message | None:
+        """The next message a filtered or browsing consumer takes, moving its cursor."""
+        now = self.clock.now
+        accept = state.filter
+        wanted = (AVAILABLE, ACQUIRED) if state.browse else (AVAILABLE,)
+        returned = state.returned
+        while returned:
+            message = self._find(heapq.heappop(returned))
+            if message is None or message.state != AVAILABLE:
+                continue
+            if message.expires is not None and message.expires <= now:
+                self._expire(message)
+                continue
+            if accept is None or accept(message):
+                return message
+        log = self._log
+        seq = max(state.cursor, self._low)
+        end = self._next_seq
+        while seq < end:
+            message = log.get(seq)
+            seq += 1
+            if message is None or message.state not in wanted:
+                continue
+            if message.expires is not None and message.expires <= now:
+                if message.state == AVAILABLE:
+                    self._expire(message)
+                continue
+            if accept is None or accept(message):
+                state.cursor = seq
+                return message
+        state.cursor = end
+        return None
+
+    def _give(self, state: Consumer, message: Message) -> Message:
+        """Hand a message to a consumer: acquired, or archived at once when settled mode."""
         state.credit -= 1
         state.delivery_count = (state.delivery_count + 1) & SERIAL_MASK
         self._delivered += 1
+        if state.browse:
+            return message
+        message.state = ACQUIRED
+        self._available -= 1
+        self._ready_bytes -= len(message.payload)
         if state.ack_required:
             state.unacked[message.seq] = message
+            timeout = self.arguments.consumer_timeout
+            if timeout is not None:
+                deadline = message.lock_deadline = self.clock.now + timeout
+                self._tickets += 1
+                heapq.heappush(self._locks, (deadline, self._tickets, message, state))
         else:
             self._acknowledged += 1
-            self.held.total -= len(message.payload)
+            self._archive(message)
+        return message
 
     def _take(self, state: Consumer, limit: int) -> list[Message]:
         taken: list[Message] = []
-        while len(taken) < limit:
-            message = self._next_available()
-            if message is None:
-                break
-            self._give(state, message)
-            taken.append(message)
+        give = self._give
+        if state.scans or self.arguments.consumer_timeout is not None:
+            while len(taken) < limit:
+                message = self._next_scanned(state) if state.scans else self._next_available()
+                if message is None:
+                    break
+                taken.append(give(state, message))
+        else:
+            while self._returned and len(taken) < limit:
+                message = self._next_available()
+                if message is None:
+                    break
+                taken.append(give(state, message))
+            if len(taken) < limit:
+                self._take_in_order(state, limit - len(taken), taken)
         return taken
 
-    def _dispatch(self) -> list[Dispatch]:
-        """Hand available messages to consumers with credit, one each in turn."""
-        dispatched: list[Dispatch] = []
-        rotation = self._rotation
-        while rotation and self.available:
-            state = rotation.popleft()
-            message = self._next_available()
-            if message is None:
-                rotation.appendleft(state)
-                break
-            self._give(state, message)
-            dispatched.append((state.key, message))
-            if state.credit > 0:
-                rotation.append(state)
+    def _take_in_order(self, state: Consumer, limit: int, taken: list[Message]) -> None:
+        """:meth:`_give` over the log from the cursor, inlined: the hot path of consuming."""
+        log = self._log
+        seq = max(self._cursor, self._low)
+        end = self._next_seq
+        now = self.clock.now
+        ack_required = state.ack_required
+        unacked = state.unacked
+        count = 0
+        size_taken = 0
+        while seq < end and count < limit:
+            message = log.get(seq)
+            seq += 1
+            if message is None or message.state != AVAILABLE:
+                continue
+            expires = message.expires
+            if expires is not None and expires <= now:
+                self._expire(message)
+                continue
+            count += 1
+            size_taken += len(message.payload)
+            taken.append(message)
+            if ack_required:
+                message.state = ACQUIRED
+                unacked[message.seq] = message
             else:
-                state.waiting = False
-        return dispatched
+                message.state = ARCHIVED
+                del log[seq - 1]
+        self._cursor = seq
+        if not ack_required:
+            self.held.total -= size_taken
+        if count:
+            state.credit -= count
+            state.delivery_count = (state.delivery_count + count) & SERIAL_MASK
+            self._delivered += count
+            self._available -= count
+            self._ready_bytes -= size_taken
+            if not ack_required:
+                self._acknowledged += count
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def _join_rotation(self, state: Consumer) -> None:
+        if state.waiting:
+            return
+        state.waiting = True
+        if state.browse:
+            self._browsing += 1
+            return
+        self._waiting += 1
+        rotation = self._rotation
+        for priority, group in rotation:
+            if priority == state.priority:
+                group.append(state)
+                return
+        rotation.append((state.priority, deque([state])))
+        rotation.sort(key=lambda entry: -entry[0])
+
+    def _leave_rotation(self, state: Consumer) -> None:
+        if not state.waiting:
+            return
+        state.waiting = False
+        if state.browse:
+            self._browsing -= 1
+            return
+        self._waiting -= 1
+        for priority, group in self._rotation:
+            if priority == state.priority:
+                group.remove(state)
+                return
+
+    def _served(self, state: Consumer, group: deque[Consumer]) -> None:
+        """A waiting consumer got a message: to the back of its group, or out if spent."""
+        if state.credit > 0:
+            group.append(state)
+        else:
+            state.waiting = False
+            self._waiting -= 1
+
+    def _offer(self, message: Message) -> list[Dispatch]:
+        """A new message: copies to waiting browsers, then the first waiting taker that wants it."""
+        dispatches: list[Dispatch] = []
+        if self._browsing:
+            for state in self._browsers:
+                if not state.waiting:
+                    continue
+                state.cursor = message.seq + 1
+                if state.filter is None or state.filter(message):
+                    dispatches.append((state.key, self._give(state, message)))
+                    if state.credit == 0:
+                        self._leave_rotation(state)
+        if not self._waiting:
+            return dispatches
+        for _, group in self._rotation:
+            for index, state in enumerate(group):
+                accept = state.filter
+                if accept is not None:
+                    state.cursor = message.seq + 1
+                    if not accept(message):
+                        continue
+                del group[index]
+                self._give(state, message)
+                self._served(state, group)
+                dispatches.append((state.key, message))
+                return dispatches
+        return dispatches
+
+    def _dispatch(self) -> list[Dispatch]:
+        """Hand available messages to waiting consumers, one each in turn, by priority."""
+        dispatches: list[Dispatch] = []
+        for _, group in self._rotation:
+            while group and self._available:
+                # One pass over the group: each consumer takes one message or leaves the turn.
+                progressed = False
+                for _ in range(len(group)):
+                    state = group.popleft()
+                    message = self._next_scanned(state) if state.scans else self._next_available()
+                    if message is None:
+                        group.append(state)
+                        continue
+                    self._give(state, message)
+                    dispatches.append((state.key, message))
+                    progressed = True
+                    self._served(state, group)
+                if not progressed:
+                    break
+        return dispatches
+
+    def _promote(self) -> None:
+        """A single active consumer left: the longest-waiting other consumer takes over."""
+        for state in self._consumers.values():
+            if not state.browse:
+                state.active = True
+                if state.credit > 0:
+                    self._join_rotation(state)
+                return

@@ -21,3 +21,33 @@ class MessageSizeExceeded(QueueError):
     """A message larger than the link's or the server's max-message-size."""
 
     condition = "amqp:link:message-size-exceeded"
+
+
+class PreconditionFailed(QueueError):
+    """A declaration that conflicts with what exists, or a bad argument (RabbitMQ's 406/409)."""
+
+    condition = "amqp:precondition-failed"
+
+
+class NotFound(QueueError):
+    """A queue or exchange that does not exist (RabbitMQ's 404)."""
+
+    condition = "amqp:not-found"
+
+
+class NotImplementedByServer(QueueError):
+    """A feature RabbitMQ has that this server refuses rather than ignores."""
+
+    condition = "amqp:not-implemented"
+
+
+class ResourceLimitExceeded(QueueError):
+    """A full queue refusing a message (``x-overflow = reject-publish``)."""
+
+    condition = "amqp:resource-limit-exceeded"
+
+
+class ResourceLocked(QueueError):
+    """An exclusive queue used by another connection (RabbitMQ's 405)."""
+
+    condition = "amqp:resource-locked"

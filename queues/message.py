@@ -2,29 +2,77 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from queues.sections import with_delivery_count
+
+# A message's state within its queue (the seed's acquire/release/archive model).
+AVAILABLE: Final = 0
+ACQUIRED: Final = 1
+ARCHIVED: Final = 2
 
 
 class Message:
     """One enqueued message; ``seq`` orders it within its queue and tags its deliveries.
 
     ``payload`` is exactly what goes on the wire. It starts as the publisher's bytes and is
-    re-encoded only when a failed delivery raises the header's delivery-count (AMQP 1.0 §3.2.1).
+    re-encoded only when a failed delivery raises the header's delivery-count (AMQP 1.0 §3.2.1)
+    or dead-lettering adds annotations. ``expires`` is an absolute time in milliseconds since
+    the epoch (the unit of AMQP's ``absolute-expiry-time``), ``None`` for never. ``exchange``
+    and ``routing_key`` say how it was published, for dead-lettering by routing key.
     """
 
-    __slots__ = ("delivery_count", "payload", "seq")
+    __slots__ = (
+        "delivery_count",
+        "exchange",
+        "expires",
+        "lock_deadline",
+        "payload",
+        "routing_key",
+        "seq",
+        "state",
+    )
 
-    def __init__(self, payload: bytes, delivery_count: int = 0, seq: int = 0) -> None:
+    def __init__(
+        self,
+        payload: bytes,
+        delivery_count: int = 0,
+        seq: int = 0,
+        *,
+        expires: int | None = None,
+        exchange: str = "",
+        routing_key: str = "",
+    ) -> None:
         self.payload = payload
         self.delivery_count = delivery_count
         self.seq = seq
+        self.state = AVAILABLE
+        self.expires = expires
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.lock_deadline = 0
 
     @property
     def size(self) -> int:
         """Bytes the message occupies on the wire and in memory."""
         return len(self.payload)
 
+    def copy(self) -> Message:
+        """The same message for another queue: shares the bytes, not the queue's state."""
+        return Message(
+            self.payload,
+            self.delivery_count,
+            expires=self.expires,
+            exchange=self.exchange,
+            routing_key=self.routing_key,
+        )
+
     def count_failed_delivery(self) -> None:
-        """Record one more failed delivery attempt in the header the next consumer sees."""
+        """Record one more failed delivery attempt in the header the next consumer sees.
+
+        The new header is built before anything changes, so a failure leaves the message as it
+        was.
+        """
+        payload = with_delivery_count(self.payload, self.delivery_count + 1)
+        self.payload = payload
         self.delivery_count += 1
-        self.payload = with_delivery_count(self.payload, self.delivery_count)

@@ -9,16 +9,72 @@ flight per consumer and queue its reply behind the deliveries that came before i
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeAlias
 
+from queues.errors import QueueError
 from queues.message import Message
 
 # A consumer is whatever the session uses to name it (its outgoing link); queues only hash it.
 ConsumerKey: TypeAlias = Hashable
 # A delivery handed to some consumer, possibly not the one whose call produced it.
 Dispatch: TypeAlias = tuple[ConsumerKey, Message]
+# A consumer's filter: reads a message's properties sections (never its body) and says yes/no.
+MessageFilter: TypeAlias = Callable[[Message], bool]
+
+
+class Clock:
+    """The time queues act on, in milliseconds since the epoch, set by whoever owns a clock.
+
+    Queues are pure: they never read the time. The gateway sets :attr:`now` once per pass of
+    its event loop; tests set it by hand.
+    """
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: int = 0) -> None:
+        self.now = now
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    """How a consumer takes messages: its filter, whether it browses, its priority.
+
+    A browsing consumer (``distribution-mode = copy``) receives copies and acquires nothing.
+    Among consumers with credit, those of higher priority (``rabbitmq:priority``) are served
+    first; equal priorities share round robin.
+    """
+
+    filter: MessageFilter | None = None
+    browse: bool = False
+    priority: int = 0
+
+
+DEFAULT_CONSUMER: ConsumerOptions = ConsumerOptions()
+
+
+class DeadLetter(NamedTuple):
+    """A message a queue gave up on, for its dead-letter exchange (RabbitMQ's reasons)."""
+
+    queue: str
+    message: Message
+    reason: str
+    exchange: str
+    routing_key: str | None
+
+
+class LockExpired(QueueError):
+    """A settlement of deliveries whose lock had expired: it changed nothing for them.
+
+    ``dispatches`` are what settling the other deliveries of the same call produced.
+    """
+
+    condition = "amqp:precondition-failed"
+
+    def __init__(self, message: str, dispatches: list[Dispatch]) -> None:
+        super().__init__(message)
+        self.dispatches = dispatches
 
 
 class CreditReply(NamedTuple):
@@ -51,6 +107,13 @@ class QueueStatistics:
     published: int
     delivered: int
     acknowledged: int
+    # Messages that left without a consumer accepting them, by way.
+    rejected: int = 0
+    expired: int = 0
+    dead_lettered: int = 0
+    dropped: int = 0
+    overflowed: int = 0
+    lock_expired: int = 0
 
 
 class QueueType(Protocol):
@@ -58,7 +121,13 @@ class QueueType(Protocol):
 
     name: str
 
-    def attach(self, consumer: ConsumerKey, *, ack_required: bool) -> None:
+    def attach(
+        self,
+        consumer: ConsumerKey,
+        *,
+        ack_required: bool,
+        options: ConsumerOptions = DEFAULT_CONSUMER,
+    ) -> None:
         """Register a consumer with no credit (RabbitMQ: mode ``{credited, 0}``)."""
 
     def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
@@ -79,7 +148,19 @@ class QueueType(Protocol):
     def settle(
         self, consumer: ConsumerKey, seqs: list[int], outcome: Outcome, delivery_failed: bool
     ) -> list[Dispatch]:
-        """Apply a consumer's outcome to the deliveries it names by sequence number."""
+        """Apply a consumer's outcome to the deliveries it names by sequence number.
+
+        Raises :class:`LockExpired` (after settling the others) if any had lost its lock.
+        """
+
+    def purge(self) -> int:
+        """Drop every available message; return how many."""
+
+    def expire(self) -> list[Dispatch]:
+        """Act on the deadlines passed at the clock's time: message TTLs, delivery locks."""
+
+    def next_deadline(self) -> int | None:
+        """The earliest time :meth:`expire` may have something to do, or ``None``."""
 
     def statistics(self) -> QueueStatistics:
         """Counts for metrics and tests."""

@@ -1,31 +1,421 @@
-"""The server's queues by name: declared on first use, looked up on every attach."""
+"""The server's queues, exchanges and bindings: declared, listed, deleted, and used to route.
+
+This is the one API that declares things, whoever asks: configuration at start, a link attach,
+the management API, recovery from the durable log. Declarations are idempotent and refuse an
+inequivalent redeclaration with ``amqp:precondition-failed`` (RabbitMQ's 406/409), naming the
+argument that differs. The default exchange ``""`` routes to the queue named by the routing key;
+``amq.direct``, ``amq.fanout`` and ``amq.topic`` exist from the start, as in RabbitMQ.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from queues.arguments import QUEUE_TYPES, QueueArguments, parse_arguments
 from queues.classic import ClassicQueue
+from queues.deaths import Death, is_cycle, record_death
+from queues.errors import (
+    DecodeError,
+    NotFound,
+    PreconditionFailed,
+    QueueError,
+    ResourceLocked,
+)
+from queues.exchanges import Binding, Exchange, ExchangeSettings, exchange_settings
 from queues.held_bytes import HeldBytes
-from queues.queue_type import QueueStatistics
+from queues.message import Message
+from queues.queue_type import Clock, DeadLetter, Dispatch, QueueStatistics, QueueType
+
+
+class AccessRefused(QueueError):
+    """An operation on something the server owns (the default and ``amq.*`` exchanges)."""
+
+    condition = "amqp:unauthorized-access"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """What a declaration fixes about a queue; a redeclaration must repeat it."""
+
+    durable: bool
+    exclusive: bool
+    auto_delete: bool
+    arguments: QueueArguments
+    raw_arguments: tuple[tuple[str, object], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue as listings show it."""
+
+    name: str
+    settings: QueueSettings
+    owner: object
+    statistics: QueueStatistics
+
+
+@dataclass(frozen=True, slots=True)
+class QueueContext:
+    """What every queue of a server shares: its clock, dead-letter outbox and held bytes."""
+
+    clock: Clock
+    dead_letters: list[DeadLetter]
+    held: HeldBytes
+
+
+# How each queue type is built; another queue type (streams) registers its factory here.
+QueueFactory = Callable[[str, QueueArguments, QueueContext], QueueType]
+
+
+def _classic(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
+    return ClassicQueue(
+        name,
+        arguments,
+        clock=context.clock,
+        dead_letters=context.dead_letters,
+        held=context.held,
+    )
+
+
+QUEUE_FACTORIES: dict[str, QueueFactory] = {"classic": _classic}
+DEFAULT_EXCHANGE: Final = ""
+_PREDECLARED: Final = {"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic"}
 
 
 class QueueRegistry:
-    """All queues of one server."""
+    """All queues, exchanges and bindings of one server."""
 
-    def __init__(self) -> None:
-        self._queues: dict[str, ClassicQueue] = {}
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock if clock is not None else Clock()
+        # Dead letters every queue hands over, routed by :meth:`route_dead_letters`.
+        self.dead_letters: list[DeadLetter] = []
         # Bytes every queue holds in memory, for the server's memory budget.
         self.held = HeldBytes()
+        self.context = QueueContext(self.clock, self.dead_letters, self.held)
+        self._queues: dict[str, QueueType] = {}
+        self._settings: dict[str, QueueSettings] = {}
+        self._owners: dict[str, object] = {}
+        self._exchanges: dict[str, Exchange] = {}
+        # Dead letters lost because their exchange was missing or routed them nowhere.
+        self.dead_letters_dropped = 0
+        for name, kind in _PREDECLARED.items():
+            self._exchanges[name] = Exchange(name, exchange_settings(kind))
 
-    def declare(self, name: str) -> ClassicQueue:
-        """Return the queue called ``name``, creating an in-memory classic queue if absent."""
+    # -- queues ---------------------------------------------------------------------------
+
+    def declare_queue(
+        self,
+        name: str,
+        arguments: Mapping[str, object] | None = None,
+        *,
+        durable: bool = True,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        owner: object = None,
+    ) -> QueueType:
+        """Return the queue called ``name``, creating it if absent (idempotent).
+
+        ``owner`` identifies the connection of an exclusive queue; another owner is refused.
+        """
+        if not name:
+            raise PreconditionFailed("a queue needs a name")
+        parsed = parse_arguments(arguments)
+        raw = tuple(sorted((arguments or {}).items()))
+        settings = QueueSettings(durable, exclusive, auto_delete, parsed, raw)
         queue = self._queues.get(name)
-        if queue is None:
-            queue = self._queues[name] = ClassicQueue(name, self.held)
+        if queue is not None:
+            self._check_equivalent(name, self._settings[name], settings)
+            if exclusive and self._owners.get(name) is not owner:
+                raise ResourceLocked(f"queue '{name}' is exclusive to another connection")
+            return queue
+        queue = QUEUE_FACTORIES[parsed.queue_type](name, parsed, self.context)
+        self._queues[name] = queue
+        self._settings[name] = settings
+        if exclusive:
+            self._owners[name] = owner
         return queue
 
-    def get(self, name: str) -> ClassicQueue | None:
+    def declare(self, name: str) -> QueueType:
+        """The queue a link attaches to: the existing one, or a new one with defaults."""
+        queue = self._queues.get(name)
+        return queue if queue is not None else self.declare_queue(name)
+
+    @staticmethod
+    def _check_equivalent(name: str, current: QueueSettings, wanted: QueueSettings) -> None:
+        for field in ("durable", "exclusive", "auto_delete"):
+            if getattr(current, field) != getattr(wanted, field):
+                raise PreconditionFailed(
+                    f"inequivalent arg '{field}' for queue '{name}': received "
+                    f"{getattr(wanted, field)} but current is {getattr(current, field)}"
+                )
+        old, new = dict(current.raw_arguments), dict(wanted.raw_arguments)
+        for argument in sorted(old.keys() | new.keys()):
+            if argument == "x-queue-type" and new.get(argument, "classic") == old.get(
+                argument, "classic"
+            ):
+                continue
+            if old.get(argument) != new.get(argument):
+                raise PreconditionFailed(
+                    f"inequivalent arg '{argument}' for queue '{name}': received "
+                    f"{new.get(argument)!r} but current is {old.get(argument)!r}"
+                )
+
+    def get(self, name: str) -> QueueType | None:
         """Return the queue called ``name`` if it exists."""
         return self._queues.get(name)
+
+    def queue(self, name: str) -> QueueType:
+        """Return the queue called ``name``, or raise ``amqp:not-found``."""
+        queue = self._queues.get(name)
+        if queue is None:
+            raise NotFound(f"no queue '{name}'")
+        return queue
+
+    def settings(self, name: str) -> QueueSettings:
+        """How the queue called ``name`` was declared."""
+        self.queue(name)
+        return self._settings[name]
+
+    def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
+        """Delete a queue and its bindings; return how many ready messages it held.
+
+        Deleting a queue that does not exist succeeds with 0, as in RabbitMQ.
+        """
+        queue = self._queues.get(name)
+        if queue is None:
+            return 0
+        stats = queue.statistics()
+        if if_unused and stats.consumers:
+            raise PreconditionFailed(f"queue '{name}' in use")
+        if if_empty and stats.ready + stats.unacked:
+            raise PreconditionFailed(f"queue '{name}' not empty")
+        del self._queues[name]
+        del self._settings[name]
+        self._owners.pop(name, None)
+        for exchange in self._exchanges.values():
+            exchange.unbind_destination(name)
+        return stats.ready
+
+    def purge_queue(self, name: str) -> int:
+        """Drop a queue's ready messages; return how many."""
+        return self.queue(name).purge()
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue, by name."""
+        return [
+            QueueInfo(name, self._settings[name], self._owners.get(name), queue.statistics())
+            for name, queue in sorted(self._queues.items())
+        ]
 
     def statistics(self) -> list[QueueStatistics]:
         """Every queue's counts, by name."""
         return [self._queues[name].statistics() for name in sorted(self._queues)]
+
+    # -- exchanges and bindings -----------------------------------------------------------
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str = "direct",
+        *,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: Mapping[str, object] | None = None,
+    ) -> Exchange:
+        """Return the exchange called ``name``, creating it if absent (idempotent)."""
+        settings = exchange_settings(
+            type_name,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
+        )
+        if name == DEFAULT_EXCHANGE:
+            raise AccessRefused("the default exchange cannot be declared")
+        exchange = self._exchanges.get(name)
+        if exchange is not None:
+            _check_exchange(name, exchange.settings, settings)
+            return exchange
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange names starting with 'amq.' are reserved: '{name}'")
+        exchange = self._exchanges[name] = Exchange(name, settings)
+        return exchange
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        """Delete an exchange and its bindings (deleting one that does not exist succeeds)."""
+        if name == DEFAULT_EXCHANGE or name in _PREDECLARED:
+            raise AccessRefused(f"exchange '{name}' cannot be deleted")
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and exchange.bindings:
+            raise PreconditionFailed(f"exchange '{name}' in use")
+        del self._exchanges[name]
+
+    def exchange(self, name: str) -> Exchange:
+        """Return the exchange called ``name``, or raise ``amqp:not-found``."""
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            raise NotFound(f"no exchange '{name}'")
+        return exchange
+
+    def exchanges(self) -> list[Exchange]:
+        """Every declared exchange, by name (the default exchange is implicit)."""
+        return [self._exchanges[name] for name in sorted(self._exchanges)]
+
+    def bind(
+        self,
+        source: str,
+        destination: str,
+        binding_key: str = "",
+        arguments: Mapping[str, object] | None = None,
+    ) -> Binding:
+        """Bind a queue to an exchange (idempotent)."""
+        if source == DEFAULT_EXCHANGE:
+            raise AccessRefused("the default exchange cannot be bound")
+        exchange = self.exchange(source)
+        self.queue(destination)
+        binding = Binding(
+            source, destination, binding_key, tuple(sorted((arguments or {}).items()))
+        )
+        exchange.bind(binding)
+        return binding
+
+    def unbind(self, source: str, destination: str, binding_key: str = "") -> bool:
+        """Remove a binding; False if there was none."""
+        exchange = self._exchanges.get(source)
+        return exchange is not None and exchange.unbind(destination, binding_key)
+
+    def bindings(self, source: str | None = None, destination: str | None = None) -> list[Binding]:
+        """Bindings, optionally only those from ``source`` or to ``destination``."""
+        found: list[Binding] = []
+        for exchange in self.exchanges():
+            if source is not None and exchange.name != source:
+                continue
+            found.extend(
+                binding
+                for binding in exchange.bindings.values()
+                if destination is None or binding.destination == destination
+            )
+        return found
+
+    def route(self, exchange: str, routing_key: str) -> list[QueueType]:
+        """The queues a message published to ``exchange`` with ``routing_key`` goes to.
+
+        An exchange that routes nowhere passes the message to its alternate exchange, if any.
+        Raises ``amqp:not-found`` for an exchange that does not exist.
+        """
+        if exchange == DEFAULT_EXCHANGE:
+            queue = self._queues.get(routing_key)
+            return [queue] if queue is not None else []
+        seen: set[str] = set()
+        name: str | None = exchange
+        while name is not None and name not in seen:
+            seen.add(name)
+            found = self._exchanges.get(name)
+            if found is None:
+                if name == exchange:
+                    raise NotFound(f"no exchange '{exchange}'")
+                return []
+            queues = self._queues
+            targets = [queues[q] for q in found.route(routing_key) if q in queues]
+            if targets:
+                return targets
+            name = found.settings.alternate_exchange
+        return []
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    def route_dead_letters(self) -> list[Dispatch]:
+        """Deliver every pending dead letter to its dead-letter exchange's queues.
+
+        Each copy carries the death in its annotations; a message that would loop back to a
+        queue it already died in, with no rejection on the way, is dropped (RabbitMQ's rule).
+        """
+        dispatches: list[Dispatch] = []
+        pending = self.dead_letters
+        while pending:
+            batch = pending[:]
+            pending.clear()
+            for letter in batch:
+                dispatches.extend(self._dead_letter(letter))
+        return dispatches
+
+    def _dead_letter(self, letter: DeadLetter) -> list[Dispatch]:
+        message = letter.message
+        routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
+        try:
+            targets = self.route(letter.exchange, routing_key)
+        except NotFound:
+            targets = []
+        payload = message.payload
+        targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
+        if not targets:
+            self.dead_letters_dropped += 1
+            return []
+        death = Death(
+            letter.queue,
+            letter.reason,
+            message.exchange,
+            (message.routing_key,),
+            self.clock.now,
+        )
+        try:
+            payload = record_death(payload, death)
+        except DecodeError:
+            self.dead_letters_dropped += 1
+            return []
+        dispatches: list[Dispatch] = []
+        for queue in targets:
+            copy = Message(
+                payload,
+                message.delivery_count,
+                exchange=letter.exchange,
+                routing_key=routing_key,
+            )
+            try:
+                dispatches.extend(queue.enqueue(copy))
+            except QueueError:
+                self.dead_letters_dropped += 1
+        return dispatches
+
+    # -- time -----------------------------------------------------------------------------
+
+    def expire(self) -> list[Dispatch]:
+        """Run every queue's due expiries and lock releases at the clock's time."""
+        now = self.clock.now
+        dispatches: list[Dispatch] = []
+        for queue in list(self._queues.values()):
+            deadline = queue.next_deadline()
+            if deadline is not None and deadline <= now:
+                dispatches.extend(queue.expire())
+        return dispatches
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of any queue."""
+        deadlines = [d for q in self._queues.values() if (d := q.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
+
+def _check_exchange(name: str, current: ExchangeSettings, wanted: ExchangeSettings) -> None:
+    for field in ("type", "durable", "auto_delete", "internal", "alternate_exchange", "unroutable"):
+        old, new = getattr(current, field), getattr(wanted, field)
+        if old != new:
+            raise PreconditionFailed(
+                f"inequivalent arg '{field}' for exchange '{name}': received {new} "
+                f"but current is {old}"
+            )
+
+
+__all__ = [
+    "QUEUE_FACTORIES",
+    "QUEUE_TYPES",
+    "AccessRefused",
+    "QueueContext",
+    "QueueInfo",
+    "QueueRegistry",
+    "QueueSettings",
+]

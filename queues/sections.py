@@ -84,14 +84,14 @@ def read_header(payload: bytes | memoryview) -> Header:
     if section_code(descriptor) != HEADER:
         return Header()
     value, _ = decode(payload, value_pos)
-    return _header_from(value)
+    return header_from(value)
 
 
 _UBYTE_MAX: Final = 0xFF
 _UINT_MAX: Final = 0xFFFFFFFF
 
 
-def _header_from(value: Value) -> Header:
+def header_from(value: Value) -> Header:
     """Read the header's fields, refusing values their AMQP types cannot hold.
 
     The header is re-encoded on redelivery, so a value that would not encode back (a priority of
@@ -150,7 +150,7 @@ def with_delivery_count(payload: bytes, delivery_count: int) -> bytes:
         descriptor, value_pos = decode(payload, 1)
         if section_code(descriptor) == HEADER:
             value, rest = decode(payload, value_pos)
-            header = _header_from(value)
+            header = header_from(value)
     updated = Header(
         durable=header.durable,
         priority=header.priority,
@@ -171,6 +171,7 @@ __all__ = [
     "Header",
     "encode",
     "encode_header",
+    "header_from",
     "read_header",
     "section_code",
     "sections",

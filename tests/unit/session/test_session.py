@@ -292,7 +292,7 @@ def test_window_zero_still_sends_flows() -> None:
 def test_window_counts_frames_of_multi_frame_messages() -> None:
     h = Harness(3, window=0, max_frame_size=512, payload_size=1000)
     frame_payload = 512 - 64
-    frames = -(-len(h.queue._ready[0].payload) // frame_payload)
+    frames = -(-(h.queue.statistics().ready_bytes // 3) // frame_payload)
     assert frames == 3
     h.flow(3)
     h.session.remote_incoming_window = 4

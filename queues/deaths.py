@@ -1,0 +1,107 @@
+"""Why a message was dead-lettered, recorded in its message annotations (RabbitMQ 4's AMQP form).
+
+RabbitMQ 4 records dead-lettering in the message-annotations section: ``x-opt-deaths``, a list
+of one map per (queue, reason) with a count, most recent first, and ``x-first-death-*`` /
+``x-last-death-*`` entries. Only that section is decoded and re-encoded; the bytes before it
+(header, delivery annotations) and after it (properties, application properties, body, footer)
+are copied as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from queues.codec import Symbol, Timestamp, Value, encode
+from queues.errors import DecodeError
+from queues.sections import (
+    DELIVERY_ANNOTATIONS,
+    HEADER,
+    MESSAGE_ANNOTATIONS,
+    sections,
+)
+
+DEATHS: Final = Symbol("x-opt-deaths")
+_MA_PREFIX: Final = b"\x00\x53\x72"
+
+
+@dataclass(frozen=True, slots=True)
+class Death:
+    """One dead-lettering: from which queue, why, how it had been routed."""
+
+    queue: str
+    reason: str
+    exchange: str
+    routing_keys: tuple[str, ...]
+    time: int
+
+
+def deaths_of(payload: bytes) -> list[dict[Value, Value]]:
+    """The ``x-opt-deaths`` entries a message already carries, most recent first."""
+    for code, value, _, _ in sections(payload):
+        if code == MESSAGE_ANNOTATIONS and isinstance(value, dict):
+            recorded = value.get(DEATHS)
+            if isinstance(recorded, list):
+                return [entry for entry in recorded if isinstance(entry, dict)]
+    return []
+
+
+def is_cycle(payload: bytes, target_queue: str, reason: str) -> bool:
+    """True when dead-lettering to ``target_queue`` would loop with no client involved.
+
+    RabbitMQ drops a message that comes back to a queue it died in before, unless one of its
+    deaths was a rejection (a consumer decided, so the loop makes progress).
+    """
+    if reason == "rejected":
+        return False
+    deaths = deaths_of(payload)
+    if any(entry.get(Symbol("reason")) == Symbol("rejected") for entry in deaths):
+        return False
+    return any(entry.get(Symbol("queue")) == target_queue for entry in deaths)
+
+
+def record_death(payload: bytes, death: Death) -> bytes:
+    """Return ``payload`` with ``death`` added to its message annotations."""
+    found = sections(payload, until=MESSAGE_ANNOTATIONS + 1)
+    annotations: dict[Value, Value] = {}
+    start = end = 0
+    for code, value, section_start, section_end in found:
+        if code in (HEADER, DELIVERY_ANNOTATIONS):
+            start = end = section_end
+        elif code == MESSAGE_ANNOTATIONS:
+            if not isinstance(value, dict):
+                raise DecodeError("the message-annotations section is not a map")
+            annotations = dict(value)
+            start, end = section_start, section_end
+    key_queue, key_reason = Symbol("queue"), Symbol("reason")
+    previous = annotations.get(DEATHS)
+    entries = [e for e in previous if isinstance(e, dict)] if isinstance(previous, list) else []
+    when = Timestamp(death.time)
+    reason = Symbol(death.reason)
+    count = 1
+    first_time: Value = when
+    for entry in entries:
+        if entry.get(key_queue) == death.queue and entry.get(key_reason) == reason:
+            entries.remove(entry)
+            old_count = entry.get(Symbol("count"))
+            count = (old_count if isinstance(old_count, int) else 0) + 1
+            first_time = entry.get(Symbol("first-time"), when)
+            break
+    record: dict[Value, Value] = {
+        key_queue: death.queue,
+        key_reason: reason,
+        Symbol("count"): count,
+        Symbol("first-time"): first_time,
+        Symbol("last-time"): when,
+        Symbol("exchange"): death.exchange,
+        Symbol("routing-keys"): list(death.routing_keys),
+    }
+    annotations[DEATHS] = [record, *entries]
+    if Symbol("x-first-death-queue") not in annotations:
+        annotations[Symbol("x-first-death-queue")] = death.queue
+        annotations[Symbol("x-first-death-reason")] = reason
+        annotations[Symbol("x-first-death-exchange")] = death.exchange
+    annotations[Symbol("x-last-death-queue")] = death.queue
+    annotations[Symbol("x-last-death-reason")] = reason
+    annotations[Symbol("x-last-death-exchange")] = death.exchange
+    return payload[:start] + _MA_PREFIX + encode(annotations) + payload[end:]

@@ -1,0 +1,240 @@
+"""The registry: declarations (idempotent, inequivalent ones refused), bindings and routing."""
+
+from __future__ import annotations
+
+import pytest
+
+from queues.arguments import Overflow, parse_arguments
+from queues.codec import Described, Symbol, encode
+from queues.deaths import deaths_of
+from queues.errors import NotFound, NotImplementedByServer, PreconditionFailed, ResourceLocked
+from queues.exchanges import topic_matches
+from queues.message import Message
+from queues.queue_type import Clock, Outcome, QueueType
+from queues.registry import AccessRefused, QueueRegistry
+from queues.sections import MESSAGE_ANNOTATIONS, sections
+
+
+def _body(text: str) -> bytes:
+    return encode(Described(0x77, text))
+
+
+def test_declare_queue_is_idempotent_and_refuses_inequivalent_arguments() -> None:
+    registry = QueueRegistry()
+    queue = registry.declare_queue("q", {"x-max-length": 10})
+    assert registry.declare_queue("q", {"x-max-length": 10}) is queue
+    with pytest.raises(PreconditionFailed, match="inequivalent arg 'x-max-length'"):
+        registry.declare_queue("q", {"x-max-length": 11})
+    with pytest.raises(PreconditionFailed, match="inequivalent arg 'durable'"):
+        registry.declare_queue("q", {"x-max-length": 10}, durable=False)
+    # The attach path takes the queue as it is.
+    assert registry.declare("q") is queue
+    assert [info.name for info in registry.queues()] == ["q"]
+
+
+def test_exclusive_queue_belongs_to_its_owner() -> None:
+    registry = QueueRegistry()
+    owner, other = object(), object()
+    registry.declare_queue("q", exclusive=True, owner=owner)
+    registry.declare_queue("q", exclusive=True, owner=owner)
+    with pytest.raises(ResourceLocked):
+        registry.declare_queue("q", exclusive=True, owner=other)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "named"),
+    [
+        ({"x-max-length": -1}, PreconditionFailed, "x-max-length"),
+        ({"x-message-ttl": "soon"}, PreconditionFailed, "x-message-ttl"),
+        ({"x-overflow": "explode"}, PreconditionFailed, "x-overflow"),
+        ({"x-single-active-consumer": 1}, PreconditionFailed, "x-single-active-consumer"),
+        ({"x-dead-letter-routing-key": "k"}, PreconditionFailed, "x-dead-letter-routing-key"),
+        ({"x-bogus": 1}, PreconditionFailed, "x-bogus"),
+        ({"x-max-priority": 10}, NotImplementedByServer, "x-max-priority"),
+        ({"x-queue-type": "quorum"}, NotImplementedByServer, "x-queue-type"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(
+    arguments: dict[str, object], error: type[Exception], named: str
+) -> None:
+    with pytest.raises(error, match=named):
+        QueueRegistry().declare_queue("q", arguments)
+
+
+def test_arguments_parse_rabbitmq_names() -> None:
+    parsed = parse_arguments(
+        {
+            "x-message-ttl": 100,
+            "x-dead-letter-exchange": "dlx",
+            "x-dead-letter-routing-key": "dead",
+            "x-max-length": 5,
+            "x-overflow": "reject-publish",
+            "x-delivery-limit": 3,
+            "x-single-active-consumer": True,
+            "x-consumer-timeout": 30000,
+        }
+    )
+    assert (parsed.message_ttl, parsed.dead_letter_exchange, parsed.dead_letter_routing_key) == (
+        100,
+        "dlx",
+        "dead",
+    )
+    assert (parsed.max_length, parsed.overflow, parsed.delivery_limit) == (
+        5,
+        Overflow.REJECT_PUBLISH,
+        3,
+    )
+    assert parsed.single_active_consumer
+    assert parsed.consumer_timeout == 30000
+
+
+@pytest.mark.parametrize(
+    ("binding_key", "routing_key", "matches"),
+    [
+        ("a.*.c", "a.b.c", True),
+        ("a.*.c", "a.c", False),
+        ("a.*.c", "a.b.b.c", False),
+        ("a.#", "a", True),
+        ("a.#", "a.b.c", True),
+        ("#.c", "a.b.c", True),
+        ("#", "", True),
+        ("a.#.c", "a.c", True),
+        ("a.#.c", "a.x.y.c", True),
+        ("a.#.c", "a.x.y.d", False),
+        ("*", "a.b", False),
+        ("a.b", "a.b", True),
+        ("#.#.b", "b", True),
+    ],
+)
+def test_topic_matching(binding_key: str, routing_key: str, matches: bool) -> None:
+    assert topic_matches(binding_key, routing_key) is matches
+
+
+def names(queues: list[QueueType]) -> list[str]:
+    return sorted(q.name for q in queues)
+
+
+def test_exchanges_route_to_bound_queues() -> None:
+    registry = QueueRegistry()
+    for name in ("q1", "q2", "q3"):
+        registry.declare_queue(name)
+    registry.declare_exchange("t", "topic")
+    registry.declare_exchange("f", "fanout")
+    registry.declare_exchange("d", "direct")
+    registry.bind("t", "q1", "a.*.c")
+    registry.bind("t", "q2", "a.#")
+    registry.bind("f", "q1")
+    registry.bind("f", "q3")
+    registry.bind("d", "q2", "k")
+    assert names(registry.route("t", "a.b.c")) == ["q1", "q2"]
+    assert names(registry.route("t", "a.b")) == ["q2"]
+    assert names(registry.route("t", "b")) == []
+    assert names(registry.route("f", "anything")) == ["q1", "q3"]
+    assert names(registry.route("d", "k")) == ["q2"]
+    assert names(registry.route("d", "other")) == []
+    assert names(registry.route("", "q3")) == ["q3"]
+    assert names(registry.route("amq.direct", "q3")) == []
+    with pytest.raises(NotFound):
+        registry.route("missing", "k")
+    assert len(registry.bindings(source="t")) == 2
+    assert registry.unbind("t", "q1", "a.*.c")
+    assert names(registry.route("t", "a.b.c")) == ["q2"]
+    # Deleting a queue removes its bindings.
+    registry.delete_queue("q1")
+    assert names(registry.route("f", "x")) == ["q3"]
+    assert all(b.destination != "q1" for b in registry.bindings())
+
+
+def test_exchange_declarations() -> None:
+    registry = QueueRegistry()
+    registry.declare_exchange("e", "topic")
+    registry.declare_exchange("e", "topic")
+    with pytest.raises(PreconditionFailed, match="inequivalent arg 'type'"):
+        registry.declare_exchange("e", "fanout")
+    with pytest.raises(AccessRefused):
+        registry.declare_exchange("amq.mine", "direct")
+    with pytest.raises(AccessRefused):
+        registry.delete_exchange("amq.topic")
+    with pytest.raises(NotImplementedByServer):
+        registry.declare_exchange("h", "headers")
+    with pytest.raises(NotFound):
+        registry.bind("e", "no-such-queue", "k")
+    registry.declare_queue("q")
+    registry.bind("e", "q", "k")
+    with pytest.raises(PreconditionFailed):
+        registry.delete_exchange("e", if_unused=True)
+    registry.delete_exchange("e")
+    assert "e" not in [e.name for e in registry.exchanges()]
+
+
+def test_alternate_exchange_takes_unroutable_messages() -> None:
+    registry = QueueRegistry()
+    registry.declare_queue("lost")
+    registry.declare_exchange("ae", "fanout")
+    registry.bind("ae", "lost")
+    registry.declare_exchange("main", "direct", arguments={"alternate-exchange": "ae"})
+    assert [q.name for q in registry.route("main", "nobody")] == ["lost"]
+
+
+def test_delete_and_purge() -> None:
+    registry = QueueRegistry()
+    queue = registry.declare_queue("q")
+    queue.enqueue(Message(_body("a")))
+    queue.enqueue(Message(_body("b")))
+    with pytest.raises(PreconditionFailed):
+        registry.delete_queue("q", if_empty=True)
+    assert registry.purge_queue("q") == 2
+    assert registry.delete_queue("q") == 0
+    assert registry.get("q") is None
+    assert registry.delete_queue("q") == 0
+    with pytest.raises(NotFound):
+        registry.purge_queue("q")
+
+
+def test_rejected_message_is_dead_lettered_with_its_death_annotated() -> None:
+    clock = Clock(1_000)
+    registry = QueueRegistry(clock)
+    registry.declare_queue("dlq")
+    registry.declare_exchange("dlx", "fanout")
+    registry.bind("dlx", "dlq")
+    work = registry.declare_queue("work", {"x-dead-letter-exchange": "dlx"})
+    body = _body("poison")
+    work.enqueue(Message(body, routing_key="work"))
+    work.attach("c", ack_required=True)
+    work.credit("c", 0, 1, False)
+    work.settle("c", [0], Outcome.REJECTED, False)
+    assert registry.route_dead_letters() == []
+    dlq = registry.queue("dlq")
+    dlq.attach("d", ack_required=True)
+    [dead], _ = dlq.credit("d", 0, 1, False)
+    # The body's bytes are untouched, after a new message-annotations section.
+    assert dead.payload.endswith(body)
+    [(code, annotations, _, _)] = sections(dead.payload)
+    assert code == MESSAGE_ANNOTATIONS
+    assert isinstance(annotations, dict)
+    assert annotations[Symbol("x-first-death-reason")] == "rejected"
+    assert annotations[Symbol("x-first-death-queue")] == "work"
+    [death] = deaths_of(dead.payload)
+    assert death[Symbol("count")] == 1
+    assert death[Symbol("queue")] == "work"
+    assert death[Symbol("routing-keys")] == ["work"]
+    assert work.statistics().dead_lettered == 1
+
+
+def test_expiry_cycle_is_dropped() -> None:
+    # Two queues dead-lettering expired messages to each other: RabbitMQ drops the loop.
+    clock = Clock(0)
+    registry = QueueRegistry(clock)
+    a = registry.declare_queue(
+        "a", {"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "b"}
+    )
+    registry.declare_queue(
+        "b", {"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "a"}
+    )
+    a.enqueue(Message(_body("x")))
+    for step in range(1, 5):
+        clock.now = step * 20
+        registry.expire()
+        registry.route_dead_letters()
+    assert registry.dead_letters_dropped == 1
+    assert sum(s.ready for s in registry.statistics()) == 0
