@@ -25,6 +25,7 @@ from proton import (
     symbol,
 )
 
+from gateway.access import authorise_attach
 from gateway.addresses import AddressNotImplemented, parse_address
 from gateway.config import ServerConfig
 from gateway.events import (
@@ -34,6 +35,7 @@ from gateway.events import (
     session_of,
     transport_of,
 )
+from gateway.limits import LimitExceeded, check_connections, check_links
 from gateway.publishing import Publishing
 from gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState, SessionState
 from queues.errors import QueueError
@@ -87,6 +89,10 @@ class Broker(Handler):
             symbol("version"): VERSION,
         }
         connection.open()
+        try:
+            check_connections(len(self.connections), self.config)
+        except LimitExceeded as error:
+            _close(connection, error.condition, str(error))
 
     def on_connection_remote_close(self, event: Event) -> None:
         """The client closed: give back what it held and answer CLOSE."""
@@ -153,6 +159,8 @@ class Broker(Handler):
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         try:
+            check_links(link, self.config)
+            authorise_attach(link.connection.sg.user, link, self.registry)
             if link.is_sender:
                 self._attach_consumer(link)
             else:

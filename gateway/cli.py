@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser; each subcommand's module adds its own arguments."""
-    from gateway import serve_cli
+    from gateway import passwd_cli, serve_cli
     from gateway.quiver import cli as quiver_cli
 
     parser = argparse.ArgumentParser(
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve_cli.add_parser(commands)
+    passwd_cli.add_parser(commands)
     quiver_cli.add_parser(commands)
     return parser
 

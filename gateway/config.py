@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from gateway.auth import User, UserError, parse_users
 from session.account import DEFAULT_ACCOUNT_LIMIT
 from session.memory_budget import DEFAULT_MEMORY_BUDGET
 from session.session import DEFAULT_MAX_QUEUE_CREDIT
@@ -35,6 +36,12 @@ ENV_PREFIX: Final = "SLUICEGATE_"
 DEFAULT_METRICS_LISTEN: Final = "127.0.0.1:15692"
 # Values of metrics_listen that turn the endpoint off.
 METRICS_OFF: Final = frozenset({"", "off", "none", "false"})
+# RabbitMQ 4's defaults: 64 sessions per connection, 256 links per session.
+DEFAULT_CHANNEL_MAX: Final = 63
+DEFAULT_MAX_LINKS_PER_SESSION: Final = 256
+# RabbitMQ's heartbeat default; a dead peer behind a silent network is found within a minute.
+DEFAULT_IDLE_TIMEOUT: Final = 60.0
+ANONYMOUS_LOGIN: Final = ("loopback", "on", "off")
 
 # Field types (as annotated) that a single command-line flag can carry.
 _SCALAR_KINDS: Final = frozenset({"int", "float", "str", "bool", "Path"})
@@ -65,6 +72,24 @@ class ServerConfig:
     writer_more_credit_after: int = DEFAULT_MORE_CREDIT_AFTER
     shutdown_timeout: float = 5.0
     metrics_listen: str = DEFAULT_METRICS_LISTEN
+    # -- authentication, TLS and limits (docs/operations.md) --
+    # Users from the config file's [users.NAME] tables; see gateway/auth.py.
+    users: Mapping[str, User] = field(default_factory=dict)
+    # Who may log in without a password: "loopback" (only on a loopback listener), "on", "off".
+    anonymous_login: str = "loopback"
+    # The amqps:// listener; it opens only when a certificate and key are configured.
+    tls_listen: str = "127.0.0.1:5671"
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    # 0: no limit (RabbitMQ's default too); over it a connection is closed at OPEN.
+    max_connections: int = 0
+    # Highest channel number, so channel_max + 1 sessions (RabbitMQ 4: 64 sessions).
+    channel_max: int = DEFAULT_CHANNEL_MAX
+    # RabbitMQ 4's link_max_per_session.
+    max_links_per_session: int = DEFAULT_MAX_LINKS_PER_SESSION
+    # Seconds without a frame from the client before it is dropped; 0 disables. Proton sends
+    # our heartbeats at half the client's own idle-time-out.
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
 
     def __post_init__(self) -> None:
         _check_host_port("listen", self.listen)
@@ -87,6 +112,28 @@ class ServerConfig:
             )
         if self.shutdown_timeout <= 0:
             raise ConfigError("shutdown_timeout: must be positive")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        if self.anonymous_login not in ANONYMOUS_LOGIN:
+            raise ConfigError(
+                f"anonymous_login: expected one of {', '.join(ANONYMOUS_LOGIN)}, "
+                f"got {self.anonymous_login!r}"
+            )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("tls_key_file: tls_cert_file and tls_key_file go together")
+        for key in ("tls_cert_file", "tls_key_file"):
+            path: Path | None = getattr(self, key)
+            if path is not None and not path.is_file():
+                raise ConfigError(f"{key}: no such file {str(path)!r}")
+        _check_host_port("tls_listen", self.tls_listen)
+        if not 0 <= self.channel_max <= 65535:
+            raise ConfigError(f"channel_max: must be 0 to 65535, got {self.channel_max}")
+        for key in ("max_connections", "idle_timeout"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{key}: must be 0 (no limit) or positive")
+        if self.max_links_per_session <= 0:
+            raise ConfigError("max_links_per_session: must be positive")
 
     @property
     def host(self) -> str:
@@ -147,8 +194,13 @@ def _coerce(key: str, kind: object, raw: object) -> object:
         if word in _TRUE or word in _FALSE:
             return word in _TRUE
         raise ConfigError(f"{key}: expected true or false, got {raw!r}")
-    if kind == "Path":
+    if kind in ("Path", "Path | None"):
         return Path(str(raw))
+    if key == "users":
+        try:
+            return parse_users(raw)
+        except UserError as error:
+            raise ConfigError(str(error)) from None
     return str(raw)
 
 

@@ -6,6 +6,8 @@
   its incoming window with a session-only FLOW, for which proton raises no event.
 - Sessions with something new to send are pumped before the reactor blocks in ``select``.
 - A connection whose account is over its limit is not read (gateway/reading.py).
+- Until its SASL exchange is done, and for its lifetime under TLS, a connection's bytes pass
+  through its gate (gateway/gate.py).
 - The reactor waits in epoll (:mod:`gateway.selector`), not select(): no limit of 1,024 sockets.
 """
 
@@ -14,13 +16,14 @@ from __future__ import annotations
 import logging
 import socket
 
-from proton import Event
+from proton import Event, Transport
 from proton._selectable import Selectable
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
 from gateway import reading
 from gateway.broker import Broker
+from gateway.gate import Gate
 from gateway.selector import EpollSelector
 from gateway.state import ConnectionState
 
@@ -52,7 +55,11 @@ class FlowIO(IOHandler):
 
     def on_selectable_readable(self, event: Event) -> None:
         """Read as proton does, then look again at sessions that were waiting on the window."""
-        super().on_selectable_readable(event)
+        gate: Gate | None = getattr(event.selectable, "gate", None)
+        if gate is None:
+            super().on_selectable_readable(event)
+        elif not self._read_gate(event, gate):
+            return
         state: ConnectionState | None = getattr(event.selectable, "sg", None)
         if state is not None:
             for session in state.sessions.values():
@@ -62,6 +69,10 @@ class FlowIO(IOHandler):
     def on_selectable_writable(self, event: Event) -> None:
         """Write as proton does, counting the bytes that reached the socket."""
         selectable = event.selectable
+        gate: Gate | None = getattr(selectable, "gate", None)
+        if gate is not None:
+            self._write_gate(selectable, gate)
+            return
         transport = selectable._transport
         if not transport:
             return
@@ -80,6 +91,62 @@ class FlowIO(IOHandler):
                     self._written(state, written, transport.pending())
         if transport.pending() != pending:
             self.update(transport, selectable, selectable._reactor.now)
+
+    def _read_gate(self, event: Event, gate: Gate) -> bool:
+        """Read through the connection's TLS and SASL; False once the connection is gone."""
+        selectable = event.selectable
+        transport = selectable._transport
+        if transport is None:
+            return False
+        if not gate.read(selectable, transport):
+            self.on_selectable_error(event)
+            return False
+        self._after_gate(selectable, gate, transport)
+        return True
+
+    def _write_gate(self, selectable: Selectable, gate: Gate) -> None:
+        transport = selectable._transport
+        taken = gate.write(selectable, transport)
+        state: ConnectionState | None = getattr(selectable, "sg", None)
+        if taken and state is not None and transport is not None:
+            self._written(state, taken, transport.pending())
+        self._after_gate(selectable, gate, transport)
+
+    def _after_gate(self, selectable: Selectable, gate: Gate, transport: Transport | None) -> None:
+        state: ConnectionState | None = getattr(selectable, "sg", None)
+        if state is not None and state.user is None:
+            state.user = gate.sasl.user
+        if gate.closing and not gate.output:
+            if transport is not None:
+                transport.close_tail()
+                transport.close_head()
+            else:
+                selectable.terminate()
+                selectable.update()
+                return
+        if gate.removable:
+            setattr(selectable, "gate", None)  # noqa: B010
+        if transport is not None:
+            self.update(transport, selectable, selectable._reactor.now)
+        elif not selectable.is_terminal:
+            selectable.writing = gate.wants_write
+            selectable.update()
+
+    def on_transport_closed(self, event: Event) -> None:
+        """Proton is done with the connection; TLS bytes still waiting are written first."""
+        transport = event.transport
+        selectable = None if transport is None else transport._selectable
+        gate: Gate | None = getattr(selectable, "gate", None)
+        if transport is None or selectable is None or gate is None or not gate.output:
+            super().on_transport_closed(event)
+            return
+        gate.closing = True
+        setattr(selectable, "_transport", None)  # noqa: B010
+        transport._selectable = None
+        transport.unbind()
+        selectable.reading = False
+        selectable.writing = True
+        selectable.update()
 
     def _written(self, state: ConnectionState, written: int, still_pending: int) -> None:
         writer = state.writer

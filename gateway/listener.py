@@ -8,9 +8,12 @@ large backlog and accepts until the socket would block.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import socket
+import ssl
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 from proton import Event, Transport
@@ -18,8 +21,12 @@ from proton._selectable import Selectable
 from proton.handlers import IOHandler
 from proton.reactor import Container
 
+from gateway.auth import anonymous_user, check_plain
 from gateway.config import ServerConfig
+from gateway.gate import Gate
 from gateway.io_layer import listen_socket, register
+from gateway.limits import configure_transport
+from gateway.sasl import SaslServer
 from gateway.state import ConnectionState
 from session.account import Account
 from writer.writer import Writer
@@ -38,11 +45,17 @@ class Listener:
         container: Container,
         config: ServerConfig,
         on_connection: Callable[[ConnectionState], None],
+        *,
+        address: tuple[str, int] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._container = container
         self._config = config
         self._on_connection = on_connection
-        self._socket = listen_socket(config.host, config.port, LISTEN_BACKLOG)
+        self._tls = tls
+        host, port = address or (config.host, config.port)
+        self._anonymous = anonymous_allowed(config.anonymous_login, host)
+        self._socket = listen_socket(host, port, LISTEN_BACKLOG)
         self.port: int = self._socket.getsockname()[1]
         self._selectable = register(container, self._socket, self)
 
@@ -68,10 +81,7 @@ class Listener:
         # Marks an accepted connection: proton's IO handler would otherwise dial out for it.
         setattr(connection, "_acceptor", self)  # noqa: B010
         transport = Transport(Transport.SERVER)
-        transport.max_frame_size = self._config.max_frame_size
-        sasl = transport.sasl()
-        sasl.allowed_mechs("ANONYMOUS")
-        sasl.allow_insecure_mechs = True
+        configure_transport(transport, self._config)
         transport.bind(connection)
         selectable = Selectable(sock, container)
         setattr(selectable, "_transport", transport)  # noqa: B010
@@ -85,6 +95,13 @@ class Listener:
         )
         connection.sg = state
         setattr(selectable, "sg", state)  # noqa: B010
+        users = self._config.users
+        sasl = SaslServer(
+            partial(check_plain, users),
+            anonymous_user(users) if self._anonymous else None,
+            offer_plain=any(user.password is not None for user in users.values()),
+        )
+        setattr(selectable, "gate", Gate(sasl, self._tls))  # noqa: B010
         self._on_connection(state)
         IOHandler.update(transport, selectable, container.now)
 
@@ -93,3 +110,13 @@ class Listener:
         if not self._selectable.is_terminal:
             self._selectable.terminate()
             self._selectable.update()
+
+
+def anonymous_allowed(setting: str, host: str) -> bool:
+    """Whether ANONYMOUS (or no SASL at all) is accepted on a listener bound to ``host``."""
+    if setting != "loopback":
+        return setting == "on"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

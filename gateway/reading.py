@@ -23,6 +23,9 @@ def update(transport: Transport, selectable: Selectable, now: float) -> None:
     state: ConnectionState | None = getattr(selectable, "sg", None)
     if state is not None and state.account.paused:
         selectable.reading = False
+    gate = getattr(selectable, "gate", None)
+    if gate is not None and gate.wants_write:
+        selectable.writing = True
 
 
 def pause(state: ConnectionState) -> None:

@@ -15,13 +15,14 @@ from typing import TypeVar
 from proton import Condition
 
 from gateway.broker import Broker
-from gateway.config import ServerConfig
+from gateway.config import ConfigError, ServerConfig
 from gateway.io_layer import FlowIO
 from gateway.listener import Listener
 from gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
 from gateway.reactor import BrokerContainer
 from gateway.state import ConnectionState
 from gateway.statistics import ServerStatistics, server_statistics
+from gateway.tls import server_context
 from gateway.wakeup import Wakeup
 from queues.registry import QueueRegistry
 
@@ -50,6 +51,9 @@ class Server:
         self._wakeup = Wakeup()
         self._listener: Listener | None = None
         self._metrics: MetricsEndpoint | None = None
+        self._tls_listener: Listener | None = None
+        # The amqps:// port once started, if TLS is configured.
+        self.tls_port: int | None = None
         self._stopping = False
         self._deadline = 0.0
         self.port = 0
@@ -78,7 +82,33 @@ class Server:
             message = f"listen: cannot listen on {config.listen}: {error.strerror}"
             raise StartError(message) from None
         self.port = self._listener.port
+        self._start_tls()
         self._wakeup.attach(self.container)
+
+    def _start_tls(self) -> None:
+        """Open the amqps:// listener if a certificate and key are configured."""
+        config = self.config
+        try:
+            tls = server_context(config)
+        except ConfigError as error:
+            self._close_metrics()
+            raise StartError(str(error)) from None
+        if tls is None:
+            return
+        host, _, port = config.tls_listen.rpartition(":")
+        try:
+            self._tls_listener = Listener(
+                self.container,
+                config,
+                self.broker.connections.add,
+                address=(host.strip("[]"), int(port)),
+                tls=tls,
+            )
+        except OSError as error:
+            self._close_metrics()
+            message = f"tls_listen: cannot listen on {config.tls_listen}: {error.strerror}"
+            raise StartError(message) from None
+        self.tls_port = self._tls_listener.port
 
     def statistics(self) -> ServerStatistics:
         """Every queue's, session's and connection's counters; call on the reactor thread."""
@@ -163,8 +193,9 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
-        if self._listener is not None:
-            self._listener.close()
+        for listener in (self._listener, self._tls_listener):
+            if listener is not None:
+                listener.close()
         for state in list(self.broker.connections):
             self._force_close(state)
         self.broker.flush()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from proton import Connection, Receiver, Sender, Session, Transport
 from proton._selectable import Selectable
 
+from gateway.auth import User
 from gateway.window import remote_incoming_window, session_address
 from queues.queue_type import QueueType
 from session.account import Account
@@ -26,7 +27,16 @@ from writer.writer import Writer
 class ConnectionState:
     """One client connection: its writer ledger, its account and its sessions."""
 
-    __slots__ = ("account", "closed", "connection", "selectable", "sessions", "transport", "writer")
+    __slots__ = (
+        "account",
+        "closed",
+        "connection",
+        "selectable",
+        "sessions",
+        "transport",
+        "user",
+        "writer",
+    )
 
     def __init__(
         self,
@@ -44,6 +54,8 @@ class ConnectionState:
         self.account = account
         self.sessions: dict[SessionCredit, SessionState] = {}
         self.closed = False
+        # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
+        self.user: User | None = None
 
 
 class SessionState:

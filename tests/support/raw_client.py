@@ -220,8 +220,10 @@ class RawClient:
         hostname: str | None = None,
         properties: Mapping[str, PythonAMQPData] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        plain: tuple[str, str] | None = None,
     ) -> RawClient:
-        """Open a connection: headers, SASL ANONYMOUS if ``sasl``, then OPEN both ways.
+        """Open a connection: headers, SASL (PLAIN with ``plain`` (user, password), else
+        ANONYMOUS) if ``sasl``, then OPEN both ways.
 
         ``rcvbuf`` is set before connecting because the TCP window scale is fixed at the
         handshake; a small one makes the server feel back-pressure as soon as we stop reading.
@@ -238,7 +240,7 @@ class RawClient:
             sock.connect(address)
             client = cls(sock, max_frame_size=max_frame_size)
             if sasl:
-                client._sasl_anonymous(hostname, timeout)
+                client._sasl_login(hostname, timeout, plain)
             client._exchange_header(AMQP_HEADER, timeout)
             client._send(
                 0,
@@ -269,19 +271,23 @@ class RawClient:
         if answer != header:
             raise ProtocolError(f"sent header {header!r}, peer answered {answer!r}")
 
-    def _sasl_anonymous(self, hostname: str | None, timeout: float) -> None:
+    def _sasl_login(
+        self, hostname: str | None, timeout: float, plain: tuple[str, str] | None
+    ) -> None:
         self._exchange_header(SASL_HEADER, timeout)
         mechanisms = self.wait_for("sasl_mechanisms", timeout=timeout)["sasl_server_mechanisms"]
         offered = mechanisms if isinstance(mechanisms, list) else [mechanisms]
-        if "ANONYMOUS" not in offered:
-            raise ProtocolError(f"peer does not offer SASL ANONYMOUS: {offered}")
+        mechanism = "ANONYMOUS" if plain is None else "PLAIN"
+        if mechanism not in offered:
+            raise ProtocolError(f"peer does not offer SASL {mechanism}: {offered}")
+        response = b"" if plain is None else b"\0%s\0%s" % (plain[0].encode(), plain[1].encode())
         init = described(
-            "sasl_init", mechanism=symbol("ANONYMOUS"), initial_response=b"", hostname=hostname
+            "sasl_init", mechanism=symbol(mechanism), initial_response=response, hostname=hostname
         )
         self._send(0, init, frame_type=SASL_FRAME)
         code = self.wait_for("sasl_outcome", timeout=timeout)["code"]
         if code != SASL_OK:
-            raise ProtocolError(f"SASL ANONYMOUS refused with sasl-code {code}")
+            raise ProtocolError(f"SASL {mechanism} refused with sasl-code {code}")
 
     def __enter__(self) -> Self:
         return self

@@ -1,0 +1,166 @@
+"""Users, their hashed passwords and their permissions (RabbitMQ's configure / write / read).
+
+Passwords are stored as ``scrypt$N$r$p$SALT$HASH`` (base64 salt and hash): a memory-hard hash from
+the standard library, salted per user, so a leaked config file does not give the passwords away.
+``sluicegate passwd`` prints such a line for a password read from the terminal.
+
+Permissions are RabbitMQ's: three regular expressions searched (``re.search``, as RabbitMQ
+does: anchor them with ``^...$``) in a queue or exchange name — *configure* to declare or delete
+it, *write* to publish to it, *read* to consume from it. An omitted pattern is ``.*``, an empty
+one allows nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+# scrypt's cost: 2**14 x 8 x 1 takes 16 MiB and some tens of ms, OWASP's minimum for scrypt.
+# Verification runs on the reactor thread once per PLAIN login, so the cost is kept there.
+SCRYPT_N: Final = 2**14
+SCRYPT_R: Final = 8
+SCRYPT_P: Final = 1
+SALT_BYTES: Final = 16
+HASH_BYTES: Final = 32
+# The user an ANONYMOUS login (or a client without SASL) acts as.
+ANONYMOUS_USER: Final = "anonymous"
+
+Access = Literal["configure", "write", "read"]
+
+
+class UserError(ValueError):
+    """A ``users`` entry that cannot be used; the message names the key."""
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    """The stored form of ``password``, with a fresh random salt."""
+    salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
+    digest = hashlib.scrypt(
+        password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, dklen=HASH_BYTES
+    )
+    encoded = [base64.b64encode(part).decode() for part in (salt, digest)]
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${encoded[0]}${encoded[1]}"
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordHash:
+    """A parsed ``scrypt$N$r$p$SALT$HASH``."""
+
+    n: int
+    r: int
+    p: int
+    salt: bytes
+    digest: bytes
+
+    @classmethod
+    def parse(cls, key: str, stored: object) -> PasswordHash:
+        """Read a stored hash; a malformed one is a configuration error naming ``key``."""
+        parts = str(stored).split("$")
+        try:
+            if len(parts) != 6 or parts[0] != "scrypt":
+                raise ValueError
+            n, r, p = (int(part) for part in parts[1:4])
+            salt, digest = (base64.b64decode(part, validate=True) for part in parts[4:])
+        except ValueError:
+            raise UserError(
+                f"{key}: expected scrypt$N$r$p$SALT$HASH (make one with `sluicegate passwd`)"
+            ) from None
+        if n < 2 or n & (n - 1) or r < 1 or p < 1 or not salt or not digest:
+            raise UserError(f"{key}: scrypt parameters out of range")
+        return cls(n, r, p, salt, digest)
+
+    def verify(self, password: bytes) -> bool:
+        """Whether ``password`` hashes to the stored digest (compared in constant time)."""
+        try:
+            candidate = hashlib.scrypt(
+                password,
+                salt=self.salt,
+                n=self.n,
+                r=self.r,
+                p=self.p,
+                dklen=len(self.digest),
+                maxmem=256 * 1024 * 1024,
+            )
+        except ValueError:
+            return False
+        return hmac.compare_digest(candidate, self.digest)
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """RabbitMQ's three patterns; an empty pattern allows nothing."""
+
+    configure: re.Pattern[str]
+    write: re.Pattern[str]
+    read: re.Pattern[str]
+
+    def allows(self, access: Access, name: str) -> bool:
+        """Whether this access to the queue or exchange ``name`` is permitted."""
+        pattern: re.Pattern[str] = getattr(self, access)
+        return bool(pattern.pattern) and pattern.search(name) is not None
+
+
+EVERYTHING: Final = Permissions(re.compile(".*"), re.compile(".*"), re.compile(".*"))
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A user: a name, a password hash (None: cannot log in with PLAIN), permissions."""
+
+    name: str
+    password: PasswordHash | None
+    permissions: Permissions
+
+
+def _pattern(key: str, raw: object) -> re.Pattern[str]:
+    if not isinstance(raw, str):
+        raise UserError(f"{key}: expected a regular expression string, got {raw!r}")
+    try:
+        return re.compile(raw)
+    except re.error as error:
+        raise UserError(f"{key}: invalid regular expression: {error}") from None
+
+
+def parse_users(raw: object) -> dict[str, User]:
+    """Read the ``[users.NAME]`` tables of the config file."""
+    if not isinstance(raw, Mapping):
+        raise UserError("users: expected a table of [users.NAME] tables")
+    users: dict[str, User] = {}
+    for name, table in raw.items():
+        key = f"users.{name}"
+        if not isinstance(table, Mapping):
+            raise UserError(f"{key}: expected a table")
+        unknown = set(table) - {"password_hash", "configure", "write", "read"}
+        if unknown:
+            raise UserError(f"{key}.{sorted(unknown)[0]}: unknown key")
+        stored = table.get("password_hash")
+        password = None if stored is None else PasswordHash.parse(f"{key}.password_hash", stored)
+        if password is None and name != ANONYMOUS_USER:
+            raise UserError(f"{key}.password_hash: required (make one with `sluicegate passwd`)")
+        permissions = Permissions(
+            *(
+                _pattern(f"{key}.{access}", table.get(access, ".*"))
+                for access in ("configure", "write", "read")
+            )
+        )
+        users[str(name)] = User(str(name), password, permissions)
+    return users
+
+
+def check_plain(users: Mapping[str, User], username: str, password: bytes) -> User | None:
+    """The user a SASL PLAIN login names, if the password is right."""
+    user = users.get(username)
+    if user is None or user.password is None:
+        return None
+    return user if user.password.verify(password) else None
+
+
+def anonymous_user(users: Mapping[str, User]) -> User:
+    """Who an anonymous client is: the configured ``anonymous`` user, or one allowed everything."""
+    return users.get(ANONYMOUS_USER) or User(ANONYMOUS_USER, None, EVERYTHING)

@@ -1,0 +1,155 @@
+"""The bytes between a client's socket and proton's transport: TLS, then sluicegate's SASL.
+
+proton's transport could do TLS itself, but then our SASL layer (gateway/sasl.py) would see only
+ciphertext. So TLS is Python's ``ssl`` over memory BIOs here, and the stack of a connection is
+
+    socket  <->  TLS (amqps listener only)  <->  SASL (until its outcome)  <->  proton transport
+
+A plain connection leaves the gate as soon as SASL is done and its outcome is written: from then
+on the reactor's IO handler reads and writes it as proton does, at no extra cost. A TLS
+connection keeps the gate for its lifetime. Ciphertext waiting for the socket is bounded: proton's
+output is taken only while less than :data:`TLS_OUTPUT_LOW` bytes wait, so proton keeps the rest
+and the writer ledger still counts only what left.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Final
+
+from proton import Transport
+from proton._selectable import Selectable
+
+from gateway.sasl import Phase, SaslServer
+
+log = logging.getLogger("sluicegate.gate")
+
+# One TLS record carries at most 16 KiB; four of them per write keeps the socket busy.
+TLS_OUTPUT_LOW: Final = 64 * 1024
+# Bytes per socket read; a TLS record is at most 16 KiB plus overhead.
+RECV_SIZE: Final = 64 * 1024
+
+
+class Gate:
+    """One connection's TLS and SASL state, and the bytes waiting for the socket."""
+
+    __slots__ = ("_incoming", "_outgoing", "_tls", "closing", "output", "sasl", "tls_done")
+
+    def __init__(self, sasl: SaslServer, tls: ssl.SSLContext | None) -> None:
+        self.sasl = sasl
+        self.output = bytearray()
+        # Set once the connection must end as soon as ``output`` is written.
+        self.closing = False
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = (
+            None if tls is None else tls.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        )
+        self.tls_done = tls is None
+
+    @property
+    def removable(self) -> bool:
+        """Whether proton can have the socket directly from now on."""
+        return self._tls is None and self.sasl.phase is Phase.DONE and not self.output
+
+    def read(self, selectable: Selectable, transport: Transport | None) -> bool:
+        """Read the socket once and pass on what proton may have; False at EOF or on an error."""
+        try:
+            data: bytes = selectable.recv(RECV_SIZE)
+        except BlockingIOError:
+            return True
+        except OSError as error:
+            log.debug("recv failed: %r", error)
+            return False
+        if not data:
+            return False
+        if self._tls is not None:
+            try:
+                data = self._decrypt(data)
+            except ssl.SSLError as error:
+                log.info("TLS failed: %s", error.reason or error)
+                return False
+        step = self.sasl.feed(data)
+        if step.output:
+            self._queue(step.output)
+        if step.close:
+            log.warning("login refused: %s", self.sasl.failure)
+            self.closing = True
+        if step.passthrough and transport is not None:
+            transport.push(step.passthrough)
+        return True
+
+    def _decrypt(self, data: bytes) -> bytes:
+        tls = self._tls
+        assert tls is not None
+        self._incoming.write(data)
+        if not self.tls_done:
+            try:
+                tls.do_handshake()
+                self.tls_done = True
+            except ssl.SSLWantReadError:
+                pass
+            self._flush_tls()
+            if not self.tls_done:
+                return b""
+        plain = bytearray()
+        while True:
+            try:
+                chunk = tls.read(RECV_SIZE)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                break
+            if not chunk:
+                break
+            plain += chunk
+        self._flush_tls()
+        return bytes(plain)
+
+    def _queue(self, plain: bytes) -> None:
+        if self._tls is None:
+            self.output += plain
+        else:
+            self._tls.write(plain)
+            self._flush_tls()
+
+    def _flush_tls(self) -> None:
+        if self._outgoing.pending:
+            self.output += self._outgoing.read()
+
+    def write(self, selectable: Selectable, transport: Transport | None) -> int:
+        """Write what waits; returns how many bytes of proton's output were taken.
+
+        On a TLS connection proton's output is encrypted into ``output`` first; on a plain one
+        only our SASL bytes pass here, before proton has written anything.
+        """
+        taken = 0
+        if (
+            self._tls is not None
+            and self.tls_done
+            and transport is not None
+            and len(self.output) < TLS_OUTPUT_LOW
+        ):
+            pending = transport.pending()
+            if pending > 0:
+                self._queue(transport.peek(pending) or b"")
+                transport.pop(pending)
+                taken = pending
+        if self.output:
+            try:
+                sent: int = selectable.send(self.output)
+            except BlockingIOError:
+                sent = 0
+            except OSError as error:
+                log.debug("send failed: %r", error)
+                self.output.clear()
+                self.closing = True
+                return taken
+            del self.output[:sent]
+        return taken
+
+    @property
+    def wants_write(self) -> bool:
+        """Whether the socket must be watched for writing on the gate's behalf."""
+        return bool(self.output)

@@ -1,0 +1,220 @@
+"""The server side of AMQP 1.0 SASL (part 5.3), in front of proton's transport.
+
+Proton's built-in server SASL offers only ANONYMOUS and EXTERNAL (notes/proton.md §1); PLAIN with
+a Python user check would need Cyrus SASL compiled into proton and users kept in a sasldb. So
+sluicegate runs the SASL exchange itself, on the bytes before proton sees any: the client's SASL
+header, our mechanisms, its sasl-init, our sasl-outcome. After an ``ok`` outcome every further
+byte (the client's AMQP header onwards) goes to a proton transport that has no SASL layer.
+
+A client that starts with the plain AMQP header skips SASL: that is an anonymous login, allowed
+where ANONYMOUS is. Any other first bytes go to proton untouched, which answers them with
+``amqp:connection:framing-error`` as before.
+
+This class only turns bytes into bytes and a verdict; it never touches a socket or a clock.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Final
+
+from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, ulong
+from proton._data import PythonAMQPData
+
+from gateway.auth import User
+
+AMQP_HEADER: Final = b"AMQP\x00\x01\x00\x00"
+SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
+_FRAME_HEADER: Final = struct.Struct(">IBBH")
+_SASL_FRAME_TYPE: Final = 0x01
+_SASL_MECHANISMS: Final = 0x40
+_SASL_INIT: Final = 0x41
+_SASL_OUTCOME: Final = 0x44
+# §5.3.1: a SASL frame may be at most 512 bytes unless both peers agreed otherwise, which they
+# cannot before SASL is done. Some clients send long hostnames, so a little more is tolerated.
+MAX_SASL_FRAME: Final = 4096
+
+
+class SaslCode(int, Enum):
+    """sasl-code (§5.3.3.6)."""
+
+    OK = 0
+    AUTH = 1
+    SYS = 2
+    SYS_PERM = 3
+    SYS_TEMP = 4
+
+
+class Phase(Enum):
+    """Where the exchange is."""
+
+    HEADER = "header"
+    INIT = "init"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class Step:
+    """What one :meth:`SaslServer.feed` produced.
+
+    ``output`` goes to the client before anything proton writes; ``passthrough`` goes to proton
+    (only once the phase is DONE); ``close`` says to drop the connection once output is written.
+    """
+
+    output: bytes = b""
+    passthrough: bytes = b""
+    close: bool = False
+
+
+def _encode(descriptor: int, fields: list[PythonAMQPData]) -> bytes:
+    data = Data()
+    data.put_object(Described(ulong(descriptor), fields))
+    body: bytes = data.encode()
+    return _FRAME_HEADER.pack(_FRAME_HEADER.size + len(body), 2, _SASL_FRAME_TYPE, 0) + body
+
+
+@dataclass(slots=True)
+class SaslServer:
+    """One connection's SASL exchange.
+
+    ``check_plain(username, password)`` returns the user or None; ``anonymous`` is the user of
+    an anonymous login, or None where ANONYMOUS is not allowed.
+    """
+
+    check_plain: Callable[[str, bytes], User | None]
+    anonymous: User | None
+    offer_plain: bool = True
+    phase: Phase = Phase.HEADER
+    user: User | None = None
+    # Why the login failed, for the server's log; never sent to the client.
+    failure: str = ""
+    _buffer: bytearray = field(default_factory=bytearray)
+
+    @property
+    def mechanisms(self) -> list[str]:
+        """The mechanisms offered, strongest first."""
+        offered = ["PLAIN"] if self.offer_plain else []
+        return offered + (["ANONYMOUS"] if self.anonymous is not None else [])
+
+    def feed(self, data: bytes) -> Step:
+        """Take bytes from the client; what to write back and what proton gets."""
+        if self.phase is Phase.DONE:
+            return Step(passthrough=data)
+        if self.phase is Phase.FAILED:
+            return Step()
+        self._buffer += data
+        if self.phase is Phase.HEADER:
+            return self._header()
+        return self._init()
+
+    def _header(self) -> Step:
+        buffer = self._buffer
+        if len(buffer) < len(SASL_HEADER):
+            if SASL_HEADER.startswith(buffer) or AMQP_HEADER.startswith(buffer):
+                return Step()
+            return self._pass_everything()
+        header = bytes(buffer[: len(SASL_HEADER)])
+        if header == SASL_HEADER:
+            del buffer[: len(SASL_HEADER)]
+            self.phase = Phase.INIT
+            symbols = (symbol(m) for m in self.mechanisms)
+            offered = Array(UNDESCRIBED, Data.SYMBOL, *symbols)  # type: ignore[arg-type]
+            mechanisms = SASL_HEADER + _encode(_SASL_MECHANISMS, [offered])
+            step = self._init()
+            step.output = mechanisms + step.output
+            return step
+        if header == AMQP_HEADER and self.anonymous is None:
+            # §5.3.1: answer with the header of the protocol we want, then close.
+            self.phase = Phase.FAILED
+            self.failure = "a client without SASL where anonymous logins are not allowed"
+            return Step(output=SASL_HEADER, close=True)
+        if header == AMQP_HEADER:
+            self.user = self.anonymous
+        return self._pass_everything()
+
+    def _pass_everything(self) -> Step:
+        self.phase = Phase.DONE
+        if self.user is None:
+            self.user = self.anonymous
+        passthrough = bytes(self._buffer)
+        self._buffer.clear()
+        return Step(passthrough=passthrough)
+
+    def _init(self) -> Step:
+        buffer = self._buffer
+        if len(buffer) < _FRAME_HEADER.size:
+            return Step()
+        size, doff, frame_type, _ = _FRAME_HEADER.unpack_from(buffer)
+        if size > MAX_SASL_FRAME or doff < 2 or size < doff * 4 or frame_type != _SASL_FRAME_TYPE:
+            return self._fail(SaslCode.SYS_PERM, f"bad SASL frame (size {size}, type {frame_type})")
+        if len(buffer) < size:
+            return Step()
+        body = bytes(buffer[doff * 4 : size])
+        rest = bytes(buffer[size:])
+        buffer.clear()
+        mechanism, response = self._decode_init(body)
+        if mechanism is None:
+            return self._fail(SaslCode.SYS_PERM, "the client sent no valid sasl-init")
+        user = self._authenticate(mechanism, response)
+        if user is None:
+            return self._fail(SaslCode.AUTH, self.failure)
+        self.user = user
+        self.phase = Phase.DONE
+        return Step(output=_encode(_SASL_OUTCOME, [ubyte(SaslCode.OK)]), passthrough=rest)
+
+    @staticmethod
+    def _decode_init(body: bytes) -> tuple[str | None, bytes]:
+        data = Data()
+        try:
+            data.decode(body)
+            performative = data.get_object()
+        except Exception:  # proton raises DataException and others on hostile bytes
+            return None, b""
+        if not isinstance(performative, Described) or performative.descriptor not in (
+            _SASL_INIT,
+            symbol("amqp:sasl-init:list"),
+        ):
+            return None, b""
+        fields = performative.value if isinstance(performative.value, list) else []
+        mechanism = fields[0] if fields else None
+        response = fields[1] if len(fields) > 1 else None
+        if not isinstance(mechanism, str):
+            return None, b""
+        # proton decodes binary as a memoryview into its own buffer: copy it out.
+        return str(mechanism), bytes(response) if isinstance(response, memoryview | bytes) else b""
+
+    def _authenticate(self, mechanism: str, response: bytes) -> User | None:
+        if mechanism == "ANONYMOUS":
+            if self.anonymous is None:
+                self.failure = "ANONYMOUS is not allowed here"
+            return self.anonymous
+        if mechanism != "PLAIN" or not self.offer_plain:
+            self.failure = f"mechanism {mechanism!r} not offered"
+            return None
+        # RFC 4616: [authzid] NUL authcid NUL passwd
+        parts = response.split(b"\x00")
+        if len(parts) != 3:
+            self.failure = "malformed PLAIN response"
+            return None
+        authzid, username, password = parts
+        try:
+            name = username.decode()
+        except UnicodeDecodeError:
+            self.failure = "PLAIN user name is not UTF-8"
+            return None
+        if authzid and authzid != username:
+            self.failure = f"user {name!r} may not act as another user"
+            return None
+        user = self.check_plain(name, password)
+        if user is None:
+            self.failure = f"wrong user name or password for {name!r}"
+        return user
+
+    def _fail(self, code: SaslCode, reason: str) -> Step:
+        self.phase = Phase.FAILED
+        self.failure = reason
+        return Step(output=_encode(_SASL_OUTCOME, [ubyte(code)]), close=True)

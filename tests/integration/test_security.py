@@ -1,0 +1,300 @@
+"""Authentication (SASL PLAIN against hashed passwords, ANONYMOUS where allowed), authorisation
+(configure / write / read patterns) and TLS, with real clients over loopback (issue 10 §4, §5)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.conftest import RunningServer
+from proton import ConnectionException, Message, SSLDomain, symbol, ubyte
+from proton.utils import BlockingConnection
+from support.frames import (
+    AMQP_HEADER,
+    SASL_FRAME,
+    SASL_HEADER,
+    described,
+    encode_frame,
+    parse_frame,
+)
+from support.raw_client import ProtocolError, RawClient
+
+from gateway.auth import User, hash_password, parse_users
+
+ALICE_PASSWORD = "correct horse"
+
+
+def _users() -> dict[str, User]:
+    return parse_users(
+        {
+            "alice": {
+                "password_hash": hash_password(ALICE_PASSWORD),
+                "configure": "^(orders|inbox-[a-z]+)$",
+                "write": "^orders$",
+                "read": "^inbox-",
+            },
+            "root": {
+                "password_hash": hash_password("root-pw"),
+                "configure": ".*",
+                "write": ".*",
+                "read": ".*",
+            },
+        }
+    )
+
+
+def _connect(url: str, **options: Any) -> BlockingConnection:
+    return BlockingConnection(url, timeout=10, **options)
+
+
+def _plain(running: RunningServer, user: str, password: str) -> BlockingConnection:
+    return _connect(
+        running.url,
+        user=user,
+        password=password,
+        allowed_mechs="PLAIN",
+        allow_insecure_mechs=True,
+    )
+
+
+def _sasl_exchange(port: int, init: bytes) -> bytes:
+    """Send a SASL header and ``init``; return every byte the server sent until it closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(SASL_HEADER + init)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def _sasl_init(mechanism: str, response: bytes) -> bytes:
+    body = described("sasl_init", mechanism=symbol(mechanism), initial_response=response)
+    return encode_frame(0, body, frame_type=SASL_FRAME)
+
+
+# -- authentication --------------------------------------------------------------------------
+
+
+def test_plain_with_the_right_password_logs_in(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    running = make_server(users=_users())
+    connection = _plain(running, "alice", ALICE_PASSWORD)
+    try:
+        sender = connection.create_sender("/queues/orders")
+        sender.send(Message(body="paid"))
+    finally:
+        connection.close()
+    assert running.queue("orders").ready == 1
+
+
+@pytest.mark.parametrize(("user", "password"), [("alice", "wrong"), ("mallory", "x"), ("", "")])
+def test_plain_with_wrong_credentials_is_refused_and_nothing_else_leaks(
+    make_server: Callable[..., RunningServer], user: str, password: str
+) -> None:
+    running = make_server(users=_users())
+    with pytest.raises(ConnectionException, match="amqp:unauthorized-access"):
+        _plain(running, user, password)
+    answer = _sasl_exchange(running.port, _sasl_init("PLAIN", f"\0{user}\0{password}".encode()))
+    # sasl-mechanisms, sasl-outcome{code = auth (1)}, then the end of the connection: no OPEN,
+    # no additional data, no reason.
+    assert answer.startswith(SASL_HEADER)
+    buffer = bytearray(answer[len(SASL_HEADER) :])
+    frames = []
+    while (frame := parse_frame(buffer, 65536)) is not None:
+        frames.append(frame)
+    assert not buffer
+    assert [f.performative for f in frames] == ["sasl_mechanisms", "sasl_outcome"]
+    assert frames[1]["code"] == 1
+    assert frames[1]["additional_data"] is None
+    assert running.call(lambda: len(running.server.broker.connections)) == 0
+
+
+def test_a_loopback_listener_offers_anonymous_and_plain(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    running = make_server(users=_users())
+    with RawClient.connect(running.host, running.port) as anonymous:
+        anonymous.begin()
+    with RawClient.connect(running.host, running.port, plain=("root", "root-pw")) as root:
+        root.begin()
+    with RawClient.connect(running.host, running.port, sasl=False) as _:
+        pass  # a client without SASL is an anonymous one, allowed here
+    with socket.create_connection((running.host, running.port), timeout=10) as sock:
+        sock.sendall(SASL_HEADER)
+        buffer = bytearray()
+        while (frame := parse_frame(buffer[len(SASL_HEADER) :], 65536)) is None:
+            buffer += sock.recv(65536)
+    assert frame["sasl_server_mechanisms"] == ["PLAIN", "ANONYMOUS"]
+
+
+def test_anonymous_off_refuses_anonymous_and_clients_without_sasl(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    running = make_server(users=_users(), anonymous_login="off")
+    with pytest.raises(ProtocolError, match="does not offer SASL ANONYMOUS"):
+        RawClient.connect(running.host, running.port)
+    answer = _sasl_exchange(running.port, _sasl_init("ANONYMOUS", b""))
+    outcome = described("sasl_outcome", code=ubyte(1))
+    assert answer.endswith(encode_frame(0, outcome, frame_type=SASL_FRAME))
+    # §5.3.1: a client that skips SASL gets the SASL header, then the connection ends.
+    with socket.create_connection((running.host, running.port), timeout=10) as sock:
+        sock.sendall(AMQP_HEADER)
+        assert sock.recv(100) == SASL_HEADER
+        assert sock.recv(100) == b""
+    with RawClient.connect(running.host, running.port, plain=("root", "root-pw")) as root:
+        root.begin()
+
+
+def test_anonymous_loopback_means_only_on_a_loopback_listener() -> None:
+    from gateway.listener import anonymous_allowed
+
+    assert anonymous_allowed("loopback", "127.0.0.1")
+    assert anonymous_allowed("loopback", "::1")
+    assert anonymous_allowed("loopback", "localhost")
+    assert not anonymous_allowed("loopback", "0.0.0.0")
+    assert not anonymous_allowed("loopback", "10.1.2.3")
+    assert anonymous_allowed("on", "0.0.0.0")
+    assert not anonymous_allowed("off", "127.0.0.1")
+
+
+# -- authorisation ---------------------------------------------------------------------------
+
+
+def test_forbidden_attaches_are_refused_and_the_connection_carries_on(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    running = make_server(users=_users())
+    with RawClient.connect(running.host, running.port, plain=("alice", ALICE_PASSWORD)) as alice:
+        alice.begin()
+        refusals = {
+            "write elsewhere": alice.attach("w", "sender", target="/queues/inbox-alice"),
+            "read elsewhere": alice.attach("r", "receiver", source="/queues/orders"),
+            "declare elsewhere": alice.attach("c", "receiver", source="/queues/inbox-other!"),
+        }
+        # "inbox-other!" fails configure, not read: it does not exist and alice may not declare it.
+        for what, handle in refusals.items():
+            attached = alice.wait_attach(handle)
+            assert attached.error is not None, what
+            assert attached.error["condition"] == "amqp:unauthorized-access", what
+        allowed = alice.attach("ok", "sender", target="/queues/orders")
+        assert alice.wait_attach(allowed).error is None
+        alice.wait_credit(allowed)
+        delivery = alice.send(allowed, Message(body="fine").encode())
+        outcome = alice.wait_outcomes([delivery])[delivery]
+        assert outcome is not None
+        assert outcome.name == "accepted"
+        reader = alice.attach("in", "receiver", source="/queues/inbox-alice")
+        assert alice.wait_attach(reader).error is None
+    assert running.queue("orders").ready == 1
+    assert running.call(lambda: running.server.registry.get("inbox-other!")) is None
+
+
+def test_the_anonymous_user_of_the_config_limits_anonymous_clients(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    users = parse_users({"anonymous": {"configure": "", "write": "^public$", "read": ""}})
+    running = make_server(users=users)
+    with RawClient.connect(running.host, running.port) as client:
+        client.begin()
+        refused = client.attach("r", "receiver", source="/queues/public")
+        attached = client.wait_attach(refused)
+        assert attached.error is not None
+        assert attached.error["condition"] == "amqp:unauthorized-access"
+
+
+# -- TLS -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost and 127.0.0.1, made with the openssl binary."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl binary is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def _client_domain(cert: Path) -> SSLDomain:
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(cert))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, str(cert))
+    return domain
+
+
+def test_amqps_with_a_certificate_from_the_config(
+    make_server: Callable[..., RunningServer], certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    running = make_server(
+        users=_users(), tls_cert_file=cert, tls_key_file=key, tls_listen="127.0.0.1:0"
+    )
+    port = running.server.tls_port
+    assert port is not None
+    url = f"amqps://localhost:{port}"
+    connection = _connect(
+        url,
+        ssl_domain=_client_domain(cert),
+        user="root",
+        password="root-pw",
+        allowed_mechs="PLAIN",
+    )
+    try:
+        sender = connection.create_sender("/queues/secret")
+        for n in range(200):
+            sender.send(Message(body=f"s{n}" * 1000))
+        receiver = connection.create_receiver("/queues/secret", credit=50)
+        bodies = []
+        for _ in range(200):
+            bodies.append(receiver.receive(timeout=10).body)
+            receiver.accept()
+    finally:
+        connection.close()
+    assert bodies == [f"s{n}" * 1000 for n in range(200)]
+    assert running.queue("secret").ready == 0
+
+
+def test_plain_text_on_the_amqps_port_gets_nowhere(
+    make_server: Callable[..., RunningServer], certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    running = make_server(tls_cert_file=cert, tls_key_file=key, tls_listen="127.0.0.1:0")
+    port = running.server.tls_port
+    assert port is not None
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(SASL_HEADER)
+        answer = sock.recv(100)
+    assert SASL_HEADER not in answer
+    # The plain listener still serves.
+    with RawClient.connect(running.host, running.port) as client:
+        client.begin()

@@ -1,0 +1,112 @@
+"""Password hashes, user tables and the SASL exchange as plain objects."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.auth import ANONYMOUS_USER, anonymous_user, check_plain, hash_password, parse_users
+from gateway.config import ConfigError, load_config
+from gateway.sasl import AMQP_HEADER, SASL_HEADER, Phase, SaslServer
+
+
+def test_a_hash_verifies_its_password_only() -> None:
+    users = parse_users({"alice": {"password_hash": hash_password("s3cret")}})
+    assert check_plain(users, "alice", b"s3cret") is users["alice"]
+    assert check_plain(users, "alice", b"s3cret ") is None
+    assert check_plain(users, "bob", b"s3cret") is None
+    # Two hashes of one password differ: each has its own salt.
+    assert hash_password("same") != hash_password("same")
+
+
+def test_permissions_default_to_nothing_and_search_like_rabbitmq() -> None:
+    users = parse_users(
+        {"u": {"password_hash": hash_password("p"), "write": "^orders", "read": ""}}
+    )
+    permissions = users["u"].permissions
+    assert permissions.allows("write", "orders.eu")
+    assert not permissions.allows("write", "my-orders")
+    assert not permissions.allows("read", "orders")
+    assert permissions.allows("configure", "anything")  # an omitted pattern is ".*"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"bob": {}}, "users.bob.password_hash: required"),
+        ({"bob": {"password_hash": "md5$x"}}, "users.bob.password_hash: expected scrypt$"),
+        ({"bob": {"password_hash": hash_password("p"), "read": "("}}, "users.bob.read: invalid"),
+        ({"bob": {"password_hash": hash_password("p"), "admin": True}}, "users.bob.admin: unknown"),
+        ({"bob": "x"}, "users.bob: expected a table"),
+    ],
+)
+def test_bad_user_tables_name_the_key(table: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("$", r"\$").replace("(", r"\(")):
+        load_config(overrides={"users": table}, environ={})
+
+
+def test_users_come_from_the_config_file(tmp_path: Path) -> None:
+    hashed = subprocess.run(
+        [sys.executable, "-m", "gateway", "passwd", "--stdin"],
+        input="pw\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    config = tmp_path / "sluicegate.toml"
+    config.write_text(f'[users.carol]\n{hashed}write = "^x$"\n')
+    users = load_config(config, environ={}).users
+    assert check_plain(users, "carol", b"pw") is users["carol"]
+    assert users["carol"].permissions.allows("write", "x")
+
+
+def test_anonymous_is_allowed_everything_unless_configured() -> None:
+    assert anonymous_user({}).permissions.allows("configure", "q")
+    users = parse_users({ANONYMOUS_USER: {"configure": "", "write": "", "read": "^pub$"}})
+    assert not anonymous_user(users).permissions.allows("write", "q")
+
+
+def _server(anonymous: bool = True) -> SaslServer:
+    users = parse_users({"alice": {"password_hash": hash_password("pw")}})
+    return SaslServer(
+        lambda name, password: check_plain(users, name, password),
+        anonymous_user(users) if anonymous else None,
+    )
+
+
+def test_bytes_arriving_one_at_a_time_reach_the_same_verdict() -> None:
+    from proton import Data, Described, symbol, ulong
+
+    data = Data()
+    data.put_object(Described(ulong(0x41), [symbol("PLAIN"), b"\0alice\0pw"]))
+    body = data.encode()
+    frame = (8 + len(body)).to_bytes(4, "big") + b"\x02\x01\x00\x00" + body
+    server = _server()
+    output = b""
+    passthrough = b""
+    for byte in SASL_HEADER + frame + AMQP_HEADER:
+        step = server.feed(bytes([byte]))
+        output += step.output
+        passthrough += step.passthrough
+        assert not step.close
+    assert server.phase is Phase.DONE
+    assert server.user is not None
+    assert server.user.name == "alice"
+    assert output.startswith(SASL_HEADER)
+    assert passthrough == AMQP_HEADER
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"\x00\x00\x20\x00\x02\x01\x00\x00", b"\x00\x00\x00\x09\x02\x00\x00\x00\x00", b"\xff" * 64],
+)
+def test_a_malformed_sasl_frame_fails_the_login(garbage: bytes) -> None:
+    server = _server()
+    step = server.feed(SASL_HEADER + garbage)
+    assert step.close
+    assert server.phase is Phase.FAILED
+    assert server.user is None
+    assert server.feed(AMQP_HEADER).passthrough == b""
