@@ -22,7 +22,6 @@ from proton import (
     Sender,
     Session,
     Terminus,
-    symbol,
 )
 
 from gateway.access import authorise_attach
@@ -35,6 +34,7 @@ from gateway.events import (
     session_of,
     transport_of,
 )
+from gateway.identity import open_properties
 from gateway.limits import LimitExceeded, check_connections, check_links
 from gateway.publishing import Publishing
 from gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState, SessionState
@@ -48,8 +48,6 @@ from session.session import Session as PureSession
 
 log = logging.getLogger("sluicegate")
 
-PRODUCT: Final = "sluicegate"
-VERSION: Final = "0.1.0"
 _OUTCOMES: Final[dict[int, Outcome]] = {
     Disposition.ACCEPTED: Outcome.ACCEPTED,
     Disposition.RELEASED: Outcome.RELEASED,
@@ -75,6 +73,7 @@ class Broker(Handler):
         # Keys for consumer links within their session; proton does not expose handles.
         self._handles = 0
         self._states: dict[PureSession, SessionState] = {}
+        self._open_properties = open_properties(config.rabbitmq_compatible)
         self.publishing = Publishing(
             config, registry, MemoryBudget(config.memory_budget), self._route
         )
@@ -84,10 +83,7 @@ class Broker(Handler):
     def on_connection_remote_open(self, event: Event) -> None:
         """Answer OPEN with our identity; proton negotiates frame size and channels."""
         connection = connection_of(event)
-        connection.properties = {
-            symbol("product"): PRODUCT,
-            symbol("version"): VERSION,
-        }
+        connection.properties = self._open_properties
         connection.open()
         try:
             check_connections(len(self.connections), self.config)

@@ -90,6 +90,8 @@ class ServerConfig:
     # Seconds without a frame from the client before it is dropped; 0 disables. Proton sends
     # our heartbeats at half the client's own idle-time-out.
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    # Advertise product "RabbitMQ" 4.0.0 in OPEN, which RabbitMQ's AMQP 1.0 clients require.
+    rabbitmq_compatible: bool = True
 
     def __post_init__(self) -> None:
         _check_host_port("listen", self.listen)

@@ -22,6 +22,8 @@ from gateway import reading
 from gateway.addresses import parse_address
 from gateway.config import ServerConfig
 from gateway.state import ConnectionState, IncomingLinkState
+from queues.annotations import with_routing_annotations
+from queues.errors import DecodeError
 from queues.message import Message
 from queues.queue_type import Dispatch, Outcome, QueueType
 from queues.registry import QueueRegistry
@@ -56,6 +58,10 @@ class Unconfirmed:
         self.condition: Condition | None = None
 
 
+def _ignore(link: Link, delivery: Delivery) -> None:
+    """Transfers on a link nobody serves (refused, or closing) are dropped with it."""
+
+
 class Publishing:
     """Every publishing link of a server: receive, route, store, confirm, renew credit."""
 
@@ -72,6 +78,8 @@ class Publishing:
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
         self.links: set[IncomingLinkState] = set()
+        # Who gets transfers on receiving links that are not publishers' (set by the broker).
+        self.other_link: Callable[[Link, Delivery], None] = _ignore
         # Links whose credit fell to half: renewed once per batch of events (flush), so that a
         # transfer beyond the credit the client was really granted is seen as such.
         self._renew: set[IncomingLinkState] = set()
@@ -105,6 +113,8 @@ class Publishing:
         """A transfer from a publisher: refuse it, or route it and store a copy per queue."""
         state = getattr(link, "sg", None)
         if not isinstance(state, IncomingLinkState):
+            # Not a publisher's link: the management node's request link, or one refused.
+            self.other_link(link, delivery)
             return
         max_size = self.config.max_message_size
         if delivery.partial:
@@ -132,6 +142,14 @@ class Publishing:
         link.advance()
         queues = self.route(state, payload)
         pending = Unconfirmed(delivery, state, len(queues))
+        try:
+            # Consumers get RabbitMQ's annotations section (gateway and queues never decode a body).
+            payload = with_routing_annotations(payload, "", state.queue.name)
+        except DecodeError as error:
+            pending.outcome = Outcome.REJECTED
+            pending.condition = Condition(error.condition, str(error))
+            self._settle(pending)
+            return
         if not queues:
             self._settle(pending)
             return

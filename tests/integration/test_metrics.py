@@ -13,6 +13,8 @@ from support.clients import publish
 from support.polling import wait_until
 from support.raw_client import RawClient
 
+from queues.annotations import routing_annotations
+
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -27,8 +29,8 @@ def scrape(running: RunningServer) -> Samples:
     }
 
 
-def encoded_size(body: bytes) -> int:
-    return len(Message(body=body).encode())
+def stored_size(body: bytes, queue: str) -> int:
+    return len(Message(body=body).encode()) + len(routing_annotations("", queue))
 
 
 def queue_value(samples: Samples, name: str, queue: str) -> float:
@@ -80,8 +82,9 @@ def test_scrape_after_a_known_workload(make_server: Callable[..., RunningServer]
         assert samples[("sluicegate_session_stashed_credit_requests", ())] == 0
         assert samples[("sluicegate_connection_reads_paused", ())] == 0
         assert samples[("sluicegate_connection_account_debt", ())] == 0
-        # Held in memory: every message not yet settled for good, as the publisher encoded it.
-        held = 10 * encoded_size(b"x" * 10) + 3 * encoded_size(b"y" * 7)
+        # Held in memory: every message not yet settled for good, as the publisher encoded it
+        # plus the annotations section consumers get.
+        held = 10 * stored_size(b"x" * 10, "m-one") + 3 * stored_size(b"y" * 7, "m-two")
         assert samples[("sluicegate_memory_budget_used_bytes", ())] == held
         assert samples[("sluicegate_memory_budget_blocked", ())] == 0
         assert samples[("process_resident_memory_bytes", ())] > 0

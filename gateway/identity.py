@@ -1,0 +1,34 @@
+"""What the server says it is in its OPEN frame.
+
+RabbitMQ's AMQP 1.0 client libraries refuse a server whose OPEN properties do not say
+``product = "RabbitMQ"`` with a ``version`` of at least 4.0.0, and switch features on by that
+version (notes/rabbitmq-client.md §1). With ``rabbitmq_compatible`` on (the default) sluicegate
+advertises the lowest RabbitMQ version whose client-visible features it implements, and names
+itself in its own keys beside them; off, it advertises only itself.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from proton import symbol
+from proton._data import PythonAMQPData
+
+PRODUCT: Final = "sluicegate"
+VERSION: Final = "0.1.0"
+# 4.0.0: the HTTP-over-AMQP management v2 API and AMQP address v2. 4.1 would promise stream
+# filters, 4.2 SQL filters and Direct Reply-To, which sluicegate does not implement.
+RABBITMQ_VERSION: Final = "4.0.0"
+
+
+def open_properties(rabbitmq_compatible: bool) -> dict[str, PythonAMQPData]:
+    """The connection properties of the server's OPEN."""
+    if not rabbitmq_compatible:
+        return {symbol("product"): PRODUCT, symbol("version"): VERSION}
+    return {
+        symbol("product"): "RabbitMQ",
+        symbol("version"): RABBITMQ_VERSION,
+        symbol("sluicegate-product"): PRODUCT,
+        symbol("sluicegate-version"): VERSION,
+        symbol("information"): f"{PRODUCT} {VERSION}, compatible with RabbitMQ's AMQP 1.0 API",
+    }

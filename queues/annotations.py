@@ -1,0 +1,53 @@
+"""The message-annotations section every delivery carries, spliced in without touching the body.
+
+RabbitMQ puts a message-annotations section on every message it delivers, with the exchange and
+routing key it was published to (``x-exchange``, ``x-routing-key``), and RabbitMQ's AMQP 1.0
+clients rely on the section being there (notes/rabbitmq-client.md §4). A message that arrives
+without one gets it inserted where AMQP 1.0 §3.2 puts it, after the header and delivery
+annotations; the bytes before and after are copied as they are, so the body is never decoded.
+A message that already has the section keeps its own.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Final
+
+from queues.codec import Symbol, decode, encode, skip
+from queues.errors import DecodeError
+from queues.sections import DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS, section_code
+
+_MA_PREFIX: Final = b"\x00\x53\x72"
+X_EXCHANGE: Final = Symbol("x-exchange")
+X_ROUTING_KEY: Final = Symbol("x-routing-key")
+
+
+@lru_cache(maxsize=4096)
+def routing_annotations(exchange: str, routing_key: str) -> bytes:
+    """The encoded section ``{x-exchange, x-routing-key}``; cached, as few pairs recur."""
+    return _MA_PREFIX + encode({X_EXCHANGE: exchange, X_ROUTING_KEY: routing_key})
+
+
+def annotations_offset(payload: bytes | memoryview) -> int | None:
+    """Where a message-annotations section belongs, or None if the message has one."""
+    pos = 0
+    size = len(payload)
+    while pos < size:
+        if payload[pos] != 0x00:
+            raise DecodeError("a message section is not a described value")
+        descriptor, value_pos = decode(payload, pos + 1)
+        code = section_code(descriptor)
+        if code == MESSAGE_ANNOTATIONS:
+            return None
+        if code not in (HEADER, DELIVERY_ANNOTATIONS):
+            break
+        pos = skip(payload, value_pos)
+    return pos
+
+
+def with_routing_annotations(payload: bytes, exchange: str, routing_key: str) -> bytes:
+    """``payload`` with a message-annotations section, adding one if it has none."""
+    offset = annotations_offset(payload)
+    if offset is None:
+        return payload
+    return payload[:offset] + routing_annotations(exchange, routing_key) + payload[offset:]

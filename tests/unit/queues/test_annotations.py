@@ -1,0 +1,66 @@
+"""Message annotations spliced into encoded messages: proton reads them, the body is untouched."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from proton import Message, symbol
+
+from queues.annotations import annotations_offset, with_routing_annotations
+from queues.errors import DecodeError
+
+
+def _roundtrip(message: Message) -> Message:
+    payload = with_routing_annotations(message.encode(), "amq.direct", "orders")
+    decoded = Message()
+    decoded.decode(payload)
+    return decoded
+
+
+@given(
+    body=st.binary(max_size=300),
+    durable=st.booleans(),
+    # proton's C layer cuts a subject at NUL, on both sides: not what is tested here.
+    subject=st.none() | st.text(st.characters(blacklist_characters="\x00"), max_size=20),
+    delivery_annotations=st.booleans(),
+    properties=st.dictionaries(st.text(max_size=8), st.integers(-5, 5), max_size=3),
+)
+def test_annotations_are_added_where_amqp_puts_them(
+    body: bytes,
+    durable: bool,
+    subject: str | None,
+    delivery_annotations: bool,
+    properties: dict[str, int],
+) -> None:
+    message = Message(body=body, durable=durable, subject=subject, properties=properties or None)
+    if delivery_annotations:
+        message.instructions = {symbol("x-opt-hop"): 1}
+    decoded = _roundtrip(message)
+    assert decoded.annotations == {"x-exchange": "amq.direct", "x-routing-key": "orders"}
+    assert decoded.body == body
+    assert decoded.durable == durable
+    assert decoded.subject == subject
+    application_properties: object = decoded.properties
+    assert (application_properties or {}) == properties
+    if delivery_annotations:
+        assert decoded.instructions == {"x-opt-hop": 1}
+
+
+def test_a_message_with_annotations_keeps_them_and_its_bytes() -> None:
+    message = Message(body=b"x", annotations={symbol("x-opt-mine"): "kept"})
+    payload = message.encode()
+    assert with_routing_annotations(payload, "", "q") is payload
+    assert annotations_offset(payload) is None
+
+
+def test_a_message_without_sections_gets_only_the_annotations() -> None:
+    decoded = Message()
+    decoded.decode(with_routing_annotations(b"", "", "q"))
+    assert decoded.annotations == {"x-exchange": "", "x-routing-key": "q"}
+
+
+@pytest.mark.parametrize("payload", [b"\x01\x02", b"\x00\x53\x70\xc0\x05"])
+def test_malformed_sections_are_a_decode_error(payload: bytes) -> None:
+    with pytest.raises(DecodeError):
+        with_routing_annotations(payload, "", "q")
