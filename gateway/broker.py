@@ -27,6 +27,7 @@ from proton import (
 from gateway.access import authorise_attach
 from gateway.addresses import AddressNotImplemented, parse_address
 from gateway.config import ServerConfig
+from gateway.consumers import consumer_options
 from gateway.events import (
     connection_of,
     delivery_of,
@@ -34,12 +35,13 @@ from gateway.events import (
     session_of,
     transport_of,
 )
+from gateway.expiry import ExpiryTimer
 from gateway.identity import open_properties
 from gateway.limits import LimitExceeded, check_connections, check_links
 from gateway.publishing import Publishing
 from gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState, SessionState
 from queues.errors import QueueError
-from queues.queue_type import Dispatch, Outcome
+from queues.queue_type import Dispatch, LockExpired, Outcome
 from queues.registry import QueueRegistry
 from queues.serial import SERIAL_MASK, serial_add
 from session.memory_budget import MemoryBudget
@@ -77,6 +79,7 @@ class Broker(Handler):
         self.publishing = Publishing(
             config, registry, MemoryBudget(config.memory_budget), self._route
         )
+        self.expiry = ExpiryTimer(registry, self._route)
 
     # -- connections ----------------------------------------------------------------------
 
@@ -173,10 +176,13 @@ class Broker(Handler):
             raise AddressNotImplemented("dynamic sources are not supported")
         address = parse_address(link.remote_source.address)
         queue = self.registry.declare(address.queue)
+        options = consumer_options(link)
         session: SessionState = link.session.sg
         ack_required = link.remote_snd_settle_mode != Link.SND_SETTLED
         self._handles += 1
-        pure_link = session.pure.attach_link(self._handles, queue, ack_required=ack_required)
+        pure_link = session.pure.attach_link(
+            self._handles, queue, ack_required=ack_required, options=options
+        )
         state = OutgoingLinkState(cast(Sender, link), pure_link, session)
         session.senders[pure_link] = state
         link.sg = state
@@ -245,9 +251,18 @@ class Broker(Handler):
             return
         failed = outcome is Outcome.MODIFIED and bool(delivery.remote.failed)
         seq = int(delivery.tag)
-        dispatches = state.session.pure.settle(
-            state.link, [seq], outcome or Outcome.ACCEPTED, failed
-        )
+        try:
+            dispatches = state.session.pure.settle(
+                state.link, [seq], outcome or Outcome.ACCEPTED, failed
+            )
+        except LockExpired as error:
+            # The message went back when its lock expired: the late settlement changes nothing
+            # and the consumer learns why (RabbitMQ closes on its consumer timeout too).
+            delivery.settle()
+            self._route(error.dispatches)
+            self._detach(link)
+            _close(link, error.condition, str(error))
+            return
         delivery.settle()
         if dispatches:
             self._route(dispatches)
@@ -265,6 +280,8 @@ class Broker(Handler):
 
     def flush(self) -> None:
         """Renew publisher credit and pump every session that has something new to send."""
+        if self.registry.dead_letters:
+            self._route(self.registry.route_dead_letters())
         self.publishing.flush()
         dirty = self._dirty
         while dirty:

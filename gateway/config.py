@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import Final
 
 from gateway.auth import User, UserError, parse_users
+from gateway.definitions import (
+    BindingDefinition,
+    DefinitionError,
+    ExchangeDefinition,
+    QueueDefinition,
+    check_definitions,
+    parse_definitions,
+)
 from session.account import DEFAULT_ACCOUNT_LIMIT
 from session.memory_budget import DEFAULT_MEMORY_BUDGET
 from session.session import DEFAULT_MAX_QUEUE_CREDIT
@@ -92,8 +100,17 @@ class ServerConfig:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     # Advertise product "RabbitMQ" 4.0.0 in OPEN, which RabbitMQ's AMQP 1.0 clients require.
     rabbitmq_compatible: bool = True
+    # Declared at start, in this order (gateway/definitions.py): [[queues]], [[exchanges]],
+    # [[bindings]] tables of the configuration file.
+    queues: tuple[QueueDefinition, ...] = ()
+    exchanges: tuple[ExchangeDefinition, ...] = ()
+    bindings: tuple[BindingDefinition, ...] = ()
 
     def __post_init__(self) -> None:
+        try:
+            check_definitions(self.queues, self.exchanges, self.bindings)
+        except DefinitionError as error:
+            raise ConfigError(str(error)) from None
         _check_host_port("listen", self.listen)
         if self.metrics_listen.lower() not in METRICS_OFF:
             _check_host_port("metrics_listen", self.metrics_listen)
@@ -177,6 +194,11 @@ def parse_size(key: str, raw: object) -> int:
 
 
 def _coerce(key: str, kind: object, raw: object) -> object:
+    if key in ("queues", "exchanges", "bindings"):
+        try:
+            return parse_definitions(key, raw)
+        except DefinitionError as error:
+            raise ConfigError(str(error)) from None
     if kind == "int":
         if key.endswith("_size") or key == "memory_budget":
             return parse_size(key, raw)

@@ -19,11 +19,10 @@ from typing import Final, cast
 from proton import Condition, Delivery, Endpoint, Link, Receiver
 
 from gateway import reading
-from gateway.addresses import parse_address
 from gateway.config import ServerConfig
+from gateway.routing import Router
 from gateway.state import ConnectionState, IncomingLinkState
-from queues.annotations import with_routing_annotations
-from queues.errors import DecodeError
+from queues.errors import QueueError
 from queues.message import Message
 from queues.queue_type import Dispatch, Outcome, QueueType
 from queues.registry import QueueRegistry
@@ -77,6 +76,7 @@ class Publishing:
         self.budget = budget
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
+        self.router = Router(registry)
         self.links: set[IncomingLinkState] = set()
         # Who gets transfers on receiving links that are not publishers' (set by the broker).
         self.other_link: Callable[[Link, Delivery], None] = _ignore
@@ -87,12 +87,11 @@ class Publishing:
     # -- links ----------------------------------------------------------------------------
 
     def attach(self, link: Link) -> None:
-        """Open a publisher's link to the queue its target names and grant its first credit."""
-        address = parse_address(link.remote_target.address)
-        queue = self.registry.declare(address.queue)
+        """Open a publisher's link to what its target names and grant its first credit."""
+        target = self.router.resolve(link.remote_target.address)
         connection: ConnectionState = link.connection.sg
         pure = IncomingLink(self.config.max_link_credit)
-        state = IncomingLinkState(cast(Receiver, link), queue, pure, connection)
+        state = IncomingLinkState(cast(Receiver, link), target, pure, connection)
         link.sg = state
         self.links.add(state)
         link.open()
@@ -140,31 +139,34 @@ class Publishing:
             return
         payload = link.recv(size) or b""
         link.advance()
-        queues = self.route(state, payload)
+        routed = self.router.route(state.target, payload)
+        queues = routed.queues
         pending = Unconfirmed(delivery, state, len(queues))
-        try:
-            # Consumers get RabbitMQ's annotations section (gateway and queues never decode a body).
-            payload = with_routing_annotations(payload, "", state.queue.name)
-        except DecodeError as error:
-            pending.outcome = Outcome.REJECTED
-            pending.condition = Condition(error.condition, str(error))
-            self._settle(pending)
-            return
         if not queues:
+            pending.outcome = routed.outcome
+            pending.condition = routed.condition
             self._settle(pending)
             return
         if state.connection.account.borrow(len(queues)):
             reading.pause(state.connection)
-        for queue in queues:
-            self.store(pending, queue, Message(payload))
-
-    def route(self, state: IncomingLinkState, payload: bytes) -> list[QueueType]:
-        """The queues a message goes to: the link's target queue."""
-        return [state.queue]
+        message = routed.message
+        assert message is not None
+        # Copies first: a queue may change its copy (its x-message-ttl) when it stores it.
+        copies = [message, *(message.copy() for _ in queues[1:])]
+        for queue, copy in zip(queues, copies, strict=True):
+            self.store(pending, queue, copy)
 
     def store(self, pending: Unconfirmed, queue: QueueType, message: Message) -> None:
-        """Enqueue one copy; an in-memory queue has stored it once ``enqueue`` returns."""
-        dispatches = queue.enqueue(message)
+        """Enqueue one copy; an in-memory queue has stored it once ``enqueue`` returns.
+
+        A queue that refuses it (full, with ``x-overflow = reject-publish``) has the publisher
+        told ``rejected`` with the queue's condition.
+        """
+        try:
+            dispatches = queue.enqueue(message)
+        except QueueError as error:
+            self.confirm(pending, Outcome.REJECTED, Condition(error.condition, str(error)))
+            return
         if dispatches:
             self._dispatch(dispatches)
         self.confirm(pending)

@@ -16,6 +16,8 @@ from proton import Condition
 
 from gateway.broker import Broker
 from gateway.config import ConfigError, ServerConfig
+from gateway.definitions import apply_definitions
+from gateway.expiry import tick
 from gateway.io_layer import FlowIO
 from gateway.listener import Listener
 from gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
@@ -44,6 +46,7 @@ class Server:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.registry = QueueRegistry()
+        apply_definitions(self.registry, config.queues, config.exchanges, config.bindings)
         self.broker = Broker(config, self.registry)
         self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)
@@ -129,6 +132,8 @@ class Server:
         container = self.container
         container.timeout = _SELECT_TIMEOUT
         container.start()
+        tick(self.registry)
+        self.broker.expiry.start(container)
         self.ready.set()
         while self._process():
             if self._stopping and time.monotonic() > self._deadline:
@@ -141,6 +146,7 @@ class Server:
 
     def _process(self) -> bool:
         """Run the reactor once; a failure while handling one connection closes only that one."""
+        tick(self.registry)
         try:
             return self.container.process()
         except Exception:
@@ -200,6 +206,7 @@ class Server:
             self._force_close(state)
         self.broker.flush()
         self._wakeup.detach()
+        self.broker.expiry.stop()
         self._deadline = time.monotonic() + self.config.shutdown_timeout
 
     def _force_close(self, state: ConnectionState) -> None:

@@ -13,8 +13,8 @@ from proton import Connection, Receiver, Sender, Session, Transport
 from proton._selectable import Selectable
 
 from gateway.auth import User
+from gateway.routing import PublishTarget
 from gateway.window import remote_incoming_window, session_address
-from queues.queue_type import QueueType
 from session.account import Account
 from session.incoming_link import IncomingLink
 from session.outgoing_link import OutgoingLink
@@ -86,7 +86,7 @@ class IncomingLinkState:
     """A publisher's link: where its messages go, its credit, and the account it charges."""
 
     receiver: Receiver
-    queue: QueueType
+    target: PublishTarget
     link: IncomingLink
     connection: ConnectionState
 

@@ -294,12 +294,17 @@ class ClassicQueue:
         late: list[int] = []
         failed: list[Message] = []
         requeued = False
+        lost = state.lost
         for seq in seqs:
+            if seq in lost:
+                # The first settlement after a lock expired is the late one, even if the message
+                # was redelivered to this consumer since (same sequence number): ambiguous
+                # settlements never archive, the consumer's link is told instead.
+                del lost[seq]
+                late.append(seq)
+                continue
             message = unacked.pop(seq, None)
             if message is None:
-                if seq in state.lost:
-                    del state.lost[seq]
-                    late.append(seq)
                 continue
             if outcome is Outcome.ACCEPTED:
                 self._acknowledged += 1

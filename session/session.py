@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias, cast
 
 from queues.message import Message
-from queues.queue_type import CreditReply, Dispatch, Outcome, QueueType
+from queues.queue_type import (
+    DEFAULT_CONSUMER,
+    ConsumerOptions,
+    CreditReply,
+    Dispatch,
+    Outcome,
+    QueueType,
+)
 from queues.serial import SERIAL_MASK, link_credit_snd, serial_add
 from session.outgoing_link import CreditReq, OutgoingLink
 from writer.credit import SessionCredit
@@ -85,11 +92,18 @@ class Session:
 
     # -- links ----------------------------------------------------------------------------
 
-    def attach_link(self, handle: int, queue: QueueType, *, ack_required: bool) -> OutgoingLink:
+    def attach_link(
+        self,
+        handle: int,
+        queue: QueueType,
+        *,
+        ack_required: bool,
+        options: ConsumerOptions = DEFAULT_CONSUMER,
+    ) -> OutgoingLink:
         """Register a consumer link; it gets nothing until the client's first FLOW."""
         link = OutgoingLink(self, handle, queue, ack_required)
         self.links[handle] = link
-        queue.attach(link, ack_required=ack_required)
+        queue.attach(link, ack_required=ack_required, options=options)
         return link
 
     def detach_link(self, link: OutgoingLink) -> list[Dispatch]:

@@ -1,0 +1,78 @@
+"""A consumer's attach, read into :class:`~queues.queue_type.ConsumerOptions`.
+
+The source's filter set (AMQP 1.0 §3.5.8) may hold filters this server does not serve; as
+RabbitMQ does, those are left out of the source echoed in the ATTACH reply, so the client can
+see which filters took effect. ``distribution-mode = copy`` makes a browser, and the link
+property ``rabbitmq:priority`` a consumer priority.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final
+
+from proton import Data, Described, Link, Terminus, symbol
+
+from queues.codec import Symbol, Value
+from queues.filters import FILTER_NAMES, PROPERTIES_FILTER, InvalidFilter, message_filter
+from queues.queue_type import ConsumerOptions
+
+PRIORITY: Final = symbol("rabbitmq:priority")
+
+
+def _plain(value: object) -> Value:
+    """A proton-decoded value as the codec's plain value (what filters compare with)."""
+    if isinstance(value, symbol):
+        return Symbol(value)
+    if isinstance(value, uuid.UUID):
+        return value.bytes
+    if isinstance(value, bool | int | float | str | bytes) or value is None:
+        return value
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    raise InvalidFilter(f"a filter value of type {type(value).__name__} is not supported")
+
+
+def _entries(value: object, name: str) -> dict[str, Value]:
+    if not isinstance(value, dict):
+        raise InvalidFilter(f"{name}: expected a map")
+    return {str(key): _plain(item) for key, item in value.items()}
+
+
+def consumer_options(link: Link) -> ConsumerOptions:
+    """Read a consumer's filters, distribution mode and priority; trim the echoed filters."""
+    source = link.remote_source
+    properties: dict[str, Value] = {}
+    application: dict[str, Value] = {}
+    served: dict[object, object] = {}
+    filters = source.filter
+    filters.rewind()
+    if filters.next() is not None:
+        requested = filters.get_object()
+        for key, entry in requested.items() if isinstance(requested, dict) else ():
+            if not isinstance(entry, Described):
+                continue
+            descriptor = entry.descriptor
+            code = FILTER_NAMES.get(str(descriptor)) if isinstance(descriptor, str) else descriptor
+            if code == PROPERTIES_FILTER:
+                properties.update(_entries(entry.value, "amqp:properties-filter"))
+            elif code in FILTER_NAMES.values():
+                application.update(_entries(entry.value, "amqp:application-properties-filter"))
+            else:
+                continue
+            served[key] = entry
+    echoed: Data = link.source.filter
+    echoed.clear()
+    if served:
+        echoed.put_object(served)
+    priority = 0
+    link_properties = link.remote_properties
+    if isinstance(link_properties, dict):
+        raw = link_properties.get(PRIORITY, 0)
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            priority = raw
+    return ConsumerOptions(
+        filter=message_filter(properties, application),
+        browse=source.distribution_mode == Terminus.DIST_MODE_COPY,
+        priority=priority,
+    )

@@ -1,0 +1,64 @@
+"""The queues' clock and their deadlines, driven by the reactor.
+
+Queues never read the time: the server sets the registry's :class:`~queues.queue_type.Clock`
+once per pass of the event loop (:func:`tick`), and a reactor timer runs the queues' due
+expiries and lock releases every :data:`EXPIRY_INTERVAL`. A delivery checks expiry itself, so
+the interval only bounds how late an expired message reaches its dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Final
+
+from proton import Event, Handler
+from proton._reactor import Task
+from proton.reactor import Container
+
+from queues.queue_type import Dispatch
+from queues.registry import QueueRegistry
+
+# How often due deadlines are acted on: a dead letter arrives at most this late, and an idle
+# server wakes 20 times a second for it, which costs nothing measurable.
+EXPIRY_INTERVAL: Final = 0.05
+
+
+def tick(registry: QueueRegistry) -> None:
+    """Set the queues' clock to now, in milliseconds since the epoch (AMQP's timestamp unit)."""
+    registry.clock.now = time.time_ns() // 1_000_000
+
+
+class ExpiryTimer(Handler):
+    """Runs the registry's due deadlines every interval and routes what they release."""
+
+    def __init__(self, registry: QueueRegistry, route: Callable[[list[Dispatch]], None]) -> None:
+        super().__init__()
+        self.registry = registry
+        self._route = route
+        self._container: Container | None = None
+        self._task: Task | None = None
+
+    def start(self, container: Container) -> None:
+        """Arm the first timer."""
+        self._container = container
+        self._task = container.schedule(EXPIRY_INTERVAL, self)
+
+    def stop(self) -> None:
+        """Disarm, so that the reactor can finish at shutdown."""
+        self._container = None
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def on_timer_task(self, event: Event) -> None:
+        """Expire what is due, then re-arm."""
+        registry = self.registry
+        tick(registry)
+        deadline = registry.next_deadline()
+        if deadline is not None and deadline <= registry.clock.now:
+            dispatches = registry.expire()
+            if dispatches:
+                self._route(dispatches)
+        if self._container is not None:
+            self._task = self._container.schedule(EXPIRY_INTERVAL, self)

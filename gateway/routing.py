@@ -1,0 +1,144 @@
+"""Where a published message goes: its link's queue, an exchange's bindings, or its ``to``.
+
+A publisher's target is resolved once, at attach: a queue (the common case, one dict-free path
+per message), an exchange with a fixed routing key or the message's subject as key
+(RabbitMQ 4's ``/exchanges/NAME[/KEY]``), or the null target, where each message's ``to``
+names its destination. Each message's envelope (header and the few properties routing and
+expiry need) is read here, never its body; a malformed header is refused before anything stores
+the message. Unroutable messages are ``released``, or ``rejected`` when their exchange says so
+(``x-unroutable = reject``): never silently lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from proton import Condition
+
+from gateway.addresses import ExchangeAddress, QueueAddress, parse_target
+from queues.annotations import with_routing_annotations
+from queues.envelope import read_envelope
+from queues.errors import DecodeError, QueueError
+from queues.exchanges import Unroutable
+from queues.message import Message
+from queues.queue_type import Outcome, QueueType
+from queues.registry import QueueRegistry
+
+_NO_QUEUES: Final[list[QueueType]] = []
+
+
+@dataclass(frozen=True, slots=True)
+class PublishTarget:
+    """A publisher link's target, resolved at attach."""
+
+    # The queue of a queue address; None for an exchange or the null target.
+    queue: QueueType | None = None
+    # The exchange of an exchange address; None for the null target.
+    exchange: str | None = None
+    # The routing key fixed by the address; None when the subject gives it.
+    routing_key: str | None = None
+
+
+@dataclass(slots=True)
+class Routed:
+    """A routing decision: the queues and the message to store, or why there are none."""
+
+    queues: list[QueueType]
+    message: Message | None
+    outcome: Outcome = Outcome.ACCEPTED
+    condition: Condition | None = None
+
+
+def _refused(outcome: Outcome, condition: str, description: str) -> Routed:
+    return Routed(_NO_QUEUES, None, outcome, Condition(condition, description))
+
+
+class Router:
+    """Routes published messages through the registry's queues and exchanges."""
+
+    def __init__(self, registry: QueueRegistry) -> None:
+        self.registry = registry
+
+    def resolve(self, address: str | None) -> PublishTarget:
+        """The target a publisher attaches to; raises for an exchange that does not exist."""
+        if not address:
+            return PublishTarget()
+        parsed = parse_target(address)
+        if isinstance(parsed, QueueAddress):
+            return PublishTarget(queue=self.registry.declare(parsed.queue))
+        self.registry.exchange(parsed.exchange)
+        return PublishTarget(exchange=parsed.exchange, routing_key=parsed.routing_key)
+
+    def route(self, target: PublishTarget, payload: bytes) -> Routed:
+        """Read a message's envelope and decide where it goes."""
+        try:
+            envelope = read_envelope(payload)
+        except DecodeError as error:
+            return _refused(Outcome.REJECTED, error.condition, f"malformed message: {error}")
+        expires = envelope.expires(self.registry.clock.now)
+        delivery_count = envelope.header.delivery_count
+        queue = target.queue
+        if queue is not None:
+            return Routed([queue], self._message(payload, delivery_count, expires, "", queue.name))
+        exchange = target.exchange
+        routing_key = target.routing_key
+        if exchange is None:
+            # The null target: the message's ``to`` says where it goes (RabbitMQ 4).
+            if envelope.to is None:
+                return _refused(
+                    Outcome.REJECTED,
+                    "amqp:precondition-failed",
+                    "a message sent to the null target needs a 'to' address",
+                )
+            try:
+                address = parse_target(envelope.to)
+            except QueueError as error:
+                return _refused(Outcome.REJECTED, error.condition, str(error))
+            if isinstance(address, QueueAddress):
+                found = self.registry.get(address.queue)
+                if found is None:
+                    return _refused(
+                        Outcome.REJECTED, "amqp:not-found", f"no queue '{address.queue}'"
+                    )
+                message = self._message(payload, delivery_count, expires, "", address.queue)
+                return Routed([found], message)
+            assert isinstance(address, ExchangeAddress)
+            exchange, routing_key = address.exchange, address.routing_key
+        if routing_key is None:
+            routing_key = envelope.subject or ""
+        try:
+            queues = self.registry.route(exchange, routing_key)
+        except QueueError as error:
+            return _refused(Outcome.REJECTED, error.condition, str(error))
+        if not queues:
+            return self._unroutable(exchange, routing_key)
+        message = self._message(payload, delivery_count, expires, exchange, routing_key)
+        return Routed(queues, message)
+
+    @staticmethod
+    def _message(
+        payload: bytes, delivery_count: int, expires: int | None, exchange: str, routing_key: str
+    ) -> Message:
+        """The message to store: with RabbitMQ's ``x-exchange``/``x-routing-key`` annotations.
+
+        RabbitMQ's AMQP 1.0 clients rely on every delivery carrying them; the section is
+        spliced in (the envelope was validated already, so this cannot fail).
+        """
+        return Message(
+            with_routing_annotations(payload, exchange, routing_key),
+            delivery_count,
+            expires=expires,
+            exchange=exchange,
+            routing_key=routing_key,
+        )
+
+    def _unroutable(self, exchange: str, routing_key: str) -> Routed:
+        found = self.registry.exchange(exchange)
+        if found.settings.unroutable is Unroutable.REJECT:
+            return _refused(
+                Outcome.REJECTED,
+                "amqp:not-found",
+                f"exchange '{exchange}' routes routing key '{routing_key}' to no queue",
+            )
+        return Routed(_NO_QUEUES, None, Outcome.RELEASED)
