@@ -27,7 +27,7 @@ from typing import Final
 
 from queues.arguments import DEFAULT_ARGUMENTS, Overflow, QueueArguments
 from queues.errors import ResourceLimitExceeded
-from queues.held_bytes import HeldBytes
+from queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
 from queues.queue_type import (
     DEFAULT_CONSUMER,
@@ -251,7 +251,7 @@ class ClassicQueue:
         self._available += 1
         size = len(message.payload)
         self._ready_bytes += size
-        self.held.total += size
+        self.held.total += size + MESSAGE_OVERHEAD
         expires = message.expires
         if expires is not None:
             heapq.heappush(self._expiries, (expires, seq))
@@ -289,7 +289,7 @@ class ClassicQueue:
                     settled += 1
                     freed += len(message.payload)
             self._acknowledged += settled
-            self.held.total -= freed
+            self.held.total -= freed + settled * MESSAGE_OVERHEAD
             return _NO_DISPATCH
         late: list[int] = []
         failed: list[Message] = []
@@ -345,7 +345,7 @@ class ClassicQueue:
         for state in self._filtered:
             state.returned.clear()
         self._expiries.clear()
-        self.held.total -= self._ready_bytes
+        self.held.total -= self._ready_bytes + count * MESSAGE_OVERHEAD
         self._available = 0
         self._ready_bytes = 0
         return count
@@ -418,7 +418,7 @@ class ClassicQueue:
     def _archive(self, message: Message) -> None:
         message.state = ARCHIVED
         del self._log[message.seq]
-        self.held.total -= len(message.payload)
+        self.held.total -= len(message.payload) + MESSAGE_OVERHEAD
 
     def _make_available(self, message: Message) -> None:
         """Put an acquired message back at its original position."""
@@ -441,7 +441,7 @@ class ClassicQueue:
             self._acknowledged -= 1
             self._log[message.seq] = message
             self._low = min(self._low, message.seq)
-            self.held.total += len(message.payload)
+            self.held.total += len(message.payload) + MESSAGE_OVERHEAD
         self._delivered -= 1
         self._make_available(message)
 
@@ -660,7 +660,7 @@ class ClassicQueue:
                 del log[seq - 1]
         self._cursor = seq
         if not ack_required:
-            self.held.total -= size_taken
+            self.held.total -= size_taken + count * MESSAGE_OVERHEAD
         if count:
             state.credit -= count
             state.delivery_count = (state.delivery_count + count) & SERIAL_MASK
