@@ -1,0 +1,343 @@
+"""Inbound flow control with real proton publishers: credit, accounts, the memory budget.
+
+Proton 0.40 enforces a session's incoming window strictly, with no margin for transfers already
+on the wire: shrinking it under a running publisher closes the connection with
+``amqp:session:window-violation`` (see gateway/publishing.py). The server therefore bounds what
+publishers can send with link credit, which it withholds above the memory budget, and with TCP
+back-pressure from each connection's account; the tests here prove those bounds by counting
+bytes, messages and credit, never by timing.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+import pytest
+from integration.conftest import RunningServer
+from support.clients import consume
+from support.flood import Flood, SlowConsumer
+from support.polling import wait_until
+
+from gateway.publishing import Unconfirmed
+from gateway.state import IncomingLinkState
+from queues.classic import ClassicQueue
+from queues.held_bytes import MESSAGE_OVERHEAD
+from queues.message import Message
+from session.incoming_link import IncomingLinkStatistics
+from session.memory_budget import BudgetStatistics
+
+MiB: Final = 1024 * 1024
+MAX_LINK_CREDIT: Final = 170
+# A proton message with a data section of N bytes encodes to N + 5 or N + 8 bytes.
+ENCODING: Final = 8
+_LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
+
+
+def _cost(body_size: int) -> int:
+    """What one message counts against the budget."""
+    return body_size + ENCODING + MESSAGE_OVERHEAD
+
+
+def _budget(server: RunningServer) -> BudgetStatistics:
+    return server.call(lambda: server.server.broker.publishing.budget.statistics())
+
+
+def _links(server: RunningServer) -> dict[str, IncomingLinkStatistics]:
+    def read() -> dict[str, IncomingLinkStatistics]:
+        return {
+            state.receiver.name: state.link.statistics()
+            for state in server.server.broker.publishing.links
+        }
+
+    return server.call(read)
+
+
+def _wait_blocked(flood: Flood, still: float = 1.0, timeout: float = 90.0) -> None:
+    """Wait until the publisher has no credit, nothing unsettled, and sends nothing more."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sent = flood.sent
+        time.sleep(still)
+        if (
+            flood.sent == sent
+            and flood.outstanding == 0
+            and all(link.credit <= 0 for link in flood.links)
+        ):
+            return
+        assert flood.error is None, flood.error
+        if time.monotonic() > deadline:
+            pytest.fail(f"the publisher was never blocked: sent {flood.sent}")
+
+
+def _rss(pid: int) -> int:
+    """Resident set size of a process, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@contextmanager
+def _server_process(*options: str) -> Iterator[tuple[int, str]]:
+    """``python -m gateway serve`` in its own process: its pid and its URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().rstrip("\n")
+        match = _LISTENING.match(line)
+        if match is None:
+            assert process.stderr is not None
+            pytest.fail(f"first line {line!r}, stderr {process.stderr.read()!r}")
+        yield process.pid, f"amqp://127.0.0.1:{match.group(1)}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _drain_exactly(flood: Flood, consumer: SlowConsumer, timeout: float = 120.0) -> None:
+    """After the publisher stopped: the consumer gets every accepted message, once."""
+    accepted = flood.accepted
+    wait_until(lambda: len(consumer.received) >= len(accepted), timeout=timeout)
+    time.sleep(0.5)
+    consumer.stop()
+    assert len(consumer.received) == len(accepted), "a message was delivered twice"
+    assert sorted(consumer.received) == sorted(accepted)
+    assert all(not link.refused for link in flood.links)
+
+
+# -- the memory budget -------------------------------------------------------------------
+
+
+def test_budget_stops_credit_bounds_rss_and_resumes() -> None:
+    """64 MiB budget, unthrottled publisher, no consumer; then a consumer drains everything."""
+    body = 32768
+    budget = 64 * MiB
+    with _server_process("--memory-budget", "64MiB") as (pid, url):
+        base = _rss(pid)
+        flood = Flood(url, ["budget"], body_size=body)
+        flood.start()
+        _wait_blocked(flood)
+        blocked_at = len(flood.accepted)
+        assert blocked_at == flood.sent
+        assert blocked_at * _cost(body) >= budget, "blocked before the budget was reached"
+        assert blocked_at * _cost(body) <= budget + MAX_LINK_CREDIT * _cost(body)
+        assert _rss(pid) <= base + budget + 64 * MiB
+        time.sleep(2)
+        assert flood.sent == blocked_at, "the publisher got credit while over the budget"
+
+        consumer = SlowConsumer(url, "budget", body, credit=1000, rate=None)
+        consumer.start()
+        wait_until(lambda: flood.sent > blocked_at + MAX_LINK_CREDIT, timeout=60)
+        flood.stop()
+        _drain_exactly(flood, consumer)
+        assert _rss(pid) <= base + budget + 64 * MiB
+
+
+def test_many_publishers_stay_within_budget_plus_their_credit(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """The window stays open, so the bound is the budget plus every link's last credit."""
+    body = 1000
+    budget = 2 * MiB
+    server = make_server(memory_budget=budget)
+    floods = [Flood(server.url, [f"many-{i}a", f"many-{i}b"], body_size=body) for i in range(3)]
+    for flood in floods:
+        flood.start()
+    for flood in floods:
+        _wait_blocked(flood)
+    stats = _budget(server)
+    assert stats.blocked
+    assert budget <= stats.used <= budget + 6 * MAX_LINK_CREDIT * _cost(body)
+    links = _links(server)
+    assert len(links) == 6
+    assert all(link.credit == 0 and link.unconfirmed == 0 for link in links.values())
+
+    # Consumers keep consuming while publishing is blocked.
+    taken = consume(server.url, "many-0a", 100, credit=100)
+    assert len(taken.messages) >= 100
+    assert _budget(server).blocked
+    assert sum(f.sent for f in floods) == sum(len(f.accepted) for f in floods)
+
+    # Below the low-water mark every publisher gets credit again.
+    before = [flood.sent for flood in floods]
+    drains = [
+        SlowConsumer(server.url, address, body, credit=500, rate=None)
+        for flood in floods
+        for address in (link.address for link in flood.links)
+    ]
+    for drain in drains:
+        drain.start()
+    wait_until(lambda: all(f.sent > b for f, b in zip(floods, before, strict=True)), timeout=60)
+    for flood in floods:
+        flood.stop()
+    for drain in drains:
+        drain.stop()
+    for flood in floods:
+        assert all(not link.refused for link in flood.links)
+
+
+@pytest.mark.slow
+def test_slow_consumer_keeps_rss_flat_and_loses_nothing() -> None:
+    """Credit 100,000 at 500 msg/s against an unthrottled publisher for 30 s."""
+    body = 16384
+    budget = 64 * MiB
+    duration = 30.0
+    with _server_process("--memory-budget", "64MiB") as (pid, url):
+        base = _rss(pid)
+        consumer = SlowConsumer(url, "slow", body, credit=100_000, rate=500)
+        consumer.start()
+        flood = Flood(url, ["slow"], body_size=body)
+        flood.start()
+        samples: list[tuple[float, int]] = []
+        start = time.monotonic()
+        while (now := time.monotonic()) - start < duration:
+            samples.append((now - start, _rss(pid)))
+            assert flood.error is None, flood.error
+            time.sleep(0.25)
+        peak = max(rss for _, rss in samples)
+        assert peak <= base + budget + 64 * MiB
+        second = [(t, rss) for t, rss in samples if t >= duration / 2]
+        slope = _slope(second)
+        assert slope * (duration / 2) <= 16 * MiB, f"RSS grew {slope / MiB:.2f} MiB/s"
+        assert len(consumer.received) > 0
+
+        flood.stop()
+        consumer.rate = None
+        _drain_exactly(flood, consumer, timeout=240)
+
+
+def _slope(samples: list[tuple[float, int]]) -> float:
+    """Least-squares slope of RSS over time, bytes per second."""
+    n = len(samples)
+    mean_t = sum(t for t, _ in samples) / n
+    mean_r = sum(r for _, r in samples) / n
+    num = sum((t - mean_t) * (r - mean_r) for t, r in samples)
+    den = sum((t - mean_t) ** 2 for t, _ in samples)
+    return num / den
+
+
+# -- credit follows storage --------------------------------------------------------------
+
+
+class LateStorage:
+    """Copies for one queue stored only when the test says, as a durable queue's fsync does.
+
+    It replaces :meth:`gateway.publishing.Publishing.store` for that queue on the reactor
+    thread; every other queue stores as usual.
+    """
+
+    def __init__(self, server: RunningServer, queue: str) -> None:
+        self.server = server
+        self.queue = queue
+        self.waiting: list[tuple[Unconfirmed, ClassicQueue, Message]] = []
+        publishing = server.server.broker.publishing
+        self._store = publishing.store
+
+        def store(pending: Unconfirmed, target: ClassicQueue, message: Message) -> None:
+            if target.name == queue:
+                self.waiting.append((pending, target, message))
+            else:
+                self._store(pending, target, message)
+
+        server.call(lambda: setattr(publishing, "store", store))
+
+    def complete(self) -> int:
+        """Store every waiting copy now; return how many."""
+
+        def run() -> int:
+            waiting, self.waiting = self.waiting, []
+            for pending, target, message in waiting:
+                self._store(pending, target, message)
+            self.server.server.broker.flush()
+            return len(waiting)
+
+        return self.server.call(run)
+
+
+def test_a_slow_target_throttles_only_the_link_that_publishes_to_it(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    server = make_server()
+    late = LateStorage(server, "stuck")
+    flood = Flood(server.url, ["stuck", "flowing"], body_size=100)
+    flood.start()
+    stuck, flowing = flood.links
+    wait_until(lambda: len(flowing.accepted) > 20 * MAX_LINK_CREDIT, timeout=60)
+    links = _links(server)
+    assert links["flood-stuck"].unconfirmed == stuck.sent
+    # RabbitMQ's rule: renewed only while unconfirmed < max, so credit + unconfirmed < 2 max.
+    assert stuck.sent <= 2 * MAX_LINK_CREDIT - 1
+    assert not stuck.accepted
+    assert server.call(lambda: _account_paused(server)) is False
+
+    released = late.complete()
+    assert released == stuck.sent
+    # Storing them confirms them and the link gets credit again.
+    wait_until(lambda: len(stuck.accepted) == released and stuck.sent > released, timeout=30)
+    flood.stopping.set()
+    wait_until(lambda: late.complete() >= 0 and flood.outstanding == 0, timeout=30)
+    flood.stop()
+    assert server.queue("stuck").ready == len(stuck.accepted)
+    assert server.queue("flowing").ready == len(flowing.accepted)
+
+
+def _account_paused(server: RunningServer) -> bool:
+    return any(c.account.paused for c in server.server.broker.connections)
+
+
+def test_account_debt_pauses_the_connections_reads_until_repaid(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Above its account limit a connection is not read: even its other link stops."""
+    server = make_server(account_limit=100)
+    late = LateStorage(server, "deep")
+    flood = Flood(server.url, ["deep", "other"], body_size=100)
+    flood.start()
+    deep, other = flood.links
+    wait_until(lambda: server.call(lambda: _account_paused(server)), timeout=30)
+
+    def debt() -> int:
+        return server.call(
+            lambda: sum(c.account.statistics().debt for c in server.server.broker.connections)
+        )
+
+    assert debt() >= 100
+    # Reads are paused: after what was already read, nothing more reaches the server.
+    time.sleep(0.5)
+    received = server.call(lambda: _received(server))
+    time.sleep(1.5)
+    assert server.call(lambda: _received(server)) == received
+    assert debt() >= 100
+
+    late.complete()
+    wait_until(lambda: not server.call(lambda: _account_paused(server)), timeout=10)
+    wait_until(lambda: server.call(lambda: _received(server)) > received, timeout=30)
+    flood.stopping.set()
+    wait_until(lambda: late.complete() >= 0 and flood.outstanding == 0, timeout=30)
+    flood.stop()
+    assert server.queue("deep").ready == len(deep.accepted)
+    assert server.queue("other").ready == len(other.accepted)
+
+
+def _received(server: RunningServer) -> int:
+    links: set[IncomingLinkState] = server.server.broker.publishing.links
+    return sum(state.link.statistics().received for state in links)
