@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from typing import Final
 
 from proton import Event, Transport
 from proton._selectable import Selectable
@@ -28,6 +29,10 @@ from gateway.selector import EpollSelector
 from gateway.state import ConnectionState
 
 log = logging.getLogger("sluicegate.io")
+
+# Bytes read from one connection per readiness: enough for many small messages or a large one
+# per pass of the reactor, small enough that one busy client does not starve the others.
+READ_BATCH: Final = 256 * 1024
 
 
 class FlowIO(IOHandler):
@@ -54,10 +59,10 @@ class FlowIO(IOHandler):
         super().on_reactor_quiesced(event)
 
     def on_selectable_readable(self, event: Event) -> None:
-        """Read as proton does, then look again at sessions that were waiting on the window."""
+        """Read what the socket has, then look again at sessions that were waiting on the window."""
         gate: Gate | None = getattr(event.selectable, "gate", None)
         if gate is None:
-            super().on_selectable_readable(event)
+            self._read(event)
         elif not self._read_gate(event, gate):
             return
         state: ConnectionState | None = getattr(event.selectable, "sg", None)
@@ -65,6 +70,40 @@ class FlowIO(IOHandler):
             for session in state.sessions.values():
                 if session.pure.outgoing_pending:
                     self.broker.mark(session)
+
+    def _read(self, event: Event) -> None:
+        """Read up to :data:`READ_BATCH` bytes, one transport capacity at a time.
+
+        Proton reads one capacity (8 KiB until a frame needs more) per readiness, which costs a
+        full pass of the reactor per 8 KiB; this reads on until the socket is empty, the batch
+        is used up, or the connection's account paused it.
+        """
+        selectable = event.selectable
+        transport = selectable._transport
+        if not transport:
+            return
+        state: ConnectionState | None = getattr(selectable, "sg", None)
+        left = READ_BATCH
+        while left > 0:
+            capacity = transport.capacity()
+            if capacity <= 0:
+                break
+            try:
+                data = selectable.recv(min(capacity, left))
+            except BlockingIOError:
+                break
+            except OSError as error:
+                log.debug("recv failed: %r", error)
+                transport.close_tail()
+                break
+            if not data:
+                self.on_selectable_error(event)
+                return
+            transport.push(data)
+            left -= len(data)
+            if state is not None and state.account.paused:
+                break
+        self.update(transport, selectable, selectable._reactor.now)
 
     def on_selectable_writable(self, event: Event) -> None:
         """Write as proton does, counting the bytes that reached the socket."""

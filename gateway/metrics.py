@@ -63,7 +63,9 @@ class ServerCollector(Collector):
         )
         budget = stats.budget
         yield _gauge(
-            "sluicegate_memory_budget_used_bytes", "Message bytes held in memory.", budget.used
+            "sluicegate_memory_budget_used_bytes",
+            "Message bytes held in memory, with a per-message overhead.",
+            budget.used,
         )
         yield _gauge(
             "sluicegate_memory_budget_limit_bytes",

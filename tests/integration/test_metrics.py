@@ -14,6 +14,7 @@ from support.polling import wait_until
 from support.raw_client import RawClient
 
 from queues.annotations import routing_annotations
+from queues.held_bytes import MESSAGE_OVERHEAD
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -83,8 +84,11 @@ def test_scrape_after_a_known_workload(make_server: Callable[..., RunningServer]
         assert samples[("sluicegate_connection_reads_paused", ())] == 0
         assert samples[("sluicegate_connection_account_debt", ())] == 0
         # Held in memory: every message not yet settled for good, as the publisher encoded it
-        # plus the annotations section consumers get.
-        held = 10 * stored_size(b"x" * 10, "m-one") + 3 * stored_size(b"y" * 7, "m-two")
+        # plus the annotations section consumers get, and what the queue spends to hold it
+        # (queues/held_bytes.py).
+        held = 10 * (stored_size(b"x" * 10, "m-one") + MESSAGE_OVERHEAD) + 3 * (
+            stored_size(b"y" * 7, "m-two") + MESSAGE_OVERHEAD
+        )
         assert samples[("sluicegate_memory_budget_used_bytes", ())] == held
         assert samples[("sluicegate_memory_budget_blocked", ())] == 0
         assert samples[("process_resident_memory_bytes", ())] > 0
