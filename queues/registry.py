@@ -191,6 +191,8 @@ class QueueRegistry:
             raise PreconditionFailed(f"queue '{name}' in use")
         if if_empty and stats.ready + stats.unacked:
             raise PreconditionFailed(f"queue '{name}' not empty")
+        # Its ready messages leave memory now; the memory budget must not count them any more.
+        queue.purge()
         del self._queues[name]
         del self._settings[name]
         self._owners.pop(name, None)

@@ -150,7 +150,7 @@ def _payload(i: int, size: int) -> bytes:
 
 def test_queues_count_the_bytes_they_hold() -> None:
     held = HeldBytes()
-    first, second = ClassicQueue("a", held), ClassicQueue("b", held)
+    first, second = ClassicQueue("a", held=held), ClassicQueue("b", held=held)
     messages = [Message(_payload(i, 100)) for i in range(3)]
     for message in messages:
         first.enqueue(message)
@@ -229,7 +229,7 @@ class InboundMachine(RuleBasedStateMachine):
     )
     def start(self, routes: list[list[int]]) -> None:
         self.held = HeldBytes()
-        self.queues = [ClassicQueue(f"q{i}", self.held) for i in range(QUEUES)]
+        self.queues = [ClassicQueue(f"q{i}", held=self.held) for i in range(QUEUES)]
         self.consumers = [Consumer() for _ in range(QUEUES)]
         for i, queue in enumerate(self.queues):
             queue.attach(i, ack_required=True)
