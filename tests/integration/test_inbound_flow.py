@@ -25,11 +25,13 @@ from support.clients import consume
 from support.flood import Flood, SlowConsumer
 from support.polling import wait_until
 
+from gateway.io_layer import READ_BATCH
 from gateway.publishing import Unconfirmed
 from gateway.state import IncomingLinkState
-from queues.classic import ClassicQueue
 from queues.held_bytes import MESSAGE_OVERHEAD
 from queues.message import Message
+from queues.queue_type import QueueType
+from session.account import AccountStatistics
 from session.incoming_link import IncomingLinkStatistics
 from session.memory_budget import BudgetStatistics
 
@@ -239,21 +241,20 @@ def _slope(samples: list[tuple[float, int]]) -> float:
 
 
 class LateStorage:
-    """Copies for one queue stored only when the test says, as a durable queue's fsync does.
+    """Copies for some queues stored only when the test says, as a durable queue's fsync does.
 
-    It replaces :meth:`gateway.publishing.Publishing.store` for that queue on the reactor
+    It replaces :meth:`gateway.publishing.Publishing.store` for those queues on the reactor
     thread; every other queue stores as usual.
     """
 
-    def __init__(self, server: RunningServer, queue: str) -> None:
+    def __init__(self, server: RunningServer, *queues: str) -> None:
         self.server = server
-        self.queue = queue
-        self.waiting: list[tuple[Unconfirmed, ClassicQueue, Message]] = []
+        self.waiting: list[tuple[Unconfirmed, QueueType, Message]] = []
         publishing = server.server.broker.publishing
         self._store = publishing.store
 
-        def store(pending: Unconfirmed, target: ClassicQueue, message: Message) -> None:
-            if target.name == queue:
+        def store(pending: Unconfirmed, target: QueueType, message: Message) -> None:
+            if target.name in queues:
                 self.waiting.append((pending, target, message))
             else:
                 self._store(pending, target, message)
@@ -341,3 +342,110 @@ def test_account_debt_pauses_the_connections_reads_until_repaid(
 def _received(server: RunningServer) -> int:
     links: set[IncomingLinkState] = server.server.broker.publishing.links
     return sum(state.link.statistics().received for state in links)
+
+
+def _accounts(server: RunningServer) -> list[AccountStatistics]:
+    return server.call(lambda: [c.account.statistics() for c in server.server.broker.connections])
+
+
+# -- fan-out and overflow ----------------------------------------------------------------
+
+
+def test_fan_out_charges_every_copy_and_debt_bounds_the_work_in_flight(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """A fanout exchange bound to 10 queues whose storage is late: each message costs 10."""
+    server = make_server(account_limit=400)
+    queues = [f"fan-{i}" for i in range(10)]
+
+    def declare() -> None:
+        registry = server.server.registry
+        registry.declare_exchange("fan", "fanout")
+        for name in queues:
+            registry.declare_queue(name)
+            registry.bind("fan", name)
+
+    server.call(declare)
+    late = LateStorage(server, *queues)
+    flood = Flood(server.url, ["/exchanges/fan"], body_size=100)
+    flood.start()
+    wait_until(lambda: any(a.paused for a in _accounts(server)), timeout=30)
+    time.sleep(0.5)
+    (account,) = _accounts(server)
+    received = server.call(lambda: _received(server))
+    assert account.borrowed == 10 * received, "every routed copy borrows one unit"
+    assert account.debt == 10 * received
+    # Reads stop at the limit; only what the last read had already taken in comes after it,
+    # and never more than the link's credit allows.
+    assert account.debt >= 400
+    assert account.debt < 400 + 10 * (READ_BATCH // 100)
+    assert received <= 2 * MAX_LINK_CREDIT - 1
+
+    assert late.complete() == account.debt
+    wait_until(lambda: not any(a.paused for a in _accounts(server)), timeout=10)
+    flood.stopping.set()
+    wait_until(lambda: late.complete() >= 0 and flood.outstanding == 0, timeout=30)
+    flood.stop()
+    accepted = len(flood.accepted)
+    assert accepted == flood.sent
+    assert all(server.queue(name).ready == accepted for name in queues)
+
+
+def test_reject_publish_refuses_only_that_queues_messages(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """A full reject-publish queue refuses with resource-limit-exceeded; its neighbour flows."""
+    server = make_server()
+    server.call(
+        lambda: server.server.registry.declare_queue(
+            "capped", {"x-max-length": 100, "x-overflow": "reject-publish"}
+        )
+    )
+    flood = Flood(server.url, ["/queues/capped", "/queues/beside"], body_size=100)
+    flood.start()
+    capped, beside = flood.links
+    wait_until(
+        lambda: (
+            len(capped.refused) > 10 * MAX_LINK_CREDIT
+            and len(beside.accepted) > 10 * MAX_LINK_CREDIT
+        ),
+        timeout=60,
+    )
+    flood.stop()
+    assert len(capped.accepted) == 100
+    assert {condition for _, condition in capped.refused} == {"amqp:resource-limit-exceeded"}
+    assert not beside.refused
+    assert server.queue("capped").ready == 100
+    assert server.queue("capped").overflowed == len(capped.refused)
+    assert server.queue("beside").ready == len(beside.accepted)
+
+
+def test_drop_head_keeps_the_newest_and_counts_the_dropped(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """An unthrottled publisher into a drop-head queue: memory holds only max-length."""
+    body = 1000
+    server = make_server()
+    server.call(lambda: server.server.registry.declare_queue("head", {"x-max-length": 100}))
+    flood = Flood(server.url, ["/queues/head"], body_size=body)
+    flood.start()
+    wait_until(lambda: len(flood.accepted) > 20 * MAX_LINK_CREDIT, timeout=60)
+    flood.stop()
+    accepted = sorted(flood.accepted)
+    stats = server.queue("head")
+    assert (stats.ready, stats.dropped) == (100, len(accepted) - 100)
+    assert _budget_used(server) <= 100 * _cost(body) + 64 * 1024
+    consumer = SlowConsumer(server.url, "/queues/head", body, credit=200, rate=None)
+    consumer.start()
+    wait_until(lambda: len(consumer.received) == 100, timeout=30)
+    consumer.stop()
+    assert consumer.received == accepted[-100:]
+
+
+def _budget_used(server: RunningServer) -> int:
+    def read() -> int:
+        publishing = server.server.broker.publishing
+        publishing.flush()
+        return publishing.budget.statistics().used
+
+    return server.call(read)
