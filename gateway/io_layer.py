@@ -17,7 +17,7 @@ import logging
 import socket
 from typing import Final
 
-from proton import Event, Transport
+from proton import Condition, Endpoint, Event, Transport
 from proton._selectable import Selectable
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
@@ -67,6 +67,8 @@ class FlowIO(IOHandler):
             return
         state: ConnectionState | None = getattr(event.selectable, "sg", None)
         if state is not None:
+            if state.transport.capacity() < 0:
+                self._input_ended(state)
             for session in state.sessions.values():
                 if session.pure.outgoing_pending:
                     self.broker.mark(session)
@@ -104,6 +106,25 @@ class FlowIO(IOHandler):
             if state is not None and state.account.paused:
                 break
         self.update(transport, selectable, selectable._reactor.now)
+
+    def _input_ended(self, state: ConnectionState) -> None:
+        """Close with ``amqp:decode-error`` a connection whose frame proton could not decode.
+
+        Proton stops reading on a frame whose performative it cannot decode (a body that is
+        not a described list, an unknown descriptor, a field of the wrong type) but sets no
+        condition and sends nothing, so the client would wait for an answer that never comes.
+        A tail closed with no condition and no CLOSE from the client means exactly that.
+        """
+        transport = state.transport
+        connection = state.connection
+        if transport.condition is not None or connection.state & Endpoint.REMOTE_CLOSED:
+            return
+        if connection.state & Endpoint.LOCAL_CLOSED:
+            return
+        log.info("closing a connection that sent a frame proton could not decode")
+        self.broker.release_connection(state)
+        connection.condition = Condition("amqp:decode-error", "a frame could not be decoded")
+        connection.close()
 
     def on_selectable_writable(self, event: Event) -> None:
         """Write as proton does, counting the bytes that reached the socket."""
