@@ -8,7 +8,10 @@ outcome, the link's unconfirmed count drops, and the link may be granted new cre
 :meth:`Publishing.flush`. Credit therefore follows storage (notes/rabbitmq-flow.md §6.1).
 
 Above the server's memory budget no publishing link is granted new credit until the bytes held
-fall back below the budget's low-water mark (DESIGN §1).
+fall back below the budget's low-water mark (DESIGN §1). Session incoming windows stay open:
+proton 0.40 fixes the window API at BEGIN and enforces the older capacity API without a margin,
+so shrinking a window under a publisher closes its connection with
+``amqp:session:window-violation`` (docs/inbound-flow-control.md).
 """
 
 from __future__ import annotations

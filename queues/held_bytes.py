@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Final
 
 # What a queued message costs beyond its bytes, measured with 100-byte bodies on CPython 3.11:
-# ~150 bytes ready (the Message, the bytes header, the deque slot) and ~60 more while unacked
-# (the consumer's dict entry), rounded up. Without it a budget of small messages would let
-# RSS grow to several times the budget.
-MESSAGE_OVERHEAD: Final = 256
+# ~220 bytes ready (the Message and its slots, the bytes header, the queue's log entry) and ~100
+# more while unacked (the consumer's dict entry), rounded up. Without it a budget of small
+# messages would let RSS grow to several times the budget.
+MESSAGE_OVERHEAD: Final = 384
 
 
 class HeldBytes:
