@@ -14,7 +14,6 @@ from typing import Final, cast
 from proton import (
     Condition,
     Connection,
-    Delivery,
     Disposition,
     Event,
     Handler,
@@ -24,10 +23,12 @@ from proton import (
     Terminus,
 )
 
+from gateway import deliveries
 from gateway.access import authorise_attach
 from gateway.addresses import AddressNotImplemented, parse_address
 from gateway.config import ServerConfig
 from gateway.consumers import consumer_options
+from gateway.deliveries import CDelivery
 from gateway.events import (
     connection_of,
     delivery_of,
@@ -232,25 +233,28 @@ class Broker(Handler):
 
     def on_delivery(self, event: Event) -> None:
         """A transfer from a publisher, or a consumer's settlement."""
-        self.on_delivery_of(delivery_of(event))
+        self.on_delivery_of(delivery_of(event)._impl)
 
-    def on_delivery_of(self, delivery: Delivery) -> None:
-        """The delivery event's work, called by the reactor without wrapping an ``Event``."""
-        link = delivery.link
-        if link.is_receiver:
-            self.publishing.receive(link, delivery)
+    def on_delivery_of(self, delivery: CDelivery) -> None:
+        """The delivery event's work, called by the reactor with proton's bare delivery."""
+        state = deliveries.link_state(delivery)
+        if type(state) is IncomingLinkState:
+            self.publishing.receive(state, delivery)
+        elif type(state) is OutgoingLinkState:
+            self._settled(state, delivery)
         else:
-            self._settled(link, delivery)
+            # Not a publisher's or consumer's link: the management node's, or one refused.
+            wrapped = deliveries.wrap(delivery)
+            link = wrapped.link
+            if link.is_receiver:
+                self.publishing.other_link(link, wrapped)
 
-    def _settled(self, link: Link, delivery: Delivery) -> None:
-        state = getattr(link, "sg", None)
-        if not isinstance(state, OutgoingLinkState):
+    def _settled(self, state: OutgoingLinkState, delivery: CDelivery) -> None:
+        outcome = _OUTCOMES.get(deliveries.remote_state(delivery))
+        if outcome is None and not deliveries.settled(delivery):
             return
-        outcome = _OUTCOMES.get(int(delivery.remote_state))
-        if outcome is None and not delivery.settled:
-            return
-        failed = outcome is Outcome.MODIFIED and bool(delivery.remote.failed)
-        seq = int(delivery.tag)
+        failed = outcome is Outcome.MODIFIED and deliveries.remote_failed(delivery)
+        seq = deliveries.tag_number(delivery)
         try:
             dispatches = state.session.pure.settle(
                 state.link, [seq], outcome or Outcome.ACCEPTED, failed
@@ -258,12 +262,12 @@ class Broker(Handler):
         except LockExpired as error:
             # The message went back when its lock expired: the late settlement changes nothing
             # and the consumer learns why (RabbitMQ closes on its consumer timeout too).
-            delivery.settle()
+            deliveries.settle(delivery)
             self._route(error.dispatches)
-            self._detach(link)
-            _close(link, error.condition, str(error))
+            self._detach(state.sender)
+            _close(state.sender, error.condition, str(error))
             return
-        delivery.settle()
+        deliveries.settle(delivery)
         if dispatches:
             self._route(dispatches)
 
@@ -297,13 +301,12 @@ class Broker(Handler):
             if type(action) is tuple:
                 link, message = action
                 link_state = senders[link]
-                sender = link_state.sender
-                delivery = sender.delivery(str(message.seq))
-                sender.stream(message.payload)
-                sender.advance()
+                delivery = deliveries.send(
+                    link_state.sender._impl, b"%d" % message.seq, message.payload
+                )
                 link_state.delivery_count = (link_state.delivery_count + 1) & SERIAL_MASK
                 if not link.ack_required:
-                    delivery.settle()
+                    deliveries.settle(delivery)
             else:
                 assert isinstance(action, LinkFlow)
                 self._send_link_flow(senders.get(action.link), action)

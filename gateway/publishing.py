@@ -21,8 +21,9 @@ from typing import Final, cast
 
 from proton import Condition, Delivery, Endpoint, Link, Receiver
 
-from gateway import reading
+from gateway import deliveries, reading
 from gateway.config import ServerConfig
+from gateway.deliveries import CDelivery
 from gateway.routing import Router
 from gateway.state import ConnectionState, IncomingLinkState
 from queues.errors import QueueError
@@ -33,10 +34,10 @@ from session.incoming_link import IncomingLink
 from session.memory_budget import MemoryBudget
 
 _DISPOSITIONS: Final[dict[Outcome, int]] = {
-    Outcome.ACCEPTED: Delivery.ACCEPTED,
-    Outcome.RELEASED: Delivery.RELEASED,
-    Outcome.REJECTED: Delivery.REJECTED,
-    Outcome.MODIFIED: Delivery.MODIFIED,
+    Outcome.ACCEPTED: int(Delivery.ACCEPTED),
+    Outcome.RELEASED: int(Delivery.RELEASED),
+    Outcome.REJECTED: int(Delivery.REJECTED),
+    Outcome.MODIFIED: int(Delivery.MODIFIED),
 }
 
 
@@ -51,7 +52,9 @@ class Unconfirmed:
 
     __slots__ = ("condition", "copies", "delivery", "link", "outcome")
 
-    def __init__(self, delivery: Delivery, link: IncomingLinkState, copies: int) -> None:
+    def __init__(self, delivery: CDelivery, link: IncomingLinkState, copies: int) -> None:
+        # Held until settled: a durable copy is confirmed after this event is gone.
+        deliveries.hold(delivery)
         self.delivery = delivery
         self.link = link
         self.copies = copies
@@ -111,37 +114,35 @@ class Publishing:
 
     # -- transfers ------------------------------------------------------------------------
 
-    def receive(self, link: Link, delivery: Delivery) -> None:
+    def receive(self, state: IncomingLinkState, delivery: CDelivery) -> None:
         """A transfer from a publisher: refuse it, or route it and store a copy per queue."""
-        state = getattr(link, "sg", None)
-        if not isinstance(state, IncomingLinkState):
-            # Not a publisher's link: the management node's request link, or one refused.
-            self.other_link(link, delivery)
-            return
         max_size = self.config.max_message_size
-        if delivery.partial:
-            if delivery.pending > max_size:
-                self._refuse_oversized(link, delivery)
+        if deliveries.partial(delivery):
+            if deliveries.pending(delivery) > max_size:
+                self._refuse_oversized(state, delivery)
             return
         pure = state.link
         if not pure.receive():
-            delivery.settle()
+            deliveries.settle(delivery)
             _close_link(
-                link, "amqp:link:transfer-limit-exceeded", "a transfer arrived with no link credit"
+                state.receiver,
+                "amqp:link:transfer-limit-exceeded",
+                "a transfer arrived with no link credit",
             )
             return
-        if delivery.aborted:
+        link = state.receiver._impl
+        if deliveries.aborted(delivery):
             # It used a credit (AMQP 1.0 §2.6.14) but there is nothing to store.
-            link.advance()
-            delivery.settle()
+            deliveries.advance(link)
+            deliveries.settle(delivery)
             pure.confirm()
             return
-        size = delivery.pending
+        size = deliveries.pending(delivery)
         if size > max_size:
-            self._refuse_oversized(link, delivery)
+            self._refuse_oversized(state, delivery)
             return
-        payload = link.recv(size) or b""
-        link.advance()
+        payload = deliveries.receive(link, size)
+        deliveries.advance(link)
         routed = self.router.route(state.target, payload)
         queues = routed.queues
         pending = Unconfirmed(delivery, state, len(queues))
@@ -198,22 +199,17 @@ class Publishing:
             self._settle(pending)
 
     def _settle(self, pending: Unconfirmed) -> None:
-        delivery = pending.delivery
-        if not delivery.settled:
-            if pending.condition is not None:
-                delivery.local.condition = pending.condition
-            delivery.update(_DISPOSITIONS[pending.outcome])
-        delivery.settle()
+        deliveries.settle_held(pending.delivery, _DISPOSITIONS[pending.outcome], pending.condition)
         state = pending.link
         pure = state.link
         pure.confirm()
         if pure.wants_credit:
             self._renew.add(state)
 
-    def _refuse_oversized(self, link: Link, delivery: Delivery) -> None:
-        delivery.settle()
+    def _refuse_oversized(self, state: IncomingLinkState, delivery: CDelivery) -> None:
+        deliveries.settle(delivery)
         _close_link(
-            link,
+            state.receiver,
             "amqp:link:message-size-exceeded",
             f"message larger than max-message-size {self.config.max_message_size}",
         )

@@ -5,8 +5,8 @@ record and handler) and dispatches it twice, to the handler and to the global IO
 time through ``getattr``. A message end to end costs three ``PN_DELIVERY`` events (counted with
 quiver), and that plumbing was about half the server's CPU (``docs/performance.md``).
 Deliveries concern only the broker, never the IO handler, so they go straight from the
-collector to :meth:`Broker.on_delivery_of` with only the ``Delivery`` wrapped; every other
-event takes proton's own path unchanged.
+collector to :meth:`Broker.on_delivery_of` as proton's bare ``pn_delivery_t`` (see
+``gateway/deliveries.py``); every other event takes proton's own path unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cproton import (
     pn_event_delivery,
     pn_event_type,
 )
-from proton import Delivery, Event
+from proton import Event
 from proton._selectable import Selectable
 from proton.reactor import Container
 
@@ -51,7 +51,7 @@ class BrokerContainer(Container):
                 return True
             impl = pn_collector_peek(collector)
             if impl != _NULL and pn_event_type(impl) == PN_DELIVERY:
-                on_delivery(Delivery(pn_event_delivery(impl)))  # type: ignore[no-untyped-call]
+                on_delivery(pn_event_delivery(impl))
                 previous = self._previous = delivery_type
                 pn_collector_pop(collector)
                 continue

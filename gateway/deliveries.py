@@ -1,0 +1,105 @@
+"""Proton's C delivery API for the per-message path, where its Python wrappers cost more than
+the work they wrap.
+
+Wrapping a ``pn_delivery_t`` allocates a ``Delivery``, a record dictionary and two
+``Disposition`` objects; ``delivery.link`` wraps the link again to read one attribute; and
+``Delivery.update`` converts three empty Python values to C before setting the state. Profiled,
+those wrappers were half of the server's CPU per message (``docs/performance.md``). Here a
+delivery is the bare ``pn_delivery_t *`` that proton's collector hands out; every function is
+one or two calls into proton's C library through cffi.
+
+A bare pointer holds no reference: code that keeps a delivery past the event that brought it
+(a publisher's transfer waiting for an fsync) takes one with :func:`hold` and gives it back
+with :func:`settle_held`, as proton's ``Wrapper`` does with ``pn_incref``/``pn_decref``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypeAlias
+
+from cproton import ffi, lib
+from proton import Condition, Delivery
+
+from gateway.state import IncomingLinkState, OutgoingLinkState
+
+# A ``pn_delivery_t *`` from cffi: opaque, compared and hashed by address.
+CDelivery: TypeAlias = Any
+_NULL: Final = ffi.NULL
+_STATE: Final = "sg"
+
+
+def link_state(delivery: CDelivery) -> IncomingLinkState | OutgoingLinkState | None:
+    """The gateway's record of the delivery's link, as ``link.sg`` reads it but unwrapped."""
+    handle = lib.pn_record_get_py(lib.pn_link_attachments(lib.pn_delivery_link(delivery)))
+    if handle == _NULL:
+        return None
+    state: IncomingLinkState | OutgoingLinkState | None = ffi.from_handle(handle).get(_STATE)
+    return state
+
+
+def receive(link: Any, size: int) -> bytes:
+    """Read the current delivery's ``size`` bytes.
+
+    Proton copies them into our buffer and ``bytes`` copies once more, because queued
+    messages must be immutable; proton's own ``Link.recv`` copies three times.
+    """
+    if not size:
+        return b""
+    buffer = bytearray(size)
+    lib.pn_link_recv(link, ffi.from_buffer(buffer), size)
+    return bytes(buffer)
+
+
+def send(link: Any, tag: bytes, payload: bytes | bytearray) -> CDelivery:
+    """Create a delivery on a sending link, write the whole message, and advance."""
+    tag_buffer = ffi.from_buffer(tag)
+    delivery = lib.pn_delivery(link, (len(tag), tag_buffer))
+    lib.pn_link_send(link, ffi.from_buffer(payload), len(payload))
+    lib.pn_link_advance(link)
+    return delivery
+
+
+def tag_number(delivery: CDelivery) -> int:
+    """The delivery tag as the number the server wrote in decimal ASCII."""
+    tag = lib.pn_delivery_tag(delivery)
+    return int(ffi.unpack(tag.start, tag.size))
+
+
+def hold(delivery: CDelivery) -> None:
+    """Keep the delivery alive past the event that brought it."""
+    lib.pn_incref(delivery)
+
+
+def settle_held(delivery: CDelivery, state: int, condition: Condition | None = None) -> None:
+    """Settle a held delivery with ``state`` (unless the peer settled it) and let it go.
+
+    A ``condition`` (a rejection's error) goes through proton's wrapper, which converts it.
+    """
+    if not lib.pn_delivery_settled(delivery):
+        if condition is None:
+            lib.pn_delivery_update(delivery, state)
+        else:
+            wrapped = Delivery(delivery)  # type: ignore[no-untyped-call]
+            wrapped.local.condition = condition
+            wrapped.update(state)
+    lib.pn_delivery_settle(delivery)
+    lib.pn_decref(delivery)
+
+
+def wrap(delivery: CDelivery) -> Delivery:
+    """Proton's wrapper, for the rare paths that need its API."""
+    return Delivery(delivery)  # type: ignore[no-untyped-call]
+
+
+partial = lib.pn_delivery_partial
+pending = lib.pn_delivery_pending
+aborted = lib.pn_delivery_aborted
+settled = lib.pn_delivery_settled
+settle = lib.pn_delivery_settle
+remote_state = lib.pn_delivery_remote_state
+advance = lib.pn_link_advance
+
+
+def remote_failed(delivery: CDelivery) -> bool:
+    """Whether the peer's modified outcome says delivery-failed."""
+    return bool(lib.pn_disposition_is_failed(lib.pn_delivery_remote(delivery)))
