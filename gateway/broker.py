@@ -9,6 +9,7 @@ costs one pass over each session's ``outgoing_pending``.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Final, cast
 
 from proton import (
@@ -39,6 +40,8 @@ from gateway.events import (
 from gateway.expiry import ExpiryTimer
 from gateway.identity import open_properties
 from gateway.limits import LimitExceeded, check_connections, check_links
+from gateway.management.node import ManagementNode, management_caller
+from gateway.management.router import Router
 from gateway.publishing import Publishing
 from gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState, SessionState
 from queues.errors import QueueError
@@ -77,10 +80,14 @@ class Broker(Handler):
         self._handles = 0
         self._states: dict[PureSession, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
+        self.management = ManagementNode(
+            Router(registry, node=f"sluicegate@{socket.gethostname()}"), self.queue_deleted
+        )
         self.publishing = Publishing(
             config, registry, MemoryBudget(config.memory_budget), self._route
         )
         self.expiry = ExpiryTimer(registry, self._route)
+        self.publishing.other_link = self.management.on_request
 
     # -- connections ----------------------------------------------------------------------
 
@@ -160,6 +167,9 @@ class Broker(Handler):
         link.target.copy(link.remote_target)
         try:
             check_links(link, self.config)
+            if self.management.is_management(link):
+                self.management.attach(link, management_caller(link.connection.sg))
+                return
             authorise_attach(link.connection.sg.user, link, self.registry)
             if link.is_sender:
                 self._attach_consumer(link)
@@ -188,6 +198,23 @@ class Broker(Handler):
         session.senders[pure_link] = state
         link.sg = state
         link.open()
+
+    def queue_deleted(self, name: str) -> None:
+        """Detach every link of a deleted queue with ``amqp:resource-deleted``, as RabbitMQ does.
+
+        Consumers' unsettled messages go back to the deleted queue object and die with it.
+        """
+        condition = "amqp:resource-deleted"
+        description = f"queue '{name}' was deleted"
+        for session in list(self._states.values()):
+            for state in list(session.senders.values()):
+                if state.link.queue.name == name:
+                    self._detach(state.sender)
+                    _close(state.sender, condition, description)
+        for incoming in list(self.publishing.links):
+            if incoming.queue.name == name:
+                self._detach(incoming.receiver)
+                _close(incoming.receiver, condition, description)
 
     def on_link_remote_close(self, event: Event) -> None:
         """A DETACH: release what the link held and answer it."""

@@ -1,0 +1,219 @@
+"""The ``/management`` node: RabbitMQ 4's HTTP-over-AMQP link pair, carried over proton.
+
+A client attaches a pair of links with one name to ``/management``: its sender carries requests
+(method in ``subject``, path in ``to``, body in amqp-value), its receiver gets one reply per
+request, in order, with the status code in ``subject`` and the request's message-id as
+correlation-id. Each link gets this object as its proton handler (flow and detach events come
+here); transfers reach it from the broker, as the reactor hands every delivery to the broker.
+Management is not a hot path: requests and replies are decoded and encoded with proton's
+``Message``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final, TypeAlias, cast
+
+from proton import (
+    Condition,
+    Delivery,
+    Event,
+    Handler,
+    Link,
+    Message,
+    Receiver,
+    Sender,
+    uint,
+    ulong,
+)
+
+from gateway.events import link_of
+from gateway.management.router import NOBODY, Caller, Request, Response, Router, UInt, ULong
+from gateway.state import ConnectionState
+
+ADDRESS: Final = "/management"
+# RabbitMQ grants 8 credits on the request link and tops up once 4 are left.
+REQUEST_CREDIT: Final = 8
+REQUEST_CREDIT_LOW: Final = REQUEST_CREDIT // 2
+# Requests are small maps; a bigger one is refused rather than buffered.
+MAX_REQUEST_SIZE: Final = 1024 * 1024
+# What proton's Message accepts as a body.
+Body: TypeAlias = "bytes | str | dict[Any, Any] | list[Any] | int | float | None"
+_HTTP_RESPONSE: Final = {"http:response": "1.1"}
+
+
+class Pair:
+    """One client's link pair: the request receiver, the reply sender, replies not yet sent."""
+
+    __slots__ = ("caller", "replies", "requests", "sender", "tag")
+
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
+        self.requests: Receiver | None = None
+        self.sender: Sender | None = None
+        self.replies: deque[bytes] = deque()
+        self.tag = 0
+
+
+def _pairs(link: Link) -> dict[str, Pair]:
+    """The session's pairs by link name, kept in proton's record of the session."""
+    session = link.session
+    pairs: dict[str, Pair] | None = getattr(session, "management_pairs", None)
+    if pairs is None:
+        pairs = {}
+        setattr(session, "management_pairs", pairs)  # noqa: B010
+    return pairs
+
+
+def _amqp(value: object) -> Body:
+    """Router values to proton's: RabbitMQ's integer types, maps and lists recursively."""
+    if isinstance(value, ULong):
+        return ulong(value)
+    if isinstance(value, UInt):
+        return uint(value)
+    if isinstance(value, dict):
+        return {key: _amqp(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_amqp(item) for item in value]
+    return cast(Body, value)
+
+
+def encode_reply(response: Response, correlation_id: object) -> bytes:
+    """A reply as RabbitMQ sends it: subject, correlation-id, ``http:response``, amqp-value."""
+    message = Message(
+        subject=str(response.status),
+        correlation_id=correlation_id,
+        properties=_HTTP_RESPONSE,
+        inferred=False,
+    )
+    message.body = _amqp(response.body)
+    encoded: bytes = message.encode()
+    return encoded
+
+
+def management_caller(connection: ConnectionState) -> Caller:
+    """The caller a connection's requests run as: its user's permissions, or none at all."""
+    user = connection.user
+    return Caller(connection, user.permissions if user is not None else NOBODY)
+
+
+class ManagementNode(Handler):
+    """Serves every ``/management`` link pair of a server."""
+
+    def __init__(self, router: Router, on_queue_deleted: Callable[[str], None]) -> None:
+        super().__init__()
+        self.router = router
+        self._on_queue_deleted = on_queue_deleted
+
+    @staticmethod
+    def is_management(link: Link) -> bool:
+        """True for either half of a management pair."""
+        terminus = link.remote_source if link.is_sender else link.remote_target
+        return terminus.address == ADDRESS
+
+    def attach(self, link: Link, caller: Caller) -> None:
+        """Open one half of a pair; the broker has echoed both termini already.
+
+        ``caller`` is the connection (owner of its exclusive queues) and its user's permissions,
+        checked per request rather than at attach: every user may talk to the node.
+        """
+        pairs = _pairs(link)
+        pair = pairs.get(link.name)
+        if pair is None:
+            pair = pairs[link.name] = Pair(caller)
+        link.handler = self
+        link.sg = pair
+        link.open()
+        if link.is_sender:
+            pair.sender = cast(Sender, link)
+            self._send(pair)
+        else:
+            pair.requests = cast(Receiver, link)
+            link.flow(REQUEST_CREDIT)
+
+    # -- proton events on the pair's links (this object is their handler) -------------------
+
+    def on_request(self, link: Link, delivery: Delivery) -> None:
+        """A transfer on a request link: answer it, or hold the answer until reply credit.
+
+        The reactor hands every delivery to the broker directly (gateway/reactor.py), which
+        passes those of links it does not serve here.
+        """
+        pair = getattr(link, "sg", None)
+        if not isinstance(pair, Pair):
+            return
+        if delivery.partial:
+            if delivery.pending > MAX_REQUEST_SIZE:
+                self._refuse(link, delivery, "amqp:link:message-size-exceeded", "request too big")
+            return
+        payload = link.recv(delivery.pending) or b""
+        link.advance()
+        if not delivery.settled:
+            delivery.update(Delivery.ACCEPTED)
+        delivery.settle()
+        message = Message()
+        try:
+            message.decode(payload)
+        except Exception as error:
+            self._refuse(link, None, "amqp:decode-error", f"cannot decode the request: {error}")
+            return
+        response = self.handle(message, pair.caller)
+        pair.replies.append(encode_reply(response, message.id))
+        if link.credit <= REQUEST_CREDIT_LOW:
+            link.flow(REQUEST_CREDIT - link.credit)
+        self._send(pair)
+
+    def handle(self, message: Message, caller: Caller) -> Response:
+        """Route one decoded request and apply what the router says the gateway must do."""
+        method, path = message.subject, message.address
+        if not isinstance(method, str) or not isinstance(path, str):
+            return Response(400, "a request needs the method in 'subject' and the path in 'to'")
+        response = self.router.handle(Request(method, path, message.body), caller)
+        if response.deleted_queue is not None:
+            self._on_queue_deleted(response.deleted_queue)
+        return response
+
+    def on_link_flow(self, event: Event) -> None:
+        """The client granted reply credit: send what waits."""
+        pair = getattr(link_of(event), "sg", None)
+        if isinstance(pair, Pair):
+            self._send(pair)
+
+    def on_link_remote_close(self, event: Event) -> None:
+        """One half detached: answer it; the pair is forgotten with its last half."""
+        link = link_of(event)
+        pair = getattr(link, "sg", None)
+        link.close()
+        if not isinstance(pair, Pair):
+            return
+        if link.is_sender:
+            pair.sender = None
+        else:
+            pair.requests = None
+        if pair.sender is None and pair.requests is None:
+            _pairs(link).pop(link.name, None)
+
+    on_link_remote_detach = on_link_remote_close
+
+    # -- internals --------------------------------------------------------------------------
+
+    @staticmethod
+    def _send(pair: Pair) -> None:
+        sender = pair.sender
+        if sender is None:
+            return
+        replies = pair.replies
+        while replies and sender.credit > 0:
+            pair.tag += 1
+            delivery = sender.delivery(str(pair.tag))
+            sender.stream(replies.popleft())
+            sender.advance()
+            delivery.settle()
+
+    @staticmethod
+    def _refuse(link: Link, delivery: Delivery | None, condition: str, description: str) -> None:
+        if delivery is not None:
+            delivery.settle()
+        link.condition = Condition(condition, description)
+        link.close()

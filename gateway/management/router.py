@@ -1,0 +1,390 @@
+"""RabbitMQ 4's HTTP-over-AMQP management API as a pure request router.
+
+A request is an HTTP method, a path and a body already decoded to Python values; the answer is a
+status code and a body. No proton and no sockets here: :mod:`gateway.management.node` carries
+requests and replies over the ``/management`` link pair, the tests call :meth:`Router.handle`
+directly. Paths, bodies and status codes follow ``rabbit_amqp_management`` (notes §2):
+
+=========  ===========================================  ===============================
+method     path                                         success
+=========  ===========================================  ===============================
+GET        ``/queues``                                  200, list of queue maps (ours)
+GET        ``/queues/{q}``                              200, queue map
+PUT        ``/queues/{q}``                              201 created, 200 existed
+DELETE     ``/queues/{q}``                              200, ``{message_count}``
+DELETE     ``/queues/{q}/messages``                     200, ``{message_count}`` (purge)
+GET        ``/exchanges``                               200, list of exchange maps (ours)
+GET        ``/exchanges/{x}``                           200, exchange map
+PUT        ``/exchanges/{x}``                           204
+DELETE     ``/exchanges/{x}``                           204
+GET        ``/bindings?src=&dstq=&key=``                200, list of binding maps
+POST       ``/bindings``                                204
+DELETE     ``/bindings/src={x};dstq={q};key={k};args=`` 204
+=========  ===========================================  ===============================
+
+Errors: 400 bad request, 403 the default or an ``amq.*`` exchange, 404 no such queue, exchange
+or path, 405 method not allowed on the path, 409 an inequivalent redeclaration or a bad argument
+(RabbitMQ's precondition-failed, which the client reports as ``ErrPreconditionFailed``),
+501 what sluicegate does not implement (quorum queues, exchange-to-exchange bindings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol, TypeAlias
+from urllib.parse import parse_qsl, unquote
+
+from queues.errors import (
+    NotFound,
+    NotImplementedByServer,
+    PreconditionFailed,
+    QueueError,
+    ResourceLocked,
+)
+from queues.exchanges import Binding, Exchange, Unroutable
+from queues.registry import AccessRefused, QueueInfo, QueueRegistry
+
+# RabbitMQ's only virtual host; sluicegate has one namespace, reported under this name.
+VHOST: Final = "/"
+
+
+class ULong(int):
+    """An integer the reply encodes as AMQP ulong (RabbitMQ's type for message counts)."""
+
+    __slots__ = ()
+
+
+class UInt(int):
+    """An integer the reply encodes as AMQP uint (RabbitMQ's type for consumer counts)."""
+
+    __slots__ = ()
+
+
+# What request and reply bodies hold once decoded: AMQP's types as Python values.
+Body: TypeAlias = object
+
+
+Access: TypeAlias = Literal["configure", "write", "read"]
+
+
+class Permissions(Protocol):
+    """What the connection's user may do, by RabbitMQ's three patterns on names."""
+
+    def allows(self, access: Access, name: str, /) -> bool:
+        """Whether ``access`` to the queue or exchange ``name`` is permitted."""
+
+
+class _Everything:
+    def allows(self, access: Access, name: str, /) -> bool:
+        return True
+
+
+class _Nobody:
+    def allows(self, access: Access, name: str, /) -> bool:
+        return False
+
+
+EVERYTHING: Final[Permissions] = _Everything()
+# A connection that has not logged in.
+NOBODY: Final[Permissions] = _Nobody()
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sends a request: ``owner`` for exclusive queues, and what they may do.
+
+    RabbitMQ's rules: declaring and deleting need *configure* on the name, purging needs *read*
+    on the queue, binding and unbinding need *write* on the queue and *read* on the exchange.
+    Reading a queue's or an exchange's description needs nothing.
+    """
+
+    owner: object = None
+    permissions: Permissions = EVERYTHING
+
+    def check(self, access: Access, kind: str, name: str) -> None:
+        if not self.permissions.allows(access, name):
+            raise _Error(403, f"access refused: {access} on {kind} '{name}'")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One management request: ``subject`` (method), ``to`` (path) and the amqp-value body."""
+
+    method: str
+    path: str
+    body: Body = None
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The reply: the status code goes in ``subject``, the body in an amqp-value section.
+
+    ``deleted_queue`` names a queue the request deleted, whose consumers the gateway must detach
+    with ``amqp:resource-deleted``, as RabbitMQ does.
+    """
+
+    status: int
+    body: Body = None
+    deleted_queue: str | None = None
+
+
+class _Error(Exception):
+    """A request refused with an HTTP status of its own."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# Each queue-layer error and the status RabbitMQ's management answers it with.
+_STATUS: Final[tuple[tuple[type[QueueError], int], ...]] = (
+    (NotFound, 404),
+    (AccessRefused, 403),
+    (PreconditionFailed, 409),
+    (ResourceLocked, 409),
+    (NotImplementedByServer, 501),
+)
+
+
+@dataclass
+class Router:
+    """Answers management requests against one server's queue registry."""
+
+    registry: QueueRegistry
+    # The node name reported as a queue's leader and only replica.
+    node: str = "sluicegate"
+    _routes: dict[str, Callable[[Request, list[str], Caller], Response]] = field(
+        init=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        self._routes = {
+            "queues": self._queues,
+            "exchanges": self._exchanges,
+            "bindings": self._bindings,
+        }
+
+    def handle(self, request: Request, caller: Caller | None = None) -> Response:
+        """Answer one request from ``caller`` (by default: anyone, allowed everything)."""
+        caller = caller if caller is not None else Caller()
+        path, _, query = request.path.partition("?")
+        segments = [unquote(s) for s in path.split("/")[1:]] if path.startswith("/") else []
+        route = self._routes.get(segments[0]) if segments else None
+        if route is None:
+            return Response(404, f"no such path: {request.path!r}")
+        try:
+            if query:
+                segments.append("?" + query)
+            return route(request, segments[1:], caller)
+        except _Error as error:
+            return Response(error.status, error.message)
+        except QueueError as error:
+            for kind, status in _STATUS:
+                if isinstance(error, kind):
+                    return Response(status, str(error))
+            return Response(400, str(error))
+
+    # -- queues ---------------------------------------------------------------------------
+
+    def _queues(self, request: Request, rest: list[str], caller: Caller) -> Response:
+        method = request.method
+        if not rest or rest[0].startswith("?"):
+            _allow(method, "GET")
+            return Response(200, [self._queue_map(info) for info in self.registry.queues()])
+        name = rest[0]
+        if len(rest) == 2 and rest[1] == "messages":
+            _allow(method, "DELETE")
+            caller.check("read", "queue", name)
+            return Response(200, {"message_count": ULong(self.registry.purge_queue(name))})
+        if len(rest) != 1:
+            raise _Error(404, f"no such path: {request.path!r}")
+        if method == "GET":
+            return Response(200, self._queue_map(self._queue_info(name)))
+        if method == "PUT":
+            caller.check("configure", "queue", name)
+            return self._declare_queue(name, _map(request.body), caller.owner)
+        _allow(method, "DELETE")
+        caller.check("configure", "queue", name)
+        existed = self.registry.get(name) is not None
+        count = self.registry.delete_queue(name)
+        return Response(
+            200, {"message_count": ULong(count)}, deleted_queue=name if existed else None
+        )
+
+    def _declare_queue(self, name: str, body: Mapping[str, object], owner: object) -> Response:
+        if name.startswith("amq."):
+            raise _Error(403, f"queue names starting with 'amq.' are reserved: '{name}'")
+        arguments = _map(body.get("arguments"), "arguments")
+        existed = self.registry.get(name) is not None
+        exclusive = _flag(body, "exclusive", False)
+        self.registry.declare_queue(
+            name,
+            dict(arguments),
+            durable=_flag(body, "durable", True),
+            exclusive=exclusive,
+            auto_delete=_flag(body, "auto_delete", False),
+            owner=owner if exclusive else None,
+        )
+        return Response(200 if existed else 201, self._queue_map(self._queue_info(name)))
+
+    def _queue_info(self, name: str) -> QueueInfo:
+        registry = self.registry
+        statistics = registry.queue(name).statistics()
+        return QueueInfo(name, registry.settings(name), None, statistics)
+
+    def _queue_map(self, info: QueueInfo) -> dict[str, object]:
+        """A queue as RabbitMQ's ``queue_info`` reply has it: every key the client reads."""
+        settings = info.settings
+        return {
+            "name": info.name,
+            "vhost": VHOST,
+            "durable": settings.durable,
+            "auto_delete": settings.auto_delete,
+            "exclusive": settings.exclusive,
+            "type": settings.arguments.queue_type,
+            "arguments": dict(settings.raw_arguments),
+            "leader": self.node,
+            "replicas": [self.node],
+            "message_count": ULong(info.statistics.ready),
+            "consumer_count": UInt(info.statistics.consumers),
+        }
+
+    # -- exchanges ------------------------------------------------------------------------
+
+    def _exchanges(self, request: Request, rest: list[str], caller: Caller) -> Response:
+        method = request.method
+        if not rest or rest[0].startswith("?"):
+            _allow(method, "GET")
+            return Response(200, [_exchange_map(x) for x in self.registry.exchanges()])
+        if len(rest) != 1:
+            raise _Error(404, f"no such path: {request.path!r}")
+        name = rest[0]
+        if method == "GET":
+            return Response(200, _exchange_map(self.registry.exchange(name)))
+        caller.check("configure", "exchange", name)
+        if name.startswith("amq.") or not name:
+            # RabbitMQ refuses any declaration or deletion of its own exchanges.
+            raise _Error(403, f"exchange '{name}' belongs to the server")
+        if method == "PUT":
+            body = _map(request.body)
+            type_name = body.get("type", "direct")
+            if not isinstance(type_name, str):
+                raise _Error(400, "'type' must be a string")
+            self.registry.declare_exchange(
+                name,
+                type_name,
+                durable=_flag(body, "durable", True),
+                auto_delete=_flag(body, "auto_delete", False),
+                internal=_flag(body, "internal", False),
+                arguments=dict(_map(body.get("arguments"), "arguments")),
+            )
+            return Response(204)
+        _allow(method, "DELETE")
+        self.registry.delete_exchange(name)
+        return Response(204)
+
+    # -- bindings -------------------------------------------------------------------------
+
+    def _bindings(self, request: Request, rest: list[str], caller: Caller) -> Response:
+        method = request.method
+        if not rest or rest[0].startswith("?"):
+            if method == "GET":
+                query = dict(parse_qsl(rest[0][1:])) if rest else {}
+                found = self.registry.bindings(query.get("src"), query.get("dstq"))
+                if "key" in query:
+                    found = [b for b in found if b.binding_key == query["key"]]
+                return Response(200, [_binding_map(b) for b in found])
+            _allow(method, "POST")
+            return self._bind(_map(request.body), caller)
+        _allow(method, "DELETE")
+        if len(rest) != 1:
+            raise _Error(404, f"no such path: {request.path!r}")
+        fields = _binding_fields(request.path)
+        if "dste" in fields:
+            raise _Error(501, "exchange-to-exchange bindings are not supported")
+        if "src" not in fields or "dstq" not in fields:
+            raise _Error(400, "a binding path needs src= and dstq=")
+        caller.check("read", "exchange", fields["src"])
+        caller.check("write", "queue", fields["dstq"])
+        self.registry.unbind(fields["src"], fields["dstq"], fields.get("key", ""))
+        return Response(204)
+
+    def _bind(self, body: Mapping[str, object], caller: Caller) -> Response:
+        if "destination_exchange" in body:
+            raise _Error(501, "exchange-to-exchange bindings are not supported")
+        source = body.get("source")
+        destination = body.get("destination_queue")
+        key = body.get("binding_key", "")
+        if not isinstance(source, str) or not isinstance(destination, str):
+            raise _Error(400, "a binding needs 'source' and 'destination_queue' strings")
+        if not isinstance(key, str):
+            raise _Error(400, "'binding_key' must be a string")
+        arguments = _map(body.get("arguments"), "arguments")
+        caller.check("read", "exchange", source)
+        caller.check("write", "queue", destination)
+        self.registry.bind(source, destination, key, dict(arguments))
+        return Response(204)
+
+
+def _allow(method: str, allowed: str) -> None:
+    if method != allowed:
+        raise _Error(405, f"method {method!r} not allowed here")
+
+
+def _map(value: object, what: str = "the request body") -> Mapping[str, object]:
+    """A map with string keys; an absent body or argument table is an empty map."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise _Error(400, f"{what} must be a map with string keys")
+    return value
+
+
+def _flag(body: Mapping[str, object], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise _Error(400, f"'{key}' must be a boolean")
+    return value
+
+
+def _binding_fields(path: str) -> dict[str, str]:
+    """``/bindings/src=X;dstq=Q;key=K;args=`` to its fields, each percent-decoded."""
+    raw = path.split("/", 2)[2]
+    fields: dict[str, str] = {}
+    for part in raw.split(";"):
+        name, equals, value = part.partition("=")
+        if not equals:
+            raise _Error(400, f"bad binding path {path!r}")
+        fields[name] = unquote(value)
+    return fields
+
+
+def _exchange_map(exchange: Exchange) -> dict[str, object]:
+    settings = exchange.settings
+    arguments: dict[str, object] = {}
+    if settings.alternate_exchange is not None:
+        arguments["alternate-exchange"] = settings.alternate_exchange
+    if settings.unroutable is not Unroutable.RELEASE:
+        arguments["x-unroutable"] = settings.unroutable.value
+    return {
+        "name": exchange.name,
+        "vhost": VHOST,
+        "type": settings.type.value,
+        "durable": settings.durable,
+        "auto_delete": settings.auto_delete,
+        "internal": settings.internal,
+        "arguments": arguments,
+    }
+
+
+def _binding_map(binding: Binding) -> dict[str, object]:
+    return {
+        "source": binding.source,
+        "vhost": VHOST,
+        "destination": binding.destination,
+        "destination_type": "queue",
+        "binding_key": binding.binding_key,
+        "arguments": dict(binding.arguments),
+    }

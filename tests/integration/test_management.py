@@ -1,0 +1,54 @@
+"""The /management link pair at the AMQP level: reply shape, correlation, order, credit."""
+
+from __future__ import annotations
+
+from integration.conftest import RunningServer
+from proton import Message
+from proton.utils import BlockingConnection
+
+
+def _request(
+    message_id: str, method: str, path: str, body: dict[str, object] | None = None
+) -> Message:
+    return Message(id=message_id, subject=method, address=path, reply_to="$me", body=body)
+
+
+def test_replies_carry_status_correlation_and_come_in_order(server: RunningServer) -> None:
+    connection = BlockingConnection(server.url)
+    try:
+        requests = connection.create_sender("/management", name="mgmt-pair")
+        # Credit 0: the replies must wait for the client's credit, then come in request order,
+        # pre-settled (the client never settles them).
+        replies = connection.create_receiver("/management", name="mgmt-pair", credit=0)
+        requests.send(_request("r1", "PUT", "/queues/mgmt-raw", {"durable": True}))
+        requests.send(_request("r2", "GET", "/queues/mgmt-raw"))
+        requests.send(_request("r3", "GET", "/queues/mgmt-missing"))
+        requests.send(_request("r4", "DELETE", "/queues/mgmt-raw"))
+        received = []
+        for _ in range(4):
+            replies.flow(1)
+            received.append(replies.receive(timeout=30))
+    finally:
+        connection.close()
+    assert [m.correlation_id for m in received] == ["r1", "r2", "r3", "r4"]
+    assert [m.subject for m in received] == ["201", "200", "404", "200"]
+    assert all(m.properties == {"http:response": "1.1"} for m in received)
+    info = received[1].body
+    assert isinstance(info, dict)
+    assert (info["name"], info["message_count"]) == ("mgmt-raw", 0)
+    error = received[2].body
+    assert isinstance(error, str)
+    assert "mgmt-missing" in error
+    assert received[3].body == {"message_count": 0}
+
+
+def test_a_request_without_method_or_path_is_400(server: RunningServer) -> None:
+    connection = BlockingConnection(server.url)
+    try:
+        requests = connection.create_sender("/management", name="mgmt-bad")
+        replies = connection.create_receiver("/management", name="mgmt-bad", credit=1)
+        requests.send(Message(id="bad", body={"no": "subject"}))
+        reply = replies.receive(timeout=30)
+    finally:
+        connection.close()
+    assert (reply.subject, reply.correlation_id) == ("400", "bad")

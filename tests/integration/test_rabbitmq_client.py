@@ -1,0 +1,188 @@
+"""RabbitMQ's own AMQP 1.0 client (rabbitmq-amqp-python-client) against sluicegate, unchanged.
+
+Its normal flow: declare a queue through ``/management``, publish, consume, read the queue's
+counts, purge, delete. The client checks the OPEN properties, every reply's status code and the
+``queue_info`` keys, and needs a message-annotations section on every delivery
+(notes/rabbitmq-client.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import proton
+import pytest
+from integration.conftest import RunningServer
+from proton import Delivery, Timeout
+from proton.utils import BlockingConnection, LinkDetached
+from rabbitmq_amqp_python_client import (
+    AddressHelper,
+    AMQPMessagingHandler,
+    ClassicQueueSpecification,
+    Connection,
+    ConnectionClosed,
+    Converter,
+    Environment,
+    Event,
+    ExchangeSpecification,
+    ExchangeToQueueBindingSpecification,
+    ExchangeType,
+    Message,
+    OutcomeState,
+    QueueType,
+    ValidationCodeException,
+)
+from support.polling import wait_until
+
+
+class _Enough(BaseException):
+    """Leaves ``Consumer.run()``, the way the client's own tests stop a consumer."""
+
+
+class _Accepting(AMQPMessagingHandler):
+    """Accepts ``limit`` messages, noting their bodies and annotations, then stops."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.bodies: list[str] = []
+        self.annotations: list[object] = []
+
+    def on_amqp_message(self, event: Event) -> None:
+        assert event.message is not None
+        self.bodies.append(Converter.bytes_to_string(event.message.body))
+        self.annotations.append(event.message.annotations)
+        self.delivery_context.accept(event)
+        if len(self.bodies) == self.limit:
+            raise _Enough
+
+
+@pytest.fixture
+def connection(server: RunningServer) -> Iterator[Connection]:
+    environment = Environment(f"amqp://127.0.0.1:{server.port}/")
+    connection = environment.connection()
+    connection.dial()
+    yield connection
+    connection.close()
+    environment.close()
+
+
+def test_declare_publish_consume_purge_delete(connection: Connection) -> None:
+    management = connection.management()
+    name = "rmq-client-flow"
+    spec = ClassicQueueSpecification(name=name, is_auto_delete=False, max_len=1000)
+    management.declare_queue(spec)
+    # Declaring it again with the same settings is fine (200).
+    management.declare_queue(spec)
+    info = management.queue_info(name)
+    assert info.name == name
+    assert info.queue_type == QueueType.classic
+    assert info.is_durable
+    assert (info.message_count, info.consumer_count) == (0, 0)
+
+    address = AddressHelper.queue_address(name)
+    publisher = connection.publisher(address)
+    for index in range(10):
+        status = publisher.publish(Message(body=Converter.string_to_bytes(f"m{index}")))
+        assert status.remote_state == OutcomeState.ACCEPTED
+    publisher.close()
+    assert management.queue_info(name).message_count == 10
+
+    handler = _Accepting(4)
+    consumer = connection.consumer(address, message_handler=handler)
+    with pytest.raises(_Enough):
+        consumer.run()
+    consumer.close()
+    assert handler.bodies == ["m0", "m1", "m2", "m3"]
+    assert handler.annotations == [{"x-exchange": "", "x-routing-key": name}] * 4
+    # What the consumer held beyond the four it accepted went back when it detached.
+    assert management.queue_info(name).message_count == 6
+
+    assert management.purge_queue(name) == 6
+    assert management.queue_info(name).message_count == 0
+    management.delete_queue(name)
+    with pytest.raises(ValidationCodeException, match="404"):
+        management.queue_info(name)
+    management.close()
+
+
+def test_an_inequivalent_declaration_is_precondition_failed(connection: Connection) -> None:
+    management = connection.management()
+    management.declare_queue(ClassicQueueSpecification(name="rmq-client-conflict", max_len=5))
+    with pytest.raises(ValidationCodeException, match="ErrPreconditionFailed"):
+        management.declare_queue(ClassicQueueSpecification(name="rmq-client-conflict", max_len=6))
+    management.delete_queue("rmq-client-conflict")
+    management.close()
+
+
+def test_exchanges_and_bindings(connection: Connection, server: RunningServer) -> None:
+    management = connection.management()
+    management.declare_queue(ClassicQueueSpecification(name="rmq-client-bound"))
+    management.declare_exchange(
+        ExchangeSpecification(name="rmq-client-events", exchange_type=ExchangeType.topic)
+    )
+    binding = ExchangeToQueueBindingSpecification(
+        source_exchange="rmq-client-events",
+        destination_queue="rmq-client-bound",
+        binding_key="orders.*",
+    )
+    management.bind(binding)
+    registry = server.server.registry
+    routed = server.call(
+        lambda: [q.name for q in registry.route("rmq-client-events", "orders.new")]
+    )
+    assert routed == ["rmq-client-bound"]
+    management.unbind(binding)
+    assert server.call(lambda: registry.route("rmq-client-events", "orders.new")) == []
+    management.delete_exchange("rmq-client-events")
+    assert server.call(lambda: registry.exchanges())[-1].name != "rmq-client-events"
+    management.delete_queue("rmq-client-bound")
+    management.close()
+
+
+def test_deleting_a_queue_detaches_its_consumers(
+    connection: Connection, server: RunningServer
+) -> None:
+    """RabbitMQ detaches the consumers of a deleted queue with amqp:resource-deleted."""
+    management = connection.management()
+    management.declare_queue(ClassicQueueSpecification(name="rmq-client-doomed"))
+    other = BlockingConnection(server.url)
+    try:
+        receiver = other.create_receiver("/queues/rmq-client-doomed", credit=10)
+        wait_until(lambda: server.queue("rmq-client-doomed").consumers == 1)
+        management.delete_queue("rmq-client-doomed")
+        with pytest.raises(LinkDetached, match="resource-deleted"):
+            receiver.receive(timeout=30)
+    except Timeout:
+        pytest.fail("the consumer of the deleted queue was not detached")
+    finally:
+        other.close()
+    management.close()
+
+
+def test_two_publishers_to_one_address_on_one_connection(server: RunningServer) -> None:
+    """The client names both links "<container-id>-/queues/Q": proton refuses the second.
+
+    proton-c closes the connection with amqp:invalid-field naming the link before the server
+    sees the ATTACH (notes/rabbitmq-client.md §1), so sluicegate cannot serve this; the client
+    reconnects by itself, and other connections are not affected. One publisher per address
+    per connection avoids it.
+    """
+    environment = Environment(f"amqp://127.0.0.1:{server.port}/")
+    connection = environment.connection()
+    connection.dial()
+    management = connection.management()
+    management.declare_queue(ClassicQueueSpecification(name="rmq-client-twice"))
+    address = AddressHelper.queue_address("rmq-client-twice")
+    bystander = BlockingConnection(server.url)
+    try:
+        connection.publisher(address)
+        with pytest.raises(ConnectionClosed, match=r"amqp:invalid-field.*link name already"):
+            connection.publisher(address)
+        sender = bystander.create_sender("/queues/rmq-client-twice")
+        delivery = sender.send(proton.Message(body=b"still served"))
+        assert delivery.remote_state == Delivery.ACCEPTED
+        assert server.queue("rmq-client-twice").ready == 1
+    finally:
+        bystander.close()
+        environment.close()

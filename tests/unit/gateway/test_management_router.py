@@ -1,0 +1,227 @@
+"""The management router against a real queue registry, without proton: paths, bodies, codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.management.router import (
+    NOBODY,
+    Access,
+    Caller,
+    Request,
+    Response,
+    Router,
+    UInt,
+    ULong,
+)
+from queues.message import Message
+from queues.registry import QueueRegistry
+
+QUEUE_INFO_KEYS = {
+    "name",
+    "vhost",
+    "durable",
+    "auto_delete",
+    "exclusive",
+    "type",
+    "leader",
+    "replicas",
+    "arguments",
+    "message_count",
+    "consumer_count",
+}
+
+
+@pytest.fixture
+def router() -> Router:
+    return Router(QueueRegistry(), node="sluicegate@test")
+
+
+def put_queue(router: Router, name: str, **body: object) -> Response:
+    return router.handle(Request("PUT", f"/queues/{name}", body))
+
+
+def body_map(response: Response) -> dict[str, object]:
+    assert isinstance(response.body, dict)
+    return response.body
+
+
+def test_declare_get_and_redeclare_a_classic_queue(router: Router) -> None:
+    body = {"durable": True, "exclusive": False, "auto_delete": False}
+    created = put_queue(router, "orders", **body, arguments={"x-queue-type": "classic"})
+    assert created.status == 201
+    again = put_queue(router, "orders", **body, arguments={"x-queue-type": "classic"})
+    assert again.status == 200
+    info = body_map(router.handle(Request("GET", "/queues/orders")))
+    assert set(info) == QUEUE_INFO_KEYS
+    assert info["name"] == "orders"
+    assert info["type"] == "classic"
+    assert info["durable"] is True
+    assert info["leader"] == "sluicegate@test"
+    assert info["replicas"] == ["sluicegate@test"]
+    assert info["arguments"] == {"x-queue-type": "classic"}
+    assert type(info["message_count"]) is ULong
+    assert type(info["consumer_count"]) is UInt
+    assert info["message_count"] == 0
+    assert info["consumer_count"] == 0
+
+
+def test_a_quorum_style_declaration_without_flags_defaults_to_durable(router: Router) -> None:
+    assert put_queue(router, "plain", arguments={}).status == 201
+    info = body_map(router.handle(Request("GET", "/queues/plain")))
+    assert (info["durable"], info["exclusive"], info["auto_delete"]) == (True, False, False)
+
+
+def test_an_inequivalent_redeclaration_is_409(router: Router) -> None:
+    put_queue(router, "limited", arguments={"x-max-length": 10})
+    response = put_queue(router, "limited", arguments={"x-max-length": 20})
+    assert response.status == 409
+    assert "x-max-length" in str(response.body)
+    assert put_queue(router, "limited", durable=False, arguments={"x-max-length": 10}).status == (
+        409
+    )
+
+
+def test_bad_bodies_are_400(router: Router) -> None:
+    assert router.handle(Request("PUT", "/queues/q", "not a map")).status == 400
+    assert put_queue(router, "q", durable="yes").status == 400
+    assert put_queue(router, "q", arguments=["x"]).status == 400
+
+
+def test_amq_names_are_403_and_unsupported_types_501(router: Router) -> None:
+    assert put_queue(router, "amq.mine").status == 403
+    assert router.handle(Request("PUT", "/exchanges/amq.direct", {"type": "direct"})).status == 403
+    assert router.handle(Request("DELETE", "/exchanges/amq.direct")).status == 403
+    assert put_queue(router, "quorum", arguments={"x-queue-type": "quorum"}).status == 501
+
+
+def test_message_counts_purge_and_delete(router: Router) -> None:
+    put_queue(router, "work")
+    queue = router.registry.queue("work")
+    for index in range(5):
+        queue.enqueue(Message(b"m%d" % index))
+    assert body_map(router.handle(Request("GET", "/queues/work")))["message_count"] == 5
+    purged = router.handle(Request("DELETE", "/queues/work/messages"))
+    assert purged.status == 200
+    assert purged.body == {"message_count": 5}
+    assert type(body_map(purged)["message_count"]) is ULong
+    queue.enqueue(Message(b"late"))
+    deleted = router.handle(Request("DELETE", "/queues/work"))
+    assert (deleted.status, deleted.body, deleted.deleted_queue) == (
+        200,
+        {"message_count": 1},
+        "work",
+    )
+    assert router.handle(Request("GET", "/queues/work")).status == 404
+    assert router.handle(Request("DELETE", "/queues/work/messages")).status == 404
+    # RabbitMQ answers 200 for a queue that is already gone.
+    gone = router.handle(Request("DELETE", "/queues/work"))
+    assert (gone.status, gone.body, gone.deleted_queue) == (200, {"message_count": 0}, None)
+
+
+def test_percent_encoded_names(router: Router) -> None:
+    assert put_queue(router, "my%20queue%2Fä").status == 201
+    assert router.registry.get("my queue/ä") is not None
+    assert body_map(router.handle(Request("GET", "/queues/my%20queue%2F%C3%A4")))["name"] == (
+        "my queue/ä"
+    )
+
+
+def test_exchanges_and_bindings(router: Router) -> None:
+    put_queue(router, "logs")
+    declare = {"type": "topic", "durable": True, "internal": False, "arguments": {}}
+    assert router.handle(Request("PUT", "/exchanges/events", declare)).status == 204
+    assert router.handle(Request("PUT", "/exchanges/events", declare)).status == 204
+    other = {**declare, "type": "fanout"}
+    assert router.handle(Request("PUT", "/exchanges/events", other)).status == 409
+    info = body_map(router.handle(Request("GET", "/exchanges/events")))
+    assert (info["type"], info["durable"], info["internal"]) == ("topic", True, False)
+    bind = {
+        "source": "events",
+        "destination_queue": "logs",
+        "binding_key": "app.*",
+        "arguments": {},
+    }
+    assert router.handle(Request("POST", "/bindings", bind)).status == 204
+    assert [q.name for q in router.registry.route("events", "app.start")] == ["logs"]
+    listed = router.handle(Request("GET", "/bindings?src=events&dstq=logs&key=app.%2A"))
+    assert listed.status == 200
+    assert isinstance(listed.body, list)
+    assert [b["binding_key"] for b in listed.body] == ["app.*"]
+    path = "/bindings/src=events;dstq=logs;key=app.%2A;args="
+    assert router.handle(Request("DELETE", path)).status == 204
+    assert router.registry.route("events", "app.start") == []
+    assert router.handle(Request("DELETE", "/exchanges/events")).status == 204
+    assert router.handle(Request("GET", "/exchanges/events")).status == 404
+
+
+def test_binding_errors(router: Router) -> None:
+    put_queue(router, "q")
+    missing = {"source": "nowhere", "destination_queue": "q", "binding_key": ""}
+    assert router.handle(Request("POST", "/bindings", missing)).status == 404
+    e2e = {"source": "amq.direct", "destination_exchange": "amq.fanout", "binding_key": ""}
+    assert router.handle(Request("POST", "/bindings", e2e)).status == 501
+    assert router.handle(Request("POST", "/bindings", {"source": 1})).status == 400
+    assert router.handle(Request("DELETE", "/bindings/src=amq.direct;key=")).status == 400
+    assert router.handle(Request("DELETE", "/bindings/src=amq.direct;dste=x;key=")).status == 501
+
+
+def test_listings(router: Router) -> None:
+    put_queue(router, "b")
+    put_queue(router, "a")
+    listed = router.handle(Request("GET", "/queues"))
+    assert listed.status == 200
+    assert isinstance(listed.body, list)
+    assert [q["name"] for q in listed.body] == ["a", "b"]
+    exchanges = router.handle(Request("GET", "/exchanges"))
+    assert isinstance(exchanges.body, list)
+    assert {"amq.direct", "amq.fanout", "amq.topic"} <= {x["name"] for x in exchanges.body}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/nothing", 404),
+        ("GET", "", 404),
+        ("POST", "/queues/q", 405),
+        ("PUT", "/queues/q/messages", 405),
+        ("GET", "/queues/q/extra/deep", 404),
+        ("PUT", "/bindings", 405),
+        ("POST", "/exchanges", 405),
+    ],
+)
+def test_unknown_paths_and_methods(router: Router, method: str, path: str, status: int) -> None:
+    assert router.handle(Request(method, path)).status == status
+
+
+class _Only:
+    """Allows one access on names starting with a prefix, like a user's patterns."""
+
+    def __init__(self, access: Access, prefix: str) -> None:
+        self.access = access
+        self.prefix = prefix
+
+    def allows(self, access: Access, name: str, /) -> bool:
+        return access == self.access and name.startswith(self.prefix)
+
+
+def test_permissions_are_checked_per_request(router: Router) -> None:
+    configure = Caller(permissions=_Only("configure", "app."))
+    assert router.handle(Request("PUT", "/queues/app.q", {}), configure).status == 201
+    refused = router.handle(Request("PUT", "/queues/other", {}), configure)
+    assert refused.status == 403
+    assert router.registry.get("other") is None
+    # Purging needs read, which this caller lacks; reading the description needs nothing.
+    assert router.handle(Request("DELETE", "/queues/app.q/messages"), configure).status == 403
+    assert router.handle(Request("GET", "/queues/app.q"), Caller(permissions=NOBODY)).status == 200
+    assert router.handle(Request("DELETE", "/queues/app.q"), Caller(permissions=NOBODY)).status == (
+        403
+    )
+
+
+def test_an_exclusive_queue_belongs_to_its_connection(router: Router) -> None:
+    mine, theirs = object(), object()
+    body = {"exclusive": True, "durable": False}
+    assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=mine)).status == 201
+    assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=mine)).status == 200
+    assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=theirs)).status == 409
