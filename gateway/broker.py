@@ -212,7 +212,8 @@ class Broker(Handler):
                     self._detach(state.sender)
                     _close(state.sender, condition, description)
         for incoming in list(self.publishing.links):
-            if incoming.queue.name == name:
+            queue = incoming.target.queue
+            if queue is not None and queue.name == name:
                 self._detach(incoming.receiver)
                 _close(incoming.receiver, condition, description)
 

@@ -140,19 +140,20 @@ def test_exchanges_and_bindings(connection: Connection, server: RunningServer) -
     management.close()
 
 
-def test_deleting_a_queue_detaches_its_consumers(
-    connection: Connection, server: RunningServer
-) -> None:
-    """RabbitMQ detaches the consumers of a deleted queue with amqp:resource-deleted."""
+def test_deleting_a_queue_detaches_its_links(connection: Connection, server: RunningServer) -> None:
+    """RabbitMQ detaches the consumers and publishers of a deleted queue (resource-deleted)."""
     management = connection.management()
     management.declare_queue(ClassicQueueSpecification(name="rmq-client-doomed"))
     other = BlockingConnection(server.url)
     try:
         receiver = other.create_receiver("/queues/rmq-client-doomed", credit=10)
+        sender = other.create_sender("/queues/rmq-client-doomed")
         wait_until(lambda: server.queue("rmq-client-doomed").consumers == 1)
         management.delete_queue("rmq-client-doomed")
         with pytest.raises(LinkDetached, match="resource-deleted"):
             receiver.receive(timeout=30)
+        with pytest.raises(LinkDetached, match="resource-deleted"):
+            sender.send(proton.Message(body=b"to nowhere"), timeout=30)
     except Timeout:
         pytest.fail("the consumer of the deleted queue was not detached")
     finally:
