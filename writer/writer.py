@@ -74,8 +74,8 @@ class Writer:
 
     def caught_up(self, held: int) -> list[SessionCredit]:
         """The transport wrote all it had; only ``held`` bytes wait unsent inside proton."""
-        behind = self._handed - held - self._written
-        return self.written(behind) if behind > 0 else []
+        # Even with nothing behind, transfers of no payload bytes handed since are now out.
+        return self.written(max(0, self._handed - held - self._written))
 
     @property
     def bytes_pending(self) -> int:
