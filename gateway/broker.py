@@ -30,6 +30,7 @@ from gateway.addresses import AddressNotImplemented, parse_address
 from gateway.config import ServerConfig
 from gateway.consumers import consumer_options
 from gateway.deliveries import CDelivery
+from gateway.drain import send_drained_flow
 from gateway.events import (
     connection_of,
     delivery_of,
@@ -49,7 +50,7 @@ from queues.queue_type import Dispatch, LockExpired, Outcome
 from queues.registry import QueueRegistry
 from queues.serial import SERIAL_MASK, serial_add
 from session.memory_budget import MemoryBudget
-from session.session import LinkFlow, route
+from session.session import LinkFlow, TransferPart, route
 from session.session import Session as PureSession
 
 log = logging.getLogger("sluicegate")
@@ -335,9 +336,26 @@ class Broker(Handler):
                 link_state.delivery_count = (link_state.delivery_count + 1) & SERIAL_MASK
                 if not link.ack_required:
                     deliveries.settle(delivery)
+            elif type(action) is TransferPart:
+                self._send_part(senders[action.link], action)
             else:
                 assert isinstance(action, LinkFlow)
                 self._send_link_flow(senders.get(action.link), action)
+
+    def _send_part(self, state: OutgoingLinkState, part: TransferPart) -> None:
+        """Stream part of a delivery; proton sends it as TRANSFERs with more=true until the last."""
+        sender = state.sender
+        message = part.message
+        if part.start == 0:
+            sender.delivery(str(message.seq))
+        sender.stream(message.payload[part.start : part.end])
+        if part.end == len(message.payload):
+            delivery = sender.current
+            assert delivery is not None
+            sender.advance()
+            state.delivery_count = (state.delivery_count + 1) & SERIAL_MASK
+            if not part.link.ack_required:
+                delivery.settle()
 
     def _send_link_flow(self, state: OutgoingLinkState | None, flow: LinkFlow) -> None:
         """Send a drain completion; proton can send no other FLOW for a sending link."""
@@ -350,11 +368,15 @@ class Broker(Handler):
         """Let proton send the drained FLOW once it holds no transfer of the link.
 
         Proton drops the drained FLOW if told while transfers still wait inside it (for the
-        window, say); it must come after them anyway (AMQP 1.0 §2.6.7).
+        window, say); it must come after them anyway (AMQP 1.0 §2.6.7). When the transfers
+        used up all the credit, ``drained()`` sends nothing and ``send_drained_flow`` does.
         """
         sender = state.sender
         if sender.queued:
             return
         state.drain_pending = False
         drained = sender.drained()
-        state.delivery_count = serial_add(state.delivery_count, drained)
+        if drained:
+            state.delivery_count = serial_add(state.delivery_count, drained)
+        else:
+            send_drained_flow(sender)

@@ -6,6 +6,13 @@ reaches the head, that is only once every delivery queued before it has been han
 writer, so the next batch of queue credit is requested only when the previous batch has left
 the session. Deliveries wait while the client's remote incoming window is closed or the writer
 has blocked the session; FLOWs never wait (AMQP 1.0 §2.5.6, notes/rabbitmq-flow.md §3.3).
+
+A message is never handed over in more frames than the window and the writer's credit both
+allow: one that needs more goes out as a :class:`TransferPart` of as many frames as they allow,
+and the rest stays at the head of ``outgoing_pending`` until the window reopens or the writer
+gives credit back (RabbitMQ keeps the remaining frames at the head the same way). Handing proton
+the whole message would be safe on the wire (proton applies the window frame by frame) but would
+leave its remaining frames buffered inside proton, out of the writer's count.
 """
 
 from __future__ import annotations
@@ -49,9 +56,24 @@ class LinkFlow:
     drain: bool
 
 
-# What send_pending hands to the IO layer, in wire order: a TRANSFER of a message, or a FLOW.
+@dataclass(frozen=True, slots=True)
+class TransferPart:
+    """Payload bytes ``start:end`` of a delivery spanning more frames than may go out now.
+
+    Parts of one message come in order with nothing in between; the delivery is complete with
+    the part whose ``end`` is the payload's length.
+    """
+
+    link: OutgoingLink
+    message: Message
+    start: int
+    end: int
+
+
+# What send_pending hands to the IO layer, in wire order: a TRANSFER of a whole message, part
+# of one, or a FLOW.
 Transfer: TypeAlias = tuple[OutgoingLink, Message]
-Action: TypeAlias = Transfer | LinkFlow
+Action: TypeAlias = Transfer | TransferPart | LinkFlow
 _Pending: TypeAlias = tuple[OutgoingLink, Message | CreditReply | LinkFlow]
 
 
@@ -88,6 +110,8 @@ class Session:
         self.frame_payload = max(max_frame_size, MIN_MAX_FRAME_SIZE) - TRANSFER_FRAME_OVERHEAD
         self.remote_incoming_window = remote_incoming_window
         self.outgoing_pending: deque[_Pending] = deque()
+        # Payload bytes of the message at the head of outgoing_pending already handed over.
+        self.head_sent = 0
         self.links: dict[int, OutgoingLink] = {}
 
     # -- links ----------------------------------------------------------------------------
@@ -112,6 +136,9 @@ class Session:
             return []
         link.detached = True
         self.links.pop(link.handle, None)
+        if self.outgoing_pending and self.outgoing_pending[0][0] is link:
+            # A message of this link partly handed over: the client never gets all of it.
+            self.head_sent = 0
         unsent: list[Message] = []
         kept: deque[_Pending] = deque()
         for entry in self.outgoing_pending:
@@ -168,14 +195,28 @@ class Session:
         while pending:
             link, item = pending[0]
             if type(item) is Message:
-                if self.remote_incoming_window <= 0 or credit.blocked:
+                room = min(self.remote_incoming_window, credit.credit)
+                if room <= 0:
+                    self._bypass(out)
+                    break
+                start = self.head_sent
+                size = len(item.payload)
+                frames = -(-(size - start) // frame_payload) or 1
+                if frames > room:
+                    end = start + room * frame_payload
+                    self.head_sent = end
+                    self.remote_incoming_window -= room
+                    self.writer.handed(credit, room, end - start)
+                    out.append(TransferPart(link, item, start, end))
                     break
                 pending.popleft()
-                size = len(item.payload)
-                frames = -(-size // frame_payload) or 1
                 self.remote_incoming_window -= frames
-                self.writer.handed(credit, frames, size)
-                out.append((link, item))
+                self.writer.handed(credit, frames, size - start)
+                if start:
+                    self.head_sent = 0
+                    out.append(TransferPart(link, item, start, size))
+                else:
+                    out.append((link, item))
                 self._sent(link)
             elif type(item) is CreditReply:
                 pending.popleft()
@@ -186,6 +227,29 @@ class Session:
         return out
 
     # -- internals ------------------------------------------------------------------------
+
+    def _bypass(self, out: list[Action]) -> None:
+        """While deliveries wait, handle the credit replies of links with none waiting.
+
+        Order matters only within a link (AMQP 1.0 §2.6.7): a reply waits behind its own link's
+        deliveries, not behind other links'. Without this, a drain of one link would go
+        unanswered for as long as another link's deliveries wait for the client's window.
+        """
+        pending = self.outgoing_pending
+        kept: deque[_Pending] = deque()
+        waiting: set[OutgoingLink] = set()
+        while pending:
+            entry = pending.popleft()
+            link, item = entry
+            if type(item) is Message or link in waiting:
+                waiting.add(link)
+                kept.append(entry)
+            elif type(item) is CreditReply:
+                # New deliveries and the next reply it requests join the end of ``pending``.
+                self._credit_reply(link, item, out)
+            else:
+                out.append(cast(LinkFlow, item))
+        self.outgoing_pending = kept
 
     def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
         queue_ctl = link.queue_flow_ctl

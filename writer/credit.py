@@ -36,7 +36,7 @@ class SessionCredit:
         return self.credit <= 0
 
     def spend(self, frames: int) -> None:
-        """Account for frames handed over; a multi-frame message may overdraw once."""
+        """Account for frames handed over (the session hands over at most ``credit``)."""
         self.credit -= frames
 
     def ack(self, frames: int) -> bool:

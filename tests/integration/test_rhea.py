@@ -224,6 +224,22 @@ def test_drain_with_three_messages_and_credit_ten(
     assert result["delivery_count_after_drain"] == 10
 
 
+@pytest.mark.parametrize("count", [1, 3, 300])
+def test_drain_whose_messages_use_up_all_the_credit(
+    server: Server, request: pytest.FixtureRequest, count: int
+) -> None:
+    """rhea learns a drain ended only from a FLOW: it must come even when no credit is left."""
+    address = queue_name(request)
+    rhea_send(server, address, count)
+    result = run_js("drain.js", server, address, count, timeout=DRAIN_TIMEOUT_S)
+    assert result["drained"] is True
+    assert result["received"] == count
+    assert result["indices"] == list(range(count))
+    assert result["drain_events"] == 1
+    assert result["credit_after_drain"] == 0
+    assert result["delivery_count_after_drain"] == count
+
+
 def test_drained_queue_is_empty_after(server: Server, request: pytest.FixtureRequest) -> None:
     """The drain accepted its 3 messages: a second drain finds nothing."""
     address = queue_name(request)

@@ -8,8 +8,8 @@
 // A server must answer a drain at once: with the messages it has (up to CREDIT), then the flow
 // that uses up the rest of the credit.  Each message is accepted.  (rhea only reports the end of
 // a drain on such a flow: if the messages use up all the credit, a server that sends no flow
-// afterwards leaves rhea waiting, so give more CREDIT than the queue holds.)  roundtrip.js
-// --drain-first checks that a link goes on working after a drain.
+// afterwards leaves rhea waiting until the timeout.)  roundtrip.js --drain-first checks that a
+// link goes on working after a drain.
 //
 // Prints {"received":N,"indices":[...],"drained":true,"drain_events":D,"credit_after_drain":0,
 //         "delivery_count_after_drain":DC,"elapsed_ms":T,"warnings":[]}

@@ -23,6 +23,8 @@ from session.session import (
     Action,
     LinkFlow,
     Session,
+    Transfer,
+    TransferPart,
     route,
 )
 from writer.writer import Writer
@@ -107,9 +109,9 @@ class Harness:
             if isinstance(action, LinkFlow):
                 if action.drain:
                     self.client_dc = action.delivery_count
-            else:
+            elif completes(action):
                 self.client_dc = serial_add(self.client_dc, 1)
-                self.received.append(action[1])
+                self.received.append(message_of(action))
         return out
 
     def pump(self) -> list[Action]:
@@ -123,8 +125,25 @@ class Harness:
             out.extend(step)
 
 
+def completes(action: Action) -> bool:
+    """A whole message, or the last part of one."""
+    if isinstance(action, TransferPart):
+        return action.end == len(action.message.payload)
+    return not isinstance(action, LinkFlow)
+
+
+def message_of(action: Transfer | TransferPart) -> Message:
+    return action.message if isinstance(action, TransferPart) else action[1]
+
+
 def transfers(out: list[Action]) -> list[Message]:
-    return [a[1] for a in out if not isinstance(a, LinkFlow)]
+    """The messages whose delivery ``out`` completes."""
+    return [message_of(a) for a in out if not isinstance(a, LinkFlow) and completes(a)]
+
+
+def parts(out: list[Action]) -> list[tuple[int, int, int]]:
+    """(seq, start, end) of each partial transfer."""
+    return [(a.message.seq, a.start, a.end) for a in out if isinstance(a, TransferPart)]
 
 
 def link_flows(out: list[Action]) -> list[LinkFlow]:
@@ -297,11 +316,59 @@ def test_window_counts_frames_of_multi_frame_messages() -> None:
     h.flow(3)
     h.session.remote_incoming_window = 4
     out = h.send()
-    # The first message fits; the second starts with one frame of window left and is sent
-    # whole (proton applies the window frame by frame); then the window is spent.
-    assert len(transfers(out)) == 2
-    assert h.session.remote_incoming_window == 4 - 2 * frames
+    # The first message fits; of the second only the one frame the window has left goes out.
+    size = len(transfers(out)[0].payload)
+    assert seqs(out) == [0]
+    assert parts(out) == [(1, 0, frame_payload)]
+    assert h.session.remote_incoming_window == 0
+    assert h.writer.statistics().frames_pending == 4
     assert h.send() == []
+    # Two more frames of window: the rest of the second message (2 frames), nothing of the third.
+    h.session.remote_incoming_window = 2
+    out = h.send()
+    assert parts(out) == [(1, frame_payload, size)]
+    assert seqs(out) == [1]
+    assert h.session.remote_incoming_window == 0
+    assert h.session.head_sent == 0
+    h.session.remote_incoming_window = 100
+    assert seqs(h.send()) == [2]
+
+
+def test_flows_of_other_links_pass_deliveries_waiting_for_the_window() -> None:
+    h = Harness(3, window=0)
+    h.flow(3)
+    empty = RecordingQueue("empty")
+    other = h.session.attach_link(1, empty, ack_required=False)
+    busy = h.session.attach_link(2, RecordingQueue("busy"), ack_required=False)
+    busy.queue.enqueue(Message(_payload(0)))
+    h.session.client_flow(other, 0, 7, True, False)
+    h.session.client_flow(busy, 0, 2, True, False)
+    # The empty queue's drain is answered at once; the busy link's waits behind its delivery.
+    assert h.session.send_pending() == [LinkFlow(other, 7, 0, 0, True)]
+    assert h.session.statistics().pending_deliveries == 4
+    assert busy.credit_req_in_flight
+    assert not other.credit_req_in_flight
+    h.session.remote_incoming_window = 10
+    out = h.session.send_pending()
+    assert seqs(out) == [0, 1, 2, 0]
+    assert link_flows(out) == [LinkFlow(busy, 2, 0, 0, True)]
+    assert out[-1] == link_flows(out)[0]
+
+
+def test_detach_in_the_middle_of_a_message_forgets_its_parts() -> None:
+    h = Harness(2, window=2, max_frame_size=512, payload_size=1000, ack_required=True)
+    h.flow(2)
+    out = h.send()
+    assert parts(out) == [(0, 0, 2 * (512 - 64))]
+    h.session.detach_link(h.link)
+    assert h.session.head_sent == 0
+    assert h.queue.statistics().ready == 2
+    link = h.session.attach_link(1, h.queue, ack_required=True)
+    h.session.remote_incoming_window = 100
+    h.session.client_flow(link, 0, 2, False, False)
+    out = h.session.send_pending()
+    assert parts(out) == []
+    assert [(m.seq, m.delivery_count) for m in transfers(out)] == [(0, 0), (1, 0)]
 
 
 def test_writer_credit_exhausted_blocks_until_written() -> None:
@@ -335,16 +402,25 @@ def test_writer_blocked_still_lets_flows_and_replies_through() -> None:
     assert out == [LinkFlow(h.link, 7, 0, 0, True)]
 
 
-def test_writer_overdraw_by_a_multi_frame_message() -> None:
+def test_writer_credit_splits_a_multi_frame_message() -> None:
     writer = Writer(initial_credit=2, more_credit_after=1)
     h = Harness(2, writer=writer, max_frame_size=512, payload_size=2000)
     h.flow(2)
     out = h.send()
-    assert len(transfers(out)) == 1  # 5 frames on 2 credits: overdrawn, then blocked
-    assert h.session.writer_credit.credit == 2 - 5
+    # 5 frames on 2 credits: 2 frames go, then the session waits for the writer.
+    assert parts(out) == [(0, 0, 2 * (512 - 64))]
+    assert transfers(out) == []
+    assert h.session.writer_credit.credit == 0
     assert h.send() == []
     h.writer.caught_up(0)
-    assert len(transfers(h.send())) == 1
+    out = h.send()
+    assert parts(out) == [(0, 2 * (512 - 64), 4 * (512 - 64))]
+    h.writer.caught_up(0)
+    out = h.send()
+    assert seqs(out) == [0]
+    size = len(transfers(out)[0].payload)
+    assert parts(out) == [(0, 4 * (512 - 64), size), (1, 0, 512 - 64)]
+    assert h.session.writer_credit.credit == 0
 
 
 # -- drain (§3.5) --------------------------------------------------------------------------
@@ -600,7 +676,7 @@ def test_detach_hands_messages_to_another_consumer_with_credit() -> None:
 
 
 def _transfer_pairs(out: list[Action]) -> list[tuple[OutgoingLink, Message]]:
-    return [a for a in out if not isinstance(a, LinkFlow)]
+    return [a for a in out if not isinstance(a, LinkFlow | TransferPart)]
 
 
 def test_settle_outcomes_through_the_session() -> None:

@@ -22,7 +22,7 @@ from queues.message import Message
 from queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
 from queues.serial import serial_diff
 from session.outgoing_link import OutgoingLink
-from session.session import Action, LinkFlow, Session, route
+from session.session import Action, LinkFlow, Session, TransferPart, route
 from writer.writer import Writer
 
 MAX_QUEUE_CREDIT = 8
@@ -122,6 +122,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.enqueued = 0
         self.archived = 0  # accepted or rejected by the client, or sent in settled mode
         self.archived_seqs: set[int] = set()
+        # The message whose parts are on the wire, and where its next part must start.
+        self.partial: tuple[OutgoingLink, Message, int] | None = None
 
     # -- helpers --
 
@@ -173,6 +175,8 @@ class SessionMachine(RuleBasedStateMachine):
         client = self.client_of(link)
         client.outstanding.clear()  # the queue takes them back (counted as failed)
         self.route(self.session.detach_link(link))
+        if self.partial is not None and self.partial[0] is link:
+            self.partial = None  # its remaining frames will never come
         assert self.pending_deliveries(link) == 0
         assert link.handle not in self.session.links
 
@@ -270,6 +274,8 @@ class SessionMachine(RuleBasedStateMachine):
     def _send_pending(self) -> list[Action]:
         window = self.session.remote_incoming_window
         blocked = self.session.writer_credit.blocked
+        writer_credit = self.session.writer_credit.credit
+        frames_before = self.writer.statistics().frames_pending
         had_delivery = self.session.statistics().pending_deliveries > 0
         closed_before = {id(c.link) for c in self.live() if c.closed}
         out = self.session.send_pending()
@@ -278,13 +284,32 @@ class SessionMachine(RuleBasedStateMachine):
             assert sent == [], "a transfer went out with the window closed or the writer blocked"
         elif had_delivery:
             assert sent, "a delivery could go out but send_pending sent nothing"
+        # Never more frames than the window and the writer's credit both allow, even for a
+        # message of several frames: the rest of it waits in the session, not inside proton.
+        frames = self.writer.statistics().frames_pending - frames_before
+        assert frames <= max(0, min(window, writer_credit)), f"{frames} frames handed over"
         for action in out:
             if isinstance(action, LinkFlow):
+                # Other links' FLOWs may come between the frames of a message, not its own.
+                if self.partial is not None:
+                    assert self.partial[0] is not action.link, "a FLOW inside its own transfer"
                 self.receive_flow(action)
+                continue
+            if isinstance(action, TransferPart):
+                link, message = action.link, action.message
+                if self.partial is None:
+                    assert action.start == 0
+                else:
+                    assert self.partial == (link, message, action.start), "parts out of order"
+                if action.end < len(message.payload):
+                    self.partial = (link, message, action.end)
+                    continue
+                self.partial = None
             else:
+                assert self.partial is None, "a transfer in the middle of another message"
                 link, message = action
-                assert id(link) not in closed_before, "a transfer after a completed drain"
-                self.receive_transfer(link, message)
+            assert id(link) not in closed_before, "a transfer after a completed drain"
+            self.receive_transfer(link, message)
         # send_pending stops only when nothing is left or a delivery has to wait.
         pending = self.session.outgoing_pending
         if pending:
@@ -398,6 +423,7 @@ class SessionMachine(RuleBasedStateMachine):
         stats = self.writer.statistics()
         credit = self.session.writer_credit
         assert stats.bytes_pending >= 0
+        assert credit.credit >= 0, "the session overdrew its writer credit"
         assert credit.credit + credit.acked + stats.frames_pending == WRITER_CREDIT
 
 
