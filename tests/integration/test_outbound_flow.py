@@ -307,6 +307,7 @@ def drained_flow(client: RawClient, handle: int) -> Frame:
     )
 
 
+@pytest.mark.slow
 def test_drain_many(make_server: MakeServer, consumer: Consumer) -> None:
     server = make_server()
     queue = new_queue()
