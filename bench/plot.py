@@ -15,10 +15,11 @@ __all__ = ["PANEL_TITLES", "plot_report"]
 
 # Panel order and titles by unit; units not listed follow, titled by the unit itself.
 PANEL_TITLES: Final[dict[str, str]] = {
-    "MB": "resident memory (MB)",
+    "MB": "memory (MB)",
     "msg/s": "rate (messages/s)",
     "deliveries": "outgoing_pending (deliveries)",
     "%": "CPU (% of one core)",
+    "copies": "account debt (copies)",
     "messages": "messages",
 }
 PANEL_HEIGHT_IN: Final[float] = 2.6

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
-from bench.promtext import MetricsError, parse_exposition, pending_figures
+from bench.promtext import MetricsError, metric_total, parse_exposition
 from bench.series import Series
 from gateway.quiver import procstat
 
 __all__ = [
+    "BUDGET_GAUGES",
     "BYTES_PER_MB",
     "DEFAULT_PERIOD_S",
-    "OUTGOING_PENDING",
+    "PENDING_GAUGES",
+    "Gauge",
     "MetricsProbe",
     "Probe",
     "ProcessProbe",
@@ -30,7 +32,6 @@ __all__ = [
 
 DEFAULT_PERIOD_S: Final[float] = 0.5  # fine enough to see a 30 s run's shape, cheap for /proc
 BYTES_PER_MB: Final[int] = 1024 * 1024
-OUTGOING_PENDING: Final[str] = "sluicegate_session_outgoing_pending"
 SCRAPE_TIMEOUT_S: Final[float] = 5.0  # a loaded reactor answers late; later than this it is stuck
 
 # A probe returns readings named ``series name`` → value; ``units`` says which panel each goes to.
@@ -65,16 +66,39 @@ class ProcessProbe:
         return readings
 
 
+@dataclass(frozen=True, slots=True)
+class Gauge:
+    """A Prometheus metric read into a series: its name there, the series' name, unit, scale."""
+
+    metric: str
+    series: str
+    unit: str
+    scale: float = 1.0
+
+
+# The session ← queue loop's bound, as sluicegate exports it (issue 10's names).
+PENDING_GAUGES: Final[tuple[Gauge, ...]] = (
+    Gauge("sluicegate_session_outgoing_pending_max", "outgoing_pending max", "deliveries"),
+    Gauge("sluicegate_session_outgoing_pending", "outgoing_pending sum", "deliveries"),
+)
+# The publisher side: bytes held against the memory budget, copies not yet stored.
+BUDGET_GAUGES: Final[tuple[Gauge, ...]] = (
+    Gauge("sluicegate_memory_budget_used_bytes", "budget used", "MB", 1 / BYTES_PER_MB),
+    Gauge("sluicegate_connection_account_debt", "account debt", "copies"),
+)
+
+
 class MetricsProbe:
-    """outgoing_pending (sum and max over sessions) from a Prometheus endpoint."""
+    """Gauges from a Prometheus endpoint; a gauge the server does not export gives no reading."""
 
-    units: Final[dict[str, str]] = {
-        "outgoing_pending max": "deliveries",
-        "outgoing_pending sum": "deliveries",
-    }
-
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, gauges: Sequence[Gauge]) -> None:
         self.url = url
+        self.gauges = tuple(gauges)
+
+    @property
+    def units(self) -> dict[str, str]:
+        """The series this probe fills and their units."""
+        return {g.series: g.unit for g in self.gauges}
 
     def scrape(self) -> str:
         """The exposition text; ``OSError`` when the endpoint does not answer."""
@@ -84,12 +108,15 @@ class MetricsProbe:
 
     def __call__(self) -> Mapping[str, float]:
         try:
-            figures = pending_figures(parse_exposition(self.scrape()), OUTGOING_PENDING)
-        except (OSError, MetricsError, urllib.error.URLError):
+            samples = parse_exposition(self.scrape())
+        except (OSError, MetricsError):
             return {}
-        if figures is None:
-            return {}  # not exported: no figure rather than a made-up zero
-        return {"outgoing_pending sum": figures[0], "outgoing_pending max": figures[1]}
+        readings = {}
+        for gauge in self.gauges:
+            total = metric_total(samples, gauge.metric)
+            if total is not None:
+                readings[gauge.series] = total * gauge.scale
+        return readings
 
 
 class Sampler:

@@ -1,7 +1,8 @@
 """Read samples from Prometheus' text exposition format (what ``--metrics-listen`` serves).
 
-Pure parsing, so the slow-consumer scenario's reading of ``sluicegate_session_outgoing_pending``
-is tested on known text. Only what a scrape needs: names, labels, values; comments are skipped.
+Pure parsing, so the scenarios' reading of ``sluicegate_session_outgoing_pending`` and the
+other gauges is tested on known text. Only what a scrape needs: names, labels, values;
+comments are skipped.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["MetricsError", "Sample", "parse_exposition", "pending_figures"]
+__all__ = ["MetricsError", "Sample", "metric_total", "parse_exposition"]
 
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -67,31 +68,7 @@ def parse_exposition(text: str) -> list[Sample]:
     return samples
 
 
-def pending_figures(samples: Iterable[Sample], metric: str) -> tuple[float, float] | None:
-    """The sum and max over sessions of a per-session gauge such as outgoing_pending.
-
-    Accepts the shapes a server may choose: one sample per session (labelled), or aggregate
-    samples told apart by a ``_sum``/``_max`` suffix or an ``aggregate``/``stat`` label.
-    ``None`` when the scrape has no such metric (the server does not export it).
-    """
-    total: float | None = None
-    largest: float | None = None
-    per_session: list[float] = []
-    for sample in samples:
-        if not sample.name.startswith(metric) or math.isnan(sample.value):
-            continue
-        suffix = sample.name[len(metric) :].lstrip("_")
-        kind = suffix or sample.labels.get("aggregate") or sample.labels.get("stat") or ""
-        if kind == "sum":
-            total = sample.value
-        elif kind == "max":
-            largest = sample.value
-        elif not suffix:
-            per_session.append(sample.value)
-    if total is None and per_session:
-        total = sum(per_session)
-    if largest is None and per_session:
-        largest = max(per_session)
-    if total is None and largest is None:
-        return None
-    return (total if total is not None else largest or 0.0, largest if largest is not None else 0.0)
+def metric_total(samples: Iterable[Sample], metric: str) -> float | None:
+    """The sum of a metric's samples over all its labels; ``None`` when it is not exported."""
+    values = [s.value for s in samples if s.name == metric and not math.isnan(s.value)]
+    return sum(values) if values else None

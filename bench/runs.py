@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TextIO
 
-from bench.probes import MetricsProbe, ProcessProbe, Sampler
+from bench.probes import Gauge, MetricsProbe, ProcessProbe, Sampler
 from bench.quiverlog import parse_status_row
 from bench.series import Series, extent, mean, rates
 from bench.servers import Server
@@ -47,14 +47,14 @@ def unique_queue(scenario: str) -> str:
     return f"bench-{scenario}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
 
 
-def server_sampler(server: Server) -> Sampler:
-    """A sampler of the server's RSS and CPU (when its pid is known) and its metrics (if any)."""
+def server_sampler(server: Server, gauges: Sequence[Gauge] = ()) -> Sampler:
+    """A sampler of the server's RSS and CPU (if its pid is known) and ``gauges`` (if exported)."""
     sampler = Sampler()
     if server.pid is not None:
         process = ProcessProbe(server.pid)
         sampler.add(process, process.units)
-    if server.metrics_url is not None:
-        metrics = MetricsProbe(server.metrics_url)
+    if server.metrics_url is not None and gauges:
+        metrics = MetricsProbe(server.metrics_url, gauges)
         sampler.add(metrics, metrics.units)
     return sampler
 

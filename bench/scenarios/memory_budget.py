@@ -13,6 +13,7 @@ import argparse
 from typing import Final, TextIO
 
 from bench.clients import ConsumerPlan, ConsumerProcess, SenderProcess
+from bench.probes import BUDGET_GAUGES
 from bench.record import Record
 from bench.runs import counter_probe, rate_series, server_sampler, unique_queue
 from bench.scenario import Scenario
@@ -36,6 +37,7 @@ COLUMNS: Final[tuple[str, ...]] = (
     "RSS peak MB",
     "RSS end MB",
     "slope 2nd half MB/s",
+    "budget used peak MB",
     "publisher blocked s",
 )
 
@@ -57,6 +59,8 @@ def publisher_figures(
     rss_extent = extent(rss.points) if rss else None
     late = slope(second_half(rss.points)) if rss else None
     published = series.get("publisher sent")
+    used = series.get("budget used")
+    used_extent = extent(used.points) if used else None
     return {
         "sent": sent,
         "accepted": accepted,
@@ -65,6 +69,7 @@ def publisher_figures(
         "RSS peak MB": None if rss_extent is None else rss_extent.peak,
         "RSS end MB": None if rss_extent is None else rss_extent.end,
         "slope 2nd half MB/s": late,
+        "budget used peak MB": None if used_extent is None else used_extent.peak,
         "publisher blocked s": None if published is None else idle_time(published.points),
     }
 
@@ -73,8 +78,8 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
     """Publish and consume for the duration, sampling RSS and both clients' counters."""
     queue = unique_queue("budget")
     options = ["--memory-budget", args.memory_budget]
-    with running(target, options) as server:
-        sampler = server_sampler(server)
+    with running(target, options, metrics=True) as server:
+        sampler = server_sampler(server, BUDGET_GAUGES)
         address = server.address(queue)
         publisher = SenderProcess(
             server.host, server.port, address, body_size=args.body_size, duration=args.duration

@@ -13,7 +13,7 @@ import argparse
 from typing import Final, TextIO
 
 from bench.clients import ConsumerPlan, ConsumerProcess, SenderProcess
-from bench.probes import BYTES_PER_MB
+from bench.probes import BYTES_PER_MB, PENDING_GAUGES
 from bench.record import Record
 from bench.runs import counter_probe, rate_series, server_sampler, unique_queue
 from bench.scenario import Scenario
@@ -78,7 +78,7 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
     """Fill, then consume slowly while sampling RSS and outgoing_pending."""
     queue = unique_queue("slow")
     with running(target, metrics=True) as server:
-        sampler = server_sampler(server)
+        sampler = server_sampler(server, PENDING_GAUGES)
         address = server.address(queue)
         print(f"{target.name}: queueing {args.messages:,} messages of {args.body_size} B", file=out)
         sampler.start()

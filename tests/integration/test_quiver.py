@@ -10,10 +10,14 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from integration.conftest import RunningServer
+from proton import Endpoint, Event, Handler
+from proton.reactor import ApplicationEvent, Container, EventInjector
 
 RUN_TIMEOUT_S = 60  # a hung run fails the test instead of eating CI's time
 FIELD = re.compile(r"^(?P<name>.*?) \.+ (?P<value>.+)$")  # quiver's "Name ..... value unit"
@@ -170,3 +174,60 @@ def test_a_silent_peer_times_out_in_one_line() -> None:
     assert run.returncode == 1
     assert len(run.stderr.splitlines()) == 1
     assert "timed out after 1 s" in run.stderr
+
+
+class Withholder(Handler):
+    """An AMQP peer that attaches every link and never grants credit: a server that is stuck."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.ready = threading.Event()
+        self.injector = EventInjector()
+        self.container = Container(self)
+        self.container.selectable(self.injector)
+
+    def on_reactor_init(self, event: Event) -> None:
+        self.acceptor = self.container.listen(f"127.0.0.1:{self.port}")
+        self.ready.set()
+
+    def on_connection_remote_open(self, event: Event) -> None:
+        assert event.connection is not None
+        event.connection.open()
+
+    def on_session_remote_open(self, event: Event) -> None:
+        assert event.session is not None
+        event.session.open()
+
+    def on_link_remote_open(self, event: Event) -> None:
+        link = event.link
+        assert link is not None
+        if link.state & Endpoint.LOCAL_UNINIT:
+            link.source.copy(link.remote_source)
+            link.target.copy(link.remote_target)
+            link.open()
+
+    def on_withholder_stop(self, event: Event) -> None:
+        self.acceptor.close()
+        self.injector.close()
+        self.container.stop()
+
+
+@pytest.fixture
+def withholder(free_port: int) -> Iterator[Withholder]:
+    """A ``Withholder`` on a background thread, stopped after the test."""
+    peer = Withholder(free_port)
+    thread = threading.Thread(target=peer.container.run, daemon=True)
+    thread.start()
+    assert peer.ready.wait(5.0)
+    yield peer
+    peer.injector.trigger(ApplicationEvent("withholder_stop"))
+    thread.join(5.0)
+    assert not thread.is_alive()
+
+
+def test_no_progress_after_attaching_is_one_line(withholder: Withholder) -> None:
+    run = quiver(f"amqp://127.0.0.1:{withholder.port}/q", "--count", "10", "--timeout", "1")
+    assert run.returncode == 1
+    [line] = run.stderr.splitlines()
+    assert line.startswith("sluicegate quiver: no progress for ")
+    assert line.endswith("(timeout 1 s): 0 sent, 0 received")

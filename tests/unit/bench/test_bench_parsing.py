@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.promtext import MetricsError, Sample, parse_exposition, pending_figures
+from bench.promtext import MetricsError, Sample, metric_total, parse_exposition
 from bench.quiverlog import StatusRow, parse_status_row
 from bench.servers import MissingFeature, _start_failure
 
@@ -32,19 +32,13 @@ def test_exposition_rejects_other_text() -> None:
         parse_exposition("<html>not metrics</html>")
 
 
-def test_pending_per_session_samples() -> None:
-    assert pending_figures(parse_exposition(SCRAPE), METRIC) == (259.0, 256.0)
+def test_metric_total_sums_over_labels() -> None:
+    assert metric_total(parse_exposition(SCRAPE), METRIC) == 259.0
+    assert metric_total(parse_exposition(SCRAPE), "sluicegate_connections") == 2.0
 
 
-def test_pending_aggregates_by_suffix_or_label() -> None:
-    by_suffix = f"{METRIC}_sum 12\n{METRIC}_max 9\n"
-    assert pending_figures(parse_exposition(by_suffix), METRIC) == (12.0, 9.0)
-    by_label = f'{METRIC}{{aggregate="sum"}} 12\n{METRIC}{{aggregate="max"}} 9\n'
-    assert pending_figures(parse_exposition(by_label), METRIC) == (12.0, 9.0)
-
-
-def test_pending_absent() -> None:
-    assert pending_figures(parse_exposition("sluicegate_connections 1\n"), METRIC) is None
+def test_metric_total_of_an_absent_metric() -> None:
+    assert metric_total(parse_exposition(SCRAPE), METRIC + "_max") is None
 
 
 def test_status_row() -> None:
