@@ -19,7 +19,14 @@ from bench.plot import plot_report
 from bench.record import Report
 from bench.runs import ScenarioError
 from bench.scenario import Scenario
-from bench.scenarios import connections, durable, memory_budget, slow_consumer, throughput
+from bench.scenarios import (
+    connections,
+    durable,
+    fanout,
+    memory_budget,
+    slow_consumer,
+    throughput,
+)
 from bench.servers import START, ServerError, Target, parse_target
 
 __all__ = ["SCENARIOS", "main", "targets_from"]
@@ -31,6 +38,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
         throughput.SCENARIO,
         slow_consumer.SCENARIO,
         memory_budget.SCENARIO,
+        fanout.SCENARIO,
         durable.SCENARIO,
         connections.SCENARIO,
     )

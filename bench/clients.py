@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection as Channel
 from multiprocessing.context import SpawnProcess
 from typing import Any, Final
 
-from proton import Delivery, Endpoint
+from proton import Delivery, Endpoint, Receiver
 
 from gateway.quiver import sender
 from gateway.quiver.arrow import describe
@@ -123,18 +123,25 @@ class SenderProcess:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerPlan:
-    """What the paced consumer does: where, its credit, its pace, for how long."""
+    """What the consumer does: where (one link per address), its credit, its pace, how long."""
 
     host: str
     port: int
-    address: str
-    credit: int
-    rate: float  # messages per second taken by the application
+    addresses: tuple[str, ...]
+    credit: int  # per link, topped up at half
+    rate: float | None  # messages per second the application takes in all; None: no pacing
     duration: float  # seconds from the attach
 
 
+def _ready(link: Receiver) -> Delivery | None:
+    delivery: Delivery | None = link.current
+    if delivery is not None and delivery.readable and not delivery.partial:
+        return delivery
+    return None
+
+
 def consume_paced(plan: ConsumerPlan, channel: Channel, counts: Any) -> None:
-    """Process entry point: grant ``credit`` once and take ``rate`` messages/s for ``duration``.
+    """Process entry point: grant ``credit`` on each link and take ``rate`` messages/s in all.
 
     ``counts`` is a shared ``RawArray('q', 1)``: messages taken. The channel gets one line on
     failure, ``None`` when done.
@@ -148,35 +155,44 @@ def consume_paced(plan: ConsumerPlan, channel: Channel, counts: Any) -> None:
     connection.open()
     session = connection.session()
     session.open()
-    link = session.receiver("bench consumer")
-    link.source.address = plan.address
-    link.open()
-    link.flow(plan.credit)
-    interval = 1 / plan.rate
+    links: list[Receiver] = []
+    for index, address in enumerate(plan.addresses):
+        link = session.receiver(f"bench consumer {index}")
+        link.source.address = address
+        link.open()
+        link.flow(plan.credit)
+        links.append(link)
+    interval = 0.0 if plan.rate is None else 1 / plan.rate
     end = time.monotonic() + plan.duration
     next_at = time.monotonic()
     taken = 0
     while (now := time.monotonic()) < end:
         engine.tick()
         engine.write()
-        delivery: Delivery | None = link.current
-        if delivery is not None and delivery.readable and not delivery.partial:
-            if now < next_at:
-                time.sleep(min(next_at - now, end - now))
-                continue
+        ready = [(link, d) for link in links if (d := _ready(link)) is not None]
+        if ready and now < next_at:
+            time.sleep(min(next_at - now, end - now))
+            continue
+        for link, delivery in ready[:1] if interval else ready:
             link.recv(delivery.pending)
             link.advance()  # before settling: settling the current delivery advances too
             delivery.update(Delivery.ACCEPTED)
             delivery.settle()
             taken += 1
+            if link.credit <= plan.credit // 2:
+                link.flow(plan.credit - link.credit)
+        if ready:
             counts[0] = taken
             next_at = max(next_at + interval, now - MAX_LAG_S)
             continue
         engine.pump(min(POLL_S, max(0.0, next_at - now)))
-        ended = link.state & Endpoint.REMOTE_CLOSED or connection.state & Endpoint.REMOTE_CLOSED
-        if ended or engine.closed or engine.eof:
-            condition = link.remote_condition or connection.remote_condition
-            channel.send("consumer: " + describe(condition, "connection lost"))
+        for endpoint in (*links, connection):
+            if endpoint.state & Endpoint.REMOTE_CLOSED:
+                channel.send("consumer: " + describe(endpoint.remote_condition, "closed"))
+                engine.close()
+                return
+        if engine.closed or engine.eof:
+            channel.send(f"consumer: connection lost: {engine.error or 'end of stream'}")
             engine.close()
             return
     connection.close()

@@ -85,7 +85,9 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
             server.host, server.port, address, body_size=args.body_size, duration=args.duration
         )
         consumer = ConsumerProcess(
-            ConsumerPlan(server.host, server.port, address, args.credit, args.rate, args.duration)
+            ConsumerPlan(
+                server.host, server.port, (address,), args.credit, args.rate, args.duration
+            )
         )
         for name, read in (
             ("publisher sent", lambda: publisher.sent),

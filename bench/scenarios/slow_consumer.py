@@ -91,7 +91,9 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
             filler.stop()
         filled_at = sampler.elapsed()
         consumer = ConsumerProcess(
-            ConsumerPlan(server.host, server.port, address, args.credit, args.rate, args.duration)
+            ConsumerPlan(
+                server.host, server.port, (address,), args.credit, args.rate, args.duration
+            )
         )
         probe, units = counter_probe("consumer taken", lambda: consumer.taken)
         sampler.add(probe, units)
