@@ -139,7 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report.records:
         args.output.mkdir(parents=True, exist_ok=True)
         report.write_json(args.output / f"{scenario.name}.json")
-        plotted = plot_report(report, args.output / f"{scenario.name}.png")
+        try:
+            plotted = plot_report(report, args.output / f"{scenario.name}.png")
+        except ImportError:
+            print(f"{PROG}: no plot without matplotlib: pip install -e '.[bench]'", file=sys.stderr)
+            plotted = False
         written = f"{scenario.name}.json" + (" and .png" if plotted else "")
         print(f"wrote {written} under {args.output}", file=sys.stderr)
         print(report.table())
