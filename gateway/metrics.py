@@ -82,6 +82,17 @@ class ServerCollector(Collector):
             "Times the memory budget has blocked publishers.",
             value=budget.blocks,
         )
+        publishers = stats.publishers
+        yield _gauge(
+            "sluicegate_publisher_unconfirmed",
+            "Messages received from publishers and not yet stored in every target queue.",
+            sum(link.unconfirmed for link in publishers),
+        )
+        yield _gauge(
+            "sluicegate_publisher_links_without_credit",
+            "Publishing links with no credit left: throttled by storage or the memory budget.",
+            sum(1 for link in publishers if link.credit <= 0),
+        )
         yield from self._sessions(stats)
         yield _gauge(
             "sluicegate_writer_bytes_pending",

@@ -13,6 +13,7 @@ from gateway.broker import Broker
 from queues.queue_type import QueueStatistics
 from queues.registry import QueueRegistry
 from session.account import AccountStatistics
+from session.incoming_link import IncomingLinkStatistics
 from session.memory_budget import BudgetStatistics
 from session.session import SessionStatistics
 from writer.writer import WriterStatistics
@@ -20,7 +21,7 @@ from writer.writer import WriterStatistics
 
 @dataclass(frozen=True, slots=True)
 class ServerStatistics:
-    """Every queue, session, connection and the memory budget of one server at one instant."""
+    """Every queue, session, connection, publishing link and the budget, at one instant."""
 
     connections: int
     queues: list[QueueStatistics]
@@ -28,6 +29,7 @@ class ServerStatistics:
     writers: list[WriterStatistics]
     accounts: list[AccountStatistics]
     budget: BudgetStatistics
+    publishers: list[IncomingLinkStatistics]
 
     @property
     def messages_published(self) -> int:
@@ -54,4 +56,5 @@ def server_statistics(broker: Broker, registry: QueueRegistry) -> ServerStatisti
         writers=[connection.writer.statistics() for connection in connections],
         accounts=[connection.account.statistics() for connection in connections],
         budget=broker.publishing.budget.statistics(),
+        publishers=[state.link.statistics() for state in broker.publishing.links],
     )

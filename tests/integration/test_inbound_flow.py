@@ -21,6 +21,7 @@ from typing import Final
 
 import pytest
 from integration.conftest import RunningServer
+from integration.test_metrics import scrape
 from support.clients import consume
 from support.flood import Flood, SlowConsumer
 from support.polling import wait_until
@@ -129,6 +130,7 @@ def _drain_exactly(flood: Flood, consumer: SlowConsumer, timeout: float = 120.0)
 # -- the memory budget -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_budget_stops_credit_bounds_rss_and_resumes() -> None:
     """64 MiB budget, unthrottled publisher, no consumer; then a consumer drains everything."""
     body = 32768
@@ -285,10 +287,17 @@ def test_a_slow_target_throttles_only_the_link_that_publishes_to_it(
     wait_until(lambda: len(flowing.accepted) > 20 * MAX_LINK_CREDIT, timeout=60)
     links = _links(server)
     assert links["flood-stuck"].unconfirmed == stuck.sent
+    assert links["flood-stuck"].credit == 0
     # RabbitMQ's rule: renewed only while unconfirmed < max, so credit + unconfirmed < 2 max.
     assert stuck.sent <= 2 * MAX_LINK_CREDIT - 1
     assert not stuck.accepted
     assert server.call(lambda: _account_paused(server)) is False
+    snapshot = server.call(server.server.statistics)
+    assert sorted(p.unconfirmed for p in snapshot.publishers)[-1] == stuck.sent
+    samples = scrape(server)
+    assert samples[("sluicegate_publisher_unconfirmed", ())] == stuck.sent
+    # The stuck link for sure; the flowing one only if a scrape catches it between renewals.
+    assert samples[("sluicegate_publisher_links_without_credit", ())] >= 1
 
     released = late.complete()
     assert released == stuck.sent
