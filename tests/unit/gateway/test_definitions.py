@@ -1,0 +1,78 @@
+"""Queues, exchanges and bindings from the configuration file: loaded, checked, declared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, load_config
+from gateway.definitions import apply_definitions
+from queues.registry import QueueRegistry
+
+DEFINITIONS = """
+[[queues]]
+name = "orders"
+arguments = { "x-message-ttl" = 60000, "x-dead-letter-exchange" = "dlx" }
+
+[[queues]]
+name = "orders-dead"
+durable = false
+
+[[exchanges]]
+name = "dlx"
+type = "fanout"
+
+[[exchanges]]
+name = "events"
+type = "topic"
+arguments = { "x-unroutable" = "reject" }
+
+[[bindings]]
+source = "dlx"
+destination = "orders-dead"
+
+[[bindings]]
+source = "events"
+destination = "orders"
+binding_key = "order.*"
+"""
+
+
+def _load(tmp_path: Path, text: str) -> object:
+    file = tmp_path / "sluicegate.toml"
+    file.write_text(text)
+    return load_config(file, environ={})
+
+
+def test_definitions_load_and_declare(tmp_path: Path) -> None:
+    file = tmp_path / "sluicegate.toml"
+    file.write_text(DEFINITIONS)
+    config = load_config(file, environ={})
+    registry = QueueRegistry()
+    apply_definitions(registry, config.queues, config.exchanges, config.bindings)
+    assert [info.name for info in registry.queues()] == ["orders", "orders-dead"]
+    assert registry.settings("orders").arguments.message_ttl == 60000
+    assert not registry.settings("orders-dead").durable
+    assert [q.name for q in registry.route("events", "order.created")] == ["orders"]
+    assert [q.name for q in registry.route("dlx", "anything")] == ["orders-dead"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[[queues]]\nname = "q"\narguments = { "x-max-length" = -1 }',
+            "queues\\[0\\] 'q'.*x-max-length",
+        ),
+        ('[[queues]]\nname = "q"\ncolour = "red"', "queues\\[0\\]: unknown key 'colour'"),
+        ("[[queues]]\ndurable = true", "queues\\[0\\]: missing name"),
+        ("[[queues]]\nname = 5", "queues\\[0\\].name: expected str"),
+        ('[[exchanges]]\nname = "e"\ntype = "nonsense"', "exchanges\\[0\\] 'e'.*nonsense"),
+        ('[[bindings]]\nsource = "amq.topic"\ndestination = "absent"', "bindings\\[0\\].*absent"),
+        ('queues = "orders"', "queues: expected an array of tables"),
+    ],
+)
+def test_bad_definitions_name_the_entry(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, text)
