@@ -68,4 +68,4 @@ def serve(config: Any) -> int:
     signal.signal(signal.SIGTERM, stop)
     print(f"sluicegate listening on amqp://{config.host}:{server.port}", flush=True)
     server.run()
-    return 0
+    return server.exit_status

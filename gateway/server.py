@@ -58,6 +58,9 @@ class Server:
         # The amqps:// port once started, if TLS is configured.
         self.tls_port: int | None = None
         self._stopping = False
+        self._shutdown_hooks: list[Callable[[], None]] = []
+        # What ``sluicegate serve`` exits with once :meth:`run` returns.
+        self.exit_status = 0
         self._deadline = 0.0
         self.port = 0
         self.metrics_port = 0
@@ -141,8 +144,26 @@ class Server:
                 break
         container.stop()
         container.process()
+        self._run_shutdown_hooks()
         self._io.close()
         self._close_metrics()
+
+    def on_shutdown(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` on the reactor thread once every connection is closed, before exit.
+
+        This is where durable storage writes and syncs what it still holds: no client can
+        publish any more, and what a hook does not make durable here is lost. A hook that
+        raises makes :attr:`exit_status` 1, so a process supervisor sees the failure.
+        """
+        self._shutdown_hooks.append(hook)
+
+    def _run_shutdown_hooks(self) -> None:
+        for hook in self._shutdown_hooks:
+            try:
+                hook()
+            except Exception:
+                log.exception("a shutdown hook failed; durable data may be incomplete")
+                self.exit_status = 1
 
     def _process(self) -> bool:
         """Run the reactor once; a failure while handling one connection closes only that one."""
@@ -193,6 +214,8 @@ class Server:
 
     def request_shutdown(self) -> None:
         """Ask for a graceful shutdown; safe from signal handlers and other threads."""
+        if self._stopping:
+            return  # under way or done: the wakeup pipe may be closed already
         self._wakeup.call_soon(self._shutdown)
 
     def _shutdown(self) -> None:
@@ -203,6 +226,12 @@ class Server:
             if listener is not None:
                 listener.close()
         for state in list(self.broker.connections):
+            if state.user is None:
+                # Still logging in: proton has no AMQP connection to close, so drop the socket.
+                self.broker.release_connection(state)
+                state.transport.close_tail()
+                state.transport.close_head()
+                continue
             self._force_close(state)
         self.broker.flush()
         self._wakeup.detach()
