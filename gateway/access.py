@@ -1,7 +1,8 @@
 """Authorisation of attaches: RabbitMQ's configure / write / read permissions on queue names.
 
-A publisher's link needs *write* on the queue it targets, a consumer's *read* on the queue it
-reads; attaching to a queue that does not exist yet declares it, which also needs *configure*.
+A publisher's link needs *write* on the queue or exchange it targets, a consumer's *read* on the
+queue it reads; attaching to a queue that does not exist yet declares it, which also needs
+*configure*. A null target (each message's ``to`` decides) needs *write* ``.*``.
 A refusal is an ``amqp:unauthorized-access`` DETACH after a null terminus (§2.6.3), the way
 every other attach is refused; the connection and its other links carry on.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from proton import Link
 
-from gateway.addresses import parse_address
+from gateway.addresses import ExchangeAddress, parse_address, parse_target
 from gateway.auth import Access, User
 from queues.errors import QueueError
 from queues.registry import QueueRegistry
@@ -25,16 +26,31 @@ class AccessRefused(QueueError):
 def authorise_attach(user: User | None, link: Link, registry: QueueRegistry) -> None:
     """Raise :class:`AccessRefused` unless ``user`` may attach ``link``."""
     terminus = link.remote_source if link.is_sender else link.remote_target
-    if terminus.dynamic or not terminus.address:
-        return  # refused for what it is, by the attach itself
-    try:
-        name = parse_address(terminus.address).queue
-    except QueueError:
-        return  # likewise: the attach reports the bad address
     if user is None:
         raise AccessRefused("the connection has not logged in")
-    access: Access = "read" if link.is_sender else "write"
+    if terminus.dynamic:
+        return  # refused for what it is, by the attach itself
+    if not terminus.address:
+        if link.is_receiver and user.permissions.write.pattern != ".*":
+            # A null target sends each message to its own ``to``: only a user who may write
+            # everywhere gets one, so that no message needs a check of its own.
+            raise AccessRefused(f"user {user.name!r} may not publish with a null target")
+        return
+    try:
+        target = (
+            parse_address(terminus.address) if link.is_sender else parse_target(terminus.address)
+        )
+    except QueueError:
+        return  # refused by the attach itself, which names the bad address
+    if isinstance(target, ExchangeAddress):
+        _require(user, "write", "exchange", target.exchange)
+        return
+    _require(user, "read" if link.is_sender else "write", "queue", target.queue)
+    if registry.get(target.queue) is None:
+        _require(user, "configure", "queue", target.queue)
+
+
+def _require(user: User, access: Access, kind: str, name: str) -> None:
     if not user.permissions.allows(access, name):
-        raise AccessRefused(f"user {user.name!r} may not {access} queue {name!r}")
-    if registry.get(name) is None and not user.permissions.allows("configure", name):
-        raise AccessRefused(f"user {user.name!r} may not declare queue {name!r}")
+        verb = "declare" if access == "configure" else access
+        raise AccessRefused(f"user {user.name!r} may not {verb} {kind} {name!r}")

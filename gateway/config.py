@@ -49,6 +49,7 @@ DEFAULT_CHANNEL_MAX: Final = 63
 DEFAULT_MAX_LINKS_PER_SESSION: Final = 256
 # RabbitMQ's heartbeat default; a dead peer behind a silent network is found within a minute.
 DEFAULT_IDLE_TIMEOUT: Final = 60.0
+DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
 ANONYMOUS_LOGIN: Final = ("loopback", "on", "off")
 
 # Field types (as annotated) that a single command-line flag can carry.
@@ -95,6 +96,9 @@ class ServerConfig:
     channel_max: int = DEFAULT_CHANNEL_MAX
     # RabbitMQ 4's link_max_per_session.
     max_links_per_session: int = DEFAULT_MAX_LINKS_PER_SESSION
+    # Seconds a client has from connecting to the end of its SASL exchange (RabbitMQ's
+    # handshake_timeout): a socket that never logs in is dropped.
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     # Seconds without a frame from the client before it is dropped; 0 disables. Proton sends
     # our heartbeats at half the client's own idle-time-out.
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
@@ -151,6 +155,8 @@ class ServerConfig:
         for key in ("max_connections", "idle_timeout"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}: must be 0 (no limit) or positive")
+        if self.handshake_timeout <= 0:
+            raise ConfigError("handshake_timeout: must be positive")
         if self.max_links_per_session <= 0:
             raise ConfigError("max_links_per_session: must be positive")
 

@@ -34,10 +34,21 @@ RECV_SIZE: Final = 64 * 1024
 class Gate:
     """One connection's TLS and SASL state, and the bytes waiting for the socket."""
 
-    __slots__ = ("_incoming", "_outgoing", "_tls", "closing", "output", "sasl", "tls_done")
+    __slots__ = (
+        "_incoming",
+        "_outgoing",
+        "_tls",
+        "closing",
+        "deadline",
+        "output",
+        "sasl",
+        "tls_done",
+    )
 
-    def __init__(self, sasl: SaslServer, tls: ssl.SSLContext | None) -> None:
+    def __init__(self, sasl: SaslServer, tls: ssl.SSLContext | None, deadline: float) -> None:
         self.sasl = sasl
+        # When a client still logging in is dropped (reactor time: the selectables' clock).
+        self.deadline = deadline
         self.output = bytearray()
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False
@@ -47,6 +58,11 @@ class Gate:
             None if tls is None else tls.wrap_bio(self._incoming, self._outgoing, server_side=True)
         )
         self.tls_done = tls is None
+
+    @property
+    def logging_in(self) -> bool:
+        """Whether the client has not finished its TLS handshake and SASL exchange yet."""
+        return self.sasl.phase is Phase.HEADER or self.sasl.phase is Phase.INIT
 
     @property
     def removable(self) -> bool:

@@ -192,6 +192,20 @@ class FlowIO(IOHandler):
             selectable.writing = gate.wants_write
             selectable.update()
 
+    def on_selectable_expired(self, event: Event) -> None:
+        """Drop a client that has not logged in within ``handshake_timeout``."""
+        selectable = event.selectable
+        transport = selectable._transport
+        if transport is None:
+            return
+        gate: Gate | None = getattr(selectable, "gate", None)
+        if gate is not None and gate.logging_in and selectable._reactor.now >= gate.deadline:
+            log.info("dropping a client that did not log in within handshake_timeout")
+            gate.closing = True
+            transport.close_tail()
+            transport.close_head()
+        super().on_selectable_expired(event)
+
     def on_transport_closed(self, event: Event) -> None:
         """Proton is done with the connection; TLS bytes still waiting are written first."""
         transport = event.transport

@@ -18,9 +18,9 @@ from typing import Final
 
 from proton import Event, Transport
 from proton._selectable import Selectable
-from proton.handlers import IOHandler
 from proton.reactor import Container
 
+from gateway import reading
 from gateway.auth import anonymous_user, check_plain
 from gateway.config import ServerConfig
 from gateway.gate import Gate
@@ -101,9 +101,10 @@ class Listener:
             anonymous_user(users) if self._anonymous else None,
             offer_plain=any(user.password is not None for user in users.values()),
         )
-        setattr(selectable, "gate", Gate(sasl, self._tls))  # noqa: B010
+        deadline = container.now + self._config.handshake_timeout
+        setattr(selectable, "gate", Gate(sasl, self._tls, deadline))  # noqa: B010
         self._on_connection(state)
-        IOHandler.update(transport, selectable, container.now)
+        reading.update(transport, selectable, container.now)
 
     def close(self) -> None:
         """Stop accepting; connected clients are not affected."""

@@ -24,8 +24,13 @@ def update(transport: Transport, selectable: Selectable, now: float) -> None:
     if state is not None and state.account.paused:
         selectable.reading = False
     gate = getattr(selectable, "gate", None)
-    if gate is not None and gate.wants_write:
-        selectable.writing = True
+    if gate is not None:
+        if gate.wants_write:
+            selectable.writing = True
+        if gate.logging_in:
+            # Proton's idle timeout starts with AMQP; until then the gate's deadline holds.
+            deadline = selectable.deadline
+            selectable.deadline = min(deadline, gate.deadline) if deadline else gate.deadline
 
 
 def pause(state: ConnectionState) -> None:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
+import pytest
 from integration.conftest import RunningServer
 from proton import Message, uint
-from support.frames import described, encode_frame
+from support.frames import SASL_HEADER, described, encode_frame
 from support.polling import wait_until
 from support.raw_client import RawClient
 
@@ -110,3 +112,21 @@ def test_a_silent_client_is_dropped_and_a_heartbeating_one_is_not(
         close = silent.wait_for("close", timeout=30)
         assert close["error"]["condition"] == "amqp:resource-limit-exceeded"
     wait_until(lambda: _open_count(running) == 0)
+
+
+@pytest.mark.parametrize(
+    "first_bytes", [b"", SASL_HEADER, SASL_HEADER + b"\x00\x00"], ids=["nothing", "header", "part"]
+)
+def test_a_client_that_does_not_log_in_is_dropped_after_handshake_timeout(
+    make_server: Callable[..., RunningServer], first_bytes: bytes
+) -> None:
+    running = make_server(handshake_timeout=0.5)
+    with socket.create_connection((running.host, running.port), timeout=30) as sock:
+        sock.sendall(first_bytes)
+        while sock.recv(65536):
+            pass  # the server's SASL header and mechanisms, then EOF
+    wait_until(lambda: _open_count(running) == 0)
+    # A client that logs in at once is not affected.
+    with RawClient.connect(running.host, running.port) as client:
+        assert client.expect_nothing(1.0) == []
+        client.begin()

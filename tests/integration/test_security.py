@@ -182,6 +182,13 @@ def test_forbidden_attaches_are_refused_and_the_connection_carries_on(
             attached = alice.wait_attach(handle)
             assert attached.error is not None, what
             assert attached.error["condition"] == "amqp:unauthorized-access", what
+        exchange = alice.wait_attach(alice.attach("x", "sender", target="/exchanges/amq.topic/k"))
+        assert exchange.error is not None
+        assert exchange.error["condition"] == "amqp:unauthorized-access"
+        assert "exchange 'amq.topic'" in exchange.error["description"]
+        relay = alice.wait_attach(alice.attach("null", "sender"))
+        assert relay.error is not None
+        assert relay.error["condition"] == "amqp:unauthorized-access"
         allowed = alice.attach("ok", "sender", target="/queues/orders")
         assert alice.wait_attach(allowed).error is None
         alice.wait_credit(allowed)
