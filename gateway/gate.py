@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from typing import Final
 
 from proton import Transport
 from proton._selectable import Selectable
 
-from gateway.sasl import Phase, SaslServer
+from gateway import reading
+from gateway.auth import User
+from gateway.login import Verdict
+from gateway.sasl import Phase, SaslServer, Step
+from gateway.state import ConnectionState
 
 log = logging.getLogger("sluicegate.gate")
 
@@ -35,6 +40,7 @@ class Gate:
     """One connection's TLS and SASL state, and the bytes waiting for the socket."""
 
     __slots__ = (
+        "_check",
         "_incoming",
         "_outgoing",
         "_tls",
@@ -42,11 +48,22 @@ class Gate:
         "deadline",
         "output",
         "sasl",
+        "state",
         "tls_done",
     )
 
-    def __init__(self, sasl: SaslServer, tls: ssl.SSLContext | None, deadline: float) -> None:
+    def __init__(
+        self,
+        state: ConnectionState,
+        sasl: SaslServer,
+        check: Callable[[str, bytes, Verdict], None],
+        tls: ssl.SSLContext | None,
+        deadline: float,
+    ) -> None:
+        self.state = state
         self.sasl = sasl
+        # Checks a PLAIN password off the reactor thread (gateway/login.py).
+        self._check = check
         # When a client still logging in is dropped (reactor time: the selectables' clock).
         self.deadline = deadline
         self.output = bytearray()
@@ -62,7 +79,12 @@ class Gate:
     @property
     def logging_in(self) -> bool:
         """Whether the client has not finished its TLS handshake and SASL exchange yet."""
-        return self.sasl.phase is Phase.HEADER or self.sasl.phase is Phase.INIT
+        return self.sasl.phase in (Phase.HEADER, Phase.INIT, Phase.VERIFYING)
+
+    @property
+    def verifying(self) -> bool:
+        """Whether a password check is under way: the socket is not read meanwhile."""
+        return self.sasl.phase is Phase.VERIFYING
 
     @property
     def removable(self) -> bool:
@@ -86,7 +108,10 @@ class Gate:
             except ssl.SSLError as error:
                 log.info("TLS failed: %s", error.reason or error)
                 return False
-        step = self.sasl.feed(data)
+        self._apply(self.sasl.feed(data), transport)
+        return True
+
+    def _apply(self, step: Step, transport: Transport | None) -> None:
         if step.output:
             self._queue(step.output)
         if step.close:
@@ -94,7 +119,19 @@ class Gate:
             self.closing = True
         if step.passthrough and transport is not None:
             transport.push(step.passthrough)
-        return True
+        if step.verify is not None:
+            self._check(*step.verify, self._verified)
+
+    def _verified(self, user: User | None) -> None:
+        """The password check's verdict, on the reactor thread."""
+        state = self.state
+        selectable = state.selectable
+        if self.closing or selectable.is_terminal or selectable._transport is None:
+            return  # dropped meanwhile (handshake timeout, shutdown)
+        if user is not None:
+            state.user = user  # before proton sees the frames that came meanwhile
+        self._apply(self.sasl.verified(user), state.transport)
+        reading.update(state.transport, selectable, selectable._reactor.now)
 
     def _decrypt(self, data: bytes) -> bytes:
         tls = self._tls

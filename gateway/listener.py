@@ -13,7 +13,6 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable
-from functools import partial
 from typing import Final
 
 from proton import Event, Transport
@@ -21,11 +20,12 @@ from proton._selectable import Selectable
 from proton.reactor import Container
 
 from gateway import reading
-from gateway.auth import anonymous_user, check_plain
+from gateway.auth import anonymous_user
 from gateway.config import ServerConfig
 from gateway.gate import Gate
 from gateway.io_layer import listen_socket, register
 from gateway.limits import configure_transport
+from gateway.login import PasswordChecks
 from gateway.sasl import SaslServer
 from gateway.state import ConnectionState
 from session.account import Account
@@ -45,6 +45,7 @@ class Listener:
         container: Container,
         config: ServerConfig,
         on_connection: Callable[[ConnectionState], None],
+        logins: PasswordChecks,
         *,
         address: tuple[str, int] | None = None,
         tls: ssl.SSLContext | None = None,
@@ -53,6 +54,7 @@ class Listener:
         self._config = config
         self._on_connection = on_connection
         self._tls = tls
+        self._logins = logins
         host, port = address or (config.host, config.port)
         self._anonymous = anonymous_allowed(config.anonymous_login, host)
         self._socket = listen_socket(host, port, LISTEN_BACKLOG)
@@ -97,12 +99,12 @@ class Listener:
         setattr(selectable, "sg", state)  # noqa: B010
         users = self._config.users
         sasl = SaslServer(
-            partial(check_plain, users),
             anonymous_user(users) if self._anonymous else None,
             offer_plain=any(user.password is not None for user in users.values()),
         )
         deadline = container.now + self._config.handshake_timeout
-        setattr(selectable, "gate", Gate(sasl, self._tls, deadline))  # noqa: B010
+        gate = Gate(state, sasl, self._logins.check, self._tls, deadline)
+        setattr(selectable, "gate", gate)  # noqa: B010
         self._on_connection(state)
         reading.update(transport, selectable, container.now)
 

@@ -27,6 +27,8 @@ def update(transport: Transport, selectable: Selectable, now: float) -> None:
     if gate is not None:
         if gate.wants_write:
             selectable.writing = True
+        if gate.verifying:
+            selectable.reading = False
         if gate.logging_in:
             # Proton's idle timeout starts with AMQP; until then the gate's deadline holds.
             deadline = selectable.deadline

@@ -16,7 +16,6 @@ This class only turns bytes into bytes and a verdict; it never touches a socket 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
@@ -53,6 +52,8 @@ class Phase(Enum):
 
     HEADER = "header"
     INIT = "init"
+    # A PLAIN password is being checked off the reactor thread; see :meth:`SaslServer.verified`.
+    VERIFYING = "verifying"
     DONE = "done"
     FAILED = "failed"
 
@@ -62,12 +63,14 @@ class Step:
     """What one :meth:`SaslServer.feed` produced.
 
     ``output`` goes to the client before anything proton writes; ``passthrough`` goes to proton
-    (only once the phase is DONE); ``close`` says to drop the connection once output is written.
+    (only once the phase is DONE); ``close`` says to drop the connection once output is written;
+    ``verify`` is a (user name, password) to check, whose verdict goes to ``verified``.
     """
 
     output: bytes = b""
     passthrough: bytes = b""
     close: bool = False
+    verify: tuple[str, bytes] | None = None
 
 
 def _encode(descriptor: int, fields: list[PythonAMQPData]) -> bytes:
@@ -81,11 +84,11 @@ def _encode(descriptor: int, fields: list[PythonAMQPData]) -> bytes:
 class SaslServer:
     """One connection's SASL exchange.
 
-    ``check_plain(username, password)`` returns the user or None; ``anonymous`` is the user of
-    an anonymous login, or None where ANONYMOUS is not allowed.
+    ``anonymous`` is the user of an anonymous login, or None where ANONYMOUS is not allowed.
+    A PLAIN login asks its caller to check the password (a step with ``verify``): checking a
+    salted scrypt hash takes tens of milliseconds, too long for the reactor thread.
     """
 
-    check_plain: Callable[[str, bytes], User | None]
     anonymous: User | None
     offer_plain: bool = True
     phase: Phase = Phase.HEADER
@@ -107,6 +110,8 @@ class SaslServer:
         if self.phase is Phase.FAILED:
             return Step()
         self._buffer += data
+        if self.phase is Phase.VERIFYING:
+            return Step()
         if self.phase is Phase.HEADER:
             return self._header()
         return self._init()
@@ -154,16 +159,29 @@ class SaslServer:
         if len(buffer) < size:
             return Step()
         body = bytes(buffer[doff * 4 : size])
-        rest = bytes(buffer[size:])
-        buffer.clear()
+        del buffer[:size]
         mechanism, response = self._decode_init(body)
         if mechanism is None:
             return self._fail(SaslCode.SYS_PERM, "the client sent no valid sasl-init")
-        user = self._authenticate(mechanism, response)
+        if mechanism == "ANONYMOUS":
+            if self.anonymous is None:
+                self.failure = "ANONYMOUS is not allowed here"
+            return self.verified(self.anonymous)
+        credentials = self._plain(mechanism, response)
+        if credentials is None:
+            return self._fail(SaslCode.AUTH, self.failure)
+        self.phase = Phase.VERIFYING
+        self.failure = f"wrong user name or password for {credentials[0]!r}"
+        return Step(verify=credentials)
+
+    def verified(self, user: User | None) -> Step:
+        """The verdict on the login: the outcome, and the bytes that came meanwhile for proton."""
         if user is None:
             return self._fail(SaslCode.AUTH, self.failure)
         self.user = user
         self.phase = Phase.DONE
+        rest = bytes(self._buffer)
+        self._buffer.clear()
         return Step(output=_encode(_SASL_OUTCOME, [ubyte(SaslCode.OK)]), passthrough=rest)
 
     @staticmethod
@@ -187,11 +205,7 @@ class SaslServer:
         # proton decodes binary as a memoryview into its own buffer: copy it out.
         return str(mechanism), bytes(response) if isinstance(response, memoryview | bytes) else b""
 
-    def _authenticate(self, mechanism: str, response: bytes) -> User | None:
-        if mechanism == "ANONYMOUS":
-            if self.anonymous is None:
-                self.failure = "ANONYMOUS is not allowed here"
-            return self.anonymous
+    def _plain(self, mechanism: str, response: bytes) -> tuple[str, bytes] | None:
         if mechanism != "PLAIN" or not self.offer_plain:
             self.failure = f"mechanism {mechanism!r} not offered"
             return None
@@ -209,10 +223,7 @@ class SaslServer:
         if authzid and authzid != username:
             self.failure = f"user {name!r} may not act as another user"
             return None
-        user = self.check_plain(name, password)
-        if user is None:
-            self.failure = f"wrong user name or password for {name!r}"
-        return user
+        return name, password
 
     def _fail(self, code: SaslCode, reason: str) -> Step:
         self.phase = Phase.FAILED

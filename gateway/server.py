@@ -20,6 +20,7 @@ from gateway.definitions import apply_definitions
 from gateway.expiry import tick
 from gateway.io_layer import FlowIO
 from gateway.listener import Listener
+from gateway.login import PasswordChecks
 from gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
 from gateway.reactor import BrokerContainer
 from gateway.state import ConnectionState
@@ -52,6 +53,7 @@ class Server:
         self._io = FlowIO(self.broker)
         self.container.global_handler = self._io
         self._wakeup = Wakeup()
+        self._logins = PasswordChecks(config.users, self._wakeup.call_soon)
         self._listener: Listener | None = None
         self._metrics: MetricsEndpoint | None = None
         self._tls_listener: Listener | None = None
@@ -82,7 +84,9 @@ class Server:
                 ) from None
             self.metrics_port = self._metrics.port
         try:
-            self._listener = Listener(self.container, config, self.broker.connections.add)
+            self._listener = Listener(
+                self.container, config, self.broker.connections.add, self._logins
+            )
         except OSError as error:
             self._close_metrics()
             message = f"listen: cannot listen on {config.listen}: {error.strerror}"
@@ -107,6 +111,7 @@ class Server:
                 self.container,
                 config,
                 self.broker.connections.add,
+                self._logins,
                 address=(host.strip("[]"), int(port)),
                 tls=tls,
             )
@@ -144,6 +149,7 @@ class Server:
                 break
         container.stop()
         container.process()
+        self._logins.close()
         self._run_shutdown_hooks()
         self._io.close()
         self._close_metrics()
@@ -225,6 +231,7 @@ class Server:
         for listener in (self._listener, self._tls_listener):
             if listener is not None:
                 listener.close()
+        self._logins.close()
         for state in list(self.broker.connections):
             if state.user is None:
                 # Still logging in: proton has no AMQP connection to close, so drop the socket.

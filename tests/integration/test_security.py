@@ -6,7 +6,8 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,10 @@ from support.frames import (
     encode_frame,
     parse_frame,
 )
+from support.polling import wait_until
 from support.raw_client import ProtocolError, RawClient
 
-from gateway.auth import User, hash_password, parse_users
+from gateway.auth import User, check_plain, hash_password, parse_users
 
 ALICE_PASSWORD = "correct horse"
 
@@ -305,3 +307,41 @@ def test_plain_text_on_the_amqps_port_gets_nowhere(
     # The plain listener still serves.
     with RawClient.connect(running.host, running.port) as client:
         client.begin()
+
+
+def test_a_password_check_does_not_hold_up_other_clients(
+    make_server: Callable[..., RunningServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check runs on a login thread: here it waits until another client was served."""
+    import gateway.login
+
+    running = make_server(users=_users())
+    others_served = threading.Event()
+    threads: list[str] = []
+
+    def slow_check(users: Mapping[str, User], name: str, password: bytes) -> User | None:
+        threads.append(threading.current_thread().name)
+        assert others_served.wait(30), "the reactor was blocked by the password check"
+        return check_plain(users, name, password)
+
+    monkeypatch.setattr(gateway.login, "check_plain", slow_check)
+    result: list[RawClient] = []
+    login = threading.Thread(
+        target=lambda: result.append(
+            RawClient.connect(running.host, running.port, plain=("root", "root-pw"), timeout=60)
+        )
+    )
+    login.start()
+    try:
+        wait_until(lambda: bool(threads))
+        with RawClient.connect(running.host, running.port) as anonymous:
+            anonymous.begin()
+        others_served.set()
+        login.join(timeout=60)
+        assert len(result) == 1
+        result[0].begin()
+    finally:
+        others_served.set()
+        for client in result:
+            client.abort()
+    assert threads[0].startswith("sluicegate-login")

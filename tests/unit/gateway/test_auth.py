@@ -69,26 +69,33 @@ def test_anonymous_is_allowed_everything_unless_configured() -> None:
     assert not anonymous_user(users).permissions.allows("write", "q")
 
 
+_USERS = parse_users({"alice": {"password_hash": hash_password("pw")}})
+
+
 def _server(anonymous: bool = True) -> SaslServer:
-    users = parse_users({"alice": {"password_hash": hash_password("pw")}})
-    return SaslServer(
-        lambda name, password: check_plain(users, name, password),
-        anonymous_user(users) if anonymous else None,
-    )
+    return SaslServer(anonymous_user(_USERS) if anonymous else None)
 
 
-def test_bytes_arriving_one_at_a_time_reach_the_same_verdict() -> None:
+def _plain_init(response: bytes) -> bytes:
     from proton import Data, Described, symbol, ulong
 
     data = Data()
-    data.put_object(Described(ulong(0x41), [symbol("PLAIN"), b"\0alice\0pw"]))
+    data.put_object(Described(ulong(0x41), [symbol("PLAIN"), response]))
     body = data.encode()
-    frame = (8 + len(body)).to_bytes(4, "big") + b"\x02\x01\x00\x00" + body
+    return (8 + len(body)).to_bytes(4, "big") + b"\x02\x01\x00\x00" + body
+
+
+def test_bytes_arriving_one_at_a_time_reach_the_same_verdict() -> None:
     server = _server()
     output = b""
     passthrough = b""
-    for byte in SASL_HEADER + frame + AMQP_HEADER:
+    # The client pipelines its AMQP header: it waits in the SASL layer until the verdict.
+    for byte in SASL_HEADER + _plain_init(b"\0alice\0pw") + AMQP_HEADER:
         step = server.feed(bytes([byte]))
+        if step.verify is not None:
+            assert server.phase is Phase.VERIFYING
+            assert step.verify == ("alice", b"pw")
+            step = server.verified(check_plain(_USERS, *step.verify))
         output += step.output
         passthrough += step.passthrough
         assert not step.close
@@ -97,6 +104,16 @@ def test_bytes_arriving_one_at_a_time_reach_the_same_verdict() -> None:
     assert server.user.name == "alice"
     assert output.startswith(SASL_HEADER)
     assert passthrough == AMQP_HEADER
+
+
+def test_a_wrong_password_fails_after_the_check() -> None:
+    server = _server()
+    step = server.feed(SASL_HEADER + _plain_init(b"\0alice\0nope"))
+    assert step.verify == ("alice", b"nope")
+    verdict = server.verified(check_plain(_USERS, *step.verify))
+    assert verdict.close
+    assert server.phase is Phase.FAILED
+    assert "alice" not in verdict.output.decode("latin-1")
 
 
 @pytest.mark.parametrize(
