@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import socket
 import subprocess
@@ -31,7 +32,9 @@ from gateway.auth import User, check_plain, hash_password, parse_users
 ALICE_PASSWORD = "correct horse"
 
 
+@functools.cache
 def _users() -> dict[str, User]:
+    """The test users, hashed once: each scrypt hash costs tens of milliseconds."""
     return parse_users(
         {
             "alice": {
