@@ -184,11 +184,12 @@ class Gate:
             and transport is not None
             and len(self.output) < TLS_OUTPUT_LOW
         ):
-            pending = transport.pending()
-            if pending > 0:
-                self._queue(transport.peek(pending) or b"")
-                transport.pop(pending)
-                taken = pending
+            # A bounded chunk at a time: proton keeps the rest, counted as not yet written.
+            chunk = min(transport.pending(), TLS_OUTPUT_LOW)
+            if chunk > 0:
+                self._queue(transport.peek(chunk) or b"")
+                transport.pop(chunk)
+                taken = chunk
         if self.output:
             try:
                 sent: int = selectable.send(self.output)
