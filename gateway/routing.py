@@ -17,7 +17,7 @@ from typing import Final
 from proton import Condition
 
 from gateway.addresses import ExchangeAddress, QueueAddress, parse_target
-from queues.annotations import with_routing_annotations
+from queues.annotations import routing_annotations
 from queues.envelope import read_envelope
 from queues.errors import DecodeError, QueueError
 from queues.exchanges import Unroutable
@@ -50,6 +50,27 @@ class Routed:
     condition: Condition | None = None
 
 
+def _message(
+    payload: bytes,
+    annotations_at: int | None,
+    delivery_count: int,
+    expires: int | None,
+    exchange: str,
+    routing_key: str,
+) -> Message:
+    """The message to store, with RabbitMQ's ``x-exchange``/``x-routing-key`` annotations.
+
+    RabbitMQ's AMQP 1.0 clients rely on every delivery carrying the section; it is spliced in
+    where the envelope found it belongs, unless the publisher sent one.
+    """
+    if annotations_at is not None:
+        section = routing_annotations(exchange, routing_key)
+        payload = payload[:annotations_at] + section + payload[annotations_at:]
+    return Message(
+        payload, delivery_count, expires=expires, exchange=exchange, routing_key=routing_key
+    )
+
+
 def _refused(outcome: Outcome, condition: str, description: str) -> Routed:
     return Routed(_NO_QUEUES, None, outcome, Condition(condition, description))
 
@@ -78,9 +99,10 @@ class Router:
             return _refused(Outcome.REJECTED, error.condition, f"malformed message: {error}")
         expires = envelope.expires(self.registry.clock.now)
         delivery_count = envelope.header.delivery_count
+        at = envelope.annotations_at
         queue = target.queue
         if queue is not None:
-            return Routed([queue], self._message(payload, delivery_count, expires, "", queue.name))
+            return Routed([queue], _message(payload, at, delivery_count, expires, "", queue.name))
         exchange = target.exchange
         routing_key = target.routing_key
         if exchange is None:
@@ -101,7 +123,7 @@ class Router:
                     return _refused(
                         Outcome.REJECTED, "amqp:not-found", f"no queue '{address.queue}'"
                     )
-                message = self._message(payload, delivery_count, expires, "", address.queue)
+                message = _message(payload, at, delivery_count, expires, "", address.queue)
                 return Routed([found], message)
             assert isinstance(address, ExchangeAddress)
             exchange, routing_key = address.exchange, address.routing_key
@@ -113,25 +135,8 @@ class Router:
             return _refused(Outcome.REJECTED, error.condition, str(error))
         if not queues:
             return self._unroutable(exchange, routing_key)
-        message = self._message(payload, delivery_count, expires, exchange, routing_key)
+        message = _message(payload, at, delivery_count, expires, exchange, routing_key)
         return Routed(queues, message)
-
-    @staticmethod
-    def _message(
-        payload: bytes, delivery_count: int, expires: int | None, exchange: str, routing_key: str
-    ) -> Message:
-        """The message to store: with RabbitMQ's ``x-exchange``/``x-routing-key`` annotations.
-
-        RabbitMQ's AMQP 1.0 clients rely on every delivery carrying them; the section is
-        spliced in (the envelope was validated already, so this cannot fail).
-        """
-        return Message(
-            with_routing_annotations(payload, exchange, routing_key),
-            delivery_count,
-            expires=expires,
-            exchange=exchange,
-            routing_key=routing_key,
-        )
 
     def _unroutable(self, exchange: str, routing_key: str) -> Routed:
         found = self.registry.exchange(exchange)

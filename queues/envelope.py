@@ -32,6 +32,38 @@ _ABSOLUTE_EXPIRY_TIME: Final = 8
 _NO_HEADER: Final = Header()
 
 
+def _width_table() -> tuple[int, ...]:
+    """Each constructor's whole width (>0), or -1/-4 for a 1/4-byte size, or 0: not known here.
+
+    AMQP 1.0 §1.6: the high nibble gives the encoding's category (fixed 0-16 bytes, or a 1- or
+    4-byte size before the payload).
+    """
+    fixed = {0x4: 1, 0x5: 2, 0x6: 3, 0x7: 5, 0x8: 9, 0x9: 17}
+    sized = {0xA: -1, 0xB: -4, 0xC: -1, 0xD: -4, 0xE: -1, 0xF: -4}
+    return tuple(fixed.get(code >> 4, sized.get(code >> 4, 0)) for code in range(256))
+
+
+_WIDTH: Final = _width_table()
+
+
+def _end(buf: bytes | memoryview, pos: int) -> int:
+    """Where the value at ``pos`` ends, found by its width alone (described ones by the codec)."""
+    if pos >= len(buf):
+        raise DecodeError("value runs past the end of the message")
+    width = _WIDTH[buf[pos]]
+    if width > 0:
+        end = pos + width
+    elif width == -1:
+        end = pos + 2 + buf[pos + 1] if pos + 1 < len(buf) else len(buf) + 1
+    elif width == -4:
+        end = pos + 5 + int.from_bytes(buf[pos + 1 : pos + 5], "big")
+    else:
+        return skip(buf, pos)
+    if end > len(buf):
+        raise DecodeError("value runs past the end of the message")
+    return end
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """The fields of a published message the server acts on."""
@@ -41,6 +73,9 @@ class Envelope:
     subject: str | None = None
     # Milliseconds since the epoch, as AMQP timestamps are.
     absolute_expiry_time: int | None = None
+    # Where a message-annotations section belongs (after the header and delivery
+    # annotations), or None when the message has one.
+    annotations_at: int | None = 0
 
     def expires(self, now: int) -> int | None:
         """When the message expires by its own ttl or absolute-expiry-time, if ever."""
@@ -53,37 +88,70 @@ class Envelope:
 
 
 def read_envelope(payload: bytes | memoryview) -> Envelope:
-    """Read the header and the routing/expiry properties; raise DecodeError if malformed."""
+    """Read the header and the routing/expiry properties; raise DecodeError if malformed.
+
+    Section descriptors are nearly always small ulongs (``00 53 xx``), read directly; anything
+    else goes through the codec.
+    """
     header = _NO_HEADER
     to: str | None = None
     subject: str | None = None
     absolute: int | None = None
+    annotations_at: int | None = 0
     pos = 0
     size = len(payload)
     while pos < size:
         if payload[pos] != 0x00:
             raise DecodeError("a message section is not a described value")
-        descriptor, value_pos = decode(payload, pos + 1)
-        code = section_code(descriptor)
+        if pos + 2 < size and payload[pos + 1] == 0x53:
+            code = payload[pos + 2]
+            value_pos = pos + 3
+        else:
+            descriptor, value_pos = decode(payload, pos + 1)
+            code = section_code(descriptor)
         if code == HEADER:
-            value, pos = decode(payload, value_pos)
-            header = header_from(value)
-        elif code in (DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS):
-            pos = skip(payload, value_pos)
+            if value_pos < size and payload[value_pos] == 0x45:
+                pos = value_pos + 1
+            else:
+                value, pos = decode(payload, value_pos)
+                header = header_from(value)
+            annotations_at = pos
+        elif code == DELIVERY_ANNOTATIONS:
+            pos = _end(payload, value_pos)
+            annotations_at = pos
+        elif code == MESSAGE_ANNOTATIONS:
+            pos = _end(payload, value_pos)
+            annotations_at = None
         elif code == PROPERTIES:
             to, subject, absolute, pos = _properties(payload, value_pos)
         elif code >= APPLICATION_PROPERTIES:
             break
         else:
             raise DecodeError(f"unknown message section 0x{code:x}")
-    return Envelope(header, to, subject, absolute)
+    return Envelope(header, to, subject, absolute, annotations_at)
+
+
+def _string(payload: bytes | memoryview, item: int, end: int) -> str | None:
+    code = payload[item]
+    if code == 0x40:
+        return None
+    if code == 0xA1:
+        start = item + 2
+    elif code == 0xB1:
+        start = item + 5
+    else:
+        raise DecodeError("the properties' to and subject must be strings")
+    try:
+        return bytes(payload[start:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError("invalid UTF-8 in a string") from None
 
 
 def _properties(
     payload: bytes | memoryview, pos: int
 ) -> tuple[str | None, str | None, int | None, int]:
     """Walk the properties list to the fields wanted; return them and the section's end."""
-    end = skip(payload, pos)
+    end = _end(payload, pos)
     code = payload[pos]
     if code == 0x45:
         return None, None, None, end
@@ -99,20 +167,17 @@ def _properties(
     for index in range(min(count, _ABSOLUTE_EXPIRY_TIME + 1)):
         if item >= end:
             raise DecodeError("the properties list has fewer items than its count")
-        if index in (_TO, _SUBJECT, _ABSOLUTE_EXPIRY_TIME):
-            value, next_item = decode(payload, item)
-            if index == _ABSOLUTE_EXPIRY_TIME:
-                if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                    raise DecodeError("absolute-expiry-time is not a timestamp")
-                absolute = value
-            elif value is not None:
-                if not isinstance(value, str):
-                    raise DecodeError("the properties' to and subject must be strings")
-                if index == _TO:
-                    to = value
-                else:
-                    subject = value
-            item = next_item
-        else:
-            item = skip(payload, item)
+        next_item = _end(payload, item)
+        if next_item > end:
+            raise DecodeError("a property runs past the properties section")
+        if index == _TO:
+            to = _string(payload, item, next_item)
+        elif index == _SUBJECT:
+            subject = _string(payload, item, next_item)
+        elif index == _ABSOLUTE_EXPIRY_TIME:
+            value, _ = decode(payload, item)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise DecodeError("absolute-expiry-time is not a timestamp")
+            absolute = value
+        item = next_item
     return to, subject, absolute, end

@@ -1,0 +1,63 @@
+"""The envelope read at publish: the codec's answers, fast, and only DecodeError on garbage."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from proton import Message as ProtonMessage
+
+from queues.annotations import annotations_offset
+from queues.envelope import read_envelope
+from queues.errors import DecodeError
+from queues.sections import read_header
+
+_SAMPLES = [
+    ProtonMessage(body="x"),
+    ProtonMessage(body=b"x" * 300, durable=True, ttl=1.5, priority=7, id="id-1"),
+    ProtonMessage(body="x", address="/queues/q", subject="a.b", expiry_time=1234.5),
+    ProtonMessage(
+        body="x",
+        annotations={"x-opt-a": 1},
+        instructions={"x-opt-d": "v"},
+        properties={"region": "eu"},
+        delivery_count=3,
+        first_acquirer=True,
+    ),
+    ProtonMessage(body="x", subject="s" * 300, address="t" * 300),
+]
+
+
+def test_envelopes_of_real_messages() -> None:
+    for sample in _SAMPLES:
+        payload = bytes(sample.encode())
+        envelope = read_envelope(payload)
+        assert envelope.header == read_header(payload)
+        assert envelope.to == sample.address
+        assert envelope.subject == sample.subject
+        expected_expiry = None if not sample.expiry_time else round(sample.expiry_time * 1000)
+        assert envelope.absolute_expiry_time == expected_expiry
+        assert envelope.annotations_at == annotations_offset(payload)
+
+
+@given(st.binary(max_size=64))
+def test_garbage_raises_only_decode_error(data: bytes) -> None:
+    try:
+        envelope = read_envelope(data)
+    except DecodeError:
+        return
+    assert envelope.annotations_at is None or 0 <= envelope.annotations_at <= len(data)
+
+
+@given(st.sampled_from(_SAMPLES), st.integers(min_value=0, max_value=80), st.binary(max_size=4))
+def test_corrupted_messages_raise_only_decode_error(
+    sample: ProtonMessage, at: int, noise: bytes
+) -> None:
+    payload = bytearray(sample.encode())
+    at = min(at, len(payload))
+    corrupted = bytes(payload[:at] + noise + payload[at + len(noise) :])
+    try:
+        envelope = read_envelope(corrupted)
+    except DecodeError:
+        return
+    at_most = len(corrupted)
+    assert envelope.annotations_at is None or 0 <= envelope.annotations_at <= at_most
