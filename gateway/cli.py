@@ -1,4 +1,5 @@
-"""The ``sluicegate`` command line: ``serve`` runs the server, ``quiver`` measures one."""
+"""The ``sluicegate`` command line: ``serve`` runs the server, ``queues`` manages its queues,
+``quiver`` measures one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser; each subcommand's module adds its own arguments."""
-    from gateway import passwd_cli, serve_cli
+    from gateway import passwd_cli, queues_cli, serve_cli
     from gateway.quiver import cli as quiver_cli
 
     parser = argparse.ArgumentParser(
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve_cli.add_parser(commands)
     passwd_cli.add_parser(commands)
+    queues_cli.add_parser(commands)
     quiver_cli.add_parser(commands)
     return parser
 
