@@ -125,6 +125,7 @@ class Broker(Handler):
         self.connections.discard(state)
         for session in list(state.sessions.values()):
             self._end_session(session)
+        self.management.release(state)
 
     # -- sessions -------------------------------------------------------------------------
 

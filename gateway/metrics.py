@@ -42,12 +42,12 @@ class ServerCollector(Collector):
         yield from self._queues(stats)
         yield CounterMetricFamily(
             "sluicegate_messages_published",
-            "Messages enqueued into the queues that exist.",
+            "Messages enqueued into any queue since the server started.",
             value=stats.messages_published,
         )
         yield CounterMetricFamily(
             "sluicegate_messages_delivered",
-            "Deliveries handed to consumers by the queues that exist.",
+            "Deliveries handed to consumers by any queue since the server started.",
             value=stats.messages_delivered,
         )
         yield _gauge("sluicegate_connections", "Open client connections.", stats.connections)

@@ -30,16 +30,19 @@ class ServerStatistics:
     accounts: list[AccountStatistics]
     budget: BudgetStatistics
     publishers: list[IncomingLinkStatistics]
+    # What queues deleted since the start had counted.
+    deleted_published: int
+    deleted_delivered: int
 
     @property
     def messages_published(self) -> int:
-        """Messages ever enqueued into the queues that exist."""
-        return sum(queue.published for queue in self.queues)
+        """Messages ever enqueued, into any queue, deleted or not."""
+        return self.deleted_published + sum(queue.published for queue in self.queues)
 
     @property
     def messages_delivered(self) -> int:
-        """Deliveries ever handed to consumers by the queues that exist."""
-        return sum(queue.delivered for queue in self.queues)
+        """Deliveries ever handed to consumers, by any queue, deleted or not."""
+        return self.deleted_delivered + sum(queue.delivered for queue in self.queues)
 
 
 def server_statistics(broker: Broker, registry: QueueRegistry) -> ServerStatistics:
@@ -57,4 +60,6 @@ def server_statistics(broker: Broker, registry: QueueRegistry) -> ServerStatisti
         accounts=[connection.account.statistics() for connection in connections],
         budget=broker.publishing.budget.statistics(),
         publishers=[state.link.statistics() for state in broker.publishing.links],
+        deleted_published=registry.deleted_published,
+        deleted_delivered=registry.deleted_delivered,
     )

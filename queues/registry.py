@@ -100,6 +100,9 @@ class QueueRegistry:
         self._exchanges: dict[str, Exchange] = {}
         # Dead letters lost because their exchange was missing or routed them nowhere.
         self.dead_letters_dropped = 0
+        # What deleted queues had counted, so server-wide totals never go back (metrics).
+        self.deleted_published = 0
+        self.deleted_delivered = 0
         for name, kind in _PREDECLARED.items():
             self._exchanges[name] = Exchange(name, exchange_settings(kind))
 
@@ -166,6 +169,10 @@ class QueueRegistry:
         """Return the queue called ``name`` if it exists."""
         return self._queues.get(name)
 
+    def owner(self, name: str) -> object:
+        """The connection an exclusive queue belongs to; None for any other queue."""
+        return self._owners.get(name)
+
     def queue(self, name: str) -> QueueType:
         """Return the queue called ``name``, or raise ``amqp:not-found``."""
         queue = self._queues.get(name)
@@ -193,6 +200,8 @@ class QueueRegistry:
             raise PreconditionFailed(f"queue '{name}' not empty")
         # Its ready messages leave memory now; the memory budget must not count them any more.
         queue.purge()
+        self.deleted_published += stats.published
+        self.deleted_delivered += stats.delivered
         del self._queues[name]
         del self._settings[name]
         self._owners.pop(name, None)

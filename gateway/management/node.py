@@ -105,6 +105,8 @@ class ManagementNode(Handler):
         super().__init__()
         self.router = router
         self._on_queue_deleted = on_queue_deleted
+        # Exclusive queues by the connection that declared them: deleted when it closes.
+        self._exclusive: dict[object, set[str]] = {}
 
     @staticmethod
     def is_management(link: Link) -> bool:
@@ -172,7 +174,17 @@ class ManagementNode(Handler):
         response = self.router.handle(Request(method, path, message.body), caller)
         if response.deleted_queue is not None:
             self._on_queue_deleted(response.deleted_queue)
+        if response.exclusive_queue is not None:
+            self._exclusive.setdefault(caller.owner, set()).add(response.exclusive_queue)
         return response
+
+    def release(self, owner: object) -> None:
+        """A connection closed: its exclusive queues go with it, as in RabbitMQ."""
+        registry = self.router.registry
+        for name in sorted(self._exclusive.pop(owner, ())):
+            if registry.owner(name) is owner:
+                registry.delete_queue(name)
+                self._on_queue_deleted(name)
 
     def on_link_flow(self, event: Event) -> None:
         """The client granted reply credit: send what waits."""

@@ -121,12 +121,14 @@ class Response:
     """The reply: the status code goes in ``subject``, the body in an amqp-value section.
 
     ``deleted_queue`` names a queue the request deleted, whose consumers the gateway must detach
-    with ``amqp:resource-deleted``, as RabbitMQ does.
+    with ``amqp:resource-deleted``, as RabbitMQ does; ``exclusive_queue`` an exclusive queue it
+    created, which the gateway deletes when its connection closes.
     """
 
     status: int
     body: Body = None
     deleted_queue: str | None = None
+    exclusive_queue: str | None = None
 
 
 class _Error(Exception):
@@ -227,7 +229,10 @@ class Router:
             auto_delete=_flag(body, "auto_delete", False),
             owner=owner if exclusive else None,
         )
-        return Response(200 if existed else 201, self._queue_map(self._queue_info(name)))
+        body_map = self._queue_map(self._queue_info(name))
+        if existed:
+            return Response(200, body_map)
+        return Response(201, body_map, exclusive_queue=name if exclusive else None)
 
     def _queue_info(self, name: str) -> QueueInfo:
         registry = self.registry

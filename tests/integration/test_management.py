@@ -5,6 +5,7 @@ from __future__ import annotations
 from integration.conftest import RunningServer
 from proton import Message
 from proton.utils import BlockingConnection
+from support.polling import wait_until
 
 
 def _request(
@@ -52,3 +53,26 @@ def test_a_request_without_method_or_path_is_400(server: RunningServer) -> None:
     finally:
         connection.close()
     assert (reply.subject, reply.correlation_id) == ("400", "bad")
+
+
+def test_an_exclusive_queue_is_deleted_with_its_connection(server: RunningServer) -> None:
+    registry = server.server.registry
+    owner = BlockingConnection(server.url)
+    other = BlockingConnection(server.url)
+    try:
+        requests = owner.create_sender("/management", name="mgmt-excl")
+        replies = owner.create_receiver("/management", name="mgmt-excl", credit=1)
+        body = {"durable": False, "exclusive": True, "auto_delete": False, "arguments": {}}
+        requests.send(_request("x1", "PUT", "/queues/mgmt-exclusive", body))
+        assert replies.receive(timeout=30).subject == "201"
+        # Another connection may not declare it as its own.
+        other_requests = other.create_sender("/management", name="mgmt-excl-2")
+        other_replies = other.create_receiver("/management", name="mgmt-excl-2", credit=1)
+        other_requests.send(_request("x2", "PUT", "/queues/mgmt-exclusive", body))
+        assert other_replies.receive(timeout=30).subject == "409"
+    finally:
+        owner.close()
+    try:
+        wait_until(lambda: server.call(lambda: registry.get("mgmt-exclusive")) is None)
+    finally:
+        other.close()

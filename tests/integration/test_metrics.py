@@ -100,6 +100,12 @@ def test_scrape_after_a_known_workload(make_server: Callable[..., RunningServer]
     assert samples[("sluicegate_connections", ())] == 0
     assert queue_value(samples, "sluicegate_queue_messages_ready", "m-one") == 10
     assert queue_value(samples, "sluicegate_queue_consumers", "m-one") == 0
+    # Deleting a queue takes its series away but not what it counted from the totals.
+    running.call(lambda: running.server.registry.delete_queue("m-two"))
+    samples = scrape(running)
+    assert ("sluicegate_queue_messages_ready", (("queue", "m-two"),)) not in samples
+    assert samples[("sluicegate_messages_published_total", ())] == 15
+    assert samples[("sluicegate_messages_delivered_total", ())] == 6
 
 
 def test_outgoing_pending_while_the_client_window_is_closed(

@@ -222,6 +222,8 @@ def test_permissions_are_checked_per_request(router: Router) -> None:
 def test_an_exclusive_queue_belongs_to_its_connection(router: Router) -> None:
     mine, theirs = object(), object()
     body = {"exclusive": True, "durable": False}
-    assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=mine)).status == 201
+    created = router.handle(Request("PUT", "/queues/excl", body), Caller(owner=mine))
+    assert (created.status, created.exclusive_queue) == (201, "excl")
+    assert router.registry.owner("excl") is mine
     assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=mine)).status == 200
     assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=theirs)).status == 409
