@@ -46,7 +46,9 @@ def test_declare_list_purge_delete(server: RunningServer) -> None:
     status, out, _ = queues(server, "list")
     assert status == 0
     assert out.splitlines()[0].split() == ["name", "type", "durable", "messages", "consumers"]
-    assert f"{name}  classic" in out
+    # Other tests' queues share the server: find this one's row.
+    row = next(line for line in out.splitlines() if line.startswith(f"{name} "))
+    assert row[len(name) :].split() == ["classic", "True", "3", "0"]
 
     assert queues(server, "purge", name) == (0, f"purged {name}: 3 messages\n", "")
     assert queues(server, "delete", name) == (0, f"deleted {name}: 0 messages\n", "")
