@@ -87,3 +87,13 @@ def test_a_missing_server_is_one_line(tmp_path: Path) -> None:
         "python -m bench throughput: server: receiver 1: cannot connect to 127.0.0.1:1: "
         "Connection refused"
     )
+
+
+@pytest.mark.slow
+def test_fanout_delivers_every_copy(tmp_path: Path) -> None:
+    run = bench("fanout", "--queues", "3", "--duration", "2", "--output", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    [record] = json.loads((tmp_path / "fanout.json").read_text())["records"]
+    figures = record["figures"]
+    assert figures["sent"] == figures["accepted"] > 0
+    assert figures["copies taken"] == 3 * figures["accepted"]
