@@ -27,6 +27,7 @@ __all__ = ["GO", "Finished", "FleetPlan", "Opened", "run_fleet"]
 GO: Final[str] = "go"
 CONNECT_TIMEOUT_S: Final[float] = 30.0
 POLL_S: Final[float] = 0.01  # the loop's wait for input when no connection has work
+CONNECT_BATCH: Final[int] = 20  # connects between two passes over the open connections
 PHASE_TIMEOUT_S: Final[float] = 300.0  # a phase without completion this long has failed
 
 
@@ -101,19 +102,25 @@ class Fleet:
         self.tags = itertools.count()
 
     def connect(self) -> None:
-        """Open every connection (TCP connects one after the other, AMQP opens overlap)."""
+        """Open every connection (TCP connects one after the other, AMQP opens overlap).
+
+        The ones already open are served every ``CONNECT_BATCH`` connects: a server that times
+        out a silent handshake (RabbitMQ: 10 s) must not close them while the rest connect.
+        """
         for index in range(self.plan.connections):
             member = _open(self.plan, index)
             self.members.append(member)
             self.selector.register(member.engine.sock, selectors.EVENT_READ, member)
             member.engine.write()
+            if index % CONNECT_BATCH == CONNECT_BATCH - 1:
+                self.pump(0.0)
 
-    def pump(self) -> None:
+    def pump(self, timeout: float = POLL_S) -> None:
         """Write what every connection has, read what arrived, check for failures."""
         for member in self.members:
             member.engine.tick()
             member.engine.write()
-        for key, _ in self.selector.select(POLL_S):
+        for key, _ in self.selector.select(timeout):
             member = key.data
             assert isinstance(member, Member)
             member.engine.read()

@@ -10,6 +10,7 @@ comparison shows what they do without a budget.
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Final, TextIO
 
 from bench.clients import ConsumerPlan, ConsumerProcess, SenderProcess
@@ -20,6 +21,7 @@ from bench.scenario import Scenario
 from bench.series import Series, extent, idle_time, second_half, slope
 from bench.servers import Target, running
 from bench.table import Cell
+from gateway.quiver.stats import NS_PER_S
 
 __all__ = ["SCENARIO", "publisher_figures", "run"]
 
@@ -52,9 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def publisher_figures(
-    series: dict[str, Series], sent: int, accepted: int, taken: int
+    series: dict[str, Series], sent: int, accepted: int, taken: int, publishing: tuple[float, float]
 ) -> dict[str, Cell]:
-    """The table row: counts, RSS extent and late slope, time the publisher made no progress."""
+    """The table row: counts, RSS extent and late slope, time the publisher made no progress.
+
+    Blocked time counts only within ``publishing`` (the publisher's first and last send), not
+    its start-up nor the wait for the last outcomes after it.
+    """
     rss = series.get("server RSS")
     rss_extent = extent(rss.points) if rss else None
     late = slope(second_half(rss.points)) if rss else None
@@ -70,7 +76,9 @@ def publisher_figures(
         "RSS end MB": None if rss_extent is None else rss_extent.end,
         "slope 2nd half MB/s": late,
         "budget used peak MB": None if used_extent is None else used_extent.peak,
-        "publisher blocked s": None if published is None else idle_time(published.points),
+        "publisher blocked s": None
+        if published is None
+        else idle_time([p for p in published.points if publishing[0] <= p[0] <= publishing[1]]),
     }
 
 
@@ -105,6 +113,7 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
         sampler.start()
         consumer.start()
         publisher.start()
+        clock = (time.time_ns(), sampler.elapsed())  # the sender stamps wall-clock times
         try:
             while not consumer.poll():
                 publisher.poll()
@@ -114,7 +123,15 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
             publisher.stop()
             consumer.stop()
         series = sampler.stop()
-    figures = publisher_figures(series, done.sent, done.accepted, consumer.taken)
+    publishing = (
+        (0.0, 0.0)
+        if done.first_ns is None or done.last_ns is None
+        else (
+            clock[1] + (done.first_ns - clock[0]) / NS_PER_S,
+            clock[1] + (done.last_ns - clock[0]) / NS_PER_S,
+        )
+    )
+    figures = publisher_figures(series, done.sent, done.accepted, consumer.taken, publishing)
     rate_series(series, "publisher sent", "publisher rate")
     rate_series(series, "consumer taken", "consumer rate")
     return [

@@ -90,12 +90,12 @@ def test_slow_consumer_figures_without_samples() -> None:
 
 def test_publisher_figures() -> None:
     rss = [(0.0, 30.0), (1.0, 90.0), (2.0, 94.0), (3.0, 94.0), (4.0, 94.0)]
-    sent = [(0.0, 0.0), (1.0, 100.0), (2.0, 100.0), (4.0, 100.0)]
+    sent = [(0.0, 0.0), (1.0, 100.0), (2.0, 100.0), (4.0, 100.0), (9.0, 100.0)]
     series = {
         "server RSS": Series("server RSS", "MB", rss),
         "publisher sent": Series("publisher sent", "messages", sent),
     }
-    figures = publisher_figures(series, sent=100, accepted=100, taken=40)
+    figures = publisher_figures(series, sent=100, accepted=100, taken=40, publishing=(0.0, 4.0))
     assert figures["RSS peak MB"] == 94.0
     assert figures["slope 2nd half MB/s"] == 0.0
     assert figures["publisher blocked s"] == 3.0
