@@ -105,6 +105,8 @@ class FlowIO(IOHandler):
             left -= len(data)
             if state is not None and state.account.paused:
                 break
+        if state is not None and state.idle_timeout and left < READ_BATCH:
+            reading.input_arrived(state)
         self.update(transport, selectable, selectable._reactor.now)
 
     def _input_ended(self, state: ConnectionState) -> None:
@@ -161,6 +163,9 @@ class FlowIO(IOHandler):
         if not gate.read(selectable, transport):
             self.on_selectable_error(event)
             return False
+        state: ConnectionState | None = getattr(selectable, "sg", None)
+        if state is not None and state.idle_timeout:
+            reading.input_arrived(state)
         self._after_gate(selectable, gate, transport)
         return True
 

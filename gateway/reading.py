@@ -6,6 +6,11 @@ module's :func:`update` runs proton's and then forces ``reading`` off while the 
 account is paused; the selector picks the flag up when it handles the ``selectable_updated``
 event that ``update`` queued, so a paused socket is simply never read. The kernel's receive
 buffer then fills and TCP closes its window on the client, which blocks in ``send``.
+
+While the socket is not read the client's frames, heartbeats included, do not arrive, so the
+transport's idle timeout is suspended for the pause (RabbitMQ pauses its heartbeat monitor when
+it blocks a reader). It applies again from the first read after the pause: restoring it before
+would let proton compare its stale deadline with the silence the server itself caused.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ def pause(state: ConnectionState) -> None:
     selectable = state.selectable
     if selectable.is_terminal:
         return
+    transport = state.transport
+    idle_timeout = transport.idle_timeout
+    if idle_timeout:
+        state.idle_timeout = idle_timeout
+        transport.idle_timeout = 0.0
     selectable.reading = False
     selectable.update()
 
@@ -50,3 +60,10 @@ def resume(state: ConnectionState) -> None:
     if selectable.is_terminal or selectable._transport is None:
         return
     update(state.transport, selectable, selectable._reactor.now)
+
+
+def input_arrived(state: ConnectionState) -> None:
+    """Bytes were read after a pause: the suspended idle timeout applies again."""
+    if not state.account.paused:
+        state.transport.idle_timeout = state.idle_timeout
+        state.idle_timeout = 0.0

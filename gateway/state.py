@@ -31,6 +31,7 @@ class ConnectionState:
         "account",
         "closed",
         "connection",
+        "idle_timeout",
         "selectable",
         "sessions",
         "transport",
@@ -56,6 +57,8 @@ class ConnectionState:
         self.closed = False
         # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
         self.user: User | None = None
+        # The idle timeout (s) suspended while reads are paused (gateway/reading.py); 0: none.
+        self.idle_timeout = 0.0
 
 
 class SessionState:

@@ -318,8 +318,13 @@ def _account_paused(server: RunningServer) -> bool:
 def test_account_debt_pauses_the_connections_reads_until_repaid(
     make_server: Callable[..., RunningServer],
 ) -> None:
-    """Above its account limit a connection is not read: even its other link stops."""
-    server = make_server(account_limit=100)
+    """Above its account limit a connection is not read: even its other link stops.
+
+    The pause outlasts the idle timeout: the server does not take the silence it caused for a
+    dead client (RabbitMQ pauses its heartbeat monitor the same way).
+    """
+    idle_timeout = 1.0
+    server = make_server(account_limit=100, idle_timeout=idle_timeout)
     late = LateStorage(server, "deep")
     flood = Flood(server.url, ["deep", "other"], body_size=100)
     flood.start()
@@ -335,9 +340,11 @@ def test_account_debt_pauses_the_connections_reads_until_repaid(
     # Reads are paused: after what was already read, nothing more reaches the server.
     time.sleep(0.5)
     received = server.call(lambda: _received(server))
-    time.sleep(1.5)
+    time.sleep(3 * idle_timeout)
     assert server.call(lambda: _received(server)) == received
     assert debt() >= 100
+    assert server.call(lambda: len(server.server.broker.connections)) == 1
+    assert flood.error is None
 
     late.complete()
     wait_until(lambda: not server.call(lambda: _account_paused(server)), timeout=10)
