@@ -233,6 +233,11 @@ class FlowIO(IOHandler):
         if not still_pending:
             held = sum(s.session.outgoing_bytes for s in state.sessions.values())
             unblocked += writer.caught_up(held)
+            # A session's window is read less what proton held unframed (SessionState
+            # .refresh_window); now that proton has written everything, look at it again.
+            for waiting in state.sessions.values():
+                if waiting.pure.remote_incoming_window <= 0 and waiting.pure.outgoing_pending:
+                    self.broker.mark(waiting)
         for credit in unblocked:
             session = state.sessions.get(credit)
             if session is not None:
