@@ -157,8 +157,11 @@ class Broker(Handler):
             return
         del state.connection.sessions[state.pure.writer_credit]
         self._dirty.discard(state)
+        queues = [sender.link.queue for sender in state.senders.values()]
         self._route(state.pure.end())
         del self._states[state.pure]
+        for queue in queues:
+            self.management.consumer_left(queue)
 
     # -- links ----------------------------------------------------------------------------
 
@@ -232,6 +235,7 @@ class Broker(Handler):
         if isinstance(state, OutgoingLinkState):
             state.session.senders.pop(state.link, None)
             self._route(state.session.pure.detach_link(state.link))
+            self.management.consumer_left(state.link.queue)
         elif isinstance(state, IncomingLinkState):
             self.publishing.detach(state)
 

@@ -31,6 +31,7 @@ from proton import (
 from gateway.events import link_of
 from gateway.management.router import NOBODY, Caller, Request, Response, Router, UInt, ULong
 from gateway.state import ConnectionState
+from queues.queue_type import QueueType
 
 ADDRESS: Final = "/management"
 # RabbitMQ grants 8 credits on the request link and tops up once 4 are left.
@@ -177,6 +178,16 @@ class ManagementNode(Handler):
         if response.exclusive_queue is not None:
             self._exclusive.setdefault(caller.owner, set()).add(response.exclusive_queue)
         return response
+
+    def consumer_left(self, queue: QueueType) -> None:
+        """RabbitMQ's auto-delete: such a queue goes when its last consumer detaches."""
+        registry = self.router.registry
+        name = queue.name
+        if registry.get(name) is not queue or not registry.settings(name).auto_delete:
+            return
+        if queue.statistics().consumers == 0:
+            registry.delete_queue(name)
+            self._on_queue_deleted(name)
 
     def release(self, owner: object) -> None:
         """A connection closed: its exclusive queues go with it, as in RabbitMQ."""

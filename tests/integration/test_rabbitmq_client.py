@@ -140,6 +140,28 @@ def test_exchanges_and_bindings(connection: Connection, server: RunningServer) -
     management.close()
 
 
+def test_an_auto_delete_queue_goes_with_its_last_consumer(
+    connection: Connection, server: RunningServer
+) -> None:
+    management = connection.management()
+    name = "rmq-client-auto"
+    management.declare_queue(ClassicQueueSpecification(name=name, is_auto_delete=True))
+    # Declared without consumers, it stays.
+    assert management.queue_info(name).is_auto_delete
+    address = AddressHelper.queue_address(name)
+    publisher = connection.publisher(address)
+    publisher.publish(Message(body=Converter.string_to_bytes("only")))
+    publisher.close()
+    handler = _Accepting(1)
+    consumer = connection.consumer(address, message_handler=handler)
+    with pytest.raises(_Enough):
+        consumer.run()
+    consumer.close()
+    assert handler.bodies == ["only"]
+    wait_until(lambda: server.call(lambda: server.server.registry.get(name)) is None)
+    management.close()
+
+
 def test_deleting_a_queue_detaches_its_links(connection: Connection, server: RunningServer) -> None:
     """RabbitMQ detaches the consumers and publishers of a deleted queue (resource-deleted)."""
     management = connection.management()
