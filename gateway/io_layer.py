@@ -116,6 +116,7 @@ class FlowIO(IOHandler):
         not a described list, an unknown descriptor, a field of the wrong type) but sets no
         condition and sends nothing, so the client would wait for an answer that never comes.
         A tail closed with no condition and no CLOSE from the client means exactly that.
+        Before the client's OPEN, proton cannot send CLOSE, so the connection is dropped.
         """
         transport = state.transport
         connection = state.connection
@@ -123,8 +124,13 @@ class FlowIO(IOHandler):
             return
         if connection.state & Endpoint.LOCAL_CLOSED:
             return
-        log.info("closing a connection that sent a frame proton could not decode")
         self.broker.release_connection(state)
+        if connection.state & Endpoint.REMOTE_UNINIT:
+            # Proton sends no CLOSE before the client's OPEN: the connection is dropped.
+            log.info("dropping a client whose first frame could not be decoded")
+            transport.close_head()
+            return
+        log.info("closing a connection that sent a frame proton could not decode")
         connection.condition = Condition("amqp:decode-error", "a frame could not be decoded")
         connection.close()
 

@@ -242,3 +242,12 @@ def test_an_undecodable_frame_after_open_is_answered_with_decode_error(
         client.send_raw(frame)
         close = client.wait_for("close")
     assert close["error"]["condition"] == "amqp:decode-error"
+
+
+def test_an_undecodable_frame_instead_of_open_drops_the_connection(fuzzed: RunningServer) -> None:
+    """Proton sends no CLOSE before the client's OPEN, so the server closes the socket."""
+    with socket.create_connection((fuzzed.host, fuzzed.port), timeout=30) as sock:
+        sock.sendall(AMQP_HEADER + FRAME_HEADER.pack(16, 2, 0, 0) + b"\xff" * 8)
+        while sock.recv(65536):
+            pass  # EOF ends the loop; a timeout would fail the test
+    wait_until(lambda: fuzzed.call(lambda: len(fuzzed.server.broker.connections)) <= 1)

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
 
 import pytest
 from integration.conftest import RunningServer
 from proton import Message, uint
-from support.frames import SASL_HEADER, described, encode_frame
+from support.frames import AMQP_HEADER, HEARTBEAT, SASL_HEADER, described, encode_frame
 from support.polling import wait_until
 from support.raw_client import RawClient
 
@@ -130,3 +131,22 @@ def test_a_client_that_does_not_log_in_is_dropped_after_handshake_timeout(
     with RawClient.connect(running.host, running.port) as client:
         assert client.expect_nothing(1.0) == []
         client.begin()
+
+
+def test_the_server_sends_heartbeats_at_half_the_clients_idle_timeout(
+    server: RunningServer,
+) -> None:
+    open_frame = described("open", container_id="beats", idle_time_out=uint(200))
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        sock.sendall(AMQP_HEADER + encode_frame(0, open_frame))
+        received = bytearray()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                received += sock.recv(65536)
+            except TimeoutError:
+                break
+    # Our header, the server's OPEN, then empty frames (§2.4.5) about every 100 ms.
+    assert received.startswith(AMQP_HEADER)
+    assert received.count(HEARTBEAT) >= 5
