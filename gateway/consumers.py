@@ -1,6 +1,7 @@
 """A consumer's attach, read into :class:`~queues.queue_type.ConsumerOptions`.
 
-The source's filter set (AMQP 1.0 §3.5.8) may hold filters this server does not serve; as
+The source's filter set (AMQP 1.0 §3.5.8: properties, application-properties and JMS selector
+filters are served) may hold filters this server does not serve; as
 RabbitMQ does, those are left out of the source echoed in the ATTACH reply, so the client can
 see which filters took effect. ``distribution-mode = copy`` makes a browser, and the link
 property ``rabbitmq:priority`` a consumer priority.
@@ -15,7 +16,8 @@ from proton import Data, Described, Link, Terminus, symbol
 
 from queues.codec import Symbol, Value
 from queues.filters import FILTER_NAMES, PROPERTIES_FILTER, InvalidFilter, message_filter
-from queues.queue_type import ConsumerOptions
+from queues.queue_type import ConsumerOptions, MessageFilter
+from queues.selector import SELECTOR_FILTER, SELECTOR_NAME, Selector
 
 PRIORITY: Final = symbol("rabbitmq:priority")
 
@@ -45,6 +47,7 @@ def consumer_options(link: Link) -> ConsumerOptions:
     properties: dict[str, Value] = {}
     application: dict[str, Value] = {}
     served: dict[object, object] = {}
+    selector: MessageFilter | None = None
     filters = source.filter
     filters.rewind()
     if filters.next() is not None:
@@ -54,7 +57,11 @@ def consumer_options(link: Link) -> ConsumerOptions:
                 continue
             descriptor = entry.descriptor
             code = FILTER_NAMES.get(str(descriptor)) if isinstance(descriptor, str) else descriptor
-            if code == PROPERTIES_FILTER:
+            if code == SELECTOR_FILTER or descriptor == SELECTOR_NAME:
+                if not isinstance(entry.value, str):
+                    raise InvalidFilter(f"{SELECTOR_NAME}: expected a string")
+                selector = Selector(entry.value)
+            elif code == PROPERTIES_FILTER:
                 properties.update(_entries(entry.value, "amqp:properties-filter"))
             elif code in FILTER_NAMES.values():
                 application.update(_entries(entry.value, "amqp:application-properties-filter"))
@@ -72,7 +79,7 @@ def consumer_options(link: Link) -> ConsumerOptions:
         if isinstance(raw, int) and not isinstance(raw, bool):
             priority = raw
     return ConsumerOptions(
-        filter=message_filter(properties, application),
+        filter=message_filter(properties, application, selector),
         browse=source.distribution_mode == Terminus.DIST_MODE_COPY,
         priority=priority,
     )

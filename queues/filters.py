@@ -112,10 +112,30 @@ class PropertiesFilter:
         )
 
 
+class AllOf:
+    """Several filters of one consumer: a message must pass every one."""
+
+    __slots__ = ("filters",)
+
+    def __init__(self, filters: list[MessageFilter]) -> None:
+        self.filters = filters
+
+    def __call__(self, message: Message) -> bool:
+        """True when every filter accepts the message."""
+        return all(accept(message) for accept in self.filters)
+
+
 def message_filter(
-    properties: Mapping[str, Value] | None, application_properties: Mapping[str, Value] | None
+    properties: Mapping[str, Value] | None,
+    application_properties: Mapping[str, Value] | None,
+    selector: MessageFilter | None = None,
 ) -> MessageFilter | None:
     """The consumer's filter, or None when it has no entries."""
-    if not properties and not application_properties:
+    filters: list[MessageFilter] = []
+    if properties or application_properties:
+        filters.append(PropertiesFilter(properties, application_properties))
+    if selector is not None:
+        filters.append(selector)
+    if not filters:
         return None
-    return PropertiesFilter(properties, application_properties)
+    return filters[0] if len(filters) == 1 else AllOf(filters)

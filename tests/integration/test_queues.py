@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import pytest
 from integration.conftest import RunningServer
 from proton import Described, Endpoint, Message, Timeout, symbol, ulong
-from proton.reactor import Copy, Filter
+from proton.reactor import Copy, Filter, Selector
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 from support.clients import consume, publish
 from support.polling import wait_until
@@ -228,6 +228,25 @@ def test_prefix_and_suffix_filters_and_properties_filter(server: RunningServer) 
         assert [m.body for m in _receive_all(receiver)] == ["a", "c"]
     finally:
         connection.close()
+
+
+def test_jms_selector(server: RunningServer) -> None:
+    messages = [
+        Message(body=f"m{i}", properties={"amount": i * 10, "region": "eu" if i % 2 else "us"})
+        for i in range(10)
+    ]
+    publish(server.url, "/queues/selected", messages=messages)
+    connection = BlockingConnection(server.url)
+    try:
+        receiver = connection.create_receiver(
+            "/queues/selected",
+            credit=20,
+            options=Selector("amount >= 40 AND region = 'eu'"),
+        )
+        assert [m.body for m in _receive_all(receiver)] == ["m5", "m7", "m9"]
+    finally:
+        connection.close()
+    assert server.queue("selected").ready == 7
 
 
 def test_two_consumers_one_filtered_both_progress(server: RunningServer) -> None:
