@@ -402,6 +402,9 @@ class ClassicQueue:
             dropped=self._dropped,
             overflowed=self._overflowed,
             lock_expired=self._lock_expired,
+            unacked_bytes=sum(
+                len(m.payload) for c in self._consumers.values() for m in c.unacked.values()
+            ),
         )
 
     def holds(self, consumer: ConsumerKey) -> set[int]:

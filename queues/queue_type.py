@@ -114,6 +114,8 @@ class QueueStatistics:
     dropped: int = 0
     overflowed: int = 0
     lock_expired: int = 0
+    # Bytes of the messages consumers hold unsettled.
+    unacked_bytes: int = 0
 
 
 class QueueType(Protocol):

@@ -320,9 +320,7 @@ class InboundMachine(RuleBasedStateMachine):
     def held_bytes_are_what_queues_hold(self) -> None:
         assert self.held.total >= 0
         stats = [q.statistics() for q in self.queues]
-        unacked = sum(
-            m.size for q in self.queues for c in q._consumers.values() for m in c.unacked.values()
-        )
+        unacked = sum(s.unacked_bytes for s in stats)
         count = sum(s.ready + s.unacked for s in stats)
         ready = sum(s.ready_bytes for s in stats)
         assert self.held.total == ready + unacked + count * MESSAGE_OVERHEAD
