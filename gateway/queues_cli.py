@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 from proton import ConnectionException, Timeout
 
@@ -27,7 +28,10 @@ def add_parser(commands: Any) -> None:
         "queues", help="list, declare, delete or purge queues over AMQP management"
     )
     parser.add_argument(
-        "--url", default=DEFAULT_URL, help=f"the server (default {DEFAULT_URL}; amqps:// for TLS)"
+        "--url",
+        default=DEFAULT_URL,
+        help=f"the server (default {DEFAULT_URL}); amqp://USER:PASSWORD@HOST:PORT logs in with "
+        "SASL PLAIN, amqps:// uses TLS",
     )
     actions = parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="every queue with its counts")
@@ -84,6 +88,15 @@ def _request(args: argparse.Namespace) -> tuple[str, str, object]:
     return "PUT", path, body
 
 
+def _redacted(url: str) -> str:
+    """The URL without its password, which must not end up in terminals and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _cell(value: object) -> str:
     """A value as text: AMQP's typed integers (ulong, uint) print as plain numbers."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -122,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
         with ManagementClient(args.url) as client:
             reply = client.request(method, path, body)
     except (ConnectionException, Timeout, OSError) as error:
-        print(f"sluicegate: cannot reach {args.url}: {error}", file=sys.stderr)
+        shown = _redacted(args.url)
+        reason = str(error).replace(args.url, shown)
+        print(f"sluicegate: cannot reach {shown}: {reason}", file=sys.stderr)
         return 2
     if not reply.ok:
         print(f"sluicegate: {reply.status}: {reply.body}", file=sys.stderr)

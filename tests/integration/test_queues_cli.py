@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 
 from integration.conftest import RunningServer
 from support.clients import publish
+
+from gateway.auth import hash_password, parse_users
 
 # Generous: the machine running the tests may be loaded.
 TIMEOUT = 60
@@ -72,3 +75,27 @@ def test_an_unreachable_server_exits_2(server: RunningServer) -> None:
     assert status == 2
     assert err.startswith("sluicegate: cannot reach amqp://127.0.0.1:1")
     assert len(err.splitlines()) == 1
+
+
+def test_plain_login_and_permissions(make_server: Callable[..., RunningServer]) -> None:
+    """Credentials in the URL log in with PLAIN; each request is checked against the user."""
+    users = parse_users(
+        {
+            "ops": {
+                "password_hash": hash_password("secret pw"),
+                "configure": "^app-",
+                "write": ".*",
+                "read": ".*",
+            }
+        }
+    )
+    running = make_server(users=users, anonymous_login="off")
+    url = f"amqp://ops:secret%20pw@127.0.0.1:{running.port}"
+    assert queues(running, "declare", "app-orders", url=url) == (0, "declared: app-orders\n", "")
+    status, _, err = queues(running, "declare", "other", url=url)
+    assert (status, err) == (1, "sluicegate: 403: access refused: configure on queue 'other'\n")
+    wrong = f"amqp://ops:wrong@127.0.0.1:{running.port}"
+    status, _, err = queues(running, "list", url=wrong)
+    assert status == 2
+    assert "unauthorized-access" in err
+    assert "wrong" not in err
