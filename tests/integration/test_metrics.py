@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 from integration.conftest import RunningServer
 from prometheus_client.parser import text_string_to_metric_families
@@ -128,6 +129,17 @@ def test_outgoing_pending_while_the_client_window_is_closed(
     assert samples[("sluicegate_session_outgoing_pending_max", ())] == 16
     assert samples[("sluicegate_credit_requests_in_flight", ())] == 1
     assert samples[("sluicegate_sessions_remote_window_closed", ())] == 1
+
+
+def test_every_metric_is_documented(make_server: Callable[..., RunningServer]) -> None:
+    running = make_server()
+    publish(running.url, "/queues/m-docs", [b"d"])
+    with urllib.request.urlopen(running.metrics_url, timeout=30) as response:
+        families = {f.name for f in text_string_to_metric_families(response.read().decode())}
+    docs = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    ours = sorted(name for name in families if name.startswith("sluicegate_"))
+    assert len(ours) > 20
+    assert [name for name in ours if f"`{name}" not in docs] == []
 
 
 def test_metrics_can_be_turned_off(make_server: Callable[..., RunningServer]) -> None:
