@@ -1,7 +1,7 @@
 """Why a message was dead-lettered, recorded in its message annotations (RabbitMQ 4's AMQP form).
 
-RabbitMQ 4 records dead-lettering in the message-annotations section: ``x-opt-deaths``, a list
-of one map per (queue, reason) with a count, most recent first, and ``x-first-death-*`` /
+RabbitMQ 4 records dead-lettering in the message-annotations section: ``x-opt-deaths``, an
+array of maps, one per (queue, reason) with a count, most recent first, and ``x-first-death-*`` /
 ``x-last-death-*`` entries. Only that section is decoded and re-encoded; the bytes before it
 (header, delivery annotations) and after it (properties, application properties, body, footer)
 are copied as they are.
@@ -9,6 +9,7 @@ are copied as they are.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Final
 
@@ -22,6 +23,8 @@ from queues.sections import (
 )
 
 DEATHS: Final = Symbol("x-opt-deaths")
+_ROUTING_KEYS: Final = Symbol("routing-keys")
+_U32: Final = struct.Struct(">I")
 _MA_PREFIX: Final = b"\x00\x53\x72"
 
 
@@ -104,4 +107,40 @@ def record_death(payload: bytes, death: Death) -> bytes:
     annotations[Symbol("x-last-death-queue")] = death.queue
     annotations[Symbol("x-last-death-reason")] = reason
     annotations[Symbol("x-last-death-exchange")] = death.exchange
-    return payload[:start] + _MA_PREFIX + encode(annotations) + payload[end:]
+    return payload[:start] + _MA_PREFIX + _encode_annotations(annotations) + payload[end:]
+
+
+def _array(constructor: int, elements: list[bytes]) -> bytes:
+    """An AMQP array32 (§1.6.24) of elements encoded without their shared constructor."""
+    body = b"".join(elements)
+    return (
+        b"\xf0" + _U32.pack(5 + len(body)) + _U32.pack(len(elements)) + bytes((constructor,)) + body
+    )
+
+
+def _map_body(entries: dict[Value, Value]) -> bytes:
+    body = b"".join(
+        encode(key) + (_strings(value) if key == _ROUTING_KEYS else encode(value))
+        for key, value in entries.items()
+    )
+    return _U32.pack(4 + len(body)) + _U32.pack(2 * len(entries)) + body
+
+
+def _strings(value: Value) -> bytes:
+    """``routing-keys``: an array of strings, as RabbitMQ sends it."""
+    items = value if isinstance(value, list) else []
+    elements = [_U32.pack(len(raw)) + raw for raw in (str(item).encode("utf-8") for item in items)]
+    return _array(0xB1, elements)
+
+
+def _encode_annotations(annotations: dict[Value, Value]) -> bytes:
+    """The annotations map (map32), with ``x-opt-deaths`` as RabbitMQ's array of maps."""
+    body = b""
+    for key, value in annotations.items():
+        body += encode(key)
+        if key == DEATHS and isinstance(value, list):
+            maps = [_map_body(entry) for entry in value if isinstance(entry, dict)]
+            body += _array(0xD1, maps)
+        else:
+            body += encode(value)
+    return b"\xd1" + _U32.pack(4 + len(body)) + _U32.pack(2 * len(annotations)) + body

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 from integration.conftest import RunningServer
-from proton import Described, Endpoint, Message, Timeout, symbol, ulong
+from proton import Array, Described, Endpoint, Message, Timeout, symbol, ulong
 from proton.reactor import Copy, Filter, Selector
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 from support.clients import consume, publish
@@ -52,9 +52,11 @@ def _receive_all(receiver: BlockingReceiver, timeout: float = 0.5) -> list[Messa
 
 def _deaths(message: Message) -> list[dict[object, object]]:
     annotations: dict[object, object] = dict(message.annotations or {})
-    deaths = annotations.get(symbol("x-opt-deaths"), [])
-    assert isinstance(deaths, list)
-    return deaths
+    deaths = annotations.get(symbol("x-opt-deaths"))
+    # RabbitMQ's form: an AMQP array of maps.
+    assert isinstance(deaths, Array)
+    assert all(isinstance(entry, dict) for entry in deaths.elements)
+    return list(deaths.elements)
 
 
 # -- TTL and dead-lettering ------------------------------------------------------------------

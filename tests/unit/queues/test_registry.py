@@ -238,3 +238,31 @@ def test_expiry_cycle_is_dropped() -> None:
         registry.route_dead_letters()
     assert registry.dead_letters_dropped == 1
     assert sum(s.ready for s in registry.statistics()) == 0
+
+
+def test_a_second_death_in_the_same_queue_counts_up_most_recent_first() -> None:
+    clock = Clock(1_000)
+    registry = QueueRegistry(clock)
+    registry.declare_queue(
+        "retry", {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work"}
+    )
+    work = registry.declare_queue(
+        "work", {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "retry"}
+    )
+    retry = registry.queue("retry")
+    work.enqueue(Message(_body("m"), routing_key="work"))
+    work.attach("c", ack_required=True)
+    retry.attach("r", ack_required=True)
+    delivery_counts = {"c": 0, "r": 0}
+    # work rejects to retry, retry rejects back to work, work rejects again.
+    for queue, key in ((work, "c"), (retry, "r"), (work, "c")):
+        [message], reply = queue.credit(key, delivery_counts[key], 1, False)
+        delivery_counts[key] = reply.delivery_count
+        queue.settle(key, [message.seq], Outcome.REJECTED, False)
+        clock.now += 10
+        registry.route_dead_letters()
+    [dead], _ = retry.credit("r", delivery_counts["r"], 1, False)
+    deaths = deaths_of(dead.payload)
+    assert [(d[Symbol("queue")], d[Symbol("count")]) for d in deaths] == [("work", 2), ("retry", 1)]
+    assert deaths[0][Symbol("first-time")] == 1_010
+    assert deaths[0][Symbol("last-time")] == 1_030
