@@ -1,0 +1,261 @@
+"""The connector's options, parsed once and strictly.
+
+Spark hands a data source its options as a loose, case-insensitive dict of strings, so a
+misspelt ``maxRecordPerTrigger`` or a ``credit`` of ``"lots"`` would otherwise be silently
+ignored (the complaint of Azure/azure-event-hubs-spark#677). Every option is checked here: an
+unknown name, a value of the wrong type, or an option that does not apply to what is being done
+raises :class:`OptionError` naming it, on the driver, before anything connects.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+from urllib.parse import urlsplit
+
+# The issue's default: a large window; the gateway hands its session at most 256 at a time, so
+# the server stays safe, and the connector holds at most this many messages in memory.
+DEFAULT_CREDIT: Final = 100_000
+DEFAULT_CONNECT_TIMEOUT_MS: Final = 30_000
+# tenacity attempts for opening a connection: a restarting gateway gets about 15 s.
+DEFAULT_CONNECT_ATTEMPTS: Final = 6
+# How long a bounded read (a browse, a stream range) waits for its next message before it
+# decides the gateway has nothing more: Spark's own network timeout is 120 s.
+DEFAULT_RECEIVE_TIMEOUT_MS: Final = 60_000
+DEFAULT_SEND_TIMEOUT_MS: Final = 60_000
+# A message the gateway releases is sent again this many times before the task fails.
+DEFAULT_MAX_SEND_ATTEMPTS: Final = 5
+AMQP_PORT: Final = 5672
+
+
+class OptionError(ValueError):
+    """An option that is unknown, mistyped or does not apply; the message names it."""
+
+
+class Mode(enum.Enum):
+    """How a read consumes its address."""
+
+    QUEUE = "queue"  # destructive, settled when Spark commits a micro-batch (streaming only)
+    BROWSE = "browse"  # non-destructive copy of a queue (batch only)
+    STREAM = "stream"  # offset ranges of a stream queue (batch and streaming)
+
+
+class OffsetKind(enum.Enum):
+    """Where a stream read starts or ends."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSET = "offset"
+    TIMESTAMP = "timestamp"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """``earliest``, ``latest``, a stream offset, or a timestamp in milliseconds since 1970."""
+
+    kind: OffsetKind
+    value: int = 0
+
+    @classmethod
+    def parse(cls, name: str, text: str) -> OffsetSpec:
+        """Read ``earliest``, ``latest``, an offset (``42``) or an ISO-8601 timestamp."""
+        word = text.strip().lower()
+        if word in ("earliest", "latest"):
+            return cls(OffsetKind(word))
+        if word.isdigit():
+            return cls(OffsetKind.OFFSET, int(word))
+        try:
+            moment = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise OptionError(
+                f"option {name}: expected earliest, latest, an offset or an ISO-8601 "
+                f"timestamp with a time zone, got {text!r}"
+            ) from None
+        if moment.tzinfo is None:
+            raise OptionError(f"option {name}: the timestamp {text!r} needs a time zone")
+        return cls(OffsetKind.TIMESTAMP, int(moment.timestamp() * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where the gateway listens and what to attach to."""
+
+    host: str
+    port: int
+    address: str
+    connect_timeout_s: float
+    connect_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Everything a read needs, validated."""
+
+    endpoint: Endpoint
+    mode: Mode
+    credit: int
+    max_records_per_trigger: int | None
+    max_bytes_per_trigger: int | None
+    starting_offsets: OffsetSpec
+    ending_offsets: OffsetSpec
+    min_partitions: int
+    receive_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Everything a sink needs, validated."""
+
+    endpoint: Endpoint
+    send_timeout_s: float
+    max_send_attempts: int
+
+
+_COMMON: Final = ("url", "address", "connectTimeoutMs", "connectAttempts")
+_READ: Final = (
+    "mode",
+    "credit",
+    "maxRecordsPerTrigger",
+    "maxBytesPerTrigger",
+    "startingOffsets",
+    "endingOffsets",
+    "minPartitions",
+    "receiveTimeoutMs",
+)
+_WRITE: Final = ("sendTimeoutMs", "maxSendAttempts")
+# Spark's own option for a streaming write, which it passes on to the sink with the user's.
+_SPARK_STREAM_WRITE: Final = ("checkpointLocation",)
+# Options that only make sense for one kind of read; given to another, they are an error.
+_ONLY_FOR: Final[dict[str, frozenset[tuple[Mode, bool]]]] = {
+    "credit": frozenset({(Mode.QUEUE, True)}),
+    "maxRecordsPerTrigger": frozenset({(Mode.QUEUE, True), (Mode.STREAM, True)}),
+    "maxBytesPerTrigger": frozenset({(Mode.QUEUE, True)}),
+    "startingOffsets": frozenset({(Mode.STREAM, True), (Mode.STREAM, False)}),
+    "endingOffsets": frozenset({(Mode.STREAM, False)}),
+    "minPartitions": frozenset({(Mode.STREAM, True), (Mode.STREAM, False)}),
+    "receiveTimeoutMs": frozenset(
+        {(Mode.BROWSE, False), (Mode.STREAM, True), (Mode.STREAM, False)}
+    ),
+}
+
+
+class _Options:
+    """A case-insensitive view of the user's options that remembers which were used."""
+
+    def __init__(self, raw: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:
+        canonical = {name.lower(): name for name in allowed}
+        self.values: dict[str, str] = {}
+        for key, value in raw.items():
+            name = canonical.get(key.lower())
+            if name is None:
+                known = ", ".join(sorted(allowed))
+                raise OptionError(f"unknown option {key!r} for a sluicegate {what}; known: {known}")
+            self.values[name] = value
+
+    def text(self, name: str) -> str | None:
+        return self.values.get(name)
+
+    def required(self, name: str) -> str:
+        value = self.values.get(name)
+        if value is None or not value.strip():
+            raise OptionError(f"option {name} is required")
+        return value.strip()
+
+    def integer(self, name: str, default: int | None, minimum: int) -> int | None:
+        text = self.values.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise OptionError(f"option {name}: expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise OptionError(f"option {name}: must be at least {minimum}, got {value}")
+        return value
+
+    def positive(self, name: str, default: int) -> int:
+        value = self.integer(name, default, 1)
+        assert value is not None
+        return value
+
+
+def _endpoint(options: _Options) -> Endpoint:
+    url = options.required("url")
+    parts = urlsplit(url)
+    if parts.scheme != "amqp" or not parts.hostname:
+        raise OptionError(f"option url: expected amqp://HOST[:PORT], got {url!r}")
+    if parts.path not in ("", "/") or parts.query or parts.username:
+        raise OptionError(
+            f"option url: {url!r} carries more than amqp://HOST[:PORT]; "
+            "give the queue in option address"
+        )
+    try:
+        port = parts.port or AMQP_PORT
+    except ValueError:
+        raise OptionError(f"option url: bad port in {url!r}") from None
+    return Endpoint(
+        host=parts.hostname,
+        port=port,
+        address=options.required("address"),
+        connect_timeout_s=options.positive("connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS) / 1000,
+        connect_attempts=options.positive("connectAttempts", DEFAULT_CONNECT_ATTEMPTS),
+    )
+
+
+def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Validate a read's options; ``streaming`` tells ``readStream`` from ``read``."""
+    what = "streaming read" if streaming else "batch read"
+    options = _Options(raw, _COMMON + _READ, what)
+    endpoint = _endpoint(options)
+    mode_text = (options.text("mode") or ("queue" if streaming else "browse")).strip().lower()
+    try:
+        mode = Mode(mode_text)
+    except ValueError:
+        raise OptionError(
+            f"option mode: expected queue, browse or stream, got {options.text('mode')!r}"
+        ) from None
+    if mode is Mode.QUEUE and not streaming:
+        raise OptionError(
+            "option mode: queue consumes destructively and a batch read has no commit to "
+            "settle on; use mode=browse (a non-destructive copy) or a streaming read"
+        )
+    if mode is Mode.BROWSE and streaming:
+        raise OptionError("option mode: browse is a batch read; stream a queue with mode=queue")
+    for name, modes in _ONLY_FOR.items():
+        if name in options.values and (mode, streaming) not in modes:
+            raise OptionError(f"option {name} does not apply to a {mode.value} {what}")
+    starting = options.text("startingOffsets")
+    ending = options.text("endingOffsets")
+    return ReadOptions(
+        endpoint=endpoint,
+        mode=mode,
+        credit=options.positive("credit", DEFAULT_CREDIT),
+        max_records_per_trigger=options.integer("maxRecordsPerTrigger", None, 1),
+        max_bytes_per_trigger=options.integer("maxBytesPerTrigger", None, 1),
+        starting_offsets=(
+            OffsetSpec.parse("startingOffsets", starting)
+            if starting is not None
+            else OffsetSpec(OffsetKind.LATEST if streaming else OffsetKind.EARLIEST)
+        ),
+        ending_offsets=(
+            OffsetSpec.parse("endingOffsets", ending)
+            if ending is not None
+            else OffsetSpec(OffsetKind.LATEST)
+        ),
+        min_partitions=options.positive("minPartitions", 1),
+        receive_timeout_s=options.positive("receiveTimeoutMs", DEFAULT_RECEIVE_TIMEOUT_MS) / 1000,
+    )
+
+
+def parse_write_options(raw: Mapping[str, str], *, streaming: bool) -> WriteOptions:
+    """Validate a sink's options (a streaming one also gets Spark's ``checkpointLocation``)."""
+    allowed = _COMMON + _WRITE + (_SPARK_STREAM_WRITE if streaming else ())
+    options = _Options(raw, allowed, "streaming write" if streaming else "write")
+    return WriteOptions(
+        endpoint=_endpoint(options),
+        send_timeout_s=options.positive("sendTimeoutMs", DEFAULT_SEND_TIMEOUT_MS) / 1000,
+        max_send_attempts=options.positive("maxSendAttempts", DEFAULT_MAX_SEND_ATTEMPTS),
+    )

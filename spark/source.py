@@ -1,0 +1,61 @@
+"""The ``sluicegate`` PySpark data source: which reader or writer each kind of use gets.
+
+Spark builds this object in several processes and pickles what it returns (notes/spark.md §2.2),
+so nothing here connects: options are validated, readers and writers are plain values, and the
+connections are opened where the work happens (the streaming runner, the executors).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    SimpleDataSourceStreamReader,
+)
+from pyspark.sql.types import StructType
+
+from spark.options import Mode, OptionError, parse_read_options, parse_write_options
+from spark.queue_source import QueueStreamReader
+from spark.records import SCHEMA
+from spark.sink import SinkStreamWriter, SinkWriter, check_sink_schema
+
+
+class SluicegateDataSource(DataSource):
+    """``spark.readStream.format("sluicegate").option("url", ...).option("address", ...)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The short name for ``format()``."""
+        return "sluicegate"
+
+    def schema(self) -> StructType:
+        """Every read has the same columns (``spark.records.SCHEMA``)."""
+        return SCHEMA
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        """``mode=queue``: the driver-held receiver."""
+        options = parse_read_options(self.options, streaming=True)
+        if options.mode is not Mode.QUEUE:
+            raise OptionError(f"option mode: a streaming read supports queue, not {options.mode}")
+        return QueueStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A batch write; ``overwrite`` is meaningless for a queue and refused."""
+        if overwrite:
+            raise OptionError("sluicegate sink: a queue cannot be overwritten; use mode append")
+        return SinkWriter(
+            parse_write_options(self.options, streaming=False),
+            check_sink_schema(schema),
+            uuid.uuid4().hex,
+        )
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """A streaming write; ids come from the query and batch (``spark.sink``)."""
+        return SinkStreamWriter(
+            parse_write_options(self.options, streaming=True),
+            check_sink_schema(schema),
+            uuid.uuid4().hex,
+        )
