@@ -4,8 +4,13 @@ Spark's ``SimpleDataSourceStreamReader`` runs ``read(start)`` and ``commit(end)`
 long-lived streaming runner process of the query (notes/spark.md §2.3), so that process can hold
 the AMQP link the deliveries arrived on, which is the only link they can be settled on.
 ``read(start)`` hands Spark the buffered messages as Arrow batches and keeps their deliveries
-unsettled; ``commit(end)``, which Spark calls once the batch ending at ``end`` is in its commit
-log (one batch late, and never for the last batch before a stop), settles them ``accepted``.
+unsettled. Spark asks for the batch after ``start`` only once the batch ending at ``start`` is in
+its commit log (sequential micro-batch execution, notes/spark.md §2.3), so ``read(start)``
+settles everything up to ``start`` as ``accepted``; ``commit(end)`` (one batch late, and never
+for the last batch before a stop) settles the same if still unsettled. Settling at ``read`` is
+what lets the last batch of a quiet queue be settled without waiting for more messages.
+Asynchronous progress tracking, which asks before the commit, would break this and is not
+supported.
 
 If the query, the runner or the driver dies, the connection drops and the gateway releases
 everything unsettled with its delivery-count raised (the ``delivery_count`` column), so a restart
