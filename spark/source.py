@@ -11,12 +11,14 @@ import uuid
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     SimpleDataSourceStreamReader,
 )
 from pyspark.sql.types import StructType
 
+from spark.browse import BrowseReader
 from spark.options import Mode, OptionError, parse_read_options, parse_write_options
 from spark.queue_source import QueueStreamReader
 from spark.records import SCHEMA
@@ -34,6 +36,13 @@ class SluicegateDataSource(DataSource):
     def schema(self) -> StructType:
         """Every read has the same columns (``spark.records.SCHEMA``)."""
         return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch read: ``mode=browse`` copies a queue."""
+        options = parse_read_options(self.options, streaming=False)
+        if options.mode is Mode.BROWSE:
+            return BrowseReader(options)
+        raise OptionError(f"option mode: a batch read supports browse, not {options.mode.value}")
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         """``mode=queue``: the driver-held receiver."""

@@ -35,6 +35,12 @@ def spark() -> Iterator[SparkSession]:
     )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
+    # Spark gives a new Python worker 10 s to connect back, a limit it does not let us raise;
+    # a first job warms the page cache with pyspark's and pyarrow's imports, so that on a loaded
+    # machine the first streaming runner does not miss it.
+    session.sparkContext.parallelize(range(2), 2).map(
+        lambda n: __import__("pyspark.sql.datasource") and __import__("pyarrow") and n
+    ).collect()
     yield session
     session.stop()
 
