@@ -39,7 +39,7 @@ def spark() -> Iterator[SparkSession]:
     # a first job warms the page cache with pyspark's and pyarrow's imports, so that on a loaded
     # machine the first streaming runner does not miss it.
     session.sparkContext.parallelize(range(2), 2).map(
-        lambda n: __import__("pyspark.sql.datasource") and __import__("pyarrow") and n
+        lambda n: (__import__("pyspark.sql.datasource"), __import__("pyarrow"), n)[2]
     ).collect()
     yield session
     session.stop()
