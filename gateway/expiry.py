@@ -55,10 +55,8 @@ class ExpiryTimer(Handler):
         """Expire what is due, then re-arm."""
         registry = self.registry
         tick(registry)
-        deadline = registry.next_deadline()
-        if deadline is not None and deadline <= registry.clock.now:
-            dispatches = registry.expire()
-            if dispatches:
-                self._route(dispatches)
+        dispatches = registry.expire()
+        if dispatches:
+            self._route(dispatches)
         if self._container is not None:
             self._task = self._container.schedule(EXPIRY_INTERVAL, self)

@@ -41,6 +41,7 @@ from queues.queue_type import (
     MessageFilter,
     Outcome,
     QueueStatistics,
+    QueueType,
 )
 from queues.serial import SERIAL_MASK, link_credit_snd
 
@@ -112,6 +113,7 @@ class ClassicQueue:
         clock: Clock | None = None,
         dead_letters: list[DeadLetter] | None = None,
         held: HeldBytes | None = None,
+        timed: set[QueueType] | None = None,
     ) -> None:
         self.name = name
         # The server-wide count of bytes held, for the memory budget.
@@ -120,6 +122,9 @@ class ClassicQueue:
         self.clock = clock if clock is not None else Clock()
         # Where dead letters go for routing to the dead-letter exchange (the registry's outbox).
         self.dead_letters: list[DeadLetter] = dead_letters if dead_letters is not None else []
+        # The server's queues that have deadlines: joined here, left when expire() runs dry,
+        # so the timer visits only queues with something to time.
+        self.timed: set[QueueType] = timed if timed is not None else set()
         self._log: dict[int, Message] = {}
         self._low = 0
         self._cursor = 0
@@ -255,6 +260,7 @@ class ClassicQueue:
         expires = message.expires
         if expires is not None:
             heapq.heappush(self._expiries, (expires, seq))
+            self.timed.add(self)
         if self._waiting or self._browsing:
             dispatches = self._offer(message)
             if message.state != AVAILABLE:
@@ -372,6 +378,8 @@ class ClassicQueue:
                 state.lost[seq] = None
                 self._make_available(message)
                 released.append(message)
+        if not expiries and not locks:
+            self.timed.discard(self)
         if not released:
             return _NO_DISPATCH
         try:
@@ -382,8 +390,13 @@ class ClassicQueue:
 
     def next_deadline(self) -> int | None:
         """The earliest expiry or lock deadline pending (perhaps of a message since gone)."""
-        deadlines = [heap[0][0] for heap in (self._expiries, self._locks) if heap]
-        return min(deadlines) if deadlines else None
+        expiries = self._expiries
+        locks = self._locks
+        if not locks:
+            return expiries[0][0] if expiries else None
+        if not expiries:
+            return locks[0][0]
+        return min(expiries[0][0], locks[0][0])
 
     def statistics(self) -> QueueStatistics:
         """Counts for metrics and tests."""
@@ -436,6 +449,7 @@ class ClassicQueue:
                 heapq.heappush(state.returned, seq)
         if message.expires is not None:
             heapq.heappush(self._expiries, (message.expires, seq))
+            self.timed.add(self)
 
     def _restore(self, message: Message) -> None:
         """Take back a message its consumer's session never sent, as if never delivered."""
@@ -609,6 +623,7 @@ class ClassicQueue:
                 deadline = message.lock_deadline = self.clock.now + timeout
                 self._tickets += 1
                 heapq.heappush(self._locks, (deadline, self._tickets, message, state))
+                self.timed.add(self)
         else:
             self._acknowledged += 1
             self._archive(message)

@@ -63,6 +63,8 @@ class QueueContext:
     clock: Clock
     dead_letters: list[DeadLetter]
     held: HeldBytes
+    # Queues with deadlines pending; a queue type with none never joins.
+    timed: set[QueueType]
 
 
 # How each queue type is built; another queue type (streams) registers its factory here.
@@ -76,6 +78,7 @@ def _classic(name: str, arguments: QueueArguments, context: QueueContext) -> Que
         clock=context.clock,
         dead_letters=context.dead_letters,
         held=context.held,
+        timed=context.timed,
     )
 
 
@@ -93,7 +96,8 @@ class QueueRegistry:
         self.dead_letters: list[DeadLetter] = []
         # Bytes every queue holds in memory, for the server's memory budget.
         self.held = HeldBytes()
-        self.context = QueueContext(self.clock, self.dead_letters, self.held)
+        self.timed: set[QueueType] = set()
+        self.context = QueueContext(self.clock, self.dead_letters, self.held, self.timed)
         self._queues: dict[str, QueueType] = {}
         self._settings: dict[str, QueueSettings] = {}
         self._owners: dict[str, object] = {}
@@ -204,6 +208,7 @@ class QueueRegistry:
         self.deleted_delivered += stats.delivered
         del self._queues[name]
         del self._settings[name]
+        self.timed.discard(queue)
         self._owners.pop(name, None)
         for exchange in self._exchanges.values():
             exchange.unbind_destination(name)
@@ -396,18 +401,20 @@ class QueueRegistry:
     # -- time -----------------------------------------------------------------------------
 
     def expire(self) -> list[Dispatch]:
-        """Run every queue's due expiries and lock releases at the clock's time."""
+        """Run the due expiries and lock releases of every queue that has deadlines."""
         now = self.clock.now
         dispatches: list[Dispatch] = []
-        for queue in list(self._queues.values()):
+        for queue in list(self.timed):
             deadline = queue.next_deadline()
-            if deadline is not None and deadline <= now:
+            if deadline is None:
+                self.timed.discard(queue)
+            elif deadline <= now:
                 dispatches.extend(queue.expire())
         return dispatches
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of any queue."""
-        deadlines = [d for q in self._queues.values() if (d := q.next_deadline()) is not None]
+        deadlines = [d for q in self.timed if (d := q.next_deadline()) is not None]
         return min(deadlines) if deadlines else None
 
 

@@ -266,3 +266,19 @@ def test_a_second_death_in_the_same_queue_counts_up_most_recent_first() -> None:
     assert [(d[Symbol("queue")], d[Symbol("count")]) for d in deaths] == [("work", 2), ("retry", 1)]
     assert deaths[0][Symbol("first-time")] == 1_010
     assert deaths[0][Symbol("last-time")] == 1_030
+
+
+def test_the_timer_visits_only_queues_with_deadlines() -> None:
+    clock = Clock(0)
+    registry = QueueRegistry(clock)
+    idle = registry.declare_queue("idle")
+    timed = registry.declare_queue("timed", {"x-message-ttl": 100})
+    idle.enqueue(Message(_body("a")))
+    timed.enqueue(Message(_body("b")))
+    assert registry.timed == {timed}
+    assert registry.next_deadline() == 100
+    clock.now = 100
+    assert registry.expire() == []
+    assert timed.statistics().expired == 1
+    assert registry.timed == set()
+    assert registry.next_deadline() is None
