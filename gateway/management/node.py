@@ -34,7 +34,9 @@ from gateway.state import ConnectionState
 from queues.queue_type import QueueType
 
 ADDRESS: Final = "/management"
-# RabbitMQ grants 8 credits on the request link and tops up once 4 are left.
+# RabbitMQ grants 8 credits on the request link and tops up once 4 are left. Here the 8 also
+# count replies still waiting for the client's reply credit, so a client that sends requests
+# and never takes the replies gets no more credit: what a pair holds stays bounded.
 REQUEST_CREDIT: Final = 8
 REQUEST_CREDIT_LOW: Final = REQUEST_CREDIT // 2
 # Requests are small maps; a bigger one is refused rather than buffered.
@@ -163,8 +165,6 @@ class ManagementNode(Handler):
             return
         response = self.handle(message, pair.caller)
         pair.replies.append(encode_reply(response, message.id))
-        if link.credit <= REQUEST_CREDIT_LOW:
-            link.flow(REQUEST_CREDIT - link.credit)
         self._send(pair)
 
     def handle(self, message: Message, caller: Caller) -> Response:
@@ -223,16 +223,21 @@ class ManagementNode(Handler):
 
     @staticmethod
     def _send(pair: Pair) -> None:
+        """Send the replies the client has credit for, then top up the request credit."""
         sender = pair.sender
-        if sender is None:
-            return
         replies = pair.replies
-        while replies and sender.credit > 0:
-            pair.tag += 1
-            delivery = sender.delivery(str(pair.tag))
-            sender.stream(replies.popleft())
-            sender.advance()
-            delivery.settle()
+        if sender is not None:
+            while replies and sender.credit > 0:
+                pair.tag += 1
+                delivery = sender.delivery(str(pair.tag))
+                sender.stream(replies.popleft())
+                sender.advance()
+                delivery.settle()
+        requests = pair.requests
+        if requests is not None and requests.credit <= REQUEST_CREDIT_LOW:
+            grant = REQUEST_CREDIT - len(replies) - requests.credit
+            if grant > 0:
+                requests.flow(grant)
 
     @staticmethod
     def _refuse(link: Link, delivery: Delivery | None, condition: str, description: str) -> None:

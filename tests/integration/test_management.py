@@ -76,3 +76,24 @@ def test_an_exclusive_queue_is_deleted_with_its_connection(server: RunningServer
         wait_until(lambda: server.call(lambda: registry.get("mgmt-exclusive")) is None)
     finally:
         other.close()
+
+
+def test_replies_the_client_does_not_take_stop_the_requests(server: RunningServer) -> None:
+    """Request credit counts waiting replies: a pair never holds more than 8 of them."""
+    connection = BlockingConnection(server.url)
+    try:
+        requests = connection.create_sender("/management", name="mgmt-bound")
+        replies = connection.create_receiver("/management", name="mgmt-bound", credit=0)
+        for index in range(8):
+            requests.send(_request(f"b{index}", "GET", "/queues/mgmt-none"))
+        connection.wait(lambda: requests.link.credit == 0, timeout=30)
+        # Nothing more is granted while the 8 replies wait.
+        assert requests.link.credit == 0
+        answers = []
+        for _ in range(8):
+            replies.flow(1)
+            answers.append(replies.receive(timeout=30).correlation_id)
+        connection.wait(lambda: requests.link.credit > 0, timeout=30)
+    finally:
+        connection.close()
+    assert answers == [f"b{index}" for index in range(8)]
