@@ -96,7 +96,7 @@ class QuiverRun:
 def run_quiver(
     url: str, options: Sequence[str], sampler: Sampler, out: TextIO, label: str
 ) -> QuiverRun:
-    """Run the quiver CLI in its own process group of processes, echo its rows, parse its JSON.
+    """Run the quiver CLI in its own processes, echo its status rows, parse its JSON summary.
 
     Row times are taken from ``sampler``'s clock when each row arrives, so rates and RSS share
     the time axis of the plot.
@@ -106,10 +106,11 @@ def run_quiver(
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     )
-    assert process.stdout is not None
     assert process.stderr is not None
+    output = process.stdout
+    assert output is not None
     stdout: list[str] = []
-    reader = threading.Thread(target=lambda: stdout.append(process.stdout.read()), daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: stdout.append(output.read()), daemon=True)
     reader.start()
     sent = Series("sender rate", "msg/s")
     received = Series("receiver rate", "msg/s")

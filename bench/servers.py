@@ -40,6 +40,7 @@ __all__ = [
 START: Final[str] = "start"  # the URL that means "start a sluicegate for each run"
 DEFAULT_ADDRESS_PREFIX: Final[str] = "/queues/"  # RabbitMQ 4's v2 address format, sluicegate's
 READY_TIMEOUT_S: Final[float] = 30.0  # a loaded machine takes a few seconds to import proton
+AMQP_PORT: Final[int] = 5672  # IANA's, when a URL names none
 STOP_TIMEOUT_S: Final[float] = 20.0  # the server's own graceful shutdown plus a margin
 _ADDRESS_LINE = re.compile(r"listening on amqp://(?P<host>[^\s:]+|\[[^\]]+\]):(?P<port>\d+)")
 # What a sluicegate that refuses an option lacks (the issue that brings it).
@@ -83,9 +84,11 @@ def parse_target(name: str, url: str, pid: int | None) -> Target:
                 f"{name}: expected amqp://HOST[:PORT][/PREFIX] or {START!r}, got {url}"
             )
         try:
-            parts.port  # noqa: B018 - parsing it is the check
+            port = parts.port
         except ValueError:
-            raise ValueError(f"{name}: bad port in {url}") from None
+            port = 0
+        if port == 0:
+            raise ValueError(f"{name}: bad port in {url}")
     return Target(name, url, pid)
 
 
@@ -212,7 +215,7 @@ def external(target: Target) -> Server:
     return Server(
         name=target.name,
         host=parts.hostname,
-        port=parts.port or 5672,
+        port=parts.port or AMQP_PORT,
         address_prefix=parts.path or DEFAULT_ADDRESS_PREFIX,
         pid=target.pid,
     )
