@@ -51,7 +51,7 @@ class Routed:
 
 
 def _message(
-    payload: bytes,
+    payload: bytes | memoryview,
     annotations_at: int | None,
     delivery_count: int,
     expires: int | None,
@@ -63,11 +63,14 @@ def _message(
     RabbitMQ's AMQP 1.0 clients rely on every delivery carrying the section; it is spliced in
     where the envelope found it belongs, unless the publisher sent one.
     """
-    if annotations_at is not None:
+    if annotations_at is None:
+        stored = bytes(payload)
+    else:
         section = routing_annotations(exchange, routing_key)
-        payload = payload[:annotations_at] + section + payload[annotations_at:]
+        # One copy into the stored bytes, whatever the message's size (slices of a view).
+        stored = b"".join((payload[:annotations_at], section, payload[annotations_at:]))
     return Message(
-        payload, delivery_count, expires=expires, exchange=exchange, routing_key=routing_key
+        stored, delivery_count, expires=expires, exchange=exchange, routing_key=routing_key
     )
 
 
@@ -91,7 +94,7 @@ class Router:
         self.registry.exchange(parsed.exchange)
         return PublishTarget(exchange=parsed.exchange, routing_key=parsed.routing_key)
 
-    def route(self, target: PublishTarget, payload: bytes) -> Routed:
+    def route(self, target: PublishTarget, payload: bytes | memoryview) -> Routed:
         """Read a message's envelope and decide where it goes."""
         try:
             envelope = read_envelope(payload)
