@@ -58,8 +58,8 @@ def publisher_figures(
 ) -> dict[str, Cell]:
     """The table row: counts, RSS extent and late slope, time the publisher made no progress.
 
-    Blocked time counts only within ``publishing`` (the publisher's first and last send), not
-    its start-up nor the wait for the last outcomes after it.
+    Blocked time counts only within ``publishing`` (from the publisher's first send to the end
+    of its duration), not its start-up nor the wait for the last outcomes after it.
     """
     rss = series.get("server RSS")
     rss_extent = extent(rss.points) if rss else None
@@ -123,14 +123,8 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
             publisher.stop()
             consumer.stop()
         series = sampler.stop()
-    publishing = (
-        (0.0, 0.0)
-        if done.first_ns is None or done.last_ns is None
-        else (
-            clock[1] + (done.first_ns - clock[0]) / NS_PER_S,
-            clock[1] + (done.last_ns - clock[0]) / NS_PER_S,
-        )
-    )
+    first = 0.0 if done.first_ns is None else clock[1] + (done.first_ns - clock[0]) / NS_PER_S
+    publishing = (first, first + args.duration)
     figures = publisher_figures(series, done.sent, done.accepted, consumer.taken, publishing)
     rate_series(series, "publisher sent", "publisher rate")
     rate_series(series, "consumer taken", "consumer rate")

@@ -97,3 +97,26 @@ def test_fanout_delivers_every_copy(tmp_path: Path) -> None:
     figures = record["figures"]
     assert figures["sent"] == figures["accepted"] > 0
     assert figures["copies taken"] == 3 * figures["accepted"]
+
+
+@pytest.mark.slow
+def test_memory_budget_holds_the_publisher(tmp_path: Path) -> None:
+    run = bench(
+        "memory-budget", "--memory-budget", "4MiB", "--duration", "4", "--rate", "100",
+        "--output", str(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    [record] = json.loads((tmp_path / "memory-budget.json").read_text())["records"]
+    figures = record["figures"]
+    assert figures["sent"] == figures["accepted"] > figures["taken"] > 0
+    assert figures["publisher blocked s"] > 0  # the budget withheld credit
+    assert figures["budget used peak MB"] <= 4 + 1  # one batch of link credit may overshoot
+
+
+@pytest.mark.slow
+def test_connections_exchange_on_every_connection(tmp_path: Path) -> None:
+    run = bench("connections", "--connections", "30", "--messages", "5", "--output", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    [record] = json.loads((tmp_path / "connections.json").read_text())["records"]
+    assert record["figures"]["connections"] == 30
+    assert record["figures"]["messages"] == 150
