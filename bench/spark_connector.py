@@ -6,8 +6,8 @@ local Spark (``local[2]``), then measures, for ``--count`` messages of ``--body-
 1. the sink: a batch write of that many rows in two partitions into a queue;
 2. ``mode=queue``: a streaming read of the queue (``Trigger.AvailableNow``) into Spark's
    ``noop`` sink, the driver-held receiver settling batch after batch;
-3. ``mode=stream`` when the server serves stream queues: the same into ``noop`` with two
-   partitions (``minPartitions=2``), the fixed-range read.
+3. ``mode=stream`` when the server serves stream queues: a stream of that many messages (written
+   by the sink) read into ``noop`` with two partitions (``minPartitions=2``).
 
 It prints one line per phase: rows, seconds, rows/s, and the server's peak RSS during it.
 Figures depend on the machine and its load; they are for the notes, never for tests.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,6 +35,10 @@ from gateway.quiver import procstat
 from spark import register
 
 SAMPLE_PERIOD_S: Final = 0.25
+# The queue is filled before it is read, and the gateway withholds credit from publishers once
+# the messages it holds reach its memory budget: room for a million small messages and their
+# bookkeeping (about 400 bytes each).
+SERVER_OPTIONS: Final = ("--memory-budget", "2GiB")
 MB: Final = 1024 * 1024
 
 
@@ -101,6 +106,40 @@ def run(server: Server, spark: SparkSession, count: int, body_size: int) -> None
         received = sum(p["numInputRows"] for p in query.recentProgress)
         report("mode=queue: streaming read into noop", received, time.monotonic() - start, peak())
 
+    declared = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "queues",
+            "--url",
+            url,
+            "declare",
+            "spark-stream",
+            "--type",
+            "stream",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if declared.returncode != 0:
+        print(f"mode=stream: skipped, the server has no stream queues: {declared.stderr.strip()}")
+        return
+    rows.write.format("sluicegate").option("url", url).option(
+        "address", "/queues/spark-stream"
+    ).mode("append").save()
+    with peak_rss(server.pid) as peak:
+        start = time.monotonic()
+        spark.read.format("sluicegate").option("url", url).option(
+            "address", "/queues/spark-stream"
+        ).option("mode", "stream").option("minPartitions", "2").load().write.format("noop").mode(
+            "overwrite"
+        ).save()
+        report(
+            "mode=stream: batch read, 2 partitions, noop", count, time.monotonic() - start, peak()
+        )
+
 
 def main() -> None:
     """Parse the arguments, start a server and Spark, run the phases."""
@@ -110,7 +149,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as scratch:
-        server = start_sluicegate("sluicegate", (), Path(scratch) / "data")
+        server = start_sluicegate("sluicegate", SERVER_OPTIONS, Path(scratch) / "data")
         spark = (
             SparkSession.builder.master("local[2]")
             .config("spark.ui.enabled", "false")
