@@ -115,3 +115,24 @@ def test_a_sink_refuses_an_unknown_column(spark: SparkSession, server: RunningSe
             .mode("append")
             .save()
         )
+
+
+def test_a_rejected_message_fails_the_write(spark: SparkSession, server: RunningServer) -> None:
+    """A full queue with reject-publish: the task fails with the gateway's condition."""
+    registry = server.server.registry
+    server.call(
+        lambda: registry.declare_queue(
+            "spark-full", {"x-max-length": 10, "x-overflow": "reject-publish"}
+        )
+    )
+    frame = spark.createDataFrame([(f"m{i}".encode(),) for i in range(50)], "body binary")
+    with pytest.raises(PySparkException, match="rejected: amqp:resource-limit-exceeded"):
+        (
+            frame.coalesce(1)
+            .write.format("sluicegate")
+            .option("url", server.url)
+            .option("address", "/queues/spark-full")
+            .mode("append")
+            .save()
+        )
+    assert server.queue("spark-full").ready == 10
