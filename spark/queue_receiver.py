@@ -41,7 +41,9 @@ class QueueReceiver:
         self._lock = threading.Lock()
         self._buffer: deque[tuple[Delivery, bytes]] = deque()
         self._stopping = threading.Event()
-        self._frozen = False  # Trigger.AvailableNow: no credit after the drain
+        # Trigger.AvailableNow: credit is only granted with the drain flag, and the query ends
+        # at the first drain that leaves nothing to read.
+        self._draining = False
         self._failure: BaseException | None = None
         self._amqp = AmqpConnection.open(endpoint)
         try:
@@ -94,19 +96,36 @@ class QueueReceiver:
 
     # -- what the reader calls ----------------------------------------------------------
 
-    def take(self, max_rows: int | None, max_bytes: int | None) -> list[tuple[Delivery, bytes]]:
-        """Up to ``max_rows`` buffered messages and ``max_bytes`` of them (at least one)."""
+    def take(
+        self, max_rows: int | None, max_bytes: int | None, timeout: float
+    ) -> list[tuple[Delivery, bytes]]:
+        """Up to ``max_rows`` buffered messages and ``max_bytes`` of them (at least one).
+
+        While draining, an empty buffer is only an answer once the drain is complete (up to
+        ``timeout``): an empty batch ends a Trigger.AvailableNow query.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                buffer = self._buffer
+                if buffer or not self._draining or not self._link.draining():
+                    return self._take(max_rows, max_bytes)
+                if self._failure is not None:
+                    raise AmqpError(f"connection lost while draining: {self._failure}")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.endpoint.address}: the drain did not complete in time")
+            time.sleep(POLL_S)
+
+    def _take(self, max_rows: int | None, max_bytes: int | None) -> list[tuple[Delivery, bytes]]:
         taken: list[tuple[Delivery, bytes]] = []
         size = 0
-        with self._lock:
-            buffer = self._buffer
-            rows = len(buffer) if max_rows is None else min(max_rows, len(buffer))
-            while len(taken) < rows:
-                item = buffer[0]
-                size += len(item[1])
-                if max_bytes is not None and size > max_bytes and taken:
-                    break
-                taken.append(buffer.popleft())
+        buffer = self._buffer
+        rows = len(buffer) if max_rows is None else min(max_rows, len(buffer))
+        while len(taken) < rows:
+            size += len(buffer[0][1])
+            if max_bytes is not None and size > max_bytes and taken:
+                break
+            taken.append(buffer.popleft())
         return taken
 
     def accept(self, deliveries: list[Delivery]) -> None:
@@ -117,30 +136,23 @@ class QueueReceiver:
             for delivery in deliveries:
                 delivery.update(Delivery.ACCEPTED)
                 delivery.settle()
-            if not self._frozen and self._failure is None:
-                self._link.flow(len(deliveries))
+            if self._failure is None:
+                if self._draining:
+                    self._link.drain(len(deliveries))
+                else:
+                    self._link.flow(len(deliveries))
             self._amqp.flush()
 
-    def drain(self, timeout: float) -> None:
-        """Have the gateway send everything it has now, then stop granting credit.
+    def drain(self) -> None:
+        """From now on, have the gateway send what it has and say when it has nothing more.
 
-        AMQP 1.0 §2.6.7: the sender uses up the credit or advances its delivery-count past it
-        and answers with a FLOW; after that, the buffer holds all the queue had.
+        AMQP 1.0 §2.6.7: a draining sender uses up the credit or advances its delivery-count
+        past it and answers with a FLOW, so an empty buffer after that FLOW is an empty queue.
         """
         with self._lock:
-            self._frozen = True
+            self._draining = True
             self._link.drain(0)
             self._amqp.flush()
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if self._failure is not None:
-                    raise AmqpError(f"connection lost while draining: {self._failure}")
-                if not self._link.draining():
-                    return
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.endpoint.address}: the drain did not complete in time")
-            time.sleep(POLL_S)
 
     def close(self) -> None:
         """Stop the thread and close the connection; the gateway releases what was unsettled."""

@@ -75,7 +75,7 @@ class QueueStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             self._receiver = receiver
             self._seq = 0
             if self._available_now:
-                receiver.drain(self.options.receive_timeout_s)
+                receiver.drain()
         return receiver
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], dict[str, Any]]:
@@ -89,7 +89,9 @@ class QueueStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
         if start.get("epoch") == receiver.epoch:
             self._settle(receiver, int(start["seq"]))
         taken = receiver.take(
-            self.options.max_records_per_trigger, self.options.max_bytes_per_trigger
+            self.options.max_records_per_trigger,
+            self.options.max_bytes_per_trigger,
+            self.options.receive_timeout_s,
         )
         if not taken:
             return iter(()), start
@@ -122,10 +124,14 @@ class QueueStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
         receiver.accept(settled)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Drain the queue once: the query ends after what was available at its start."""
+        """Drain the queue: the query ends at the first drain that finds it empty.
+
+        A queue has no offsets to stop at, so what a producer publishes while the query runs
+        is read too; a producer faster than the query keeps it running.
+        """
         self._available_now = True
         if self._receiver is not None:
-            self._receiver.drain(self.options.receive_timeout_s)
+            self._receiver.drain()
 
     def stop(self) -> None:
         """Close the connection; whatever was not committed goes back to the queue."""

@@ -127,3 +127,25 @@ def test_a_killed_query_restarts_from_its_checkpoint_and_loses_nothing(
     assert len(redelivered) == 3_000 - settled_before
     duplicates = {body for body in bodies if bodies.count(body) > 1}
     assert duplicates <= {bytes(row.body) for row in redelivered}
+
+
+def test_available_now_reads_the_queue_until_empty_then_stops(
+    spark: SparkSession, server: RunningServer, tmp_path: Path
+) -> None:
+    """More messages than the credit window: drained window after window, then the query ends."""
+    published = _bodies(2_500, "now")
+    publish(server.url, "/queues/spark-now", published)
+    query = (
+        _stream(spark, server, "/queues/spark-now", credit="1000", maxRecordsPerTrigger="400")
+        .writeStream.format("memory")
+        .queryName("spark_now")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(240)
+    assert query.exception() is None
+    rows = spark.sql("select body from spark_now").collect()
+    assert sorted(bytes(row.body) for row in rows) == published
+    stats = server.queue("spark-now")
+    assert (stats.ready, stats.unacked, stats.acknowledged) == (0, 0, 2_500)
