@@ -31,6 +31,7 @@ from gateway.config import ServerConfig
 from gateway.consumers import consumer_options
 from gateway.deliveries import CDelivery
 from gateway.drain import send_drained_flow
+from gateway.durability import Durability
 from gateway.events import (
     connection_of,
     delivery_of,
@@ -71,7 +72,9 @@ def _close(endpoint: Connection | Session | Link, condition: str, description: s
 class Broker(Handler):
     """The server's reactor handler: every connection's endpoints and deliveries."""
 
-    def __init__(self, config: ServerConfig, registry: QueueRegistry) -> None:
+    def __init__(
+        self, config: ServerConfig, registry: QueueRegistry, durability: Durability | None = None
+    ) -> None:
         super().__init__()
         self.config = config
         self.registry = registry
@@ -85,7 +88,7 @@ class Broker(Handler):
             Router(registry, node=f"sluicegate@{socket.gethostname()}"), self.queue_deleted
         )
         self.publishing = Publishing(
-            config, registry, MemoryBudget(config.memory_budget), self._route
+            config, registry, MemoryBudget(config.memory_budget), self._route, durability
         )
         self.expiry = ExpiryTimer(registry, self._route)
         self.publishing.other_link = self.management.on_request
@@ -354,7 +357,7 @@ class Broker(Handler):
         if part.start == 0:
             sender.delivery(str(message.seq))
         sender.stream(message.payload[part.start : part.end])
-        if part.end == len(message.payload):
+        if part.end == message.size:
             delivery = sender.current
             assert delivery is not None
             sender.advance()

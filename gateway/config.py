@@ -24,6 +24,7 @@ from gateway.definitions import (
     check_definitions,
     parse_definitions,
 )
+from queues.log.store import DEFAULT_CACHE_BYTES, DEFAULT_SEGMENT_SIZE
 from session.account import DEFAULT_ACCOUNT_LIMIT
 from session.memory_budget import DEFAULT_MEMORY_BUDGET
 from session.session import DEFAULT_MAX_QUEUE_CREDIT
@@ -109,6 +110,9 @@ class ServerConfig:
     queues: tuple[QueueDefinition, ...] = ()
     exchanges: tuple[ExchangeDefinition, ...] = ()
     bindings: tuple[BindingDefinition, ...] = ()
+    # The durable log: size of one segment file, and bodies kept in memory after their fsync.
+    log_segment_size: int = DEFAULT_SEGMENT_SIZE
+    body_cache_size: int = DEFAULT_CACHE_BYTES
 
     def __post_init__(self) -> None:
         try:
@@ -124,6 +128,7 @@ class ServerConfig:
             "max_queue_credit",
             "memory_budget",
             "account_limit",
+            "log_segment_size",
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}: must be positive, got {getattr(self, key)}")
@@ -159,6 +164,8 @@ class ServerConfig:
             raise ConfigError("handshake_timeout: must be positive")
         if self.max_links_per_session <= 0:
             raise ConfigError("max_links_per_session: must be positive")
+        if self.body_cache_size < 0:
+            raise ConfigError("body_cache_size: must not be negative")
 
     @property
     def host(self) -> str:

@@ -12,14 +12,29 @@ from __future__ import annotations
 import uuid
 from typing import Final
 
-from proton import Data, Described, Link, Terminus, symbol
+from proton import Data, Described, Link, Terminus, symbol, timestamp
 
 from queues.codec import Symbol, Value
 from queues.filters import FILTER_NAMES, PROPERTIES_FILTER, InvalidFilter, message_filter
-from queues.queue_type import ConsumerOptions, MessageFilter
+from queues.queue_type import ConsumerOptions, MessageFilter, OffsetSpec
 from queues.selector import SELECTOR_FILTER, SELECTOR_NAME, Selector
 
 PRIORITY: Final = symbol("rabbitmq:priority")
+STREAM_OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
+_OFFSET_KEYWORDS: Final = frozenset({"first", "last", "next"})
+
+
+def _offset_spec(value: object) -> OffsetSpec:
+    """A stream reader's start: ``first``/``last``/``next``, an offset, or a timestamp."""
+    if isinstance(value, timestamp):
+        return OffsetSpec("timestamp", int(value))
+    if isinstance(value, str) and value in _OFFSET_KEYWORDS:
+        return OffsetSpec(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return OffsetSpec("offset", value)
+    raise InvalidFilter(
+        f"{STREAM_OFFSET_SPEC}: expected first, last, next, an offset or a timestamp, got {value!r}"
+    )
 
 
 def _plain(value: object) -> Value:
@@ -46,6 +61,7 @@ def consumer_options(link: Link) -> ConsumerOptions:
     source = link.remote_source
     properties: dict[str, Value] = {}
     application: dict[str, Value] = {}
+    offset: OffsetSpec | None = None
     served: dict[object, object] = {}
     selector: MessageFilter | None = None
     filters = source.filter
@@ -56,6 +72,10 @@ def consumer_options(link: Link) -> ConsumerOptions:
             if not isinstance(entry, Described):
                 continue
             descriptor = entry.descriptor
+            if descriptor == STREAM_OFFSET_SPEC:
+                offset = _offset_spec(entry.value)
+                served[key] = entry
+                continue
             code = FILTER_NAMES.get(str(descriptor)) if isinstance(descriptor, str) else descriptor
             if code == SELECTOR_FILTER or descriptor == SELECTOR_NAME:
                 if not isinstance(entry.value, str):
@@ -82,4 +102,5 @@ def consumer_options(link: Link) -> ConsumerOptions:
         filter=message_filter(properties, application, selector),
         browse=source.distribution_mode == Terminus.DIST_MODE_COPY,
         priority=priority,
+        offset=offset,
     )

@@ -24,12 +24,14 @@ from proton import Condition, Delivery, Endpoint, Link, Receiver
 from gateway import deliveries, reading
 from gateway.config import ServerConfig
 from gateway.deliveries import CDelivery
+from gateway.durability import Durability
 from gateway.routing import Router
 from gateway.state import ConnectionState, IncomingLinkState
 from queues.errors import QueueError
 from queues.message import Message
 from queues.queue_type import Dispatch, Outcome, QueueType
 from queues.registry import QueueRegistry
+from queues.stream import StreamQueue
 from session.incoming_link import IncomingLink
 from session.memory_budget import MemoryBudget
 
@@ -76,6 +78,7 @@ class Publishing:
         registry: QueueRegistry,
         budget: MemoryBudget,
         dispatch: Callable[[list[Dispatch]], None],
+        durability: Durability | None = None,
     ) -> None:
         self.config = config
         self.registry = registry
@@ -89,6 +92,10 @@ class Publishing:
         # Links whose credit fell to half: renewed once per batch of events (flush), so that a
         # transfer beyond the credit the client was really granted is seen as such.
         self._renew: set[IncomingLinkState] = set()
+        # Where persistent messages to durable queues are stored before they are confirmed.
+        self.durability = durability
+        if durability is not None:
+            durability.confirm = self.confirm
 
     # -- links ----------------------------------------------------------------------------
 
@@ -164,8 +171,24 @@ class Publishing:
         """Enqueue one copy; an in-memory queue has stored it once ``enqueue`` returns.
 
         A queue that refuses it (full, with ``x-overflow = reject-publish``) has the publisher
-        told ``rejected`` with the queue's condition.
+        told ``rejected`` with the queue's condition. A persistent message to a durable queue
+        is stored once the log's fsync covers it: :class:`gateway.durability.Durability`
+        confirms it then.
         """
+        durability = self.durability
+        if durability is not None and self.registry.persists(queue, message.payload):
+            if isinstance(queue, StreamQueue):
+                message = queue.stamp(message)
+            stored = durability.persist(queue.name, message, pending)
+            try:
+                dispatches = queue.enqueue(stored)
+            except QueueError as error:
+                durability.withdraw(stored)
+                self.confirm(pending, Outcome.REJECTED, Condition(error.condition, str(error)))
+                return
+            if dispatches:
+                self._dispatch(dispatches)
+            return
         try:
             dispatches = queue.enqueue(message)
         except QueueError as error:
@@ -217,7 +240,10 @@ class Publishing:
     # -- credit ---------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Check the memory budget, then renew the credit of links that may have more."""
+        """Hand appended records to the log writer, check the memory budget, then renew the
+        credit of links that may have more."""
+        if self.durability is not None:
+            self.durability.flush()
         budget = self.budget
         if budget.update(self.registry.held.total) and not budget.blocked:
             self._renew.update(s for s in self.links if s.link.wants_credit)

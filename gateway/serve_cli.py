@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from gateway.config import ConfigError, load_config, setting_names
 from gateway.server import Server, StartError
+from queues.log.recovery import LogCorrupted
 
 _FLAG_HELP: Final = {
     "listen": "AMQP address to listen on, HOST:PORT (port 0: any)",
@@ -54,7 +55,14 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(config: Any) -> int:
     """Run a server with ``config`` in this process until SIGINT or SIGTERM."""
-    server = Server(config)
+    try:
+        server = Server(config)
+    except (OSError, LogCorrupted) as error:
+        print(
+            f"sluicegate: cannot open the data directory {config.data_dir}: {error}",
+            file=sys.stderr,
+        )
+        return 1
     try:
         server.start()
     except StartError as error:

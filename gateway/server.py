@@ -17,9 +17,11 @@ from proton import Condition
 from gateway.broker import Broker
 from gateway.config import ConfigError, ServerConfig
 from gateway.definitions import apply_definitions
+from gateway.durability import Durability
 from gateway.expiry import tick
 from gateway.io_layer import FlowIO
 from gateway.listener import Listener
+from gateway.log_writer import FaultHook
 from gateway.login import PasswordChecks
 from gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
 from gateway.reactor import BrokerContainer
@@ -44,15 +46,23 @@ class StartError(Exception):
 class Server:
     """An AMQP 1.0 server on one reactor."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, storage_fault: FaultHook | None = None) -> None:
         self.config = config
-        self.registry = QueueRegistry()
+        self._wakeup = Wakeup()
+        self.durability = Durability(
+            config.data_dir,
+            self._wakeup,
+            segment_size=config.log_segment_size,
+            cache_bytes=config.body_cache_size,
+            fault=storage_fault,
+        )
+        self.registry = QueueRegistry(store=self.durability.store)
+        self.durability.recover(self.registry)
         apply_definitions(self.registry, config.queues, config.exchanges, config.bindings)
-        self.broker = Broker(config, self.registry)
+        self.broker = Broker(config, self.registry, self.durability)
         self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)
         self.container.global_handler = self._io
-        self._wakeup = Wakeup()
         self._logins = PasswordChecks(config.users, self._wakeup.call_soon)
         self._listener: Listener | None = None
         self._metrics: MetricsEndpoint | None = None
@@ -61,6 +71,8 @@ class Server:
         self.tls_port: int | None = None
         self._stopping = False
         self._shutdown_hooks: list[Callable[[], None]] = []
+        # The log writes and fsyncs the last settlements once no client can act any more.
+        self.on_shutdown(self.durability.close)
         # What ``sluicegate serve`` exits with once :meth:`run` returns.
         self.exit_status = 0
         self._deadline = 0.0
@@ -94,6 +106,7 @@ class Server:
         self.port = self._listener.port
         self._start_tls()
         self._wakeup.attach(self.container)
+        self.durability.start()
 
     def _start_tls(self) -> None:
         """Open the amqps:// listener if a certificate and key are configured."""

@@ -29,6 +29,9 @@ class Wakeup:
         os.set_blocking(self._write, False)
         self._calls: deque[Callable[[], None]] = deque()
         self._selectable: Selectable | None = None
+        # Set when the reactor closes the pipe: late callers (a log writer thread finishing its
+        # last fsync) are dropped instead of writing to a closed descriptor.
+        self._closed = False
 
     def attach(self, container: Container) -> None:
         """Register the pipe with the reactor's selector."""
@@ -43,6 +46,8 @@ class Wakeup:
 
     def call_soon(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the reactor thread; safe from threads and signal handlers."""
+        if self._closed:
+            return
         self._calls.append(callback)
         with contextlib.suppress(BlockingIOError):
             os.write(self._write, b"!")
@@ -61,5 +66,6 @@ class Wakeup:
 
     def close(self) -> None:
         """Called by the reactor when the selectable ends: release both ends of the pipe."""
+        self._closed = True
         os.close(self._read)
         os.close(self._write)

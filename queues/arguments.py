@@ -50,8 +50,8 @@ class QueueArguments:
 
 DEFAULT_ARGUMENTS: Final = QueueArguments()
 
-# The queue types this server serves; others (the stream type) register theirs here.
-QUEUE_TYPES: set[str] = {"classic"}
+# The queue types this server serves (their factories are in queues.registry).
+QUEUE_TYPES: set[str] = {"classic", "stream"}
 # Arguments of other queue types that a classic queue accepts and ignores, as RabbitMQ does.
 _PASSED_THROUGH: Final = frozenset(
     {

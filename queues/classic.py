@@ -254,9 +254,8 @@ class ClassicQueue:
         self._published += 1
         self._log[seq] = message
         self._available += 1
-        size = len(message.payload)
-        self._ready_bytes += size
-        self.held.total += size + MESSAGE_OVERHEAD
+        self._ready_bytes += message.size
+        self.held.total += message.held + MESSAGE_OVERHEAD
         expires = message.expires
         if expires is not None:
             heapq.heappush(self._expiries, (expires, seq))
@@ -293,7 +292,7 @@ class ClassicQueue:
                     message.state = ARCHIVED
                     del log[seq]
                     settled += 1
-                    freed += len(message.payload)
+                    freed += message.held
             self._acknowledged += settled
             self.held.total -= freed + settled * MESSAGE_OVERHEAD
             return _NO_DISPATCH
@@ -343,15 +342,17 @@ class ClassicQueue:
         """Drop every available message; return how many were dropped."""
         count = self._available
         log = self._log
+        freed = 0
         for seq, message in list(log.items()):
             if message.state == AVAILABLE:
                 message.state = ARCHIVED
+                freed += message.held
                 del log[seq]
         self._returned.clear()
         for state in self._filtered:
             state.returned.clear()
         self._expiries.clear()
-        self.held.total -= self._ready_bytes + count * MESSAGE_OVERHEAD
+        self.held.total -= freed + count * MESSAGE_OVERHEAD
         self._available = 0
         self._ready_bytes = 0
         return count
@@ -415,9 +416,7 @@ class ClassicQueue:
             dropped=self._dropped,
             overflowed=self._overflowed,
             lock_expired=self._lock_expired,
-            unacked_bytes=sum(
-                len(m.payload) for c in self._consumers.values() for m in c.unacked.values()
-            ),
+            unacked_bytes=sum(m.held for c in self._consumers.values() for m in c.unacked.values()),
         )
 
     def holds(self, consumer: ConsumerKey) -> set[int]:
@@ -434,13 +433,13 @@ class ClassicQueue:
     def _archive(self, message: Message) -> None:
         message.state = ARCHIVED
         del self._log[message.seq]
-        self.held.total -= len(message.payload) + MESSAGE_OVERHEAD
+        self.held.total -= message.held + MESSAGE_OVERHEAD
 
     def _make_available(self, message: Message) -> None:
         """Put an acquired message back at its original position."""
         message.state = AVAILABLE
         self._available += 1
-        self._ready_bytes += len(message.payload)
+        self._ready_bytes += message.size
         seq = message.seq
         if seq < self._cursor:
             heapq.heappush(self._returned, seq)
@@ -458,7 +457,7 @@ class ClassicQueue:
             self._acknowledged -= 1
             self._log[message.seq] = message
             self._low = min(self._low, message.seq)
-            self.held.total += len(message.payload) + MESSAGE_OVERHEAD
+            self.held.total += message.held + MESSAGE_OVERHEAD
         self._delivered -= 1
         self._make_available(message)
 
@@ -471,15 +470,14 @@ class ClassicQueue:
         limit = self.arguments.delivery_limit
         error: Exception | None = None
         for message in messages:
-            size = len(message.payload)
+            size, held = message.size, message.held
             try:
                 message.count_failed_delivery()
             except Exception as exc:
                 error = error or exc
                 continue
-            grown = len(message.payload) - size
-            self._ready_bytes += grown
-            self.held.total += grown
+            self._ready_bytes += message.size - size
+            self.held.total += message.held - held
             if limit is not None and message.delivery_count > limit:
                 self._remove_available(message)
                 self._dead_letter(message, DELIVERY_LIMIT)
@@ -488,7 +486,7 @@ class ClassicQueue:
 
     def _remove_available(self, message: Message) -> None:
         self._available -= 1
-        self._ready_bytes -= len(message.payload)
+        self._ready_bytes -= message.size
         self._archive(message)
 
     def _expire(self, message: Message) -> None:
@@ -513,7 +511,7 @@ class ClassicQueue:
         max_length = self.arguments.max_length
         max_bytes = self.arguments.max_length_bytes
         return (max_length is not None and self._available >= max_length) or (
-            max_bytes is not None and self._ready_bytes + len(message.payload) > max_bytes
+            max_bytes is not None and self._ready_bytes + message.size > max_bytes
         )
 
     def _drop_head(self) -> None:
@@ -615,7 +613,7 @@ class ClassicQueue:
             return message
         message.state = ACQUIRED
         self._available -= 1
-        self._ready_bytes -= len(message.payload)
+        self._ready_bytes -= message.size
         if state.ack_required:
             state.unacked[message.seq] = message
             timeout = self.arguments.consumer_timeout
@@ -658,6 +656,7 @@ class ClassicQueue:
         unacked = state.unacked
         count = 0
         size_taken = 0
+        held_taken = 0
         while seq < end and count < limit:
             message = log.get(seq)
             seq += 1
@@ -668,7 +667,8 @@ class ClassicQueue:
                 self._expire(message)
                 continue
             count += 1
-            size_taken += len(message.payload)
+            size_taken += message.size
+            held_taken += message.held
             taken.append(message)
             if ack_required:
                 message.state = ACQUIRED
@@ -678,7 +678,7 @@ class ClassicQueue:
                 del log[seq - 1]
         self._cursor = seq
         if not ack_required:
-            self.held.total -= size_taken + count * MESSAGE_OVERHEAD
+            self.held.total -= held_taken + count * MESSAGE_OVERHEAD
         if count:
             state.credit -= count
             state.delivery_count = (state.delivery_count + count) & SERIAL_MASK

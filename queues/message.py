@@ -57,6 +57,11 @@ class Message:
         """Bytes the message occupies on the wire and in memory."""
         return len(self.payload)
 
+    @property
+    def held(self) -> int:
+        """Bytes of the message kept in memory (a stored message's body may be on disk only)."""
+        return len(self.payload)
+
     def copy(self) -> Message:
         """The same message for another queue: shares the bytes, not the queue's state."""
         return Message(

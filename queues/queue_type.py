@@ -38,6 +38,18 @@ class Clock:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """Where a stream reader starts (``rabbitmq:stream-offset-spec``).
+
+    ``kind`` is ``first``, ``last``, ``next``, ``offset`` (``value`` is the offset) or
+    ``timestamp`` (``value`` in milliseconds since the epoch).
+    """
+
+    kind: str
+    value: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerOptions:
     """How a consumer takes messages: its filter, whether it browses, its priority.
 
@@ -49,6 +61,8 @@ class ConsumerOptions:
     filter: MessageFilter | None = None
     browse: bool = False
     priority: int = 0
+    # Stream queues only: where the reader starts.
+    offset: OffsetSpec | None = None
 
 
 DEFAULT_CONSUMER: ConsumerOptions = ConsumerOptions()
@@ -116,6 +130,9 @@ class QueueStatistics:
     lock_expired: int = 0
     # Bytes of the messages consumers hold unsettled.
     unacked_bytes: int = 0
+    # Stream queues: the first and last offsets held (None when empty), for Spark's planning.
+    first_offset: int | None = None
+    last_offset: int | None = None
 
 
 class QueueType(Protocol):

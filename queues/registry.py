@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from queues.arguments import QUEUE_TYPES, QueueArguments, parse_arguments
 from queues.classic import ClassicQueue
+from queues.codec import Value
 from queues.deaths import Death, is_cycle, record_death
 from queues.errors import (
     DecodeError,
@@ -25,8 +26,12 @@ from queues.errors import (
 )
 from queues.exchanges import Binding, Exchange, ExchangeSettings, exchange_settings
 from queues.held_bytes import HeldBytes
+from queues.log.records import Arguments
 from queues.message import Message
 from queues.queue_type import Clock, DeadLetter, Dispatch, QueueStatistics, QueueType
+from queues.sections import read_header
+from queues.stream import StreamQueue
+from queues.topology_log import TopologyLog
 
 
 class AccessRefused(QueueError):
@@ -82,7 +87,11 @@ def _classic(name: str, arguments: QueueArguments, context: QueueContext) -> Que
     )
 
 
-QUEUE_FACTORIES: dict[str, QueueFactory] = {"classic": _classic}
+def _stream(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
+    return StreamQueue(name, arguments, clock=context.clock, held=context.held)
+
+
+QUEUE_FACTORIES: dict[str, QueueFactory] = {"classic": _classic, "stream": _stream}
 DEFAULT_EXCHANGE: Final = ""
 _PREDECLARED: Final = {"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic"}
 
@@ -90,8 +99,15 @@ _PREDECLARED: Final = {"amq.direct": "direct", "amq.fanout": "fanout", "amq.topi
 class QueueRegistry:
     """All queues, exchanges and bindings of one server."""
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, store: TopologyLog | None = None) -> None:
         self.clock = clock if clock is not None else Clock()
+        # The durable log: durable declarations are logged there (queues are durable by
+        # default, as in RabbitMQ); None keeps everything in memory.
+        self.store = store
+        # Queues whose persistent messages go through the log.
+        self._logged: set[str] = set()
+        # Exchanges whose bindings to logged queues are logged: the durable ones.
+        self._logged_exchanges: set[str] = set(_PREDECLARED)
         # Dead letters every queue hands over, routed by :meth:`route_dead_letters`.
         self.dead_letters: list[DeadLetter] = []
         # Bytes every queue holds in memory, for the server's memory budget.
@@ -142,7 +158,24 @@ class QueueRegistry:
         self._settings[name] = settings
         if exclusive:
             self._owners[name] = owner
+        if self.store is not None and durable and not exclusive and not auto_delete:
+            self.store.declare_queue(name, _loggable(arguments))
+            self._logged.add(name)
         return queue
+
+    def logged(self, name: str) -> bool:
+        """True if ``name`` is a durable queue whose persistent messages are logged."""
+        return name in self._logged
+
+    def persists(self, queue: QueueType, payload: bytes) -> bool:
+        """True if this message to ``queue`` goes through the log before it is confirmed.
+
+        Persistent messages (header ``durable = true``) to durable queues do, and every
+        message of a durable stream, as in RabbitMQ.
+        """
+        if queue.name not in self._logged:
+            return False
+        return isinstance(queue, StreamQueue) or read_header(payload).durable
 
     def declare(self, name: str) -> QueueType:
         """The queue a link attaches to: the existing one, or a new one with defaults."""
@@ -206,6 +239,9 @@ class QueueRegistry:
         queue.purge()
         self.deleted_published += stats.published
         self.deleted_delivered += stats.delivered
+        if name in self._logged and self.store is not None:
+            self._logged.discard(name)
+            self.store.delete_queue(name, ())
         del self._queues[name]
         del self._settings[name]
         self.timed.discard(queue)
@@ -258,6 +294,9 @@ class QueueRegistry:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange names starting with 'amq.' are reserved: '{name}'")
         exchange = self._exchanges[name] = Exchange(name, settings)
+        if self.store is not None and durable and not auto_delete and not internal:
+            self.store.declare_exchange(name, type_name, _loggable(arguments))
+            self._logged_exchanges.add(name)
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -270,6 +309,9 @@ class QueueRegistry:
         if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange '{name}' in use")
         del self._exchanges[name]
+        if name in self._logged_exchanges and self.store is not None:
+            self._logged_exchanges.discard(name)
+            self.store.delete_exchange(name)
 
     def exchange(self, name: str) -> Exchange:
         """Return the exchange called ``name``, or raise ``amqp:not-found``."""
@@ -298,12 +340,21 @@ class QueueRegistry:
             source, destination, binding_key, tuple(sorted((arguments or {}).items()))
         )
         exchange.bind(binding)
+        if (
+            self.store is not None
+            and source in self._logged_exchanges
+            and destination in self._logged
+        ):
+            self.store.bind(source, destination, binding_key, _loggable(arguments))
         return binding
 
     def unbind(self, source: str, destination: str, binding_key: str = "") -> bool:
         """Remove a binding; False if there was none."""
         exchange = self._exchanges.get(source)
-        return exchange is not None and exchange.unbind(destination, binding_key)
+        removed = exchange is not None and exchange.unbind(destination, binding_key)
+        if removed and self.store is not None:
+            self.store.unbind(source, destination, binding_key)
+        return removed
 
     def bindings(self, source: str | None = None, destination: str | None = None) -> list[Binding]:
         """Bindings, optionally only those from ``source`` or to ``destination``."""
@@ -437,3 +488,27 @@ __all__ = [
     "QueueRegistry",
     "QueueSettings",
 ]
+
+
+def _loggable(arguments: Mapping[str, object] | None) -> Arguments:
+    """Declaration arguments as the log stores them: AMQP values under string keys.
+
+    Arguments come from AMQP (management requests, link properties) or TOML definitions,
+    so they are scalars, lists or maps of those; anything else has no AMQP encoding.
+    """
+    logged: Arguments = {}
+    for key, value in (arguments or {}).items():
+        if not _is_value(value):
+            raise PreconditionFailed(f"argument '{key}' has no AMQP encoding: {value!r}")
+        logged[key] = cast(Value, value)
+    return logged
+
+
+def _is_value(value: object) -> bool:
+    if value is None or isinstance(value, str | bytes | bool | int | float):
+        return True
+    if isinstance(value, list):
+        return all(_is_value(item) for item in value)
+    if isinstance(value, dict):
+        return all(_is_value(k) and _is_value(v) for k, v in value.items())
+    return False

@@ -143,7 +143,7 @@ class Session:
         kept: deque[_Pending] = deque()
         for entry in self.outgoing_pending:
             if entry[0] is link:
-                if type(entry[1]) is Message:
+                if isinstance(entry[1], Message):
                     unsent.append(entry[1])
             else:
                 kept.append(entry)
@@ -194,13 +194,13 @@ class Session:
         frame_payload = self.frame_payload
         while pending:
             link, item = pending[0]
-            if type(item) is Message:
+            if isinstance(item, Message):
                 room = min(self.remote_incoming_window, credit.credit)
                 if room <= 0:
                     self._bypass(out)
                     break
                 start = self.head_sent
-                size = len(item.payload)
+                size = item.size
                 frames = -(-(size - start) // frame_payload) or 1
                 if frames > room:
                     end = start + room * frame_payload
@@ -241,7 +241,7 @@ class Session:
         while pending:
             entry = pending.popleft()
             link, item = entry
-            if type(item) is Message or link in waiting:
+            if isinstance(item, Message) or link in waiting:
                 waiting.add(link)
                 kept.append(entry)
             elif type(item) is CreditReply:
@@ -324,7 +324,7 @@ class Session:
         links = list(self.links.values())
         return SessionStatistics(
             outgoing_pending=len(self.outgoing_pending),
-            pending_deliveries=sum(1 for e in self.outgoing_pending if type(e[1]) is Message),
+            pending_deliveries=sum(1 for e in self.outgoing_pending if isinstance(e[1], Message)),
             remote_incoming_window=self.remote_incoming_window,
             writer_blocked=self.writer_credit.blocked,
             writer_credit=self.writer_credit.credit,

@@ -43,6 +43,7 @@ from queues.errors import (
     ResourceLocked,
 )
 from queues.exchanges import Binding, Exchange, Unroutable
+from queues.queue_type import QueueStatistics
 from queues.registry import AccessRefused, QueueInfo, QueueRegistry
 
 # RabbitMQ's only virtual host; sluicegate has one namespace, reported under this name.
@@ -254,6 +255,7 @@ class Router:
             "replicas": [self.node],
             "message_count": ULong(info.statistics.ready),
             "consumer_count": UInt(info.statistics.consumers),
+            **_stream_offsets(info.statistics),
         }
 
     # -- exchanges ------------------------------------------------------------------------
@@ -393,3 +395,10 @@ def _binding_map(binding: Binding) -> dict[str, object]:
         "binding_key": binding.binding_key,
         "arguments": dict(binding.arguments),
     }
+
+
+def _stream_offsets(statistics: QueueStatistics) -> dict[str, object]:
+    """A stream's first and last offsets (Spark plans its reads by them); nothing otherwise."""
+    if statistics.first_offset is None or statistics.last_offset is None:
+        return {}
+    return {"first_offset": statistics.first_offset, "last_offset": statistics.last_offset}

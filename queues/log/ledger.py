@@ -1,10 +1,13 @@
 """Which segments compaction may delete, from counts kept as records are placed (DESIGN §3).
 
 A segment may go when (1) every message it enqueued is settled, (2) every older segment whose
-messages its settle, acquire or return records name is gone, since otherwise replay would find
-those messages without their settlement and bring them back, and (3) when it removes a queue,
+messages its settle records name is gone, since otherwise replay would find those messages
+without their settlement and bring them back, and (3) when it removes a queue,
 exchange or binding, every older segment is gone, since an older one may still declare it.
-Segments are deleted oldest first, so one pass in order decides them all. Disk use follows the
+Segments are deleted oldest first, so one pass in order decides them all. Acquire and return
+records pin nothing: a message redelivered many times would otherwise keep a segment per
+delivery. Compacting one away only makes a recovered delivery-count less exact (it is a count
+of attempts, AMQP 1.0 §3.2.1), never loses or resurrects a message. Disk use follows the
 live backlog: a message that stays unsettled keeps its own segment and those that settle its
 neighbours, nothing else.
 """
@@ -32,11 +35,6 @@ class SegmentLedger:
     def settled(self, message_segment: int, record_segment: int) -> None:
         """A message of ``message_segment`` was settled by a record in ``record_segment``."""
         self._live[message_segment] -= 1
-        if message_segment != record_segment:
-            self._refs[record_segment].add(message_segment)
-
-    def referenced(self, message_segment: int, record_segment: int) -> None:
-        """A record in ``record_segment`` changed the state of a message of another segment."""
         if message_segment != record_segment:
             self._refs[record_segment].add(message_segment)
 

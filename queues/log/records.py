@@ -26,7 +26,7 @@ HEADER_SIZE: Final = _HEAD.size
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-_ENQUEUE = struct.Struct(">QQ")
+_ENQUEUE = struct.Struct(">QQQ")
 # A record longer than this is corruption, not data: messages are capped far below it
 # (max_message_size), and a flipped bit in a length must not make the reader allocate gigabytes.
 MAX_RECORD_SIZE: Final = 1 << 30
@@ -113,6 +113,8 @@ class Enqueued:
     message_id: int
     queue: str
     timestamp: int
+    # Absolute expiry in milliseconds since the epoch (TTL or absolute-expiry-time), or None.
+    expires: int | None
     payload_offset: int
     payload: bytes | memoryview
 
@@ -196,12 +198,20 @@ def encode_binding(exchange: str, queue: str, key: str, arguments: Arguments, bo
     return _frame(kind, _name(exchange) + _name(queue) + _name(key) + _arguments(arguments))
 
 
-def enqueue_prefix(message_id: int, queue: str, timestamp: int, payload: bytes) -> bytes:
+def enqueue_prefix(
+    message_id: int, queue: str, timestamp: int, payload: bytes, expires: int | None = None
+) -> bytes:
     """Everything of an enqueue record before its payload, so the payload is never copied.
 
     The record is this prefix followed by ``payload``: write both with one ``pwritev``.
     """
-    body_head = bytes((RecordType.ENQUEUE,)) + _ENQUEUE.pack(message_id, timestamp) + _name(queue)
+    # Expiry is stored plus one, so that 0 means none.
+    stored_expiry = 0 if expires is None else expires + 1
+    body_head = (
+        bytes((RecordType.ENQUEUE,))
+        + _ENQUEUE.pack(message_id, timestamp, stored_expiry)
+        + _name(queue)
+    )
     length = len(body_head) + len(payload)
     crc = zlib.crc32(payload, zlib.crc32(body_head))
     return _U32.pack(length) + _U32.pack(crc) + body_head
@@ -269,11 +279,12 @@ def _decode_body(kind: RecordType, body: _Body, start: int) -> Record:
         body.done()
         return segment_start
     if kind is RecordType.ENQUEUE:
-        message_id, timestamp = body.u64(), body.u64()
+        message_id, timestamp, stored_expiry = body.u64(), body.u64(), body.u64()
         queue = body.name()
         payload_offset = body.pos - start
         payload = body.take(body.end - body.pos)
-        return Enqueued(message_id, queue, timestamp, payload_offset, payload)
+        expires = stored_expiry - 1 if stored_expiry else None
+        return Enqueued(message_id, queue, timestamp, expires, payload_offset, payload)
     if kind in (RecordType.SETTLE, RecordType.ACQUIRE, RecordType.RETURN, RecordType.RETURN_FAILED):
         count = body.u32()
         ids = struct.unpack(f">{count}Q", body.take(8 * count))

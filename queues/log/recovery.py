@@ -47,6 +47,7 @@ class RecoveredMessage:
     message_id: int
     queue: str
     timestamp: int
+    expires: int | None
     segment: int
     offset: int
     size: int
@@ -121,6 +122,7 @@ class Recovery:
                 record.message_id,
                 record.queue,
                 record.timestamp,
+                record.expires,
                 segment,
                 offset + record.payload_offset,
                 len(record.payload),
@@ -162,7 +164,6 @@ class Recovery:
                 del owner[message_id]
                 ledger.settled(message.segment, segment)
                 continue
-            ledger.referenced(message.segment, segment)
             if kind is RecordType.ACQUIRE:
                 message.acquired = True
             else:

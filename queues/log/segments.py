@@ -9,11 +9,15 @@ only the last segment can ever end torn (see :mod:`queues.log.recovery`).
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Final
 
 SUFFIX: Final = ".seg"
+# pwritev takes at most IOV_MAX buffers per call (1024 on Linux); more is EINVAL.
+_IOV_MAX: Final = 1024
 # Zero-padded so that listing the directory sorts segments in log order.
 _DIGITS: Final = 20
 
@@ -74,13 +78,14 @@ class SegmentWriter:
         """Write ``buffers`` at ``offset`` of ``segment``, however many calls it takes."""
         fd = self._fd(segment)
         self._dirty.add(segment)
-        remaining = [memoryview(b) for b in buffers if b]
+        remaining = deque(memoryview(b) for b in buffers if b)
         while remaining:
-            written = os.pwritev(fd, remaining, offset)
+            chunk = list(islice(remaining, _IOV_MAX))
+            written = os.pwritev(fd, chunk, offset)
             offset += written
             while remaining and written >= len(remaining[0]):
                 written -= len(remaining[0])
-                remaining.pop(0)
+                remaining.popleft()
             if remaining and written:
                 remaining[0] = remaining[0][written:]
 

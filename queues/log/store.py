@@ -39,7 +39,7 @@ from queues.log.segments import (
     sync_directory,
     truncate_segment,
 )
-from queues.message import Message
+from queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
 from queues.sections import with_delivery_count
 
 # Large enough that rolling (an fsync and a topology snapshot) is rare, small enough that
@@ -52,21 +52,39 @@ _IDS_PER_RECORD: Final = 65536
 
 
 class StoredMessage(Message):
-    """A persistent message: an index entry (segment, offset, size), its body read on demand."""
+    """A persistent message: an index entry (segment, offset, size), its body read on demand.
 
-    __slots__ = ("length", "message_id", "offset", "segment", "store", "timestamp")
+    Its queue changes its state as for any message; each change is logged (acquired,
+    returned, archived), so the queue itself needs no knowledge of the log.
+    """
+
+    __slots__ = (
+        "_state",
+        "archived",
+        "length",
+        "message_id",
+        "offset",
+        "pinned",
+        "queue",
+        "segment",
+        "store",
+        "timestamp",
+    )
 
     def __init__(
         self,
         store: MessageStore,
+        queue: str,
         message_id: int,
         segment: int,
         offset: int,
         length: int,
         timestamp: int,
         delivery_count: int = 0,
+        expires: int | None = None,
     ) -> None:
         self.store = store
+        self.queue = queue
         self.message_id = message_id
         self.segment = segment
         self.offset = offset
@@ -74,11 +92,21 @@ class StoredMessage(Message):
         self.timestamp = timestamp
         self.delivery_count = delivery_count
         self.seq = 0
+        self._state = AVAILABLE
+        self.expires = expires
+        self.exchange = ""
+        self.routing_key = ""
+        self.lock_deadline = 0
+        # Settled in the log: compaction may delete its segment at the next batch.
+        self.archived = False
+        # The body, read while its segment still exists, of a message settled before it is
+        # sent (a pre-settled delivery waiting in its session).
+        self.pinned: bytes | None = None
 
     @property
     def payload(self) -> bytes:  # type: ignore[override]
         """The wire bytes: the stored body, with the delivery-count raised after failures."""
-        body = self.store.body(self)
+        body = self.pinned if self.pinned is not None else self.store.body(self)
         return with_delivery_count(body, self.delivery_count) if self.delivery_count else body
 
     @property
@@ -86,9 +114,36 @@ class StoredMessage(Message):
         """Bytes on the wire, known without reading the body."""
         return self.length
 
+    @property
+    def held(self) -> int:
+        """Nothing counts against the memory budget: the store bounds its own cache."""
+        return 0
+
+    @property
+    def state(self) -> int:
+        """AVAILABLE, ACQUIRED or ARCHIVED (queues.message)."""
+        return self._state
+
+    @state.setter
+    def state(self, value: int) -> None:
+        old = self._state
+        if old == value:
+            return
+        self._state = value
+        store = self.store
+        if value == ACQUIRED:
+            store.acquired(self)
+        elif value == ARCHIVED:
+            # Archived straight from the queue: a pre-settled delivery still to be sent (or an
+            # expiry or purge); its body is kept with it while its segment surely exists.
+            store.settled(self, sending=old == AVAILABLE)
+        else:
+            store.returned(self, False)
+
     def count_failed_delivery(self) -> None:
         """Count a failed attempt; the header is rewritten each time the body is read."""
         self.delivery_count += 1
+        self.store.returned(self, True)
 
 
 @dataclass(slots=True)
@@ -211,15 +266,24 @@ class MessageStore:
 
     # -- messages -------------------------------------------------------------------------
 
-    def enqueue(self, queue: str, payload: bytes, timestamp: int) -> StoredMessage:
+    def enqueue(
+        self, queue: str, payload: bytes, timestamp: int, expires: int | None = None
+    ) -> StoredMessage:
         """Log a persistent message; it is durable once the batch holding it is written."""
         message_id = self.next_id
         self.next_id += 1
-        prefix = enqueue_prefix(message_id, queue, timestamp, payload)
+        prefix = enqueue_prefix(message_id, queue, timestamp, payload, expires)
         segment, offset = self._append([prefix, payload])
         self.ledger.enqueued(segment)
         message = StoredMessage(
-            self, message_id, segment, offset + len(prefix), len(payload), timestamp
+            self,
+            queue,
+            message_id,
+            segment,
+            offset + len(prefix),
+            len(payload),
+            timestamp,
+            expires=expires,
         )
         self._unwritten[message_id] = payload
         self._batch.messages.append(message)
@@ -228,23 +292,41 @@ class MessageStore:
     def take_recovered(self, queue: str) -> list[StoredMessage]:
         """Index entries of the messages recovery found in ``queue``, in log order, once.
 
-        Bodies stay on disk; the recovery records are dropped as they are handed over.
+        Bodies stay on disk; the recovery records are dropped as they are handed over. A
+        message a consumer held at the crash comes back with one more failed delivery.
         """
         found = self.recovered.messages.pop(queue, {})
         self._recovered_count += len(found)
-        return [
-            StoredMessage(
-                self, m.message_id, m.segment, m.offset, m.size, m.timestamp, m.delivery_count
+        messages = []
+        for m in found.values():
+            message = StoredMessage(
+                self,
+                queue,
+                m.message_id,
+                m.segment,
+                m.offset,
+                m.size,
+                m.timestamp,
+                m.delivery_count,
+                m.expires,
             )
-            for m in found.values()
-        ]
+            if m.acquired:
+                # The interrupted delivery counts as failed from now on, durably.
+                self.returned(message, True)
+            messages.append(message)
+        return messages
 
-    def settled(self, message: Message) -> None:
-        """A persistent message is archived: accepted, rejected, purged or dropped."""
+    def settled(self, message: Message, sending: bool = False) -> None:
+        """A persistent message is archived: accepted, rejected, purged or dropped.
+
+        ``sending``: it is archived as it is handed to a consumer that settles nothing, so
+        its body is kept with it until it is sent, whatever compaction does meanwhile.
+        """
         if type(message) is StoredMessage:
+            if sending:
+                message.pinned = self.body(message)
+            message.archived = True
             self._changes.append((RecordType.SETTLE, message))
-            # The batch that writes the body holds its own reference to it.
-            self._unwritten.pop(message.message_id, None)
             self._forget_body(message.message_id)
 
     def acquired(self, message: Message) -> None:
@@ -253,10 +335,27 @@ class MessageStore:
             self._changes.append((RecordType.ACQUIRE, message))
 
     def returned(self, message: Message, failed: bool) -> None:
-        """A persistent message came back to its queue, after a failed attempt or not."""
+        """A persistent message came back to its queue, after a failed attempt or not.
+
+        One that was archived (handed to a pre-settled consumer, then never sent) is logged
+        again as a new enqueue: its settlement may already be durable.
+        """
         if type(message) is StoredMessage:
+            if message.archived:
+                self._relog(message)
+                return
             kind = RecordType.RETURN_FAILED if failed else RecordType.RETURN
             self._changes.append((kind, message))
+
+    def _relog(self, message: StoredMessage) -> None:
+        body = message.pinned if message.pinned is not None else self.body(message)
+        fresh = self.enqueue(message.queue, body, message.timestamp, message.expires)
+        message.message_id = fresh.message_id
+        message.segment = fresh.segment
+        message.offset = fresh.offset
+        message.archived = False
+        message.pinned = None
+        self._batch.messages[-1] = message
 
     def body(self, message: StoredMessage) -> bytes:
         """A message's stored bytes: from memory if not yet written or cached, else the disk."""
@@ -294,7 +393,7 @@ class MessageStore:
         limit = self.cache_bytes
         for message in batch.messages:
             body = unwritten.pop(message.message_id, None)
-            if body is None:
+            if body is None or message.archived:
                 continue
             cache[message.message_id] = body
             self._cached_bytes += len(body)
@@ -387,13 +486,10 @@ class MessageStore:
                 end += 1
             run = [message for _, message in changes[start:end]]
             segment, _ = self._append([encode_messages_changed(kind, [m.message_id for m in run])])
-            ledger = self.ledger
             if kind is RecordType.SETTLE:
+                ledger = self.ledger
                 for message in run:
                     ledger.settled(message.segment, segment)
-            else:
-                for message in run:
-                    ledger.referenced(message.segment, segment)
             start = end
 
 

@@ -7,6 +7,8 @@ through :meth:`gateway.server.Server.call`.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from typing import TypeVar
 import pytest
 
 from gateway.config import ServerConfig
+from gateway.log_writer import FaultHook
 from gateway.server import Server
 from queues.queue_type import QueueStatistics
 from session.session import SessionStatistics
@@ -38,6 +41,8 @@ class RunningServer:
     server: Server
     thread: threading.Thread
     host: str = "127.0.0.1"
+    # A temporary data directory this fixture made, removed when the server stops.
+    owned_data_dir: Path | None = None
 
     @property
     def port(self) -> int:
@@ -85,18 +90,26 @@ class RunningServer:
         self.server.request_shutdown()
         self.thread.join(timeout=15)
         assert not self.thread.is_alive(), "the server did not shut down"
+        if self.owned_data_dir is not None:
+            shutil.rmtree(self.owned_data_dir, ignore_errors=True)
 
 
-def start_server(**settings: object) -> RunningServer:
-    """Start a server on a free loopback port with ``settings`` over the defaults."""
+def start_server(storage_fault: FaultHook | None = None, **settings: object) -> RunningServer:
+    """Start a server on a free loopback port with ``settings`` over the defaults.
+
+    Without a ``data_dir`` setting each server gets its own temporary one, removed at stop.
+    """
     settings.setdefault("metrics_listen", "127.0.0.1:0")
+    owned = None
+    if "data_dir" not in settings:
+        owned = settings["data_dir"] = Path(tempfile.mkdtemp(prefix="sluicegate-test-"))
     config = ServerConfig(listen="127.0.0.1:0", **settings)  # type: ignore[arg-type]
-    server = Server(config)
+    server = Server(config, storage_fault)
     server.start()
     thread = threading.Thread(target=server.run, name="sluicegate-reactor", daemon=True)
     thread.start()
     server.ready.wait(5)
-    return RunningServer(server, thread)
+    return RunningServer(server, thread, owned_data_dir=owned)
 
 
 @pytest.fixture(scope="session")
@@ -112,8 +125,8 @@ def make_server() -> Iterator[Callable[..., RunningServer]]:
     """Start servers with their own settings; each is stopped after the test."""
     started: list[RunningServer] = []
 
-    def make(**settings: object) -> RunningServer:
-        running = start_server(**settings)
+    def make(storage_fault: FaultHook | None = None, **settings: object) -> RunningServer:
+        running = start_server(storage_fault, **settings)
         started.append(running)
         return running
 

@@ -195,3 +195,19 @@ def test_a_corrupt_record_before_the_tail_stops_recovery_naming_it(tmp_path: Pat
     assert failure.value.segment == message.segment
     assert f"segment {message.segment} is corrupt at offset" in str(failure.value)
     assert os.path.exists(path)
+
+
+def test_a_batch_of_more_buffers_than_iov_max_is_written_whole(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    # Two buffers per message (record head and payload): far beyond IOV_MAX in one write.
+    for i in range(3000):
+        store.enqueue("q", _payload(i), 0)
+    batch = store.take_batch()
+    assert max(len(buffers) for _, _, buffers in batch.writes) > 1024
+    write_batches(writer, [batch])
+    store.written(batch)
+    recovered = _reopen(tmp_path).take_recovered("q")
+    assert len(recovered) == 3000
+    assert recovered[-1].payload == _payload(2999)

@@ -1,0 +1,144 @@
+"""Durability for the server: the store under ``--data-dir``, its writer thread, recovery.
+
+Persistent messages (header ``durable = true``) published to durable queues are appended to the
+log as they arrive; the publisher's delivery waits in the current batch and is confirmed (its
+``accepted`` sent, its link's credit renewed) only when the writer thread reports the fsync
+that covers it. Everything else stays in memory and is confirmed at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, TextIO, cast
+
+from gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
+from queues.log.store import MessageStore, StoredMessage
+from queues.message import ARCHIVED, Message
+from queues.registry import QueueRegistry
+from queues.stream import StreamQueue
+
+if TYPE_CHECKING:
+    from gateway.publishing import Unconfirmed
+    from gateway.wakeup import Wakeup
+
+# How long shutdown waits for the last batches before it gives up on a failing disk.
+STOP_TIMEOUT: Final = 10.0
+LOG_DIRECTORY: Final = "log"
+
+
+class DataDirLocked(OSError):
+    """Another server already uses the data directory."""
+
+
+class Durability:
+    """The durable store of one server and the confirmations waiting for its fsyncs."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        wakeup: Wakeup,
+        *,
+        segment_size: int,
+        cache_bytes: int,
+        fault: FaultHook | None = None,
+    ) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(data_dir)
+        directory = data_dir / LOG_DIRECTORY
+        self.store = MessageStore(directory, segment_size=segment_size, cache_bytes=cache_bytes)
+        self.writer = LogWriter(directory, wakeup, self._committed, self._set_failing, fault)
+        self._waiting: list[Unconfirmed] = []
+        # The publish path's confirm step (gateway.publishing.Publishing.confirm).
+        self.confirm: Callable[[Unconfirmed], None] | None = None
+        # True while the disk refuses writes: publishers to durable queues get no credit.
+        self.failing = False
+        self.recovery_seconds = 0.0
+
+    def recover(self, registry: QueueRegistry) -> None:
+        """Declare every durable exchange, queue and binding again and put the messages back.
+
+        Bodies stay on disk; the queues hold index entries (:class:`StoredMessage`).
+        """
+        started = time.monotonic()
+        store = self.store
+        for name, (kind, arguments) in list(store.exchanges.items()):
+            registry.declare_exchange(name, kind, arguments=arguments)
+        for name, arguments in list(store.queues.items()):
+            queue = registry.declare_queue(name, arguments)
+            messages = store.take_recovered(name)
+            if isinstance(queue, StreamQueue):
+                queue.restore(list(messages), [m.timestamp for m in messages])
+                continue
+            for message in messages:
+                queue.enqueue(message)
+        for (exchange, queue_name, key), arguments in list(store.bindings.items()):
+            registry.bind(exchange, queue_name, key, arguments)
+        self.recovery_seconds = time.monotonic() - started
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self.writer.start()
+
+    def persist(self, queue: str, message: Message, pending: Unconfirmed) -> StoredMessage:
+        """Append a persistent message; ``pending`` is confirmed after the covering fsync."""
+        stored = self.store.enqueue(
+            queue, message.payload, int(time.time() * 1000), message.expires
+        )
+        stored.exchange = message.exchange
+        stored.routing_key = message.routing_key
+        self._waiting.append(pending)
+        return stored
+
+    def withdraw(self, message: StoredMessage) -> None:
+        """The queue refused the message just persisted: archive it, confirm nobody for it."""
+        self._waiting.pop()
+        message.state = ARCHIVED
+
+    def flush(self) -> None:
+        """Hand what was appended since the last flush to the writer thread."""
+        store = self.store
+        if store.pending:
+            self.writer.submit(store.take_batch(), self._waiting)
+            self._waiting = []
+
+    def _committed(self, group: Committed) -> None:
+        """On the reactor thread: batches are durable; confirm their publishers."""
+        store = self.store
+        confirm = self.confirm
+        for batch, token in group:
+            store.written(batch)
+            if confirm is not None:
+                for pending in cast("list[Unconfirmed]", token):
+                    confirm(pending)
+
+    def _set_failing(self, failing: bool) -> None:
+        self.failing = failing
+
+    def statistics(self) -> WriterStatistics:
+        """The writer's group-commit figures."""
+        return self.writer.statistics()
+
+    def close(self) -> None:
+        """Write what is pending, stop the writer, release the directory."""
+        self.flush()
+        self.writer.stop(STOP_TIMEOUT)
+        self.store.close()
+        self._lock.close()
+
+
+def _lock(data_dir: Path) -> TextIO:
+    """Hold an exclusive lock on the data directory for the life of the server."""
+    file = (data_dir / "lock").open("a")
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.close()
+        raise DataDirLocked(f"{data_dir} is in use by another sluicegate server") from None
+    file.truncate(0)
+    file.write(f"{os.getpid()}\n")
+    file.flush()
+    return file

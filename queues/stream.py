@@ -1,0 +1,337 @@
+"""The stream queue type (``x-queue-type: stream``): an append-only log read by offset.
+
+Messages are never removed by consumers: every consumer reads everything from where it
+attached (``rabbitmq:stream-offset-spec``: ``first``, ``last``, ``next``, an offset or a
+timestamp), settlement changes nothing, and only retention (``x-max-length-bytes``,
+``x-max-age``) drops messages, oldest first. Each message is stamped once, as it is appended,
+with its offset in the message annotations (``x-stream-offset``), spliced into the encoded bytes
+so the body is never decoded and every delivery sends the stored bytes as they are.
+
+Pure: time is the registry's clock; persistence is the message's business (a stored message
+logs its own archival when retention drops it).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Final
+
+from queues.arguments import QueueArguments
+from queues.codec import Symbol, decode, encode, skip
+from queues.errors import DecodeError, PreconditionFailed
+from queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from queues.message import ARCHIVED, Message
+from queues.queue_type import (
+    DEFAULT_CONSUMER,
+    Clock,
+    ConsumerKey,
+    ConsumerOptions,
+    CreditReply,
+    Dispatch,
+    OffsetSpec,
+    Outcome,
+    QueueStatistics,
+)
+from queues.sections import DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS, section_code
+from queues.serial import SERIAL_MASK, link_credit_snd
+
+X_STREAM_OFFSET: Final = Symbol("x-stream-offset")
+_MA_PREFIX: Final = b"\x00\x53\x72"
+_LONG = struct.Struct(">q")
+_NO_DISPATCH: Final[list[Dispatch]] = []
+# RabbitMQ's x-max-age units: years, months, days, hours, minutes, seconds.
+_AGE = re.compile(r"^(\d+)(Y|M|D|h|m|s)$")
+_AGE_MS: Final = {
+    "Y": 365 * 86_400_000,
+    "M": 30 * 86_400_000,
+    "D": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1000,
+}
+
+
+def parse_max_age(value: object) -> int:
+    """``x-max-age`` (``7D``, ``12h``, ``30s``...) in milliseconds."""
+    match = _AGE.match(value) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) == 0:
+        raise PreconditionFailed(
+            f"invalid arg 'x-max-age': {value!r} is not a positive age such as 7D, 12h or 30s"
+        )
+    return int(match.group(1)) * _AGE_MS[match.group(2)]
+
+
+def _encode_annotations(entries: list[tuple[bytes, bytes]]) -> bytes:
+    body = b"".join(key + value for key, value in entries)
+    count = 2 * len(entries)
+    if len(body) + 1 < 256 and count < 256:
+        return _MA_PREFIX + bytes((0xC1, len(body) + 1, count)) + body
+    return _MA_PREFIX + b"\xd1" + struct.pack(">II", len(body) + 4, count) + body
+
+
+def with_stream_offset(payload: bytes, offset: int) -> bytes:
+    """``payload`` with ``x-stream-offset`` (a long) in its message annotations.
+
+    The annotations section is re-encoded (or inserted after the header and delivery
+    annotations, AMQP 1.0 §3.2); the bytes around it are copied as they are.
+    """
+    stamp = (encode(X_STREAM_OFFSET), b"\x81" + _LONG.pack(offset))
+    pos = 0
+    size = len(payload)
+    while pos < size:
+        if payload[pos] != 0x00:
+            raise DecodeError("a message section is not a described value")
+        descriptor, value_pos = decode(payload, pos + 1)
+        code = section_code(descriptor)
+        if code == MESSAGE_ANNOTATIONS:
+            value, end = decode(payload, value_pos)
+            if not isinstance(value, dict):
+                raise DecodeError("the message-annotations section is not a map")
+            entries = [(encode(k), encode(v)) for k, v in value.items() if k != X_STREAM_OFFSET]
+            return payload[:pos] + _encode_annotations([*entries, stamp]) + payload[end:]
+        if code not in (HEADER, DELIVERY_ANNOTATIONS):
+            break
+        pos = skip(payload, value_pos)
+    return payload[:pos] + _encode_annotations([stamp]) + payload[pos:]
+
+
+def read_stream_offset(payload: bytes | memoryview) -> int | None:
+    """The ``x-stream-offset`` a stamped message carries, or None."""
+    pos = 0
+    size = len(payload)
+    while pos < size:
+        descriptor, value_pos = decode(payload, pos + 1)
+        code = section_code(descriptor)
+        if code == MESSAGE_ANNOTATIONS:
+            value, _ = decode(payload, value_pos)
+            found = value.get(X_STREAM_OFFSET) if isinstance(value, dict) else None
+            return found if isinstance(found, int) else None
+        if code not in (HEADER, DELIVERY_ANNOTATIONS):
+            return None
+        pos = skip(payload, value_pos)
+    return None
+
+
+@dataclass(slots=True, eq=False)
+class StreamConsumer:
+    """One reader: where it is in the stream and the credit it has."""
+
+    key: ConsumerKey
+    position: int
+    delivery_count: int = 0
+    credit: int = 0
+
+
+class StreamQueue:
+    """An append-only, non-destructive queue implementing :class:`queues.queue_type.QueueType`."""
+
+    def __init__(
+        self,
+        name: str,
+        arguments: QueueArguments,
+        *,
+        clock: Clock | None = None,
+        held: HeldBytes | None = None,
+    ) -> None:
+        self.name = name
+        self.arguments = arguments
+        self.clock = clock if clock is not None else Clock()
+        self.held = HeldBytes() if held is None else held
+        extra = dict(arguments.extra)
+        self.max_age = parse_max_age(extra["x-max-age"]) if "x-max-age" in extra else None
+        self.max_bytes = arguments.max_length_bytes
+        # Messages from offset ``first`` on; the list is trimmed from the front lazily.
+        self._messages: list[Message] = []
+        self._timestamps: list[int] = []
+        self._head = 0
+        self.first = 0
+        self.next_offset = 0
+        self._bytes = 0
+        self._stamped = False
+        self._consumers: dict[ConsumerKey, StreamConsumer] = {}
+        self._published = 0
+        self._delivered = 0
+
+    # -- appending ------------------------------------------------------------------------
+
+    def stamp(self, message: Message) -> Message:
+        """The message as it will be stored: stamped with the offset it is about to get.
+
+        For a durable stream the stamped bytes are logged before :meth:`enqueue` appends them.
+        """
+        self._stamped = True
+        return Message(
+            with_stream_offset(message.payload, self.next_offset),
+            expires=message.expires,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+        )
+
+    def enqueue(self, message: Message) -> list[Dispatch]:
+        """Append a message (stamped now unless :meth:`stamp` did); readers at the tail get it."""
+        if not self._stamped:
+            message.payload = with_stream_offset(message.payload, self.next_offset)
+        self._stamped = False
+        return self._append(message, self.clock.now)
+
+    def restore(self, messages: list[Message], timestamps: list[int]) -> None:
+        """Put back the messages recovery found, stamped already; offsets continue from them."""
+        if not messages:
+            return
+        first = read_stream_offset(messages[0].payload)
+        if first is None:
+            raise DecodeError(f"stream '{self.name}': a recovered message has no x-stream-offset")
+        self.first = self.next_offset = first
+        for message, timestamp in zip(messages, timestamps, strict=True):
+            self._append(message, timestamp)
+
+    def _append(self, message: Message, timestamp: int) -> list[Dispatch]:
+        offset = self.next_offset
+        self.next_offset = offset + 1
+        message.seq = offset
+        self._messages.append(message)
+        self._timestamps.append(timestamp)
+        self._bytes += message.size
+        self.held.total += message.held + MESSAGE_OVERHEAD
+        self._published += 1
+        dispatches = _NO_DISPATCH
+        for state in self._consumers.values():
+            if state.credit > 0 and state.position == offset:
+                if dispatches is _NO_DISPATCH:
+                    dispatches = []
+                self._give(state, message)
+                dispatches.append((state.key, message))
+        self._retain(self.clock.now)
+        return dispatches
+
+    # -- consumers ------------------------------------------------------------------------
+
+    def attach(
+        self,
+        consumer: ConsumerKey,
+        *,
+        ack_required: bool,
+        options: ConsumerOptions = DEFAULT_CONSUMER,
+    ) -> None:
+        """Register a reader at the position its offset spec names (default: ``next``)."""
+        self._consumers[consumer] = StreamConsumer(consumer, self.position(options.offset))
+
+    def position(self, spec: OffsetSpec | None) -> int:
+        """The offset a reader attaching with ``spec`` starts at."""
+        if spec is None or spec.kind == "next":
+            return self.next_offset
+        if spec.kind == "first":
+            return self.first
+        if spec.kind == "last":
+            return max(self.first, self.next_offset - 1)
+        if spec.kind == "offset":
+            return min(max(spec.value, self.first), self.next_offset)
+        index = bisect_left(self._timestamps, spec.value, lo=self._head)
+        return self.first + index - self._head
+
+    def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        """Forget a reader; nothing goes back, nothing was taken."""
+        self._consumers.pop(consumer, None)
+        return _NO_DISPATCH
+
+    def credit(
+        self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
+    ) -> tuple[list[Message], CreditReply]:
+        """Read on from the consumer's position while it has credit, then reply once."""
+        state = self._consumers[consumer]
+        state.credit = link_credit_snd(delivery_count, credit, state.delivery_count)
+        taken: list[Message] = []
+        messages = self._messages
+        base = self.first - self._head
+        while state.credit > 0 and state.position < self.next_offset:
+            state.position = max(state.position, self.first)
+            message = messages[state.position - base]
+            self._give(state, message)
+            taken.append(message)
+        if drain and state.credit > 0:
+            state.delivery_count = (state.delivery_count + state.credit) & SERIAL_MASK
+            state.credit = 0
+        available = self.next_offset - max(state.position, self.first)
+        return taken, CreditReply(state.delivery_count, state.credit, available, drain)
+
+    def _give(self, state: StreamConsumer, message: Message) -> None:
+        state.credit -= 1
+        state.delivery_count = (state.delivery_count + 1) & SERIAL_MASK
+        state.position = message.seq + 1
+        self._delivered += 1
+
+    def settle(
+        self, consumer: ConsumerKey, seqs: list[int], outcome: Outcome, delivery_failed: bool
+    ) -> list[Dispatch]:
+        """Nothing to do: a stream keeps its messages whatever readers say."""
+        return _NO_DISPATCH
+
+    def purge(self) -> int:
+        """Drop every message (a deletion does this); offsets go on from where they were."""
+        count = len(self._messages) - self._head
+        while self._head < len(self._messages):
+            self._drop_head()
+        self._messages.clear()
+        self._timestamps.clear()
+        self._head = 0
+        return count
+
+    # -- retention ------------------------------------------------------------------------
+
+    def expire(self) -> list[Dispatch]:
+        """Drop messages older than ``x-max-age`` at the clock's time."""
+        self._retain(self.clock.now)
+        return _NO_DISPATCH
+
+    def next_deadline(self) -> int | None:
+        """When the oldest message passes ``x-max-age``."""
+        if self.max_age is None or self._head == len(self._messages):
+            return None
+        return self._timestamps[self._head] + self.max_age
+
+    def _retain(self, now: int) -> None:
+        max_bytes = self.max_bytes
+        max_age = self.max_age
+        messages = self._messages
+        timestamps = self._timestamps
+        while self._head < len(messages) - 1 or (
+            self._head < len(messages) and max_age is not None
+        ):
+            too_big = max_bytes is not None and self._bytes > max_bytes
+            too_old = max_age is not None and timestamps[self._head] + max_age <= now
+            if not (too_big or too_old):
+                break
+            self._drop_head()
+        if self._head > 1024 and self._head * 2 > len(messages):
+            del messages[: self._head]
+            del timestamps[: self._head]
+            self._head = 0
+
+    def _drop_head(self) -> None:
+        message = self._messages[self._head]
+        self._bytes -= message.size
+        self.held.total -= message.held + MESSAGE_OVERHEAD
+        message.state = ARCHIVED
+        self._head += 1
+        self.first += 1
+
+    # -- statistics -----------------------------------------------------------------------
+
+    def statistics(self) -> QueueStatistics:
+        """Counts for metrics, tests and Spark's planning (first and last offsets)."""
+        count = len(self._messages) - self._head
+        return QueueStatistics(
+            name=self.name,
+            ready=count,
+            unacked=0,
+            consumers=len(self._consumers),
+            ready_bytes=self._bytes,
+            published=self._published,
+            delivered=self._delivered,
+            acknowledged=0,
+            first_offset=self.first if count else None,
+            last_offset=self.next_offset - 1 if count else None,
+        )

@@ -1,0 +1,36 @@
+"""What the registry tells the durable log about queues, exchanges and bindings (DESIGN §3).
+
+Durable declarations are logged so that recovery rebuilds them; the store
+(:class:`queues.log.store.MessageStore`) implements this. Message state changes need no call
+from the queues: a stored message logs its own (:class:`queues.log.store.StoredMessage`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from queues.log.records import Arguments
+from queues.message import Message
+
+
+class TopologyLog(Protocol):
+    """The store as the registry sees it."""
+
+    def declare_queue(self, name: str, arguments: Arguments) -> None:
+        """A durable queue exists with these arguments."""
+
+    def delete_queue(self, name: str, messages: Iterable[Message]) -> None:
+        """A durable queue is gone, with ``messages`` it still held."""
+
+    def declare_exchange(self, name: str, kind: str, arguments: Arguments) -> None:
+        """A durable exchange exists."""
+
+    def delete_exchange(self, name: str) -> None:
+        """A durable exchange is gone."""
+
+    def bind(self, exchange: str, queue: str, key: str, arguments: Arguments) -> None:
+        """A binding between durable ends exists."""
+
+    def unbind(self, exchange: str, queue: str, key: str) -> None:
+        """A binding is gone."""

@@ -1,0 +1,169 @@
+"""The stream queue: offsets stamped into the bytes, readers from any offset, retention."""
+
+from __future__ import annotations
+
+import pytest
+
+from queues.arguments import parse_arguments
+from queues.codec import Described, Symbol, encode
+from queues.errors import PreconditionFailed
+from queues.message import Message
+from queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Outcome
+from queues.sections import sections
+from queues.stream import StreamQueue, parse_max_age, read_stream_offset, with_stream_offset
+
+_BODY = encode(Described(0x77, "the body, never decoded"))
+
+
+def _payload(i: int) -> bytes:
+    return (
+        b"\x00\x53\x70" + encode([True])
+        + b"\x00\x53\x72" + encode({Symbol("x-exchange"): "", Symbol("x-routing-key"): "s"})
+        + encode(Described(0x77, f"m{i}"))
+    )  # fmt: skip
+
+
+def _stream(clock: Clock | None = None, arguments: dict[str, object] | None = None) -> StreamQueue:
+    declared = {"x-queue-type": "stream", **(arguments or {})}
+    return StreamQueue("s", parse_arguments(declared), clock=clock or Clock())
+
+
+def _reader(queue: StreamQueue, key: str, spec: OffsetSpec | None) -> None:
+    queue.attach(key, ack_required=True, options=ConsumerOptions(offset=spec))
+
+
+def _read(queue: StreamQueue, key: str, credit: int = 100) -> list[int]:
+    messages, _ = queue.credit(key, 0, credit, False)
+    return [m.seq for m in messages]
+
+
+def test_the_offset_is_spliced_into_the_annotations_and_the_rest_kept() -> None:
+    stamped = with_stream_offset(_payload(1), 41)
+    assert read_stream_offset(stamped) == 41
+    found = {code: value for code, value, _, _ in sections(stamped)}
+    assert found[0x72] == {
+        Symbol("x-exchange"): "",
+        Symbol("x-routing-key"): "s",
+        Symbol("x-stream-offset"): 41,
+    }
+    assert stamped.endswith(encode(Described(0x77, "m1")))
+    # A message without annotations gets a section after its header.
+    bare = b"\x00\x53\x70" + encode([True]) + _BODY
+    assert read_stream_offset(with_stream_offset(bare, 7)) == 7
+    assert with_stream_offset(bare, 7).endswith(_BODY)
+
+
+def test_every_reader_gets_everything_from_first() -> None:
+    queue = _stream()
+    for i in range(5):
+        queue.enqueue(Message(_payload(i)))
+    _reader(queue, "a", OffsetSpec("first"))
+    _reader(queue, "b", OffsetSpec("first"))
+    assert _read(queue, "a") == [0, 1, 2, 3, 4]
+    assert _read(queue, "b") == [0, 1, 2, 3, 4]
+    delivered, _ = queue.credit("a", 5, 10, False)
+    assert delivered == []
+    # A new message goes to every reader with credit at the tail.
+    dispatched = queue.enqueue(Message(_payload(5)))
+    assert sorted(str(key) for key, _ in dispatched) == ["a", "b"]
+    assert all(read_stream_offset(m.payload) == 5 for _, m in dispatched)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (OffsetSpec("first"), [0, 1, 2, 3]),
+        (OffsetSpec("offset", 2), [2, 3]),
+        (OffsetSpec("offset", 99), []),
+        (OffsetSpec("last"), [3]),
+        (OffsetSpec("next"), []),
+        (None, []),
+        (OffsetSpec("timestamp", 2500), [3]),
+        (OffsetSpec("timestamp", 2000), [2, 3]),
+        (OffsetSpec("timestamp", 0), [0, 1, 2, 3]),
+    ],
+)
+def test_offset_specs_start_where_rabbitmq_does(
+    spec: OffsetSpec | None, expected: list[int]
+) -> None:
+    clock = Clock()
+    queue = _stream(clock)
+    for i in range(4):
+        clock.now = 1000 * i
+        queue.enqueue(Message(_payload(i)))
+    _reader(queue, "r", spec)
+    assert _read(queue, "r") == expected
+
+
+def test_credit_bounds_each_read_and_settlement_changes_nothing() -> None:
+    queue = _stream()
+    for i in range(10):
+        queue.enqueue(Message(_payload(i)))
+    _reader(queue, "r", OffsetSpec("first"))
+    messages, reply = queue.credit("r", 0, 3, False)
+    assert [m.seq for m in messages] == [0, 1, 2]
+    assert reply.available == 7
+    assert queue.settle("r", [0, 1, 2], Outcome.ACCEPTED, False) == []
+    assert queue.settle("r", [0], Outcome.RELEASED, False) == []
+    assert queue.statistics().ready == 10
+    more, reply = queue.credit("r", 3, 4, True)
+    assert [m.seq for m in more] == [3, 4, 5, 6]
+    assert (reply.credit, reply.delivery_count) == (0, 7)
+
+
+def test_retention_by_bytes_drops_the_oldest_and_moves_first() -> None:
+    size = len(with_stream_offset(_payload(0), 0))
+    queue = _stream(arguments={"x-max-length-bytes": 3 * size})
+    for i in range(10):
+        queue.enqueue(Message(_payload(i)))
+    stats = queue.statistics()
+    assert (stats.first_offset, stats.last_offset, stats.ready) == (7, 9, 3)
+    _reader(queue, "r", OffsetSpec("offset", 2))
+    assert _read(queue, "r") == [7, 8, 9]
+
+
+def test_retention_by_age_runs_on_the_clock() -> None:
+    clock = Clock(0)
+    queue = _stream(clock, {"x-max-age": "10s"})
+    for i in range(5):
+        clock.now = i * 4000
+        queue.enqueue(Message(_payload(i)))
+    # At 16 s the messages from 0 s and 4 s are 10 s old or more.
+    assert queue.statistics().first_offset == 2
+    assert queue.next_deadline() == 8000 + 10_000
+    clock.now = 30_000
+    queue.expire()
+    stats = queue.statistics()
+    assert (stats.ready, stats.first_offset, stats.last_offset) == (0, None, None)
+    assert queue.next_deadline() is None
+    queue.enqueue(Message(_payload(5)))
+    assert queue.statistics().first_offset == 5
+
+
+def test_a_reader_left_behind_by_retention_continues_at_first() -> None:
+    size = len(with_stream_offset(_payload(0), 0))
+    queue = _stream(arguments={"x-max-length-bytes": 2 * size})
+    for i in range(2):
+        queue.enqueue(Message(_payload(i)))
+    _reader(queue, "r", OffsetSpec("first"))
+    assert _read(queue, "r", 1) == [0]
+    for i in range(2, 6):
+        queue.enqueue(Message(_payload(i)))
+    assert _read(queue, "r", 10) == [4, 5]
+
+
+def test_bad_ages_are_refused() -> None:
+    for age in ("10", "0s", "5w", 7):
+        with pytest.raises(PreconditionFailed, match="x-max-age"):
+            parse_max_age(age)
+
+
+def test_purge_drops_everything_and_offsets_go_on() -> None:
+    queue = _stream()
+    for i in range(3):
+        queue.enqueue(Message(_payload(i)))
+    assert queue.purge() == 3
+    stats = queue.statistics()
+    assert (stats.ready, stats.first_offset, stats.ready_bytes) == (0, None, 0)
+    queue.enqueue(Message(_payload(3)))
+    assert queue.statistics().first_offset == 3
