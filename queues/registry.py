@@ -88,7 +88,7 @@ def _classic(name: str, arguments: QueueArguments, context: QueueContext) -> Que
 
 
 def _stream(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
-    return StreamQueue(name, arguments, clock=context.clock, held=context.held)
+    return StreamQueue(name, arguments, clock=context.clock, held=context.held, timed=context.timed)
 
 
 QUEUE_FACTORIES: dict[str, QueueFactory] = {"classic": _classic, "stream": _stream}

@@ -34,6 +34,7 @@ from queues.queue_type import (
     OffsetSpec,
     Outcome,
     QueueStatistics,
+    QueueType,
 )
 from queues.sections import DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS, section_code
 from queues.serial import SERIAL_MASK, link_credit_snd
@@ -135,11 +136,14 @@ class StreamQueue:
         *,
         clock: Clock | None = None,
         held: HeldBytes | None = None,
+        timed: set[QueueType] | None = None,
     ) -> None:
         self.name = name
         self.arguments = arguments
         self.clock = clock if clock is not None else Clock()
         self.held = HeldBytes() if held is None else held
+        # The registry's queues with deadlines: joined while x-max-age has messages to age.
+        self._timed: set[QueueType] = set() if timed is None else timed
         extra = dict(arguments.extra)
         self.max_age = parse_max_age(extra["x-max-age"]) if "x-max-age" in extra else None
         self.max_bytes = arguments.max_length_bytes
@@ -197,6 +201,8 @@ class StreamQueue:
         self._bytes += message.size
         self.held.total += message.held + MESSAGE_OVERHEAD
         self._published += 1
+        if self.max_age is not None:
+            self._timed.add(self)
         dispatches = _NO_DISPATCH
         for state in self._consumers.values():
             if state.credit > 0 and state.position == offset:

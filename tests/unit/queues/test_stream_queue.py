@@ -9,6 +9,7 @@ from queues.codec import Described, Symbol, encode
 from queues.errors import PreconditionFailed
 from queues.message import Message
 from queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Outcome
+from queues.registry import QueueRegistry
 from queues.sections import sections
 from queues.stream import StreamQueue, parse_max_age, read_stream_offset, with_stream_offset
 
@@ -132,6 +133,10 @@ def test_retention_by_age_runs_on_the_clock() -> None:
     assert queue.statistics().first_offset == 2
     assert queue.next_deadline() == 8000 + 10_000
     clock.now = 30_000
+    registry = QueueRegistry(clock)
+    aged = registry.declare_queue("aged", {"x-queue-type": "stream", "x-max-age": "10s"})
+    aged.enqueue(Message(_payload(0)))
+    assert registry.timed == {aged}
     queue.expire()
     stats = queue.statistics()
     assert (stats.ready, stats.first_offset, stats.last_offset) == (0, None, None)
