@@ -437,13 +437,13 @@ class MessageStore:
 
     def _place(self, buffers: list[bytes], size: int) -> None:
         writes = self._batch.writes
-        if writes:
-            segment, offset, last = writes[-1]
-            if segment == self.segment and offset + sum(len(b) for b in last) == self._offset:
-                last.extend(buffers)
-                self._offset += size
-                self._placed += size
-                return
+        # Placement within a segment is contiguous: a batch's last write in the current
+        # segment ends where the next record goes, so it grows instead of adding a write.
+        if writes and writes[-1][0] == self.segment:
+            writes[-1][2].extend(buffers)
+            self._offset += size
+            self._placed += size
+            return
         writes.append((self.segment, self._offset, list(buffers)))
         self._offset += size
         self._placed += size
