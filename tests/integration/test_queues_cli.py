@@ -117,3 +117,11 @@ def test_plain_login_and_permissions(
     assert status == 2
     assert "unauthorized-access" in err
     assert "wrong" not in err
+
+
+def test_declare_a_stream(capsys: pytest.CaptureFixture[str], server: RunningServer) -> None:
+    assert queues(capsys, server, "declare", "cli-stream", "--type", "stream")[0] == 0
+    status, out, _ = queues(capsys, server, "list", "--json")
+    assert status == 0
+    assert {q["name"]: q["type"] for q in json.loads(out)}["cli-stream"] == "stream"
+    assert queues(capsys, server, "delete", "cli-stream")[0] == 0

@@ -30,6 +30,8 @@ from rabbitmq_amqp_python_client import (
     Message,
     OutcomeState,
     QueueType,
+    StreamConsumerOptions,
+    StreamSpecification,
     ValidationCodeException,
 )
 from support.polling import wait_until
@@ -209,3 +211,32 @@ def test_two_publishers_to_one_address_on_one_connection(server: RunningServer) 
     finally:
         bystander.close()
         environment.close()
+
+
+def test_a_stream_declared_published_and_read_from_an_offset(connection: Connection) -> None:
+    """x-queue-type stream through management; a stream consumer reads from an offset."""
+    management = connection.management()
+    name = "rmq-client-stream"
+    management.declare_queue(StreamSpecification(name=name, max_len_bytes=10_000_000))
+    info = management.queue_info(name)
+    assert info.queue_type == QueueType.stream
+    address = AddressHelper.queue_address(name)
+    publisher = connection.publisher(address)
+    for index in range(5):
+        status = publisher.publish(Message(body=Converter.string_to_bytes(f"s{index}")))
+        assert status.remote_state == OutcomeState.ACCEPTED
+    publisher.close()
+    assert management.queue_info(name).message_count == 5
+
+    handler = _Accepting(3)
+    options = StreamConsumerOptions(offset_specification=2)
+    consumer = connection.consumer(address, message_handler=handler, consumer_options=options)
+    with pytest.raises(_Enough):
+        consumer.run()
+    consumer.close()
+    assert handler.bodies == ["s2", "s3", "s4"]
+    assert [a["x-stream-offset"] for a in handler.annotations] == [2, 3, 4]  # type: ignore[index]
+    # Reading a stream does not consume it.
+    assert management.queue_info(name).message_count == 5
+    management.delete_queue(name)
+    management.close()
