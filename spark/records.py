@@ -8,7 +8,6 @@ Each message is decoded once by proton; its body is copied into the batch as byt
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any, Final
 
 import pyarrow as pa
@@ -92,18 +91,21 @@ class BatchBuilder:
     def _reset(self) -> None:
         self._columns: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
 
-    def __len__(self) -> int:
-        return len(self._columns[0])
-
-    def add(self, payload: bytes, offset: int | None) -> int | None:
+    def add(self, payload: bytes, offset: int | None, below: int | None = None) -> int | None:
         """Decode one encoded message into a row; return its ``x-stream-offset`` if it has one.
 
-        ``offset`` None takes the row's offset from that annotation (a stream read).
+        ``offset`` None takes the row's offset from that annotation (a stream read), and then a
+        message at or beyond ``below`` is not added (it belongs to the next range).
         """
         message = self._message
         message.decode(payload)
         annotations = message.annotations
-        stream_offset = annotations.get(STREAM_OFFSET_ANNOTATION) if annotations else None
+        found = annotations.get(STREAM_OFFSET_ANNOTATION) if annotations else None
+        stream_offset = found if isinstance(found, int) else None
+        if offset is None:
+            if stream_offset is None or (below is not None and stream_offset >= below):
+                return stream_offset
+            offset = stream_offset
         created = message.creation_time
         (
             body,
@@ -127,10 +129,10 @@ class BatchBuilder:
         application_properties.append(_pairs(message.properties))
         message_annotations.append(_pairs(annotations))
         delivery_count.append(message.delivery_count)
-        offsets.append(offset if offset is not None else stream_offset)
+        offsets.append(offset)
         if len(body) >= BATCH_ROWS:
             self._cut()
-        return stream_offset if isinstance(stream_offset, int) else None
+        return stream_offset
 
     def _cut(self) -> None:
         if self._columns[0]:
@@ -146,11 +148,3 @@ class BatchBuilder:
         self._cut()
         batches, self._batches = self._batches, []
         return batches
-
-
-def batches_of(payloads: Iterable[tuple[bytes, int]]) -> list[pa.RecordBatch]:
-    """Record batches of ``(encoded message, offset)`` pairs."""
-    builder = BatchBuilder()
-    for payload, offset in payloads:
-        builder.add(payload, offset)
-    return builder.finish()

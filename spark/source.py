@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import uuid
 
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     SimpleDataSourceStreamReader,
@@ -23,6 +25,7 @@ from spark.options import Mode, OptionError, parse_read_options, parse_write_opt
 from spark.queue_source import QueueStreamReader
 from spark.records import SCHEMA
 from spark.sink import SinkStreamWriter, SinkWriter, check_sink_schema
+from spark.stream_source import StreamOffsetReader, StreamRangeReader
 
 
 class SluicegateDataSource(DataSource):
@@ -42,13 +45,26 @@ class SluicegateDataSource(DataSource):
         options = parse_read_options(self.options, streaming=False)
         if options.mode is Mode.BROWSE:
             return BrowseReader(options)
-        raise OptionError(f"option mode: a batch read supports browse, not {options.mode.value}")
+        return StreamRangeReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``mode=stream``: offset ranges planned by the runner, read by the executors.
+
+        ``mode=queue`` needs the simple reader (its ``read`` runs in the runner, which holds the
+        link); Spark falls back to :meth:`simpleStreamReader` on ``NotImplemented``.
+        """
+        options = parse_read_options(self.options, streaming=True)
+        if options.mode is Mode.QUEUE:
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
+        return StreamOffsetReader(options)
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         """``mode=queue``: the driver-held receiver."""
         options = parse_read_options(self.options, streaming=True)
         if options.mode is not Mode.QUEUE:
-            raise OptionError(f"option mode: a streaming read supports queue, not {options.mode}")
+            raise OptionError(f"option mode: {options.mode.value} has no simple stream reader")
         return QueueStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

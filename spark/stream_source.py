@@ -1,0 +1,245 @@
+"""``mode=stream``: fixed offset ranges of a stream queue, batch and streaming, replayable.
+
+A stream queue keeps its messages after they are read and numbers them (``x-stream-offset`` in
+each message's annotations). A Spark offset here is ``{"offset": N}``, the next stream offset
+to read; a micro-batch or a batch read is the range ``[start, end)``, split into
+``minPartitions`` tasks. Each task attaches with the ``rabbitmq:stream-offset-spec`` filter set
+to its first offset and stops at its end, so a replayed range reads the same messages again:
+exactly-once with an idempotent sink.
+
+Where the stream ends is learnt over AMQP alone, the way any client can: a receiver attached at
+``last`` is drained for one message, whose offset is the tail (no message: the stream is
+empty). The same probe at a timestamp finds the first offset at or after it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+from proton import Delivery, Message, Receiver, timestamp
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark.amqp import AmqpConnection, AmqpError
+from spark.options import OffsetKind, OffsetSpec, ReadOptions
+from spark.records import BATCH_ROWS, STREAM_OFFSET_ANNOTATION, BatchBuilder
+
+OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
+# Credit per drain round of a range read: one record batch's worth.
+RANGE_WINDOW: Final = BATCH_ROWS
+
+
+def _complete(delivery: Delivery | None) -> bool:
+    return delivery is not None and delivery.readable and not delivery.partial
+
+
+def _attach(amqp: AmqpConnection, options: ReadOptions, spec: object) -> Receiver:
+    endpoint = options.endpoint
+    return amqp.receiver(
+        endpoint.address,
+        settled=True,
+        filters={OFFSET_SPEC: (OFFSET_SPEC, spec)},
+        timeout=endpoint.connect_timeout_s,
+    )
+
+
+def _drained(amqp: AmqpConnection, link: Receiver, credit: int, timeout: float) -> Iterator[bytes]:
+    """Grant ``credit`` with drain; yield each message until the gateway has sent all it had."""
+    link.drain(credit)
+    while True:
+        delivery = link.current
+        while _complete(delivery):
+            assert delivery is not None
+            payload = link.recv(delivery.pending) or b""
+            link.advance()
+            delivery.settle()
+            if not delivery.aborted:
+                yield payload
+            delivery = link.current
+        if not link.draining() and link.queued == 0:
+            return
+        amqp.wait(
+            lambda: _complete(link.current) or not link.draining(),
+            timeout,
+            "a stream message or the drain's FLOW",
+        )
+
+
+def probe(amqp: AmqpConnection, options: ReadOptions, spec: object) -> int | None:
+    """The offset of the first message a reader attached at ``spec`` gets; None if none."""
+    link = _attach(amqp, options, spec)
+    try:
+        for payload in _drained(amqp, link, 1, options.receive_timeout_s):
+            message = Message()
+            message.decode(payload)
+            annotations: dict[Any, Any] = message.annotations or {}
+            offset = annotations.get(STREAM_OFFSET_ANNOTATION)
+            if not isinstance(offset, int):
+                raise AmqpError(
+                    f"{options.endpoint.address}: not a stream queue "
+                    f"(a message without {STREAM_OFFSET_ANNOTATION})"
+                )
+            return offset
+        return None
+    finally:
+        link.close()
+
+
+def next_offset(amqp: AmqpConnection, options: ReadOptions) -> int:
+    """The offset the next message published to the stream will get (0 if it is empty)."""
+    last = probe(amqp, options, "last")
+    return 0 if last is None else last + 1
+
+
+def resolve(amqp: AmqpConnection, options: ReadOptions, spec: OffsetSpec) -> int:
+    """A starting or ending option as a concrete stream offset."""
+    if spec.kind is OffsetKind.OFFSET:
+        return spec.value
+    if spec.kind is OffsetKind.EARLIEST:
+        first = probe(amqp, options, "first")
+        return next_offset(amqp, options) if first is None else first
+    if spec.kind is OffsetKind.TIMESTAMP:
+        found = probe(amqp, options, timestamp(spec.value))
+        return next_offset(amqp, options) if found is None else found
+    return next_offset(amqp, options)
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """One task's ``[start, end)`` of stream offsets."""
+
+    start: int
+    end: int
+
+
+def split(start: int, end: int, parts: int) -> list[OffsetRange]:
+    """``[start, end)`` in at most ``parts`` contiguous, nearly equal, non-empty ranges."""
+    size = end - start
+    if size <= 0:
+        return []
+    parts = min(parts, size)
+    bounds = [start + size * i // parts for i in range(parts + 1)]
+    return [OffsetRange(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Every message of ``[start, end)`` that the stream still holds, as record batches."""
+    amqp = AmqpConnection.open(options.endpoint)
+    try:
+        link = _attach(amqp, options, part.start)
+        builder = BatchBuilder()
+        remaining = part.end - part.start
+        while remaining > 0:
+            received = 0
+            reached = False
+            for payload in _drained(
+                amqp, link, min(remaining, RANGE_WINDOW), options.receive_timeout_s
+            ):
+                received += 1
+                offset = builder.add(payload, None, below=part.end)
+                if offset is None:
+                    raise AmqpError(
+                        f"{options.endpoint.address}: not a stream queue "
+                        f"(a message without {STREAM_OFFSET_ANNOTATION})"
+                    )
+                if offset >= part.end - 1:
+                    reached = True
+            yield from builder.finish()
+            if reached or received == 0:
+                return
+            remaining -= received
+    finally:
+        amqp.close()
+
+
+class StreamRangeReader(DataSourceReader):
+    """A batch read of ``[startingOffsets, endingOffsets)``, fixed when the query is planned."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[OffsetRange]:
+        """Resolve the two ends now (``latest`` is the tail at planning) and split the range."""
+        amqp = AmqpConnection.open(self.options.endpoint)
+        try:
+            start = resolve(amqp, self.options, self.options.starting_offsets)
+            end = resolve(amqp, self.options, self.options.ending_offsets)
+        finally:
+            amqp.close()
+        return split(start, end, self.options.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """One range, in an executor."""
+        assert isinstance(partition, OffsetRange)
+        return read_range(self.options, partition)
+
+
+class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A streaming read: micro-batches are offset ranges; the runner only looks at the tail."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._amqp: AmqpConnection | None = None
+        self._until: int | None = None  # Trigger.AvailableNow: the tail when the query began
+
+    def __reduce__(self) -> tuple[type[StreamOffsetReader], tuple[ReadOptions]]:
+        """Only the options travel: a connection belongs to the process that opened it."""
+        return (StreamOffsetReader, (self.options,))
+
+    def _connection(self) -> AmqpConnection:
+        amqp = self._amqp
+        if amqp is not None and amqp.closed:
+            amqp.close()
+            amqp = None
+        if amqp is None:
+            amqp = self._amqp = AmqpConnection.open(self.options.endpoint)
+        return amqp
+
+    def initialOffset(self) -> dict[str, Any]:
+        """``startingOffsets`` as a concrete offset (Spark keeps it in the checkpoint)."""
+        return {"offset": resolve(self._connection(), self.options, self.options.starting_offsets)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRecordsPerTrigger`` as Spark's admission control."""
+        limit = self.options.max_records_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The tail, or less by the read limit or the Trigger.AvailableNow target."""
+        end = next_offset(self._connection(), self.options)
+        if self._until is not None:
+            end = min(end, self._until)
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, int(start["offset"]) + limit.max_rows)
+        return {"offset": max(end, int(start["offset"]))}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
+        """The micro-batch's range in ``minPartitions`` tasks (none when it is empty)."""
+        return split(int(start["offset"]), int(end["offset"]), self.options.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """One range, in an executor."""
+        assert isinstance(partition, OffsetRange)
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to settle: stream deliveries are settled when sent, and replayable."""
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record the tail: the query ends once it has read up to it."""
+        self._until = next_offset(self._connection(), self.options)
+
+    def stop(self) -> None:
+        """Close the runner's connection."""
+        if self._amqp is not None:
+            self._amqp.close()
+            self._amqp = None
