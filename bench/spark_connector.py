@@ -155,6 +155,8 @@ def main() -> None:
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.ui.showConsoleProgress", "false")
+            # Every micro-batch's progress, so that their row counts add up to the total.
+            .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
