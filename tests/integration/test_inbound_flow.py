@@ -10,9 +10,11 @@ bytes, messages and credit, never by timing.
 
 from __future__ import annotations
 
+import errno
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -466,3 +468,43 @@ def _budget_used(server: RunningServer) -> int:
         return publishing.budget.statistics().used
 
     return server.call(read)
+
+
+class FailingDisk:
+    """A storage fault: ENOSPC on every write attempt while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        self.failing = threading.Event()
+        self.refused = 0
+
+    def __call__(self, size: int) -> None:
+        if self.failing.is_set():
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failing_disk_throttles_only_the_link_to_the_durable_queue(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """WSO2's storage fault: only the durable target's publisher waits; nothing is lost."""
+    disk = FailingDisk()
+    disk.failing.set()
+    server = make_server(disk)
+    server.call(lambda: server.server.registry.declare_queue("in-memory", durable=False))
+    flood = Flood(server.url, ["/queues/on-disk", "/queues/in-memory"], body_size=100, durable=True)
+    flood.start()
+    on_disk, in_memory = flood.links
+    wait_until(lambda: len(in_memory.accepted) > 20 * MAX_LINK_CREDIT, timeout=60)
+    wait_until(lambda: disk.refused >= 3, timeout=30)
+    assert not on_disk.accepted
+    assert on_disk.sent <= 2 * MAX_LINK_CREDIT - 1
+    assert _links(server)["flood-/queues/on-disk"].credit == 0
+
+    disk.failing.clear()
+    held_back = on_disk.sent
+    wait_until(lambda: len(on_disk.accepted) >= held_back and on_disk.sent > held_back, timeout=60)
+    flood.stop()
+    assert not on_disk.refused
+    assert not in_memory.refused
+    assert server.queue("on-disk").ready == len(on_disk.accepted)
+    assert server.queue("in-memory").ready == len(in_memory.accepted)

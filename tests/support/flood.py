@@ -24,9 +24,9 @@ TICK: Final = 0.02
 INDEX_DIGITS: Final = 8
 
 
-def _template(body_size: int) -> tuple[bytes, bytes]:
+def _template(body_size: int, durable: bool) -> tuple[bytes, bytes]:
     """The encoding of a message with a ``body_size`` data section, split around the index."""
-    encoded = Message(body=b"\0" * body_size).encode()
+    encoded = Message(body=b"\0" * body_size, durable=durable).encode()
     prefix = encoded[: len(encoded) - body_size]
     return prefix, b"." * (body_size - INDEX_DIGITS)
 
@@ -126,13 +126,15 @@ class _FloodHandler(MessagingHandler):
 class Flood(threading.Thread):
     """Publish unsettled messages on one link per address as fast as credit allows."""
 
-    def __init__(self, url: str, addresses: list[str], body_size: int = 1000) -> None:
+    def __init__(
+        self, url: str, addresses: list[str], body_size: int = 1000, durable: bool = False
+    ) -> None:
         super().__init__(name="flood", daemon=True)
         if body_size < INDEX_DIGITS:
             raise ValueError(f"body_size must be at least {INDEX_DIGITS}")
         self.url = url
         self.body_size = body_size
-        self.prefix, self.padding = _template(body_size)
+        self.prefix, self.padding = _template(body_size, durable)
         self.links = [LinkCounts(address) for address in addresses]
         self.next_index = 0
         self.outstanding = 0
