@@ -21,10 +21,18 @@ def _roundtrip(message: Message) -> Message:
 @given(
     body=st.binary(max_size=300),
     durable=st.booleans(),
-    # proton's C layer cuts a subject at NUL, on both sides: not what is tested here.
-    subject=st.none() | st.text(st.characters(blacklist_characters="\x00"), max_size=20),
+    # proton's C layer cuts a subject at NUL, on both sides, and cannot encode a lone surrogate
+    # as UTF-8 (AMQP strings are UTF-8): neither is what is tested here.
+    subject=st.none()
+    | st.text(
+        st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20
+    ),
     delivery_annotations=st.booleans(),
-    properties=st.dictionaries(st.text(max_size=8), st.integers(-5, 5), max_size=3),
+    properties=st.dictionaries(
+        st.text(st.characters(blacklist_categories=("Cs",)), max_size=8),
+        st.integers(-5, 5),
+        max_size=3,
+    ),
 )
 def test_annotations_are_added_where_amqp_puts_them(
     body: bytes,
