@@ -65,8 +65,14 @@ class Durability:
         """
         started = time.monotonic()
         store = self.store
-        for name, (kind, arguments) in list(store.exchanges.items()):
-            registry.declare_exchange(name, kind, arguments=arguments)
+        for name, declared in list(store.exchanges.items()):
+            registry.declare_exchange(
+                name,
+                declared.kind,
+                auto_delete=declared.auto_delete,
+                internal=declared.internal,
+                arguments=declared.arguments,
+            )
         for name, arguments in list(store.queues.items()):
             queue = registry.declare_queue(name, arguments)
             messages = store.take_recovered(name)
@@ -86,10 +92,13 @@ class Durability:
     def persist(self, queue: str, message: Message, pending: Unconfirmed) -> StoredMessage:
         """Append a persistent message; ``pending`` is confirmed after the covering fsync."""
         stored = self.store.enqueue(
-            queue, message.payload, int(time.time() * 1000), message.expires
+            queue,
+            message.payload,
+            int(time.time() * 1000),
+            message.expires,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
         )
-        stored.exchange = message.exchange
-        stored.routing_key = message.routing_key
         self._waiting.append(pending)
         return stored
 

@@ -294,8 +294,14 @@ class QueueRegistry:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange names starting with 'amq.' are reserved: '{name}'")
         exchange = self._exchanges[name] = Exchange(name, settings)
-        if self.store is not None and durable and not auto_delete and not internal:
-            self.store.declare_exchange(name, type_name, _loggable(arguments))
+        if self.store is not None and durable:
+            self.store.declare_exchange(
+                name,
+                type_name,
+                _loggable(arguments),
+                auto_delete=auto_delete,
+                internal=internal,
+            )
             self._logged_exchanges.add(name)
         return exchange
 

@@ -23,8 +23,16 @@ class TopologyLog(Protocol):
     def delete_queue(self, name: str, messages: Iterable[Message]) -> None:
         """A durable queue is gone, with ``messages`` it still held."""
 
-    def declare_exchange(self, name: str, kind: str, arguments: Arguments) -> None:
-        """A durable exchange exists."""
+    def declare_exchange(
+        self,
+        name: str,
+        kind: str,
+        arguments: Arguments,
+        *,
+        auto_delete: bool = False,
+        internal: bool = False,
+    ) -> None:
+        """A durable exchange exists, with the flags its declaration fixed."""
 
     def delete_exchange(self, name: str) -> None:
         """A durable exchange is gone."""

@@ -7,6 +7,11 @@ Layout of one record (big-endian)::
 The CRC covers the type byte, so a torn or overwritten record never decodes as another type.
 Message ids are u64s the store hands out in log order; queue names are UTF-8 with a u16 length;
 queue, exchange and binding arguments are AMQP maps (the codec of the message sections).
+
+Record types are never redefined: a record that gains fields gets a new type, and the old one
+stays readable, so a log written by an older server recovers (its missing fields take the values
+that server implied: no routing, an exchange neither auto-delete nor internal, since it logged
+no such exchange).
 """
 
 from __future__ import annotations
@@ -47,6 +52,15 @@ class RecordType(enum.IntEnum):
     ACQUIRE = 10
     RETURN = 11
     RETURN_FAILED = 12
+    # ENQUEUE with the exchange and routing key the message was published with.
+    ENQUEUE_ROUTED = 13
+    # DECLARE_EXCHANGE with its flags (auto-delete, internal).
+    DECLARE_EXCHANGE_FLAGS = 14
+
+
+# The flags byte of DECLARE_EXCHANGE_FLAGS; the other bits must be zero.
+_AUTO_DELETE: Final = 0x01
+_INTERNAL: Final = 0x02
 
 
 Arguments: TypeAlias = dict[str, Value]
@@ -77,11 +91,13 @@ class QueueDeleted:
 
 @dataclass(frozen=True, slots=True)
 class ExchangeDeclared:
-    """A durable exchange of a type (``direct``, ``fanout``, ``topic``)."""
+    """A durable exchange of a type (``direct``, ``fanout``, ``topic``) and its flags."""
 
     name: str
     kind: str
     arguments: Arguments
+    auto_delete: bool = False
+    internal: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +133,9 @@ class Enqueued:
     expires: int | None
     payload_offset: int
     payload: bytes | memoryview
+    # How it was published, for dead-lettering by routing key ("" in a format-1 record).
+    exchange: str = ""
+    routing_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +181,13 @@ def _name(name: str) -> bytes:
     return _U16.pack(len(raw)) + raw
 
 
+def _long_name(name: str) -> bytes:
+    # A routing key comes from a message's subject and the exchange a message names need not be
+    # durable (so never logged as a name), so only the message size bounds them.
+    raw = name.encode("utf-8")
+    return _U32.pack(len(raw)) + raw
+
+
 def _arguments(arguments: Arguments) -> bytes:
     mapping: dict[Value, Value] = dict(arguments.items())
     return encode(mapping)
@@ -182,9 +208,20 @@ def encode_queue_deleted(name: str) -> bytes:
     return _frame(RecordType.DELETE_QUEUE, _name(name))
 
 
-def encode_exchange_declared(name: str, kind: str, arguments: Arguments) -> bytes:
-    """A durable exchange declaration."""
-    return _frame(RecordType.DECLARE_EXCHANGE, _name(name) + _name(kind) + _arguments(arguments))
+def encode_exchange_declared(
+    name: str,
+    kind: str,
+    arguments: Arguments,
+    *,
+    auto_delete: bool = False,
+    internal: bool = False,
+) -> bytes:
+    """A durable exchange declaration with its flags."""
+    flags = (_AUTO_DELETE if auto_delete else 0) | (_INTERNAL if internal else 0)
+    return _frame(
+        RecordType.DECLARE_EXCHANGE_FLAGS,
+        _name(name) + _name(kind) + bytes((flags,)) + _arguments(arguments),
+    )
 
 
 def encode_exchange_deleted(name: str) -> bytes:
@@ -199,18 +236,30 @@ def encode_binding(exchange: str, queue: str, key: str, arguments: Arguments, bo
 
 
 def enqueue_prefix(
-    message_id: int, queue: str, timestamp: int, payload: bytes, expires: int | None = None
+    message_id: int,
+    queue: str,
+    timestamp: int,
+    payload: bytes,
+    expires: int | None = None,
+    *,
+    exchange: str = "",
+    routing_key: str = "",
 ) -> bytes:
     """Everything of an enqueue record before its payload, so the payload is never copied.
 
     The record is this prefix followed by ``payload``: write both with one ``pwritev``.
+    The exchange and routing key are logged rather than read back from the payload's
+    ``x-exchange``/``x-routing-key`` annotations: those are the publisher's own when it sent a
+    message-annotations section, and reading them would decode a section of every message.
     """
     # Expiry is stored plus one, so that 0 means none.
     stored_expiry = 0 if expires is None else expires + 1
     body_head = (
-        bytes((RecordType.ENQUEUE,))
+        bytes((RecordType.ENQUEUE_ROUTED,))
         + _ENQUEUE.pack(message_id, timestamp, stored_expiry)
         + _name(queue)
+        + _long_name(exchange)
+        + _long_name(routing_key)
     )
     length = len(body_head) + len(payload)
     crc = zlib.crc32(payload, zlib.crc32(body_head))
@@ -253,6 +302,12 @@ class _Body:
 
     def name(self) -> str:
         size: int = _U16.unpack(self.take(2))[0]
+        return self._utf8(size)
+
+    def long_name(self) -> str:
+        return self._utf8(self.u32())
+
+    def _utf8(self, size: int) -> str:
         try:
             return bytes(self.take(size)).decode("utf-8")
         except UnicodeDecodeError as error:
@@ -278,13 +333,18 @@ def _decode_body(kind: RecordType, body: _Body, start: int) -> Record:
         segment_start = SegmentStart(body.u64(), body.u64())
         body.done()
         return segment_start
-    if kind is RecordType.ENQUEUE:
+    if kind is RecordType.ENQUEUE_ROUTED or kind is RecordType.ENQUEUE:
         message_id, timestamp, stored_expiry = body.u64(), body.u64(), body.u64()
         queue = body.name()
+        exchange = routing_key = ""
+        if kind is RecordType.ENQUEUE_ROUTED:
+            exchange, routing_key = body.long_name(), body.long_name()
         payload_offset = body.pos - start
         payload = body.take(body.end - body.pos)
         expires = stored_expiry - 1 if stored_expiry else None
-        return Enqueued(message_id, queue, timestamp, expires, payload_offset, payload)
+        return Enqueued(
+            message_id, queue, timestamp, expires, payload_offset, payload, exchange, routing_key
+        )
     if kind in (RecordType.SETTLE, RecordType.ACQUIRE, RecordType.RETURN, RecordType.RETURN_FAILED):
         count = body.u32()
         ids = struct.unpack(f">{count}Q", body.take(8 * count))
@@ -297,6 +357,18 @@ def _decode_body(kind: RecordType, body: _Body, start: int) -> Record:
         record = QueueDeleted(body.name())
     elif kind is RecordType.DECLARE_EXCHANGE:
         record = ExchangeDeclared(body.name(), body.name(), body.arguments())
+    elif kind is RecordType.DECLARE_EXCHANGE_FLAGS:
+        name, exchange_kind = body.name(), body.name()
+        flags = body.take(1)[0]
+        if flags & ~(_AUTO_DELETE | _INTERNAL):
+            raise CorruptRecord(f"unknown exchange flags {flags:#04x}")
+        record = ExchangeDeclared(
+            name,
+            exchange_kind,
+            body.arguments(),
+            auto_delete=bool(flags & _AUTO_DELETE),
+            internal=bool(flags & _INTERNAL),
+        )
     elif kind is RecordType.DELETE_EXCHANGE:
         record = ExchangeDeleted(body.name())
     else:

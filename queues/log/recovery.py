@@ -55,6 +55,9 @@ class RecoveredMessage:
     acquired: bool = False
     # Deliveries that ended as failures (modified with delivery-failed, or a consumer lost).
     failures: int = 0
+    # How it was published, for dead-lettering by routing key.
+    exchange: str = ""
+    routing_key: str = ""
 
     @property
     def delivery_count(self) -> int:
@@ -68,6 +71,8 @@ class ExchangeState:
 
     kind: str
     arguments: Arguments
+    auto_delete: bool = False
+    internal: bool = False
 
 
 @dataclass(slots=True)
@@ -91,6 +96,9 @@ class Recovery:
         self.state = RecoveredState()
         self.ledger = SegmentLedger()
         self._owner: dict[int, str] = {}
+        # One string object per distinct exchange and routing key: a backlog published
+        # through a few routes shares them, as the messages did before the restart.
+        self._routes: dict[str, str] = {}
 
     def segment(self, number: int, data: bytes | memoryview, last: bool) -> None:
         """Replay one segment's bytes; ``last`` says it is the tail the log was writing."""
@@ -126,6 +134,8 @@ class Recovery:
                 segment,
                 offset + record.payload_offset,
                 len(record.payload),
+                exchange=self._routes.setdefault(record.exchange, record.exchange),
+                routing_key=self._routes.setdefault(record.routing_key, record.routing_key),
             )
             self._owner[record.message_id] = record.queue
             self.ledger.enqueued(segment)
@@ -140,7 +150,9 @@ class Recovery:
         elif isinstance(record, QueueDeleted):
             self._delete_queue(segment, record.name)
         elif isinstance(record, ExchangeDeclared):
-            state.exchanges[record.name] = ExchangeState(record.kind, record.arguments)
+            state.exchanges[record.name] = ExchangeState(
+                record.kind, record.arguments, record.auto_delete, record.internal
+            )
         elif isinstance(record, ExchangeDeleted):
             state.exchanges.pop(record.name, None)
             for key in [k for k in state.bindings if k[0] == record.name]:

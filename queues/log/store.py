@@ -29,7 +29,7 @@ from queues.log.records import (
     encode_segment_start,
     enqueue_prefix,
 )
-from queues.log.recovery import RecoveredState, Recovery
+from queues.log.recovery import ExchangeState, RecoveredState, Recovery
 from queues.log.segments import (
     SegmentReader,
     SegmentWriter,
@@ -82,6 +82,8 @@ class StoredMessage(Message):
         timestamp: int,
         delivery_count: int = 0,
         expires: int | None = None,
+        exchange: str = "",
+        routing_key: str = "",
     ) -> None:
         self.store = store
         self.queue = queue
@@ -94,8 +96,8 @@ class StoredMessage(Message):
         self.seq = 0
         self._state = AVAILABLE
         self.expires = expires
-        self.exchange = ""
-        self.routing_key = ""
+        self.exchange = exchange
+        self.routing_key = routing_key
         self.lock_deadline = 0
         # Settled in the log: compaction may delete its segment at the next batch.
         self.archived = False
@@ -200,9 +202,7 @@ class MessageStore:
             if length < segment_path(directory, number).stat().st_size:
                 truncate_segment(directory, number, length)
         self.queues: dict[str, Arguments] = dict(self.recovered.queues)
-        self.exchanges: dict[str, tuple[str, Arguments]] = {
-            name: (e.kind, e.arguments) for name, e in self.recovered.exchanges.items()
-        }
+        self.exchanges: dict[str, ExchangeState] = dict(self.recovered.exchanges)
         self.bindings: dict[tuple[str, str, str], Arguments] = dict(self.recovered.bindings)
         self.next_id = self.recovered.next_id
         self.reader = SegmentReader(directory)
@@ -237,12 +237,21 @@ class MessageStore:
             del self.bindings[key]
         self._remove_topology(encode_queue_deleted(name))
 
-    def declare_exchange(self, name: str, kind: str, arguments: Arguments) -> None:
-        """Log a durable exchange."""
-        if self.exchanges.get(name) == (kind, arguments):
+    def declare_exchange(
+        self,
+        name: str,
+        kind: str,
+        arguments: Arguments,
+        *,
+        auto_delete: bool = False,
+        internal: bool = False,
+    ) -> None:
+        """Log a durable exchange with everything its declaration fixes."""
+        exchange = ExchangeState(kind, arguments, auto_delete, internal)
+        if self.exchanges.get(name) == exchange:
             return
-        self.exchanges[name] = (kind, arguments)
-        self._append([encode_exchange_declared(name, kind, arguments)])
+        self.exchanges[name] = exchange
+        self._append([_exchange_record(name, exchange)])
 
     def delete_exchange(self, name: str) -> None:
         """Log an exchange's deletion, and so its bindings'."""
@@ -267,12 +276,30 @@ class MessageStore:
     # -- messages -------------------------------------------------------------------------
 
     def enqueue(
-        self, queue: str, payload: bytes, timestamp: int, expires: int | None = None
+        self,
+        queue: str,
+        payload: bytes,
+        timestamp: int,
+        expires: int | None = None,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
     ) -> StoredMessage:
-        """Log a persistent message; it is durable once the batch holding it is written."""
+        """Log a persistent message; it is durable once the batch holding it is written.
+
+        ``exchange`` and ``routing_key`` say how it was published; recovery gives them back.
+        """
         message_id = self.next_id
         self.next_id += 1
-        prefix = enqueue_prefix(message_id, queue, timestamp, payload, expires)
+        prefix = enqueue_prefix(
+            message_id,
+            queue,
+            timestamp,
+            payload,
+            expires,
+            exchange=exchange,
+            routing_key=routing_key,
+        )
         segment, offset = self._append([prefix, payload])
         self.ledger.enqueued(segment)
         message = StoredMessage(
@@ -284,6 +311,8 @@ class MessageStore:
             len(payload),
             timestamp,
             expires=expires,
+            exchange=exchange,
+            routing_key=routing_key,
         )
         self._unwritten[message_id] = payload
         self._batch.messages.append(message)
@@ -309,6 +338,8 @@ class MessageStore:
                 m.timestamp,
                 m.delivery_count,
                 m.expires,
+                m.exchange,
+                m.routing_key,
             )
             if m.acquired:
                 # The interrupted delivery counts as failed from now on, durably.
@@ -349,7 +380,14 @@ class MessageStore:
 
     def _relog(self, message: StoredMessage) -> None:
         body = message.pinned if message.pinned is not None else self.body(message)
-        fresh = self.enqueue(message.queue, body, message.timestamp, message.expires)
+        fresh = self.enqueue(
+            message.queue,
+            body,
+            message.timestamp,
+            message.expires,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+        )
         message.message_id = fresh.message_id
         message.segment = fresh.segment
         message.offset = fresh.offset
@@ -457,7 +495,7 @@ class MessageStore:
         self._offset = 0
         self.ledger.open_segment(self.segment)
         records = [encode_segment_start(self.segment, self.next_id)]
-        records += [encode_exchange_declared(n, k, a) for n, (k, a) in self.exchanges.items()]
+        records += [_exchange_record(name, e) for name, e in self.exchanges.items()]
         records += [encode_queue_declared(name, args) for name, args in self.queues.items()]
         records += [
             encode_binding(exchange, queue, key, arguments, True)
@@ -491,6 +529,16 @@ class MessageStore:
                 for message in run:
                     ledger.settled(message.segment, segment)
             start = end
+
+
+def _exchange_record(name: str, exchange: ExchangeState) -> bytes:
+    return encode_exchange_declared(
+        name,
+        exchange.kind,
+        exchange.arguments,
+        auto_delete=exchange.auto_delete,
+        internal=exchange.internal,
+    )
 
 
 def write_batches(writer: SegmentWriter, batches: list[WriteBatch]) -> None:

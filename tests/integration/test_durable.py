@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from integration.conftest import RunningServer, start_server
-from proton import Event, Message, Timeout
+from proton import Event, Message, Timeout, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection
@@ -22,6 +22,8 @@ from support.clients import consume, publish
 from support.polling import wait_until
 
 from gateway.events import delivery_of, link_of
+from queues.errors import PreconditionFailed
+from queues.exchanges import ExchangeSettings, ExchangeType
 
 _SERVE = [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
 _LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
@@ -260,3 +262,91 @@ def _drain(url: str, address: str) -> list[int]:
             receiver.accept()
     finally:
         connection.close()
+
+
+def test_recovered_messages_dead_letter_by_the_routing_key_they_were_published_with(
+    tmp_path: Path,
+) -> None:
+    running = start_server(data_dir=tmp_path)
+    registry = running.server.registry
+
+    def declare() -> None:
+        # No x-dead-letter-routing-key: dead letters keep their routing key (RabbitMQ).
+        registry.declare_exchange("dlx", "direct")
+        for region in ("eu", "us"):
+            registry.declare_queue(f"dead-{region}")
+        registry.bind("dlx", "dead-eu", "eu.paris")
+        registry.bind("dlx", "dead-us", "us.nyc")
+        registry.declare_exchange("orders", "topic")
+        registry.declare_queue("work", {"x-dead-letter-exchange": "dlx"})
+        registry.bind("orders", "work", "#")
+
+    running.call(declare)
+    eu = publish(running.url, "/exchanges/orders/eu.paris", messages=_durable(range(3)))
+    # Its own message annotations: the server adds no x-exchange/x-routing-key to it, so only
+    # what the log recorded at publish time knows its routing key.
+    annotated = Message(body="m3", durable=True, annotations={symbol("x-opt-tag"): "kept"})
+    us = publish(running.url, "/exchanges/orders/us.nyc", messages=[annotated])
+    assert eu.outcomes + us.outcomes == ["accepted"] * 4
+    running = _restart(running, tmp_path)
+    try:
+        assert running.queue("work").ready == 4
+        rejected = consume(running.url, "/queues/work", 4, decide=lambda m, i: "reject")
+        assert rejected.bodies == ["m0", "m1", "m2", "m3"]
+        assert consume(running.url, "/queues/dead-eu", 3).bodies == ["m0", "m1", "m2"]
+        [dead_us] = consume(running.url, "/queues/dead-us", 1).messages
+        annotations = dead_us.annotations
+        assert dead_us.body == "m3"
+        assert annotations is not None
+        assert annotations[symbol("x-opt-tag")] == "kept"
+        [death] = annotations[symbol("x-opt-deaths")].elements
+        assert (death[symbol("exchange")], death[symbol("routing-keys")].elements) == (
+            "orders",
+            ("us.nyc",),
+        )
+        assert running.server.registry.dead_letters_dropped == 0
+    finally:
+        running.stop()
+
+
+def test_exchange_flags_and_their_bindings_survive_a_restart(tmp_path: Path) -> None:
+    running = start_server(data_dir=tmp_path)
+    registry = running.server.registry
+
+    def declare() -> None:
+        registry.declare_exchange("hidden", "topic", internal=True)
+        registry.declare_exchange(
+            "temporary", "fanout", auto_delete=True, arguments={"alternate-exchange": "hidden"}
+        )
+        registry.declare_exchange("transient", "direct", durable=False)
+        registry.declare_queue("audit")
+        registry.bind("hidden", "audit", "#")
+        registry.bind("temporary", "audit")
+
+    running.call(declare)
+    before = running.call(lambda: {e.name: e.settings for e in registry.exchanges()})
+    running = _restart(running, tmp_path)
+    registry = running.server.registry
+    try:
+        after = running.call(lambda: {e.name: e.settings for e in registry.exchanges()})
+        assert "transient" not in after
+        del before["transient"]
+        assert after == before
+        assert after["hidden"] == ExchangeSettings(ExchangeType.TOPIC, internal=True)
+        assert after["temporary"] == ExchangeSettings(
+            ExchangeType.FANOUT, auto_delete=True, alternate_exchange="hidden"
+        )
+        bound = running.call(lambda: {(b.source, b.binding_key) for b in registry.bindings()})
+        assert bound == {("hidden", "#"), ("temporary", "")}
+        # An equivalent redeclaration is accepted; one that drops a flag is refused.
+        running.call(lambda: registry.declare_exchange("hidden", "topic", internal=True))
+        with pytest.raises(PreconditionFailed, match="inequivalent arg 'internal'"):
+            running.call(lambda: registry.declare_exchange("hidden", "topic"))
+        with pytest.raises(PreconditionFailed, match="inequivalent arg 'auto_delete'"):
+            running.call(
+                lambda: registry.declare_exchange(
+                    "temporary", "fanout", arguments={"alternate-exchange": "hidden"}
+                )
+            )
+    finally:
+        running.stop()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queues.codec import Symbol
+from queues.codec import Symbol, encode
 from queues.log.records import (
     HEADER_SIZE,
     Arguments,
@@ -121,3 +124,66 @@ def test_an_unknown_type_with_a_valid_crc_is_corrupt() -> None:
 def test_an_absurd_length_is_corrupt_not_an_allocation() -> None:
     with pytest.raises(CorruptRecord, match="impossible record length"):
         decode_record(b"\xff\xff\xff\xff" + b"\x00" * (HEADER_SIZE - 4), 0)
+
+
+@given(st.text(max_size=20), st.text(max_size=300))
+def test_enqueue_round_trips_its_exchange_and_routing_key(exchange: str, routing_key: str) -> None:
+    payload = b"\x00\x53\x77\xa1\x01x"
+    record = enqueue_prefix(3, "q", 5, payload, exchange=exchange, routing_key=routing_key)
+    decoded, end = decode_record(record + payload, 0)
+    assert isinstance(decoded, Enqueued)
+    assert (decoded.exchange, decoded.routing_key) == (exchange, routing_key)
+    assert (bytes(decoded.payload), end) == (payload, len(record) + len(payload))
+
+
+def test_a_routing_key_longer_than_a_name_is_logged() -> None:
+    routing_key = "k" * 70_000
+    payload = b"body"
+    record = enqueue_prefix(1, "q", 0, payload, exchange="e", routing_key=routing_key)
+    decoded, _ = decode_record(record + payload, 0)
+    assert isinstance(decoded, Enqueued)
+    assert decoded.routing_key == routing_key
+
+
+@pytest.mark.parametrize(
+    ("auto_delete", "internal"), [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_exchange_flags_round_trip(auto_delete: bool, internal: bool) -> None:
+    record = encode_exchange_declared(
+        "x", "fanout", {"alternate-exchange": "ae"}, auto_delete=auto_delete, internal=internal
+    )
+    decoded, _ = decode_record(record, 0)
+    assert decoded == ExchangeDeclared(
+        "x", "fanout", {"alternate-exchange": "ae"}, auto_delete=auto_delete, internal=internal
+    )
+
+
+def _framed(kind: RecordType, body: bytes) -> bytes:
+    """A record built by hand from its documented layout, as an older server wrote it."""
+    typed = bytes((kind,)) + body
+    return struct.pack(">II", len(typed), zlib.crc32(typed)) + typed
+
+
+def test_unknown_exchange_flags_are_corrupt() -> None:
+    body = b"\x00\x01x\x00\x06fanout\x04" + encode({})
+    with pytest.raises(CorruptRecord, match="unknown exchange flags 0x04"):
+        decode_record(_framed(RecordType.DECLARE_EXCHANGE_FLAGS, body), 0)
+
+
+def test_format_1_records_still_decode() -> None:
+    payload = b"\x00\x53\x77\xa1\x03old"
+    enqueue = struct.pack(">QQQ", 7, 1000, 0) + b"\x00\x01q" + payload
+    declared = b"\x00\x01x\x00\x05topic" + encode({})
+    [(_, old_enqueue), (_, old_exchange)] = list(
+        iter_records(
+            _framed(RecordType.ENQUEUE, enqueue) + _framed(RecordType.DECLARE_EXCHANGE, declared)
+        )
+    )
+    assert isinstance(old_enqueue, Enqueued)
+    assert (old_enqueue.message_id, old_enqueue.queue, bytes(old_enqueue.payload)) == (
+        7,
+        "q",
+        payload,
+    )
+    assert (old_enqueue.exchange, old_enqueue.routing_key) == ("", "")
+    assert old_exchange == ExchangeDeclared("x", "topic", {})

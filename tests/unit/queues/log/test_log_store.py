@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from queues.annotations import routing_annotations
 from queues.codec import Described, Symbol, encode
-from queues.log.recovery import LogCorrupted
+from queues.log.recovery import ExchangeState, LogCorrupted
 from queues.log.segments import SegmentWriter, list_segments, segment_path
 from queues.log.store import MessageStore, StoredMessage, write_batches
+from queues.message import ACQUIRED, ARCHIVED
 from queues.sections import read_header
 
 
@@ -45,7 +47,7 @@ def test_queues_and_messages_survive_a_reopen(tmp_path: Path) -> None:
 
     again = _reopen(tmp_path)
     assert again.queues == {"q": {"x-queue-type": "classic"}}
-    assert again.exchanges == {"e": ("direct", {})}
+    assert again.exchanges == {"e": ExchangeState("direct", {})}
     assert again.bindings == {("e", "q", "k"): {}}
     recovered = again.take_recovered("q")
     assert _bodies(recovered) == [_payload(i) for i in (0, 2, 3, 4)]
@@ -211,3 +213,85 @@ def test_a_batch_of_more_buffers_than_iov_max_is_written_whole(tmp_path: Path) -
     recovered = _reopen(tmp_path).take_recovered("q")
     assert len(recovered) == 3000
     assert recovered[-1].payload == _payload(2999)
+
+
+def test_recovered_messages_keep_their_exchange_and_routing_key(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    store.enqueue("q", _payload(0), 0, exchange="orders", routing_key="eu.paris")
+    store.enqueue("q", _payload(1), 0)
+    held = store.enqueue("q", _payload(2), 0, exchange="orders", routing_key="us.nyc")
+    held.state = ACQUIRED
+    # Archived as it went to a pre-settled consumer, then returned: logged again (relog).
+    held.state = ARCHIVED
+    store.returned(held, False)
+    _flush(store, writer)
+    store.close()
+
+    recovered = _reopen(tmp_path).take_recovered("q")
+    assert [(m.exchange, m.routing_key) for m in recovered] == [
+        ("orders", "eu.paris"),
+        ("", ""),
+        ("orders", "us.nyc"),
+    ]
+    # Copies for other queues (fan-out, dead letters) keep them too.
+    copy = recovered[0].copy()
+    assert (copy.exchange, copy.routing_key) == ("orders", "eu.paris")
+
+
+def test_exchange_flags_survive_a_reopen_and_a_segment_snapshot(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, segment_size=4096)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    store.declare_exchange("hidden", "topic", {"alternate-exchange": "ae"}, internal=True)
+    store.declare_exchange("temp", "fanout", {}, auto_delete=True)
+    store.declare_exchange("plain", "direct", {})
+    # Redeclaring with other flags logs the new declaration.
+    store.declare_exchange("plain", "direct", {}, auto_delete=True, internal=True)
+    expected = {
+        "hidden": ExchangeState("topic", {"alternate-exchange": "ae"}, internal=True),
+        "temp": ExchangeState("fanout", {}, auto_delete=True),
+        "plain": ExchangeState("direct", {}, auto_delete=True, internal=True),
+    }
+    # Enough messages to roll into later segments, whose snapshots repeat the declarations;
+    # settling them lets compaction delete the segment that logged the declarations first.
+    for i in range(20):
+        store.settled(store.enqueue("q", _payload(i, 500), 0))
+        _flush(store, writer)
+    assert 1 not in list_segments(tmp_path)
+    store.close()
+
+    again = _reopen(tmp_path)
+    assert again.exchanges == expected
+
+
+def test_a_log_in_format_1_recovers(tmp_path: Path) -> None:
+    # Written by the encoder before exchanges carried flags and enqueues their routing:
+    # exchange 'orders' (topic, alternate-exchange 'ae'), queue 'q' dead-lettering to 'dlx',
+    # binding orders -> q 'eu.#', one message published to 'orders' with key 'eu.paris'.
+    fixture = Path(__file__).parent / "data" / "format1" / "00000000000000000001.seg"
+    (tmp_path / fixture.name).write_bytes(fixture.read_bytes())
+
+    store = MessageStore(tmp_path)
+    assert store.exchanges == {"orders": ExchangeState("topic", {"alternate-exchange": "ae"})}
+    assert store.queues == {"q": {"x-queue-type": "classic", "x-dead-letter-exchange": "dlx"}}
+    assert store.bindings == {("orders", "q", "eu.#"): {}}
+    [message] = store.take_recovered("q")
+    assert (message.message_id, message.timestamp) == (0, 1234)
+    assert message.payload.endswith(encode(Described(0x77, "legacy")))
+    # Format 1 did not log the routing; the message keeps its annotations as published.
+    assert (message.exchange, message.routing_key) == ("", "")
+    assert message.payload.startswith(routing_annotations("orders", "eu.paris"))
+    # New records go after it in the new format, and both recover together.
+    writer = SegmentWriter(tmp_path)
+    store.declare_exchange("orders-internal", "direct", {}, internal=True)
+    store.enqueue("q", _payload(1), 0, exchange="orders", routing_key="eu.lyon")
+    _flush(store, writer)
+    store.close()
+    again = _reopen(tmp_path)
+    assert again.exchanges["orders-internal"] == ExchangeState("direct", {}, internal=True)
+    assert [(m.exchange, m.routing_key) for m in again.take_recovered("q")] == [
+        ("", ""),
+        ("orders", "eu.lyon"),
+    ]
