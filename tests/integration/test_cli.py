@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from support.clients import consume, publish
+from support.process import serving
 from support.raw_client import RawClient
-
-_LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
 
 
 def _sluicegate() -> list[str]:
@@ -25,31 +21,6 @@ def _sluicegate() -> list[str]:
     found = str(script) if script.exists() else shutil.which("sluicegate")
     assert found, "the sluicegate console script is not installed"
     return [found]
-
-
-@contextmanager
-def _serving(command: list[str], tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    process = subprocess.Popen(
-        [*command, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline().rstrip("\n")
-        match = _LISTENING.match(line)
-        if match is None:
-            assert process.stderr is not None
-            pytest.fail(f"first line {line!r}, stderr {process.stderr.read()!r}")
-        yield process, int(match.group(1))
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 @pytest.mark.parametrize(
@@ -63,7 +34,7 @@ def _serving(command: list[str], tmp_path: Path) -> Iterator[tuple[subprocess.Po
 def test_serve_prints_its_address_and_stops_on_a_signal_with_connection_forced(
     command: list[str], signum: signal.Signals, tmp_path: Path
 ) -> None:
-    with _serving(command, tmp_path) as (process, port):
+    with serving("--data-dir", str(tmp_path), command=command) as (process, port):
         url = f"amqp://127.0.0.1:{port}"
         assert publish(url, "/queues/cli", ["a", "b"]).outcomes == ["accepted", "accepted"]
         assert consume(url, "/queues/cli", 2).bodies == ["a", "b"]

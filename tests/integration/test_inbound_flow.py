@@ -11,9 +11,6 @@ bytes, messages and credit, never by timing.
 from __future__ import annotations
 
 import errno
-import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +24,7 @@ from integration.test_metrics import scrape
 from support.clients import consume
 from support.flood import Flood, SlowConsumer
 from support.polling import wait_until
+from support.process import serving
 
 from gateway.io_layer import READ_BATCH
 from gateway.publishing import Unconfirmed
@@ -42,7 +40,6 @@ MiB: Final = 1024 * 1024
 MAX_LINK_CREDIT: Final = 170
 # A proton message with a data section of N bytes encodes to N + 5 or N + 8 bytes.
 ENCODING: Final = 8
-_LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
 
 
 def _cost(body_size: int) -> int:
@@ -92,30 +89,8 @@ def _rss(pid: int) -> int:
 @contextmanager
 def _server_process(*options: str) -> Iterator[tuple[int, str]]:
     """``python -m gateway serve`` in its own process: its pid and its URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline().rstrip("\n")
-        match = _LISTENING.match(line)
-        if match is None:
-            assert process.stderr is not None
-            pytest.fail(f"first line {line!r}, stderr {process.stderr.read()!r}")
-        yield process.pid, f"amqp://127.0.0.1:{match.group(1)}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+    with serving(*options) as (process, port):
+        yield process.pid, f"amqp://127.0.0.1:{port}"
 
 
 def _drain_exactly(flood: Flood, consumer: SlowConsumer, timeout: float = 120.0) -> None:

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,23 +15,17 @@ from pathlib import Path
 from integration.conftest import RunningServer
 from proton import Message
 from support.frames import SASL_HEADER
+from support.process import serving
 from support.raw_client import RawClient
 
-_LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
 SHUTDOWN_TIMEOUT = 2.0
 
 
 def test_sigterm_with_busy_silent_and_half_logged_in_clients_exits_0(tmp_path: Path) -> None:
     env = {**os.environ, "SLUICEGATE_SHUTDOWN_TIMEOUT": str(SHUTDOWN_TIMEOUT)}
-    command = [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
-    command += ["--data-dir", str(tmp_path), "--metrics-listen", "off"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    options = ("--data-dir", str(tmp_path), "--metrics-listen", "off")
     with contextlib.ExitStack() as stack:
-        stack.callback(_reap, process)
-        assert process.stdout is not None
-        match = _LISTENING.match(process.stdout.readline().rstrip("\n"))
-        assert match is not None
-        port = int(match.group(1))
+        process, port = stack.enter_context(serving(*options, env=env))
         # A publisher and a consumer with links attached, and a client that will not read.
         busy = stack.enter_context(RawClient.connect("127.0.0.1", port))
         busy.begin()
@@ -57,14 +48,6 @@ def test_sigterm_with_busy_silent_and_half_logged_in_clients_exits_0(tmp_path: P
         assert silent.wait_for("close")["error"]["condition"] == "amqp:connection:forced"
         while half.recv(65536):
             pass  # the half-logged-in client is dropped: EOF
-
-
-def _reap(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait(timeout=10)
-    if process.stdout is not None:
-        process.stdout.close()
 
 
 def test_shutdown_hooks_run_once_after_every_connection_closed(

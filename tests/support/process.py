@@ -1,0 +1,56 @@
+"""A sluicegate server in its own process, started as a user starts it.
+
+For what an in-process server cannot show: signals, exit status, a crash, the process's memory.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Final
+
+import pytest
+
+LISTENING: Final = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
+SERVE: Final = (sys.executable, "-m", "gateway", "serve")
+
+
+@contextmanager
+def serving(
+    *options: str, command: Sequence[str] = SERVE, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Run ``command --listen 127.0.0.1:0 OPTIONS`` until the block ends: the process, its port.
+
+    The port is read from the line the server prints when ready; anything else fails the test
+    with the server's stderr. At the end a server still running gets SIGTERM, then SIGKILL.
+    """
+    process = subprocess.Popen(
+        [*command, "--listen", "127.0.0.1:0", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=None if env is None else dict(env),
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().rstrip("\n")
+        match = LISTENING.match(line)
+        if match is None:
+            assert process.stderr is not None
+            process.kill()
+            pytest.fail(f"first line {line!r}, stderr {process.stderr.read()!r}")
+        yield process, int(match.group(1))
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        process.wait(timeout=10)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
