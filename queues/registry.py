@@ -27,7 +27,7 @@ from queues.errors import (
 from queues.exchanges import Binding, Exchange, ExchangeSettings, exchange_settings
 from queues.held_bytes import HeldBytes
 from queues.log.records import Arguments
-from queues.message import Message
+from queues.message import ARCHIVED, Message
 from queues.queue_type import Clock, DeadLetter, Dispatch, QueueStatistics, QueueType
 from queues.sections import read_header
 from queues.stream import StreamQueue
@@ -449,11 +449,37 @@ class QueueRegistry:
                 exchange=letter.exchange,
                 routing_key=routing_key,
             )
+            logged = self._log_dead_letter(queue, copy)
             try:
-                dispatches.extend(queue.enqueue(copy))
+                dispatches.extend(queue.enqueue(logged))
             except QueueError:
+                if logged is not copy:
+                    logged.state = ARCHIVED
                 self.dead_letters_dropped += 1
         return dispatches
+
+    def _log_dead_letter(self, queue: QueueType, copy: Message) -> Message:
+        """The copy as ``queue`` stores it: logged when it is persistent and ``queue`` durable.
+
+        The original's settlement waits in the store's buffer until the next batch is taken
+        (the gateway routes dead letters before it flushes the store), so the copy's enqueue
+        record goes before it in the same batch: a crash can duplicate, never lose, the message.
+        """
+        store = self.store
+        if store is None or not self.persists(queue, copy.payload):
+            return copy
+        if isinstance(queue, StreamQueue):
+            copy = queue.stamp(copy)
+        logged = store.enqueue(
+            queue.name,
+            copy.payload,
+            self.clock.now,
+            copy.expires,
+            exchange=copy.exchange,
+            routing_key=copy.routing_key,
+        )
+        logged.delivery_count = copy.delivery_count
+        return logged
 
     # -- time -----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 Durable declarations are logged so that recovery rebuilds them; the store
 (:class:`queues.log.store.MessageStore`) implements this. Message state changes need no call
 from the queues: a stored message logs its own (:class:`queues.log.store.StoredMessage`).
+The registry also logs the dead-letter copies it makes of persistent messages.
 """
 
 from __future__ import annotations
@@ -42,3 +43,15 @@ class TopologyLog(Protocol):
 
     def unbind(self, exchange: str, queue: str, key: str) -> None:
         """A binding is gone."""
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: bytes,
+        timestamp: int,
+        expires: int | None = None,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
+    ) -> Message:
+        """Log a persistent message (a dead-letter copy) to a durable queue."""

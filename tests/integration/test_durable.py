@@ -350,3 +350,47 @@ def test_exchange_flags_and_their_bindings_survive_a_restart(tmp_path: Path) -> 
             )
     finally:
         running.stop()
+
+
+def test_dead_lettered_persistent_messages_survive_a_restart_with_their_deaths(
+    tmp_path: Path,
+) -> None:
+    running = start_server(data_dir=tmp_path)
+    registry = running.server.registry
+
+    def declare() -> None:
+        registry.declare_exchange("dlx", "fanout")
+        registry.declare_queue("dead")
+        registry.bind("dlx", "dead", "")
+        registry.declare_queue("work", {"x-dead-letter-exchange": "dlx"})
+        registry.declare_queue("short", {"x-dead-letter-exchange": "dlx", "x-message-ttl": 1})
+
+    running.call(declare)
+    assert (
+        publish(running.url, "/queues/work", messages=_durable(range(20))).outcomes
+        == ["accepted"] * 20
+    )
+    rejected = consume(running.url, "/queues/work", 20, decide=lambda m, i: "reject")
+    assert rejected.bodies == [f"m{i}" for i in range(20)]
+    expiring = _durable(range(20, 25))
+    assert publish(running.url, "/queues/short", messages=expiring).outcomes == ["accepted"] * 5
+    wait_until(lambda: running.queue("dead").ready == 25)
+    running = _restart(running, tmp_path)
+    try:
+        assert running.queue("work").ready == 0
+        assert running.queue("short").ready == 0
+        assert running.queue("dead").ready == 25
+        # Dead-lettered in order: the rejections before the later publishes expired.
+        dead = consume(running.url, "/queues/dead", 25)
+        assert dead.bodies == [f"m{i}" for i in range(25)]
+        for index, message in enumerate(dead.messages):
+            annotations = message.annotations
+            assert annotations is not None
+            [death] = annotations[symbol("x-opt-deaths")].elements
+            expected = ("work", "rejected") if index < 20 else ("short", "expired")
+            assert (death[symbol("queue")], death[symbol("reason")]) == expected
+            assert death[symbol("count")] == 1
+            assert annotations[symbol("x-first-death-queue")] == expected[0]
+        assert running.server.registry.dead_letters_dropped == 0
+    finally:
+        running.stop()

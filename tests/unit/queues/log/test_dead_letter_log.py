@@ -1,0 +1,120 @@
+"""Dead-letter copies of persistent messages go through the log, ahead of the original's removal."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from queues.codec import Described, Symbol, encode
+from queues.deaths import deaths_of
+from queues.log.segments import SegmentWriter, segment_path
+from queues.log.store import MessageStore, write_batches
+from queues.message import Message
+from queues.queue_type import Clock
+from queues.registry import QueueRegistry
+from queues.stream import read_stream_offset
+
+
+def _persistent(body: str) -> bytes:
+    """A message whose header says durable = true."""
+    return encode(Described(0x70, [True])) + encode(Described(0x77, body))
+
+
+def _flush(store: MessageStore, writer: SegmentWriter) -> None:
+    batch = store.take_batch()
+    write_batches(writer, [batch])
+    store.written(batch)
+
+
+def _registry(store: MessageStore) -> QueueRegistry:
+    registry = QueueRegistry(Clock(1_700_000_000_000), store=store)
+    registry.declare_exchange("dlx", "fanout")
+    registry.declare_queue("dead")
+    registry.bind("dlx", "dead", "")
+    registry.declare_queue("work", {"x-max-length": 1, "x-dead-letter-exchange": "dlx"})
+    return registry
+
+
+def _publish(registry: QueueRegistry, store: MessageStore, body: str) -> None:
+    stored = store.enqueue("work", _persistent(body), registry.clock.now)
+    registry.queue("work").enqueue(stored)
+
+
+def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(tmp_path: Path) -> None:
+    """m0 overflows (maxlen) into the durable DLQ: every prefix of that batch keeps m0."""
+    directory = tmp_path / "log"
+    store = MessageStore(directory)
+    writer = SegmentWriter(directory)
+    registry = _registry(store)
+    _publish(registry, store, "m0")
+    _flush(store, writer)
+    before = segment_path(directory, 1).stat().st_size
+    _publish(registry, store, "m1")
+    assert registry.route_dead_letters() == []
+    assert registry.queue("dead").statistics().ready == 1
+    # m1 and the dead-letter copy wait for the batch; m0's settlement is buffered behind them.
+    assert store.statistics().unwritten_messages == 2
+    _flush(store, writer)
+    store.close()
+    full = segment_path(directory, 1).read_bytes()
+    assert len(full) > before
+
+    outcomes: set[tuple[bool, bool]] = set()
+    for cut in range(before, len(full) + 1):
+        crashed = tmp_path / f"crash-{cut}"
+        shutil.copytree(directory, crashed)
+        segment_path(crashed, 1).write_bytes(full[:cut])
+        again = MessageStore(crashed)
+        work = [m.payload for m in again.take_recovered("work")]
+        dead = [m.payload for m in again.take_recovered("dead")]
+        again.close()
+        shutil.rmtree(crashed)
+        in_work = _persistent("m0") in work
+        in_dead = len(dead) == 1 and deaths_of(dead[0]) != []
+        assert in_work or in_dead, f"m0 lost with the log cut at byte {cut}"
+        outcomes.add((in_work, in_dead))
+    # Whole batch: only the dead-letter copy; torn before the settlement: both (a duplicate).
+    assert (False, True) in outcomes
+    assert (True, True) in outcomes
+
+
+def test_a_dead_letter_to_a_transient_queue_or_of_a_transient_message_is_not_logged(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path)
+    registry = _registry(store)
+    registry.declare_queue("memory-dead", durable=False)
+    registry.bind("dlx", "memory-dead", "")
+    _publish(registry, store, "m0")
+    _publish(registry, store, "m1")
+    registry.route_dead_letters()
+    assert [registry.queue(q).statistics().ready for q in ("dead", "memory-dead")] == [1, 1]
+    # m0, m1 and the copy in the durable DLQ; the copy in the transient one stays in memory.
+    assert store.statistics().unwritten_messages == 3
+    registry.declare_queue("plain", {"x-max-length": 1, "x-dead-letter-exchange": "dlx"})
+    for body in ("t0", "t1"):
+        registry.queue("plain").enqueue(Message(encode(Described(0x77, body))))
+    registry.route_dead_letters()
+    assert [registry.queue(q).statistics().ready for q in ("dead", "memory-dead")] == [2, 2]
+    assert store.statistics().unwritten_messages == 3
+
+
+def test_a_dead_letter_to_a_durable_stream_is_logged_with_its_offset(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    registry = _registry(store)
+    registry.declare_queue("audit", {"x-queue-type": "stream"})
+    registry.bind("dlx", "audit", "")
+    _publish(registry, store, "m0")
+    _publish(registry, store, "m1")
+    registry.route_dead_letters()
+    _flush(store, writer)
+    store.close()
+
+    again = MessageStore(tmp_path)
+    [dead] = again.take_recovered("dead")
+    [audit] = again.take_recovered("audit")
+    assert [m.payload for m in again.take_recovered("work")] == [_persistent("m1")]
+    assert [entry[Symbol("reason")] for entry in deaths_of(audit.payload)] == ["maxlen"]
+    assert [entry[Symbol("queue")] for entry in deaths_of(dead.payload)] == ["work"]
+    assert read_stream_offset(audit.payload) == 0
