@@ -19,7 +19,7 @@ from proton import Condition
 from gateway.addresses import ExchangeAddress, QueueAddress, parse_target
 from queues.annotations import routing_annotations
 from queues.envelope import read_envelope
-from queues.errors import DecodeError, QueueError
+from queues.errors import AccessRefused, DecodeError, QueueError
 from queues.exchanges import Unroutable
 from queues.message import Message
 from queues.queue_type import Outcome, QueueType
@@ -91,8 +91,13 @@ class Router:
         parsed = parse_target(address)
         if isinstance(parsed, QueueAddress):
             return PublishTarget(queue=self.registry.declare(parsed.queue))
-        self.registry.exchange(parsed.exchange)
+        self._publishable(parsed.exchange)
         return PublishTarget(exchange=parsed.exchange, routing_key=parsed.routing_key)
+
+    def _publishable(self, exchange: str) -> None:
+        """Raise unless clients may publish to ``exchange`` (it exists and is not internal)."""
+        if self.registry.exchange(exchange).settings.internal:
+            raise AccessRefused(f"exchange '{exchange}' is internal: clients cannot publish to it")
 
     def route(self, target: PublishTarget, payload: bytes | memoryview) -> Routed:
         """Read a message's envelope and decide where it goes."""
@@ -130,6 +135,10 @@ class Router:
                 return Routed([found], message)
             assert isinstance(address, ExchangeAddress)
             exchange, routing_key = address.exchange, address.routing_key
+            try:
+                self._publishable(exchange)
+            except QueueError as error:
+                return _refused(Outcome.REJECTED, error.condition, str(error))
         if routing_key is None:
             routing_key = envelope.subject or ""
         try:

@@ -47,6 +47,12 @@ class ResourceLimitExceeded(QueueError):
     condition = "amqp:resource-limit-exceeded"
 
 
+class AccessRefused(QueueError):
+    """A client publishing to an internal exchange, which only other exchanges may feed."""
+
+    condition = "amqp:unauthorized-access"
+
+
 class ResourceLocked(QueueError):
     """An exclusive queue used by another connection (RabbitMQ's 405)."""
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 import pytest
 from integration.conftest import RunningServer
-from proton import Array, Described, Endpoint, Message, Timeout, symbol, ulong
+from proton import Array, Delivery, Described, Endpoint, Message, Timeout, symbol, ulong
 from proton.reactor import Copy, Filter, Selector
-from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
+from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached, SendException
 from support.clients import consume, publish
 from support.polling import wait_until
 
@@ -366,6 +366,33 @@ def test_null_target_routes_by_the_to_property(server: RunningServer) -> None:
     finally:
         connection.close()
     assert consume(server.url, "/queues/to-queue", 2).bodies == ["by queue", "by exchange"]
+
+
+def test_clients_cannot_publish_to_an_internal_exchange(server: RunningServer) -> None:
+    """As in RabbitMQ: an internal exchange is fed only by other exchanges (here, a DLX)."""
+    _declare(server, "internal-target")
+    registry = server.server.registry
+    server.call(lambda: registry.declare_exchange("internal-x", "fanout", internal=True))
+    server.call(lambda: registry.bind("internal-x", "internal-target"))
+    connection = BlockingConnection(server.url)
+    try:
+        with pytest.raises(LinkDetached, match="amqp:unauthorized-access"):
+            connection.create_sender("/exchanges/internal-x")
+    finally:
+        connection.close()
+    connection = BlockingConnection(server.url)
+    try:
+        sender = connection.create_sender(None)
+        with pytest.raises(SendException) as refused:
+            sender.send(Message(body="x", address="/exchanges/internal-x"))
+        assert refused.value.state == Delivery.REJECTED
+    finally:
+        connection.close()
+    _declare(server, "internal-source", {"x-dead-letter-exchange": "internal-x"})
+    publish(server.url, "/queues/internal-source", bodies=["dead"])
+    consume(server.url, "/queues/internal-source", 1, decide=lambda m, i: "reject")
+    assert consume(server.url, "/queues/internal-target", 1).bodies == ["dead"]
+    assert server.queue("internal-target").ready == 0
 
 
 def test_attach_to_a_missing_exchange_is_refused(server: RunningServer) -> None:
