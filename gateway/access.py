@@ -13,14 +13,8 @@ from proton import Link
 
 from gateway.addresses import ExchangeAddress, parse_address, parse_target
 from gateway.auth import Access, User
-from queues.errors import QueueError
+from queues.errors import AccessRefused, QueueError
 from queues.registry import QueueRegistry
-
-
-class AccessRefused(QueueError):
-    """The user may not do this to this queue."""
-
-    condition = "amqp:unauthorized-access"
 
 
 def authorise_attach(user: User | None, link: Link, registry: QueueRegistry) -> None:

@@ -48,7 +48,8 @@ class ResourceLimitExceeded(QueueError):
 
 
 class AccessRefused(QueueError):
-    """A client publishing to an internal exchange, which only other exchanges may feed."""
+    """Something the client may not do: touch what the server owns (the default and ``amq.*``
+    exchanges), publish to an internal exchange, or act beyond its user's permissions."""
 
     condition = "amqp:unauthorized-access"
 

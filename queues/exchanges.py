@@ -150,10 +150,12 @@ class Exchange:
             del self._by_key[binding_key]
         return True
 
-    def unbind_destination(self, destination: str) -> None:
-        """Remove every binding to a queue that is being deleted."""
-        for key in [k for k in self.bindings if k[0] == destination]:
+    def unbind_destination(self, destination: str) -> bool:
+        """Remove every binding to a queue that is being deleted; True if any went."""
+        keys = [k for k in self.bindings if k[0] == destination]
+        for key in keys:
             self.unbind(*key)
+        return bool(keys)
 
     def route(self, routing_key: str) -> Iterable[str]:
         """The names of the queues a message with ``routing_key`` goes to."""

@@ -18,6 +18,7 @@ from queues.classic import ClassicQueue
 from queues.codec import Value
 from queues.deaths import Death, is_cycle, record_death
 from queues.errors import (
+    AccessRefused,
     DecodeError,
     NotFound,
     PreconditionFailed,
@@ -32,12 +33,6 @@ from queues.queue_type import Clock, DeadLetter, Dispatch, QueueStatistics, Queu
 from queues.sections import read_header
 from queues.stream import StreamQueue
 from queues.topology_log import TopologyLog
-
-
-class AccessRefused(QueueError):
-    """An operation on something the server owns (the default and ``amq.*`` exchanges)."""
-
-    condition = "amqp:unauthorized-access"
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +241,11 @@ class QueueRegistry:
         del self._settings[name]
         self.timed.discard(queue)
         self._owners.pop(name, None)
-        for exchange in self._exchanges.values():
-            exchange.unbind_destination(name)
+        emptied = [
+            exchange for exchange in self._exchanges.values() if exchange.unbind_destination(name)
+        ]
+        for exchange in emptied:
+            self._auto_delete(exchange)
         return stats.ready
 
     def purge_queue(self, name: str) -> int:
@@ -357,10 +355,17 @@ class QueueRegistry:
     def unbind(self, source: str, destination: str, binding_key: str = "") -> bool:
         """Remove a binding; False if there was none."""
         exchange = self._exchanges.get(source)
-        removed = exchange is not None and exchange.unbind(destination, binding_key)
-        if removed and self.store is not None:
+        if exchange is None or not exchange.unbind(destination, binding_key):
+            return False
+        if self.store is not None:
             self.store.unbind(source, destination, binding_key)
-        return removed
+        self._auto_delete(exchange)
+        return True
+
+    def _auto_delete(self, exchange: Exchange) -> None:
+        """Delete an auto-delete exchange whose last binding just went (RabbitMQ's rule)."""
+        if exchange.settings.auto_delete and not exchange.bindings:
+            self.delete_exchange(exchange.name)
 
     def bindings(self, source: str | None = None, destination: str | None = None) -> list[Binding]:
         """Bindings, optionally only those from ``source`` or to ``destination``."""

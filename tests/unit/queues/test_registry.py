@@ -167,6 +167,31 @@ def test_exchange_declarations() -> None:
     assert "e" not in [e.name for e in registry.exchanges()]
 
 
+def test_an_auto_delete_exchange_goes_with_its_last_binding() -> None:
+    """RabbitMQ's rule: deleted when its last binding goes, by unbind or by queue deletion."""
+    registry = QueueRegistry()
+    for name in ("q1", "q2"):
+        registry.declare_queue(name)
+    registry.declare_exchange("by-unbind", "direct", auto_delete=True)
+    registry.declare_exchange("by-delete", "fanout", auto_delete=True)
+    registry.declare_exchange("kept", "fanout")
+    registry.declare_exchange("never-bound", "fanout", auto_delete=True)
+    registry.bind("by-unbind", "q1", "a")
+    registry.bind("by-unbind", "q2", "b")
+    registry.bind("by-delete", "q2")
+    registry.bind("kept", "q2")
+
+    def names() -> list[str]:
+        return [e.name for e in registry.exchanges() if not e.name.startswith("amq.")]
+
+    assert registry.unbind("by-unbind", "q1", "a")
+    assert "by-unbind" in names()
+    assert registry.unbind("by-unbind", "q2", "b")
+    assert "by-unbind" not in names()
+    registry.delete_queue("q2")
+    assert names() == ["kept", "never-bound"]
+
+
 def test_alternate_exchange_takes_unroutable_messages() -> None:
     registry = QueueRegistry()
     registry.declare_queue("lost")
