@@ -90,7 +90,7 @@ class Broker(Handler):
         self.publishing = Publishing(
             config, registry, MemoryBudget(config.memory_budget), self._route, durability
         )
-        self.expiry = ExpiryTimer(registry, self._route)
+        self.expiry = ExpiryTimer(registry, self._route, self.queue_deleted)
         self.publishing.other_link = self.management.on_request
 
     # -- connections ----------------------------------------------------------------------
@@ -164,6 +164,7 @@ class Broker(Handler):
         self._route(state.pure.end())
         del self._states[state.pure]
         for queue in queues:
+            self.registry.consumer_left(queue)
             self.management.consumer_left(queue)
 
     # -- links ----------------------------------------------------------------------------
@@ -238,6 +239,7 @@ class Broker(Handler):
         if isinstance(state, OutgoingLinkState):
             state.session.senders.pop(state.link, None)
             self._route(state.session.pure.detach_link(state.link))
+            self.registry.consumer_left(state.link.queue)
             self.management.consumer_left(state.link.queue)
         elif isinstance(state, IncomingLinkState):
             self.publishing.detach(state)

@@ -2,12 +2,14 @@
 
 Queues never read the time: the server sets the registry's :class:`~queues.queue_type.Clock`
 once per pass of the event loop (:func:`tick`), and a reactor timer runs the queues' due
-expiries and lock releases every :data:`EXPIRY_INTERVAL`. A delivery checks expiry itself, so
-the interval only bounds how late an expired message reaches its dead-letter queue.
+expiries and lock releases every :data:`EXPIRY_INTERVAL`, and deletes the queues left unused
+for their ``x-expires``. A delivery checks expiry itself, so the interval only bounds how late
+an expired message reaches its dead-letter queue, or how late an unused queue goes.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Final
@@ -18,6 +20,8 @@ from proton.reactor import Container
 
 from queues.queue_type import Dispatch
 from queues.registry import QueueRegistry
+
+log = logging.getLogger("sluicegate")
 
 # How often due deadlines are acted on: a dead letter arrives at most this late, and an idle
 # server wakes 20 times a second for it, which costs nothing measurable.
@@ -30,17 +34,28 @@ def tick(registry: QueueRegistry) -> None:
 
 
 class ExpiryTimer(Handler):
-    """Runs the registry's due deadlines every interval and routes what they release."""
+    """Runs the registry's due deadlines every interval and routes what they release.
 
-    def __init__(self, registry: QueueRegistry, route: Callable[[list[Dispatch]], None]) -> None:
+    ``deleted`` is told of each queue deleted for being unused (x-expires), so the links still
+    attached to it (publishers) are detached as for any deleted queue.
+    """
+
+    def __init__(
+        self,
+        registry: QueueRegistry,
+        route: Callable[[list[Dispatch]], None],
+        deleted: Callable[[str], None],
+    ) -> None:
         super().__init__()
         self.registry = registry
         self._route = route
+        self._deleted = deleted
         self._container: Container | None = None
         self._task: Task | None = None
 
     def start(self, container: Container) -> None:
-        """Arm the first timer."""
+        """Arm the first timer; the queues' x-expires countdowns start now."""
+        self.registry.start_expiry_clocks()
         self._container = container
         self._task = container.schedule(EXPIRY_INTERVAL, self)
 
@@ -58,5 +73,8 @@ class ExpiryTimer(Handler):
         dispatches = registry.expire()
         if dispatches:
             self._route(dispatches)
+        for name in registry.expire_unused():
+            log.info("queue '%s' deleted: unused for its x-expires", name)
+            self._deleted(name)
         if self._container is not None:
             self._task = self._container.schedule(EXPIRY_INTERVAL, self)

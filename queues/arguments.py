@@ -39,6 +39,9 @@ class QueueArguments:
     single_active_consumer: bool = False
     # How long a consumer may hold a delivery unsettled before it is released (milliseconds).
     consumer_timeout: int | None = None
+    # How long the queue may stay unused before it is deleted (milliseconds, RabbitMQ's
+    # x-expires); the registry keeps the countdown.
+    expires: int | None = None
     # Arguments this queue type does not interpret itself (a stream's retention, say).
     extra: tuple[tuple[str, object], ...] = ()
 
@@ -65,16 +68,27 @@ _PASSED_THROUGH: Final = frozenset(
 # Arguments RabbitMQ knows that this server refuses rather than ignores silently.
 _REFUSED: Final = {
     "x-max-priority": "priority queues are not supported",
-    "x-expires": "queue expiry (x-expires) is not supported",
     "x-queue-mode": "lazy mode does not apply: classic queues keep messages in memory",
     "x-quorum-initial-group-size": "quorum queues are not supported",
 }
 _DEAD_LETTER_STRATEGIES: Final = frozenset({"at-most-once"})
+# The longest x-expires RabbitMQ takes (its timers' limit, about 49.7 days); longer is refused.
+MAX_EXPIRES: Final = 2**32 - 1
 
 
 def _non_negative(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise PreconditionFailed(f"invalid arg '{name}': expected a non-negative integer")
+    return value
+
+
+def _expiry(name: str, value: object) -> int:
+    """A queue's x-expires: unlike a message TTL it cannot be 0, as in RabbitMQ."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_EXPIRES:
+        raise PreconditionFailed(
+            f"invalid arg '{name}': expected a positive integer of milliseconds, "
+            f"at most {MAX_EXPIRES}, got {value!r}"
+        )
     return value
 
 
@@ -105,6 +119,8 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
             values["queue_type"] = kind
         elif name == "x-message-ttl":
             values["message_ttl"] = _non_negative(name, value)
+        elif name == "x-expires":
+            values["expires"] = _expiry(name, value)
         elif name == "x-dead-letter-exchange":
             values["dead_letter_exchange"] = _string(name, value)
         elif name == "x-dead-letter-routing-key":
@@ -141,4 +157,7 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
         raise PreconditionFailed(
             "invalid arg 'x-dead-letter-routing-key': needs x-dead-letter-exchange"
         )
+    if values.get("queue_type") == "stream" and "expires" in values:
+        # Streams do not expire: RabbitMQ refuses the argument for the stream queue type.
+        raise PreconditionFailed("invalid arg 'x-expires' for queue type stream")
     return QueueArguments(extra=tuple(extra), **values)  # type: ignore[arg-type]

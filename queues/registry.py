@@ -67,6 +67,20 @@ class QueueContext:
     timed: set[QueueType]
 
 
+@dataclass(slots=True)
+class Lease:
+    """A queue's x-expires countdown: it is deleted once unused for ``expires`` milliseconds."""
+
+    expires: int
+    # When it was last used: declared, redeclared, or left by a consumer.
+    last_used: int
+
+    @property
+    def deadline(self) -> int:
+        """When the queue goes if nothing uses it before."""
+        return self.last_used + self.expires
+
+
 # How each queue type is built; another queue type (streams) registers its factory here.
 QueueFactory = Callable[[str, QueueArguments, QueueContext], QueueType]
 
@@ -112,6 +126,8 @@ class QueueRegistry:
         self._queues: dict[str, QueueType] = {}
         self._settings: dict[str, QueueSettings] = {}
         self._owners: dict[str, object] = {}
+        # Queues declared with x-expires: unused for that long, they are deleted.
+        self._leases: dict[str, Lease] = {}
         self._exchanges: dict[str, Exchange] = {}
         # Dead letters lost because their exchange was missing or routed them nowhere.
         self.dead_letters_dropped = 0
@@ -147,12 +163,16 @@ class QueueRegistry:
             self._check_equivalent(name, self._settings[name], settings)
             if exclusive and self._owners.get(name) is not owner:
                 raise ResourceLocked(f"queue '{name}' is exclusive to another connection")
+            # A redeclaration is use, as in RabbitMQ.
+            self.renew_lease(name)
             return queue
         queue = QUEUE_FACTORIES[parsed.queue_type](name, parsed, self.context)
         self._queues[name] = queue
         self._settings[name] = settings
         if exclusive:
             self._owners[name] = owner
+        if parsed.expires is not None:
+            self._leases[name] = Lease(parsed.expires, self.clock.now)
         if self.store is not None and durable and not exclusive and not auto_delete:
             self.store.declare_queue(name, _loggable(arguments))
             self._logged.add(name)
@@ -241,6 +261,7 @@ class QueueRegistry:
         del self._settings[name]
         self.timed.discard(queue)
         self._owners.pop(name, None)
+        self._leases.pop(name, None)
         emptied = [
             exchange for exchange in self._exchanges.values() if exchange.unbind_destination(name)
         ]
@@ -501,9 +522,63 @@ class QueueRegistry:
         return dispatches
 
     def next_deadline(self) -> int | None:
-        """The earliest deadline of any queue."""
+        """The earliest deadline of any queue: a message's, a lock's or an unused queue's."""
         deadlines = [d for q in self.timed if (d := q.next_deadline()) is not None]
+        deadlines.extend(lease.deadline for lease in self._leases.values())
         return min(deadlines) if deadlines else None
+
+    # -- queue expiry (x-expires) ---------------------------------------------------------
+
+    def renew_lease(self, name: str) -> None:
+        """A client used the queue (redeclared it, asked for its counts): its countdown restarts.
+
+        RabbitMQ renews a queue's lease whenever it answers a declaration or a ``stat``
+        (the counts a management ``GET /queues/NAME`` returns).
+        """
+        lease = self._leases.get(name)
+        if lease is not None:
+            lease.last_used = self.clock.now
+
+    def consumer_left(self, queue: QueueType) -> None:
+        """A consumer of ``queue`` detached: its x-expires countdown starts again now.
+
+        While consumers are attached the queue is in use; its countdown runs from the moment
+        the last one leaves, so the gateway reports every detach.
+        """
+        lease = self._leases.get(queue.name)
+        if lease is not None and self._queues.get(queue.name) is queue:
+            lease.last_used = self.clock.now
+
+    def start_expiry_clocks(self) -> None:
+        """Start every x-expires countdown now, when the server starts serving.
+
+        Queues recovered from the log or declared by the configuration count from the start,
+        as RabbitMQ's queues count from their own start after a restart.
+        """
+        now = self.clock.now
+        for lease in self._leases.values():
+            lease.last_used = now
+
+    def expire_unused(self) -> list[str]:
+        """Delete every queue unused for its x-expires; return their names.
+
+        Unused means no consumer attached and no :meth:`renew_lease` for that long; publishing
+        does not count, as in RabbitMQ. Messages go with the queue, not to its dead-letter exchange.
+        """
+        if not self._leases:
+            return []
+        now = self.clock.now
+        expired: list[str] = []
+        for name, lease in list(self._leases.items()):
+            if lease.deadline > now:
+                continue
+            if self._queues[name].statistics().consumers:
+                # In use: its countdown starts again when the last consumer leaves.
+                lease.last_used = now
+                continue
+            self.delete_queue(name)
+            expired.append(name)
+        return expired
 
 
 def _check_exchange(name: str, current: ExchangeSettings, wanted: ExchangeSettings) -> None:

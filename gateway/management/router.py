@@ -236,8 +236,10 @@ class Router:
         return Response(201, body_map, exclusive_queue=name if exclusive else None)
 
     def _queue_info(self, name: str) -> QueueInfo:
+        """A queue's description and counts: reading them is use (RabbitMQ's ``stat``)."""
         registry = self.registry
         statistics = registry.queue(name).statistics()
+        registry.renew_lease(name)
         return QueueInfo(name, registry.settings(name), None, statistics)
 
     def _queue_map(self, info: QueueInfo) -> dict[str, object]:

@@ -15,6 +15,7 @@ from gateway.management.router import (
     ULong,
 )
 from queues.message import Message
+from queues.queue_type import Clock
 from queues.registry import QueueRegistry
 
 QUEUE_INFO_KEYS = {
@@ -227,3 +228,22 @@ def test_an_exclusive_queue_belongs_to_its_connection(router: Router) -> None:
     assert router.registry.owner("excl") is mine
     assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=mine)).status == 200
     assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=theirs)).status == 409
+
+
+def test_declaring_or_reading_a_queue_renews_its_x_expires_lease() -> None:
+    """As RabbitMQ's ``stat``: the management's answers about a queue are use of it."""
+    clock = Clock(1_000)
+    registry = QueueRegistry(clock)
+    router = Router(registry)
+    put_queue(router, "leased", arguments={"x-expires": 300})
+    clock.now = 1_200
+    assert router.handle(Request("GET", "/queues/leased")).status == 200
+    clock.now = 1_400
+    assert put_queue(router, "leased", arguments={"x-expires": 300}).status == 200
+    # Listing every queue is not use of each.
+    clock.now = 1_699
+    assert router.handle(Request("GET", "/queues")).status == 200
+    assert registry.expire_unused() == []
+    clock.now = 1_700
+    assert registry.expire_unused() == ["leased"]
+    assert router.handle(Request("GET", "/queues/leased")).status == 404
