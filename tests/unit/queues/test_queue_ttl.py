@@ -7,6 +7,9 @@ registry's clock, set by hand here.
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from queues.arguments import MAX_EXPIRES, parse_arguments
 from queues.codec import Described, encode
@@ -179,3 +182,85 @@ def test_each_queue_keeps_its_own_countdown() -> None:
     assert registry.next_deadline() == START + 500
     clock.now = START + 500
     assert registry.expire_unused() == ["long"]
+
+
+class LeaseMachine(RuleBasedStateMachine):
+    """Queues with x-expires against a model: consumers come and go, time passes, checks run.
+
+    A queue goes exactly when a check runs at or after its last use plus x-expires while it has
+    no consumer; a check that finds it in use counts as use.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = Clock(START)
+        self.registry = QueueRegistry(self.clock)
+        # The model: each live queue's x-expires, last use and attached consumers.
+        self.expires: dict[str, int] = {}
+        self.last_used: dict[str, int] = {}
+        self.consumers: dict[str, set[int]] = {}
+        self.next_consumer = 0
+
+    names = st.sampled_from(["a", "b", "c"])
+
+    @rule(name=names, expires=st.integers(1, 500))
+    def declare(self, name: str, expires: int) -> None:
+        if name in self.expires:
+            expires = self.expires[name]
+        self.registry.declare_queue(name, {"x-expires": expires})
+        self.expires[name] = expires
+        self.last_used[name] = self.clock.now
+        self.consumers.setdefault(name, set())
+
+    @rule(elapsed=st.integers(0, 600))
+    def wait(self, elapsed: int) -> None:
+        self.clock.now += elapsed
+
+    @precondition(lambda self: bool(self.expires))
+    @rule(data=st.data())
+    def attach(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.expires)))
+        self.next_consumer += 1
+        self.registry.queue(name).attach(self.next_consumer, ack_required=True)
+        self.consumers[name].add(self.next_consumer)
+
+    @precondition(lambda self: any(self.consumers.values()))
+    @rule(data=st.data())
+    def detach(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(n for n, c in self.consumers.items() if c)))
+        consumer = data.draw(st.sampled_from(sorted(self.consumers[name])))
+        queue = self.registry.queue(name)
+        queue.detach(consumer, [])
+        self.registry.consumer_left(queue)
+        self.consumers[name].discard(consumer)
+        self.last_used[name] = self.clock.now
+
+    @precondition(lambda self: bool(self.expires))
+    @rule(data=st.data())
+    def publish(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.expires)))
+        self.registry.queue(name).enqueue(_message("m"))
+
+    @rule()
+    def check(self) -> None:
+        now = self.clock.now
+        due = set()
+        for name, expires in self.expires.items():
+            if self.last_used[name] + expires <= now:
+                if self.consumers[name]:
+                    self.last_used[name] = now
+                else:
+                    due.add(name)
+        assert set(self.registry.expire_unused()) == due
+        for name in due:
+            del self.expires[name], self.last_used[name], self.consumers[name]
+
+    @invariant()
+    def same_queues_and_deadline(self) -> None:
+        assert {info.name for info in self.registry.queues()} == set(self.expires)
+        deadlines = [self.last_used[n] + e for n, e in self.expires.items()]
+        assert self.registry.next_deadline() == (min(deadlines) if deadlines else None)
+
+
+LeaseMachine.TestCase.settings = settings(stateful_step_count=40)
+test_lease_model = LeaseMachine.TestCase
