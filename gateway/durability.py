@@ -81,8 +81,10 @@ class Durability:
                 continue
             for message in messages:
                 queue.enqueue(message)
-        for (exchange, queue_name, key), arguments in list(store.bindings.items()):
-            registry.bind(exchange, queue_name, key, arguments)
+        for key, arguments in list(store.bindings.items()):
+            registry.bind(
+                key.exchange, key.destination, key.key, arguments, to_exchange=key.to_exchange
+            )
         self.recovery_seconds = time.monotonic() - started
 
     def start(self) -> None:

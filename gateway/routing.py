@@ -142,7 +142,7 @@ class Router:
         if routing_key is None:
             routing_key = envelope.subject or ""
         try:
-            queues = self.registry.route(exchange, routing_key)
+            queues = self.registry.route(exchange, routing_key, payload)
         except QueueError as error:
             return _refused(Outcome.REJECTED, error.condition, str(error))
         if not queues:

@@ -293,6 +293,23 @@ def encode(value: Value) -> bytes:
     return _compound(body, 2 * len(value), 0xC1, 0xD1)
 
 
+def encode_canonical(value: Value) -> bytes:
+    """Encode ``value`` so that equal values of equal types give equal bytes.
+
+    Maps are encoded with their entries sorted by their encoded keys, at every depth: a
+    binding's arguments identify it whatever order a client sent them in (RabbitMQ sorts them).
+    """
+    if isinstance(value, dict):
+        entries = sorted((encode_canonical(k), encode_canonical(v)) for k, v in value.items())
+        return _compound(b"".join(k + v for k, v in entries), 2 * len(entries), 0xC1, 0xD1)
+    if isinstance(value, list):
+        body = b"".join(encode_canonical(v) for v in value)
+        return _compound(body, len(value), 0xC0, 0xD0)
+    if isinstance(value, Described):
+        return b"\x00" + encode_canonical(value.descriptor) + encode_canonical(value.value)
+    return encode(value)
+
+
 def encode_uint(value: int) -> bytes:
     """Encode an AMQP uint (delivery-count and ttl are uints, not ulongs)."""
     if value == 0:

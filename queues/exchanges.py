@@ -1,9 +1,15 @@
-"""Exchanges: where a published message goes by its routing key (RabbitMQ's model).
+"""Exchanges: where a published message goes by its routing key or headers (RabbitMQ's model).
 
-An exchange routes to the queues bound to it: ``fanout`` to all, ``direct`` to those bound with
-exactly the routing key, ``topic`` to those whose binding key matches the dot-separated routing
-key, ``*`` standing for one word and ``#`` for zero or more. Direct routing is one dict lookup;
-topic routing matches each distinct binding key once per message.
+An exchange routes to the queues and exchanges bound to it: ``fanout`` to all, ``direct`` to
+those bound with exactly the routing key, ``topic`` to those whose binding key matches the
+dot-separated routing key, ``*`` standing for one word and ``#`` for zero or more, ``headers`` to
+those whose binding arguments match the message's headers (:mod:`queues.headers`). Direct
+routing is one dict lookup; topic routing matches each distinct binding key once per message,
+headers routing each distinct set of binding arguments.
+
+A binding is identified by its source, destination (a queue, or an exchange for an
+exchange-to-exchange binding), binding key and arguments, as in RabbitMQ: two bindings that
+differ only by their arguments are two bindings.
 """
 
 from __future__ import annotations
@@ -11,9 +17,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
+from queues.codec import Value, encode_canonical
 from queues.errors import NotImplementedByServer, PreconditionFailed
+from queues.headers import Headers, HeadersMatch, headers_match
 
 
 class ExchangeType(enum.Enum):
@@ -22,6 +30,7 @@ class ExchangeType(enum.Enum):
     DIRECT = "direct"
     FANOUT = "fanout"
     TOPIC = "topic"
+    HEADERS = "headers"
 
 
 class Unroutable(enum.Enum):
@@ -33,12 +42,34 @@ class Unroutable(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """A route from an exchange to a queue for one binding key."""
+    """A route from an exchange to a queue (or to an exchange) for one binding key."""
 
     source: str
     destination: str
     binding_key: str
     arguments: tuple[tuple[str, object], ...] = ()
+    # An exchange-to-exchange binding: ``destination`` names an exchange.
+    to_exchange: bool = False
+
+    @property
+    def key(self) -> BindingKey:
+        """What identifies the binding among its source's."""
+        return (self.to_exchange, self.destination, self.binding_key, self.arguments_identity)
+
+    @property
+    def arguments_identity(self) -> bytes:
+        """The arguments' canonical encoding: equal arguments, equal bytes."""
+        return canonical_arguments(dict(self.arguments))
+
+
+# A binding among its source's: to an exchange?, destination, binding key, arguments' identity.
+BindingKey = tuple[bool, str, str, bytes]
+
+
+def canonical_arguments(arguments: Mapping[str, object]) -> bytes:
+    """Binding arguments' identity (they are AMQP values: the registry checks them first)."""
+    mapping: dict[Value, Value] = {k: cast(Value, v) for k, v in arguments.items()}
+    return encode_canonical(mapping)
 
 
 # Exchange arguments served: where unroutable messages go, and what the publisher is told.
@@ -70,7 +101,7 @@ def exchange_settings(
     try:
         kind = ExchangeType(type_name)
     except ValueError:
-        if type_name in ("headers", "x-consistent-hash", "x-local-random"):
+        if type_name in ("x-consistent-hash", "x-local-random"):
             raise NotImplementedByServer(f"exchange type '{type_name}' is not supported") from None
         raise PreconditionFailed(f"invalid exchange type '{type_name}'") from None
     alternate: str | None = None
@@ -118,54 +149,142 @@ def _match(pattern: list[str], p: int, words: list[str], w: int) -> bool:
     return p == len(pattern)
 
 
+class _Routes:
+    """Destinations of one kind (queues or exchanges), by what selects them.
+
+    The selector is the binding key, or for a headers exchange the arguments' identity.
+    Destinations are counted, since several bindings (differing by key or arguments) can
+    route to the same one.
+    """
+
+    __slots__ = ("by_selector", "everywhere")
+
+    def __init__(self) -> None:
+        self.by_selector: dict[str | bytes, dict[str, int]] = {}
+        # Every destination, for fanout routing and for "routes anywhere at all".
+        self.everywhere: dict[str, int] = {}
+
+    def add(self, selector: str | bytes, destination: str) -> None:
+        destinations = self.by_selector.setdefault(selector, {})
+        destinations[destination] = destinations.get(destination, 0) + 1
+        self.everywhere[destination] = self.everywhere.get(destination, 0) + 1
+
+    def remove(self, selector: str | bytes, destination: str) -> None:
+        destinations = self.by_selector[selector]
+        _decrement(destinations, destination)
+        if not destinations:
+            del self.by_selector[selector]
+        _decrement(self.everywhere, destination)
+
+    def route(self, kind: ExchangeType, routing_key: str) -> Iterable[str]:
+        if kind is ExchangeType.DIRECT:
+            return self.by_selector.get(routing_key, ())
+        if kind is ExchangeType.FANOUT:
+            return self.everywhere
+        found: dict[str, int] = {}
+        for key, destinations in self.by_selector.items():
+            if topic_matches(cast(str, key), routing_key):
+                found.update(destinations)
+        return found
+
+    def route_headers(self, patterns: dict[bytes, HeadersMatch], headers: Headers) -> list[str]:
+        found: dict[str, int] = {}
+        for identity, destinations in self.by_selector.items():
+            if patterns[cast(bytes, identity)].matches(headers):
+                found.update(destinations)
+        return list(found)
+
+
+def _decrement(counts: dict[str, int], name: str) -> None:
+    left = counts[name] - 1
+    if left:
+        counts[name] = left
+    else:
+        del counts[name]
+
+
 class Exchange:
     """One exchange and its bindings."""
 
-    __slots__ = ("_by_key", "bindings", "name", "settings")
+    __slots__ = ("_exchanges", "_patterns", "_queues", "bindings", "name", "plain", "settings")
 
     def __init__(self, name: str, settings: ExchangeSettings) -> None:
         self.name = name
         self.settings = settings
-        self.bindings: dict[tuple[str, str], Binding] = {}
-        # Destinations by binding key, kept for one-lookup direct routing.
-        self._by_key: dict[str, dict[str, None]] = {}
+        self.bindings: dict[BindingKey, Binding] = {}
+        self._queues = _Routes()
+        self._exchanges = _Routes()
+        # A headers exchange's compiled binding arguments, by their identity.
+        self._patterns: dict[bytes, HeadersMatch] = {}
+        # Routes by routing key to queues only: the registry's one-step path.
+        self.plain = settings.type is not ExchangeType.HEADERS
 
     @property
     def type(self) -> ExchangeType:
         """The routing algorithm."""
         return self.settings.type
 
-    def bind(self, binding: Binding) -> None:
-        """Add a binding (idempotent)."""
-        self.bindings[binding.destination, binding.binding_key] = binding
-        self._by_key.setdefault(binding.binding_key, {})[binding.destination] = None
+    def check(self, arguments: Mapping[str, object]) -> None:
+        """Refuse binding arguments this exchange's type refuses (a headers ``x-match``)."""
+        if self.settings.type is ExchangeType.HEADERS:
+            headers_match(arguments)
 
-    def unbind(self, destination: str, binding_key: str) -> bool:
-        """Remove a binding; False if there was none."""
-        if self.bindings.pop((destination, binding_key), None) is None:
+    def bind(self, binding: Binding) -> bool:
+        """Add a binding; False if it existed."""
+        key = binding.key
+        if key in self.bindings:
             return False
-        destinations = self._by_key[binding_key]
-        del destinations[destination]
-        if not destinations:
-            del self._by_key[binding_key]
+        self.bindings[key] = binding
+        routes = self._exchanges if binding.to_exchange else self._queues
+        routes.add(self._selector(binding, key[3]), binding.destination)
+        self._update_plain()
         return True
 
-    def unbind_destination(self, destination: str) -> bool:
-        """Remove every binding to a queue that is being deleted; True if any went."""
-        keys = [k for k in self.bindings if k[0] == destination]
-        for key in keys:
-            self.unbind(*key)
-        return bool(keys)
+    def unbind(self, key: BindingKey) -> Binding | None:
+        """Remove the binding ``key`` names; None if there was none."""
+        binding = self.bindings.pop(key, None)
+        if binding is None:
+            return None
+        routes = self._exchanges if binding.to_exchange else self._queues
+        selector = key[3] if self.settings.type is ExchangeType.HEADERS else binding.binding_key
+        routes.remove(selector, binding.destination)
+        if isinstance(selector, bytes) and selector not in routes.by_selector:
+            other = self._queues if routes is self._exchanges else self._exchanges
+            if selector not in other.by_selector:
+                del self._patterns[selector]
+        self._update_plain()
+        return binding
+
+    def unbind_destination(self, destination: str, *, to_exchange: bool = False) -> list[Binding]:
+        """Remove every binding to a queue (or an exchange) that is being deleted."""
+        keys = [k for k in self.bindings if k[1] == destination and k[0] is to_exchange]
+        removed = [self.unbind(key) for key in keys]
+        return [binding for binding in removed if binding is not None]
+
+    def _selector(self, binding: Binding, identity: bytes) -> str | bytes:
+        if self.settings.type is not ExchangeType.HEADERS:
+            return binding.binding_key
+        if identity not in self._patterns:
+            self._patterns[identity] = headers_match(dict(binding.arguments))
+        return identity
+
+    def _update_plain(self) -> None:
+        self.plain = self.settings.type is not ExchangeType.HEADERS and not (
+            self._exchanges.everywhere
+        )
 
     def route(self, routing_key: str) -> Iterable[str]:
-        """The names of the queues a message with ``routing_key`` goes to."""
-        kind = self.settings.type
-        if kind is ExchangeType.DIRECT:
-            return self._by_key.get(routing_key, ())
-        if kind is ExchangeType.FANOUT:
-            return dict.fromkeys(destination for destination, _ in self.bindings)
-        found: dict[str, None] = {}
-        for key, destinations in self._by_key.items():
-            if topic_matches(key, routing_key):
-                found.update(destinations)
-        return found
+        """The names of the queues a message with ``routing_key`` goes to (not headers)."""
+        return self._queues.route(self.settings.type, routing_key)
+
+    def route_exchanges(self, routing_key: str) -> Iterable[str]:
+        """The names of the exchanges a message with ``routing_key`` goes on to (not headers)."""
+        return self._exchanges.route(self.settings.type, routing_key)
+
+    def route_headers(self, headers: Headers) -> tuple[list[str], list[str]]:
+        """The queues and the exchanges a message with ``headers`` goes to (headers only)."""
+        patterns = self._patterns
+        return (
+            self._queues.route_headers(patterns, headers),
+            self._exchanges.route_headers(patterns, headers),
+        )

@@ -4,12 +4,13 @@ This is the one API that declares things, whoever asks: configuration at start, 
 the management API, recovery from the durable log. Declarations are idempotent and refuse an
 inequivalent redeclaration with ``amqp:precondition-failed`` (RabbitMQ's 406/409), naming the
 argument that differs. The default exchange ``""`` routes to the queue named by the routing key;
-``amq.direct``, ``amq.fanout`` and ``amq.topic`` exist from the start, as in RabbitMQ.
+``amq.direct``, ``amq.fanout``, ``amq.topic``, ``amq.headers`` and ``amq.match`` exist from the
+start, as in RabbitMQ.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -25,7 +26,14 @@ from queues.errors import (
     QueueError,
     ResourceLocked,
 )
-from queues.exchanges import Binding, Exchange, ExchangeSettings, exchange_settings
+from queues.exchanges import (
+    Binding,
+    Exchange,
+    ExchangeSettings,
+    ExchangeType,
+    exchange_settings,
+)
+from queues.headers import Headers, routing_headers
 from queues.held_bytes import HeldBytes
 from queues.log.records import Arguments
 from queues.message import ARCHIVED, Message
@@ -102,7 +110,13 @@ def _stream(name: str, arguments: QueueArguments, context: QueueContext) -> Queu
 
 QUEUE_FACTORIES: dict[str, QueueFactory] = {"classic": _classic, "stream": _stream}
 DEFAULT_EXCHANGE: Final = ""
-_PREDECLARED: Final = {"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic"}
+_PREDECLARED: Final = {
+    "amq.direct": "direct",
+    "amq.fanout": "fanout",
+    "amq.topic": "topic",
+    "amq.headers": "headers",
+    "amq.match": "headers",
+}
 
 
 class QueueRegistry:
@@ -262,11 +276,7 @@ class QueueRegistry:
         self.timed.discard(queue)
         self._owners.pop(name, None)
         self._leases.pop(name, None)
-        emptied = [
-            exchange for exchange in self._exchanges.values() if exchange.unbind_destination(name)
-        ]
-        for exchange in emptied:
-            self._auto_delete(exchange)
+        self._remove_destination(name, to_exchange=False)
         return stats.ready
 
     def purge_queue(self, name: str) -> int:
@@ -325,7 +335,11 @@ class QueueRegistry:
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
-        """Delete an exchange and its bindings (deleting one that does not exist succeeds)."""
+        """Delete an exchange and its bindings (deleting one that does not exist succeeds).
+
+        Its bindings as a source and as a destination go with it; a source left without
+        bindings goes too if it is auto-delete, as in RabbitMQ.
+        """
         if name == DEFAULT_EXCHANGE or name in _PREDECLARED:
             raise AccessRefused(f"exchange '{name}' cannot be deleted")
         exchange = self._exchanges.get(name)
@@ -337,6 +351,21 @@ class QueueRegistry:
         if name in self._logged_exchanges and self.store is not None:
             self._logged_exchanges.discard(name)
             self.store.delete_exchange(name)
+        self._remove_destination(name, to_exchange=True)
+
+    def _remove_destination(self, name: str, *, to_exchange: bool) -> None:
+        """Remove every binding to a deleted queue or exchange, then auto-delete the emptied.
+
+        The log needs no record per binding: recovery drops the bindings of whatever a
+        deletion record names.
+        """
+        emptied = [
+            exchange
+            for exchange in list(self._exchanges.values())
+            if exchange.unbind_destination(name, to_exchange=to_exchange)
+        ]
+        for exchange in emptied:
+            self._auto_delete(exchange)
 
     def exchange(self, name: str) -> Exchange:
         """Return the exchange called ``name``, or raise ``amqp:not-found``."""
@@ -355,41 +384,71 @@ class QueueRegistry:
         destination: str,
         binding_key: str = "",
         arguments: Mapping[str, object] | None = None,
+        *,
+        to_exchange: bool = False,
     ) -> Binding:
-        """Bind a queue to an exchange (idempotent)."""
-        if source == DEFAULT_EXCHANGE:
+        """Bind a queue (or, ``to_exchange``, an exchange) to an exchange (idempotent)."""
+        if source == DEFAULT_EXCHANGE or (to_exchange and destination == DEFAULT_EXCHANGE):
             raise AccessRefused("the default exchange cannot be bound")
         exchange = self.exchange(source)
-        self.queue(destination)
+        if to_exchange:
+            self.exchange(destination)
+        else:
+            self.queue(destination)
+        logged = _loggable(arguments)
+        exchange.check(logged)
         binding = Binding(
-            source, destination, binding_key, tuple(sorted((arguments or {}).items()))
+            source, destination, binding_key, tuple(sorted(logged.items())), to_exchange
         )
-        exchange.bind(binding)
         if (
-            self.store is not None
+            exchange.bind(binding)
+            and self.store is not None
             and source in self._logged_exchanges
-            and destination in self._logged
+            and destination in (self._logged_exchanges if to_exchange else self._logged)
         ):
-            self.store.bind(source, destination, binding_key, _loggable(arguments))
+            self.store.bind(source, destination, binding_key, logged, to_exchange=to_exchange)
         return binding
 
-    def unbind(self, source: str, destination: str, binding_key: str = "") -> bool:
-        """Remove a binding; False if there was none."""
+    def unbind(
+        self,
+        source: str,
+        destination: str,
+        binding_key: str = "",
+        arguments: Mapping[str, object] | None = None,
+        *,
+        to_exchange: bool = False,
+    ) -> bool:
+        """Remove the binding with exactly these ends, key and arguments; False if none."""
         exchange = self._exchanges.get(source)
-        if exchange is None or not exchange.unbind(destination, binding_key):
+        if exchange is None:
+            return False
+        logged = _loggable(arguments)
+        binding = Binding(
+            source, destination, binding_key, tuple(sorted(logged.items())), to_exchange
+        )
+        if exchange.unbind(binding.key) is None:
             return False
         if self.store is not None:
-            self.store.unbind(source, destination, binding_key)
+            self.store.unbind(source, destination, binding_key, logged, to_exchange=to_exchange)
         self._auto_delete(exchange)
         return True
 
     def _auto_delete(self, exchange: Exchange) -> None:
-        """Delete an auto-delete exchange whose last binding just went (RabbitMQ's rule)."""
+        """Delete an auto-delete exchange whose last binding as a source just went.
+
+        RabbitMQ's rule; bindings where it is the destination do not keep it.
+        """
         if exchange.settings.auto_delete and not exchange.bindings:
             self.delete_exchange(exchange.name)
 
-    def bindings(self, source: str | None = None, destination: str | None = None) -> list[Binding]:
-        """Bindings, optionally only those from ``source`` or to ``destination``."""
+    def bindings(
+        self,
+        source: str | None = None,
+        destination: str | None = None,
+        *,
+        to_exchange: bool | None = None,
+    ) -> list[Binding]:
+        """Bindings, optionally only those from ``source``, to ``destination``, of one kind."""
         found: list[Binding] = []
         for exchange in self.exchanges():
             if source is not None and exchange.name != source:
@@ -397,34 +456,71 @@ class QueueRegistry:
             found.extend(
                 binding
                 for binding in exchange.bindings.values()
-                if destination is None or binding.destination == destination
+                if (destination is None or binding.destination == destination)
+                and (to_exchange is None or binding.to_exchange is to_exchange)
             )
         return found
 
-    def route(self, exchange: str, routing_key: str) -> list[QueueType]:
+    def route(
+        self, exchange: str, routing_key: str, payload: bytes | memoryview = b""
+    ) -> list[QueueType]:
         """The queues a message published to ``exchange`` with ``routing_key`` goes to.
 
-        An exchange that routes nowhere passes the message to its alternate exchange, if any.
-        Raises ``amqp:not-found`` for an exchange that does not exist.
+        ``payload`` is the encoded message, whose headers are read only if a headers exchange
+        is on the way. An exchange that routes nowhere passes the message to its alternate
+        exchange, if any. Raises ``amqp:not-found`` for an exchange that does not exist, and
+        ``amqp:decode-error`` for headers a headers exchange cannot read.
         """
         if exchange == DEFAULT_EXCHANGE:
             queue = self._queues.get(routing_key)
             return [queue] if queue is not None else []
-        seen: set[str] = set()
-        name: str | None = exchange
-        while name is not None and name not in seen:
-            seen.add(name)
-            found = self._exchanges.get(name)
-            if found is None:
-                if name == exchange:
-                    raise NotFound(f"no exchange '{exchange}'")
-                return []
+        found = self._exchanges.get(exchange)
+        if found is None:
+            raise NotFound(f"no exchange '{exchange}'")
+        if found.plain:
             queues = self._queues
             targets = [queues[q] for q in found.route(routing_key) if q in queues]
-            if targets:
+            if targets or found.settings.alternate_exchange is None:
                 return targets
-            name = found.settings.alternate_exchange
-        return []
+        return self._route_through(found, routing_key, payload)
+
+    def _route_through(
+        self, start: Exchange, routing_key: str, payload: bytes | memoryview
+    ) -> list[QueueType]:
+        """Follow exchange-to-exchange bindings and alternate exchanges, each exchange once.
+
+        As in RabbitMQ, an exchange whose bindings take the message nowhere (no queue and no
+        exchange) passes it to its alternate exchange; a queue reached several ways gets one
+        copy, and a cycle of bindings ends where it meets an exchange already visited.
+        """
+        headers: Headers | None = None
+        seen = {start.name}
+        pending = [start]
+        reached: dict[str, None] = {}
+        for exchange in pending:
+            queues: Iterable[str]
+            onward: Iterable[str]
+            if exchange.type is ExchangeType.HEADERS:
+                if headers is None:
+                    headers = routing_headers(payload)
+                queues, onward = exchange.route_headers(headers)
+            elif exchange.plain:
+                queues, onward = exchange.route(routing_key), ()
+            else:
+                queues = exchange.route(routing_key)
+                onward = exchange.route_exchanges(routing_key)
+            if not queues and not onward:
+                alternate = exchange.settings.alternate_exchange
+                onward = () if alternate is None else (alternate,)
+            reached.update(dict.fromkeys(queues))
+            for name in onward:
+                if name not in seen:
+                    seen.add(name)
+                    following = self._exchanges.get(name)
+                    if following is not None:
+                        pending.append(following)
+        found = self._queues
+        return [found[q] for q in reached if q in found]
 
     # -- dead letters ---------------------------------------------------------------------
 
@@ -446,11 +542,11 @@ class QueueRegistry:
     def _dead_letter(self, letter: DeadLetter) -> list[Dispatch]:
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
-        try:
-            targets = self.route(letter.exchange, routing_key)
-        except NotFound:
-            targets = []
         payload = message.payload
+        try:
+            targets = self.route(letter.exchange, routing_key, payload)
+        except (NotFound, DecodeError):
+            targets = []
         targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
         if not targets:
             self.dead_letters_dropped += 1

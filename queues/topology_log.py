@@ -38,10 +38,26 @@ class TopologyLog(Protocol):
     def delete_exchange(self, name: str) -> None:
         """A durable exchange is gone."""
 
-    def bind(self, exchange: str, queue: str, key: str, arguments: Arguments) -> None:
-        """A binding between durable ends exists."""
+    def bind(
+        self,
+        exchange: str,
+        destination: str,
+        key: str,
+        arguments: Arguments,
+        *,
+        to_exchange: bool = False,
+    ) -> None:
+        """A binding between durable ends (a queue, or ``to_exchange`` an exchange) exists."""
 
-    def unbind(self, exchange: str, queue: str, key: str) -> None:
+    def unbind(
+        self,
+        exchange: str,
+        destination: str,
+        key: str,
+        arguments: Arguments,
+        *,
+        to_exchange: bool = False,
+    ) -> None:
         """A binding is gone."""
 
     def enqueue(

@@ -17,23 +17,25 @@ GET        ``/exchanges``                               200, list of exchange ma
 GET        ``/exchanges/{x}``                           200, exchange map
 PUT        ``/exchanges/{x}``                           204
 DELETE     ``/exchanges/{x}``                           204
-GET        ``/bindings?src=&dstq=&key=``                200, list of binding maps
+GET        ``/bindings?src=&dstq=|dste=&key=``          200, list of binding maps
 POST       ``/bindings``                                204
-DELETE     ``/bindings/src={x};dstq={q};key={k};args=`` 204
+DELETE     ``/bindings/src={x};dstq={q};key={k};args=`` 204 (``dste={x}`` for an exchange)
 =========  ===========================================  ===============================
 
 Errors: 400 bad request, 403 the default or an ``amq.*`` exchange, 404 no such queue, exchange
 or path, 405 method not allowed on the path, 409 an inequivalent redeclaration or a bad argument
 (RabbitMQ's precondition-failed, which the client reports as ``ErrPreconditionFailed``),
-501 what sluicegate does not implement (quorum queues, exchange-to-exchange bindings).
+501 what sluicegate does not implement (quorum queues, plugin exchange types).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol, TypeAlias
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 from queues.errors import (
     NotFound,
@@ -300,40 +302,56 @@ class Router:
         method = request.method
         if not rest or rest[0].startswith("?"):
             if method == "GET":
-                query = dict(parse_qsl(rest[0][1:])) if rest else {}
-                found = self.registry.bindings(query.get("src"), query.get("dstq"))
-                if "key" in query:
-                    found = [b for b in found if b.binding_key == query["key"]]
-                return Response(200, [_binding_map(b) for b in found])
+                return Response(200, [_binding_map(b) for b in self._listed(rest)])
             _allow(method, "POST")
             return self._bind(_map(request.body), caller)
         _allow(method, "DELETE")
         if len(rest) != 1:
             raise _Error(404, f"no such path: {request.path!r}")
         fields = _binding_fields(request.path)
-        if "dste" in fields:
-            raise _Error(501, "exchange-to-exchange bindings are not supported")
-        if "src" not in fields or "dstq" not in fields:
-            raise _Error(400, "a binding path needs src= and dstq=")
-        caller.check("read", "exchange", fields["src"])
-        caller.check("write", "queue", fields["dstq"])
-        self.registry.unbind(fields["src"], fields["dstq"], fields.get("key", ""))
+        source = fields.get("src")
+        destination, to_exchange = _destination(fields, "dstq", "dste")
+        if source is None or destination is None:
+            raise _Error(400, "a binding path needs src= and dstq= or dste=")
+        caller.check("read", "exchange", source)
+        caller.check("write", "exchange" if to_exchange else "queue", destination)
+        key = fields.get("key", "")
+        arguments_hash = fields.get("args", "")
+        for binding in self.registry.bindings(source, destination, to_exchange=to_exchange):
+            if binding.binding_key == key and _arguments_hash(binding) == arguments_hash:
+                self.registry.unbind(
+                    source, destination, key, dict(binding.arguments), to_exchange=to_exchange
+                )
+                break
         return Response(204)
 
+    def _listed(self, rest: list[str]) -> list[Binding]:
+        """The bindings a ``GET /bindings?src=&dstq=|dste=&key=`` asks for."""
+        query = dict(parse_qsl(rest[0][1:])) if rest else {}
+        destination, to_exchange = _destination(query, "dstq", "dste")
+        found = self.registry.bindings(
+            query.get("src"), destination, to_exchange=None if destination is None else to_exchange
+        )
+        if "key" in query:
+            found = [b for b in found if b.binding_key == query["key"]]
+        return found
+
     def _bind(self, body: Mapping[str, object], caller: Caller) -> Response:
-        if "destination_exchange" in body:
-            raise _Error(501, "exchange-to-exchange bindings are not supported")
         source = body.get("source")
-        destination = body.get("destination_queue")
+        destination, to_exchange = _destination(body, "destination_queue", "destination_exchange")
         key = body.get("binding_key", "")
         if not isinstance(source, str) or not isinstance(destination, str):
-            raise _Error(400, "a binding needs 'source' and 'destination_queue' strings")
+            raise _Error(
+                400,
+                "a binding needs a 'source' string and a 'destination_queue' or "
+                "'destination_exchange' string",
+            )
         if not isinstance(key, str):
             raise _Error(400, "'binding_key' must be a string")
         arguments = _map(body.get("arguments"), "arguments")
         caller.check("read", "exchange", source)
-        caller.check("write", "queue", destination)
-        self.registry.bind(source, destination, key, dict(arguments))
+        caller.check("write", "exchange" if to_exchange else "queue", destination)
+        self.registry.bind(source, destination, key, dict(arguments), to_exchange=to_exchange)
         return Response(204)
 
 
@@ -389,14 +407,56 @@ def _exchange_map(exchange: Exchange) -> dict[str, object]:
 
 
 def _binding_map(binding: Binding) -> dict[str, object]:
+    """A binding as RabbitMQ lists it (with its ``location``, the path that deletes it)."""
+    kind = "exchange" if binding.to_exchange else "queue"
+    source, destination, key = (
+        quote(name, safe="-._~")
+        for name in (binding.source, binding.destination, binding.binding_key)
+    )
+    location = (
+        f"/bindings/src={source};dst{kind[0]}={destination};key={key};"
+        f"args={_arguments_hash(binding)}"
+    )
     return {
         "source": binding.source,
         "vhost": VHOST,
         "destination": binding.destination,
-        "destination_type": "queue",
+        "destination_type": kind,
+        f"destination_{kind}": binding.destination,
         "binding_key": binding.binding_key,
         "arguments": dict(binding.arguments),
+        "location": location,
     }
+
+
+def _destination(
+    fields: Mapping[str, object], queue: str, exchange: str
+) -> tuple[str | None, bool]:
+    """The destination a request names (a queue or an exchange, not both) and its kind."""
+    if queue in fields and exchange in fields:
+        raise _Error(400, f"a binding has one destination: '{queue}' or '{exchange}'")
+    if exchange in fields:
+        named = fields[exchange]
+        if not isinstance(named, str):
+            raise _Error(400, f"'{exchange}' must be a string")
+        return named, True
+    named = fields.get(queue)
+    if named is not None and not isinstance(named, str):
+        raise _Error(400, f"'{queue}' must be a string")
+    return named, False
+
+
+def _arguments_hash(binding: Binding) -> str:
+    """What a binding path's ``args=`` holds: empty for no arguments, else a short hash.
+
+    RabbitMQ hashes the arguments with an Erlang function no client recomputes: clients take
+    the path from a listed binding's ``location``. This hash is of the arguments' canonical
+    encoding, so it is the same after a restart.
+    """
+    if not binding.arguments:
+        return ""
+    digest = hashlib.sha256(binding.arguments_identity).digest()[:4]
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
 def _stream_offsets(statistics: QueueStatistics) -> dict[str, object]:

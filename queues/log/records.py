@@ -11,7 +11,7 @@ queue, exchange and binding arguments are AMQP maps (the codec of the message se
 Record types are never redefined: a record that gains fields gets a new type, and the old one
 stays readable, so a log written by an older server recovers (its missing fields take the values
 that server implied: no routing, an exchange neither auto-delete nor internal, since it logged
-no such exchange).
+no such exchange, bindings identified without their arguments).
 """
 
 from __future__ import annotations
@@ -56,11 +56,17 @@ class RecordType(enum.IntEnum):
     ENQUEUE_ROUTED = 13
     # DECLARE_EXCHANGE with its flags (auto-delete, internal).
     DECLARE_EXCHANGE_FLAGS = 14
+    # BIND and UNBIND to a queue or an exchange, the binding identified by its arguments too.
+    BIND_DESTINATION = 15
+    UNBIND_DESTINATION = 16
 
 
 # The flags byte of DECLARE_EXCHANGE_FLAGS; the other bits must be zero.
 _AUTO_DELETE: Final = 0x01
 _INTERNAL: Final = 0x02
+# The destination byte of BIND_DESTINATION and UNBIND_DESTINATION.
+_TO_QUEUE: Final = 0
+_TO_EXCHANGE: Final = 1
 
 
 Arguments: TypeAlias = dict[str, Value]
@@ -109,13 +115,20 @@ class ExchangeDeleted:
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """A binding from an exchange to a queue (``bound``) or its removal (``not bound``)."""
+    """A binding from an exchange to a queue or an exchange (``bound``) or its removal.
+
+    A binding is identified by its ends, its key and its arguments. Records of types 6 and 7
+    (``by_key``) identified it by its ends and key alone: a BIND of those replaced a binding
+    with the same ends and key, an UNBIND removed it whatever its arguments.
+    """
 
     exchange: str
-    queue: str
+    destination: str
     key: str
     arguments: Arguments
     bound: bool
+    to_exchange: bool = False
+    by_key: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +242,19 @@ def encode_exchange_deleted(name: str) -> bytes:
     return _frame(RecordType.DELETE_EXCHANGE, _name(name))
 
 
-def encode_binding(exchange: str, queue: str, key: str, arguments: Arguments, bound: bool) -> bytes:
-    """A binding added (``bound``) or removed."""
-    kind = RecordType.BIND if bound else RecordType.UNBIND
-    return _frame(kind, _name(exchange) + _name(queue) + _name(key) + _arguments(arguments))
+def encode_binding(
+    exchange: str,
+    destination: str,
+    key: str,
+    arguments: Arguments,
+    bound: bool,
+    *,
+    to_exchange: bool = False,
+) -> bytes:
+    """A binding to a queue (or ``to_exchange``, to an exchange) added (``bound``) or removed."""
+    kind = RecordType.BIND_DESTINATION if bound else RecordType.UNBIND_DESTINATION
+    ends = _name(exchange) + bytes((_TO_EXCHANGE if to_exchange else _TO_QUEUE,))
+    return _frame(kind, ends + _name(destination) + _name(key) + _arguments(arguments))
 
 
 def enqueue_prefix(
@@ -371,9 +393,19 @@ def _decode_body(kind: RecordType, body: _Body, start: int) -> Record:
         )
     elif kind is RecordType.DELETE_EXCHANGE:
         record = ExchangeDeleted(body.name())
-    else:
+    elif kind is RecordType.BIND or kind is RecordType.UNBIND:
         exchange, queue, key = body.name(), body.name(), body.name()
-        record = Binding(exchange, queue, key, body.arguments(), kind is RecordType.BIND)
+        bound = kind is RecordType.BIND
+        record = Binding(exchange, queue, key, body.arguments(), bound, by_key=True)
+    else:
+        exchange = body.name()
+        destination_kind = body.take(1)[0]
+        if destination_kind not in (_TO_QUEUE, _TO_EXCHANGE):
+            raise CorruptRecord(f"unknown binding destination {destination_kind}")
+        destination, key = body.name(), body.name()
+        bound = kind is RecordType.BIND_DESTINATION
+        to_exchange = destination_kind == _TO_EXCHANGE
+        record = Binding(exchange, destination, key, body.arguments(), bound, to_exchange)
     body.done()
     return record
 

@@ -12,7 +12,9 @@ messages that were confirmed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from queues.codec import Value, encode_canonical
 from queues.errors import DecodeError
 from queues.log.ledger import SegmentLedger
 from queues.log.records import (
@@ -75,13 +77,45 @@ class ExchangeState:
     internal: bool = False
 
 
+class BindingKey(NamedTuple):
+    """What identifies a durable binding: its ends, its key and its arguments (canonical)."""
+
+    exchange: str
+    destination: str
+    key: str
+    to_exchange: bool
+    arguments: bytes
+
+
+def binding_key(
+    exchange: str, destination: str, key: str, arguments: Arguments, *, to_exchange: bool = False
+) -> BindingKey:
+    """The key of a binding with these arguments."""
+    mapping: dict[Value, Value] = dict(arguments.items())
+    return BindingKey(exchange, destination, key, to_exchange, encode_canonical(mapping))
+
+
+def without_exchange(bindings: dict[BindingKey, Arguments], name: str) -> None:
+    """Drop the bindings of a deleted exchange: from it, and to it."""
+    for key in [
+        k for k in bindings if k.exchange == name or (k.to_exchange and k.destination == name)
+    ]:
+        del bindings[key]
+
+
+def without_queue(bindings: dict[BindingKey, Arguments], name: str) -> None:
+    """Drop the bindings to a deleted queue."""
+    for key in [k for k in bindings if k.destination == name and not k.to_exchange]:
+        del bindings[key]
+
+
 @dataclass(slots=True)
 class RecoveredState:
     """Everything durable, in declaration and log order."""
 
     queues: dict[str, Arguments] = field(default_factory=dict)
     exchanges: dict[str, ExchangeState] = field(default_factory=dict)
-    bindings: dict[tuple[str, str, str], Arguments] = field(default_factory=dict)
+    bindings: dict[BindingKey, Arguments] = field(default_factory=dict)
     messages: dict[str, dict[int, RecoveredMessage]] = field(default_factory=dict)
     next_id: int = 0
     # The bytes of each segment that hold valid records; the tail may have been cut shorter.
@@ -155,8 +189,7 @@ class Recovery:
             )
         elif isinstance(record, ExchangeDeleted):
             state.exchanges.pop(record.name, None)
-            for key in [k for k in state.bindings if k[0] == record.name]:
-                del state.bindings[key]
+            without_exchange(state.bindings, record.name)
             self.ledger.topology_removed(segment)
         else:
             self._binding(segment, record)
@@ -189,14 +222,28 @@ class Recovery:
         for message in state.messages.pop(name, {}).values():
             del self._owner[message.message_id]
             self.ledger.settled(message.segment, segment)
-        for key in [k for k in state.bindings if k[1] == name]:
-            del state.bindings[key]
+        without_queue(state.bindings, name)
         self.ledger.topology_removed(segment)
 
     def _binding(self, segment: int, record: Binding) -> None:
-        key = (record.exchange, record.queue, record.key)
+        bindings = self.state.bindings
+        if record.by_key:
+            for key in [
+                k
+                for k in bindings
+                if (k.exchange, k.destination, k.key, k.to_exchange)
+                == (record.exchange, record.destination, record.key, False)
+            ]:
+                del bindings[key]
+        key = binding_key(
+            record.exchange,
+            record.destination,
+            record.key,
+            record.arguments,
+            to_exchange=record.to_exchange,
+        )
         if record.bound:
-            self.state.bindings[key] = record.arguments
+            bindings[key] = record.arguments
         else:
-            self.state.bindings.pop(key, None)
+            bindings.pop(key, None)
             self.ledger.topology_removed(segment)

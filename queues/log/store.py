@@ -29,7 +29,15 @@ from queues.log.records import (
     encode_segment_start,
     enqueue_prefix,
 )
-from queues.log.recovery import ExchangeState, RecoveredState, Recovery
+from queues.log.recovery import (
+    BindingKey,
+    ExchangeState,
+    RecoveredState,
+    Recovery,
+    binding_key,
+    without_exchange,
+    without_queue,
+)
 from queues.log.segments import (
     SegmentReader,
     SegmentWriter,
@@ -203,7 +211,7 @@ class MessageStore:
                 truncate_segment(directory, number, length)
         self.queues: dict[str, Arguments] = dict(self.recovered.queues)
         self.exchanges: dict[str, ExchangeState] = dict(self.recovered.exchanges)
-        self.bindings: dict[tuple[str, str, str], Arguments] = dict(self.recovered.bindings)
+        self.bindings: dict[BindingKey, Arguments] = dict(self.recovered.bindings)
         self.next_id = self.recovered.next_id
         self.reader = SegmentReader(directory)
         self._batch = WriteBatch()
@@ -233,8 +241,7 @@ class MessageStore:
         for message in messages:
             self.settled(message)
         self.queues.pop(name, None)
-        for key in [k for k in self.bindings if k[1] == name]:
-            del self.bindings[key]
+        without_queue(self.bindings, name)
         self._remove_topology(encode_queue_deleted(name))
 
     def declare_exchange(
@@ -256,22 +263,44 @@ class MessageStore:
     def delete_exchange(self, name: str) -> None:
         """Log an exchange's deletion, and so its bindings'."""
         self.exchanges.pop(name, None)
-        for key in [k for k in self.bindings if k[0] == name]:
-            del self.bindings[key]
+        without_exchange(self.bindings, name)
         self._remove_topology(encode_exchange_deleted(name))
 
-    def bind(self, exchange: str, queue: str, key: str, arguments: Arguments) -> None:
-        """Log a binding."""
-        if self.bindings.get((exchange, queue, key)) == arguments:
+    def bind(
+        self,
+        exchange: str,
+        destination: str,
+        key: str,
+        arguments: Arguments,
+        *,
+        to_exchange: bool = False,
+    ) -> None:
+        """Log a binding to a queue (or ``to_exchange``, to an exchange)."""
+        identity = binding_key(exchange, destination, key, arguments, to_exchange=to_exchange)
+        if identity in self.bindings:
             return
-        self.bindings[(exchange, queue, key)] = arguments
-        self._append([encode_binding(exchange, queue, key, arguments, True)])
+        self.bindings[identity] = arguments
+        record = encode_binding(
+            exchange, destination, key, arguments, True, to_exchange=to_exchange
+        )
+        self._append([record])
 
-    def unbind(self, exchange: str, queue: str, key: str) -> None:
+    def unbind(
+        self,
+        exchange: str,
+        destination: str,
+        key: str,
+        arguments: Arguments,
+        *,
+        to_exchange: bool = False,
+    ) -> None:
         """Log a binding's removal."""
-        arguments = self.bindings.pop((exchange, queue, key), None)
-        if arguments is not None:
-            self._remove_topology(encode_binding(exchange, queue, key, arguments, False))
+        identity = binding_key(exchange, destination, key, arguments, to_exchange=to_exchange)
+        if self.bindings.pop(identity, None) is not None:
+            record = encode_binding(
+                exchange, destination, key, arguments, False, to_exchange=to_exchange
+            )
+            self._remove_topology(record)
 
     # -- messages -------------------------------------------------------------------------
 
@@ -498,8 +527,10 @@ class MessageStore:
         records += [_exchange_record(name, e) for name, e in self.exchanges.items()]
         records += [encode_queue_declared(name, args) for name, args in self.queues.items()]
         records += [
-            encode_binding(exchange, queue, key, arguments, True)
-            for (exchange, queue, key), arguments in self.bindings.items()
+            encode_binding(
+                k.exchange, k.destination, k.key, arguments, True, to_exchange=k.to_exchange
+            )
+            for k, arguments in self.bindings.items()
         ]
         for record in records:
             self._place([record], len(record))

@@ -160,11 +160,71 @@ def test_binding_errors(router: Router) -> None:
     put_queue(router, "q")
     missing = {"source": "nowhere", "destination_queue": "q", "binding_key": ""}
     assert router.handle(Request("POST", "/bindings", missing)).status == 404
-    e2e = {"source": "amq.direct", "destination_exchange": "amq.fanout", "binding_key": ""}
-    assert router.handle(Request("POST", "/bindings", e2e)).status == 501
+    to_nowhere = {"source": "amq.direct", "destination_exchange": "nowhere", "binding_key": ""}
+    assert router.handle(Request("POST", "/bindings", to_nowhere)).status == 404
+    both = {"source": "amq.direct", "destination_queue": "q", "destination_exchange": "amq.topic"}
+    assert router.handle(Request("POST", "/bindings", both)).status == 400
+    to_default = {"source": "amq.direct", "destination_exchange": ""}
+    assert router.handle(Request("POST", "/bindings", to_default)).status == 403
     assert router.handle(Request("POST", "/bindings", {"source": 1})).status == 400
     assert router.handle(Request("DELETE", "/bindings/src=amq.direct;key=")).status == 400
-    assert router.handle(Request("DELETE", "/bindings/src=amq.direct;dste=x;key=")).status == 501
+    bad_match = {"source": "amq.headers", "destination_queue": "q", "arguments": {"x-match": "one"}}
+    assert router.handle(Request("POST", "/bindings", bad_match)).status == 409
+
+
+def test_exchange_to_exchange_bindings(router: Router) -> None:
+    put_queue(router, "q")
+    put = {"type": "fanout", "durable": True, "auto_delete": False, "internal": True}
+    assert router.handle(Request("PUT", "/exchanges/inner", put)).status == 204
+    e2e = {"source": "amq.direct", "destination_exchange": "inner", "binding_key": "k"}
+    assert router.handle(Request("POST", "/bindings", e2e)).status == 204
+    to_queue = {"source": "inner", "destination_queue": "q"}
+    assert router.handle(Request("POST", "/bindings", to_queue)).status == 204
+    assert [q.name for q in router.registry.route("amq.direct", "k")] == ["q"]
+    listed = router.handle(Request("GET", "/bindings?src=amq.direct&dste=inner&key=k"))
+    assert listed.body == [
+        {
+            "source": "amq.direct",
+            "vhost": "/",
+            "destination": "inner",
+            "destination_type": "exchange",
+            "destination_exchange": "inner",
+            "binding_key": "k",
+            "arguments": {},
+            "location": "/bindings/src=amq.direct;dste=inner;key=k;args=",
+        }
+    ]
+    # A queue of the same name is another destination.
+    assert router.handle(Request("GET", "/bindings?src=amq.direct&dstq=inner")).body == []
+    path = "/bindings/src=amq.direct;dste=inner;key=k;args="
+    assert router.handle(Request("DELETE", path)).status == 204
+    assert router.registry.route("amq.direct", "k") == []
+    assert router.handle(Request("GET", "/bindings?src=amq.direct&dste=inner")).body == []
+
+
+def test_bindings_differing_by_arguments_are_deleted_by_their_location(router: Router) -> None:
+    put_queue(router, "q")
+    for colour in ("red", "blue"):
+        body = {
+            "source": "amq.headers",
+            "destination_queue": "q",
+            "binding_key": "",
+            "arguments": {"x-match": "any", "colour": colour},
+        }
+        assert router.handle(Request("POST", "/bindings", body)).status == 204
+    listed = router.handle(Request("GET", "/bindings?src=amq.headers&dstq=q&key="))
+    assert isinstance(listed.body, list)
+    by_colour = {b["arguments"]["colour"]: b["location"] for b in listed.body}
+    assert set(by_colour) == {"red", "blue"}
+    assert by_colour["red"] != by_colour["blue"]
+    assert router.handle(Request("DELETE", by_colour["red"])).status == 204
+    left = router.handle(Request("GET", "/bindings?src=amq.headers&dstq=q"))
+    assert isinstance(left.body, list)
+    assert [b["arguments"]["colour"] for b in left.body] == ["blue"]
+    # A path whose arguments hash names no binding deletes nothing (RabbitMQ answers 204).
+    wrong = "/bindings/src=amq.headers;dstq=q;key=;args="
+    assert router.handle(Request("DELETE", wrong)).status == 204
+    assert len(router.registry.bindings("amq.headers")) == 1
 
 
 def test_listings(router: Router) -> None:

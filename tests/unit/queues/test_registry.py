@@ -156,7 +156,7 @@ def test_exchange_declarations() -> None:
     with pytest.raises(AccessRefused):
         registry.delete_exchange("amq.topic")
     with pytest.raises(NotImplementedByServer):
-        registry.declare_exchange("h", "headers")
+        registry.declare_exchange("h", "x-consistent-hash")
     with pytest.raises(NotFound):
         registry.bind("e", "no-such-queue", "k")
     registry.declare_queue("q")

@@ -9,7 +9,7 @@ import pytest
 
 from queues.annotations import routing_annotations
 from queues.codec import Described, Symbol, encode
-from queues.log.recovery import ExchangeState, LogCorrupted
+from queues.log.recovery import ExchangeState, LogCorrupted, binding_key
 from queues.log.segments import SegmentWriter, list_segments, segment_path
 from queues.log.store import MessageStore, StoredMessage, write_batches
 from queues.message import ACQUIRED, ARCHIVED
@@ -48,7 +48,7 @@ def test_queues_and_messages_survive_a_reopen(tmp_path: Path) -> None:
     again = _reopen(tmp_path)
     assert again.queues == {"q": {"x-queue-type": "classic"}}
     assert again.exchanges == {"e": ExchangeState("direct", {})}
-    assert again.bindings == {("e", "q", "k"): {}}
+    assert again.bindings == {binding_key("e", "q", "k", {}): {}}
     recovered = again.take_recovered("q")
     assert _bodies(recovered) == [_payload(i) for i in (0, 2, 3, 4)]
     assert [m.timestamp for m in recovered] == [1000, 1002, 1003, 1004]
@@ -276,7 +276,7 @@ def test_a_log_in_format_1_recovers(tmp_path: Path) -> None:
     store = MessageStore(tmp_path)
     assert store.exchanges == {"orders": ExchangeState("topic", {"alternate-exchange": "ae"})}
     assert store.queues == {"q": {"x-queue-type": "classic", "x-dead-letter-exchange": "dlx"}}
-    assert store.bindings == {("orders", "q", "eu.#"): {}}
+    assert store.bindings == {binding_key("orders", "q", "eu.#", {}): {}}
     [message] = store.take_recovered("q")
     assert (message.message_id, message.timestamp) == (0, 1234)
     assert message.payload.endswith(encode(Described(0x77, "legacy")))
