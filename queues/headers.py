@@ -161,13 +161,14 @@ def _simple_entries(
     if code == 0x40:
         return end
     if code == 0xC1:
-        count, item = payload[pos + 2], pos + 3
+        item = pos + 3
     elif code == 0xD1:
-        count, item = int.from_bytes(payload[pos + 5 : pos + 9], "big"), pos + 9
+        item = pos + 9
     else:
         raise DecodeError("a message annotations or application-properties section is not a map")
     if item > end:
         raise DecodeError("a map's count runs past its size")
+    count = payload[pos + 2] if code == 0xC1 else int.from_bytes(payload[pos + 5 : item], "big")
     if count % 2:
         raise DecodeError("a map has an odd number of items")
     for _ in range(count // 2):

@@ -317,10 +317,20 @@ class Router:
         caller.check("write", "exchange" if to_exchange else "queue", destination)
         key = fields.get("key", "")
         arguments_hash = fields.get("args", "")
-        for binding in self.registry.bindings(source, destination, to_exchange=to_exchange):
+        candidates = self.registry.bindings(source, destination, to_exchange=to_exchange)
+        if not to_exchange and self.registry.get(destination) is None:
+            # rabbitmq-amqp-python-client 1.0.1 unbinds an exchange-to-exchange binding with
+            # dstq= for its destination. With no such queue, no binding to a queue can exist:
+            # the path can only mean the binding to the exchange of that name.
+            candidates = self.registry.bindings(source, destination, to_exchange=True)
+        for binding in candidates:
             if binding.binding_key == key and _arguments_hash(binding) == arguments_hash:
                 self.registry.unbind(
-                    source, destination, key, dict(binding.arguments), to_exchange=to_exchange
+                    source,
+                    destination,
+                    key,
+                    dict(binding.arguments),
+                    to_exchange=binding.to_exchange,
                 )
                 break
         return Response(204)

@@ -35,6 +35,7 @@ from queues.log.records import (
     enqueue_prefix,
     iter_records,
 )
+from queues.log.recovery import Recovery, binding_key
 
 
 def test_every_record_type_round_trips() -> None:
@@ -187,3 +188,60 @@ def test_format_1_records_still_decode() -> None:
     )
     assert (old_enqueue.exchange, old_enqueue.routing_key) == ("", "")
     assert old_exchange == ExchangeDeclared("x", "topic", {})
+
+
+def test_a_binding_to_an_exchange_round_trips() -> None:
+    record = encode_binding("a", "b", "k", {"x-match": "any"}, True, to_exchange=True)
+    decoded, _ = decode_record(record, 0)
+    assert decoded == Binding("a", "b", "k", {"x-match": "any"}, True, to_exchange=True)
+    removal, _ = decode_record(encode_binding("a", "b", "k", {}, False, to_exchange=True), 0)
+    assert removal == Binding("a", "b", "k", {}, False, to_exchange=True)
+
+
+def test_an_unknown_binding_destination_is_corrupt() -> None:
+    typed = bytes((RecordType.BIND_DESTINATION,)) + b"\x00\x01a\x07\x00\x01q\x00\x00\xc1\x01\x00"
+    record = struct.pack(">II", len(typed), zlib.crc32(typed)) + typed
+    with pytest.raises(CorruptRecord, match="unknown binding destination 7"):
+        decode_record(record, 0)
+
+
+def _by_key_binding(
+    bound: bool, exchange: str, queue: str, key: str, arguments: Arguments
+) -> bytes:
+    """A binding record as servers wrote them before bindings were told apart by arguments."""
+    names = b"".join(len(n).to_bytes(2, "big") + n.encode() for n in (exchange, queue, key))
+    typed = bytes((RecordType.BIND if bound else RecordType.UNBIND,)) + names
+    typed += encode(dict(arguments.items()))
+    return struct.pack(">II", len(typed), zlib.crc32(typed)) + typed
+
+
+def test_by_key_binding_records_keep_their_meaning() -> None:
+    """Types 6 and 7: a BIND replaces the binding of the same ends and key, an UNBIND removes
+    it whatever its arguments; the newer types tell bindings apart by their arguments."""
+    log = b"".join(
+        [
+            encode_segment_start(1, 0),
+            _by_key_binding(True, "e", "q", "k", {"a": 1}),
+            _by_key_binding(True, "e", "q", "k", {"a": 2}),
+            _by_key_binding(True, "e", "q", "other", {}),
+        ]
+    )
+    recovery = Recovery()
+    recovery.segment(1, log, last=False)
+    assert recovery.state.bindings == {
+        binding_key("e", "q", "k", {"a": 2}): {"a": 2},
+        binding_key("e", "q", "other", {}): {},
+    }
+    more = b"".join(
+        [
+            encode_segment_start(2, 0),
+            encode_binding("e", "q", "k", {"a": 3}, True),
+            encode_binding("e", "q", "k", {"a": 3}, True, to_exchange=True),
+            _by_key_binding(False, "e", "q", "k", {}),
+        ]
+    )
+    recovery.segment(2, more, last=True)
+    assert recovery.state.bindings == {
+        binding_key("e", "q", "other", {}): {},
+        binding_key("e", "q", "k", {"a": 3}, to_exchange=True): {"a": 3},
+    }

@@ -295,3 +295,34 @@ def test_a_log_in_format_1_recovers(tmp_path: Path) -> None:
         ("", ""),
         ("orders", "eu.lyon"),
     ]
+
+
+def test_bindings_by_arguments_and_to_exchanges_survive_a_reopen_and_a_roll(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path, segment_size=4096)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    for name in ("h", "x", "gone"):
+        store.declare_exchange(name, "headers" if name == "h" else "fanout", {})
+    store.bind("h", "q", "", {"x-match": "any", "a": 1})
+    store.bind("h", "q", "", {"x-match": "any", "a": 2})
+    store.bind("x", "h", "", {}, to_exchange=True)
+    store.bind("gone", "h", "", {}, to_exchange=True)
+    store.bind("x", "gone", "", {}, to_exchange=True)
+    store.unbind("h", "q", "", {"x-match": "any", "a": 2})
+    store.delete_exchange("gone")
+    expected = {
+        binding_key("h", "q", "", {"x-match": "any", "a": 1}): {"x-match": "any", "a": 1},
+        binding_key("x", "h", "", {}, to_exchange=True): {},
+    }
+    assert store.bindings == expected
+    # Enough settled messages to roll segments and compact away the one the bindings were
+    # logged in: what is left holds them as a snapshot.
+    for index in range(40):
+        store.settled(store.enqueue("q", _payload(index) * 20, index))
+    _flush(store, writer)
+    _flush(store, writer)
+    assert list_segments(tmp_path)[0] > 1
+    store.close()
+    assert _reopen(tmp_path).bindings == expected
