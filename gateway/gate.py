@@ -40,6 +40,7 @@ class Gate:
     """One connection's TLS and SASL state, and the bytes waiting for the socket."""
 
     __slots__ = (
+        "_backlog",
         "_check",
         "_incoming",
         "_outgoing",
@@ -67,6 +68,9 @@ class Gate:
         # When a client still logging in is dropped (reactor time: the selectables' clock).
         self.deadline = deadline
         self.output = bytearray()
+        # Plaintext proton had no room for yet: one TLS read can decrypt more than a transport
+        # capacity (8 KiB until a frame needs more), and proton refuses bytes beyond it.
+        self._backlog = bytearray()
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False
         self._incoming = ssl.MemoryBIO()
@@ -93,6 +97,8 @@ class Gate:
 
     def read(self, selectable: Selectable, transport: Transport | None) -> bool:
         """Read the socket once and pass on what proton may have; False at EOF or on an error."""
+        if self._backlog and transport is not None:
+            self._push(transport, b"")
         try:
             data: bytes = selectable.recv(RECV_SIZE)
         except BlockingIOError:
@@ -118,9 +124,28 @@ class Gate:
             log.warning("login refused: %s", self.sasl.failure)
             self.closing = True
         if step.passthrough and transport is not None:
-            transport.push(step.passthrough)
+            self._push(transport, step.passthrough)
         if step.verify is not None:
             self._check(*step.verify, self._verified)
+
+    def _push(self, transport: Transport, data: bytes) -> None:
+        """Give proton ``data`` (after any backlog) one transport capacity at a time.
+
+        Proton consumes complete frames as they are pushed, so its capacity comes back at once;
+        only a transport with no room at all keeps the rest for the next read.
+        """
+        if self._backlog:
+            data = bytes(self._backlog) + data
+            self._backlog.clear()
+        position = 0
+        while position < len(data):
+            capacity = transport.capacity()
+            if capacity <= 0:
+                if capacity == 0:
+                    self._backlog += data[position:]
+                return  # below zero: proton's input is closed and takes nothing more
+            transport.push(data[position : position + capacity])
+            position += capacity
 
     def _verified(self, user: User | None) -> None:
         """The password check's verdict, on the reactor thread."""

@@ -7,8 +7,11 @@ sends them, so this module feeds the socket's bytes to proton's transport itself
 links what arrived, with no collector and no events. proton still does all of AMQP: framing,
 SASL, sessions, flow and settlement.
 
-Opening a connection is retried with tenacity (the gateway may be restarting); a refused link is
-not (it carries the gateway's error condition, which retrying cannot change).
+Opening a connection is retried with tenacity (the gateway may be restarting); a refused login,
+a certificate that does not verify and a refused link are not (each carries the gateway's or the
+TLS layer's verdict, which retrying cannot change). With ``username``/``password`` the login is
+SASL PLAIN, otherwise ANONYMOUS; with TLS (``spark.tls``) the same bytes pass through Python's
+``ssl`` between the socket and proton.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from __future__ import annotations
 import os
 import select
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable
 from typing import Final
 
 from proton import (
+    SASL,
     Condition,
     Connection,
     Data,
@@ -40,8 +45,15 @@ from tenacity import (
 )
 
 from spark.options import Endpoint as GatewayEndpoint
+from spark.tls import RECV_SIZE, TlsChannel, TlsError, client_context
 
-SASL_MECHANISMS: Final = "ANONYMOUS"
+# The condition proton gives a transport whose SASL outcome was not ``ok`` (AMQP 1.0 §5.3.3.6).
+UNAUTHORIZED: Final = "amqp:unauthorized-access"
+# Ciphertext waiting for the socket before proton's output is left with proton: the same bound
+# as the gateway's (gateway/gate.py), so a slow network does not pile encrypted bytes up here.
+TLS_OUTPUT_LOW: Final = 64 * 1024
+# sasl-code values (AMQP 1.0 §5.3.3.6) that refuse a login for good.
+_REFUSED: Final = {SASL.AUTH: "auth", SASL.SYS: "sys", SASL.PERM: "sys-perm"}
 # Between two looks at the socket: short enough to answer FLOWs and heartbeats promptly, long
 # enough that an idle connection costs nothing.
 POLL_S: Final = 0.05
@@ -52,6 +64,10 @@ READS_PER_PUMP: Final = 8
 
 class AmqpError(RuntimeError):
     """The gateway refused or closed something; the message carries its error condition."""
+
+
+class AuthenticationError(AmqpError):
+    """The gateway refused the login (SASL outcome ``auth``): wrong user name or password."""
 
 
 def describe(condition: Condition | None, default: str) -> str:
@@ -66,16 +82,33 @@ def describe(condition: Condition | None, default: str) -> str:
 class AmqpConnection:
     """A connected, opened AMQP connection with one session, pumped by its owner."""
 
-    def __init__(self, sock: socket.socket, host: str) -> None:
+    def __init__(
+        self, sock: socket.socket, endpoint: GatewayEndpoint, tls: TlsChannel | None = None
+    ) -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
+        self.endpoint = endpoint
+        self._tls = tls
+        # Ciphertext the socket did not take yet, and plaintext proton had no room for yet.
+        self._tls_out = bytearray()
+        self._tls_in = bytearray()
         self.transport = Transport(Transport.CLIENT)
-        self.transport.sasl().allowed_mechs(SASL_MECHANISMS)
+        sasl = self._sasl = self.transport.sasl()
         self.connection = Connection()
+        credentials = endpoint.credentials
+        if credentials is None:
+            sasl.allowed_mechs("ANONYMOUS")
+        else:
+            sasl.allowed_mechs("PLAIN")
+            # proton refuses PLAIN outside its own TLS layer; ours is invisible to it, and
+            # without TLS the user chose plain TCP (docs/spark.md says what that exposes).
+            sasl.allow_insecure_mechs = True
+            self.connection.user = credentials.username
+            self.connection.password = credentials.password.reveal()
         # The gateway shows this id; the pid tells an operator which Spark process holds what.
         self.connection.container = f"sluicegate-spark-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.connection.hostname = host
+        self.connection.hostname = endpoint.host
         self.transport.bind(self.connection)
         self.connection.open()
         self.session = self.connection.session()
@@ -87,6 +120,7 @@ class AmqpConnection:
     @classmethod
     def open(cls, endpoint: GatewayEndpoint) -> AmqpConnection:
         """Connect and wait for the gateway's OPEN, retrying with exponential back-off."""
+        context = None if endpoint.tls is None else client_context(endpoint.tls)
         retrying = Retrying(
             stop=stop_after_attempt(endpoint.connect_attempts),
             wait=wait_exponential(multiplier=0.25, max=5),
@@ -95,24 +129,43 @@ class AmqpConnection:
         )
         for attempt in retrying:
             with attempt:
-                return cls._open_once(endpoint)
+                return cls._open_once(endpoint, context)
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     @classmethod
-    def _open_once(cls, endpoint: GatewayEndpoint) -> AmqpConnection:
+    def _open_once(
+        cls, endpoint: GatewayEndpoint, context: ssl.SSLContext | None
+    ) -> AmqpConnection:
         sock = socket.create_connection(
             (endpoint.host, endpoint.port), timeout=endpoint.connect_timeout_s
         )
-        amqp = cls(sock, endpoint.host)
+        tls = None
+        if context is not None:
+            tls = TlsChannel(context, endpoint.host)
+            try:
+                tls.handshake(sock, endpoint.connect_timeout_s)
+            except TlsError as error:
+                sock.close()
+                raise TlsError(f"{endpoint.url}: {error}") from None
+            except OSError:
+                sock.close()
+                raise
+        amqp = cls(sock, endpoint, tls)
         try:
             amqp.wait(
                 lambda: amqp.connection.state & Endpoint.REMOTE_ACTIVE != 0,
                 endpoint.connect_timeout_s,
                 "the gateway's OPEN",
             )
+        except AuthenticationError as error:
+            amqp.close()
+            raise AuthenticationError(f"{endpoint.url}: {error}") from None
+        except TlsError as error:
+            amqp.close()
+            raise TlsError(f"{endpoint.url}: {error}") from None
         except (AmqpError, TimeoutError) as error:
             amqp.close()
-            raise ConnectionError(f"amqp://{endpoint.host}:{endpoint.port}: {error}") from error
+            raise ConnectionError(f"{endpoint.url}: {error}") from error
         return amqp
 
     # -- links --------------------------------------------------------------------------
@@ -167,8 +220,45 @@ class AmqpConnection:
             return "attach refused"
         return describe(link.remote_condition, "attach refused")
 
+    def _login_refusal(self) -> AuthenticationError | None:
+        """The refused login, if the SASL exchange ended with one.
+
+        The gateway closes the socket right after its sasl-outcome, and proton turns the outcome
+        into a condition only when it next writes; the end of input can come first and look
+        like a framing error. So the outcome itself is read too. A ``sys-temp`` outcome is
+        transient and left to the connection retries.
+        """
+        condition = self.transport.condition
+        outcome = self._sasl.outcome
+        if condition is not None and condition.name == UNAUTHORIZED:
+            reason = describe(condition, UNAUTHORIZED)
+        elif outcome in _REFUSED:
+            reason = f"{UNAUTHORIZED}: SASL outcome {_REFUSED[outcome]}"
+        else:
+            return None
+        credentials = self.endpoint.credentials
+        who = "anonymously" if credentials is None else f"as {credentials.username!r}"
+        return AuthenticationError(
+            f"the gateway refused the login {who} ({reason}): "
+            "check options username and password against the gateway's [users]"
+        )
+
+    def _closed_error(self) -> AmqpError:
+        """Why no more bytes move, from the most specific source."""
+        refusal = self._login_refusal()
+        if refusal is not None:
+            return refusal
+        if self.error is not None:
+            return AmqpError(f"connection lost: {self.error}")
+        if self.connection.remote_condition is not None:
+            return AmqpError(describe(self.connection.remote_condition, "connection closed"))
+        return AmqpError(describe(self.transport.condition, "connection closed by the gateway"))
+
     def check(self, link: Link) -> None:
         """Raise if the connection or the link has been closed by the gateway or the network."""
+        refusal = self._login_refusal()
+        if refusal is not None:
+            raise refusal
         if self.error is not None:
             raise AmqpError(f"connection lost: {self.error}")
         if self.connection.state & Endpoint.REMOTE_CLOSED:
@@ -190,9 +280,7 @@ class AmqpConnection:
         deadline = time.monotonic() + timeout
         while not ready():
             if self.closed:
-                raise AmqpError(
-                    self.error or describe(self.connection.remote_condition, "connection closed")
-                )
+                raise self._closed_error()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no {what} within {timeout:g} s")
@@ -214,33 +302,74 @@ class AmqpConnection:
         if now >= self._tick_due:
             due = self.transport.tick(now)
             self._tick_due = due if due > 0 else now + 1.0
+        if self._tls is not None:
+            self._flush_tls(self._tls)
+            return
         transport = self.transport
         pending = transport.pending()
         while pending > 0:
             data = transport.peek(pending)
             if not data:
                 return
-            try:
-                written = self.sock.send(data)
-            except BlockingIOError:
-                return
-            except OSError as error:
-                self._fail(error)
+            written = self._send(data)
+            if written is None:
                 return
             transport.pop(written)
             if written < len(data):
                 return
             pending = transport.pending()
 
+    def _flush_tls(self, tls: TlsChannel) -> None:
+        """Encrypt proton's output while little ciphertext waits; send what the socket takes."""
+        transport = self.transport
+        out = self._tls_out
+        while len(out) < TLS_OUTPUT_LOW and (pending := transport.pending()) > 0:
+            data = transport.peek(pending)
+            if not data:
+                break
+            tls.encrypt(data)
+            transport.pop(len(data))
+            out += tls.ciphertext()
+        out += tls.ciphertext()
+        while out:
+            written = self._send(out)
+            if not written:
+                return
+            del out[:written]
+
+    def _send(self, data: bytes | bytearray) -> int | None:
+        """What the socket took of ``data``; None when it takes nothing now or failed."""
+        try:
+            return self.sock.send(data)
+        except BlockingIOError:
+            return None
+        except OSError as error:
+            self._fail(error)
+            return None
+
+    @property
+    def _output_waiting(self) -> bool:
+        return self.transport.pending() > 0 or bool(self._tls_out)
+
+    def await_input(self, timeout: float) -> None:
+        """Wait up to ``timeout`` until there is input to act on (none if some is buffered)."""
+        if self._tls_in or self.closed:
+            return
+        try:
+            select.select([self.sock], [], [], timeout)
+        except OSError as error:
+            self._fail(error)
+
     def receive(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for bytes and feed them to proton; whether any came."""
         if self.closed:
             time.sleep(timeout)
             return False
-        blocked = self.transport.pending() > 0
+        if self._tls_in:
+            return self._push_plaintext()
         try:
             readable, writable, _ = select.select(
-                [self.sock], [self.sock] if blocked else [], [], timeout
+                [self.sock], [self.sock] if self._output_waiting else [], [], timeout
             )
         except OSError as error:
             self._fail(error)
@@ -249,25 +378,71 @@ class AmqpConnection:
             self.flush()
         if not readable:
             return False
+        if self._tls is not None:
+            return self._receive_tls(self._tls)
         got = False
         for _ in range(READS_PER_PUMP):
             capacity = self.transport.capacity()
             if capacity <= 0:
                 return got
-            try:
-                data = self.sock.recv(capacity)
-            except BlockingIOError:
-                return got
-            except OSError as error:
-                self._fail(error)
-                return got
+            data = self._recv(capacity)
             if not data:
-                self.eof = True
-                self.transport.close_tail()
+                if data is not None:
+                    self._end_of_input()
                 return got
             self.transport.push(data)
             got = True
         return got
+
+    def _recv(self, size: int) -> bytes | None:
+        """Bytes from the socket: empty at its end, None if there are none now or it failed."""
+        try:
+            return self.sock.recv(size)
+        except BlockingIOError:
+            return None
+        except OSError as error:
+            self._fail(error)
+            return None
+
+    def _end_of_input(self) -> None:
+        self.eof = True
+        self.transport.close_tail()
+
+    def _receive_tls(self, tls: TlsChannel) -> bool:
+        ended = False
+        for _ in range(READS_PER_PUMP):
+            data = self._recv(RECV_SIZE)
+            if not data:
+                ended = data is not None
+                break
+            try:
+                self._tls_in += tls.decrypt(data)
+            except TlsError as error:
+                self.error = str(error)
+                self.transport.close_tail()
+                self.transport.close_head()
+                return False
+            if tls.eof or len(self._tls_in) >= RECV_SIZE:
+                break
+        # The plaintext before the end goes to proton first: it may be the gateway's last word.
+        got = self._push_plaintext()
+        if (ended or tls.eof) and not self._tls_in:
+            self._end_of_input()
+        return got
+
+    def _push_plaintext(self) -> bool:
+        """Give proton as much of the decrypted input as it has room for."""
+        plaintext = self._tls_in
+        pushed = False
+        while plaintext:
+            capacity = self.transport.capacity()
+            if capacity <= 0:
+                break
+            piece = bytes(plaintext[:capacity])
+            self.transport.push(piece)
+            del plaintext[: len(piece)]
+            pushed = True
+        return pushed
 
     def _fail(self, error: OSError) -> None:
         self.error = error.strerror or str(error)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 # The issue's default: a large window; the gateway hands its session at most 256 at a time, so
 # the server stays safe, and the connector holds at most this many messages in memory.
@@ -29,6 +29,8 @@ DEFAULT_SEND_TIMEOUT_MS: Final = 60_000
 # A message the gateway releases is sent again this many times before the task fails.
 DEFAULT_MAX_SEND_ATTEMPTS: Final = 5
 AMQP_PORT: Final = 5672
+# IANA's amqps port, the port of the gateway's ``tls_listen``.
+AMQPS_PORT: Final = 5671
 
 
 class OptionError(ValueError):
@@ -79,15 +81,76 @@ class OffsetSpec:
         return cls(OffsetKind.TIMESTAMP, int(moment.timestamp() * 1000))
 
 
+class Secret:
+    """A password that never shows itself: not in a repr, a str, a log line or an error.
+
+    It pickles as it is, since the executors that open connections need it; Spark ships the
+    reader to them over its own worker pipes.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The password itself, for the one place that sends it (SASL PLAIN)."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
+        return (Secret, (self._value,))
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """A SASL PLAIN login (RFC 4616): the gateway checks it against its ``[users]``."""
+
+    username: str
+    password: Secret
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """How the gateway's certificate is checked.
+
+    ``ca_file`` None trusts the system's CA bundle; ``verify_hostname`` False still checks the
+    chain but accepts a certificate issued for another name.
+    """
+
+    ca_file: str | None
+    verify_hostname: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where the gateway listens and what to attach to."""
+    """Where the gateway listens, how to log in, and what to attach to.
+
+    ``credentials`` None logs in with SASL ANONYMOUS; ``tls`` None speaks plain TCP.
+    """
 
     host: str
     port: int
     address: str
     connect_timeout_s: float
     connect_attempts: int
+    credentials: Credentials | None = None
+    tls: Tls | None = None
+
+    @property
+    def url(self) -> str:
+        """``amqp[s]://HOST:PORT`` for messages: never the user name or password."""
+        return f"{'amqps' if self.tls else 'amqp'}://{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +177,19 @@ class WriteOptions:
     max_send_attempts: int
 
 
-_COMMON: Final = ("url", "address", "connectTimeoutMs", "connectAttempts")
+_COMMON: Final = (
+    "url",
+    "address",
+    "connectTimeoutMs",
+    "connectAttempts",
+    "username",
+    "password",
+    "tls",
+    "tlsCaFile",
+    "tlsVerifyHostname",
+)
+_TRUE: Final = frozenset({"true", "yes", "1", "on"})
+_FALSE: Final = frozenset({"false", "no", "0", "off"})
 _READ: Final = (
     "mode",
     "credit",
@@ -176,32 +251,98 @@ class _Options:
             raise OptionError(f"option {name}: must be at least {minimum}, got {value}")
         return value
 
+    def boolean(self, name: str) -> bool | None:
+        text = self.values.get(name)
+        if text is None:
+            return None
+        word = text.strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise OptionError(f"option {name}: expected true or false, got {text!r}")
+
     def positive(self, name: str, default: int) -> int:
         value = self.integer(name, default, 1)
         assert value is not None
         return value
 
 
-def _endpoint(options: _Options) -> Endpoint:
+def _url(options: _Options) -> tuple[SplitResult, bool]:
+    """The parsed ``url`` and whether its scheme asks for TLS.
+
+    The message of an error never repeats a URL that carries a password.
+    """
     url = options.required("url")
     parts = urlsplit(url)
-    if parts.scheme != "amqp" or not parts.hostname:
-        raise OptionError(f"option url: expected amqp://HOST[:PORT], got {url!r}")
-    if parts.path not in ("", "/") or parts.query or parts.username:
+    shown = (
+        repr(url) if parts.password is None else "the URL given (not repeated: it holds a password)"
+    )
+    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise OptionError(f"option url: expected amqp[s]://HOST[:PORT], got {shown}")
+    if parts.username is not None or parts.password is not None:
         raise OptionError(
-            f"option url: {url!r} carries more than amqp://HOST[:PORT]; "
+            f"option url: {shown} carries a user name or password; give them in options "
+            "username and password, which Spark redacts from its plans"
+        )
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise OptionError(
+            f"option url: {shown} carries more than amqp[s]://HOST[:PORT]; "
             "give the queue in option address"
         )
+    return parts, parts.scheme == "amqps"
+
+
+def _tls(options: _Options, scheme_tls: bool) -> Tls | None:
+    flag = options.boolean("tls")
+    if scheme_tls and flag is False:
+        raise OptionError("option tls: false contradicts option url's amqps:// scheme")
+    if not (scheme_tls or flag):
+        for name in ("tlsCaFile", "tlsVerifyHostname"):
+            if name in options.values:
+                raise OptionError(
+                    f"option {name} applies only with TLS (an amqps:// url or tls=true)"
+                )
+        return None
+    ca_file = options.text("tlsCaFile")
+    if ca_file is not None and not ca_file.strip():
+        raise OptionError("option tlsCaFile: expected the path of a PEM CA bundle, got ''")
+    verify = options.boolean("tlsVerifyHostname")
+    return Tls(
+        ca_file=None if ca_file is None else ca_file.strip(),
+        verify_hostname=True if verify is None else verify,
+    )
+
+
+def _credentials(options: _Options) -> Credentials | None:
+    username = options.text("username")
+    password = options.text("password")
+    if username is None and password is None:
+        return None
+    if username is None or not username:
+        raise OptionError("option username is required with option password")
+    if password is None:
+        raise OptionError(f"option password is required with option username ({username!r})")
+    if "\0" in username or "\0" in password:
+        # RFC 4616 separates the fields with NUL: one inside would change what is sent.
+        raise OptionError("options username and password may not contain a NUL character")
+    return Credentials(username, Secret(password))
+
+
+def _endpoint(options: _Options) -> Endpoint:
+    parts, scheme_tls = _url(options)
+    tls = _tls(options, scheme_tls)
     try:
-        port = parts.port or AMQP_PORT
+        port = parts.port or (AMQPS_PORT if tls else AMQP_PORT)
     except ValueError:
-        raise OptionError(f"option url: bad port in {url!r}") from None
+        raise OptionError(f"option url: bad port in {parts.geturl()!r}") from None
+    assert parts.hostname is not None
     return Endpoint(
         host=parts.hostname,
         port=port,
         address=options.required("address"),
         connect_timeout_s=options.positive("connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS) / 1000,
         connect_attempts=options.positive("connectAttempts", DEFAULT_CONNECT_ATTEMPTS),
+        credentials=_credentials(options),
+        tls=tls,
     )
 
 

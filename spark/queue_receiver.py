@@ -11,7 +11,6 @@ messages, and the gateway's own flow control bounds what is in flight on the soc
 
 from __future__ import annotations
 
-import select
 import threading
 import time
 import uuid
@@ -71,7 +70,7 @@ class QueueReceiver:
         amqp = self._amqp
         try:
             while not self._stopping.is_set():
-                select.select([amqp.sock], [], [], POLL_S)
+                amqp.await_input(POLL_S)
                 with self._lock:
                     amqp.pump(0)
                     self._collect()

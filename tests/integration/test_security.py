@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import functools
-import shutil
 import socket
-import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,6 +14,7 @@ import pytest
 from integration.conftest import RunningServer
 from proton import ConnectionException, Message, SSLDomain, symbol, ubyte
 from proton.utils import BlockingConnection
+from support.certificates import self_signed
 from support.frames import (
     AMQP_HEADER,
     SASL_FRAME,
@@ -225,36 +224,8 @@ def test_the_anonymous_user_of_the_config_limits_anonymous_clients(
 
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for localhost and 127.0.0.1, made with the openssl binary."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl binary is needed to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
+    """A self-signed certificate for localhost and 127.0.0.1."""
+    return self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
 
 
 def _client_domain(cert: Path) -> SSLDomain:
