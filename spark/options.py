@@ -207,7 +207,7 @@ _SPARK_STREAM_WRITE: Final = ("checkpointLocation",)
 _ONLY_FOR: Final[dict[str, frozenset[tuple[Mode, bool]]]] = {
     "credit": frozenset({(Mode.QUEUE, True)}),
     "maxRecordsPerTrigger": frozenset({(Mode.QUEUE, True), (Mode.STREAM, True)}),
-    "maxBytesPerTrigger": frozenset({(Mode.QUEUE, True)}),
+    "maxBytesPerTrigger": frozenset({(Mode.QUEUE, True), (Mode.STREAM, True)}),
     "startingOffsets": frozenset({(Mode.STREAM, True), (Mode.STREAM, False)}),
     "endingOffsets": frozenset({(Mode.STREAM, False)}),
     "minPartitions": frozenset({(Mode.STREAM, True), (Mode.STREAM, False)}),

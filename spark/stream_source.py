@@ -10,6 +10,10 @@ exactly-once with an idempotent sink.
 Where the stream ends is learnt over AMQP alone, the way any client can: a receiver attached at
 ``last`` is drained for one message, whose offset is the tail (no message: the stream is
 empty). The same probe at a timestamp finds the first offset at or after it.
+
+``maxBytesPerTrigger`` needs the size of each message before its batch is planned, which the
+gateway does not tell: the runner reads the stream ahead of the batches once (:class:`SizeScan`,
+keeping only each message's offset and size) and ends each batch by ``spark.size_index``.
 """
 
 from __future__ import annotations
@@ -25,21 +29,34 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
 
+from queues.stream import read_stream_offset
 from spark.amqp import AmqpConnection, AmqpError
 from spark.options import OffsetKind, OffsetSpec, ReadOptions
 from spark.records import BATCH_ROWS, STREAM_OFFSET_ANNOTATION, BatchBuilder
+from spark.size_index import SizeIndex
 
 OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
 # Credit per drain round of a range read: one record batch's worth.
 RANGE_WINDOW: Final = BATCH_ROWS
+# Most credit per drain round of the size scan: sizes are 16 bytes each in the index, but the
+# messages cross the network whole, so the scan reads little beyond the batch it plans.
+SCAN_WINDOW: Final = BATCH_ROWS
 
 
 def _complete(delivery: Delivery | None) -> bool:
     return delivery is not None and delivery.readable and not delivery.partial
+
+
+def _not_a_stream(options: ReadOptions) -> AmqpError:
+    return AmqpError(
+        f"{options.endpoint.address}: not a stream queue "
+        f"(a message without {STREAM_OFFSET_ANNOTATION})"
+    )
 
 
 def _attach(amqp: AmqpConnection, options: ReadOptions, spec: object) -> Receiver:
@@ -84,10 +101,7 @@ def probe(amqp: AmqpConnection, options: ReadOptions, spec: object) -> int | Non
             annotations: dict[Any, Any] = message.annotations or {}
             offset = annotations.get(STREAM_OFFSET_ANNOTATION)
             if not isinstance(offset, int):
-                raise AmqpError(
-                    f"{options.endpoint.address}: not a stream queue "
-                    f"(a message without {STREAM_OFFSET_ANNOTATION})"
-                )
+                raise _not_a_stream(options)
             return offset
         return None
     finally:
@@ -147,10 +161,7 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
                 received += 1
                 offset = builder.add(payload, None, below=part.end)
                 if offset is None:
-                    raise AmqpError(
-                        f"{options.endpoint.address}: not a stream queue "
-                        f"(a message without {STREAM_OFFSET_ANNOTATION})"
-                    )
+                    raise _not_a_stream(options)
                 if offset >= part.end - 1:
                     reached = True
             yield from builder.finish()
@@ -159,6 +170,52 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
             remaining -= received
     finally:
         amqp.close()
+
+
+class SizeScan:
+    """The runner's reader of message sizes, for ``maxBytesPerTrigger``.
+
+    One settled receiver, kept attached across polls on the runner's connection, reads the
+    stream from the first batch's start on, only as far as the batch being planned needs; each
+    message is measured (its encoded size, as ``mode=queue`` counts) and dropped, its body never
+    decoded. A start the index does not cover (a restart from a checkpoint) reads again from
+    there.
+    """
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._amqp: AmqpConnection | None = None
+        self._link: Receiver | None = None
+        self._index = SizeIndex(0)
+
+    def end(self, amqp: AmqpConnection, start: int, stop: int, max_bytes: int) -> int:
+        """Where the batch from ``start`` ends: by ``stop``, within ``max_bytes`` but for one."""
+        index = self._index
+        if self._link is None or amqp is not self._amqp or not index.covers(start):
+            index = self._restart(amqp, start)
+        link = self._link
+        assert link is not None
+        index.discard_below(start)
+        while (end := index.end_within(start, stop, max_bytes)) is None:
+            credit = index.credit_hint(start, max_bytes, min(SCAN_WINDOW, stop - index.position))
+            received = 0
+            for payload in _drained(amqp, link, credit, self.options.receive_timeout_s):
+                offset = read_stream_offset(payload)
+                if offset is None:
+                    raise _not_a_stream(self.options)
+                index.record(offset, len(payload))
+                received += 1
+            if received == 0:
+                return stop  # nothing left below the tail to measure: the rest is empty
+        return end
+
+    def _restart(self, amqp: AmqpConnection, start: int) -> SizeIndex:
+        if self._link is not None and amqp is self._amqp and not amqp.closed:
+            self._link.close()
+        self._amqp = amqp
+        self._link = _attach(amqp, self.options, start)
+        self._index = SizeIndex(start)
+        return self._index
 
 
 class StreamRangeReader(DataSourceReader):
@@ -190,6 +247,7 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._amqp: AmqpConnection | None = None
         self._until: int | None = None  # Trigger.AvailableNow: the tail when the query began
+        self._sizes: SizeScan | None = None  # maxBytesPerTrigger's look-ahead, in the runner
 
     def __reduce__(self) -> tuple[type[StreamOffsetReader], tuple[ReadOptions]]:
         """Only the options travel: a connection belongs to the process that opened it."""
@@ -209,18 +267,40 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": resolve(self._connection(), self.options, self.options.starting_offsets)}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``maxRecordsPerTrigger`` as Spark's admission control."""
-        limit = self.options.max_records_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """``maxRecordsPerTrigger`` or ``maxBytesPerTrigger`` as Spark's admission control.
+
+        Spark takes one limit; with both options set it gets the rows, and the bytes apply too
+        (:meth:`latestOffset`).
+        """
+        rows = self.options.max_records_per_trigger
+        if rows is not None:
+            return ReadMaxRows(rows)
+        max_bytes = self.options.max_bytes_per_trigger
+        return ReadAllAvailable() if max_bytes is None else ReadMaxBytes(max_bytes)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """The tail, or less by the read limit or the Trigger.AvailableNow target."""
-        end = next_offset(self._connection(), self.options)
+        """The tail, or less by the read limits or the Trigger.AvailableNow target.
+
+        ``ReadAllAvailable`` (what Spark passes for ``Trigger.Once``) lifts both limits.
+        """
+        first = int(start["offset"])
+        amqp = self._connection()
+        end = next_offset(amqp, self.options)
         if self._until is not None:
             end = min(end, self._until)
-        if isinstance(limit, ReadMaxRows):
-            end = min(end, int(start["offset"]) + limit.max_rows)
-        return {"offset": max(end, int(start["offset"]))}
+        if isinstance(limit, ReadAllAvailable):
+            return {"offset": max(end, first)}
+        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        rows = rows if rows is not None else self.options.max_records_per_trigger
+        max_bytes = max_bytes if max_bytes is not None else self.options.max_bytes_per_trigger
+        if rows is not None:
+            end = min(end, first + rows)
+        if max_bytes is not None and end > first:
+            if self._sizes is None:
+                self._sizes = SizeScan(self.options)
+            end = self._sizes.end(amqp, first, end, max_bytes)
+        return {"offset": max(end, first)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
         """The micro-batch's range in ``minPartitions`` tasks (none when it is empty)."""
