@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast
 
 from gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
+from queues.classic import ClassicQueue
 from queues.log.store import MessageStore, StoredMessage
 from queues.message import ARCHIVED, Message
 from queues.registry import QueueRegistry
@@ -61,7 +62,7 @@ class Durability:
     def recover(self, registry: QueueRegistry) -> None:
         """Declare every durable exchange, queue and binding again and put the messages back.
 
-        Bodies stay on disk; the queues hold index entries (:class:`StoredMessage`).
+        Nothing is read: classic queues get pages pointing at the records, paged in on demand.
         """
         started = time.monotonic()
         store = self.store
@@ -75,12 +76,11 @@ class Durability:
             )
         for name, arguments in list(store.queues.items()):
             queue = registry.declare_queue(name, arguments)
-            messages = store.take_recovered(name)
             if isinstance(queue, StreamQueue):
+                messages = store.take_recovered_messages(name)
                 queue.restore(list(messages), [m.timestamp for m in messages])
-                continue
-            for message in messages:
-                queue.enqueue(message)
+            elif isinstance(queue, ClassicQueue):
+                queue.restore(store.take_recovered(name))
         for key, arguments in list(store.bindings.items()):
             registry.bind(
                 key.exchange, key.destination, key.key, arguments, to_exchange=key.to_exchange

@@ -29,6 +29,7 @@ from queues.arguments import DEFAULT_ARGUMENTS, Overflow, QueueArguments
 from queues.errors import ResourceLimitExceeded
 from queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from queues.paging import RESIDENT_READY, Page, Pager
 from queues.queue_type import (
     DEFAULT_CONSUMER,
     Clock,
@@ -49,6 +50,9 @@ _NO_DISPATCH: Final[list[Dispatch]] = []
 # Deliveries whose lock expired that a consumer may still settle late and get a clear error;
 # older ones are forgotten (their late settlement is then ignored like any unknown one).
 _MAX_LOST_LOCKS: Final = 65536
+# Pages one expiry run may read in: a backlog that expired during a long pause is worked off
+# over several timer runs instead of stalling the reactor thread for all of it at once.
+_EXPIRY_PAGE_INS: Final = 8
 
 # Dead-letter reasons, as RabbitMQ names them in x-death / x-opt-deaths.
 REJECTED: Final = "rejected"
@@ -126,6 +130,12 @@ class ClassicQueue:
         # so the timer visits only queues with something to time.
         self.timed: set[QueueType] = timed if timed is not None else set()
         self._log: dict[int, Message] = {}
+        # Set for a durable queue: ready messages beyond RESIDENT_READY go to pages at the tail
+        # (queues.paging), messages not yet in the sequence.
+        self.pager: Pager | None = None
+        self.resident_ready = RESIDENT_READY
+        self._pages: deque[Page] = deque()
+        self._paged = 0
         self._low = 0
         self._cursor = 0
         self._returned: list[int] = []
@@ -249,6 +259,20 @@ class ClassicQueue:
             if self.arguments.overflow is Overflow.REJECT_PUBLISH_DLX:
                 self._dead_letter(message, MAXLEN)
             raise ResourceLimitExceeded(f"queue '{self.name}' is full (x-overflow reject-publish)")
+        pager = self.pager
+        if pager is not None and (
+            self._pages
+            or (
+                self._available - self._paged >= self.resident_ready
+                and not self._waiting
+                and not self._browsing
+            )
+        ):
+            # Nobody waits (a waiting consumer has paged everything in), so nothing is offered.
+            self._page_out(pager, message)
+            if self._bounded:
+                self._drop_head()
+            return _NO_DISPATCH
         message.seq = seq = self._next_seq
         self._next_seq = seq + 1
         self._published += 1
@@ -272,6 +296,19 @@ class ClassicQueue:
         elif self._bounded:
             self._drop_head()
         return dispatches
+
+    def restore(self, pages: list[Page]) -> None:
+        """Append pages of messages a restart found in the log; they are paged in on demand."""
+        for page in pages:
+            self._pages.append(page)
+            count = page.count
+            self._paged += count
+            self._available += count
+            self._published += count
+            self._ready_bytes += page.ready_bytes
+            self.held.total += page.held
+        if self.next_deadline() is not None:
+            self.timed.add(self)
 
     def settle(
         self, consumer: ConsumerKey, seqs: list[int], outcome: Outcome, delivery_failed: bool
@@ -345,14 +382,20 @@ class ClassicQueue:
         freed = 0
         for seq, message in list(log.items()):
             if message.state == AVAILABLE:
-                message.state = ARCHIVED
+                message.discard()
                 freed += message.held
                 del log[seq]
+        resident = count - self._paged
+        for page in self._pages:
+            page.drop()
+            freed += page.held
+        self._pages.clear()
+        self._paged = 0
         self._returned.clear()
         for state in self._filtered:
             state.returned.clear()
         self._expiries.clear()
-        self.held.total -= freed + count * MESSAGE_OVERHEAD
+        self.held.total -= freed + resident * MESSAGE_OVERHEAD
         self._available = 0
         self._ready_bytes = 0
         return count
@@ -360,12 +403,14 @@ class ClassicQueue:
     def expire(self) -> list[Dispatch]:
         """Expire messages and release deliveries whose deadline is the clock's time or past."""
         now = self.clock.now
-        expiries = self._expiries
-        while expiries and expiries[0][0] <= now:
-            deadline, seq = heapq.heappop(expiries)
-            message = self._find(seq)
-            if message is not None and message.state == AVAILABLE and message.expires == deadline:
-                self._expire(message)
+        for _ in range(_EXPIRY_PAGE_INS):
+            # Paged messages expire from the head page, as RabbitMQ expires at a queue's head.
+            deadline = self._pages[0].head_deadline(self._ttl) if self._pages else None
+            if deadline is None or deadline > now:
+                break
+            self._page_in()
+            self._expire_due(now)
+        self._expire_due(now)
         locks = self._locks
         released: list[Message] = []
         while locks and locks[0][0] <= now:
@@ -379,7 +424,7 @@ class ClassicQueue:
                 state.lost[seq] = None
                 self._make_available(message)
                 released.append(message)
-        if not expiries and not locks:
+        if self.next_deadline() is None:
             self.timed.discard(self)
         if not released:
             return _NO_DISPATCH
@@ -389,15 +434,26 @@ class ClassicQueue:
             dispatches = self._dispatch()
         return dispatches
 
+    def _expire_due(self, now: int) -> None:
+        expiries = self._expiries
+        while expiries and expiries[0][0] <= now:
+            deadline, seq = heapq.heappop(expiries)
+            message = self._find(seq)
+            if message is not None and message.state == AVAILABLE and message.expires == deadline:
+                self._expire(message)
+
     def next_deadline(self) -> int | None:
         """The earliest expiry or lock deadline pending (perhaps of a message since gone)."""
-        expiries = self._expiries
-        locks = self._locks
-        if not locks:
-            return expiries[0][0] if expiries else None
-        if not expiries:
-            return locks[0][0]
-        return min(expiries[0][0], locks[0][0])
+        deadlines = []
+        if self._expiries:
+            deadlines.append(self._expiries[0][0])
+        if self._locks:
+            deadlines.append(self._locks[0][0])
+        if self._pages:
+            head = self._pages[0].head_deadline(self._ttl)
+            if head is not None:
+                deadlines.append(head)
+        return min(deadlines) if deadlines else None
 
     def statistics(self) -> QueueStatistics:
         """Counts for metrics and tests."""
@@ -485,9 +541,58 @@ class ClassicQueue:
             raise error
 
     def _remove_available(self, message: Message) -> None:
+        """Take a message nobody received out of the queue (expired, dropped, dead-lettered)."""
         self._available -= 1
         self._ready_bytes -= message.size
-        self._archive(message)
+        message.discard()
+        del self._log[message.seq]
+        self.held.total -= message.held + MESSAGE_OVERHEAD
+
+    def _page_out(self, pager: Pager, message: Message) -> None:
+        """Append a ready message to the tail pages instead of the resident messages."""
+        pages = self._pages
+        tail = pages[-1] if pages else None
+        before = tail.held if tail is not None else 0
+        page = pager.append(tail, message)
+        if page is None:
+            assert tail is not None
+            self.held.total += tail.held - before
+        else:
+            pages.append(page)
+            self.held.total += page.held
+            if len(pages) == 1 and page.head_deadline(self._ttl) is not None:
+                self.timed.add(self)
+        self._published += 1
+        self._paged += 1
+        self._available += 1
+        self._ready_bytes += message.size
+
+    def _paged_in(self) -> int:
+        """Page in the head page for a cursor at the end of the resident messages: the new end."""
+        self._page_in()
+        return self._next_seq
+
+    def _page_in(self) -> None:
+        """Give the head page's messages the next sequence numbers: they become resident."""
+        page = self._pages.popleft()
+        messages = page.take(self._ttl)
+        self._paged -= len(messages)
+        seq = self._next_seq
+        log = self._log
+        held = 0
+        expiries = self._expiries
+        for message in messages:
+            message.seq = seq
+            log[seq] = message
+            held += message.held
+            expires = message.expires
+            if expires is not None:
+                heapq.heappush(expiries, (expires, seq))
+            seq += 1
+        self._next_seq = seq
+        self.held.total += held + len(messages) * MESSAGE_OVERHEAD - page.held
+        if expiries:
+            self.timed.add(self)
 
     def _expire(self, message: Message) -> None:
         self._expired += 1
@@ -558,7 +663,7 @@ class ClassicQueue:
         log = self._log
         seq = max(self._cursor, self._low)
         end = self._next_seq
-        while seq < end:
+        while seq < end or (self._pages and (end := self._paged_in()) > seq):
             message = log.get(seq)
             seq += 1
             if message is None or message.state != AVAILABLE:
@@ -589,7 +694,7 @@ class ClassicQueue:
         log = self._log
         seq = max(state.cursor, self._low)
         end = self._next_seq
-        while seq < end:
+        while seq < end or (self._pages and (end := self._paged_in()) > seq):
             message = log.get(seq)
             seq += 1
             if message is None or message.state not in wanted:
@@ -657,7 +762,7 @@ class ClassicQueue:
         count = 0
         size_taken = 0
         held_taken = 0
-        while seq < end and count < limit:
+        while count < limit and (seq < end or (self._pages and (end := self._paged_in()) > seq)):
             message = log.get(seq)
             seq += 1
             if message is None or message.state != AVAILABLE:

@@ -72,6 +72,10 @@ class Message:
             routing_key=self.routing_key,
         )
 
+    def discard(self) -> None:
+        """Archive a message nobody will receive (purged, expired, dropped, paged and purged)."""
+        self.state = ARCHIVED
+
     def count_failed_delivery(self) -> None:
         """Record one more failed delivery attempt in the header the next consumer sees.
 

@@ -190,6 +190,8 @@ class QueueRegistry:
         if self.store is not None and durable and not exclusive and not auto_delete:
             self.store.declare_queue(name, _loggable(arguments))
             self._logged.add(name)
+            if isinstance(queue, ClassicQueue):
+                queue.pager = self.store.pager(name)
         return queue
 
     def logged(self, name: str) -> bool:

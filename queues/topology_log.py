@@ -13,6 +13,7 @@ from typing import Protocol
 
 from queues.log.records import Arguments
 from queues.message import Message
+from queues.paging import Pager
 
 
 class TopologyLog(Protocol):
@@ -20,6 +21,9 @@ class TopologyLog(Protocol):
 
     def declare_queue(self, name: str, arguments: Arguments) -> None:
         """A durable queue exists with these arguments."""
+
+    def pager(self, queue: str) -> Pager:
+        """Pages for a durable queue's backlog beyond its resident messages."""
 
     def delete_queue(self, name: str, messages: Iterable[Message]) -> None:
         """A durable queue is gone, with ``messages`` it still held."""

@@ -11,6 +11,8 @@ messages that were confirmed.
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -42,29 +44,71 @@ class LogCorrupted(Exception):
         self.offset = offset
 
 
-@dataclass(slots=True)
-class RecoveredMessage:
-    """A message that was enqueued and not settled, and where its payload lies."""
+class RecoveredMessages:
+    """Every message the log enqueued, compactly, in log order: ids increase with the index.
 
-    message_id: int
-    queue: str
-    timestamp: int
-    expires: int | None
-    segment: int
-    offset: int
-    size: int
-    # Held by a consumer when the log ended: its settlement, if any, never became durable.
-    acquired: bool = False
-    # Deliveries that ended as failures (modified with delivery-failed, or a consumer lost).
-    failures: int = 0
-    # How it was published, for dead-lettering by routing key.
-    exchange: str = ""
-    routing_key: str = ""
+    A backlog of millions of small messages must recover in a fraction of its size: each
+    message costs some forty bytes here (parallel arrays), and a settle record finds its
+    message by binary search on the ids. Acquisitions and failed deliveries, rare, are kept
+    by index in a set and a dict.
+    """
 
-    @property
-    def delivery_count(self) -> int:
-        """Failed delivery attempts, counting the one the crash interrupted (AMQP §3.2.1)."""
-        return self.failures + (1 if self.acquired else 0)
+    __slots__ = (
+        "acquired",
+        "ends",
+        "failures",
+        "ids",
+        "live",
+        "offsets",
+        "segments",
+        "sizes",
+        "timestamps",
+    )
+
+    def __init__(self) -> None:
+        self.ids = array("Q")
+        self.segments = array("I")
+        # Where each record starts and ends in its segment, and its payload's size.
+        self.offsets = array("I")
+        self.ends = array("I")
+        self.sizes = array("I")
+        self.timestamps = array("Q")
+        self.live = bytearray()
+        # Held by a consumer when the log ended: its settlement, if any, never became durable.
+        self.acquired: set[int] = set()
+        # Deliveries that ended as failures (modified with delivery-failed, or a consumer lost).
+        self.failures: dict[int, int] = {}
+
+    def add(
+        self, message_id: int, segment: int, offset: int, end: int, size: int, timestamp: int
+    ) -> int:
+        """Record an enqueued message; return its index."""
+        index = len(self.ids)
+        self.ids.append(message_id)
+        self.segments.append(segment)
+        self.offsets.append(offset)
+        self.ends.append(end)
+        self.sizes.append(size)
+        self.timestamps.append(timestamp)
+        self.live.append(1)
+        return index
+
+    def find(self, message_id: int) -> int | None:
+        """The index of a live message."""
+        index = bisect_left(self.ids, message_id)
+        if index < len(self.ids) and self.ids[index] == message_id and self.live[index]:
+            return index
+        return None
+
+    def settle(self, index: int) -> None:
+        """The message is settled: it will not be recovered."""
+        self.live[index] = 0
+        self.acquired.discard(index)
+        self.failures.pop(index, None)
+
+    def delivery_count(self, index: int) -> int:
+        """Failed delivery attempts, counting one the crash interrupted (AMQP §3.2.1)."""
+        return self.failures.get(index, 0) + (1 if index in self.acquired else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +160,9 @@ class RecoveredState:
     queues: dict[str, Arguments] = field(default_factory=dict)
     exchanges: dict[str, ExchangeState] = field(default_factory=dict)
     bindings: dict[BindingKey, Arguments] = field(default_factory=dict)
-    messages: dict[str, dict[int, RecoveredMessage]] = field(default_factory=dict)
+    messages: RecoveredMessages = field(default_factory=RecoveredMessages)
+    # Indices into ``messages`` of each declared queue's messages, in log order.
+    backlogs: dict[str, array[int]] = field(default_factory=dict)
     next_id: int = 0
     # The bytes of each segment that hold valid records; the tail may have been cut shorter.
     valid_length: dict[int, int] = field(default_factory=dict)
@@ -129,10 +175,6 @@ class Recovery:
     def __init__(self) -> None:
         self.state = RecoveredState()
         self.ledger = SegmentLedger()
-        self._owner: dict[int, str] = {}
-        # One string object per distinct exchange and routing key: a backlog published
-        # through a few routes shares them, as the messages did before the restart.
-        self._routes: dict[str, str] = {}
 
     def segment(self, number: int, data: bytes | memoryview, last: bool) -> None:
         """Replay one segment's bytes; ``last`` says it is the tail the log was writing."""
@@ -157,21 +199,14 @@ class Recovery:
         """Apply one record found at ``offset`` in ``segment``."""
         state = self.state
         if isinstance(record, Enqueued):
-            queue = state.messages.get(record.queue)
-            if queue is None:
+            backlog = state.backlogs.get(record.queue)
+            if backlog is None:
                 return
-            queue[record.message_id] = RecoveredMessage(
-                record.message_id,
-                record.queue,
-                record.timestamp,
-                record.expires,
-                segment,
-                offset + record.payload_offset,
-                len(record.payload),
-                exchange=self._routes.setdefault(record.exchange, record.exchange),
-                routing_key=self._routes.setdefault(record.routing_key, record.routing_key),
+            size = len(record.payload)
+            end = offset + record.payload_offset + size
+            backlog.append(
+                state.messages.add(record.message_id, segment, offset, end, size, record.timestamp)
             )
-            self._owner[record.message_id] = record.queue
             self.ledger.enqueued(segment)
             state.next_id = max(state.next_id, record.message_id + 1)
         elif isinstance(record, MessagesChanged):
@@ -180,7 +215,7 @@ class Recovery:
             state.next_id = max(state.next_id, record.next_id)
         elif isinstance(record, QueueDeclared):
             state.queues[record.name] = record.arguments
-            state.messages.setdefault(record.name, {})
+            state.backlogs.setdefault(record.name, array("I"))
         elif isinstance(record, QueueDeleted):
             self._delete_queue(segment, record.name)
         elif isinstance(record, ExchangeDeclared):
@@ -197,31 +232,29 @@ class Recovery:
     def _changed(self, segment: int, record: MessagesChanged) -> None:
         kind = record.kind
         messages = self.state.messages
-        owner = self._owner
         ledger = self.ledger
         for message_id in record.message_ids:
-            queue = owner.get(message_id)
-            if queue is None:
+            index = messages.find(message_id)
+            if index is None:
                 continue
-            message = messages[queue][message_id]
             if kind is RecordType.SETTLE:
-                del messages[queue][message_id]
-                del owner[message_id]
-                ledger.settled(message.segment, segment)
-                continue
-            if kind is RecordType.ACQUIRE:
-                message.acquired = True
+                messages.settle(index)
+                ledger.settled(messages.segments[index], segment)
+            elif kind is RecordType.ACQUIRE:
+                messages.acquired.add(index)
             else:
-                message.acquired = False
+                messages.acquired.discard(index)
                 if kind is RecordType.RETURN_FAILED:
-                    message.failures += 1
+                    messages.failures[index] = messages.failures.get(index, 0) + 1
 
     def _delete_queue(self, segment: int, name: str) -> None:
         state = self.state
         state.queues.pop(name, None)
-        for message in state.messages.pop(name, {}).values():
-            del self._owner[message.message_id]
-            self.ledger.settled(message.segment, segment)
+        messages = state.messages
+        for index in state.backlogs.pop(name, ()):
+            if messages.live[index]:
+                messages.settle(index)
+                self.ledger.settled(messages.segments[index], segment)
         without_queue(state.bindings, name)
         self.ledger.topology_removed(segment)
 

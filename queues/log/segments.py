@@ -138,13 +138,20 @@ class SegmentReader:
 
     def read(self, segment: int, offset: int, size: int) -> bytes:
         """The ``size`` bytes at ``offset`` of ``segment``."""
-        fd = self._fds.get(segment)
-        if fd is None:
-            fd = self._fds[segment] = os.open(segment_path(self.directory, segment), os.O_RDONLY)
-        data = os.pread(fd, size, offset)
+        data = os.pread(self._fd(segment), size, offset)
         if len(data) != size:
             raise OSError(f"segment {segment} ends before offset {offset + size}")
         return data
+
+    def read_upto(self, segment: int, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset``: fewer where the file ends (records unwritten)."""
+        return os.pread(self._fd(segment), size, offset)
+
+    def _fd(self, segment: int) -> int:
+        fd = self._fds.get(segment)
+        if fd is None:
+            fd = self._fds[segment] = os.open(segment_path(self.directory, segment), os.O_RDONLY)
+        return fd
 
     def forget(self, segment: int) -> None:
         """Close a segment about to be deleted."""

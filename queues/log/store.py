@@ -16,10 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from queues.errors import DecodeError
 from queues.log.ledger import SegmentLedger
+from queues.log.paged import DiskPage, LogPager
 from queues.log.records import (
     Arguments,
+    Enqueued,
     RecordType,
+    decode_record,
     encode_binding,
     encode_exchange_declared,
     encode_exchange_deleted,
@@ -32,6 +36,8 @@ from queues.log.records import (
 from queues.log.recovery import (
     BindingKey,
     ExchangeState,
+    LogCorrupted,
+    RecoveredMessages,
     RecoveredState,
     Recovery,
     binding_key,
@@ -48,6 +54,7 @@ from queues.log.segments import (
     truncate_segment,
 )
 from queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from queues.paging import Pager
 from queues.sections import with_delivery_count
 
 # Large enough that rolling (an fsync and a topology snapshot) is rare, small enough that
@@ -69,6 +76,7 @@ class StoredMessage(Message):
     __slots__ = (
         "_state",
         "archived",
+        "head",
         "length",
         "message_id",
         "offset",
@@ -92,6 +100,7 @@ class StoredMessage(Message):
         expires: int | None = None,
         exchange: str = "",
         routing_key: str = "",
+        head: int = 0,
     ) -> None:
         self.store = store
         self.queue = queue
@@ -99,6 +108,8 @@ class StoredMessage(Message):
         self.segment = segment
         self.offset = offset
         self.length = length
+        # Bytes of its record before the body: the record starts at ``offset - head``.
+        self.head = head
         self.timestamp = timestamp
         self.delivery_count = delivery_count
         self.seq = 0
@@ -150,6 +161,12 @@ class StoredMessage(Message):
         else:
             store.returned(self, False)
 
+    def discard(self) -> None:
+        """Archived unread (purged, expired, dropped): settled without keeping its body."""
+        if self._state != ARCHIVED:
+            self._state = ARCHIVED
+            self.store.settled(self)
+
     def count_failed_delivery(self) -> None:
         """Count a failed attempt; the header is rewritten each time the body is read."""
         self.delivery_count += 1
@@ -184,6 +201,7 @@ class StoreStatistics:
     cached_bodies: int
     cached_bytes: int
     body_reads: int
+    page_reads: int
     recovered_messages: int
     truncated_bytes: int
 
@@ -215,11 +233,15 @@ class MessageStore:
         self.next_id = self.recovered.next_id
         self.reader = SegmentReader(directory)
         self._batch = WriteBatch()
-        self._changes: list[tuple[RecordType, StoredMessage]] = []
+        # State changes to log: (record type, message id, the message's segment).
+        self._changes: list[tuple[RecordType, int, int]] = []
         self._unwritten: dict[int, bytes] = {}
+        # The messages whose batch is not written yet: a page-in cannot read their records.
+        self._pending: dict[int, StoredMessage] = {}
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._cached_bytes = 0
         self._body_reads = 0
+        self._page_reads = 0
         self._placed = 0
         self._recovered_count = 0
         existing = list_segments(directory)
@@ -342,39 +364,147 @@ class MessageStore:
             expires=expires,
             exchange=exchange,
             routing_key=routing_key,
+            head=len(prefix),
         )
         self._unwritten[message_id] = payload
+        self._pending[message_id] = message
         self._batch.messages.append(message)
         return message
 
-    def take_recovered(self, queue: str) -> list[StoredMessage]:
-        """Index entries of the messages recovery found in ``queue``, in log order, once.
+    def pager(self, queue: str) -> Pager:
+        """Pages for the durable queue ``queue``: its backlog beyond the resident messages."""
+        return LogPager(self, queue)
 
-        Bodies stay on disk; the recovery records are dropped as they are handed over. A
-        message a consumer held at the crash comes back with one more failed delivery.
+    def take_recovered(self, queue: str) -> list[DiskPage]:
+        """Pages of the messages recovery found in ``queue``, in log order, once.
+
+        Nothing is read: the pages point at the records. A message a consumer held at the
+        crash comes back with one more failed delivery, logged now.
         """
-        found = self.recovered.messages.pop(queue, {})
-        self._recovered_count += len(found)
-        messages = []
-        for m in found.values():
-            message = StoredMessage(
-                self,
-                queue,
-                m.message_id,
-                m.segment,
-                m.offset,
-                m.size,
-                m.timestamp,
-                m.delivery_count,
-                m.expires,
-                m.exchange,
-                m.routing_key,
-            )
-            if m.acquired:
+        recovered = self.recovered
+        indices = recovered.backlogs.pop(queue, None)
+        if indices is None:
+            return []
+        messages = recovered.messages
+        ids, segments, live = messages.ids, messages.segments, messages.live
+        offsets, ends, sizes = messages.offsets, messages.ends, messages.sizes
+        pages: list[DiskPage] = []
+        page: DiskPage | None = None
+        for index in indices:
+            if not live[index]:
+                continue
+            message_id, segment, end = ids[index], segments[index], ends[index]
+            if index in messages.acquired:
                 # The interrupted delivery counts as failed from now on, durably.
-                self.returned(message, True)
+                self._changes.append((RecordType.RETURN_FAILED, message_id, segment))
+            if page is None or not page.fits(segment, end, message_id):
+                page = DiskPage(
+                    self, queue, segment, offsets[index], message_id, messages.timestamps[index]
+                )
+                pages.append(page)
+            page.add(offsets[index], end, message_id, sizes[index], messages.delivery_count(index))
+            self._recovered_count += 1
+        if not recovered.backlogs:
+            # Every queue has its pages: the arrays, the size of the whole backlog, can go.
+            recovered.messages = RecoveredMessages()
+        return pages
+
+    def take_recovered_messages(self, queue: str) -> list[StoredMessage]:
+        """Every message recovered in ``queue`` as an object (a stream queue keeps them all)."""
+        return [m for page in self.take_recovered(queue) for m in self.page_in(page, None)]
+
+    def paged_entry(self, message: Message) -> StoredMessage | None:
+        """``message`` if a page can hold it as a record's position: logged, ready, unpinned."""
+        if type(message) is StoredMessage and message.store is self and message.pinned is None:
+            return message
+        return None
+
+    def page_in(self, page: DiskPage, ttl: int | None) -> list[StoredMessage]:
+        """Read a page's messages back: one read of its span, every record validated.
+
+        Messages whose batch is not written yet are the ones enqueued (still in memory).
+        Small bodies go to the cache while it has room, so delivering them reads nothing more;
+        the cache is not churned for them, since a large credit may page in far ahead.
+        ``ttl`` (the queue's ``x-message-ttl``) counts from each message's arrival.
+        """
+        first, ids, offsets = page.first_id, page.ids, page.offsets
+        count = len(offsets)
+        pending = self._pending
+        written = count
+        while written and first + ids[written - 1] in pending:
+            written -= 1
+        buffer = b""
+        if written:
+            stop = page.end if written == count else offsets[written]
+            buffer = self.reader.read_upto(page.segment, page.start, stop - page.start)
+            self._page_reads += 1
+        failures = page.failures or {}
+        room = self.cache_bytes - self._cached_bytes
+        cache = self._cache
+        messages: list[StoredMessage] = []
+        for index in range(count):
+            message_id = first + ids[index]
+            if index >= written:
+                message = pending[message_id]
+            else:
+                message, body = self._read_paged(
+                    page, buffer, offsets[index], message_id, failures.get(index, 0)
+                )
+                if len(body) <= room:
+                    cache[message_id] = bytes(body)
+                    room -= len(body)
+                    self._cached_bytes += len(body)
+            if ttl is not None:
+                deadline = message.timestamp + ttl
+                if message.expires is None or deadline < message.expires:
+                    message.expires = deadline
             messages.append(message)
         return messages
+
+    def _read_paged(
+        self, page: DiskPage, buffer: bytes, offset: int, message_id: int, failures: int
+    ) -> tuple[StoredMessage, memoryview | bytes]:
+        try:
+            record, _ = decode_record(buffer, offset - page.start)
+        except DecodeError as error:
+            raise LogCorrupted(page.segment, offset, str(error)) from error
+        if not (
+            isinstance(record, Enqueued)
+            and record.message_id == message_id
+            and record.queue == page.queue
+        ):
+            raise LogCorrupted(
+                page.segment, offset, f"message {message_id} of '{page.queue}' is not there"
+            )
+        message = StoredMessage(
+            self,
+            page.queue,
+            message_id,
+            page.segment,
+            offset + record.payload_offset,
+            len(record.payload),
+            record.timestamp,
+            failures,
+            record.expires,
+            record.exchange,
+            record.routing_key,
+            record.payload_offset,
+        )
+        return message, record.payload
+
+    def drop_page(self, page: DiskPage) -> None:
+        """Settle a page's messages in the log without reading them."""
+        first, segment = page.first_id, page.segment
+        pending = self._pending
+        changes = self._changes
+        for delta in page.ids:
+            message_id = first + delta
+            message = pending.get(message_id)
+            if message is not None:
+                message.discard()
+                continue
+            changes.append((RecordType.SETTLE, message_id, segment))
+            self._forget_body(message_id)
 
     def settled(self, message: Message, sending: bool = False) -> None:
         """A persistent message is archived: accepted, rejected, purged or dropped.
@@ -386,13 +516,13 @@ class MessageStore:
             if sending:
                 message.pinned = self.body(message)
             message.archived = True
-            self._changes.append((RecordType.SETTLE, message))
+            self._changes.append((RecordType.SETTLE, message.message_id, message.segment))
             self._forget_body(message.message_id)
 
     def acquired(self, message: Message) -> None:
         """A persistent message went to a consumer."""
         if type(message) is StoredMessage:
-            self._changes.append((RecordType.ACQUIRE, message))
+            self._changes.append((RecordType.ACQUIRE, message.message_id, message.segment))
 
     def returned(self, message: Message, failed: bool) -> None:
         """A persistent message came back to its queue, after a failed attempt or not.
@@ -405,7 +535,7 @@ class MessageStore:
                 self._relog(message)
                 return
             kind = RecordType.RETURN_FAILED if failed else RecordType.RETURN
-            self._changes.append((kind, message))
+            self._changes.append((kind, message.message_id, message.segment))
 
     def _relog(self, message: StoredMessage) -> None:
         body = message.pinned if message.pinned is not None else self.body(message)
@@ -420,9 +550,11 @@ class MessageStore:
         message.message_id = fresh.message_id
         message.segment = fresh.segment
         message.offset = fresh.offset
+        message.head = fresh.head
         message.archived = False
         message.pinned = None
         self._batch.messages[-1] = message
+        self._pending[fresh.message_id] = message
 
     def body(self, message: StoredMessage) -> bytes:
         """A message's stored bytes: from memory if not yet written or cached, else the disk."""
@@ -458,7 +590,9 @@ class MessageStore:
         unwritten = self._unwritten
         cache = self._cache
         limit = self.cache_bytes
+        pending = self._pending
         for message in batch.messages:
+            pending.pop(message.message_id, None)
             body = unwritten.pop(message.message_id, None)
             if body is None or message.archived:
                 continue
@@ -478,6 +612,7 @@ class MessageStore:
             cached_bodies=len(self._cache),
             cached_bytes=self._cached_bytes,
             body_reads=self._body_reads,
+            page_reads=self._page_reads,
             recovered_messages=self._recovered_count,
             truncated_bytes=self.recovered.truncated,
         )
@@ -553,12 +688,12 @@ class MessageStore:
             end = start + 1
             while end < len(changes) and changes[end][0] is kind and end - start < _IDS_PER_RECORD:
                 end += 1
-            run = [message for _, message in changes[start:end]]
-            segment, _ = self._append([encode_messages_changed(kind, [m.message_id for m in run])])
+            run = changes[start:end]
+            segment, _ = self._append([encode_messages_changed(kind, [c[1] for c in run])])
             if kind is RecordType.SETTLE:
                 ledger = self.ledger
-                for message in run:
-                    ledger.settled(message.segment, segment)
+                for _, _, message_segment in run:
+                    ledger.settled(message_segment, segment)
             start = end
 
 

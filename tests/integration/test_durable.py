@@ -24,6 +24,9 @@ from support.polling import wait_until
 from gateway.events import delivery_of, link_of
 from queues.errors import PreconditionFailed
 from queues.exchanges import ExchangeSettings, ExchangeType
+from queues.held_bytes import MESSAGE_OVERHEAD
+from queues.log.paged import PAGED_MESSAGE_BYTES
+from queues.paging import PAGE_MESSAGES, RESIDENT_READY
 
 _SERVE = [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
 _LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
@@ -392,5 +395,33 @@ def test_dead_lettered_persistent_messages_survive_a_restart_with_their_deaths(
             assert death[symbol("count")] == 1
             assert annotations[symbol("x-first-death-queue")] == expected[0]
         assert running.server.registry.dead_letters_dropped == 0
+    finally:
+        running.stop()
+
+
+def test_a_backlog_beyond_the_resident_messages_is_paged_and_comes_back_in_order(
+    tmp_path: Path,
+) -> None:
+    """Persistent messages past RESIDENT_READY cost bytes, not objects, and lose nothing."""
+    count = RESIDENT_READY + 3 * PAGE_MESSAGES
+    running = start_server(data_dir=tmp_path)
+    try:
+        outcomes = publish(running.url, "backlog", messages=_durable(range(count))).outcomes
+        assert outcomes == ["accepted"] * count
+        paged = count - RESIDENT_READY
+        held = running.call(lambda: running.server.registry.held.total)
+        # The resident messages at their full overhead, the paged ones at a few bytes each.
+        assert held <= RESIDENT_READY * MESSAGE_OVERHEAD + paged * PAGED_MESSAGE_BYTES
+        assert running.queue("backlog").ready == count
+        first = consume(running.url, "backlog", count // 2)
+        assert first.bodies == [f"m{i}" for i in range(count // 2)]
+        running = _restart(running, tmp_path)
+        # Recovery reads no message: the whole backlog is pages pointing at the log.
+        held = running.call(lambda: running.server.registry.held.total)
+        assert held == (count - count // 2) * PAGED_MESSAGE_BYTES
+        rest = consume(running.url, "backlog", count - count // 2)
+        assert rest.bodies == [f"m{i}" for i in range(count // 2, count)]
+        assert running.queue("backlog").ready == 0
+        assert running.call(lambda: running.server.registry.held.total) == 0
     finally:
         running.stop()

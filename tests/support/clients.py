@@ -147,8 +147,13 @@ class _Consumer(MessagingHandler):
     def on_message(self, event: Event) -> None:
         message = event.message
         assert message is not None
-        self.result.messages.append(message)
         delivery: Delivery = delivery_of(event)
+        if len(self.result.messages) >= self.count:
+            # Already in flight when the count was reached: back to the queue, untouched.
+            if not self.settled:
+                self.release(delivery, delivered=False)
+            return
+        self.result.messages.append(message)
         if not self.settled:
             outcome = self.decide(message, len(self.result.messages) - 1)
             if outcome == "accept":

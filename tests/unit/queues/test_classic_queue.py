@@ -20,7 +20,9 @@ from queues.classic import ClassicQueue
 from queues.codec import Described, encode
 from queues.envelope import read_envelope
 from queues.errors import DecodeError
+from queues.held_bytes import MESSAGE_OVERHEAD
 from queues.message import Message
+from queues.paging import Page, append_in_memory
 from queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
 from queues.sections import read_header
 from queues.serial import SERIAL_MASK, serial_add
@@ -425,7 +427,8 @@ class ClassicQueueMachine(RuleBasedStateMachine):
             seq = self.queue.statistics().published
             self.messages[seq] = MessageModel(message)
             self.dispatched(self.queue.enqueue(message))
-            assert message.seq == seq
+            # A paged message gets its sequence number when it is paged in: the same one.
+            assert message.seq == seq or self.queue.pager is not None
 
     @rule(key=consumers, credit=credit_amounts, drain=st.booleans())
     def credit(self, key: int, credit: int, drain: bool) -> None:
@@ -525,3 +528,28 @@ class ClassicQueueMachine(RuleBasedStateMachine):
 
 ClassicQueueMachine.TestCase.settings = settings(stateful_step_count=40)
 test_classic_queue_model = ClassicQueueMachine.TestCase
+
+
+class _MemoryPager:
+    def append(self, tail: Page | None, message: Message) -> Page | None:
+        return append_in_memory(tail, message)
+
+
+class PagingClassicQueueMachine(ClassicQueueMachine):
+    """The same model over a queue that keeps two ready messages resident and pages the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue.pager = _MemoryPager()
+        self.queue.resident_ready = 2
+
+    @invariant()
+    def held_bytes_match_the_messages_in_the_queue(self) -> None:
+        """Paged in memory or resident, each message counts its bytes and overhead once."""
+        present = [m.message for m in self.messages.values() if m.state != "archived"]
+        expected = sum(m.held + MESSAGE_OVERHEAD for m in present)
+        assert self.queue.held.total == expected
+
+
+PagingClassicQueueMachine.TestCase.settings = settings(stateful_step_count=40)
+test_paging_classic_queue_model = PagingClassicQueueMachine.TestCase

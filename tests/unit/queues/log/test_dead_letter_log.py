@@ -65,8 +65,8 @@ def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(tmp_path
         shutil.copytree(directory, crashed)
         segment_path(crashed, 1).write_bytes(full[:cut])
         again = MessageStore(crashed)
-        work = [m.payload for m in again.take_recovered("work")]
-        dead = [m.payload for m in again.take_recovered("dead")]
+        work = [m.payload for m in again.take_recovered_messages("work")]
+        dead = [m.payload for m in again.take_recovered_messages("dead")]
         again.close()
         shutil.rmtree(crashed)
         in_work = _persistent("m0") in work
@@ -112,9 +112,9 @@ def test_a_dead_letter_to_a_durable_stream_is_logged_with_its_offset(tmp_path: P
     store.close()
 
     again = MessageStore(tmp_path)
-    [dead] = again.take_recovered("dead")
-    [audit] = again.take_recovered("audit")
-    assert [m.payload for m in again.take_recovered("work")] == [_persistent("m1")]
+    [dead] = again.take_recovered_messages("dead")
+    [audit] = again.take_recovered_messages("audit")
+    assert [m.payload for m in again.take_recovered_messages("work")] == [_persistent("m1")]
     assert [entry[Symbol("reason")] for entry in deaths_of(audit.payload)] == ["maxlen"]
     assert [entry[Symbol("queue")] for entry in deaths_of(dead.payload)] == ["work"]
     assert read_stream_offset(audit.payload) == 0

@@ -140,7 +140,7 @@ class StoreModel(RuleBasedStateMachine):
         self.writer = SegmentWriter(self.directory)
         # The server declares its queues again as clients attach to them.
         self.store.declare_queue("q", {})
-        recovered = self.store.take_recovered("q")
+        recovered = self.store.take_recovered_messages("q")
         ids = [m.message_id for m in recovered]
         assert ids == sorted(ids), "recovered messages are in log order"
         held = {m.message_id for m in self.ready + self.acquired}

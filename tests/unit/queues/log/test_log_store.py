@@ -49,10 +49,12 @@ def test_queues_and_messages_survive_a_reopen(tmp_path: Path) -> None:
     assert again.queues == {"q": {"x-queue-type": "classic"}}
     assert again.exchanges == {"e": ExchangeState("direct", {})}
     assert again.bindings == {binding_key("e", "q", "k", {}): {}}
-    recovered = again.take_recovered("q")
+    recovered = again.take_recovered_messages("q")
     assert _bodies(recovered) == [_payload(i) for i in (0, 2, 3, 4)]
     assert [m.timestamp for m in recovered] == [1000, 1002, 1003, 1004]
-    assert again.statistics().body_reads == 4
+    # One read brought the four records back, and their bodies with them into the cache.
+    assert again.statistics().page_reads == 1
+    assert again.statistics().body_reads == 0
 
 
 def test_unwritten_appends_are_lost_and_ids_never_reused(tmp_path: Path) -> None:
@@ -63,7 +65,7 @@ def test_unwritten_appends_are_lost_and_ids_never_reused(tmp_path: Path) -> None
     _flush(store, writer)
     store.enqueue("q", _payload(2), 0)  # never written: the crash comes first
     again = _reopen(tmp_path)
-    recovered = again.take_recovered("q")
+    recovered = again.take_recovered_messages("q")
     assert [m.message_id for m in recovered] == [kept.message_id]
     assert again.next_id > kept.message_id
 
@@ -79,7 +81,7 @@ def test_an_acquired_message_comes_back_with_one_more_delivery_count(tmp_path: P
     store.acquired(third)
     store.returned(third, failed=False)
     _flush(store, writer)
-    recovered = _reopen(tmp_path).take_recovered("q")
+    recovered = _reopen(tmp_path).take_recovered_messages("q")
     assert [read_header(m.payload).delivery_count for m in recovered] == [1, 1, 0]
 
 
@@ -114,7 +116,7 @@ def test_compaction_deletes_settled_segments_and_keeps_live_ones(tmp_path: Path)
     assert len(on_disk) <= 4
     assert messages[0].segment in on_disk
     assert messages[-1].segment in on_disk
-    recovered = _reopen(tmp_path, segment_size=4096).take_recovered("q")
+    recovered = _reopen(tmp_path, segment_size=4096).take_recovered_messages("q")
     assert [m.message_id for m in recovered] == [messages[0].message_id, messages[-1].message_id]
 
 
@@ -145,7 +147,7 @@ def test_a_deleted_queue_takes_its_messages(tmp_path: Path) -> None:
     _flush(store, writer)
     again = _reopen(tmp_path)
     assert again.queues == {"q": {}}
-    assert again.take_recovered("q") == []
+    assert again.take_recovered_messages("q") == []
 
 
 def test_a_torn_tail_is_truncated_and_everything_before_it_kept(tmp_path: Path) -> None:
@@ -162,7 +164,7 @@ def test_a_torn_tail_is_truncated_and_everything_before_it_kept(tmp_path: Path) 
     again = _reopen(tmp_path)
     assert again.statistics().truncated_bytes == 6
     assert path.stat().st_size == whole
-    assert _bodies(again.take_recovered("q")) == [_payload(i) for i in range(3)]
+    assert _bodies(again.take_recovered_messages("q")) == [_payload(i) for i in range(3)]
 
 
 def test_a_corrupt_record_in_the_tail_cuts_the_tail_there(tmp_path: Path) -> None:
@@ -176,7 +178,7 @@ def test_a_corrupt_record_in_the_tail_cuts_the_tail_there(tmp_path: Path) -> Non
     data[messages[1].offset] ^= 0xFF
     path.write_bytes(bytes(data))
     again = _reopen(tmp_path)
-    assert [m.message_id for m in again.take_recovered("q")] == [messages[0].message_id]
+    assert [m.message_id for m in again.take_recovered_messages("q")] == [messages[0].message_id]
     assert again.statistics().truncated_bytes > 0
 
 
@@ -210,7 +212,7 @@ def test_a_batch_of_more_buffers_than_iov_max_is_written_whole(tmp_path: Path) -
     assert max(len(buffers) for _, _, buffers in batch.writes) > 1024
     write_batches(writer, [batch])
     store.written(batch)
-    recovered = _reopen(tmp_path).take_recovered("q")
+    recovered = _reopen(tmp_path).take_recovered_messages("q")
     assert len(recovered) == 3000
     assert recovered[-1].payload == _payload(2999)
 
@@ -229,7 +231,7 @@ def test_recovered_messages_keep_their_exchange_and_routing_key(tmp_path: Path) 
     _flush(store, writer)
     store.close()
 
-    recovered = _reopen(tmp_path).take_recovered("q")
+    recovered = _reopen(tmp_path).take_recovered_messages("q")
     assert [(m.exchange, m.routing_key) for m in recovered] == [
         ("orders", "eu.paris"),
         ("", ""),
@@ -277,7 +279,7 @@ def test_a_log_in_format_1_recovers(tmp_path: Path) -> None:
     assert store.exchanges == {"orders": ExchangeState("topic", {"alternate-exchange": "ae"})}
     assert store.queues == {"q": {"x-queue-type": "classic", "x-dead-letter-exchange": "dlx"}}
     assert store.bindings == {binding_key("orders", "q", "eu.#", {}): {}}
-    [message] = store.take_recovered("q")
+    [message] = store.take_recovered_messages("q")
     assert (message.message_id, message.timestamp) == (0, 1234)
     assert message.payload.endswith(encode(Described(0x77, "legacy")))
     # Format 1 did not log the routing; the message keeps its annotations as published.
@@ -291,7 +293,7 @@ def test_a_log_in_format_1_recovers(tmp_path: Path) -> None:
     store.close()
     again = _reopen(tmp_path)
     assert again.exchanges["orders-internal"] == ExchangeState("direct", {}, internal=True)
-    assert [(m.exchange, m.routing_key) for m in again.take_recovered("q")] == [
+    assert [(m.exchange, m.routing_key) for m in again.take_recovered_messages("q")] == [
         ("", ""),
         ("orders", "eu.lyon"),
     ]

@@ -1,0 +1,141 @@
+"""Pages of persistent messages: where their records lie in the log, eight bytes a message.
+
+A :class:`DiskPage` holds a run of one queue's ready messages whose records are all in one
+segment within :data:`PAGE_SPAN` bytes, so one read brings them back (``MessageStore.page_in``).
+It keeps each record's offset and message id (a u32 delta from the page's first id), and the
+failed-delivery counts of the few messages that have any; everything else is in the records.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from queues.message import Message
+from queues.paging import PAGE_MESSAGES, Page, append_in_memory
+
+if TYPE_CHECKING:
+    from queues.log.store import MessageStore, StoredMessage
+
+# Bytes of log one page's records may spread over: the read at page-in. Other queues' records
+# interleave with a queue's own; this bounds what a page-in reads that it does not need.
+PAGE_SPAN: Final = 4 * 1024 * 1024
+# What a paged message costs in memory, for the memory budget: two u32s in arrays.
+PAGED_MESSAGE_BYTES: Final = 8
+_MAX_DELTA: Final = 0xFFFFFFFF
+
+
+class DiskPage:
+    """Ready persistent messages of one queue, as record offsets in one segment."""
+
+    __slots__ = (
+        "end",
+        "failures",
+        "first_id",
+        "first_timestamp",
+        "ids",
+        "offsets",
+        "queue",
+        "ready_bytes",
+        "segment",
+        "start",
+        "store",
+    )
+
+    def __init__(
+        self,
+        store: MessageStore,
+        queue: str,
+        segment: int,
+        start: int,
+        first_id: int,
+        first_timestamp: int,
+    ) -> None:
+        self.store = store
+        self.queue = queue
+        self.segment = segment
+        self.start = start
+        self.end = start
+        self.first_id = first_id
+        self.first_timestamp = first_timestamp
+        self.offsets = array("I")
+        self.ids = array("I")
+        self.ready_bytes = 0
+        # Index in the page → failed deliveries, for the messages that have any.
+        self.failures: dict[int, int] | None = None
+
+    @property
+    def count(self) -> int:
+        """Messages in the page."""
+        return len(self.offsets)
+
+    @property
+    def held(self) -> int:
+        """Bytes counted against the memory budget."""
+        return len(self.offsets) * PAGED_MESSAGE_BYTES
+
+    def fits(self, segment: int, end: int, message_id: int) -> bool:
+        """True if a record of ``segment`` ending at ``end`` can join the page."""
+        return (
+            segment == self.segment
+            and end - self.start <= PAGE_SPAN
+            and len(self.offsets) < PAGE_MESSAGES
+            and 0 <= message_id - self.first_id <= _MAX_DELTA
+        )
+
+    def add(self, offset: int, end: int, message_id: int, size: int, failures: int) -> None:
+        """Append a message whose record lies at ``offset`` up to ``end``."""
+        if failures:
+            if self.failures is None:
+                self.failures = {}
+            self.failures[len(self.offsets)] = failures
+        self.offsets.append(offset)
+        self.ids.append(message_id - self.first_id)
+        self.end = end
+        self.ready_bytes += size
+
+    def head_deadline(self, ttl: int | None) -> int | None:
+        """The first message's arrival plus the queue's TTL; its own expiry is seen at page-in."""
+        return None if ttl is None else self.first_timestamp + ttl
+
+    def take(self, ttl: int | None) -> Sequence[Message]:
+        """Read the messages back (one read of the page's span)."""
+        return self.store.page_in(self, ttl)
+
+    def drop(self) -> None:
+        """Settle every message in the log without reading it."""
+        self.store.drop_page(self)
+
+
+class LogPager:
+    """Pages for one durable queue: persistent messages by position, others in memory."""
+
+    __slots__ = ("queue", "store")
+
+    def __init__(self, store: MessageStore, queue: str) -> None:
+        self.store = store
+        self.queue = queue
+
+    def append(self, tail: Page | None, message: Message) -> Page | None:
+        """Add ``message`` to ``tail`` if it is a page of its kind with room, else start one."""
+        stored = self.store.paged_entry(message)
+        if stored is None:
+            return append_in_memory(tail, message)
+        return self._append_stored(tail, stored)
+
+    def _append_stored(self, tail: Page | None, message: StoredMessage) -> Page | None:
+        start = message.offset - message.head
+        end = message.offset + message.length
+        page: DiskPage | None = None
+        if not (isinstance(tail, DiskPage) and tail.fits(message.segment, end, message.message_id)):
+            tail = page = DiskPage(
+                self.store,
+                self.queue,
+                message.segment,
+                start,
+                message.message_id,
+                message.timestamp,
+            )
+        tail.add(start, end, message.message_id, message.length, message.delivery_count)
+        return page
