@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Sequence
 from typing import Final
 
 from queues.arguments import DEFAULT_ARGUMENTS, Overflow, QueueArguments
@@ -297,7 +298,7 @@ class ClassicQueue:
             self._drop_head()
         return dispatches
 
-    def restore(self, pages: list[Page]) -> None:
+    def restore(self, pages: Sequence[Page]) -> None:
         """Append pages of messages a restart found in the log; they are paged in on demand."""
         for page in pages:
             self._pages.append(page)
