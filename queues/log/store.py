@@ -672,7 +672,10 @@ class MessageStore:
         self._snapshot_end = self._offset
 
     def _remove_topology(self, record: bytes) -> None:
-        self._place_changes()
+        # Buffered settlements stay buffered: a dead letter routed later in this pass must
+        # have its copy's enqueue placed before its original's settlement. Their order
+        # against the removal does not matter: recovery ignores a settlement of a message
+        # it no longer has, and a deleted queue's messages go with it.
         segment, _ = self._append([record])
         self.ledger.topology_removed(segment)
 

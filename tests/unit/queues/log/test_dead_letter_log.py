@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from queues.codec import Described, Symbol, encode
 from queues.deaths import deaths_of
 from queues.log.segments import SegmentWriter, segment_path
@@ -40,16 +42,32 @@ def _publish(registry: QueueRegistry, store: MessageStore, body: str) -> None:
     registry.queue("work").enqueue(stored)
 
 
-def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(tmp_path: Path) -> None:
-    """m0 overflows (maxlen) into the durable DLQ: every prefix of that batch keeps m0."""
+@pytest.mark.parametrize("topology_change", ["none", "delete_queue", "unbind", "delete_exchange"])
+def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(
+    tmp_path: Path, topology_change: str
+) -> None:
+    """m0 overflows (maxlen) into the durable DLQ: every prefix of that batch keeps m0.
+
+    A removal from the topology in the same pass, before the dead letter is routed, must not
+    put m0's settlement ahead of its copy.
+    """
     directory = tmp_path / "log"
     store = MessageStore(directory)
     writer = SegmentWriter(directory)
     registry = _registry(store)
+    registry.declare_exchange("other-x", "fanout")
+    registry.declare_queue("other")
+    registry.bind("other-x", "other", "")
     _publish(registry, store, "m0")
     _flush(store, writer)
     before = segment_path(directory, 1).stat().st_size
     _publish(registry, store, "m1")
+    if topology_change == "delete_queue":
+        registry.delete_queue("other")
+    elif topology_change == "unbind":
+        registry.unbind("other-x", "other", "")
+    elif topology_change == "delete_exchange":
+        registry.delete_exchange("other-x")
     assert registry.route_dead_letters() == []
     assert registry.queue("dead").statistics().ready == 1
     # m1 and the dead-letter copy wait for the batch; m0's settlement is buffered behind them.
