@@ -425,3 +425,16 @@ def test_a_backlog_beyond_the_resident_messages_is_paged_and_comes_back_in_order
         assert running.call(lambda: running.server.registry.held.total) == 0
     finally:
         running.stop()
+
+
+def test_x_message_ttl_counts_from_arrival_across_a_restart(tmp_path: Path) -> None:
+    """A recovered message keeps its TTL from when it arrived: not expired by the restart."""
+    running = start_server(data_dir=tmp_path)
+    running.call(lambda: running.server.registry.declare_queue("ttl", {"x-message-ttl": 3_600_000}))
+    assert publish(running.url, "ttl", messages=_durable(range(3))).outcomes == ["accepted"] * 3
+    running = _restart(running, tmp_path)
+    try:
+        assert consume(running.url, "ttl", 3).bodies == ["m0", "m1", "m2"]
+        assert running.queue("ttl").expired == 0
+    finally:
+        running.stop()
