@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from queues.errors import QueueError
+from queues.errors import PreconditionFailed, QueueError
 from queues.registry import QueueRegistry
 
 
@@ -58,12 +58,14 @@ class ExchangeDefinition:
 
 @dataclass(frozen=True, slots=True)
 class BindingDefinition:
-    """A ``[[bindings]]`` entry: a queue bound to an exchange."""
+    """A ``[[bindings]]`` entry: a queue (or an exchange) bound to an exchange."""
 
     source: str
     destination: str
     binding_key: str = ""
     arguments: Mapping[str, object] = field(default_factory=dict)
+    # RabbitMQ's definitions' name for what ``destination`` names: "queue" or "exchange".
+    destination_type: str = "queue"
 
 
 _KINDS: Final = {
@@ -149,8 +151,17 @@ def apply_definitions(
             )
         for index, binding in enumerate(bindings):
             where = f"bindings[{index}]"
+            if binding.destination_type not in ("queue", "exchange"):
+                raise PreconditionFailed(
+                    f"destination_type must be 'queue' or 'exchange', not "
+                    f"'{binding.destination_type}'"
+                )
             registry.bind(
-                binding.source, binding.destination, binding.binding_key, binding.arguments
+                binding.source,
+                binding.destination,
+                binding.binding_key,
+                binding.arguments,
+                to_exchange=binding.destination_type == "exchange",
             )
     except QueueError as error:
         raise type(error)(f"{where}: {error}") from None

@@ -98,7 +98,8 @@ class Caller:
     """Who sends a request: ``owner`` for exclusive queues, and what they may do.
 
     RabbitMQ's rules: declaring and deleting need *configure* on the name, purging needs *read*
-    on the queue, binding and unbinding need *write* on the queue and *read* on the exchange.
+    on the queue, binding and unbinding need *write* on the destination (a queue or an
+    exchange) and *read* on the source exchange.
     Reading a queue's or an exchange's description needs nothing.
     """
 

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.config import ConfigError, load_config
 from gateway.definitions import apply_definitions
+from queues.codec import Described, encode
 from queues.registry import QueueRegistry
 
 DEFINITIONS = """
@@ -37,6 +38,36 @@ source = "events"
 destination = "orders"
 binding_key = "order.*"
 """
+
+
+def test_bindings_to_exchanges_and_headers_bindings(tmp_path: Path) -> None:
+    text = """
+[[queues]]
+name = "eu"
+
+[[exchanges]]
+name = "regions"
+type = "headers"
+
+[[bindings]]
+source = "amq.topic"
+destination = "regions"
+destination_type = "exchange"
+binding_key = "order.#"
+
+[[bindings]]
+source = "regions"
+destination = "eu"
+arguments = { "x-match" = "any", "region" = "eu" }
+"""
+    file = tmp_path / "sluicegate.toml"
+    file.write_text(text)
+    config = load_config(file, environ={})
+    registry = QueueRegistry()
+    apply_definitions(registry, config.queues, config.exchanges, config.bindings)
+    eu = encode(Described(0x74, {"region": "eu"})) + encode(Described(0x77, "body"))
+    assert [q.name for q in registry.route("amq.topic", "order.new", eu)] == ["eu"]
+    assert registry.route("amq.topic", "refund.new", eu) == []
 
 
 def _load(tmp_path: Path, text: str) -> object:
@@ -70,6 +101,16 @@ def test_definitions_load_and_declare(tmp_path: Path) -> None:
         ("[[queues]]\nname = 5", "queues\\[0\\].name: expected str"),
         ('[[exchanges]]\nname = "e"\ntype = "nonsense"', "exchanges\\[0\\] 'e'.*nonsense"),
         ('[[bindings]]\nsource = "amq.topic"\ndestination = "absent"', "bindings\\[0\\].*absent"),
+        (
+            '[[bindings]]\nsource = "amq.topic"\ndestination = "amq.direct"\n'
+            'destination_type = "stream"',
+            "bindings\\[0\\]: destination_type must be 'queue' or 'exchange'",
+        ),
+        (
+            '[[bindings]]\nsource = "amq.headers"\ndestination = "amq.direct"\n'
+            'destination_type = "exchange"\narguments = { "x-match" = "every" }',
+            "bindings\\[0\\]: Invalid x-match",
+        ),
         ('queues = "orders"', "queues: expected an array of tables"),
     ],
 )
