@@ -82,11 +82,15 @@ def throughput(count: int, body_size: int, credit: int, link_credit: int) -> Non
 
 
 class _Publisher(MessagingHandler):
-    """Sends pre-encoded durable messages as fast as credit allows; counts confirmations."""
+    """Sends pre-encoded durable messages as fast as credit allows; counts confirmations.
 
-    def __init__(self, url: str, address: str, count: int, body_size: int) -> None:
+    ``links`` senders share the work: the server confirms at most ``max_link_credit``
+    messages per link per fsync, so more links fill each group commit further.
+    """
+
+    def __init__(self, url: str, address: str, count: int, body_size: int, links: int) -> None:
         super().__init__(auto_settle=True)
-        self.url, self.address, self.count = url, address, count
+        self.url, self.address, self.count, self.links = url, address, count, links
         self.payload = Message(body=b"x" * body_size, durable=True).encode()
         self.sent = 0
         self.accepted = 0
@@ -94,7 +98,8 @@ class _Publisher(MessagingHandler):
     def on_start(self, event: Event) -> None:
         assert event.container is not None
         connection = event.container.connect(self.url, reconnect=False)
-        event.container.create_sender(connection, self.address)
+        for _ in range(self.links):
+            event.container.create_sender(connection, self.address)
 
     def on_sendable(self, event: Event) -> None:
         sender = event.sender
@@ -142,14 +147,14 @@ def _stop(process: subprocess.Popen[str]) -> None:
     process.wait(60)
 
 
-def backlog(total: int, body_size: int) -> None:
+def backlog(total: int, body_size: int, links: int) -> None:
     """Publish ``total`` bytes of durable messages nobody consumes; report the server's RSS."""
     data_dir = Path(tempfile.mkdtemp(prefix="sluicegate-bench-"))
     count = total // body_size
     process, port, _ = _serve(data_dir)
     try:
         idle, _ = _rss(process.pid)
-        publisher = _Publisher(f"amqp://127.0.0.1:{port}", "backlog", count, body_size)
+        publisher = _Publisher(f"amqp://127.0.0.1:{port}", "backlog", count, body_size, links)
         started = time.monotonic()
         Container(publisher).run()
         elapsed = time.monotonic() - started
@@ -211,11 +216,12 @@ def main() -> None:
     parser.add_argument("--credit", type=int, default=100_000)
     parser.add_argument("--max-link-credit", type=int, default=170, help="the server's setting")
     parser.add_argument("--backlog-bytes", type=int, default=1024 * MiB)
+    parser.add_argument("--links", type=int, default=1, help="backlog: publishing links")
     args = parser.parse_args()
     if args.figure == "throughput":
         throughput(args.count or 100_000, args.body_size or 100, args.credit, args.max_link_credit)
     elif args.figure == "backlog":
-        backlog(args.backlog_bytes, args.body_size or 4096)
+        backlog(args.backlog_bytes, args.body_size or 4096, args.links)
     else:
         recovery(args.count or 1_000_000, args.body_size or 100)
 
