@@ -98,8 +98,9 @@ class _Publisher(MessagingHandler):
     def on_start(self, event: Event) -> None:
         assert event.container is not None
         connection = event.container.connect(self.url, reconnect=False)
-        for _ in range(self.links):
-            event.container.create_sender(connection, self.address)
+        for index in range(self.links):
+            # Distinct names: two links of one name on a connection are a protocol error.
+            event.container.create_sender(connection, self.address, name=f"backlog-{index}")
 
     def on_sendable(self, event: Event) -> None:
         sender = event.sender
@@ -158,6 +159,8 @@ def backlog(total: int, body_size: int, links: int) -> None:
         started = time.monotonic()
         Container(publisher).run()
         elapsed = time.monotonic() - started
+        if publisher.accepted != count:
+            raise SystemExit(f"only {publisher.accepted} of {count} messages were confirmed")
         rss, peak = _rss(process.pid)
         disk = sum(p.stat().st_size for p in (data_dir / "log").iterdir())
         size = count * body_size / MiB
