@@ -8,6 +8,12 @@ deterministic message-ids let a consumer drop the duplicates a restart may produ
 
     sluicegate serve &
     python examples/spark_pipeline.py --url amqp://127.0.0.1:5672 --checkpoint /tmp/orders-ckpt
+
+Against a gateway that wants a password over TLS (docs/spark.md), the password comes from the
+environment, never the command line (which other users of the machine can read)::
+
+    SLUICEGATE_PASSWORD=... python examples/spark_pipeline.py --url amqps://gw.example \
+        --user etl --ca-file /etc/ssl/sluicegate-ca.pem --max-bytes 16000000 --checkpoint /tmp/c
 """
 
 from __future__ import annotations
@@ -22,6 +28,20 @@ from pyspark.sql import functions as F
 from spark import register
 
 ORDER = "id string, customer string, amount double"
+PASSWORD_VARIABLE = "SLUICEGATE_PASSWORD"
+
+
+def connection_options(args: argparse.Namespace) -> dict[str, str]:
+    """The url and, if given, the login and the CA bundle: the same for the source and sink."""
+    options = {"url": args.url}
+    if args.user is not None:
+        password = os.environ.get(PASSWORD_VARIABLE)
+        if password is None:
+            sys.exit(f"--user {args.user}: set the password in ${PASSWORD_VARIABLE}")
+        options.update(username=args.user, password=password)
+    if args.ca_file is not None:
+        options["tlsCaFile"] = args.ca_file
+    return options
 
 
 def main() -> None:
@@ -30,7 +50,13 @@ def main() -> None:
     parser.add_argument("--url", default="amqp://127.0.0.1:5672")
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     parser.add_argument("--threshold", type=float, default=1000.0)
+    parser.add_argument("--user", help=f"SASL PLAIN user; the password is in ${PASSWORD_VARIABLE}")
+    parser.add_argument("--ca-file", help="PEM CAs to verify an amqps:// gateway with")
+    parser.add_argument(
+        "--max-bytes", default="16000000", help="maxBytesPerTrigger: bytes per micro-batch"
+    )
     args = parser.parse_args()
+    connection = connection_options(args)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need pyarrow and proton
     spark = SparkSession.builder.master("local[2]").appName("sluicegate-orders").getOrCreate()
@@ -38,9 +64,10 @@ def main() -> None:
 
     orders = (
         spark.readStream.format("sluicegate")
-        .option("url", args.url)
+        .options(**connection)
         .option("address", "/queues/orders")
         .option("maxRecordsPerTrigger", "10000")
+        .option("maxBytesPerTrigger", args.max_bytes)
         .load()
     )
     large = (
@@ -60,7 +87,7 @@ def main() -> None:
     )
     query = (
         large.writeStream.format("sluicegate")
-        .option("url", args.url)
+        .options(**connection)
         .option("address", "/queues/large-orders")
         .option("checkpointLocation", args.checkpoint)
         .start()
