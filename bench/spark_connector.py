@@ -7,7 +7,10 @@ local Spark (``local[2]``), then measures, for ``--count`` messages of ``--body-
 2. ``mode=queue``: a streaming read of the queue (``Trigger.AvailableNow``) into Spark's
    ``noop`` sink, the driver-held receiver settling batch after batch;
 3. ``mode=stream`` when the server serves stream queues: a stream of that many messages (written
-   by the sink) read into ``noop`` with two partitions (``minPartitions=2``).
+   by the sink) read into ``noop`` with two partitions (``minPartitions=2``);
+4. the same stream as a streaming read (``Trigger.AvailableNow``) in micro-batches of
+   ``maxRecordsPerTrigger`` rows, then of as many bytes with ``maxBytesPerTrigger``: the
+   difference is the cost of the runner reading message sizes ahead (docs/spark.md).
 
 It prints one line per phase: rows, seconds, rows/s, and the server's peak RSS during it.
 Figures depend on the machine and its load; they are for the notes, never for tests.
@@ -40,6 +43,11 @@ SAMPLE_PERIOD_S: Final = 0.25
 # bookkeeping (about 400 bytes each).
 SERVER_OPTIONS: Final = ("--memory-budget", "2GiB")
 MB: Final = 1024 * 1024
+# Rows per micro-batch of the streaming phases.
+BATCH_ROWS: Final = 100_000
+# What the stream adds to a body as delivered (header, properties, x-stream-offset): roughly,
+# so that the byte limit makes batches about as large as the row limit.
+ENVELOPE_BYTES: Final = 64
 
 
 @contextmanager
@@ -139,6 +147,34 @@ def run(server: Server, spark: SparkSession, count: int, body_size: int) -> None
         report(
             "mode=stream: batch read, 2 partitions, noop", count, time.monotonic() - start, peak()
         )
+    max_bytes = str(BATCH_ROWS * (body_size + ENVELOPE_BYTES))
+    for phase, limit, value in (
+        ("mode=stream: streaming, maxRecords", "maxRecordsPerTrigger", str(BATCH_ROWS)),
+        ("mode=stream: streaming, maxBytes", "maxBytesPerTrigger", max_bytes),
+    ):
+        with (
+            tempfile.TemporaryDirectory(prefix="spark-bench-") as scratch,
+            peak_rss(server.pid) as peak,
+        ):
+            start = time.monotonic()
+            query = (
+                spark.readStream.format("sluicegate")
+                .option("url", url)
+                .option("address", "/queues/spark-stream")
+                .option("mode", "stream")
+                .option("startingOffsets", "earliest")
+                .option("minPartitions", "2")
+                .option(limit, value)
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", str(Path(scratch) / "checkpoint"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            progress = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+            phase = f"{phase} ({len(progress)} batches)"
+            report(phase, sum(progress), time.monotonic() - start, peak())
 
 
 def main() -> None:

@@ -19,11 +19,21 @@ keeping only each message's offset and size) and ends each batch by ``spark.size
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
+from cproton import (
+    pn_delivery_aborted,
+    pn_delivery_partial,
+    pn_delivery_pending,
+    pn_delivery_readable,
+    pn_delivery_settle,
+    pn_link_advance,
+    pn_link_current,
+    pn_link_recv,
+)
 from proton import Delivery, Message, Receiver, timestamp
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -86,6 +96,42 @@ def _drained(amqp: AmqpConnection, link: Receiver, credit: int, timeout: float) 
             return
         amqp.wait(
             lambda: _complete(link.current) or not link.draining(),
+            timeout,
+            "a stream message or the drain's FLOW",
+        )
+
+
+def _complete_c(delivery: Any) -> bool:
+    return bool(delivery) and pn_delivery_readable(delivery) and not pn_delivery_partial(delivery)
+
+
+def _measured_round(
+    amqp: AmqpConnection,
+    link: Receiver,
+    credit: int,
+    timeout: float,
+    each: Callable[[bytearray], None],
+) -> None:
+    """Like :func:`_drained`, handing each message to ``each``, through proton's C API.
+
+    The size scan's per-message path: proton's ``Delivery`` wrapper costs more than the rest.
+    """
+    impl = link._impl  # the pn_link_t of proton's wrapper
+    link.drain(credit)
+    while True:
+        delivery = pn_link_current(impl)
+        while _complete_c(delivery):
+            _, payload = pn_link_recv(impl, pn_delivery_pending(delivery))
+            pn_link_advance(impl)
+            aborted = pn_delivery_aborted(delivery)
+            pn_delivery_settle(delivery)
+            if not aborted:
+                each(payload)
+            delivery = pn_link_current(impl)
+        if not link.draining() and link.queued == 0:
+            return
+        amqp.wait(
+            lambda: _complete_c(pn_link_current(impl)) or not link.draining(),
             timeout,
             "a stream message or the drain's FLOW",
         )
@@ -198,16 +244,52 @@ class SizeScan:
         index.discard_below(start)
         while (end := index.end_within(start, stop, max_bytes)) is None:
             credit = index.credit_hint(start, max_bytes, min(SCAN_WINDOW, stop - index.position))
-            received = 0
-            for payload in _drained(amqp, link, credit, self.options.receive_timeout_s):
-                offset = read_stream_offset(payload)
-                if offset is None:
-                    raise _not_a_stream(self.options)
-                index.record(offset, len(payload))
-                received += 1
-            if received == 0:
+            if not self._measure(amqp, link, credit, index):
                 return stop  # nothing left below the tail to measure: the rest is empty
         return end
+
+    def _offset(self, payload: bytes | bytearray) -> int:
+        offset = read_stream_offset(memoryview(payload))
+        if offset is None:
+            raise _not_a_stream(self.options)
+        return offset
+
+    def _measure(self, amqp: AmqpConnection, link: Receiver, credit: int, index: SizeIndex) -> int:
+        """Read up to ``credit`` messages into ``index``; how many came.
+
+        A stream hands a reader its messages in offset order, so when the last of a round is
+        as far from where the round began as the round is long, its offsets are consecutive
+        and only that one is decoded. A round with a gap (retention dropped messages before or
+        while it was read) is read again from where it began, decoding every message's offset.
+        """
+        timeout = self.options.receive_timeout_s
+        sizes: list[int] = []
+        last = bytearray()
+
+        def measure(payload: bytearray) -> None:
+            nonlocal last
+            sizes.append(len(payload))
+            last = payload
+
+        _measured_round(amqp, link, credit, timeout, measure)
+        if not sizes:
+            return 0
+        first = index.position
+        if self._offset(last) - first == len(sizes) - 1:
+            for step, size in enumerate(sizes):
+                index.record(first + step, size)
+            return len(sizes)
+        link.close()
+        link = self._link = _attach(amqp, self.options, first)
+        received = 0
+
+        def record(payload: bytearray) -> None:
+            nonlocal received
+            index.record(self._offset(payload), len(payload))
+            received += 1
+
+        _measured_round(amqp, link, credit, timeout, record)
+        return received
 
     def _restart(self, amqp: AmqpConnection, start: int) -> SizeIndex:
         if self._link is not None and amqp is self._amqp and not amqp.closed:

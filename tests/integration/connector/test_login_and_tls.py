@@ -202,3 +202,14 @@ def test_the_options_travel_to_executors_with_the_password_but_never_show_it(
     shipped = pickle.loads(pickle.dumps(options))
     assert shipped == options
     AmqpConnection.open(shipped.endpoint).close()
+
+
+def test_a_missing_ca_file_is_named_before_anything_connects(tmp_path: Path) -> None:
+    raw = {
+        "url": "amqps://127.0.0.1:1",
+        "address": "/queues/x",
+        "tlsCaFile": str(tmp_path / "missing.pem"),
+        "mode": "browse",
+    }
+    with pytest.raises(TlsError, match="option tlsCaFile: cannot load"):
+        AmqpConnection.open(parse_read_options(raw, streaming=False).endpoint)
