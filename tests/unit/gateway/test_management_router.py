@@ -280,6 +280,40 @@ def test_permissions_are_checked_per_request(router: Router) -> None:
     )
 
 
+class _Patterns:
+    """Allows each access on names starting with its own prefix."""
+
+    def __init__(self, **prefixes: str) -> None:
+        self.prefixes = prefixes
+
+    def allows(self, access: Access, name: str, /) -> bool:
+        prefix = self.prefixes.get(access)
+        return prefix is not None and name.startswith(prefix)
+
+
+def test_binding_an_exchange_needs_read_on_the_source_and_write_on_the_destination(
+    router: Router,
+) -> None:
+    for name in ("src.x", "dst.x", "other.x"):
+        assert router.handle(Request("PUT", f"/exchanges/{name}", {"type": "fanout"})).status == 204
+    caller = Caller(permissions=_Patterns(read="src.", write="dst."))
+
+    def bind(source: str, destination: str) -> int:
+        body = {"source": source, "destination_exchange": destination, "binding_key": ""}
+        return router.handle(Request("POST", "/bindings", body), caller).status
+
+    assert bind("src.x", "dst.x") == 204
+    assert bind("src.x", "other.x") == 403
+    assert bind("other.x", "dst.x") == 403
+    refused = router.handle(
+        Request("DELETE", "/bindings/src=other.x;dste=dst.x;key=;args="), caller
+    )
+    assert refused.status == 403
+    path = "/bindings/src=src.x;dste=dst.x;key=;args="
+    assert router.handle(Request("DELETE", path), caller).status == 204
+    assert router.registry.bindings("src.x") == []
+
+
 def test_an_exclusive_queue_belongs_to_its_connection(router: Router) -> None:
     mine, theirs = object(), object()
     body = {"exclusive": True, "durable": False}
