@@ -26,6 +26,7 @@ from rabbitmq_amqp_python_client import (
 from rabbitmq_amqp_python_client import Message as ClientMessage
 from rabbitmq_amqp_python_client.qpid.proton.utils import SendException
 from support.clients import consume, publish
+from support.raw_client import RawClient
 
 
 @pytest.fixture
@@ -265,3 +266,41 @@ def test_headers_and_exchange_bindings_survive_a_restart(tmp_path: Path) -> None
         assert consume(running.url, "/queues/d-q", 2).bodies == ["red", "green"]
     finally:
         running.stop()
+
+
+def test_malformed_application_properties_at_a_headers_exchange_are_rejected(
+    connection: Connection, server: RunningServer
+) -> None:
+    """Only a headers exchange reads them; the bad message is rejected, the next one routed."""
+    management = connection.management()
+    management.declare_queue(ClassicQueueSpecification(name="it-headers-bad"))
+    _bind_with_arguments(management, "amq.headers", "it-headers-bad", {"ok": None})
+    # application-properties that are a list, not a map; then a body.
+    bad = b"\x00\x53\x74\xc0\x01\x00" + b"\x00\x53\x77\xa1\x03bad"
+    good = Message(body="good", properties={"ok": 1}).encode()
+    with RawClient.connect(server.host, server.port) as client:
+        client.begin()
+        handle = client.attach("headers-publisher", "sender", target="/exchanges/amq.headers")
+        client.wait_attach(handle)
+        client.wait_credit(handle)
+        sent = [client.send(handle, bad), client.send(handle, good)]
+        outcomes = client.wait_outcomes(sent)
+    rejected, accepted = (outcomes[delivery] for delivery in sent)
+    assert rejected is not None
+    assert accepted is not None
+    assert (rejected.name, rejected["error"]["condition"]) == ("rejected", "amqp:decode-error")
+    assert accepted.name == "accepted"
+    # The same bytes through a direct exchange are not read that far: they are stored as sent.
+    management.bind(ExchangeToQueueBindingSpecification("amq.direct", "it-headers-bad", "k"))
+    with RawClient.connect(server.host, server.port) as client:
+        client.begin()
+        handle = client.attach("direct-publisher", "sender", target="/exchanges/amq.direct/k")
+        client.wait_attach(handle)
+        client.wait_credit(handle)
+        delivery = client.send(handle, bad)
+        outcome = client.wait_outcomes([delivery])[delivery]
+    assert outcome is not None
+    assert outcome.name == "accepted"
+    assert server.queue("it-headers-bad").ready == 2
+    management.delete_queue("it-headers-bad")
+    management.close()
