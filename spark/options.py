@@ -150,7 +150,8 @@ class Endpoint:
     @property
     def url(self) -> str:
         """``amqp[s]://HOST:PORT`` for messages: never the user name or password."""
-        return f"{'amqps' if self.tls else 'amqp'}://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return f"{'amqps' if self.tls else 'amqp'}://{host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)

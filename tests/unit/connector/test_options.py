@@ -105,6 +105,8 @@ def test_credentials_and_tls_from_an_amqps_url() -> None:
     assert endpoint.credentials.username == "spark"
     assert endpoint.credentials.password.reveal() == "pa55"
     assert endpoint.url == "amqps://broker.example:5671"
+    ipv6 = parse_read_options({**raw, "url": "amqps://[::1]:5999"}, streaming=True).endpoint
+    assert (ipv6.host, ipv6.url) == ("::1", "amqps://[::1]:5999")
 
 
 def test_tls_true_on_an_amqp_url_keeps_an_explicit_port() -> None:
