@@ -15,6 +15,7 @@ from integration.conftest import RunningServer
 from proton import ConnectionException, Message, SSLDomain, symbol, ubyte
 from proton.utils import BlockingConnection
 from support.certificates import self_signed
+from support.clients import publish
 from support.frames import (
     AMQP_HEADER,
     SASL_FRAME,
@@ -265,6 +266,31 @@ def test_amqps_with_a_certificate_from_the_config(
         connection.close()
     assert bodies == [f"s{n}" * 1000 for n in range(200)]
     assert running.queue("secret").ready == 0
+
+
+def test_a_burst_over_tls_reaches_the_queue_whole(
+    make_server: Callable[..., RunningServer], certificate: tuple[Path, Path]
+) -> None:
+    """One TLS read decrypts more than proton's input capacity: it is fed in pieces, not
+    refused (proton raised OverflowError and the connection was dropped)."""
+    cert, key = certificate
+    running = make_server(
+        users=_users(), tls_cert_file=cert, tls_key_file=key, tls_listen="127.0.0.1:0"
+    )
+    bodies = [bytes([n % 251]) * 4096 for n in range(2_000)]
+    published = publish(
+        f"amqps://localhost:{running.server.tls_port}",
+        "/queues/burst",
+        bodies,
+        connect={
+            "ssl_domain": _client_domain(cert),
+            "user": "root",
+            "password": "root-pw",
+            "allowed_mechs": "PLAIN",
+        },
+    )
+    assert published.outcomes == ["accepted"] * 2_000
+    assert running.queue("burst").ready == 2_000
 
 
 def test_plain_text_on_the_amqps_port_gets_nowhere(

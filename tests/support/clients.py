@@ -6,8 +6,9 @@ busy and settle as they go, so 10,000-message tests take a second, not ten.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from proton import Delivery, Event, Message
 from proton.handlers import MessagingHandler
@@ -40,7 +41,13 @@ class Received:
 
 class _Publisher(MessagingHandler):
     def __init__(
-        self, url: str, address: str, messages: list[Message], presettled: bool, max_frame: int
+        self,
+        url: str,
+        address: str,
+        messages: list[Message],
+        presettled: bool,
+        max_frame: int,
+        connect: Mapping[str, Any],
     ) -> None:
         super().__init__(auto_settle=True)
         self.url = url
@@ -48,13 +55,16 @@ class _Publisher(MessagingHandler):
         self.messages = messages
         self.presettled = presettled
         self.max_frame = max_frame
+        self.connect = connect
         self.sent = 0
         self.result = Published()
         self.outcomes: dict[int, str] = {}
 
     def on_start(self, event: Event) -> None:
         assert event.container is not None
-        connection = event.container.connect(self.url, max_frame_size=self.max_frame or None)
+        connection = event.container.connect(
+            self.url, max_frame_size=self.max_frame or None, **self.connect
+        )
         options = None
         if self.presettled:
             from proton.reactor import AtMostOnce
@@ -99,10 +109,14 @@ def publish(
     messages: list[Message] | None = None,
     presettled: bool = False,
     max_frame: int = 0,
+    connect: Mapping[str, Any] | None = None,
 ) -> Published:
-    """Send messages (or plain bodies) and wait for every outcome."""
+    """Send messages (or plain bodies) and wait for every outcome.
+
+    ``connect`` goes to proton's ``Container.connect`` (``ssl_domain``, ``user``, ...).
+    """
     batch = messages if messages is not None else [Message(body=b) for b in bodies or []]
-    handler = _Publisher(url, address, batch, presettled, max_frame)
+    handler = _Publisher(url, address, batch, presettled, max_frame, connect or {})
     container = Container(handler)
     container.timeout = IDLE_TIMEOUT
     container.run()
