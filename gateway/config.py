@@ -24,7 +24,7 @@ from gateway.definitions import (
     check_definitions,
     parse_definitions,
 )
-from queues.log.store import DEFAULT_CACHE_BYTES, DEFAULT_SEGMENT_SIZE
+from queues.log.store import DEFAULT_CACHE_BYTES, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
 from session.account import DEFAULT_ACCOUNT_LIMIT
 from session.memory_budget import DEFAULT_MEMORY_BUDGET
 from session.session import DEFAULT_MAX_QUEUE_CREDIT
@@ -132,6 +132,8 @@ class ServerConfig:
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}: must be positive, got {getattr(self, key)}")
+        if self.log_segment_size > MAX_SEGMENT_SIZE:
+            raise ConfigError(f"log_segment_size: must be at most {MAX_SEGMENT_SIZE}")
         if self.max_frame_size < MIN_MAX_FRAME_SIZE:
             raise ConfigError(f"max_frame_size: must be at least {MIN_MAX_FRAME_SIZE}")
         if not 0 < self.writer_more_credit_after <= self.writer_initial_credit:

@@ -1,8 +1,8 @@
-"""Pages of persistent messages: where their records lie in the log, eight bytes a message.
+"""Pages of persistent messages: where their records lie in the log, six bytes a message.
 
 A :class:`DiskPage` holds a run of one queue's ready messages whose records are all in one
 segment within :data:`PAGE_SPAN` bytes, so one read brings them back (``MessageStore.page_in``).
-It keeps each record's offset and message id (a u32 delta from the page's first id), and the
+It keeps each record's offset (u32) and message id (a u16 delta from the page's first id), and the
 failed-delivery counts of the few messages that have any; everything else is in the records.
 """
 
@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 # Bytes of log one page's records may spread over: the read at page-in. Other queues' records
 # interleave with a queue's own; this bounds what a page-in reads that it does not need.
 PAGE_SPAN: Final = 4 * 1024 * 1024
-# What a paged message costs in memory, for the memory budget: two u32s in arrays.
-PAGED_MESSAGE_BYTES: Final = 8
-_MAX_DELTA: Final = 0xFFFFFFFF
+# What a paged message costs in memory, for the memory budget: a u32 and a u16 in arrays.
+PAGED_MESSAGE_BYTES: Final = 6
+# The largest id delta a page holds. Ids are the log's (all queues share them), so a queue
+# interleaved with many others gets shorter pages; one publishing alone fills them.
+_MAX_DELTA: Final = 0xFFFF
 
 
 class DiskPage:
@@ -60,7 +62,7 @@ class DiskPage:
         self.first_id = first_id
         self.first_timestamp = first_timestamp
         self.offsets = array("I")
-        self.ids = array("I")
+        self.ids = array("H")
         self.ready_bytes = 0
         # Index in the page → failed deliveries, for the messages that have any.
         self.failures: dict[int, int] | None = None

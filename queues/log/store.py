@@ -60,6 +60,9 @@ from queues.sections import with_delivery_count
 # Large enough that rolling (an fsync and a topology snapshot) is rare, small enough that
 # compaction frees disk in useful steps and recovery reads one segment at a time in memory.
 DEFAULT_SEGMENT_SIZE: Final = 16 * 1024 * 1024
+# Offsets within a segment are u32s in pages and recovery: a segment ends within one record
+# (at most MAX_RECORD_SIZE) past its size, so 2 GiB segments keep them under 4 GiB.
+MAX_SEGMENT_SIZE: Final = 2 * 1024 * 1024 * 1024
 # Bodies kept after their write, for consumers that read close behind publishers.
 DEFAULT_CACHE_BYTES: Final = 16 * 1024 * 1024
 # Message ids per settle/acquire/return record: bounds one record's size (8 bytes per id).
@@ -216,6 +219,8 @@ class MessageStore:
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
+        if not 0 < segment_size <= MAX_SEGMENT_SIZE:
+            raise ValueError(f"segment size must be 1 to {MAX_SEGMENT_SIZE} bytes")
         self.directory = directory
         self.segment_size = segment_size
         self.cache_bytes = cache_bytes
