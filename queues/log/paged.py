@@ -28,54 +28,25 @@ PAGED_MESSAGE_BYTES: Final = 6
 _MAX_DELTA: Final = 0xFFFF
 
 
-class DiskPage:
-    """Ready persistent messages of one queue, as record offsets in one segment."""
+class PageEntries:
+    """Record offsets and id deltas of a run of one queue's messages in one segment."""
 
-    __slots__ = (
-        "end",
-        "failures",
-        "first_id",
-        "first_timestamp",
-        "ids",
-        "offsets",
-        "queue",
-        "ready_bytes",
-        "segment",
-        "start",
-        "store",
-    )
+    __slots__ = ("end", "first_id", "first_timestamp", "ids", "offsets", "segment", "start")
 
-    def __init__(
-        self,
-        store: MessageStore,
-        queue: str,
-        segment: int,
-        start: int,
-        first_id: int,
-        first_timestamp: int,
-    ) -> None:
-        self.store = store
-        self.queue = queue
+    def __init__(self, segment: int, start: int, first_id: int, first_timestamp: int) -> None:
         self.segment = segment
+        # The span one read covers: from the first record's start to the last one's end.
         self.start = start
         self.end = start
         self.first_id = first_id
         self.first_timestamp = first_timestamp
         self.offsets = array("I")
         self.ids = array("H")
-        self.ready_bytes = 0
-        # Index in the page → failed deliveries, for the messages that have any.
-        self.failures: dict[int, int] | None = None
 
     @property
     def count(self) -> int:
         """Messages in the page."""
         return len(self.offsets)
-
-    @property
-    def held(self) -> int:
-        """Bytes counted against the memory budget."""
-        return len(self.offsets) * PAGED_MESSAGE_BYTES
 
     def fits(self, segment: int, end: int, message_id: int) -> bool:
         """True if a record of ``segment`` ending at ``end`` can join the page."""
@@ -86,15 +57,64 @@ class DiskPage:
             and 0 <= message_id - self.first_id <= _MAX_DELTA
         )
 
+    def message_ids(self) -> list[int]:
+        """The messages' ids, in order."""
+        first = self.first_id
+        return [first + delta for delta in self.ids]
+
+    def _append(self, offset: int, end: int, message_id: int) -> None:
+        self.offsets.append(offset)
+        self.ids.append(message_id - self.first_id)
+        self.end = end
+
+
+class DiskPage(PageEntries):
+    """Ready persistent messages of one queue, as record offsets in one segment."""
+
+    __slots__ = ("failures", "queue", "ready_bytes", "store")
+
+    def __init__(
+        self,
+        store: MessageStore,
+        queue: str,
+        segment: int,
+        start: int,
+        first_id: int,
+        first_timestamp: int,
+    ) -> None:
+        super().__init__(segment, start, first_id, first_timestamp)
+        self.store = store
+        self.queue = queue
+        self.ready_bytes = 0
+        # Index in the page → failed deliveries, for the messages that have any.
+        self.failures: dict[int, int] | None = None
+
+    @classmethod
+    def of(
+        cls, store: MessageStore, queue: str, entries: PageEntries, sizes: Sequence[int]
+    ) -> DiskPage:
+        """A page of ``entries`` as they are (their arrays shared), of ``sizes`` bytes each."""
+        page = cls(
+            store, queue, entries.segment, entries.start, entries.first_id, entries.first_timestamp
+        )
+        page.end = entries.end
+        page.offsets = entries.offsets
+        page.ids = entries.ids
+        page.ready_bytes = sum(sizes)
+        return page
+
+    @property
+    def held(self) -> int:
+        """Bytes counted against the memory budget."""
+        return len(self.offsets) * PAGED_MESSAGE_BYTES
+
     def add(self, offset: int, end: int, message_id: int, size: int, failures: int) -> None:
         """Append a message whose record lies at ``offset`` up to ``end``."""
         if failures:
             if self.failures is None:
                 self.failures = {}
             self.failures[len(self.offsets)] = failures
-        self.offsets.append(offset)
-        self.ids.append(message_id - self.first_id)
-        self.end = end
+        self._append(offset, end, message_id)
         self.ready_bytes += size
 
     def head_deadline(self, ttl: int | None) -> int | None:

@@ -12,13 +12,14 @@ messages that were confirmed.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from queues.codec import Value, encode_canonical
 from queues.errors import DecodeError
 from queues.log.ledger import SegmentLedger
+from queues.log.paged import PageEntries
 from queues.log.records import (
     Arguments,
     Binding,
@@ -44,71 +45,116 @@ class LogCorrupted(Exception):
         self.offset = offset
 
 
-class RecoveredMessages:
-    """Every message the log enqueued, compactly, in log order: ids increase with the index.
+# What recovery knows of a message id: nothing (not enqueued in a live queue), live, or gone.
+_UNSEEN: Final = 0
+_LIVE: Final = 1
+_GONE: Final = 2
 
-    A backlog of millions of small messages must recover in a fraction of its size: each
-    message costs some forty bytes here (parallel arrays), and a settle record finds its
-    message by binary search on the ids. Acquisitions and failed deliveries, rare, are kept
-    by index in a set and a dict.
+
+class RecoveredPage(PageEntries):
+    """A page as replay builds it, with each message's payload size for its queue's byte count.
+
+    Settled messages stay in it (their state says so) until the store turns it into a
+    :class:`~queues.log.paged.DiskPage` of the live ones.
     """
 
-    __slots__ = (
-        "acquired",
-        "ends",
-        "failures",
-        "ids",
-        "live",
-        "offsets",
-        "segments",
-        "sizes",
-        "timestamps",
-    )
+    __slots__ = ("sizes",)
+
+    def __init__(self, segment: int, start: int, first_id: int, first_timestamp: int) -> None:
+        super().__init__(segment, start, first_id, first_timestamp)
+        self.sizes = array("I")
+
+    def add(self, offset: int, end: int, message_id: int, size: int) -> None:
+        """Append an enqueued message."""
+        self._append(offset, end, message_id)
+        self.sizes.append(size)
+
+
+class MessageStates:
+    """Whether each message the log enqueued is live: one byte per id, segment by segment.
+
+    A backlog of millions of small messages must recover in a fraction of its size, so the
+    messages themselves are only in their queues' pages (ten bytes each). Ids are handed out
+    in log order, so the ids enqueued in a segment are a range that starts at its header's
+    ``next_id`` less one (the enqueue that rolled into the segment took its id first) and
+    ends where the next segment's starts: a settle record finds its message's segment by
+    binary search. Acquisitions and failed deliveries, few, are kept by id.
+    """
+
+    __slots__ = ("_bases", "_first", "_numbers", "_states", "acquired", "failures")
 
     def __init__(self) -> None:
-        self.ids = array("Q")
-        self.segments = array("I")
-        # Where each record starts and ends in its segment, and its payload's size.
-        self.offsets = array("I")
-        self.ends = array("I")
-        self.sizes = array("I")
-        self.timestamps = array("Q")
-        self.live = bytearray()
+        self._bases: list[int] = []
+        self._numbers: list[int] = []
+        self._first: dict[int, int] = {}
+        self._states: dict[int, bytearray] = {}
         # Held by a consumer when the log ended: its settlement, if any, never became durable.
         self.acquired: set[int] = set()
         # Deliveries that ended as failures (modified with delivery-failed, or a consumer lost).
         self.failures: dict[int, int] = {}
 
-    def add(
-        self, message_id: int, segment: int, offset: int, end: int, size: int, timestamp: int
-    ) -> int:
-        """Record an enqueued message; return its index."""
-        index = len(self.ids)
-        self.ids.append(message_id)
-        self.segments.append(segment)
-        self.offsets.append(offset)
-        self.ends.append(end)
-        self.sizes.append(size)
-        self.timestamps.append(timestamp)
-        self.live.append(1)
-        return index
+    def open_segment(self, segment: int, next_id: int) -> None:
+        """A segment starts, its header saying the next id the store would hand out."""
+        first = next_id - 1
+        self._bases.append(first)
+        self._numbers.append(segment)
+        self._first[segment] = first
+        self._states[segment] = bytearray()
+
+    def enqueued(self, segment: int, message_id: int) -> bool:
+        """A message of a live queue was enqueued in ``segment``; False if its id cannot be."""
+        # Replay enqueues only into the segment it opened last.
+        if not self._numbers or segment != self._numbers[-1]:
+            return False
+        slot = message_id - self._bases[-1]
+        if slot < 0:
+            return False
+        states = self._states[segment]
+        if slot >= len(states):
+            # Grown in steps, not per message: ids beyond the last one stay unseen.
+            states.extend(bytes(slot + 1 - len(states) + len(states) // 4 + 4096))
+        states[slot] = _LIVE
+        return True
 
     def find(self, message_id: int) -> int | None:
-        """The index of a live message."""
-        index = bisect_left(self.ids, message_id)
-        if index < len(self.ids) and self.ids[index] == message_id and self.live[index]:
-            return index
+        """The segment of a live message."""
+        index = bisect_right(self._bases, message_id) - 1
+        while index >= 0:
+            segment = self._numbers[index]
+            slot = message_id - self._bases[index]
+            states = self._states[segment]
+            state = states[slot] if slot < len(states) else _UNSEEN
+            if state != _UNSEEN:
+                return segment if state == _LIVE else None
+            if slot > 0:
+                return None
+            # A segment's first id may be the previous segment's last one.
+            index -= 1
         return None
 
-    def settle(self, index: int) -> None:
-        """The message is settled: it will not be recovered."""
-        self.live[index] = 0
-        self.acquired.discard(index)
-        self.failures.pop(index, None)
+    def live(self, segment: int, message_id: int) -> bool:
+        """True if the message enqueued in ``segment`` is not settled."""
+        slot = message_id - self._first[segment]
+        states = self._states[segment]
+        return 0 <= slot < len(states) and states[slot] == _LIVE
 
-    def delivery_count(self, index: int) -> int:
+    def settled_in(self, page: PageEntries) -> list[int]:
+        """The indices in ``page`` of the messages that are not live, in order."""
+        first = self._first[page.segment]
+        states = self._states[page.segment]
+        offset = page.first_id - first
+        return [index for index, delta in enumerate(page.ids) if states[offset + delta] != _LIVE]
+
+    def settle(self, segment: int, message_id: int) -> None:
+        """The message is settled: it will not be recovered."""
+        self._states[segment][message_id - self._first[segment]] = _GONE
+        self.acquired.discard(message_id)
+        self.failures.pop(message_id, None)
+
+    def delivery_count(self, message_id: int) -> int:
         """Failed delivery attempts, counting one the crash interrupted (AMQP §3.2.1)."""
-        return self.failures.get(index, 0) + (1 if index in self.acquired else 0)
+        held = 1 if message_id in self.acquired else 0
+        return self.failures.get(message_id, 0) + held
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +206,9 @@ class RecoveredState:
     queues: dict[str, Arguments] = field(default_factory=dict)
     exchanges: dict[str, ExchangeState] = field(default_factory=dict)
     bindings: dict[BindingKey, Arguments] = field(default_factory=dict)
-    messages: RecoveredMessages = field(default_factory=RecoveredMessages)
-    # Indices into ``messages`` of each declared queue's messages, in log order.
-    backlogs: dict[str, array[int]] = field(default_factory=dict)
+    messages: MessageStates = field(default_factory=MessageStates)
+    # Each declared queue's messages, in log order, settled ones included.
+    backlogs: dict[str, list[RecoveredPage]] = field(default_factory=dict)
     next_id: int = 0
     # The bytes of each segment that hold valid records; the tail may have been cut shorter.
     valid_length: dict[int, int] = field(default_factory=dict)
@@ -199,23 +245,27 @@ class Recovery:
         """Apply one record found at ``offset`` in ``segment``."""
         state = self.state
         if isinstance(record, Enqueued):
-            backlog = state.backlogs.get(record.queue)
-            if backlog is None:
+            pages = state.backlogs.get(record.queue)
+            if pages is None:
                 return
+            message_id = record.message_id
+            if not state.messages.enqueued(segment, message_id):
+                raise LogCorrupted(segment, offset, f"message id {message_id} is out of order")
             size = len(record.payload)
             end = offset + record.payload_offset + size
-            backlog.append(
-                state.messages.add(record.message_id, segment, offset, end, size, record.timestamp)
-            )
+            if not pages or not pages[-1].fits(segment, end, message_id):
+                pages.append(RecoveredPage(segment, offset, message_id, record.timestamp))
+            pages[-1].add(offset, end, message_id, size)
             self.ledger.enqueued(segment)
-            state.next_id = max(state.next_id, record.message_id + 1)
+            state.next_id = max(state.next_id, message_id + 1)
         elif isinstance(record, MessagesChanged):
             self._changed(segment, record)
         elif isinstance(record, SegmentStart):
+            state.messages.open_segment(segment, record.next_id)
             state.next_id = max(state.next_id, record.next_id)
         elif isinstance(record, QueueDeclared):
             state.queues[record.name] = record.arguments
-            state.backlogs.setdefault(record.name, array("I"))
+            state.backlogs.setdefault(record.name, [])
         elif isinstance(record, QueueDeleted):
             self._delete_queue(segment, record.name)
         elif isinstance(record, ExchangeDeclared):
@@ -234,27 +284,28 @@ class Recovery:
         messages = self.state.messages
         ledger = self.ledger
         for message_id in record.message_ids:
-            index = messages.find(message_id)
-            if index is None:
+            found = messages.find(message_id)
+            if found is None:
                 continue
             if kind is RecordType.SETTLE:
-                messages.settle(index)
-                ledger.settled(messages.segments[index], segment)
+                messages.settle(found, message_id)
+                ledger.settled(found, segment)
             elif kind is RecordType.ACQUIRE:
-                messages.acquired.add(index)
+                messages.acquired.add(message_id)
             else:
-                messages.acquired.discard(index)
+                messages.acquired.discard(message_id)
                 if kind is RecordType.RETURN_FAILED:
-                    messages.failures[index] = messages.failures.get(index, 0) + 1
+                    messages.failures[message_id] = messages.failures.get(message_id, 0) + 1
 
     def _delete_queue(self, segment: int, name: str) -> None:
         state = self.state
         state.queues.pop(name, None)
         messages = state.messages
-        for index in state.backlogs.pop(name, ()):
-            if messages.live[index]:
-                messages.settle(index)
-                self.ledger.settled(messages.segments[index], segment)
+        for page in state.backlogs.pop(name, ()):
+            for message_id in page.message_ids():
+                if messages.live(page.segment, message_id):
+                    messages.settle(page.segment, message_id)
+                    self.ledger.settled(page.segment, segment)
         without_queue(state.bindings, name)
         self.ledger.topology_removed(segment)
 

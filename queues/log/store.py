@@ -37,7 +37,8 @@ from queues.log.recovery import (
     BindingKey,
     ExchangeState,
     LogCorrupted,
-    RecoveredMessages,
+    MessageStates,
+    RecoveredPage,
     RecoveredState,
     Recovery,
     binding_key,
@@ -387,32 +388,50 @@ class MessageStore:
         crash comes back with one more failed delivery, logged now.
         """
         recovered = self.recovered
-        indices = recovered.backlogs.pop(queue, None)
-        if indices is None:
+        raw_pages = recovered.backlogs.pop(queue, None)
+        if raw_pages is None:
             return []
         messages = recovered.messages
-        ids, segments, live = messages.ids, messages.segments, messages.live
-        offsets, ends, sizes = messages.offsets, messages.ends, messages.sizes
         pages: list[DiskPage] = []
-        page: DiskPage | None = None
-        for index in indices:
-            if not live[index]:
-                continue
-            message_id, segment, end = ids[index], segments[index], ends[index]
-            if index in messages.acquired:
-                # The interrupted delivery counts as failed from now on, durably.
-                self._changes.append((RecordType.RETURN_FAILED, message_id, segment))
-            if page is None or not page.fits(segment, end, message_id):
-                page = DiskPage(
-                    self, queue, segment, offsets[index], message_id, messages.timestamps[index]
-                )
-                pages.append(page)
-            page.add(offsets[index], end, message_id, sizes[index], messages.delivery_count(index))
-            self._recovered_count += 1
+        for raw in raw_pages:
+            settled = messages.settled_in(raw)
+            if settled:
+                page = self._live_page(queue, raw, set(settled))
+                if page is None:
+                    continue
+            else:
+                page = DiskPage.of(self, queue, raw, raw.sizes)
+            pages.append(page)
+            self._recovered_count += page.count
+        if messages.acquired or messages.failures:
+            acquired = messages.acquired
+            failures = messages.failures
+            for page in pages:
+                for index, message_id in enumerate(page.message_ids()):
+                    if message_id in acquired:
+                        # The interrupted delivery counts as failed from now on, durably.
+                        self._changes.append((RecordType.RETURN_FAILED, message_id, page.segment))
+                    elif message_id not in failures:
+                        continue
+                    if page.failures is None:
+                        page.failures = {}
+                    page.failures[index] = messages.delivery_count(message_id)
         if not recovered.backlogs:
-            # Every queue has its pages: the arrays, the size of the whole backlog, can go.
-            recovered.messages = RecoveredMessages()
+            # Every queue has its pages: the states, one byte per id, can go.
+            recovered.messages = MessageStates()
         return pages
+
+    def _live_page(self, queue: str, raw: RecoveredPage, settled: set[int]) -> DiskPage | None:
+        page: DiskPage | None = None
+        for index, message_id in enumerate(raw.message_ids()):
+            if index in settled:
+                continue
+            if page is None:
+                page = DiskPage(
+                    self, queue, raw.segment, raw.start, raw.first_id, raw.first_timestamp
+                )
+            page.add(raw.offsets[index], raw.end, message_id, raw.sizes[index], 0)
+        return page
 
     def take_recovered_messages(self, queue: str) -> list[StoredMessage]:
         """Every message recovered in ``queue`` as an object (a stream queue keeps them all)."""
