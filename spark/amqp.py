@@ -67,7 +67,10 @@ class AmqpError(RuntimeError):
 
 
 class AuthenticationError(AmqpError):
-    """The gateway refused the login (SASL outcome ``auth``): wrong user name or password."""
+    """The gateway refused the login: a wrong user name or password, or no mechanism in common.
+
+    Not retried: the same login would be refused again.
+    """
 
 
 def describe(condition: Condition | None, default: str) -> str:
@@ -160,9 +163,6 @@ class AmqpConnection:
         except AuthenticationError as error:
             amqp.close()
             raise AuthenticationError(f"{endpoint.url}: {error}") from None
-        except TlsError as error:
-            amqp.close()
-            raise TlsError(f"{endpoint.url}: {error}") from None
         except (AmqpError, TimeoutError) as error:
             amqp.close()
             raise ConnectionError(f"{endpoint.url}: {error}") from error

@@ -101,7 +101,8 @@ def _drained(amqp: AmqpConnection, link: Receiver, credit: int, timeout: float) 
         )
 
 
-def _complete_c(delivery: Any) -> bool:
+def _complete_raw(delivery: Any) -> bool:
+    """:func:`_complete` for a ``pn_delivery_t`` (NULL when the link has no current one)."""
     return bool(delivery) and pn_delivery_readable(delivery) and not pn_delivery_partial(delivery)
 
 
@@ -120,7 +121,7 @@ def _measured_round(
     link.drain(credit)
     while True:
         delivery = pn_link_current(impl)
-        while _complete_c(delivery):
+        while _complete_raw(delivery):
             _, payload = pn_link_recv(impl, pn_delivery_pending(delivery))
             pn_link_advance(impl)
             aborted = pn_delivery_aborted(delivery)
@@ -131,7 +132,7 @@ def _measured_round(
         if not link.draining() and link.queued == 0:
             return
         amqp.wait(
-            lambda: _complete_c(pn_link_current(impl)) or not link.draining(),
+            lambda: _complete_raw(pn_link_current(impl)) or not link.draining(),
             timeout,
             "a stream message or the drain's FLOW",
         )
