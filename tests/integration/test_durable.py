@@ -55,6 +55,7 @@ def test_persistent_messages_survive_a_restart_and_transient_ones_do_not(tmp_pat
         running.stop()
 
 
+@pytest.mark.slow
 def test_accepted_messages_are_not_redelivered_and_held_ones_come_back_counted(
     tmp_path: Path,
 ) -> None:
@@ -399,6 +400,7 @@ def test_dead_lettered_persistent_messages_survive_a_restart_with_their_deaths(
         running.stop()
 
 
+@pytest.mark.slow
 def test_a_backlog_beyond_the_resident_messages_is_paged_and_comes_back_in_order(
     tmp_path: Path,
 ) -> None:

@@ -17,6 +17,7 @@ from support.clients import consume, publish
 from support.polling import wait_until
 
 
+@pytest.mark.slow
 def test_ten_thousand_messages_in_order_unsettled(server: RunningServer) -> None:
     bodies = [f"m{i}" for i in range(10_000)]
     published = publish(server.url, "/queues/order-unsettled", bodies)

@@ -197,6 +197,7 @@ def _send_and_listen(running: RunningServer, data: bytes) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(stream=_stream)
+@pytest.mark.slow
 def test_hostile_streams_never_break_the_server(
     fuzzed: RunningServer,
     canary: RawClient,
@@ -244,6 +245,7 @@ def test_an_undecodable_frame_after_open_is_answered_with_decode_error(
     assert close["error"]["condition"] == "amqp:decode-error"
 
 
+@pytest.mark.slow
 def test_an_undecodable_frame_instead_of_open_drops_the_connection(fuzzed: RunningServer) -> None:
     """Proton sends no CLOSE before the client's OPEN, so the server closes the socket."""
     with socket.create_connection((fuzzed.host, fuzzed.port), timeout=30) as sock:

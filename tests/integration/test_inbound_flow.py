@@ -133,6 +133,7 @@ def test_budget_stops_credit_bounds_rss_and_resumes() -> None:
         assert _rss(pid) <= base + budget + 64 * MiB
 
 
+@pytest.mark.slow
 def test_many_publishers_stay_within_budget_plus_their_credit(
     make_server: Callable[..., RunningServer],
 ) -> None:
@@ -292,6 +293,7 @@ def _account_paused(server: RunningServer) -> bool:
     return any(c.account.paused for c in server.server.broker.connections)
 
 
+@pytest.mark.slow
 def test_account_debt_pauses_the_connections_reads_until_repaid(
     make_server: Callable[..., RunningServer],
 ) -> None:

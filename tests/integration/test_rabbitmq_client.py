@@ -185,6 +185,7 @@ def test_deleting_a_queue_detaches_its_links(connection: Connection, server: Run
     management.close()
 
 
+@pytest.mark.slow
 def test_two_publishers_to_one_address_on_one_connection(server: RunningServer) -> None:
     """The client names both links "<container-id>-/queues/Q": proton refuses the second.
 

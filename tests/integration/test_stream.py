@@ -54,6 +54,7 @@ def _offsets(count: int, start: int = 0) -> list[tuple[int, str]]:
     return [(i, f"m{i}") for i in range(start, start + count)]
 
 
+@pytest.mark.slow
 def test_readers_start_at_first_an_offset_last_next_and_a_timestamp(tmp_path: Path) -> None:
     running = start_server(data_dir=tmp_path)
     try:

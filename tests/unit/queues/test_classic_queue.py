@@ -273,6 +273,7 @@ def test_detach_with_a_malformed_header_keeps_every_message() -> None:
 # -- scale: the scavenger keeps the log to what is live, however long the queue ------------
 
 
+@pytest.mark.slow
 def test_a_million_messages_with_ten_percent_releases() -> None:
     total = 1_000_000
     batch = 1000
