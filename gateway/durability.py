@@ -77,8 +77,8 @@ class Durability:
         for name, arguments in list(store.queues.items()):
             queue = registry.declare_queue(name, arguments)
             if isinstance(queue, StreamQueue):
-                messages = store.take_recovered_messages(name)
-                queue.restore(list(messages), [m.timestamp for m in messages])
+                # Read page by page: only the stream's entries stay, not its messages.
+                queue.restore((m, m.timestamp) for m in store.iter_recovered_messages(name))
             elif isinstance(queue, ClassicQueue):
                 queue.restore(store.take_recovered(name))
         for key, arguments in list(store.bindings.items()):

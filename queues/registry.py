@@ -192,6 +192,8 @@ class QueueRegistry:
             self._logged.add(name)
             if isinstance(queue, ClassicQueue):
                 queue.pager = self.store.pager(name)
+            elif isinstance(queue, StreamQueue):
+                queue.entries = self.store.stream_entries(name)
         return queue
 
     def logged(self, name: str) -> bool:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import re
 import struct
+from array import array
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from queues.arguments import QueueArguments
 from queues.codec import Symbol, decode, encode, skip
@@ -116,6 +118,62 @@ def read_stream_offset(payload: bytes | memoryview) -> int | None:
     return None
 
 
+class StreamEntries(Protocol):
+    """A stream's messages by index from its first offset: in memory, or as log positions."""
+
+    def __len__(self) -> int:
+        """Messages held."""
+
+    def __getitem__(self, index: int) -> Message:
+        """The message at ``index``, to deliver."""
+
+    def append(self, message: Message) -> int:
+        """Add the newest message; return the bytes it counts against the memory budget."""
+
+    def size(self, index: int) -> int:
+        """The message's bytes on the wire."""
+
+    def drop(self, index: int) -> int:
+        """Archive the message (retention or a purge); return the bytes it counted."""
+
+    def trim(self, count: int) -> None:
+        """Forget the first ``count`` messages, dropped before."""
+
+
+class MessageEntries:
+    """The messages themselves: a stream that is not logged."""
+
+    __slots__ = ("_messages",)
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __getitem__(self, index: int) -> Message:
+        return self._messages[index]
+
+    def append(self, message: Message) -> int:
+        """Keep the message."""
+        self._messages.append(message)
+        return message.held + MESSAGE_OVERHEAD
+
+    def size(self, index: int) -> int:
+        """The message's bytes."""
+        return self._messages[index].size
+
+    def drop(self, index: int) -> int:
+        """Archive the message."""
+        message = self._messages[index]
+        message.state = ARCHIVED
+        return message.held + MESSAGE_OVERHEAD
+
+    def trim(self, count: int) -> None:
+        """Forget the first ``count`` messages."""
+        del self._messages[:count]
+
+
 @dataclass(slots=True, eq=False)
 class StreamConsumer:
     """One reader: where it is in the stream and the credit it has."""
@@ -147,9 +205,10 @@ class StreamQueue:
         extra = dict(arguments.extra)
         self.max_age = parse_max_age(extra["x-max-age"]) if "x-max-age" in extra else None
         self.max_bytes = arguments.max_length_bytes
-        # Messages from offset ``first`` on; the list is trimmed from the front lazily.
-        self._messages: list[Message] = []
-        self._timestamps: list[int] = []
+        # Messages from offset ``first`` on, trimmed from the front lazily; a durable stream
+        # gets entries that keep log positions (queues.log.stream_entries).
+        self.entries: StreamEntries = MessageEntries()
+        self._timestamps = array("Q")
         self._head = 0
         self.first = 0
         self.next_offset = 0
@@ -181,25 +240,31 @@ class StreamQueue:
         self._stamped = False
         return self._append(message, self.clock.now)
 
-    def restore(self, messages: list[Message], timestamps: list[int]) -> None:
-        """Put back the messages recovery found, stamped already; offsets continue from them."""
-        if not messages:
-            return
-        first = read_stream_offset(messages[0].payload)
-        if first is None:
-            raise DecodeError(f"stream '{self.name}': a recovered message has no x-stream-offset")
-        self.first = self.next_offset = first
-        for message, timestamp in zip(messages, timestamps, strict=True):
+    def restore(self, recovered: Iterable[tuple[Message, int]]) -> None:
+        """Put back the messages recovery found with their arrival times, stamped already.
+
+        Offsets continue from them. ``recovered`` may be read lazily: only what the stream
+        keeps of each message stays in memory.
+        """
+        started = False
+        for message, timestamp in recovered:
+            if not started:
+                first = read_stream_offset(message.payload)
+                if first is None:
+                    raise DecodeError(
+                        f"stream '{self.name}': a recovered message has no x-stream-offset"
+                    )
+                self.first = self.next_offset = first
+                started = True
             self._append(message, timestamp)
 
     def _append(self, message: Message, timestamp: int) -> list[Dispatch]:
         offset = self.next_offset
         self.next_offset = offset + 1
         message.seq = offset
-        self._messages.append(message)
+        self.held.total += self.entries.append(message)
         self._timestamps.append(timestamp)
         self._bytes += message.size
-        self.held.total += message.held + MESSAGE_OVERHEAD
         self._published += 1
         if self.max_age is not None:
             self._timed.add(self)
@@ -250,11 +315,13 @@ class StreamQueue:
         state = self._consumers[consumer]
         state.credit = link_credit_snd(delivery_count, credit, state.delivery_count)
         taken: list[Message] = []
-        messages = self._messages
+        entries = self.entries
         base = self.first - self._head
         while state.credit > 0 and state.position < self.next_offset:
             state.position = max(state.position, self.first)
-            message = messages[state.position - base]
+            message = entries[state.position - base]
+            # A logged entry comes back as a fresh object: its offset is its sequence number.
+            message.seq = state.position
             self._give(state, message)
             taken.append(message)
         if drain and state.credit > 0:
@@ -277,11 +344,11 @@ class StreamQueue:
 
     def purge(self) -> int:
         """Drop every message (a deletion does this); offsets go on from where they were."""
-        count = len(self._messages) - self._head
-        while self._head < len(self._messages):
+        count = len(self.entries) - self._head
+        while self._head < len(self.entries):
             self._drop_head()
-        self._messages.clear()
-        self._timestamps.clear()
+        self.entries.trim(self._head)
+        del self._timestamps[: self._head]
         self._head = 0
         return count
 
@@ -294,41 +361,38 @@ class StreamQueue:
 
     def next_deadline(self) -> int | None:
         """When the oldest message passes ``x-max-age``."""
-        if self.max_age is None or self._head == len(self._messages):
+        if self.max_age is None or self._head == len(self.entries):
             return None
         return self._timestamps[self._head] + self.max_age
 
     def _retain(self, now: int) -> None:
         max_bytes = self.max_bytes
         max_age = self.max_age
-        messages = self._messages
+        entries = self.entries
         timestamps = self._timestamps
-        while self._head < len(messages) - 1 or (
-            self._head < len(messages) and max_age is not None
-        ):
+        while self._head < len(entries) - 1 or (self._head < len(entries) and max_age is not None):
             too_big = max_bytes is not None and self._bytes > max_bytes
             too_old = max_age is not None and timestamps[self._head] + max_age <= now
             if not (too_big or too_old):
                 break
             self._drop_head()
-        if self._head > 1024 and self._head * 2 > len(messages):
-            del messages[: self._head]
+        if self._head > 1024 and self._head * 2 > len(entries):
+            entries.trim(self._head)
             del timestamps[: self._head]
             self._head = 0
 
     def _drop_head(self) -> None:
-        message = self._messages[self._head]
-        self._bytes -= message.size
-        self.held.total -= message.held + MESSAGE_OVERHEAD
-        message.state = ARCHIVED
-        self._head += 1
+        head = self._head
+        self._bytes -= self.entries.size(head)
+        self.held.total -= self.entries.drop(head)
+        self._head = head + 1
         self.first += 1
 
     # -- statistics -----------------------------------------------------------------------
 
     def statistics(self) -> QueueStatistics:
         """Counts for metrics, tests and Spark's planning (first and last offsets)."""
-        count = len(self._messages) - self._head
+        count = len(self.entries) - self._head
         return QueueStatistics(
             name=self.name,
             ready=count,

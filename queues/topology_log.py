@@ -14,6 +14,7 @@ from typing import Protocol
 from queues.log.records import Arguments
 from queues.message import Message
 from queues.paging import Pager
+from queues.stream import StreamEntries
 
 
 class TopologyLog(Protocol):
@@ -24,6 +25,9 @@ class TopologyLog(Protocol):
 
     def pager(self, queue: str) -> Pager:
         """Pages for a durable queue's backlog beyond its resident messages."""
+
+    def stream_entries(self, queue: str) -> StreamEntries:
+        """Where a durable stream keeps its messages: their positions in the log."""
 
     def delete_queue(self, name: str, messages: Iterable[Message]) -> None:
         """A durable queue is gone, with ``messages`` it still held."""

@@ -11,7 +11,7 @@ after that they are read back from their segment (:class:`StoredMessage`).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -54,6 +54,7 @@ from queues.log.segments import (
     sync_directory,
     truncate_segment,
 )
+from queues.log.stream_entries import LoggedEntries
 from queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
 from queues.paging import Pager
 from queues.sections import with_delivery_count
@@ -78,6 +79,8 @@ class StoredMessage(Message):
     """
 
     __slots__ = (
+        # A durable stream's entries remember the objects they handed out, weakly.
+        "__weakref__",
         "_state",
         "archived",
         "head",
@@ -434,8 +437,28 @@ class MessageStore:
         return page
 
     def take_recovered_messages(self, queue: str) -> list[StoredMessage]:
-        """Every message recovered in ``queue`` as an object (a stream queue keeps them all)."""
-        return [m for page in self.take_recovered(queue) for m in self.page_in(page, None)]
+        """Every message recovered in ``queue`` as an object."""
+        return list(self.iter_recovered_messages(queue))
+
+    def iter_recovered_messages(self, queue: str) -> Iterator[StoredMessage]:
+        """The messages recovered in ``queue``, read a page at a time (a stream's restore)."""
+        for page in self.take_recovered(queue):
+            yield from self.page_in(page, None)
+
+    def stream_entries(self, queue: str) -> LoggedEntries:
+        """Where the durable stream ``queue`` keeps its messages: their log positions."""
+        return LoggedEntries(self, queue)
+
+    def stored_message(
+        self, queue: str, message_id: int, segment: int, offset: int, length: int
+    ) -> StoredMessage:
+        """A stream's logged message as an object again, its body read when delivered."""
+        return StoredMessage(self, queue, message_id, segment, offset, length, 0)
+
+    def settle_entry(self, message_id: int, segment: int) -> None:
+        """Settle a logged message that has no object (a stream entry retention drops)."""
+        self._changes.append((RecordType.SETTLE, message_id, segment))
+        self._forget_body(message_id)
 
     def paged_entry(self, message: Message) -> StoredMessage | None:
         """``message`` if a page can hold it as a record's position: logged, ready, unpinned."""
