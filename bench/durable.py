@@ -5,6 +5,7 @@ Run from the repository root (a shared, loaded machine gives noisy numbers: run 
     python bench/durable.py throughput   # 1 sender, 1 receiver, credit 100,000, 100-byte bodies
     python bench/durable.py backlog      # RSS of the server holding a 1 GB durable backlog
     python bench/durable.py recovery     # restart time over a log of 1,000,000 messages
+    python bench/durable.py stream       # memory per message of a durable stream
 
 ``throughput`` runs the server in this process (to read its group-commit statistics) and the
 clients in ``sluicegate quiver`` subprocesses; ``backlog`` and ``recovery`` run the server as a
@@ -14,7 +15,9 @@ subprocess (``python -m gateway serve``) whose RSS and start-up time are measure
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,6 +35,10 @@ from gateway.config import ServerConfig
 from gateway.server import Server
 from queues.log.segments import SegmentWriter
 from queues.log.store import MessageStore, write_batches
+from queues.message import Message as StoredBytes
+from queues.queue_type import Clock
+from queues.registry import QueueRegistry
+from queues.stream import StreamQueue
 
 _SERVE = [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
 _SERVE += ["--metrics-listen", "off"]
@@ -211,9 +218,46 @@ def recovery(count: int, body_size: int) -> None:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def stream(count: int, body_size: int) -> None:
+    """Append ``count`` messages to a durable stream in this process; report memory per message.
+
+    Through the registry and the store as the gateway does (stamp the offset, log the stamped
+    bytes, append the stored copy), with a group commit every 10,000 messages.
+    """
+    data_dir = Path(tempfile.mkdtemp(prefix="sluicegate-bench-"))
+    store = MessageStore(data_dir)
+    writer = SegmentWriter(data_dir)
+    registry = QueueRegistry(Clock(0), store=store)
+    queue = registry.declare_queue("stream", {"x-queue-type": "stream"})
+    assert isinstance(queue, StreamQueue)
+    payload = Message(body=b"x" * body_size, durable=True).encode()
+    gc.collect()
+    before, _ = _rss(os.getpid())
+    started = time.monotonic()
+    for index in range(count):
+        stamped = queue.stamp(StoredBytes(payload))
+        queue.enqueue(store.enqueue("stream", stamped.payload, index))
+        if index % 10_000 == 9_999:
+            batch = store.take_batch()
+            write_batches(writer, [batch])
+            store.written(batch)
+    gc.collect()
+    after, _ = _rss(os.getpid())
+    print(
+        f"durable stream: {count} messages of {body_size} B in {time.monotonic() - started:.0f} s"
+    )
+    print(
+        f"  RSS grew {(after - before) / MiB:.0f} MiB ({(after - before) / count:.0f} B a message)"
+    )
+    print(f"  the memory budget counts {registry.held.total / MiB:.0f} MiB")
+    store.close()
+    writer.close()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("figure", choices=["throughput", "backlog", "recovery"])
+    parser.add_argument("figure", choices=["throughput", "backlog", "recovery", "stream"])
     parser.add_argument("--count", type=int, help="messages (default: per figure)")
     parser.add_argument("--body-size", type=int, help="bytes per body (default: per figure)")
     parser.add_argument("--credit", type=int, default=100_000)
@@ -225,6 +269,8 @@ def main() -> None:
         throughput(args.count or 100_000, args.body_size or 100, args.credit, args.max_link_credit)
     elif args.figure == "backlog":
         backlog(args.backlog_bytes, args.body_size or 4096, args.links)
+    elif args.figure == "stream":
+        stream(args.count or 1_000_000, args.body_size or 100)
     else:
         recovery(args.count or 1_000_000, args.body_size or 100)
 
