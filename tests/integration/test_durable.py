@@ -221,7 +221,8 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("after", [300, 3000])
+# 12,000 is past RESIDENT_READY: the queue was paging when the process died.
+@pytest.mark.parametrize("after", [300, 3000, 12_000])
 def test_kill_9_during_confirmed_publishes_loses_no_confirmed_message(
     tmp_path: Path, after: int
 ) -> None:
