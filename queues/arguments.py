@@ -42,6 +42,8 @@ class QueueArguments:
     # How long the queue may stay unused before it is deleted (milliseconds, RabbitMQ's
     # x-expires); the registry keeps the countdown.
     expires: int | None = None
+    # The highest message priority a classic queue tells apart (x-max-priority); None: FIFO.
+    max_priority: int | None = None
     # Arguments this queue type does not interpret itself (a stream's retention, say).
     extra: tuple[tuple[str, object], ...] = ()
 
@@ -67,7 +69,6 @@ _PASSED_THROUGH: Final = frozenset(
 )
 # Arguments RabbitMQ knows that this server refuses rather than ignores silently.
 _REFUSED: Final = {
-    "x-max-priority": "priority queues are not supported",
     "x-queue-mode": "lazy mode does not apply: classic queues keep messages in memory",
     "x-quorum-initial-group-size": "quorum queues are not supported",
 }
@@ -121,6 +122,12 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
             values["message_ttl"] = _non_negative(name, value)
         elif name == "x-expires":
             values["expires"] = _expiry(name, value)
+        elif name == "x-max-priority":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 255:
+                raise PreconditionFailed(
+                    f"invalid arg '{name}': expected an integer from 1 to 255, got {value!r}"
+                )
+            values["max_priority"] = value
         elif name == "x-dead-letter-exchange":
             values["dead_letter_exchange"] = _string(name, value)
         elif name == "x-dead-letter-routing-key":
@@ -160,4 +167,6 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
     if values.get("queue_type") == "stream" and "expires" in values:
         # Streams do not expire: RabbitMQ refuses the argument for the stream queue type.
         raise PreconditionFailed("invalid arg 'x-expires' for queue type stream")
+    if values.get("queue_type") == "stream" and "max_priority" in values:
+        raise PreconditionFailed("invalid arg 'x-max-priority' for queue type stream")
     return QueueArguments(extra=tuple(extra), **values)  # type: ignore[arg-type]

@@ -45,6 +45,7 @@ from queues.queue_type import (
     QueueStatistics,
     QueueType,
 )
+from queues.sections import read_header
 from queues.serial import SERIAL_MASK, link_credit_snd
 
 _NO_DISPATCH: Final[list[Dispatch]] = []
@@ -134,6 +135,15 @@ class ClassicQueue:
         # Set for a durable queue: ready messages beyond RESIDENT_READY go to pages at the tail
         # (queues.paging), messages not yet in the sequence.
         self.pager: Pager | None = None
+        # A priority queue (x-max-priority): per priority, its available messages' sequence
+        # numbers in order, and a heap of those released back, served first in their lane.
+        # Such a queue is not paged: pages keep one order.
+        lanes = None if arguments.max_priority is None else arguments.max_priority + 1
+        self._lanes: list[deque[int]] | None = None
+        self._lane_returned: list[list[int]] = []
+        if lanes is not None:
+            self._lanes = [deque() for _ in range(lanes)]
+            self._lane_returned = [[] for _ in range(lanes)]
         self.resident_ready = RESIDENT_READY
         self._pages: deque[Page] = deque()
         self._paged = 0
@@ -261,7 +271,10 @@ class ClassicQueue:
                 self._dead_letter(message, MAXLEN)
             raise ResourceLimitExceeded(f"queue '{self.name}' is full (x-overflow reject-publish)")
         pager = self.pager
-        if pager is not None and (
+        lanes = self._lanes
+        if lanes is not None:
+            message.priority = min(read_header(message.payload).priority, len(lanes) - 1)
+        elif pager is not None and (
             self._pages
             or (
                 self._available - self._paged >= self.resident_ready
@@ -291,6 +304,8 @@ class ClassicQueue:
                 return dispatches
         else:
             dispatches = _NO_DISPATCH
+        if lanes is not None:
+            lanes[message.priority].append(seq)
         if expires is not None and expires <= self.clock.now:
             # A message that is already dead (ttl 0) lives only if a consumer takes it at once.
             self._expire(message)
@@ -308,6 +323,9 @@ class ClassicQueue:
             self._published += count
             self._ready_bytes += page.ready_bytes
             self.held.total += page.held
+        if self._lanes is not None:
+            while self._pages:
+                self._page_in()
         if self.next_deadline() is not None:
             self.timed.add(self)
 
@@ -393,6 +411,11 @@ class ClassicQueue:
         self._pages.clear()
         self._paged = 0
         self._returned.clear()
+        if self._lanes is not None:
+            for lane in self._lanes:
+                lane.clear()
+            for returned in self._lane_returned:
+                returned.clear()
         for state in self._filtered:
             state.returned.clear()
         self._expiries.clear()
@@ -498,7 +521,9 @@ class ClassicQueue:
         self._available += 1
         self._ready_bytes += message.size
         seq = message.seq
-        if seq < self._cursor:
+        if self._lanes is not None:
+            heapq.heappush(self._lane_returned[message.priority], seq)
+        elif seq < self._cursor:
             heapq.heappush(self._returned, seq)
         for state in self._filtered:
             if seq < state.cursor:
@@ -582,9 +607,13 @@ class ClassicQueue:
         log = self._log
         held = 0
         expiries = self._expiries
+        lanes = self._lanes
         for message in messages:
             message.seq = seq
             log[seq] = message
+            if lanes is not None:
+                message.priority = min(read_header(message.payload).priority, len(lanes) - 1)
+                lanes[message.priority].append(seq)
             held += message.held
             expires = message.expires
             if expires is not None:
@@ -651,6 +680,8 @@ class ClassicQueue:
 
     def _next_available(self) -> Message | None:
         """The oldest available message (not yet acquired), expiring dead ones on the way."""
+        if self._lanes is not None:
+            return self._next_by_priority(self._lanes)
         now = self.clock.now
         returned = self._returned
         while returned:
@@ -675,6 +706,31 @@ class ClassicQueue:
             self._cursor = seq
             return message
         self._cursor = end
+        return None
+
+    def _next_by_priority(self, lanes: list[deque[int]]) -> Message | None:
+        """The oldest available message of the highest priority that has one.
+
+        Entries are dropped lazily: a lane may still name a message taken by a filtered
+        consumer or a browser (they scan in arrival order), expired or archived since.
+        """
+        now = self.clock.now
+        log = self._log
+        for priority in range(len(lanes) - 1, -1, -1):
+            lane = lanes[priority]
+            returned = self._lane_returned[priority]
+            while returned or lane:
+                if returned and (not lane or returned[0] < lane[0]):
+                    seq = heapq.heappop(returned)
+                else:
+                    seq = lane.popleft()
+                message = log.get(seq)
+                if message is None or message.state != AVAILABLE:
+                    continue
+                if message.expires is not None and message.expires <= now:
+                    self._expire(message)
+                    continue
+                return message
         return None
 
     def _next_scanned(self, state: Consumer) -> Message | None:
@@ -736,7 +792,7 @@ class ClassicQueue:
     def _take(self, state: Consumer, limit: int) -> list[Message]:
         taken: list[Message] = []
         give = self._give
-        if state.scans or self.arguments.consumer_timeout is not None:
+        if state.scans or self.arguments.consumer_timeout is not None or self._lanes is not None:
             while len(taken) < limit:
                 message = self._next_scanned(state) if state.scans else self._next_available()
                 if message is None:

@@ -28,6 +28,7 @@ class Message:
         "expires",
         "lock_deadline",
         "payload",
+        "priority",
         "routing_key",
         "seq",
         "state",
@@ -51,6 +52,8 @@ class Message:
         self.exchange = exchange
         self.routing_key = routing_key
         self.lock_deadline = 0
+        # Set by a priority queue from the header when it takes the message.
+        self.priority = 0
 
     @property
     def size(self) -> int:

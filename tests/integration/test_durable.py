@@ -441,3 +441,23 @@ def test_x_message_ttl_counts_from_arrival_across_a_restart(tmp_path: Path) -> N
         assert running.queue("ttl").expired == 0
     finally:
         running.stop()
+
+
+def test_a_durable_priority_queue_serves_by_priority_before_and_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """x-max-priority 5: priority 9 counts as 5; oldest first within a priority."""
+    running = start_server(data_dir=tmp_path)
+    running.call(lambda: running.server.registry.declare_queue("urgent", {"x-max-priority": 5}))
+    priorities = [0, 9, 3, 5, 1, 3, 4, 0, 5, 2]
+    messages = [Message(body=f"m{i}", durable=True, priority=p) for i, p in enumerate(priorities)]
+    assert publish(running.url, "urgent", messages=messages).outcomes == ["accepted"] * 10
+    # Highest first (9 counts as 5), then by age within a priority.
+    order = sorted(range(10), key=lambda i: (-min(priorities[i], 5), i))
+    expected = [f"m{i}" for i in order]
+    assert consume(running.url, "urgent", 3, decide=lambda m, i: "release").bodies == expected[:3]
+    running = _restart(running, tmp_path)
+    try:
+        assert consume(running.url, "urgent", 10).bodies == expected
+    finally:
+        running.stop()

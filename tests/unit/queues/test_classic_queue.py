@@ -16,6 +16,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from queues.arguments import QueueArguments
 from queues.classic import ClassicQueue
 from queues.codec import Described, encode
 from queues.envelope import read_envelope
@@ -24,7 +25,7 @@ from queues.held_bytes import MESSAGE_OVERHEAD
 from queues.message import Message
 from queues.paging import Page, append_in_memory
 from queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
-from queues.sections import read_header
+from queues.sections import Header, encode_header, read_header
 from queues.serial import SERIAL_MASK, serial_add
 
 
@@ -342,6 +343,7 @@ class MessageModel:
     state: str = "ready"  # ready | unacked | archived
     owner: int | None = None
     delivery_count: int = 0
+    priority: int = 0
 
 
 credit_amounts = st.one_of(
@@ -355,10 +357,12 @@ class ClassicQueueMachine(RuleBasedStateMachine):
     """A model of :class:`ClassicQueue` with several consumers in both settle modes."""
 
     consumers = Bundle("consumers")
+    # Set by the priority variant: messages then carry priorities 0 to 4 in their headers.
+    max_priority: int | None = None
 
     def __init__(self) -> None:
         super().__init__()
-        self.queue = ClassicQueue("model")
+        self.queue = ClassicQueue("model", QueueArguments(max_priority=self.max_priority))
         self.messages: dict[int, MessageModel] = {}
         self.models: dict[int, ConsumerModel] = {}
         self.next_key = 0
@@ -367,7 +371,9 @@ class ClassicQueueMachine(RuleBasedStateMachine):
     # -- helpers --
 
     def ready(self) -> list[int]:
-        return sorted(s for s, m in self.messages.items() if m.state == "ready")
+        """Ready sequence numbers in the order the queue serves them: by priority, then age."""
+        ready = [s for s, m in self.messages.items() if m.state == "ready"]
+        return sorted(ready, key=lambda s: (-self.messages[s].priority, s))
 
     def hand_out(self, key: ConsumerKey, message: Message) -> None:
         """A message left the queue for a consumer: check it against the model and record it."""
@@ -421,12 +427,18 @@ class ClassicQueueMachine(RuleBasedStateMachine):
     @rule(count=st.integers(min_value=1, max_value=5))
     def enqueue(self, count: int) -> None:
         for _ in range(count):
-            message = Message(_payload(self.enqueued))
+            payload = _payload(self.enqueued)
+            priority = 0
+            if self.max_priority is not None:
+                # Above x-max-priority counts as x-max-priority, as in RabbitMQ.
+                priority = min(self.enqueued % 5, self.max_priority)
+                payload = encode_header(Header(priority=self.enqueued % 5)) + payload
+            message = Message(payload)
             self.enqueued += 1
             # Register the message before the queue decides where it goes: sequence numbers
             # count publications from 0.
             seq = self.queue.statistics().published
-            self.messages[seq] = MessageModel(message)
+            self.messages[seq] = MessageModel(message, priority=priority)
             self.dispatched(self.queue.enqueue(message))
             # A paged message gets its sequence number when it is paged in: the same one.
             assert message.seq == seq or self.queue.pager is not None
@@ -554,3 +566,13 @@ class PagingClassicQueueMachine(ClassicQueueMachine):
 
 PagingClassicQueueMachine.TestCase.settings = settings(stateful_step_count=40)
 test_paging_classic_queue_model = PagingClassicQueueMachine.TestCase
+
+
+class PriorityClassicQueueMachine(ClassicQueueMachine):
+    """The same model over a priority queue: highest priority first, oldest first within it."""
+
+    max_priority = 2
+
+
+PriorityClassicQueueMachine.TestCase.settings = settings(stateful_step_count=40)
+test_priority_classic_queue_model = PriorityClassicQueueMachine.TestCase

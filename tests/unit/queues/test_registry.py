@@ -50,7 +50,15 @@ def test_exclusive_queue_belongs_to_its_owner() -> None:
         ({"x-single-active-consumer": 1}, PreconditionFailed, "x-single-active-consumer"),
         ({"x-dead-letter-routing-key": "k"}, PreconditionFailed, "x-dead-letter-routing-key"),
         ({"x-bogus": 1}, PreconditionFailed, "x-bogus"),
-        ({"x-max-priority": 10}, NotImplementedByServer, "x-max-priority"),
+        ({"x-max-priority": 0}, PreconditionFailed, "x-max-priority"),
+        ({"x-max-priority": 256}, PreconditionFailed, "x-max-priority"),
+        ({"x-max-priority": True}, PreconditionFailed, "x-max-priority"),
+        (
+            {"x-max-priority": 10, "x-queue-type": "stream"},
+            PreconditionFailed,
+            "x-max-priority",
+        ),
+        ({"x-queue-mode": "lazy"}, NotImplementedByServer, "x-queue-mode"),
         ({"x-queue-type": "quorum"}, NotImplementedByServer, "x-queue-type"),
     ],
 )
