@@ -13,6 +13,12 @@ sequence number, and is served before the cursor moves on: back at its original 
 Filtered and browsing consumers keep their own cursor and heap, since they skip what they do
 not match. Heaps are lazy: an entry whose message changed state meanwhile is dropped when met.
 
+A durable queue's ready backlog beyond ``resident_ready`` waits in pages at the tail
+(:mod:`queues.paging`), outside the sequence: a cursor that reaches the end of ``_log`` pages
+the head page in, its messages taking the next sequence numbers. A priority queue
+(``x-max-priority``) serves from one lane of sequence numbers per priority instead of the
+cursor, highest priority first; it is not paged.
+
 Time comes from a shared :class:`~queues.queue_type.Clock`. Expiry deadlines (``ttl``,
 ``absolute-expiry-time``, ``x-message-ttl``) and delivery locks (``x-consumer-timeout``) sit in
 heaps that :meth:`ClassicQueue.expire` pops; a delivery also checks expiry, so an expired message
