@@ -34,8 +34,8 @@ from proton.reactor import Container
 from gateway.config import ServerConfig
 from gateway.server import Server
 from queues.log.segments import SegmentWriter
-from queues.log.store import MessageStore, write_batches
-from queues.message import Message as StoredBytes
+from queues.log.store import MessageStore, write_now
+from queues.message import Message as QueueMessage
 from queues.queue_type import Clock
 from queues.registry import QueueRegistry
 from queues.stream import StreamQueue
@@ -199,11 +199,8 @@ def recovery(count: int, body_size: int) -> None:
     for index in range(count):
         store.enqueue("recovered", payload, index)
         if index % 10_000 == 9_999:
-            batch = store.take_batch()
-            write_batches(writer, [batch])
-            store.written(batch)
-    batch = store.take_batch()
-    write_batches(writer, [batch])
+            write_now(store, writer)
+    write_now(store, writer)
     store.close()
     writer.close()
     disk = sum(p.stat().st_size for p in directory.iterdir())
@@ -235,12 +232,10 @@ def stream(count: int, body_size: int) -> None:
     before, _ = _rss(os.getpid())
     started = time.monotonic()
     for index in range(count):
-        stamped = queue.stamp(StoredBytes(payload))
+        stamped = queue.stamp(QueueMessage(payload))
         queue.enqueue(store.enqueue("stream", stamped.payload, index))
         if index % 10_000 == 9_999:
-            batch = store.take_batch()
-            write_batches(writer, [batch])
-            store.written(batch)
+            write_now(store, writer)
     gc.collect()
     after, _ = _rss(os.getpid())
     print(

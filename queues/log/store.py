@@ -437,10 +437,6 @@ class MessageStore:
             page.add(raw.offsets[index], raw.end, message_id, raw.sizes[index], 0)
         return page
 
-    def take_recovered_messages(self, queue: str) -> list[StoredMessage]:
-        """Every message recovered in ``queue`` as an object."""
-        return list(self.iter_recovered_messages(queue))
-
     def iter_recovered_messages(self, queue: str) -> Iterator[StoredMessage]:
         """The messages recovered in ``queue``, read a page at a time (a stream's restore)."""
         for page in self.take_recovered(queue):
@@ -756,6 +752,18 @@ def _exchange_record(name: str, exchange: ExchangeState) -> bytes:
         auto_delete=exchange.auto_delete,
         internal=exchange.internal,
     )
+
+
+def write_now(store: MessageStore, writer: SegmentWriter) -> WriteBatch:
+    """Write and fsync what ``store`` placed, on this thread, and tell the store it is durable.
+
+    The synchronous group commit of tools (``bench/durable.py``) and tests; the server's log
+    writer does the same on its own thread (gateway.log_writer).
+    """
+    batch = store.take_batch()
+    write_batches(writer, [batch])
+    store.written(batch)
+    return batch
 
 
 def write_batches(writer: SegmentWriter, batches: list[WriteBatch]) -> None:

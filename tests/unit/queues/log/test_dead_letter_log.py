@@ -10,7 +10,7 @@ import pytest
 from queues.codec import Described, Symbol, encode
 from queues.deaths import deaths_of
 from queues.log.segments import SegmentWriter, segment_path
-from queues.log.store import MessageStore, write_batches
+from queues.log.store import MessageStore, write_now
 from queues.message import Message
 from queues.queue_type import Clock
 from queues.registry import QueueRegistry
@@ -20,12 +20,6 @@ from queues.stream import read_stream_offset
 def _persistent(body: str) -> bytes:
     """A message whose header says durable = true."""
     return encode(Described(0x70, [True])) + encode(Described(0x77, body))
-
-
-def _flush(store: MessageStore, writer: SegmentWriter) -> None:
-    batch = store.take_batch()
-    write_batches(writer, [batch])
-    store.written(batch)
 
 
 def _registry(store: MessageStore) -> QueueRegistry:
@@ -59,7 +53,7 @@ def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(
     registry.declare_queue("other")
     registry.bind("other-x", "other", "")
     _publish(registry, store, "m0")
-    _flush(store, writer)
+    write_now(store, writer)
     before = segment_path(directory, 1).stat().st_size
     _publish(registry, store, "m1")
     if topology_change == "delete_queue":
@@ -72,7 +66,7 @@ def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(
     assert registry.queue("dead").statistics().ready == 1
     # m1 and the dead-letter copy wait for the batch; m0's settlement is buffered behind them.
     assert store.statistics().unwritten_messages == 2
-    _flush(store, writer)
+    write_now(store, writer)
     store.close()
     full = segment_path(directory, 1).read_bytes()
     assert len(full) > before
@@ -83,8 +77,8 @@ def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(
         shutil.copytree(directory, crashed)
         segment_path(crashed, 1).write_bytes(full[:cut])
         again = MessageStore(crashed)
-        work = [m.payload for m in again.take_recovered_messages("work")]
-        dead = [m.payload for m in again.take_recovered_messages("dead")]
+        work = [m.payload for m in again.iter_recovered_messages("work")]
+        dead = [m.payload for m in again.iter_recovered_messages("dead")]
         again.close()
         shutil.rmtree(crashed)
         in_work = _persistent("m0") in work
@@ -126,13 +120,13 @@ def test_a_dead_letter_to_a_durable_stream_is_logged_with_its_offset(tmp_path: P
     _publish(registry, store, "m0")
     _publish(registry, store, "m1")
     registry.route_dead_letters()
-    _flush(store, writer)
+    write_now(store, writer)
     store.close()
 
     again = MessageStore(tmp_path)
-    [dead] = again.take_recovered_messages("dead")
-    [audit] = again.take_recovered_messages("audit")
-    assert [m.payload for m in again.take_recovered_messages("work")] == [_persistent("m1")]
+    [dead] = list(again.iter_recovered_messages("dead"))
+    [audit] = list(again.iter_recovered_messages("audit"))
+    assert [m.payload for m in again.iter_recovered_messages("work")] == [_persistent("m1")]
     assert [entry[Symbol("reason")] for entry in deaths_of(audit.payload)] == ["maxlen"]
     assert [entry[Symbol("queue")] for entry in deaths_of(dead.payload)] == ["work"]
     assert read_stream_offset(audit.payload) == 0

@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from queues.codec import Described, encode
 from queues.log.segments import SegmentWriter
-from queues.log.store import MessageStore, StoredMessage, WriteBatch, write_batches
+from queues.log.store import MessageStore, StoredMessage, WriteBatch, write_now
 from queues.sections import read_header
 
 # Small segments so that runs roll segments and compact them often.
@@ -96,9 +96,7 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule()
     def flush(self) -> None:
-        batch = self.store.take_batch()
-        write_batches(self.writer, [batch])
-        self.store.written(batch)
+        batch = write_now(self.store, self.writer)
         for message in batch.messages:
             self.tracked[message.message_id].confirmed = True
         self.gone |= self.settling
@@ -140,7 +138,7 @@ class StoreModel(RuleBasedStateMachine):
         self.writer = SegmentWriter(self.directory)
         # The server declares its queues again as clients attach to them.
         self.store.declare_queue("q", {})
-        recovered = self.store.take_recovered_messages("q")
+        recovered = list(self.store.iter_recovered_messages("q"))
         ids = [m.message_id for m in recovered]
         assert ids == sorted(ids), "recovered messages are in log order"
         held = {m.message_id for m in self.ready + self.acquired}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from queues.annotations import routing_annotations
 from queues.codec import Described, Symbol, encode
 from queues.log.recovery import ExchangeState, LogCorrupted, binding_key
 from queues.log.segments import SegmentWriter, list_segments, segment_path
-from queues.log.store import MessageStore, StoredMessage, write_batches
+from queues.log.store import MessageStore, StoredMessage, write_batches, write_now
 from queues.message import ACQUIRED, ARCHIVED
 from queues.sections import read_header
 
@@ -20,17 +21,11 @@ def _payload(i: int, size: int = 0) -> bytes:
     return encode(Described(0x77, f"m{i}" + "x" * size))
 
 
-def _flush(store: MessageStore, writer: SegmentWriter) -> None:
-    batch = store.take_batch()
-    write_batches(writer, [batch])
-    store.written(batch)
-
-
 def _reopen(directory: Path, **options: int) -> MessageStore:
     return MessageStore(directory, **options)
 
 
-def _bodies(messages: list[StoredMessage]) -> list[bytes]:
+def _bodies(messages: Iterable[StoredMessage]) -> list[bytes]:
     return [m.payload for m in messages]
 
 
@@ -42,14 +37,14 @@ def test_queues_and_messages_survive_a_reopen(tmp_path: Path) -> None:
     store.bind("e", "q", "k", {})
     messages = [store.enqueue("q", _payload(i), 1000 + i) for i in range(5)]
     store.settled(messages[1])
-    _flush(store, writer)
+    write_now(store, writer)
     store.close()
 
     again = _reopen(tmp_path)
     assert again.queues == {"q": {"x-queue-type": "classic"}}
     assert again.exchanges == {"e": ExchangeState("direct", {})}
     assert again.bindings == {binding_key("e", "q", "k", {}): {}}
-    recovered = again.take_recovered_messages("q")
+    recovered = list(again.iter_recovered_messages("q"))
     assert _bodies(recovered) == [_payload(i) for i in (0, 2, 3, 4)]
     assert [m.timestamp for m in recovered] == [1000, 1002, 1003, 1004]
     # One read brought the four records back, and their bodies with them into the cache.
@@ -62,10 +57,10 @@ def test_unwritten_appends_are_lost_and_ids_never_reused(tmp_path: Path) -> None
     writer = SegmentWriter(tmp_path)
     store.declare_queue("q", {})
     kept = store.enqueue("q", _payload(1), 0)
-    _flush(store, writer)
+    write_now(store, writer)
     store.enqueue("q", _payload(2), 0)  # never written: the crash comes first
     again = _reopen(tmp_path)
-    recovered = again.take_recovered_messages("q")
+    recovered = list(again.iter_recovered_messages("q"))
     assert [m.message_id for m in recovered] == [kept.message_id]
     assert again.next_id > kept.message_id
 
@@ -80,8 +75,8 @@ def test_an_acquired_message_comes_back_with_one_more_delivery_count(tmp_path: P
     store.returned(second, failed=True)
     store.acquired(third)
     store.returned(third, failed=False)
-    _flush(store, writer)
-    recovered = _reopen(tmp_path).take_recovered_messages("q")
+    write_now(store, writer)
+    recovered = list(_reopen(tmp_path).iter_recovered_messages("q"))
     assert [read_header(m.payload).delivery_count for m in recovered] == [1, 1, 0]
 
 
@@ -92,7 +87,7 @@ def test_bodies_are_read_back_from_disk_once_out_of_the_cache(tmp_path: Path) ->
     message = store.enqueue("q", _payload(7, 1000), 0)
     assert message.payload == _payload(7, 1000)
     assert store.statistics().body_reads == 0
-    _flush(store, writer)
+    write_now(store, writer)
     assert store.statistics().unwritten_messages == 0
     assert message.payload == _payload(7, 1000)
     assert store.statistics().body_reads == 1
@@ -104,19 +99,19 @@ def test_compaction_deletes_settled_segments_and_keeps_live_ones(tmp_path: Path)
     writer = SegmentWriter(tmp_path)
     store.declare_queue("q", {})
     messages = [store.enqueue("q", _payload(i, 500), 0) for i in range(40)]
-    _flush(store, writer)
+    write_now(store, writer)
     segments_full = len(list_segments(tmp_path))
     assert segments_full >= 5
     # Settle everything but the first and the last message.
     for message in messages[1:-1]:
         store.settled(message)
-    _flush(store, writer)
-    _flush(store, writer)
+    write_now(store, writer)
+    write_now(store, writer)
     on_disk = list_segments(tmp_path)
     assert len(on_disk) <= 4
     assert messages[0].segment in on_disk
     assert messages[-1].segment in on_disk
-    recovered = _reopen(tmp_path, segment_size=4096).take_recovered_messages("q")
+    recovered = list(_reopen(tmp_path, segment_size=4096).iter_recovered_messages("q"))
     assert [m.message_id for m in recovered] == [messages[0].message_id, messages[-1].message_id]
 
 
@@ -129,8 +124,8 @@ def test_declarations_survive_the_compaction_of_the_segment_that_made_them(tmp_p
     store.delete_queue("gone", [])
     for message in messages:
         store.settled(message)
-    _flush(store, writer)
-    _flush(store, writer)
+    write_now(store, writer)
+    write_now(store, writer)
     assert 1 not in list_segments(tmp_path)
     again = _reopen(tmp_path)
     assert again.queues == {"kept": {"x-max-length": 5}}
@@ -141,13 +136,13 @@ def test_a_deleted_queue_takes_its_messages(tmp_path: Path) -> None:
     writer = SegmentWriter(tmp_path)
     store.declare_queue("q", {})
     messages = [store.enqueue("q", _payload(i), 0) for i in range(3)]
-    _flush(store, writer)
+    write_now(store, writer)
     store.delete_queue("q", messages)
     store.declare_queue("q", {})
-    _flush(store, writer)
+    write_now(store, writer)
     again = _reopen(tmp_path)
     assert again.queues == {"q": {}}
-    assert again.take_recovered_messages("q") == []
+    assert list(again.iter_recovered_messages("q")) == []
 
 
 def test_a_torn_tail_is_truncated_and_everything_before_it_kept(tmp_path: Path) -> None:
@@ -156,7 +151,7 @@ def test_a_torn_tail_is_truncated_and_everything_before_it_kept(tmp_path: Path) 
     store.declare_queue("q", {})
     for i in range(3):
         store.enqueue("q", _payload(i), 0)
-    _flush(store, writer)
+    write_now(store, writer)
     path = segment_path(tmp_path, store.segment)
     whole = path.stat().st_size
     with path.open("ab") as file:
@@ -164,7 +159,7 @@ def test_a_torn_tail_is_truncated_and_everything_before_it_kept(tmp_path: Path) 
     again = _reopen(tmp_path)
     assert again.statistics().truncated_bytes == 6
     assert path.stat().st_size == whole
-    assert _bodies(again.take_recovered_messages("q")) == [_payload(i) for i in range(3)]
+    assert _bodies(again.iter_recovered_messages("q")) == [_payload(i) for i in range(3)]
 
 
 def test_a_corrupt_record_in_the_tail_cuts_the_tail_there(tmp_path: Path) -> None:
@@ -172,13 +167,13 @@ def test_a_corrupt_record_in_the_tail_cuts_the_tail_there(tmp_path: Path) -> Non
     writer = SegmentWriter(tmp_path)
     store.declare_queue("q", {})
     messages = [store.enqueue("q", _payload(i), 0) for i in range(3)]
-    _flush(store, writer)
+    write_now(store, writer)
     path = segment_path(tmp_path, store.segment)
     data = bytearray(path.read_bytes())
     data[messages[1].offset] ^= 0xFF
     path.write_bytes(bytes(data))
     again = _reopen(tmp_path)
-    assert [m.message_id for m in again.take_recovered_messages("q")] == [messages[0].message_id]
+    assert [m.message_id for m in again.iter_recovered_messages("q")] == [messages[0].message_id]
     assert again.statistics().truncated_bytes > 0
 
 
@@ -187,9 +182,9 @@ def test_a_corrupt_record_before_the_tail_stops_recovery_naming_it(tmp_path: Pat
     writer = SegmentWriter(tmp_path)
     store.declare_queue("q", {})
     message = store.enqueue("q", _payload(1), 0)
-    _flush(store, writer)
+    write_now(store, writer)
     restarted = MessageStore(tmp_path)
-    _flush(restarted, SegmentWriter(tmp_path))  # the restart's segment is now the tail
+    write_now(restarted, SegmentWriter(tmp_path))  # the restart's segment is now the tail
     path = segment_path(tmp_path, message.segment)
     data = bytearray(path.read_bytes())
     data[message.offset] ^= 0x01
@@ -212,7 +207,7 @@ def test_a_batch_of_more_buffers_than_iov_max_is_written_whole(tmp_path: Path) -
     assert max(len(buffers) for _, _, buffers in batch.writes) > 1024
     write_batches(writer, [batch])
     store.written(batch)
-    recovered = _reopen(tmp_path).take_recovered_messages("q")
+    recovered = list(_reopen(tmp_path).iter_recovered_messages("q"))
     assert len(recovered) == 3000
     assert recovered[-1].payload == _payload(2999)
 
@@ -228,10 +223,10 @@ def test_recovered_messages_keep_their_exchange_and_routing_key(tmp_path: Path) 
     # Archived as it went to a pre-settled consumer, then returned: logged again (relog).
     held.state = ARCHIVED
     store.returned(held, False)
-    _flush(store, writer)
+    write_now(store, writer)
     store.close()
 
-    recovered = _reopen(tmp_path).take_recovered_messages("q")
+    recovered = list(_reopen(tmp_path).iter_recovered_messages("q"))
     assert [(m.exchange, m.routing_key) for m in recovered] == [
         ("orders", "eu.paris"),
         ("", ""),
@@ -260,7 +255,7 @@ def test_exchange_flags_survive_a_reopen_and_a_segment_snapshot(tmp_path: Path) 
     # settling them lets compaction delete the segment that logged the declarations first.
     for i in range(20):
         store.settled(store.enqueue("q", _payload(i, 500), 0))
-        _flush(store, writer)
+        write_now(store, writer)
     assert 1 not in list_segments(tmp_path)
     store.close()
 
@@ -279,7 +274,7 @@ def test_a_log_in_format_1_recovers(tmp_path: Path) -> None:
     assert store.exchanges == {"orders": ExchangeState("topic", {"alternate-exchange": "ae"})}
     assert store.queues == {"q": {"x-queue-type": "classic", "x-dead-letter-exchange": "dlx"}}
     assert store.bindings == {binding_key("orders", "q", "eu.#", {}): {}}
-    [message] = store.take_recovered_messages("q")
+    [message] = list(store.iter_recovered_messages("q"))
     assert (message.message_id, message.timestamp) == (0, 1234)
     assert message.payload.endswith(encode(Described(0x77, "legacy")))
     # Format 1 did not log the routing; the message keeps its annotations as published.
@@ -289,11 +284,11 @@ def test_a_log_in_format_1_recovers(tmp_path: Path) -> None:
     writer = SegmentWriter(tmp_path)
     store.declare_exchange("orders-internal", "direct", {}, internal=True)
     store.enqueue("q", _payload(1), 0, exchange="orders", routing_key="eu.lyon")
-    _flush(store, writer)
+    write_now(store, writer)
     store.close()
     again = _reopen(tmp_path)
     assert again.exchanges["orders-internal"] == ExchangeState("direct", {}, internal=True)
-    assert [(m.exchange, m.routing_key) for m in again.take_recovered_messages("q")] == [
+    assert [(m.exchange, m.routing_key) for m in again.iter_recovered_messages("q")] == [
         ("", ""),
         ("orders", "eu.lyon"),
     ]
@@ -323,8 +318,8 @@ def test_bindings_by_arguments_and_to_exchanges_survive_a_reopen_and_a_roll(
     # logged in: what is left holds them as a snapshot.
     for index in range(40):
         store.settled(store.enqueue("q", _payload(index) * 20, index))
-    _flush(store, writer)
-    _flush(store, writer)
+    write_now(store, writer)
+    write_now(store, writer)
     assert list_segments(tmp_path)[0] > 1
     store.close()
     assert _reopen(tmp_path).bindings == expected

@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from queues.classic import ClassicQueue
 from queues.codec import Described, encode
 from queues.log.segments import SegmentWriter
-from queues.log.store import MessageStore, write_batches
+from queues.log.store import MessageStore, write_now
 from queues.message import Message
 from queues.queue_type import Outcome
 from queues.sections import Header, encode_header
@@ -118,9 +118,7 @@ class PagingModel(RuleBasedStateMachine):
 
     @rule()
     def flush(self) -> None:
-        batch = self.store.take_batch()
-        write_batches(self.writer, [batch])
-        self.store.written(batch)
+        write_now(self.store, self.writer)
 
     @rule()
     def restart(self) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from queues.codec import Described, encode
 from queues.log.segments import SegmentWriter
-from queues.log.store import MessageStore, StoredMessage, write_batches
+from queues.log.store import MessageStore, StoredMessage, write_now
 from queues.log.stream_entries import ENTRY_BYTES
 from queues.message import Message
 from queues.queue_type import Clock, ConsumerOptions, OffsetSpec
@@ -15,12 +15,6 @@ from queues.registry import QueueRegistry
 from queues.stream import StreamQueue, read_stream_offset
 
 _NOW = 1_700_000_000_000
-
-
-def _flush(store: MessageStore, writer: SegmentWriter) -> None:
-    batch = store.take_batch()
-    write_batches(writer, [batch])
-    store.written(batch)
 
 
 def _stream(store: MessageStore, arguments: dict[str, object] | None = None) -> StreamQueue:
@@ -51,7 +45,7 @@ def test_a_durable_stream_counts_a_few_bytes_a_message_and_reads_bodies_back(
     writer = SegmentWriter(tmp_path)
     queue = _stream(store)
     _publish(store, queue, 500)
-    _flush(store, writer)
+    write_now(store, writer)
     gc.collect()
     assert queue.held.total == 500 * ENTRY_BYTES
     taken = _read(queue, "reader", 500)
@@ -66,7 +60,7 @@ def test_retention_keeps_the_body_of_a_message_still_out_for_delivery(tmp_path: 
     writer = SegmentWriter(tmp_path)
     queue = _stream(store, {"x-max-length-bytes": 5_000})
     _publish(store, queue, 10)
-    _flush(store, writer)
+    write_now(store, writer)
     [in_flight] = _read(queue, "reader", 1)
     assert isinstance(in_flight, StoredMessage)
     gc.collect()
@@ -85,7 +79,7 @@ def test_a_durable_stream_comes_back_as_entries_after_a_restart(tmp_path: Path) 
     store = MessageStore(tmp_path)
     writer = SegmentWriter(tmp_path)
     _publish(store, _stream(store), 3000)
-    _flush(store, writer)
+    write_now(store, writer)
     store.close()
     writer.close()
     again = MessageStore(tmp_path)
