@@ -279,7 +279,7 @@ class ClassicQueue:
         pager = self.pager
         lanes = self._lanes
         if lanes is not None:
-            message.priority = min(read_header(message.payload).priority, len(lanes) - 1)
+            self._set_priority(message, lanes)
         elif pager is not None and (
             self._pages
             or (
@@ -618,7 +618,7 @@ class ClassicQueue:
             message.seq = seq
             log[seq] = message
             if lanes is not None:
-                message.priority = min(read_header(message.payload).priority, len(lanes) - 1)
+                self._set_priority(message, lanes)
                 lanes[message.priority].append(seq)
             held += message.held
             expires = message.expires
@@ -713,6 +713,11 @@ class ClassicQueue:
             return message
         self._cursor = end
         return None
+
+    @staticmethod
+    def _set_priority(message: Message, lanes: list[deque[int]]) -> None:
+        """The header's priority (AMQP default 4); above x-max-priority counts as it."""
+        message.priority = min(read_header(message.payload).priority, len(lanes) - 1)
 
     def _next_by_priority(self, lanes: list[deque[int]]) -> Message | None:
         """The oldest available message of the highest priority that has one.
