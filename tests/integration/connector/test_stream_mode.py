@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 from integration.conftest import RunningServer
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.readwriter import DataFrameReader
+from pyspark.sql.streaming.readwriter import DataStreamReader
 from support.clients import publish
 
 from spark.amqp import AmqpConnection
@@ -19,6 +21,14 @@ pytestmark = [
     pytest.mark.timeout(600),
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
+
+
+def _events(
+    reader: DataFrameReader | DataStreamReader, running: RunningServer, **options: str
+) -> DataFrame:
+    """The stream queue ``events`` read by offset, with ``options``."""
+    source = reader.format("sluicegate").options(url=running.url, address="/queues/events")
+    return source.options(mode="stream", **options).load()
 
 
 def _stream_queue(
@@ -39,28 +49,14 @@ def test_a_batch_read_in_two_partitions_reads_exactly_the_range(
 ) -> None:
     """[200, 700) in two tasks: every offset once, none outside, the stream unchanged."""
     running = _stream_queue(make_server, tmp_path, 1_000)
-    frame = (
-        spark.read.format("sluicegate")
-        .option("url", running.url)
-        .option("address", "/queues/events")
-        .option("mode", "stream")
-        .option("startingOffsets", "200")
-        .option("endingOffsets", "700")
-        .option("minPartitions", "2")
-        .load()
+    frame = _events(
+        spark.read, running, startingOffsets="200", endingOffsets="700", minPartitions="2"
     )
     assert frame.rdd.getNumPartitions() == 2
     rows = frame.select("offset", "body").orderBy("offset").collect()
     assert [row.offset for row in rows] == list(range(200, 700))
     assert [bytes(row.body) for row in rows] == [f"event-{i:05d}".encode() for i in range(200, 700)]
-    everything = (
-        spark.read.format("sluicegate")
-        .option("url", running.url)
-        .option("address", "/queues/events")
-        .option("mode", "stream")
-        .option("minPartitions", "2")
-        .load()
-    )
+    everything = _events(spark.read, running, minPartitions="2")
     assert everything.count() == 1_000
 
 
@@ -70,14 +66,13 @@ def test_a_streaming_read_with_available_now_reads_the_stream_once(
     """earliest to the tail in micro-batches of at most 300, two tasks each, then it stops."""
     running = _stream_queue(make_server, tmp_path, 1_000)
     query = (
-        spark.readStream.format("sluicegate")
-        .option("url", running.url)
-        .option("address", "/queues/events")
-        .option("mode", "stream")
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", "300")
-        .option("minPartitions", "2")
-        .load()
+        _events(
+            spark.readStream,
+            running,
+            startingOffsets="earliest",
+            maxRecordsPerTrigger="300",
+            minPartitions="2",
+        )
         .writeStream.format("memory")
         .queryName("spark_stream_mode")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -146,14 +141,13 @@ def test_max_bytes_per_trigger_plans_batches_by_the_sizes_of_the_messages(
     expected = _greedy_batches(_encoded_sizes(running.url, 300), max_bytes)
     assert 1 in expected  # the 9,000-byte message travels alone
     query = (
-        spark.readStream.format("sluicegate")
-        .option("url", running.url)
-        .option("address", "/queues/events")
-        .option("mode", "stream")
-        .option("startingOffsets", "earliest")
-        .option("maxBytesPerTrigger", str(max_bytes))
-        .option("minPartitions", "2")
-        .load()
+        _events(
+            spark.readStream,
+            running,
+            startingOffsets="earliest",
+            maxBytesPerTrigger=str(max_bytes),
+            minPartitions="2",
+        )
         .writeStream.format("memory")
         .queryName("spark_stream_bytes")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
