@@ -82,6 +82,28 @@ def report(phase: str, rows: int, seconds: float, rss_mb: float) -> None:
     )
 
 
+def stream_into_noop(spark: SparkSession, pid: int, phase: str, **options: str) -> None:
+    """One streaming phase: read with ``options`` until nothing is left (AvailableNow)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="spark-bench-") as scratch,
+        peak_rss(pid) as peak,
+    ):
+        start = time.monotonic()
+        query = (
+            spark.readStream.format("sluicegate")
+            .options(**options)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(Path(scratch) / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        phase = f"{phase} ({len(batches)} batches)"
+        report(phase, sum(batches), time.monotonic() - start, peak())
+
+
 def run(server: Server, spark: SparkSession, count: int, body_size: int) -> None:
     """The three phases against one server."""
     assert server.pid is not None
@@ -95,25 +117,14 @@ def run(server: Server, spark: SparkSession, count: int, body_size: int) -> None
         ).mode("append").save()
         report("sink: batch write, 2 partitions", count, time.monotonic() - start, peak())
 
-    with (
-        tempfile.TemporaryDirectory(prefix="spark-bench-") as scratch,
-        peak_rss(server.pid) as peak,
-    ):
-        start = time.monotonic()
-        query = (
-            spark.readStream.format("sluicegate")
-            .option("url", url)
-            .option("address", "/queues/spark-bench")
-            .option("maxRecordsPerTrigger", "100000")
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", str(Path(scratch) / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        received = sum(p["numInputRows"] for p in query.recentProgress)
-        report("mode=queue: streaming read into noop", received, time.monotonic() - start, peak())
+    stream_into_noop(
+        spark,
+        server.pid,
+        "mode=queue: streaming read into noop",
+        url=url,
+        address="/queues/spark-bench",
+        maxRecordsPerTrigger="100000",
+    )
 
     declared = subprocess.run(
         [
@@ -153,29 +164,17 @@ def run(server: Server, spark: SparkSession, count: int, body_size: int) -> None
         ("mode=stream: streaming, maxRecords", "maxRecordsPerTrigger", str(BATCH_ROWS)),
         ("mode=stream: streaming, maxBytes", "maxBytesPerTrigger", max_bytes),
     ):
-        with (
-            tempfile.TemporaryDirectory(prefix="spark-bench-") as scratch,
-            peak_rss(server.pid) as peak,
-        ):
-            start = time.monotonic()
-            query = (
-                spark.readStream.format("sluicegate")
-                .option("url", url)
-                .option("address", "/queues/spark-stream")
-                .option("mode", "stream")
-                .option("startingOffsets", "earliest")
-                .option("minPartitions", "2")
-                .option(limit, value)
-                .load()
-                .writeStream.format("noop")
-                .option("checkpointLocation", str(Path(scratch) / "checkpoint"))
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
-            progress = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-            phase = f"{phase} ({len(progress)} batches)"
-            report(phase, sum(progress), time.monotonic() - start, peak())
+        stream_into_noop(
+            spark,
+            server.pid,
+            phase,
+            url=url,
+            address="/queues/spark-stream",
+            mode="stream",
+            startingOffsets="earliest",
+            minPartitions="2",
+            **{limit: value},
+        )
 
 
 def main() -> None:
