@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import signal
@@ -19,6 +18,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection
 from support.clients import consume, publish
+from support.faults import FailingDisk
 from support.polling import wait_until
 
 from gateway.events import delivery_of, link_of
@@ -115,23 +115,10 @@ def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None
         running.stop()
 
 
-class _FailingDisk:
-    """A storage fault: ENOSPC on every write attempt while ``failing`` is set."""
-
-    def __init__(self) -> None:
-        self.failing = threading.Event()
-        self.refused = 0
-
-    def __call__(self, size: int) -> None:
-        if self.failing.is_set():
-            self.refused += 1
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-
 def test_a_full_disk_blocks_publishers_until_it_recovers_and_loses_nothing(
     make_server: object, tmp_path: Path
 ) -> None:
-    disk = _FailingDisk()
+    disk = FailingDisk()
     disk.failing.set()
     running = start_server(disk, data_dir=tmp_path)
     try:

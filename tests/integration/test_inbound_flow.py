@@ -10,8 +10,6 @@ bytes, messages and credit, never by timing.
 
 from __future__ import annotations
 
-import errno
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +20,7 @@ import pytest
 from integration.conftest import RunningServer
 from integration.test_metrics import scrape
 from support.clients import consume
+from support.faults import FailingDisk
 from support.flood import Flood, SlowConsumer
 from support.polling import wait_until
 from support.process import serving
@@ -445,19 +444,6 @@ def _budget_used(server: RunningServer) -> int:
         return publishing.budget.statistics().used
 
     return server.call(read)
-
-
-class FailingDisk:
-    """A storage fault: ENOSPC on every write attempt while ``failing`` is set."""
-
-    def __init__(self) -> None:
-        self.failing = threading.Event()
-        self.refused = 0
-
-    def __call__(self, size: int) -> None:
-        if self.failing.is_set():
-            self.refused += 1
-            raise OSError(errno.ENOSPC, "No space left on device")
 
 
 def test_a_failing_disk_throttles_only_the_link_to_the_durable_queue(
