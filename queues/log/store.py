@@ -245,9 +245,9 @@ class MessageStore:
         self._batch = WriteBatch()
         # State changes to log: (record type, message id, the message's segment).
         self._changes: list[tuple[RecordType, int, int]] = []
-        self._unwritten: dict[int, bytes] = {}
-        # The messages whose batch is not written yet: a page-in cannot read their records.
-        self._pending: dict[int, StoredMessage] = {}
+        # The messages whose batch is not written yet, with their bodies: a page-in cannot
+        # read their records, a delivery cannot read their bodies.
+        self._unwritten: dict[int, tuple[StoredMessage, bytes]] = {}
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._cached_bytes = 0
         self._body_reads = 0
@@ -376,8 +376,7 @@ class MessageStore:
             routing_key=routing_key,
             head=len(prefix),
         )
-        self._unwritten[message_id] = payload
-        self._pending[message_id] = message
+        self._unwritten[message_id] = (message, payload)
         self._batch.messages.append(message)
         return message
 
@@ -473,7 +472,7 @@ class MessageStore:
         """
         first, ids, offsets = page.first_id, page.ids, page.offsets
         count = len(offsets)
-        pending = self._pending
+        pending = self._unwritten
         written = count
         while written and first + ids[written - 1] in pending:
             written -= 1
@@ -489,7 +488,7 @@ class MessageStore:
         for index in range(count):
             message_id = first + ids[index]
             if index >= written:
-                message = pending[message_id]
+                message = pending[message_id][0]
             else:
                 message, body = self._read_paged(
                     page, buffer, offsets[index], message_id, failures.get(index, 0)
@@ -539,13 +538,13 @@ class MessageStore:
     def drop_page(self, page: DiskPage) -> None:
         """Settle a page's messages in the log without reading them."""
         first, segment = page.first_id, page.segment
-        pending = self._pending
+        pending = self._unwritten
         changes = self._changes
         for delta in page.ids:
             message_id = first + delta
-            message = pending.get(message_id)
-            if message is not None:
-                message.discard()
+            unwritten = pending.get(message_id)
+            if unwritten is not None:
+                unwritten[0].discard()
                 continue
             changes.append((RecordType.SETTLE, message_id, segment))
             self._forget_body(message_id)
@@ -598,14 +597,14 @@ class MessageStore:
         message.archived = False
         message.pinned = None
         self._batch.messages[-1] = message
-        self._pending[fresh.message_id] = message
+        self._unwritten[fresh.message_id] = (message, self._unwritten[fresh.message_id][1])
 
     def body(self, message: StoredMessage) -> bytes:
         """A message's stored bytes: from memory if not yet written or cached, else the disk."""
         message_id = message.message_id
-        body = self._unwritten.get(message_id)
-        if body is not None:
-            return body
+        unwritten = self._unwritten.get(message_id)
+        if unwritten is not None:
+            return unwritten[1]
         body = self._cache.get(message_id)
         if body is not None:
             return body
@@ -634,12 +633,11 @@ class MessageStore:
         unwritten = self._unwritten
         cache = self._cache
         limit = self.cache_bytes
-        pending = self._pending
         for message in batch.messages:
-            pending.pop(message.message_id, None)
-            body = unwritten.pop(message.message_id, None)
-            if body is None or message.archived:
+            entry = unwritten.pop(message.message_id, None)
+            if entry is None or message.archived:
                 continue
+            body = entry[1]
             cache[message.message_id] = body
             self._cached_bytes += len(body)
         while self._cached_bytes > limit and cache:
