@@ -12,6 +12,10 @@ COPY session session
 COPY writer writer
 COPY queues queues
 COPY spark spark
+COPY wire wire
+COPY clients clients
+# sluicegate/ links the folders above into the one namespace (symlinks are copied as links).
+COPY sluicegate sluicegate
 RUN python -m venv /opt/sluicegate && /opt/sluicegate/bin/pip install --no-cache-dir .
 
 FROM python:3.11-slim

@@ -48,7 +48,7 @@ EXIT_FAILED: Final[int] = 1
 EXIT_USAGE: Final[int] = 2
 EPILOG: Final[str] = f"""\
 Servers: without --url or --compare, each run starts its own sluicegate
-(python -m gateway serve --listen 127.0.0.1:0). --url amqp://HOST:PORT[/PREFIX] uses any AMQP 1.0
+(python -m sluicegate serve --listen 127.0.0.1:0). --url amqp://HOST:PORT[/PREFIX] uses any AMQP 1.0
 server; PREFIX is put before queue names (default /queues/; RabbitMQ 3.x wants /queue/).
 --compare NAME=URL ... runs the scenario against each (URL {START!r}: a fresh sluicegate), and
 --pid PID (or NAME=PID) lets the bench sample the RSS and CPU of a server it did not start.

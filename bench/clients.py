@@ -19,11 +19,11 @@ from typing import Any, Final
 
 from proton import Delivery, Endpoint, Receiver
 
-from gateway.quiver import sender
-from gateway.quiver.arrow import describe
-from gateway.quiver.engine import Engine
-from gateway.quiver.reports import Failed, Scoreboard, SenderDone
-from gateway.quiver.settings import ArrowConfig
+from sluicegate.clients.quiver import sender
+from sluicegate.clients.quiver.arrow import describe
+from sluicegate.clients.quiver.engine import Engine
+from sluicegate.clients.quiver.reports import Failed, Scoreboard, SenderDone
+from sluicegate.clients.quiver.settings import ArrowConfig
 
 __all__ = ["ClientError", "ConsumerPlan", "ConsumerProcess", "SenderProcess"]
 

@@ -9,7 +9,7 @@ Run from the repository root (a shared, loaded machine gives noisy numbers: run 
 
 ``throughput`` runs the server in this process (to read its group-commit statistics) and the
 clients in ``sluicegate quiver`` subprocesses; ``backlog`` and ``recovery`` run the server as a
-subprocess (``python -m gateway serve``) whose RSS and start-up time are measured from outside.
+subprocess (``python -m sluicegate serve``) whose RSS and start-up time are measured from outside.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ from proton import Event, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from gateway.config import ServerConfig
-from gateway.server import Server
-from queues.log.segments import SegmentWriter
-from queues.log.store import MessageStore, write_now
-from queues.message import Message as QueueMessage
-from queues.queue_type import Clock
-from queues.registry import QueueRegistry
-from queues.stream import StreamQueue
+from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.server import Server
+from sluicegate.queues.log.segments import SegmentWriter
+from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.message import Message as QueueMessage
+from sluicegate.queues.queue_type import Clock
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.stream import StreamQueue
 
-_SERVE = [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
+_SERVE = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
 _SERVE += ["--metrics-listen", "off"]
 _LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
 MiB = 1024 * 1024
@@ -66,7 +66,15 @@ def throughput(count: int, body_size: int, credit: int, link_credit: int) -> Non
     output = data_dir / "quiver"
     try:
         url = f"amqp://127.0.0.1:{server.port}/durable-bench"
-        command = [sys.executable, "-m", "gateway.cli", "quiver", url, "--count", str(count)]
+        command = [
+            sys.executable,
+            "-m",
+            "sluicegate.gateway.cli",
+            "quiver",
+            url,
+            "--count",
+            str(count),
+        ]
         command += ["--body-size", str(body_size), "--credit", str(credit), "--durable"]
         command += ["--json", "--output", str(output), "--timeout", "120"]
         started = time.monotonic()

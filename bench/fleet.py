@@ -1,6 +1,6 @@
 """Many connections from one process: each with a sender and a receiver on its own queue.
 
-One epoll selector over every connection's socket (``gateway.quiver.engine.Engine`` per
+One epoll selector over every connection's socket (``sluicegate.clients.quiver.engine.Engine`` per
 connection), so a thousand connections cost one process and no threads. The parent steers the
 phases over a pipe: open everything (report ``opened``), on ``go`` send and receive
 ``messages`` on every connection (report ``done``), then close.
@@ -18,9 +18,9 @@ from typing import Final
 
 from proton import Delivery, Endpoint, Receiver, Sender
 
-from gateway.quiver.arrow import describe
-from gateway.quiver.engine import Engine
-from gateway.quiver.payload import encode_template
+from sluicegate.clients.quiver.arrow import describe
+from sluicegate.clients.quiver.engine import Engine
+from sluicegate.clients.quiver.payload import encode_template
 
 __all__ = ["GO", "Finished", "FleetPlan", "Opened", "run_fleet"]
 

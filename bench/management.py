@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 from proton import Delivery, Endpoint, Link, Message, symbol
 
-from gateway.quiver.arrow import describe
-from gateway.quiver.engine import Engine
+from sluicegate.clients.quiver.arrow import describe
+from sluicegate.clients.quiver.engine import Engine
 
 __all__ = ["Management", "ManagementError"]
 

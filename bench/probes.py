@@ -16,7 +16,7 @@ from typing import Final
 
 from bench.promtext import MetricsError, metric_total, parse_exposition
 from bench.series import Series
-from gateway.quiver import procstat
+from sluicegate.clients.quiver import procstat
 
 __all__ = [
     "BUDGET_GAUGES",

@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from queues.classic import ClassicQueue
-from queues.message import Message
-from queues.queue_type import Outcome
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Outcome
 
 CONSUMER: Final = "consumer"
 # A 100-byte message, the size of the DESIGN's reference runs.

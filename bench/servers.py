@@ -1,6 +1,6 @@
 """The servers a scenario runs against: a sluicegate it starts itself, or any AMQP 1.0 URL.
 
-A started sluicegate is a subprocess (``python -m gateway serve --listen 127.0.0.1:0``), ready
+A started sluicegate is a subprocess (``python -m sluicegate serve --listen 127.0.0.1:0``), ready
 when it prints its address line; it is stopped with SIGTERM, by its own pid. A server given by
 URL is only reached over AMQP; its RSS is sampled when the user gives its ``--pid``.
 A started server that refuses an option the scenario needs (a feature not built yet) is reported
@@ -130,14 +130,14 @@ def _drain(stream: IO[str], into: list[str]) -> None:
 def start_sluicegate(
     name: str, options: Sequence[str], data_dir: Path, metrics: bool = False
 ) -> Server:
-    """Start ``python -m gateway serve`` on a free port (``MissingFeature``, ``ServerError``).
+    """Start ``python -m sluicegate serve`` on a free port (``MissingFeature``, ``ServerError``).
 
     ``metrics`` puts the Prometheus endpoint on a free port; without it the endpoint is off, so
     that no two servers contend for its default port.
     """
     metrics_port = free_port() if metrics else None
     metrics_listen = "off" if metrics_port is None else f"127.0.0.1:{metrics_port}"
-    command = [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
+    command = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
     command += ["--data-dir", str(data_dir), "--metrics-listen", metrics_listen, *options]
     process = subprocess.Popen(
         command,

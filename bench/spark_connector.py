@@ -34,8 +34,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bench.servers import Server, start_sluicegate, stop
-from gateway.quiver import procstat
-from spark import register
+from sluicegate.clients.quiver import procstat
+from sluicegate.spark import register
 
 SAMPLE_PERIOD_S: Final = 0.25
 # The queue is filled before it is read, and the gateway withholds credit from publishers once
@@ -130,7 +130,7 @@ def run(server: Server, spark: SparkSession, count: int, body_size: int) -> None
         [
             sys.executable,
             "-m",
-            "gateway",
+            "sluicegate",
             "queues",
             "--url",
             url,

@@ -25,7 +25,7 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark import register
+from sluicegate.spark import register
 
 ORDER = "id string, customer string, amount double"
 PASSWORD_VARIABLE = "SLUICEGATE_PASSWORD"

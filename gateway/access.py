@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from proton import Link
 
-from gateway.addresses import ExchangeAddress, parse_address, parse_target
-from gateway.auth import Access, User
-from queues.errors import AccessRefused, QueueError
-from queues.registry import QueueRegistry
+from sluicegate.gateway.addresses import ExchangeAddress, parse_address, parse_target
+from sluicegate.gateway.auth import Access, User
+from sluicegate.queues.errors import AccessRefused
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.errors import AmqpError
 
 
 def authorise_attach(user: User | None, link: Link, registry: QueueRegistry) -> None:
@@ -34,7 +35,7 @@ def authorise_attach(user: User | None, link: Link, registry: QueueRegistry) -> 
         target = (
             parse_address(terminus.address) if link.is_sender else parse_target(terminus.address)
         )
-    except QueueError:
+    except AmqpError:
         return  # refused by the attach itself, which names the bad address
     if isinstance(target, ExchangeAddress):
         _require(user, "write", "exchange", target.exchange)

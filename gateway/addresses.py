@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from queues.errors import QueueError
+from sluicegate.queues.errors import QueueError
 
 
 class AddressError(QueueError):

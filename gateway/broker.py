@@ -24,35 +24,40 @@ from proton import (
     Terminus,
 )
 
-from gateway import deliveries
-from gateway.access import authorise_attach
-from gateway.addresses import AddressNotImplemented, parse_address
-from gateway.config import ServerConfig
-from gateway.consumers import consumer_options
-from gateway.deliveries import CDelivery
-from gateway.drain import send_drained_flow
-from gateway.durability import Durability
-from gateway.events import (
+from sluicegate.gateway import deliveries
+from sluicegate.gateway.access import authorise_attach
+from sluicegate.gateway.addresses import AddressNotImplemented, parse_address
+from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.consumers import consumer_options
+from sluicegate.gateway.deliveries import CDelivery
+from sluicegate.gateway.drain import send_drained_flow
+from sluicegate.gateway.durability import Durability
+from sluicegate.gateway.events import (
     connection_of,
     delivery_of,
     link_of,
     session_of,
     transport_of,
 )
-from gateway.expiry import ExpiryTimer
-from gateway.identity import open_properties
-from gateway.limits import LimitExceeded, check_connections, check_links
-from gateway.management.node import ManagementNode, management_caller
-from gateway.management.router import Router
-from gateway.publishing import Publishing
-from gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState, SessionState
-from queues.errors import QueueError
-from queues.queue_type import Dispatch, LockExpired, Outcome
-from queues.registry import QueueRegistry
-from queues.serial import SERIAL_MASK, serial_add
-from session.memory_budget import MemoryBudget
-from session.session import LinkFlow, TransferPart, route
-from session.session import Session as PureSession
+from sluicegate.gateway.expiry import ExpiryTimer
+from sluicegate.gateway.identity import open_properties
+from sluicegate.gateway.limits import LimitExceeded, check_connections, check_links
+from sluicegate.gateway.management.node import ManagementNode, management_caller
+from sluicegate.gateway.management.router import Router
+from sluicegate.gateway.publishing import Publishing
+from sluicegate.gateway.state import (
+    ConnectionState,
+    IncomingLinkState,
+    OutgoingLinkState,
+    SessionState,
+)
+from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.session.session import LinkFlow, TransferPart, route
+from sluicegate.session.session import Session as PureSession
+from sluicegate.wire.errors import AmqpError
+from sluicegate.wire.serial import SERIAL_MASK, serial_add
 
 log = logging.getLogger("sluicegate")
 
@@ -184,7 +189,7 @@ class Broker(Handler):
                 self._attach_consumer(link)
             else:
                 self.publishing.attach(link)
-        except QueueError as error:
+        except AmqpError as error:
             # The refusal of §2.6.3: a null terminus in the reply, then a DETACH with the error.
             terminus = link.source if link.is_sender else link.target
             terminus.type = Terminus.UNSPECIFIED

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser; each subcommand's module adds its own arguments."""
-    from gateway import passwd_cli, queues_cli, serve_cli
-    from gateway.quiver import cli as quiver_cli
+    from sluicegate.clients.quiver import cli as quiver_cli
+    from sluicegate.gateway import passwd_cli, queues_cli, serve_cli
 
     parser = argparse.ArgumentParser(
         prog="sluicegate", description="An AMQP 1.0 message server with bounded memory."

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from gateway.auth import User, UserError, parse_users
-from gateway.definitions import (
+from sluicegate.gateway.auth import User, UserError, parse_users
+from sluicegate.gateway.definitions import (
     BindingDefinition,
     DefinitionError,
     ExchangeDefinition,
@@ -24,11 +24,11 @@ from gateway.definitions import (
     check_definitions,
     parse_definitions,
 )
-from queues.log.store import DEFAULT_CACHE_BYTES, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
-from session.account import DEFAULT_ACCOUNT_LIMIT
-from session.memory_budget import DEFAULT_MEMORY_BUDGET
-from session.session import DEFAULT_MAX_QUEUE_CREDIT
-from writer.credit import DEFAULT_INITIAL_CREDIT, DEFAULT_MORE_CREDIT_AFTER
+from sluicegate.queues.log.store import DEFAULT_CACHE_BYTES, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
+from sluicegate.session.account import DEFAULT_ACCOUNT_LIMIT
+from sluicegate.session.memory_budget import DEFAULT_MEMORY_BUDGET
+from sluicegate.session.session import DEFAULT_MAX_QUEUE_CREDIT
+from sluicegate.writer.credit import DEFAULT_INITIAL_CREDIT, DEFAULT_MORE_CREDIT_AFTER
 
 # RabbitMQ's DEFAULT_MAX_LINK_CREDIT: 170 * 1.5 = 255 stays below the queue batch of 256.
 DEFAULT_MAX_LINK_CREDIT: Final = 170

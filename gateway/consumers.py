@@ -14,10 +14,10 @@ from typing import Final
 
 from proton import Data, Described, Link, Terminus, symbol, timestamp
 
-from queues.codec import Symbol, Value
-from queues.filters import FILTER_NAMES, PROPERTIES_FILTER, InvalidFilter, message_filter
-from queues.queue_type import ConsumerOptions, MessageFilter, OffsetSpec
-from queues.selector import SELECTOR_FILTER, SELECTOR_NAME, Selector
+from sluicegate.queues.filters import FILTER_NAMES, PROPERTIES_FILTER, InvalidFilter, message_filter
+from sluicegate.queues.queue_type import ConsumerOptions, MessageFilter, OffsetSpec
+from sluicegate.queues.selector import SELECTOR_FILTER, SELECTOR_NAME, Selector
+from sluicegate.wire.codec import Symbol, Value
 
 PRIORITY: Final = symbol("rabbitmq:priority")
 STREAM_OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"

@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from queues.errors import PreconditionFailed, QueueError
-from queues.registry import QueueRegistry
+from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.errors import AmqpError
 
 
 class DefinitionError(ValueError):
@@ -121,7 +122,7 @@ def check_definitions(
     """Declare everything into a scratch registry: what fails there would fail at start."""
     try:
         apply_definitions(QueueRegistry(), queues, exchanges, bindings)
-    except QueueError as error:
+    except AmqpError as error:
         raise DefinitionError(str(error)) from None
 
 
@@ -163,5 +164,5 @@ def apply_definitions(
                 binding.arguments,
                 to_exchange=binding.destination_type == "exchange",
             )
-    except QueueError as error:
+    except AmqpError as error:
         raise type(error)(f"{where}: {error}") from None

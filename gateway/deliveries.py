@@ -20,7 +20,7 @@ from typing import Any, Final, TypeAlias
 from cproton import ffi, lib
 from proton import Condition, Delivery
 
-from gateway.state import IncomingLinkState, OutgoingLinkState
+from sluicegate.gateway.state import IncomingLinkState, OutgoingLinkState
 
 # A ``pn_delivery_t *`` from cffi: opaque, compared and hashed by address.
 CDelivery: TypeAlias = Any

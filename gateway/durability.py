@@ -15,16 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast
 
-from gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
-from queues.classic import ClassicQueue
-from queues.log.store import MessageStore, StoredMessage
-from queues.message import ARCHIVED, Message
-from queues.registry import QueueRegistry
-from queues.stream import StreamQueue
+from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.log.store import MessageStore, StoredMessage
+from sluicegate.queues.message import ARCHIVED, Message
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.stream import StreamQueue
 
 if TYPE_CHECKING:
-    from gateway.publishing import Unconfirmed
-    from gateway.wakeup import Wakeup
+    from sluicegate.gateway.publishing import Unconfirmed
+    from sluicegate.gateway.wakeup import Wakeup
 
 # How long shutdown waits for the last batches before it gives up on a failing disk.
 STOP_TIMEOUT: Final = 10.0

@@ -18,8 +18,8 @@ from proton import Event, Handler
 from proton._reactor import Task
 from proton.reactor import Container
 
-from queues.queue_type import Dispatch
-from queues.registry import QueueRegistry
+from sluicegate.queues.queue_type import Dispatch
+from sluicegate.queues.registry import QueueRegistry
 
 log = logging.getLogger("sluicegate")
 

@@ -22,11 +22,11 @@ from typing import Final
 from proton import Transport
 from proton._selectable import Selectable
 
-from gateway import reading
-from gateway.auth import User
-from gateway.login import Verdict
-from gateway.sasl import Phase, SaslServer, Step
-from gateway.state import ConnectionState
+from sluicegate.gateway import reading
+from sluicegate.gateway.auth import User
+from sluicegate.gateway.login import Verdict
+from sluicegate.gateway.sasl import Phase, SaslServer, Step
+from sluicegate.gateway.state import ConnectionState
 
 log = logging.getLogger("sluicegate.gate")
 

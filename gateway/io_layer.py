@@ -22,11 +22,11 @@ from proton._selectable import Selectable
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
-from gateway import reading
-from gateway.broker import Broker
-from gateway.gate import Gate
-from gateway.selector import EpollSelector
-from gateway.state import ConnectionState
+from sluicegate.gateway import reading
+from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.gate import Gate
+from sluicegate.gateway.selector import EpollSelector
+from sluicegate.gateway.state import ConnectionState
 
 log = logging.getLogger("sluicegate.io")
 

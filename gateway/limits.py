@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from proton import Endpoint, Link, Transport
 
-from gateway.config import ServerConfig
-from queues.errors import QueueError
+from sluicegate.gateway.config import ServerConfig
+from sluicegate.queues.errors import QueueError
 
 
 class LimitExceeded(QueueError):

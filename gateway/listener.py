@@ -19,17 +19,17 @@ from proton import Event, Transport
 from proton._selectable import Selectable
 from proton.reactor import Container
 
-from gateway import reading
-from gateway.auth import anonymous_user
-from gateway.config import ServerConfig
-from gateway.gate import Gate
-from gateway.io_layer import listen_socket, register
-from gateway.limits import configure_transport
-from gateway.login import PasswordChecks
-from gateway.sasl import SaslServer
-from gateway.state import ConnectionState
-from session.account import Account
-from writer.writer import Writer
+from sluicegate.gateway import reading
+from sluicegate.gateway.auth import anonymous_user
+from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.gate import Gate
+from sluicegate.gateway.io_layer import listen_socket, register
+from sluicegate.gateway.limits import configure_transport
+from sluicegate.gateway.login import PasswordChecks
+from sluicegate.gateway.sasl import SaslServer
+from sluicegate.gateway.state import ConnectionState
+from sluicegate.session.account import Account
+from sluicegate.writer.writer import Writer
 
 log = logging.getLogger("sluicegate.listener")
 

@@ -31,11 +31,11 @@ from tenacity import (
     wait_exponential,
 )
 
-from queues.log.segments import SegmentWriter
-from queues.log.store import WriteBatch, write_batches
+from sluicegate.queues.log.segments import SegmentWriter
+from sluicegate.queues.log.store import WriteBatch, write_batches
 
 if TYPE_CHECKING:
-    from gateway.wakeup import Wakeup
+    from sluicegate.gateway.wakeup import Wakeup
 
 log = logging.getLogger("sluicegate.log")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
-from gateway.auth import User, check_plain
+from sluicegate.gateway.auth import User, check_plain
 
 log = logging.getLogger("sluicegate.login")
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.statistics import ServerStatistics
+from sluicegate.gateway.statistics import ServerStatistics
 
 # Shorter than Prometheus's default scrape timeout (10 s), so that a stuck reactor shows as a
 # failed scrape rather than a scrape Prometheus gave up on.

@@ -21,19 +21,19 @@ from typing import Final, cast
 
 from proton import Condition, Delivery, Endpoint, Link, Receiver
 
-from gateway import deliveries, reading
-from gateway.config import ServerConfig
-from gateway.deliveries import CDelivery
-from gateway.durability import Durability
-from gateway.routing import Router
-from gateway.state import ConnectionState, IncomingLinkState
-from queues.errors import QueueError
-from queues.message import Message
-from queues.queue_type import Dispatch, Outcome, QueueType
-from queues.registry import QueueRegistry
-from queues.stream import StreamQueue
-from session.incoming_link import IncomingLink
-from session.memory_budget import MemoryBudget
+from sluicegate.gateway import deliveries, reading
+from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.deliveries import CDelivery
+from sluicegate.gateway.durability import Durability
+from sluicegate.gateway.routing import Router
+from sluicegate.gateway.state import ConnectionState, IncomingLinkState
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.stream import StreamQueue
+from sluicegate.session.incoming_link import IncomingLink
+from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.wire.errors import AmqpError
 
 _DISPOSITIONS: Final[dict[Outcome, int]] = {
     Outcome.ACCEPTED: int(Delivery.ACCEPTED),
@@ -182,7 +182,7 @@ class Publishing:
             stored = durability.persist(queue.name, message, pending)
             try:
                 dispatches = queue.enqueue(stored)
-            except QueueError as error:
+            except AmqpError as error:
                 durability.withdraw(stored)
                 self.confirm(pending, Outcome.REJECTED, Condition(error.condition, str(error)))
                 return
@@ -191,7 +191,7 @@ class Publishing:
             return
         try:
             dispatches = queue.enqueue(message)
-        except QueueError as error:
+        except AmqpError as error:
             self.confirm(pending, Outcome.REJECTED, Condition(error.condition, str(error)))
             return
         if dispatches:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from proton import ConnectionException, Timeout
 
-from gateway.management.client import ManagementClient, Reply, path_segment
+from sluicegate.clients.management import ManagementClient, Reply, path_segment
 
 DEFAULT_URL: Final = "amqp://127.0.0.1:5672"
 _COLUMNS: Final = ("name", "type", "durable", "message_count", "consumer_count")

@@ -26,7 +26,7 @@ from proton import Event
 from proton._selectable import Selectable
 from proton.reactor import Container
 
-from gateway.broker import Broker
+from sluicegate.gateway.broker import Broker
 
 _NULL: Final = ffi.NULL
 

@@ -19,7 +19,7 @@ from proton import Transport
 from proton._selectable import Selectable
 from proton.handlers import IOHandler
 
-from gateway.state import ConnectionState
+from sluicegate.gateway.state import ConnectionState
 
 
 def update(transport: Transport, selectable: Selectable, now: float) -> None:

@@ -16,14 +16,15 @@ from typing import Final
 
 from proton import Condition
 
-from gateway.addresses import ExchangeAddress, QueueAddress, parse_target
-from queues.annotations import routing_annotations
-from queues.envelope import read_envelope
-from queues.errors import AccessRefused, DecodeError, QueueError
-from queues.exchanges import Unroutable
-from queues.message import Message
-from queues.queue_type import Outcome, QueueType
-from queues.registry import QueueRegistry
+from sluicegate.gateway.addresses import ExchangeAddress, QueueAddress, parse_target
+from sluicegate.queues.errors import AccessRefused
+from sluicegate.queues.exchanges import Unroutable
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Outcome, QueueType
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.annotations import routing_annotations
+from sluicegate.wire.envelope import read_envelope
+from sluicegate.wire.errors import AmqpError, DecodeError
 
 _NO_QUEUES: Final[list[QueueType]] = []
 
@@ -123,7 +124,7 @@ class Router:
                 )
             try:
                 address = parse_target(envelope.to)
-            except QueueError as error:
+            except AmqpError as error:
                 return _refused(Outcome.REJECTED, error.condition, str(error))
             if isinstance(address, QueueAddress):
                 found = self.registry.get(address.queue)
@@ -137,13 +138,13 @@ class Router:
             exchange, routing_key = address.exchange, address.routing_key
             try:
                 self._publishable(exchange)
-            except QueueError as error:
+            except AmqpError as error:
                 return _refused(Outcome.REJECTED, error.condition, str(error))
         if routing_key is None:
             routing_key = envelope.subject or ""
         try:
             queues = self.registry.route(exchange, routing_key, payload)
-        except QueueError as error:
+        except AmqpError as error:
             return _refused(Outcome.REJECTED, error.condition, str(error))
         if not queues:
             return self._unroutable(exchange, routing_key)

@@ -10,9 +10,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from gateway.config import ConfigError, load_config, setting_names
-from gateway.server import Server, StartError
-from queues.log.recovery import LogCorrupted
+from sluicegate.gateway.config import ConfigError, load_config, setting_names
+from sluicegate.gateway.server import Server, StartError
+from sluicegate.queues.log.recovery import LogCorrupted
 
 _FLAG_HELP: Final = {
     "listen": "AMQP address to listen on, HOST:PORT (port 0: any)",

@@ -14,22 +14,22 @@ from typing import TypeVar
 
 from proton import Condition
 
-from gateway.broker import Broker
-from gateway.config import ConfigError, ServerConfig
-from gateway.definitions import apply_definitions
-from gateway.durability import Durability
-from gateway.expiry import tick
-from gateway.io_layer import FlowIO
-from gateway.listener import Listener
-from gateway.log_writer import FaultHook
-from gateway.login import PasswordChecks
-from gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
-from gateway.reactor import BrokerContainer
-from gateway.state import ConnectionState
-from gateway.statistics import ServerStatistics, server_statistics
-from gateway.tls import server_context
-from gateway.wakeup import Wakeup
-from queues.registry import QueueRegistry
+from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.config import ConfigError, ServerConfig
+from sluicegate.gateway.definitions import apply_definitions
+from sluicegate.gateway.durability import Durability
+from sluicegate.gateway.expiry import tick
+from sluicegate.gateway.io_layer import FlowIO
+from sluicegate.gateway.listener import Listener
+from sluicegate.gateway.log_writer import FaultHook
+from sluicegate.gateway.login import PasswordChecks
+from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
+from sluicegate.gateway.reactor import BrokerContainer
+from sluicegate.gateway.state import ConnectionState
+from sluicegate.gateway.statistics import ServerStatistics, server_statistics
+from sluicegate.gateway.tls import server_context
+from sluicegate.gateway.wakeup import Wakeup
+from sluicegate.queues.registry import QueueRegistry
 
 log = logging.getLogger("sluicegate")
 T = TypeVar("T")

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from proton import Connection, Receiver, Sender, Session, Transport
 from proton._selectable import Selectable
 
-from gateway.auth import User
-from gateway.routing import PublishTarget
-from gateway.window import remote_incoming_window, session_address
-from session.account import Account
-from session.incoming_link import IncomingLink
-from session.outgoing_link import OutgoingLink
-from session.session import TRANSFER_FRAME_OVERHEAD
-from session.session import Session as PureSession
-from writer.credit import SessionCredit
-from writer.writer import Writer
+from sluicegate.gateway.auth import User
+from sluicegate.gateway.routing import PublishTarget
+from sluicegate.gateway.window import remote_incoming_window, session_address
+from sluicegate.session.account import Account
+from sluicegate.session.incoming_link import IncomingLink
+from sluicegate.session.outgoing_link import OutgoingLink
+from sluicegate.session.session import TRANSFER_FRAME_OVERHEAD
+from sluicegate.session.session import Session as PureSession
+from sluicegate.writer.credit import SessionCredit
+from sluicegate.writer.writer import Writer
 
 
 class ConnectionState:

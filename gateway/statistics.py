@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.broker import Broker
-from queues.queue_type import QueueStatistics
-from queues.registry import QueueRegistry
-from session.account import AccountStatistics
-from session.incoming_link import IncomingLinkStatistics
-from session.memory_budget import BudgetStatistics
-from session.session import SessionStatistics
-from writer.writer import WriterStatistics
+from sluicegate.gateway.broker import Broker
+from sluicegate.queues.queue_type import QueueStatistics
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.account import AccountStatistics
+from sluicegate.session.incoming_link import IncomingLinkStatistics
+from sluicegate.session.memory_budget import BudgetStatistics
+from sluicegate.session.session import SessionStatistics
+from sluicegate.writer.writer import WriterStatistics
 
 
 @dataclass(frozen=True, slots=True)

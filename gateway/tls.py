@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 
-from gateway.config import ConfigError, ServerConfig
+from sluicegate.gateway.config import ConfigError, ServerConfig
 
 
 def server_context(config: ServerConfig) -> ssl.SSLContext | None:

@@ -17,7 +17,7 @@ from proton import Event
 from proton._selectable import Selectable
 from proton.reactor import Container, EventInjector
 
-from gateway.io_layer import register
+from sluicegate.gateway.io_layer import register
 
 
 class Wakeup:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from queues.errors import NotImplementedByServer, PreconditionFailed
+from sluicegate.queues.errors import NotImplementedByServer, PreconditionFailed
 
 
 class Overflow(enum.Enum):

@@ -32,12 +32,12 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
-from queues.arguments import DEFAULT_ARGUMENTS, Overflow, QueueArguments
-from queues.errors import ResourceLimitExceeded
-from queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
-from queues.paging import RESIDENT_READY, Page, Pager
-from queues.queue_type import (
+from sluicegate.queues.arguments import DEFAULT_ARGUMENTS, Overflow, QueueArguments
+from sluicegate.queues.errors import ResourceLimitExceeded
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from sluicegate.queues.paging import RESIDENT_READY, Page, Pager
+from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
     Clock,
     ConsumerKey,
@@ -51,8 +51,8 @@ from queues.queue_type import (
     QueueStatistics,
     QueueType,
 )
-from queues.sections import read_header
-from queues.serial import SERIAL_MASK, link_credit_snd
+from sluicegate.wire.sections import read_header
+from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
 
 _NO_DISPATCH: Final[list[Dispatch]] = []
 # Deliveries whose lock expired that a consumer may still settle late and get a clear error;

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from sluicegate.wire.errors import AmqpError
 
 
-class QueueError(Exception):
+class QueueError(AmqpError):
     """A request the queue layer refuses; ``condition`` names the AMQP error to send."""
-
-    condition: ClassVar[str] = "amqp:internal-error"
-
-
-class DecodeError(QueueError):
-    """A message section that is not valid AMQP encoding."""
-
-    condition = "amqp:decode-error"
 
 
 class MessageSizeExceeded(QueueError):

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
-from queues.codec import Value, encode_canonical
-from queues.errors import NotImplementedByServer, PreconditionFailed
-from queues.headers import Headers, HeadersMatch, headers_match
+from sluicegate.queues.errors import NotImplementedByServer, PreconditionFailed
+from sluicegate.queues.headers import Headers, HeadersMatch, headers_match
+from sluicegate.wire.codec import Value, encode_canonical
 
 
 class ExchangeType(enum.Enum):

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from queues.codec import Value
-from queues.errors import DecodeError, QueueError
-from queues.message import Message
-from queues.queue_type import MessageFilter
-from queues.sections import APPLICATION_PROPERTIES, PROPERTIES, sections
+from sluicegate.queues.errors import QueueError
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import MessageFilter
+from sluicegate.wire.codec import Value
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import APPLICATION_PROPERTIES, PROPERTIES, sections
 
 PROPERTIES_FILTER: Final = 0x173
 APPLICATION_PROPERTIES_FILTER: Final = 0x174

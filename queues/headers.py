@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from queues.codec import Symbol, Value, decode, skip
-from queues.errors import DecodeError, PreconditionFailed
-from queues.sections import APPLICATION_PROPERTIES, MESSAGE_ANNOTATIONS, section_code
+from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.wire.codec import Symbol, Value, decode, skip
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import APPLICATION_PROPERTIES, MESSAGE_ANNOTATIONS, section_code
 
 X_MATCH: Final = "x-match"
 _MATCH_KINDS: Final = {

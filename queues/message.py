@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from queues.sections import with_delivery_count
+from sluicegate.wire.sections import with_delivery_count
 
 # A message's state within its queue (the seed's acquire/release/archive model).
 AVAILABLE: Final = 0

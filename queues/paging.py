@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, Protocol
 
-from queues.held_bytes import MESSAGE_OVERHEAD
-from queues.message import Message
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.message import Message
 
 # Ready messages a paging queue keeps as objects before it pages new ones. A consumer granting
 # credit in batches of a few hundred never waits for a page-in, and at ~450 bytes a message

@@ -13,8 +13,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeAlias
 
-from queues.errors import QueueError
-from queues.message import Message
+from sluicegate.queues.errors import QueueError
+from sluicegate.queues.message import Message
 
 # A consumer is whatever the session uses to name it (its outgoing link); queues only hash it.
 ConsumerKey: TypeAlias = Hashable

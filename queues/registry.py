@@ -14,33 +14,32 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
-from queues.arguments import QUEUE_TYPES, QueueArguments, parse_arguments
-from queues.classic import ClassicQueue
-from queues.codec import Value
-from queues.deaths import Death, is_cycle, record_death
-from queues.errors import (
+from sluicegate.queues.arguments import QUEUE_TYPES, QueueArguments, parse_arguments
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.errors import (
     AccessRefused,
-    DecodeError,
     NotFound,
     PreconditionFailed,
-    QueueError,
     ResourceLocked,
 )
-from queues.exchanges import (
+from sluicegate.queues.exchanges import (
     Binding,
     Exchange,
     ExchangeSettings,
     ExchangeType,
     exchange_settings,
 )
-from queues.headers import Headers, routing_headers
-from queues.held_bytes import HeldBytes
-from queues.log.records import Arguments
-from queues.message import ARCHIVED, Message
-from queues.queue_type import Clock, DeadLetter, Dispatch, QueueStatistics, QueueType
-from queues.sections import read_header
-from queues.stream import StreamQueue
-from queues.topology_log import TopologyLog
+from sluicegate.queues.headers import Headers, routing_headers
+from sluicegate.queues.held_bytes import HeldBytes
+from sluicegate.queues.log.records import Arguments
+from sluicegate.queues.message import ARCHIVED, Message
+from sluicegate.queues.queue_type import Clock, DeadLetter, Dispatch, QueueStatistics, QueueType
+from sluicegate.queues.stream import StreamQueue
+from sluicegate.queues.topology_log import TopologyLog
+from sluicegate.wire.codec import Value
+from sluicegate.wire.deaths import Death, is_cycle, record_death
+from sluicegate.wire.errors import AmqpError, DecodeError
+from sluicegate.wire.sections import read_header
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,7 +577,7 @@ class QueueRegistry:
             logged = self._log_dead_letter(queue, copy)
             try:
                 dispatches.extend(queue.enqueue(logged))
-            except QueueError:
+            except AmqpError:
                 if logged is not copy:
                     logged.state = ARCHIVED
                 self.dead_letters_dropped += 1

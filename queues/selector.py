@@ -17,11 +17,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Final, TypeAlias
 
-from queues.codec import Value
-from queues.errors import DecodeError
-from queues.filters import InvalidFilter
-from queues.message import Message
-from queues.sections import APPLICATION_PROPERTIES, HEADER, PROPERTIES, sections
+from sluicegate.queues.filters import InvalidFilter
+from sluicegate.queues.message import Message
+from sluicegate.wire.codec import Value
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import APPLICATION_PROPERTIES, HEADER, PROPERTIES, sections
 
 SELECTOR_FILTER: Final = 0x0000468C00000004
 SELECTOR_NAME: Final = "apache.org:selector-filter:string"

@@ -14,19 +14,17 @@ logs its own archival when retention drops it).
 from __future__ import annotations
 
 import re
-import struct
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from queues.arguments import QueueArguments
-from queues.codec import Symbol, decode, encode, skip
-from queues.errors import DecodeError, PreconditionFailed
-from queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from queues.message import ARCHIVED, Message
-from queues.queue_type import (
+from sluicegate.queues.arguments import QueueArguments
+from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.message import ARCHIVED, Message
+from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
     Clock,
     ConsumerKey,
@@ -38,12 +36,10 @@ from queues.queue_type import (
     QueueStatistics,
     QueueType,
 )
-from queues.sections import DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS, section_code
-from queues.serial import SERIAL_MASK, link_credit_snd
+from sluicegate.wire.annotations import read_stream_offset, with_stream_offset
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
 
-X_STREAM_OFFSET: Final = Symbol("x-stream-offset")
-_MA_PREFIX: Final = b"\x00\x53\x72"
-_LONG = struct.Struct(">q")
 _NO_DISPATCH: Final[list[Dispatch]] = []
 # RabbitMQ's x-max-age units: years, months, days, hours, minutes, seconds.
 _AGE = re.compile(r"^(\d+)(Y|M|D|h|m|s)$")
@@ -65,57 +61,6 @@ def parse_max_age(value: object) -> int:
             f"invalid arg 'x-max-age': {value!r} is not a positive age such as 7D, 12h or 30s"
         )
     return int(match.group(1)) * _AGE_MS[match.group(2)]
-
-
-def _encode_annotations(entries: list[tuple[bytes, bytes]]) -> bytes:
-    body = b"".join(key + value for key, value in entries)
-    count = 2 * len(entries)
-    if len(body) + 1 < 256 and count < 256:
-        return _MA_PREFIX + bytes((0xC1, len(body) + 1, count)) + body
-    return _MA_PREFIX + b"\xd1" + struct.pack(">II", len(body) + 4, count) + body
-
-
-def with_stream_offset(payload: bytes, offset: int) -> bytes:
-    """``payload`` with ``x-stream-offset`` (a long) in its message annotations.
-
-    The annotations section is re-encoded (or inserted after the header and delivery
-    annotations, AMQP 1.0 §3.2); the bytes around it are copied as they are.
-    """
-    stamp = (encode(X_STREAM_OFFSET), b"\x81" + _LONG.pack(offset))
-    pos = 0
-    size = len(payload)
-    while pos < size:
-        if payload[pos] != 0x00:
-            raise DecodeError("a message section is not a described value")
-        descriptor, value_pos = decode(payload, pos + 1)
-        code = section_code(descriptor)
-        if code == MESSAGE_ANNOTATIONS:
-            value, end = decode(payload, value_pos)
-            if not isinstance(value, dict):
-                raise DecodeError("the message-annotations section is not a map")
-            entries = [(encode(k), encode(v)) for k, v in value.items() if k != X_STREAM_OFFSET]
-            return payload[:pos] + _encode_annotations([*entries, stamp]) + payload[end:]
-        if code not in (HEADER, DELIVERY_ANNOTATIONS):
-            break
-        pos = skip(payload, value_pos)
-    return payload[:pos] + _encode_annotations([stamp]) + payload[pos:]
-
-
-def read_stream_offset(payload: bytes | memoryview) -> int | None:
-    """The ``x-stream-offset`` a stamped message carries, or None."""
-    pos = 0
-    size = len(payload)
-    while pos < size:
-        descriptor, value_pos = decode(payload, pos + 1)
-        code = section_code(descriptor)
-        if code == MESSAGE_ANNOTATIONS:
-            value, _ = decode(payload, value_pos)
-            found = value.get(X_STREAM_OFFSET) if isinstance(value, dict) else None
-            return found if isinstance(found, int) else None
-        if code not in (HEADER, DELIVERY_ANNOTATIONS):
-            return None
-        pos = skip(payload, value_pos)
-    return None
 
 
 class StreamEntries(Protocol):

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from queues.log.records import Arguments
-from queues.message import Message
-from queues.paging import Pager
-from queues.stream import StreamEntries
+from sluicegate.queues.log.records import Arguments
+from sluicegate.queues.message import Message
+from sluicegate.queues.paging import Pager
+from sluicegate.queues.stream import StreamEntries
 
 
 class TopologyLog(Protocol):

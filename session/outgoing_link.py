@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from queues.queue_type import QueueType
+from sluicegate.queues.queue_type import QueueType
 
 if TYPE_CHECKING:
-    from session.session import Session
+    from sluicegate.session.session import Session
 
 
 class ClientFlowCtl:

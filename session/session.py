@@ -21,8 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final, TypeAlias, cast
 
-from queues.message import Message
-from queues.queue_type import (
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
     ConsumerOptions,
     CreditReply,
@@ -30,10 +30,10 @@ from queues.queue_type import (
     Outcome,
     QueueType,
 )
-from queues.serial import SERIAL_MASK, link_credit_snd, serial_add
-from session.outgoing_link import CreditReq, OutgoingLink
-from writer.credit import SessionCredit
-from writer.writer import Writer
+from sluicegate.session.outgoing_link import CreditReq, OutgoingLink
+from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd, serial_add
+from sluicegate.writer.credit import SessionCredit
+from sluicegate.writer.writer import Writer
 
 # RabbitMQ's DEFAULT_MAX_QUEUE_CREDIT: the largest batch a queue holds per consumer, so at most
 # this many deliveries per consumer wait in outgoing_pending.

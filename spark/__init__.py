@@ -2,7 +2,7 @@
 
 ``register(spark)`` makes the short name known to a session::
 
-    from spark import register
+    from sluicegate.spark import register
     register(spark)
     spark.readStream.format("sluicegate").option("url", "amqp://127.0.0.1:5672") \
         .option("address", "/queues/orders").load()
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark.source import SluicegateDataSource
+from sluicegate.spark.source import SluicegateDataSource
 
 __all__ = ["SluicegateDataSource", "register"]
 

@@ -44,8 +44,8 @@ from tenacity import (
     wait_exponential,
 )
 
-from spark.options import Endpoint as GatewayEndpoint
-from spark.tls import RECV_SIZE, TlsChannel, TlsError, client_context
+from sluicegate.spark.options import Endpoint as GatewayEndpoint
+from sluicegate.spark.tls import RECV_SIZE, TlsChannel, TlsError, client_context
 
 # The condition proton gives a transport whose SASL outcome was not ``ok`` (AMQP 1.0 §5.3.3.6).
 UNAUTHORIZED: Final = "amqp:unauthorized-access"

@@ -17,9 +17,9 @@ import pyarrow as pa
 from proton import Delivery
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from spark.amqp import AmqpConnection
-from spark.options import ReadOptions
-from spark.records import BATCH_ROWS, BatchBuilder
+from sluicegate.spark.amqp import AmqpConnection
+from sluicegate.spark.options import ReadOptions
+from sluicegate.spark.records import BATCH_ROWS, BatchBuilder
 
 # Credit per drain round: one record batch's worth keeps the copies in flight bounded.
 BROWSE_WINDOW: Final = BATCH_ROWS

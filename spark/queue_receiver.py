@@ -19,8 +19,8 @@ from typing import Final
 
 from proton import Delivery, Receiver
 
-from spark.amqp import POLL_S, AmqpConnection, AmqpError
-from spark.options import Endpoint
+from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError
+from sluicegate.spark.options import Endpoint
 
 # How long a stopping receiver waits for its thread and for the gateway's CLOSE.
 CLOSE_TIMEOUT_S: Final = 5.0

@@ -32,9 +32,9 @@ from proton import Delivery
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from spark.options import ReadOptions
-from spark.queue_receiver import QueueReceiver
-from spark.records import BatchBuilder
+from sluicegate.spark.options import ReadOptions
+from sluicegate.spark.queue_receiver import QueueReceiver
+from sluicegate.spark.records import BatchBuilder
 
 # The offset of a query that has read nothing yet: no connection has an empty epoch.
 INITIAL_OFFSET: Final[dict[str, Any]] = {"epoch": "", "seq": 0}

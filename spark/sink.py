@@ -51,8 +51,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark.amqp import POLL_S, AmqpConnection, AmqpError, describe
-from spark.options import OptionError, WriteOptions
+from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError, describe
+from sluicegate.spark.options import OptionError, WriteOptions
 
 _STRING_MAP: Final = MapType(StringType(), StringType())
 # The columns a sink takes and the types each may have. ``delivery_count`` and ``offset`` are

@@ -20,12 +20,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark.browse import BrowseReader
-from spark.options import Mode, OptionError, parse_read_options, parse_write_options
-from spark.queue_source import QueueStreamReader
-from spark.records import SCHEMA
-from spark.sink import SinkStreamWriter, SinkWriter, check_sink_schema
-from spark.stream_source import StreamOffsetReader, StreamRangeReader
+from sluicegate.spark.browse import BrowseReader
+from sluicegate.spark.options import Mode, OptionError, parse_read_options, parse_write_options
+from sluicegate.spark.queue_source import QueueStreamReader
+from sluicegate.spark.records import SCHEMA
+from sluicegate.spark.sink import SinkStreamWriter, SinkWriter, check_sink_schema
+from sluicegate.spark.stream_source import StreamOffsetReader, StreamRangeReader
 
 
 class SluicegateDataSource(DataSource):

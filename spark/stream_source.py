@@ -44,11 +44,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from queues.stream import read_stream_offset
-from spark.amqp import AmqpConnection, AmqpError
-from spark.options import OffsetKind, OffsetSpec, ReadOptions
-from spark.records import BATCH_ROWS, STREAM_OFFSET_ANNOTATION, BatchBuilder
-from spark.size_index import SizeIndex
+from sluicegate.spark.amqp import AmqpConnection, AmqpError
+from sluicegate.spark.options import OffsetKind, OffsetSpec, ReadOptions
+from sluicegate.spark.records import BATCH_ROWS, STREAM_OFFSET_ANNOTATION, BatchBuilder
+from sluicegate.spark.size_index import SizeIndex
+from sluicegate.wire.annotations import read_stream_offset
 
 OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
 # Credit per drain round of a range read: one record batch's worth.

@@ -15,7 +15,7 @@ import ssl
 import time
 from typing import Final
 
-from spark.options import Tls
+from sluicegate.spark.options import Tls
 
 # TLS 1.2 is the oldest version without known practical attacks, and the gateway's minimum.
 MINIMUM_VERSION: Final = ssl.TLSVersion.TLSv1_2

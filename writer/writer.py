@@ -14,7 +14,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from writer.credit import DEFAULT_INITIAL_CREDIT, DEFAULT_MORE_CREDIT_AFTER, SessionCredit
+from sluicegate.writer.credit import (
+    DEFAULT_INITIAL_CREDIT,
+    DEFAULT_MORE_CREDIT_AFTER,
+    SessionCredit,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from bench.scenario import Scenario
 from bench.series import Series, extent, idle_time, second_half, slope
 from bench.servers import Target, running
 from bench.table import Cell
-from gateway.quiver.stats import NS_PER_S
+from sluicegate.clients.quiver.stats import NS_PER_S
 
 __all__ = ["SCENARIO", "publisher_figures", "run"]
 

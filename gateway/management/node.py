@@ -28,10 +28,18 @@ from proton import (
     ulong,
 )
 
-from gateway.events import link_of
-from gateway.management.router import NOBODY, Caller, Request, Response, Router, UInt, ULong
-from gateway.state import ConnectionState
-from queues.queue_type import QueueType
+from sluicegate.gateway.events import link_of
+from sluicegate.gateway.management.router import (
+    NOBODY,
+    Caller,
+    Request,
+    Response,
+    Router,
+    UInt,
+    ULong,
+)
+from sluicegate.gateway.state import ConnectionState
+from sluicegate.queues.queue_type import QueueType
 
 ADDRESS: Final = "/management"
 # RabbitMQ grants 8 credits on the request link and tops up once 4 are left. Here the 8 also

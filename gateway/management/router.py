@@ -37,16 +37,17 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol, TypeAlias
 from urllib.parse import parse_qsl, quote, unquote
 
-from queues.errors import (
+from sluicegate.queues.errors import (
     NotFound,
     NotImplementedByServer,
     PreconditionFailed,
     QueueError,
     ResourceLocked,
 )
-from queues.exchanges import Binding, Exchange, Unroutable
-from queues.queue_type import QueueStatistics
-from queues.registry import AccessRefused, QueueInfo, QueueRegistry
+from sluicegate.queues.exchanges import Binding, Exchange, Unroutable
+from sluicegate.queues.queue_type import QueueStatistics
+from sluicegate.queues.registry import AccessRefused, QueueInfo, QueueRegistry
+from sluicegate.wire.errors import AmqpError
 
 # RabbitMQ's only virtual host; sluicegate has one namespace, reported under this name.
 VHOST: Final = "/"
@@ -186,7 +187,7 @@ class Router:
             return route(request, segments[1:], caller)
         except _Error as error:
             return Response(error.status, error.message)
-        except QueueError as error:
+        except AmqpError as error:
             for kind, status in _STATUS:
                 if isinstance(error, kind):
                     return Response(status, str(error))

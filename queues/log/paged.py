@@ -12,11 +12,11 @@ from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from queues.message import Message
-from queues.paging import PAGE_MESSAGES, Page, append_in_memory
+from sluicegate.queues.message import Message
+from sluicegate.queues.paging import PAGE_MESSAGES, Page, append_in_memory
 
 if TYPE_CHECKING:
-    from queues.log.store import MessageStore, StoredMessage
+    from sluicegate.queues.log.store import MessageStore, StoredMessage
 
 # Bytes of log one page's records may spread over: the read at page-in. Other queues' records
 # interleave with a queue's own; this bounds what a page-in reads that it does not need.

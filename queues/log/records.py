@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from queues.codec import Value, decode, encode
-from queues.errors import DecodeError
+from sluicegate.wire.codec import Value, decode, encode
+from sluicegate.wire.errors import DecodeError
 
 _HEAD = struct.Struct(">IIB")
 HEADER_SIZE: Final = _HEAD.size

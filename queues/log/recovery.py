@@ -16,11 +16,9 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from queues.codec import Value, encode_canonical
-from queues.errors import DecodeError
-from queues.log.ledger import SegmentLedger
-from queues.log.paged import PageEntries
-from queues.log.records import (
+from sluicegate.queues.log.ledger import SegmentLedger
+from sluicegate.queues.log.paged import PageEntries
+from sluicegate.queues.log.records import (
     Arguments,
     Binding,
     Enqueued,
@@ -34,6 +32,8 @@ from queues.log.records import (
     SegmentStart,
     decode_record,
 )
+from sluicegate.wire.codec import Value, encode_canonical
+from sluicegate.wire.errors import DecodeError
 
 
 class LogCorrupted(Exception):

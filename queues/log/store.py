@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from queues.errors import DecodeError
-from queues.log.ledger import SegmentLedger
-from queues.log.paged import DiskPage, LogPager
-from queues.log.records import (
+from sluicegate.queues.log.ledger import SegmentLedger
+from sluicegate.queues.log.paged import DiskPage, LogPager
+from sluicegate.queues.log.records import (
     Arguments,
     Enqueued,
     RecordType,
@@ -33,7 +32,7 @@ from queues.log.records import (
     encode_segment_start,
     enqueue_prefix,
 )
-from queues.log.recovery import (
+from sluicegate.queues.log.recovery import (
     BindingKey,
     ExchangeState,
     LogCorrupted,
@@ -45,7 +44,7 @@ from queues.log.recovery import (
     without_exchange,
     without_queue,
 )
-from queues.log.segments import (
+from sluicegate.queues.log.segments import (
     SegmentReader,
     SegmentWriter,
     list_segments,
@@ -54,10 +53,11 @@ from queues.log.segments import (
     sync_directory,
     truncate_segment,
 )
-from queues.log.stream_entries import LoggedEntries
-from queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
-from queues.paging import Pager
-from queues.sections import with_delivery_count
+from sluicegate.queues.log.stream_entries import LoggedEntries
+from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from sluicegate.queues.paging import Pager
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import with_delivery_count
 
 # Large enough that rolling (an fsync and a topology snapshot) is rare, small enough that
 # compaction frees disk in useful steps and recovery reads one segment at a time in memory.

@@ -14,10 +14,10 @@ from array import array
 from typing import TYPE_CHECKING, Final
 from weakref import WeakValueDictionary
 
-from queues.message import ARCHIVED, Message
+from sluicegate.queues.message import ARCHIVED, Message
 
 if TYPE_CHECKING:
-    from queues.log.store import MessageStore, StoredMessage
+    from sluicegate.queues.log.store import MessageStore, StoredMessage
 
 # What an entry costs in memory, for the memory budget: its id (8 bytes), segment, offset and
 # length (4 each) in arrays, and the stream's arrival timestamp (8).

@@ -17,11 +17,11 @@ from typing import TypeVar
 
 import pytest
 
-from gateway.config import ServerConfig
-from gateway.log_writer import FaultHook
-from gateway.server import Server
-from queues.queue_type import QueueStatistics
-from session.session import SessionStatistics
+from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.log_writer import FaultHook
+from sluicegate.gateway.server import Server
+from sluicegate.queues.queue_type import QueueStatistics
+from sluicegate.session.session import SessionStatistics
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from integration.conftest import RunningServer
 
-from session.session import DEFAULT_MAX_QUEUE_CREDIT
+from sluicegate.session.session import DEFAULT_MAX_QUEUE_CREDIT
 
 RUN_TIMEOUT_S = 240  # a loaded 2-core machine; the runs themselves take seconds
 # "outgoing_pending ≤ 256 + a few": the queue's batch plus credit replies and FLOWs queued with it.

@@ -1,4 +1,4 @@
-"""``sluicegate serve`` and ``python -m gateway`` as a user runs them: a real process."""
+"""``sluicegate serve`` and ``python -m sluicegate`` as a user runs them: a real process."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _sluicegate() -> list[str]:
     ("command", "signum"),
     [
         ([*_sluicegate(), "serve"], signal.SIGTERM),
-        ([sys.executable, "-m", "gateway", "serve"], signal.SIGINT),
+        ([sys.executable, "-m", "sluicegate", "serve"], signal.SIGINT),
     ],
     ids=["sluicegate-serve-sigterm", "python-m-gateway-sigint"],
 )
@@ -64,13 +64,13 @@ def _port_is_free(port: int) -> bool:
 
 
 def test_python_m_gateway_without_arguments_serves_the_default(tmp_path: Path) -> None:
-    """``python -m gateway`` alone is ``serve`` on 127.0.0.1:5672.
+    """``python -m sluicegate`` alone is ``serve`` on 127.0.0.1:5672.
 
     Where another broker holds 5672 (a benchmark peer, say), it must say so in one line.
     """
     free = _port_is_free(5672)
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway"],
+        [sys.executable, "-m", "sluicegate"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import DEFAULT_METRICS_LISTEN
+from sluicegate.gateway.config import DEFAULT_METRICS_LISTEN
 
 ROOT = Path(__file__).parents[2]
 # The metrics issue 10 §2 asks for, each of which the dashboard must show.

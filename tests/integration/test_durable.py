@@ -21,14 +21,14 @@ from support.clients import consume, publish
 from support.faults import FailingDisk
 from support.polling import wait_until
 
-from gateway.events import delivery_of, link_of
-from queues.errors import PreconditionFailed
-from queues.exchanges import ExchangeSettings, ExchangeType
-from queues.held_bytes import MESSAGE_OVERHEAD
-from queues.log.paged import PAGED_MESSAGE_BYTES
-from queues.paging import PAGE_MESSAGES, RESIDENT_READY
+from sluicegate.gateway.events import delivery_of, link_of
+from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.exchanges import ExchangeSettings, ExchangeType
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.log.paged import PAGED_MESSAGE_BYTES
+from sluicegate.queues.paging import PAGE_MESSAGES, RESIDENT_READY
 
-_SERVE = [sys.executable, "-m", "gateway", "serve", "--listen", "127.0.0.1:0"]
+_SERVE = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
 _LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
 
 

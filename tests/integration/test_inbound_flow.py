@@ -25,15 +25,15 @@ from support.flood import Flood, SlowConsumer
 from support.polling import wait_until
 from support.process import serving
 
-from gateway.io_layer import READ_BATCH
-from gateway.publishing import Unconfirmed
-from gateway.state import IncomingLinkState
-from queues.held_bytes import MESSAGE_OVERHEAD
-from queues.message import Message
-from queues.queue_type import QueueType
-from session.account import AccountStatistics
-from session.incoming_link import IncomingLinkStatistics
-from session.memory_budget import BudgetStatistics
+from sluicegate.gateway.io_layer import READ_BATCH
+from sluicegate.gateway.publishing import Unconfirmed
+from sluicegate.gateway.state import IncomingLinkState
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import QueueType
+from sluicegate.session.account import AccountStatistics
+from sluicegate.session.incoming_link import IncomingLinkStatistics
+from sluicegate.session.memory_budget import BudgetStatistics
 
 MiB: Final = 1024 * 1024
 MAX_LINK_CREDIT: Final = 170
@@ -87,7 +87,7 @@ def _rss(pid: int) -> int:
 
 @contextmanager
 def _server_process(*options: str) -> Iterator[tuple[int, str]]:
-    """``python -m gateway serve`` in its own process: its pid and its URL."""
+    """``python -m sluicegate serve`` in its own process: its pid and its URL."""
     with serving(*options) as (process, port):
         yield process.pid, f"amqp://127.0.0.1:{port}"
 

@@ -14,8 +14,8 @@ from support.clients import publish
 from support.polling import wait_until
 from support.raw_client import RawClient
 
-from queues.annotations import routing_annotations
-from queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.wire.annotations import routing_annotations
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

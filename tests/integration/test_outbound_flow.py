@@ -21,7 +21,7 @@ from support.clients import publish
 from support.polling import wait_until
 from support.raw_client import Delivery, Frame, RawClient
 
-from gateway.state import ConnectionState
+from sluicegate.gateway.state import ConnectionState
 
 # A silent period long enough to see frames that were on their way, not a speed requirement.
 QUIET_S = 0.2

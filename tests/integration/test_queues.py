@@ -14,7 +14,7 @@ from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached, Sen
 from support.clients import consume, publish
 from support.polling import wait_until
 
-from gateway.definitions import BindingDefinition, ExchangeDefinition, QueueDefinition
+from sluicegate.gateway.definitions import BindingDefinition, ExchangeDefinition, QueueDefinition
 
 
 def _declare(

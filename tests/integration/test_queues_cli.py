@@ -11,8 +11,8 @@ import pytest
 from integration.conftest import RunningServer
 from support.clients import publish
 
-from gateway.auth import hash_password, parse_users
-from gateway.cli import main
+from sluicegate.gateway.auth import hash_password, parse_users
+from sluicegate.gateway.cli import main
 
 # Generous: the machine running the tests may be loaded.
 TIMEOUT = 60
@@ -77,7 +77,15 @@ def test_refusals_are_one_line_and_exit_1(
 def test_the_command_as_a_subprocess() -> None:
     """The real entry point, once: an unreachable server is one line and exit status 2."""
     result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "queues", "--url", "amqp://127.0.0.1:1", "list"],
+        [
+            sys.executable,
+            "-m",
+            "sluicegate.gateway.cli",
+            "queues",
+            "--url",
+            "amqp://127.0.0.1:1",
+            "list",
+        ],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,

@@ -27,7 +27,8 @@ from support.frames import (
 from support.polling import wait_until
 from support.raw_client import ProtocolError, RawClient
 
-from gateway.auth import User, check_plain, hash_password, parse_users
+from sluicegate.gateway import login as login_module
+from sluicegate.gateway.auth import User, check_plain, hash_password, parse_users
 
 ALICE_PASSWORD = "correct horse"
 
@@ -157,7 +158,7 @@ def test_anonymous_off_refuses_anonymous_and_clients_without_sasl(
 
 
 def test_anonymous_loopback_means_only_on_a_loopback_listener() -> None:
-    from gateway.listener import anonymous_allowed
+    from sluicegate.gateway.listener import anonymous_allowed
 
     assert anonymous_allowed("loopback", "127.0.0.1")
     assert anonymous_allowed("loopback", "::1")
@@ -313,7 +314,6 @@ def test_a_password_check_does_not_hold_up_other_clients(
     make_server: Callable[..., RunningServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The check runs on a login thread: here it waits until another client was served."""
-    import gateway.login
 
     running = make_server(users=_users())
     others_served = threading.Event()
@@ -324,7 +324,7 @@ def test_a_password_check_does_not_hold_up_other_clients(
         assert others_served.wait(30), "the reactor was blocked by the password check"
         return check_plain(users, name, password)
 
-    monkeypatch.setattr(gateway.login, "check_plain", slow_check)
+    monkeypatch.setattr(login_module, "check_plain", slow_check)
     result: list[RawClient] = []
     login = threading.Thread(
         target=lambda: result.append(

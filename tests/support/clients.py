@@ -14,7 +14,7 @@ from proton import Delivery, Event, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from gateway.events import delivery_of, link_of
+from sluicegate.gateway.events import delivery_of, link_of
 
 # How long a test client may wait without any progress before it gives up.
 IDLE_TIMEOUT = 10.0

@@ -17,7 +17,7 @@ from proton import Delivery, Endpoint, Event, Link, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from gateway.events import delivery_of, link_of
+from sluicegate.gateway.events import delivery_of, link_of
 
 # How often the clients look at their stop flag and sample their credit.
 TICK: Final = 0.02

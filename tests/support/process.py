@@ -15,7 +15,7 @@ from typing import Final
 import pytest
 
 LISTENING: Final = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
-SERVE: Final = (sys.executable, "-m", "gateway", "serve")
+SERVE: Final = (sys.executable, "-m", "sluicegate", "serve")
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from spark import register
+from sluicegate.spark import register
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,10 @@ from pathlib import Path
 from integration.conftest import RunningServer
 from support.clients import publish
 
-from queues.stream import read_stream_offset
-from spark.amqp import AmqpConnection
-from spark.options import ReadOptions, parse_read_options
-from spark.stream_source import OFFSET_SPEC, SizeScan, next_offset
+from sluicegate.spark.amqp import AmqpConnection
+from sluicegate.spark.options import ReadOptions, parse_read_options
+from sluicegate.spark.stream_source import OFFSET_SPEC, SizeScan, next_offset
+from sluicegate.wire.annotations import read_stream_offset
 
 
 def _options(running: RunningServer) -> ReadOptions:

@@ -12,9 +12,9 @@ from pyspark.sql.readwriter import DataFrameReader
 from pyspark.sql.streaming.readwriter import DataStreamReader
 from support.clients import publish
 
-from spark.amqp import AmqpConnection
-from spark.options import parse_read_options
-from spark.stream_source import OFFSET_SPEC
+from sluicegate.spark.amqp import AmqpConnection
+from sluicegate.spark.options import parse_read_options
+from sluicegate.spark.stream_source import OFFSET_SPEC
 
 pytestmark = [
     pytest.mark.slow,

@@ -64,14 +64,16 @@ def test_an_unknown_option_names_the_missing_feature() -> None:
         "usage: sluicegate [-h] {serve,quiver} ...",
         "sluicegate: error: unrecognized arguments: --memory-budget 64MiB",
     ]
-    failure = _start_failure(["python", "-m", "gateway", "serve"], 2, stderr)
+    failure = _start_failure(["python", "-m", "sluicegate", "serve"], 2, stderr)
     assert isinstance(failure, MissingFeature)
     assert "memory budget (issue 5" in str(failure)
 
 
 def test_other_start_failures_quote_the_last_line() -> None:
     failure = _start_failure(
-        ["python", "-m", "gateway", "serve"], 1, ["sluicegate: cannot listen on x: Address in use"]
+        ["python", "-m", "sluicegate", "serve"],
+        1,
+        ["sluicegate: cannot listen on x: Address in use"],
     )
     assert not isinstance(failure, MissingFeature)
     assert str(failure).endswith("cannot listen on x: Address in use")

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from spark.options import (
+from sluicegate.spark.options import (
     AMQPS_PORT,
     DEFAULT_CREDIT,
     Mode,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark.size_index import COMPACT_AFTER, SizeIndex
+from sluicegate.spark.size_index import COMPACT_AFTER, SizeIndex
 
 
 def _index(origin: int, messages: list[tuple[int, int]]) -> SizeIndex:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark.stream_source import OffsetRange, split
+from sluicegate.spark.stream_source import OffsetRange, split
 
 
 def test_a_range_splits_into_nearly_equal_parts() -> None:

@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import ANONYMOUS_USER, anonymous_user, check_plain, hash_password, parse_users
-from gateway.config import ConfigError, load_config
-from gateway.sasl import AMQP_HEADER, SASL_HEADER, Phase, SaslServer
+from sluicegate.gateway.auth import (
+    ANONYMOUS_USER,
+    anonymous_user,
+    check_plain,
+    hash_password,
+    parse_users,
+)
+from sluicegate.gateway.config import ConfigError, load_config
+from sluicegate.gateway.sasl import AMQP_HEADER, SASL_HEADER, Phase, SaslServer
 
 
 def test_a_hash_verifies_its_password_only() -> None:
@@ -50,7 +56,7 @@ def test_bad_user_tables_name_the_key(table: dict[str, object], message: str) ->
 
 def test_users_come_from_the_config_file(tmp_path: Path) -> None:
     hashed = subprocess.run(
-        [sys.executable, "-m", "gateway", "passwd", "--stdin"],
+        [sys.executable, "-m", "sluicegate", "passwd", "--stdin"],
         input="pw\n",
         capture_output=True,
         text=True,

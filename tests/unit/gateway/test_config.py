@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, ServerConfig, load_config, setting_names
+from sluicegate.gateway.config import ConfigError, ServerConfig, load_config, setting_names
 
 DOCS = Path(__file__).parents[3] / "docs" / "configuration.md"
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, load_config
-from gateway.definitions import apply_definitions
-from queues.codec import Described, encode
-from queues.registry import QueueRegistry
+from sluicegate.gateway.config import ConfigError, load_config
+from sluicegate.gateway.definitions import apply_definitions
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.codec import Described, encode
 
 DEFINITIONS = """
 [[queues]]

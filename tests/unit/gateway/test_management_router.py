@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.management.router import (
+from sluicegate.gateway.management.router import (
     NOBODY,
     Access,
     Caller,
@@ -14,9 +14,9 @@ from gateway.management.router import (
     UInt,
     ULong,
 )
-from queues.message import Message
-from queues.queue_type import Clock
-from queues.registry import QueueRegistry
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock
+from sluicegate.queues.registry import QueueRegistry
 
 QUEUE_INFO_KEYS = {
     "name",

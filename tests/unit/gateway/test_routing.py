@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gateway.routing import Router
-from queues.codec import Described, Symbol, Timestamp, encode
-from queues.message import Message
-from queues.queue_type import Clock, Outcome
-from queues.registry import QueueRegistry
-from queues.sections import MESSAGE_ANNOTATIONS, Header, encode_header, sections
+from sluicegate.gateway.routing import Router
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock, Outcome
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.codec import Described, Symbol, Timestamp, encode
+from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, Header, encode_header, sections
 
 _BODY = encode(Described(0x77, "body"))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.selector import EpollSelector
+from sluicegate.gateway.selector import EpollSelector
 
 
 class FakeReactor:

@@ -16,17 +16,17 @@ from hypothesis.stateful import (
     rule,
 )
 
-from queues.arguments import QueueArguments
-from queues.classic import ClassicQueue
-from queues.codec import Described, encode
-from queues.envelope import read_envelope
-from queues.errors import DecodeError
-from queues.held_bytes import MESSAGE_OVERHEAD
-from queues.message import Message
-from queues.paging import Page, append_in_memory
-from queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
-from queues.sections import Header, encode_header, read_header
-from queues.serial import SERIAL_MASK, serial_add
+from sluicegate.queues.arguments import QueueArguments
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.message import Message
+from sluicegate.queues.paging import Page, append_in_memory
+from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
+from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.envelope import read_envelope
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import Header, encode_header, read_header
+from sluicegate.wire.serial import SERIAL_MASK, serial_add
 
 
 def _payload(i: int) -> bytes:

@@ -7,10 +7,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from queues.codec import Described, encode
-from queues.errors import DecodeError, NotFound, PreconditionFailed
-from queues.queue_type import QueueType
-from queues.registry import AccessRefused, QueueRegistry
+from sluicegate.queues.errors import NotFound, PreconditionFailed
+from sluicegate.queues.queue_type import QueueType
+from sluicegate.queues.registry import AccessRefused, QueueRegistry
+from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.errors import DecodeError
 
 
 def _names(queues: list[QueueType]) -> list[str]:

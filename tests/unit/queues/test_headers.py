@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queues.codec import Described, Symbol, encode
-from queues.errors import DecodeError, PreconditionFailed
-from queues.headers import NULL, comparable, headers_match, routing_headers
+from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.headers import NULL, comparable, headers_match, routing_headers
+from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.errors import DecodeError
 
 # Values a header or a binding argument can hold: the simple types and a compound one.
 simple_values = st.one_of(

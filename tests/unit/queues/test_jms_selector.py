@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from queues.codec import Described, Value, encode
-from queues.filters import InvalidFilter
-from queues.message import Message
-from queues.sections import Header, encode_header
-from queues.selector import Selector
+from sluicegate.queues.filters import InvalidFilter
+from sluicegate.queues.message import Message
+from sluicegate.queues.selector import Selector
+from sluicegate.wire.codec import Described, Value, encode
+from sluicegate.wire.sections import Header, encode_header
 
 
 def _message(

@@ -8,14 +8,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from queues.arguments import parse_arguments
-from queues.classic import ClassicQueue
-from queues.codec import Described, Symbol, Value, encode
-from queues.errors import ResourceLimitExceeded
-from queues.filters import InvalidFilter, PropertiesFilter
-from queues.held_bytes import MESSAGE_OVERHEAD
-from queues.message import Message
-from queues.queue_type import Clock, ConsumerOptions, LockExpired, Outcome
+from sluicegate.queues.arguments import parse_arguments
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.errors import ResourceLimitExceeded
+from sluicegate.queues.filters import InvalidFilter, PropertiesFilter
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock, ConsumerOptions, LockExpired, Outcome
+from sluicegate.wire.codec import Described, Symbol, Value, encode
 
 _PROPERTIES_PREFIX = b"\x00\x53\x73"
 _APPLICATION_PREFIX = b"\x00\x53\x74"

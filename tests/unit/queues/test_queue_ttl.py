@@ -11,12 +11,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from queues.arguments import MAX_EXPIRES, parse_arguments
-from queues.codec import Described, encode
-from queues.errors import PreconditionFailed
-from queues.message import Message
-from queues.queue_type import Clock
-from queues.registry import QueueRegistry
+from sluicegate.queues.arguments import MAX_EXPIRES, parse_arguments
+from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.codec import Described, encode
 
 EXPIRES = 300
 START = 1_000

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from queues.arguments import Overflow, parse_arguments
-from queues.codec import Described, Symbol, encode
-from queues.deaths import deaths_of
-from queues.errors import NotFound, NotImplementedByServer, PreconditionFailed, ResourceLocked
-from queues.exchanges import topic_matches
-from queues.message import Message
-from queues.queue_type import Clock, Outcome, QueueType
-from queues.registry import AccessRefused, QueueRegistry
-from queues.sections import MESSAGE_ANNOTATIONS, sections
+from sluicegate.queues.arguments import Overflow, parse_arguments
+from sluicegate.queues.errors import (
+    NotFound,
+    NotImplementedByServer,
+    PreconditionFailed,
+    ResourceLocked,
+)
+from sluicegate.queues.exchanges import topic_matches
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock, Outcome, QueueType
+from sluicegate.queues.registry import AccessRefused, QueueRegistry
+from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.deaths import deaths_of
+from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, sections
 
 
 def _body(text: str) -> bytes:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from queues.arguments import parse_arguments
-from queues.codec import Described, Symbol, encode
-from queues.errors import PreconditionFailed
-from queues.message import Message
-from queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Outcome
-from queues.registry import QueueRegistry
-from queues.sections import sections
-from queues.stream import StreamQueue, parse_max_age, read_stream_offset, with_stream_offset
+from sluicegate.queues.arguments import parse_arguments
+from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Outcome
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.stream import StreamQueue, parse_max_age
+from sluicegate.wire.annotations import read_stream_offset, with_stream_offset
+from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.sections import sections
 
 _BODY = encode(Described(0x77, "the body, never decoded"))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.quiver.endpoint import Endpoint, UrlError, parse_url
+from sluicegate.clients.quiver.endpoint import Endpoint, UrlError, parse_url
 
 
 @pytest.mark.parametrize(

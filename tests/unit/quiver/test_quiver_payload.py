@@ -7,7 +7,12 @@ import struct
 import pytest
 from proton import Message
 
-from gateway.quiver.payload import PayloadError, body_headers, check_stamped, encode_template
+from sluicegate.clients.quiver.payload import (
+    PayloadError,
+    body_headers,
+    check_stamped,
+    encode_template,
+)
 
 
 @pytest.mark.parametrize(("body_size", "durable"), [(8, False), (100, True), (300, False)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gateway.quiver.procstat import parse_stat_ticks, parse_statm_rss_pages, sample
+from sluicegate.clients.quiver.procstat import parse_stat_ticks, parse_statm_rss_pages, sample
 
 STAT = (
     "7566 (cat) R 7522 7522 2872 0 -1 4194304 100 0 0 0 12 30 0 0 20 0 1 0 64911 3133440 "

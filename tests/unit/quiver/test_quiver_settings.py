@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.quiver.endpoint import parse_url
-from gateway.quiver.settings import Settings, SettingsError, plan_arrows, shares
+from sluicegate.clients.quiver.endpoint import parse_url
+from sluicegate.clients.quiver.settings import Settings, SettingsError, plan_arrows, shares
 
 URL = "amqp://127.0.0.1:5700/q"
 

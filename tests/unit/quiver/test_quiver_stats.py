@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.quiver.endpoint import parse_url
-from gateway.quiver.settings import Settings
-from gateway.quiver.stats import (
+from sluicegate.clients.quiver.endpoint import parse_url
+from sluicegate.clients.quiver.settings import Settings
+from sluicegate.clients.quiver.stats import (
     Latency,
     ProcessUsage,
     Results,

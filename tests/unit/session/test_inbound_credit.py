@@ -15,14 +15,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from queues.classic import ClassicQueue
-from queues.codec import Described, encode
-from queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from queues.message import Message
-from queues.queue_type import Outcome
-from session.account import Account
-from session.incoming_link import IncomingLink
-from session.memory_budget import MemoryBudget
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Outcome
+from sluicegate.session.account import Account
+from sluicegate.session.incoming_link import IncomingLink
+from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.wire.codec import Described, encode
 
 # -- publisher link credit ---------------------------------------------------------------
 

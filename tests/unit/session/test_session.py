@@ -11,14 +11,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from queues.classic import ClassicQueue
-from queues.codec import Described, encode
-from queues.message import Message
-from queues.queue_type import ConsumerKey, CreditReply, Outcome
-from queues.sections import read_header
-from queues.serial import SERIAL_MASK, serial_add
-from session.outgoing_link import CreditReq, OutgoingLink
-from session.session import (
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Outcome
+from sluicegate.session.outgoing_link import CreditReq, OutgoingLink
+from sluicegate.session.session import (
     DEFAULT_MAX_QUEUE_CREDIT,
     Action,
     LinkFlow,
@@ -27,7 +24,10 @@ from session.session import (
     TransferPart,
     route,
 )
-from writer.writer import Writer
+from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.sections import read_header
+from sluicegate.wire.serial import SERIAL_MASK, serial_add
+from sluicegate.writer.writer import Writer
 
 
 @dataclass(frozen=True)

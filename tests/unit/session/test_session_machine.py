@@ -16,14 +16,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from queues.classic import ClassicQueue
-from queues.codec import Described, encode
-from queues.message import Message
-from queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
-from queues.serial import serial_diff
-from session.outgoing_link import OutgoingLink
-from session.session import Action, LinkFlow, Session, TransferPart, route
-from writer.writer import Writer
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
+from sluicegate.session.outgoing_link import OutgoingLink
+from sluicegate.session.session import Action, LinkFlow, Session, TransferPart, route
+from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.serial import serial_diff
+from sluicegate.writer.writer import Writer
 
 MAX_QUEUE_CREDIT = 8
 MAX_FRAME_SIZE = 512  # 448 payload bytes per frame: messages of 1 to 4 frames

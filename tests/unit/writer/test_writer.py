@@ -6,8 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from writer.credit import DEFAULT_INITIAL_CREDIT, DEFAULT_MORE_CREDIT_AFTER, SessionCredit
-from writer.writer import Writer, WriterStatistics
+from sluicegate.writer.credit import (
+    DEFAULT_INITIAL_CREDIT,
+    DEFAULT_MORE_CREDIT_AFTER,
+    SessionCredit,
+)
+from sluicegate.writer.writer import Writer, WriterStatistics
 
 
 def blocked(credit: SessionCredit) -> bool:

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from queues.codec import Described, Symbol, encode
-from queues.deaths import deaths_of
-from queues.log.segments import SegmentWriter, segment_path
-from queues.log.store import MessageStore, write_now
-from queues.message import Message
-from queues.queue_type import Clock
-from queues.registry import QueueRegistry
-from queues.stream import read_stream_offset
+from sluicegate.queues.log.segments import SegmentWriter, segment_path
+from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.annotations import read_stream_offset
+from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.deaths import deaths_of
 
 
 def _persistent(body: str) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from queues.log.ledger import SegmentLedger
+from sluicegate.queues.log.ledger import SegmentLedger
 
 
 def _ledger(*segments: int) -> SegmentLedger:

@@ -19,10 +19,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from queues.codec import Described, encode
-from queues.log.segments import SegmentWriter
-from queues.log.store import MessageStore, StoredMessage, WriteBatch, write_now
-from queues.sections import read_header
+from sluicegate.queues.log.segments import SegmentWriter
+from sluicegate.queues.log.store import MessageStore, StoredMessage, WriteBatch, write_now
+from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.sections import read_header
 
 # Small segments so that runs roll segments and compact them often.
 _SEGMENT_SIZE = 1024

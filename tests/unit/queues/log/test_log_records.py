@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queues.codec import Symbol, encode
-from queues.log.records import (
+from sluicegate.queues.log.records import (
     HEADER_SIZE,
     Arguments,
     Binding,
@@ -35,7 +34,8 @@ from queues.log.records import (
     enqueue_prefix,
     iter_records,
 )
-from queues.log.recovery import Recovery, binding_key
+from sluicegate.queues.log.recovery import Recovery, binding_key
+from sluicegate.wire.codec import Symbol, encode
 
 
 def test_every_record_type_round_trips() -> None:

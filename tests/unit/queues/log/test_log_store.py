@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from queues.annotations import routing_annotations
-from queues.codec import Described, Symbol, encode
-from queues.log.recovery import ExchangeState, LogCorrupted, binding_key
-from queues.log.segments import SegmentWriter, list_segments, segment_path
-from queues.log.store import MessageStore, StoredMessage, write_batches, write_now
-from queues.message import ACQUIRED, ARCHIVED
-from queues.sections import read_header
+from sluicegate.queues.log.recovery import ExchangeState, LogCorrupted, binding_key
+from sluicegate.queues.log.segments import SegmentWriter, list_segments, segment_path
+from sluicegate.queues.log.store import MessageStore, StoredMessage, write_batches, write_now
+from sluicegate.queues.message import ACQUIRED, ARCHIVED
+from sluicegate.wire.annotations import routing_annotations
+from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.sections import read_header
 
 
 def _payload(i: int, size: int = 0) -> bytes:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, ServerConfig
-from queues.log.paged import PAGE_SPAN, DiskPage
-from queues.log.store import MAX_SEGMENT_SIZE, MessageStore
-from queues.paging import PAGE_MESSAGES
+from sluicegate.gateway.config import ConfigError, ServerConfig
+from sluicegate.queues.log.paged import PAGE_SPAN, DiskPage
+from sluicegate.queues.log.store import MAX_SEGMENT_SIZE, MessageStore
+from sluicegate.queues.paging import PAGE_MESSAGES
 
 
 def _page(tmp_path: Path) -> DiskPage:

@@ -18,13 +18,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from queues.classic import ClassicQueue
-from queues.codec import Described, encode
-from queues.log.segments import SegmentWriter
-from queues.log.store import MessageStore, write_now
-from queues.message import Message
-from queues.queue_type import Outcome
-from queues.sections import Header, encode_header
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.log.segments import SegmentWriter
+from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Outcome
+from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.sections import Header, encode_header
 
 # Small segments, so that pages end where segments roll and compaction runs.
 _SEGMENT_SIZE = 2048

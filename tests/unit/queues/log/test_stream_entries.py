@@ -5,14 +5,15 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from queues.codec import Described, encode
-from queues.log.segments import SegmentWriter
-from queues.log.store import MessageStore, StoredMessage, write_now
-from queues.log.stream_entries import ENTRY_BYTES
-from queues.message import Message
-from queues.queue_type import Clock, ConsumerOptions, OffsetSpec
-from queues.registry import QueueRegistry
-from queues.stream import StreamQueue, read_stream_offset
+from sluicegate.queues.log.segments import SegmentWriter
+from sluicegate.queues.log.store import MessageStore, StoredMessage, write_now
+from sluicegate.queues.log.stream_entries import ENTRY_BYTES
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.stream import StreamQueue
+from sluicegate.wire.annotations import read_stream_offset
+from sluicegate.wire.codec import Described, encode
 
 _NOW = 1_700_000_000_000
 

@@ -15,8 +15,8 @@ from urllib.parse import quote
 from proton import Message, SSLDomain
 from proton.utils import BlockingConnection
 
-from gateway.management.node import ADDRESS
-
+# RabbitMQ 4 serves its management API at this address; so does sluicegate.
+ADDRESS = "/management"
 # A request and its reply normally take milliseconds; this bounds a stuck server.
 REQUEST_TIMEOUT = 30.0
 

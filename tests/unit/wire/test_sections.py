@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queues.codec import Described, Symbol, Value, encode
-from queues.errors import DecodeError
-from queues.message import Message
-from queues.sections import (
+from sluicegate.queues.message import Message
+from sluicegate.wire.codec import Described, Symbol, Value, encode
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
     DELIVERY_ANNOTATIONS,
     HEADER,

@@ -13,9 +13,9 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from queues.codec import Symbol, Timestamp, Value, encode
-from queues.errors import DecodeError
-from queues.sections import (
+from sluicegate.wire.codec import Symbol, Timestamp, Value, encode
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import (
     DELIVERY_ANNOTATIONS,
     HEADER,
     MESSAGE_ANNOTATIONS,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
 
-from gateway.quiver.settings import Settings
+from sluicegate.clients.quiver.settings import Settings
 
 __all__ = [
     "PERCENTILES",

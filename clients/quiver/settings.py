@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from gateway.quiver.endpoint import Endpoint
+from sluicegate.clients.quiver.endpoint import Endpoint
 
 __all__ = [
     "DEFAULT_BODY_SIZE",

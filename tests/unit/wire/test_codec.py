@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queues.codec import (
+from sluicegate.wire.codec import (
     Described,
     Symbol,
     Timestamp,
@@ -26,7 +26,7 @@ from queues.codec import (
     encode_uint,
     skip,
 )
-from queues.errors import DecodeError
+from sluicegate.wire.errors import DecodeError
 
 # -- strategies ----------------------------------------------------------------------------
 

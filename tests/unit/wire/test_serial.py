@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queues.serial import SERIAL_MASK, link_credit_snd, serial_add, serial_diff
+from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd, serial_add, serial_diff
 
 TOP = 2**32
 serials = st.integers(min_value=0, max_value=TOP - 1)

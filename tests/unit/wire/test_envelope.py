@@ -6,10 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Message as ProtonMessage
 
-from queues.annotations import annotations_offset
-from queues.envelope import read_envelope
-from queues.errors import DecodeError
-from queues.sections import read_header
+from sluicegate.wire.annotations import annotations_offset
+from sluicegate.wire.envelope import read_envelope
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import read_header
 
 _SAMPLES = [
     ProtonMessage(body="x"),

@@ -15,9 +15,9 @@ from typing import Any, Final, TextIO
 
 from proton import VERSION
 
-from gateway.quiver.endpoint import DEFAULT_PORT, UrlError, parse_url
-from gateway.quiver.runner import RunError, measure
-from gateway.quiver.settings import (
+from sluicegate.clients.quiver.endpoint import DEFAULT_PORT, UrlError, parse_url
+from sluicegate.clients.quiver.runner import RunError, measure
+from sluicegate.clients.quiver.settings import (
     DEFAULT_BODY_SIZE,
     DEFAULT_COUNT,
     DEFAULT_CREDIT,
@@ -25,7 +25,12 @@ from gateway.quiver.settings import (
     Settings,
     SettingsError,
 )
-from gateway.quiver.stats import Results, render_configuration, render_results, summary_document
+from sluicegate.clients.quiver.stats import (
+    Results,
+    render_configuration,
+    render_results,
+    summary_document,
+)
 
 __all__ = ["add_parser", "run"]
 

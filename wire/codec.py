@@ -12,7 +12,7 @@ import struct
 from collections.abc import Callable
 from typing import Final, TypeAlias
 
-from queues.errors import DecodeError
+from sluicegate.wire.errors import DecodeError
 
 # What decoding yields: AMQP scalars map to Python scalars, compounds to lists and dicts.
 Value: TypeAlias = (

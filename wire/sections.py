@@ -10,8 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from queues.codec import Described, Symbol, Value, decode, encode, encode_ubyte, encode_uint
-from queues.errors import DecodeError
+from sluicegate.wire.codec import (
+    Described,
+    Symbol,
+    Value,
+    decode,
+    encode,
+    encode_ubyte,
+    encode_uint,
+)
+from sluicegate.wire.errors import DecodeError
 
 HEADER: Final = 0x70
 DELIVERY_ANNOTATIONS: Final = 0x71

@@ -17,11 +17,11 @@ from typing import Final
 
 from proton import Connection, Link, Receiver
 
-from gateway.quiver.arrow import Arrow
-from gateway.quiver.capi import ffi, lib
-from gateway.quiver.payload import PayloadError, body_headers, check_stamped
-from gateway.quiver.reports import Ready, ReceiverDone, Report, Scoreboard
-from gateway.quiver.settings import ArrowConfig
+from sluicegate.clients.quiver.arrow import Arrow
+from sluicegate.clients.quiver.capi import ffi, lib
+from sluicegate.clients.quiver.payload import PayloadError, body_headers, check_stamped
+from sluicegate.clients.quiver.reports import Ready, ReceiverDone, Report, Scoreboard
+from sluicegate.clients.quiver.settings import ArrowConfig
 
 __all__ = ["ReceiverArrow", "main"]
 

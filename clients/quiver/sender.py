@@ -17,11 +17,11 @@ from typing import Any, Final
 
 from proton import Connection, Link
 
-from gateway.quiver.arrow import Arrow
-from gateway.quiver.capi import ffi, lib
-from gateway.quiver.payload import encode_template
-from gateway.quiver.reports import Report, Scoreboard, SenderDone
-from gateway.quiver.settings import ArrowConfig
+from sluicegate.clients.quiver.arrow import Arrow
+from sluicegate.clients.quiver.capi import ffi, lib
+from sluicegate.clients.quiver.payload import encode_template
+from sluicegate.clients.quiver.reports import Report, Scoreboard, SenderDone
+from sluicegate.clients.quiver.settings import ArrowConfig
 
 __all__ = ["SenderArrow", "main"]
 

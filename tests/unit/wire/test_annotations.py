@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Message, symbol
 
-from queues.annotations import annotations_offset, with_routing_annotations
-from queues.errors import DecodeError
+from sluicegate.wire.annotations import annotations_offset, with_routing_annotations
+from sluicegate.wire.errors import DecodeError
 
 
 def _roundtrip(message: Message) -> Message:

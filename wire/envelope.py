@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from queues.codec import decode, skip
-from queues.errors import DecodeError
-from queues.sections import (
+from sluicegate.wire.codec import decode, skip
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
     DELIVERY_ANNOTATIONS,
     HEADER,

@@ -18,9 +18,9 @@ from multiprocessing.connection import wait
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Final, TextIO
 
-from gateway.quiver import procstat, receiver, sender
-from gateway.quiver.procstat import ProcSample
-from gateway.quiver.reports import (
+from sluicegate.clients.quiver import procstat, receiver, sender
+from sluicegate.clients.quiver.procstat import ProcSample
+from sluicegate.clients.quiver.reports import (
     STOP,
     Failed,
     Ready,
@@ -29,8 +29,8 @@ from gateway.quiver.reports import (
     Scoreboard,
     SenderDone,
 )
-from gateway.quiver.settings import ArrowConfig, Settings, plan_arrows
-from gateway.quiver.stats import (
+from sluicegate.clients.quiver.settings import ArrowConfig, Settings, plan_arrows
+from sluicegate.clients.quiver.stats import (
     NS_PER_MS,
     ProcessUsage,
     Results,

@@ -19,10 +19,10 @@ from typing import Any, Final
 
 from proton import Condition, Connection, Endpoint, Link
 
-from gateway.quiver.capi import link_pointer
-from gateway.quiver.engine import Engine
-from gateway.quiver.reports import STOP, Failed, Ready, Report, Scoreboard
-from gateway.quiver.settings import ArrowConfig
+from sluicegate.clients.quiver.capi import link_pointer
+from sluicegate.clients.quiver.engine import Engine
+from sluicegate.clients.quiver.reports import STOP, Failed, Ready, Report, Scoreboard
+from sluicegate.clients.quiver.settings import ArrowConfig
 
 __all__ = ["TICK_S", "Arrow", "describe"]
 

@@ -1,0 +1,78 @@
+"""The import rules of docs/design.md, checked on the source: one namespace, imports point down.
+
+Every package is ``sluicegate.<name>``; nothing imports the folders by their bare names (they
+would load a second copy of a module under another name). Each package imports only the
+packages below it, so the pure layers stay free of the IO shell and no import circle can form
+between packages.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+
+# What each package may import of the others (docs/design.md, "Packages").
+ALLOWED: Final[dict[str, frozenset[str]]] = {
+    "wire": frozenset(),
+    "writer": frozenset({"wire"}),
+    "queues": frozenset({"wire"}),
+    "session": frozenset({"queues", "writer", "wire"}),
+    "clients": frozenset({"wire"}),
+    "gateway": frozenset({"session", "queues", "writer", "wire", "clients"}),
+    "spark": frozenset({"clients", "wire"}),
+}
+BARE: Final = frozenset(ALLOWED)
+
+
+def _sources(*folders: str) -> Iterator[Path]:
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "node_modules" not in path.parts:
+                yield path
+
+
+def _imported(path: Path) -> Iterator[tuple[int, str]]:
+    """Every absolute module name ``path`` imports, with its line."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_package_imports_only_the_packages_below_it(package: str) -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in _sources(package)
+        for line, name in _imported(path)
+        if name.startswith("sluicegate.")
+        and (target := name.split(".")[1]) != package
+        and target not in ALLOWED[package]
+    ]
+    assert wrong == []
+
+
+def test_nothing_imports_a_package_by_its_bare_name() -> None:
+    folders = (*sorted(ALLOWED), "tests", "bench", "examples", "sluicegate")
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in _sources(*folders)
+        for line, name in _imported(path)
+        if name.split(".")[0] in BARE
+    ]
+    assert wrong == []
+
+
+def test_every_package_folder_is_linked_into_the_namespace() -> None:
+    for package in ALLOWED:
+        link = ROOT / "sluicegate" / package
+        assert link.is_symlink(), link
+        assert link.resolve() == ROOT / package
