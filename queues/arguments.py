@@ -24,6 +24,14 @@ class Overflow(enum.Enum):
     REJECT_PUBLISH_DLX = "reject-publish-dlx"
 
 
+class DeadLetterStrategy(enum.Enum):
+    """How a quorum queue hands its dead letters over (``x-dead-letter-strategy``)."""
+
+    AT_MOST_ONCE = "at-most-once"
+    # The queue keeps a dead letter until its dead-letter queues have confirmed it.
+    AT_LEAST_ONCE = "at-least-once"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueArguments:
     """A queue's validated arguments; ``None`` means the argument is absent (no limit)."""
@@ -35,6 +43,7 @@ class QueueArguments:
     max_length: int | None = None
     max_length_bytes: int | None = None
     overflow: Overflow = Overflow.DROP_HEAD
+    dead_letter_strategy: DeadLetterStrategy = DeadLetterStrategy.AT_MOST_ONCE
     delivery_limit: int | None = None
     single_active_consumer: bool = False
     # How long a consumer may hold a delivery unsettled before it is released (milliseconds).
@@ -57,22 +66,75 @@ DEFAULT_ARGUMENTS: Final = QueueArguments()
 
 # The queue types this server serves (their factories are in queues.registry).
 QUEUE_TYPES: set[str] = {"classic", "stream"}
-# Arguments of other queue types that a classic queue accepts and ignores, as RabbitMQ does.
-_PASSED_THROUGH: Final = frozenset(
-    {
-        "x-max-age",
-        "x-stream-max-segment-size-bytes",
-        "x-initial-cluster-size",
-        "x-queue-leader-locator",
-        "x-queue-version",
-    }
-)
+# The queue arguments each type takes: RabbitMQ 4.2's lists per type (its queue types'
+# ``queue_arguments``), plus sluicegate's own ``x-delivery-limit`` on classic queues and
+# ``x-consumer-timeout``. An argument one type takes is refused for another, as RabbitMQ
+# refuses it ("invalid arg 'x-max-age' for queue type classic"); an argument no type takes is
+# refused as unknown, so a misspelt limit is never silently ignored.
+_TYPE_ARGUMENTS: Final[dict[str, frozenset[str]]] = {
+    "classic": frozenset(
+        {
+            "x-expires",
+            "x-message-ttl",
+            "x-dead-letter-exchange",
+            "x-dead-letter-routing-key",
+            "x-max-length",
+            "x-max-length-bytes",
+            "x-max-priority",
+            "x-overflow",
+            "x-queue-mode",
+            "x-queue-version",
+            "x-single-active-consumer",
+            "x-queue-master-locator",
+            "x-queue-leader-locator",
+            "x-delivery-limit",
+            "x-consumer-timeout",
+        }
+    ),
+    "quorum": frozenset(
+        {
+            "x-dead-letter-exchange",
+            "x-dead-letter-routing-key",
+            "x-dead-letter-strategy",
+            "x-expires",
+            "x-max-length",
+            "x-max-length-bytes",
+            "x-max-in-memory-length",
+            "x-max-in-memory-bytes",
+            "x-overflow",
+            "x-single-active-consumer",
+            "x-quorum-initial-group-size",
+            "x-quorum-target-group-size",
+            "x-delivery-limit",
+            "x-message-ttl",
+            "x-queue-leader-locator",
+            "x-consumer-timeout",
+        }
+    ),
+    "stream": frozenset(
+        {
+            "x-max-length-bytes",
+            "x-max-age",
+            "x-stream-max-segment-size-bytes",
+            "x-stream-filter-size-bytes",
+            "x-initial-cluster-size",
+            "x-queue-leader-locator",
+        }
+    ),
+}
+_KNOWN: Final = frozenset().union(*_TYPE_ARGUMENTS.values())
 # Arguments RabbitMQ knows that this server refuses rather than ignores silently.
 _REFUSED: Final = {
     "x-queue-mode": "lazy mode does not apply: classic queues keep messages in memory",
-    "x-quorum-initial-group-size": "quorum queues are not supported",
 }
-_DEAD_LETTER_STRATEGIES: Final = frozenset({"at-most-once"})
+# RabbitMQ's leader locators: accepted for compatibility, meaningless on one node.
+_LEADER_LOCATORS: Final = frozenset(
+    {"client-local", "balanced", "random", "least-leaders", "min-masters"}
+)
+# A stream's per-chunk filter size in bytes: RabbitMQ takes 16 to 255.
+_FILTER_SIZE_RANGE: Final = range(16, 256)
+
+
 # The longest x-expires RabbitMQ takes (its timers' limit, about 49.7 days); longer is refused.
 MAX_EXPIRES: Final = 2**32 - 1
 
@@ -105,20 +167,46 @@ def _boolean(name: str, value: object) -> bool:
     return value
 
 
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise PreconditionFailed(f"invalid arg '{name}': expected a positive integer")
+    return value
+
+
+def _choice(name: str, value: object, choices: type[enum.Enum]) -> enum.Enum:
+    try:
+        return choices(_string(name, value))
+    except ValueError:
+        allowed = ", ".join(str(c.value) for c in choices)
+        raise PreconditionFailed(
+            f"invalid arg '{name}': {value!r} is not one of {allowed}"
+        ) from None
+
+
+def _queue_type(arguments: Mapping[str, object]) -> str:
+    """The declared ``x-queue-type`` (classic by default), refused if not served."""
+    value = arguments.get("x-queue-type", "classic")
+    kind = _string("x-queue-type", value)
+    if kind not in QUEUE_TYPES:
+        raise NotImplementedByServer(f"invalid arg 'x-queue-type': queue type {kind!r}")
+    return kind
+
+
 def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
     """Validate a declaration's arguments; raise naming the first bad one."""
     if not arguments:
         return DEFAULT_ARGUMENTS
-    values: dict[str, object] = {}
+    kind = _queue_type(arguments)
+    accepted = _TYPE_ARGUMENTS[kind]
+    values: dict[str, object] = {"queue_type": kind}
     extra: list[tuple[str, object]] = []
     for name in sorted(arguments):
         value = arguments[name]
+        if name in _KNOWN and name not in accepted:
+            raise PreconditionFailed(f"invalid arg '{name}' for queue type {kind}")
         if name == "x-queue-type":
-            kind = _string(name, value)
-            if kind not in QUEUE_TYPES:
-                raise NotImplementedByServer(f"invalid arg '{name}': queue type {kind!r}")
-            values["queue_type"] = kind
-        elif name == "x-message-ttl":
+            continue
+        if name == "x-message-ttl":
             values["message_ttl"] = _non_negative(name, value)
         elif name == "x-expires":
             values["expires"] = _expiry(name, value)
@@ -133,22 +221,15 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
         elif name == "x-dead-letter-routing-key":
             values["dead_letter_routing_key"] = _string(name, value)
         elif name == "x-dead-letter-strategy":
-            if value not in _DEAD_LETTER_STRATEGIES:
-                raise PreconditionFailed(f"invalid arg '{name}': only at-most-once is served")
+            values["dead_letter_strategy"] = _choice(name, value, DeadLetterStrategy)
         elif name == "x-max-length":
             values["max_length"] = _non_negative(name, value)
         elif name == "x-max-length-bytes":
             values["max_length_bytes"] = _non_negative(name, value)
         elif name == "x-overflow":
-            try:
-                values["overflow"] = Overflow(_string(name, value))
-            except ValueError:
-                choices = ", ".join(o.value for o in Overflow)
-                raise PreconditionFailed(
-                    f"invalid arg '{name}': {value!r} is not one of {choices}"
-                ) from None
+            values["overflow"] = _choice(name, value, Overflow)
         elif name == "x-delivery-limit":
-            values["delivery_limit"] = _non_negative(name, value)
+            values["delivery_limit"] = _delivery_limit(kind, value)
         elif name == "x-single-active-consumer":
             values["single_active_consumer"] = _boolean(name, value)
         elif name == "x-consumer-timeout":
@@ -156,7 +237,8 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
             values["consumer_timeout"] = timeout or None
         elif name in _REFUSED:
             raise NotImplementedByServer(f"invalid arg '{name}': {_REFUSED[name]}")
-        elif name in _PASSED_THROUGH or not name.startswith("x-"):
+        elif name in _KNOWN or not name.startswith("x-"):
+            _check_passed_through(name, value)
             extra.append((name, value))
         else:
             raise PreconditionFailed(f"invalid arg '{name}': unknown queue argument")
@@ -164,9 +246,64 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
         raise PreconditionFailed(
             "invalid arg 'x-dead-letter-routing-key': needs x-dead-letter-exchange"
         )
-    if values.get("queue_type") == "stream" and "expires" in values:
-        # Streams do not expire: RabbitMQ refuses the argument for the stream queue type.
-        raise PreconditionFailed("invalid arg 'x-expires' for queue type stream")
-    if values.get("queue_type") == "stream" and "max_priority" in values:
-        raise PreconditionFailed("invalid arg 'x-max-priority' for queue type stream")
+    if kind == "quorum":
+        _quorum_defaults(values)
     return QueueArguments(extra=tuple(extra), **values)  # type: ignore[arg-type]
+
+
+def _check_passed_through(name: str, value: object) -> None:
+    """Validate the arguments a queue type keeps in ``extra`` (RabbitMQ's checks)."""
+    if name in _POSITIVE:
+        _positive(name, value)
+    elif name in _NON_NEGATIVE:
+        _non_negative(name, value)
+    elif name == "x-stream-filter-size-bytes":
+        size = _non_negative(name, value)
+        if size not in _FILTER_SIZE_RANGE:
+            raise PreconditionFailed(
+                f"invalid arg '{name}': expected {_FILTER_SIZE_RANGE.start} to "
+                f"{_FILTER_SIZE_RANGE.stop - 1} bytes, got {size}"
+            )
+    elif name in _LOCATORS and _string(name, value) not in _LEADER_LOCATORS:
+        raise PreconditionFailed(f"invalid arg '{name}': unknown locator {value!r}")
+
+
+_POSITIVE: Final = frozenset(
+    {"x-quorum-initial-group-size", "x-quorum-target-group-size", "x-initial-cluster-size"}
+)
+_NON_NEGATIVE: Final = frozenset(
+    {"x-max-in-memory-length", "x-max-in-memory-bytes", "x-stream-max-segment-size-bytes"}
+)
+_LOCATORS: Final = frozenset({"x-queue-leader-locator", "x-queue-master-locator"})
+
+
+def _delivery_limit(kind: str, value: object) -> int | None:
+    """A quorum queue's negative limit means none (RabbitMQ 4); classic ones are non-negative."""
+    if kind == "quorum":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PreconditionFailed("invalid arg 'x-delivery-limit': expected an integer")
+        return None if value < 0 else value
+    return _non_negative("x-delivery-limit", value)
+
+
+# RabbitMQ 4's quorum queues give up on a message after this many failed deliveries unless
+# x-delivery-limit says otherwise (a negative limit: never).
+QUORUM_DELIVERY_LIMIT: Final = 20
+
+
+def _quorum_defaults(values: dict[str, object]) -> None:
+    """RabbitMQ 4.2's quorum rules: a delivery limit by default, and the overflow and
+    dead-letter strategies a quorum queue has.
+
+    ``reject-publish-dlx`` is accepted and means ``drop-head``; ``at-least-once`` holds only
+    with ``reject-publish`` overflow and a dead-letter exchange, and falls back to
+    ``at-most-once`` otherwise (RabbitMQ logs a warning in both cases).
+    """
+    values.setdefault("delivery_limit", QUORUM_DELIVERY_LIMIT)
+    if values.get("overflow") is Overflow.REJECT_PUBLISH_DLX:
+        values["overflow"] = Overflow.DROP_HEAD
+    if values.get("dead_letter_strategy") is DeadLetterStrategy.AT_LEAST_ONCE and (
+        values.get("overflow") is not Overflow.REJECT_PUBLISH
+        or "dead_letter_exchange" not in values
+    ):
+        values["dead_letter_strategy"] = DeadLetterStrategy.AT_MOST_ONCE

@@ -3,7 +3,8 @@
 An exchange routes to the queues and exchanges bound to it: ``fanout`` to all, ``direct`` to
 those bound with exactly the routing key, ``topic`` to those whose binding key matches the
 dot-separated routing key, ``*`` standing for one word and ``#`` for zero or more, ``headers`` to
-those whose binding arguments match the message's headers (:mod:`queues.headers`). Direct
+those whose binding arguments match the message's headers (:mod:`queues.headers`),
+``x-local-random`` (built into RabbitMQ 4.0) to one of its queues picked at random. Direct
 routing is one dict lookup; topic routing matches each distinct binding key once per message,
 headers routing each distinct set of binding arguments.
 
@@ -15,8 +16,9 @@ differ only by their arguments are two bindings.
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, cast
 
 from sluicegate.queues.errors import NotImplementedByServer, PreconditionFailed
@@ -31,6 +33,9 @@ class ExchangeType(enum.Enum):
     FANOUT = "fanout"
     TOPIC = "topic"
     HEADERS = "headers"
+    # One bound queue, picked at random per message: RabbitMQ's request-reply load spreading,
+    # where every queue is local on a single node.
+    LOCAL_RANDOM = "x-local-random"
 
 
 class Unroutable(enum.Enum):
@@ -87,6 +92,9 @@ class ExchangeSettings:
     internal: bool = False
     alternate_exchange: str | None = None
     unroutable: Unroutable = Unroutable.RELEASE
+    # Every argument as declared, reported back; RabbitMQ compares only alternate-exchange
+    # on a redeclaration and keeps arguments it does not know.
+    arguments: tuple[tuple[str, object], ...] = field(default=(), compare=False)
 
 
 def exchange_settings(
@@ -101,7 +109,7 @@ def exchange_settings(
     try:
         kind = ExchangeType(type_name)
     except ValueError:
-        if type_name in ("x-consistent-hash", "x-local-random"):
+        if type_name == "x-consistent-hash":
             raise NotImplementedByServer(f"exchange type '{type_name}' is not supported") from None
         raise PreconditionFailed(f"invalid exchange type '{type_name}'") from None
     alternate: str | None = None
@@ -118,9 +126,15 @@ def exchange_settings(
                 raise PreconditionFailed(
                     f"invalid arg '{name}': expected 'release' or 'reject'"
                 ) from None
-        else:
-            raise PreconditionFailed(f"invalid arg '{name}': unknown exchange argument")
-    return ExchangeSettings(kind, durable, auto_delete, internal, alternate, unroutable)
+    return ExchangeSettings(
+        kind,
+        durable,
+        auto_delete,
+        internal,
+        alternate,
+        unroutable,
+        tuple(sorted((arguments or {}).items())),
+    )
 
 
 def topic_matches(binding_key: str, routing_key: str) -> bool:
@@ -181,6 +195,8 @@ class _Routes:
             return self.by_selector.get(routing_key, ())
         if kind is ExchangeType.FANOUT:
             return self.everywhere
+        if kind is ExchangeType.LOCAL_RANDOM:
+            return (random.choice(list(self.everywhere)),) if self.everywhere else ()
         found: dict[str, int] = {}
         for key, destinations in self.by_selector.items():
             if topic_matches(cast(str, key), routing_key):
@@ -224,10 +240,23 @@ class Exchange:
         """The routing algorithm."""
         return self.settings.type
 
-    def check(self, arguments: Mapping[str, object]) -> None:
-        """Refuse binding arguments this exchange's type refuses (a headers ``x-match``)."""
-        if self.settings.type is ExchangeType.HEADERS:
+    def check(self, binding_key: str, arguments: Mapping[str, object], queue_type: str) -> None:
+        """Refuse a binding this exchange's type refuses: a headers exchange's bad ``x-match``,
+        or for ``x-local-random`` (as RabbitMQ) a binding key or a destination other than a
+        classic queue (``queue_type`` is empty for an exchange)."""
+        kind = self.settings.type
+        if kind is ExchangeType.HEADERS:
             headers_match(arguments)
+        elif kind is ExchangeType.LOCAL_RANDOM:
+            if binding_key:
+                raise PreconditionFailed(
+                    f"binding key '{binding_key}' not permitted on an x-local-random exchange"
+                )
+            if queue_type != "classic":
+                raise PreconditionFailed(
+                    "an x-local-random exchange binds only classic queues, not "
+                    + (f"a {queue_type} queue" if queue_type else "exchanges")
+                )
 
     def bind(self, binding: Binding) -> bool:
         """Add a binding; False if it existed."""

@@ -396,10 +396,11 @@ class QueueRegistry:
         exchange = self.exchange(source)
         if to_exchange:
             self.exchange(destination)
+            queue_type = ""
         else:
-            self.queue(destination)
+            queue_type = self.settings(destination).arguments.queue_type
         logged = _loggable(arguments)
-        exchange.check(logged)
+        exchange.check(binding_key, logged, queue_type)
         binding = Binding(
             source, destination, binding_key, tuple(sorted(logged.items())), to_exchange
         )

@@ -25,7 +25,7 @@ DELETE     ``/bindings/src={x};dstq={q};key={k};args=`` 204 (``dste={x}`` for an
 Errors: 400 bad request, 403 the default or an ``amq.*`` exchange, 404 no such queue, exchange
 or path, 405 method not allowed on the path, 409 an inequivalent redeclaration or a bad argument
 (RabbitMQ's precondition-failed, which the client reports as ``ErrPreconditionFailed``),
-501 what sluicegate does not implement (quorum queues, plugin exchange types).
+501 what sluicegate does not implement (a plugin exchange type, ``x-consistent-hash``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from sluicegate.queues.errors import (
     QueueError,
     ResourceLocked,
 )
-from sluicegate.queues.exchanges import Binding, Exchange, Unroutable
+from sluicegate.queues.exchanges import Binding, Exchange
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import AccessRefused, QueueInfo, QueueRegistry
 from sluicegate.wire.errors import AmqpError
@@ -402,11 +402,6 @@ def _binding_fields(path: str) -> dict[str, str]:
 
 def _exchange_map(exchange: Exchange) -> dict[str, object]:
     settings = exchange.settings
-    arguments: dict[str, object] = {}
-    if settings.alternate_exchange is not None:
-        arguments["alternate-exchange"] = settings.alternate_exchange
-    if settings.unroutable is not Unroutable.RELEASE:
-        arguments["x-unroutable"] = settings.unroutable.value
     return {
         "name": exchange.name,
         "vhost": VHOST,
@@ -414,7 +409,7 @@ def _exchange_map(exchange: Exchange) -> dict[str, object]:
         "durable": settings.durable,
         "auto_delete": settings.auto_delete,
         "internal": settings.internal,
-        "arguments": arguments,
+        "arguments": dict(settings.arguments),
     }
 
 

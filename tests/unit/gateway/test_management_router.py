@@ -341,3 +341,12 @@ def test_declaring_or_reading_a_queue_renews_its_x_expires_lease() -> None:
     clock.now = 1_700
     assert registry.expire_unused() == ["leased"]
     assert router.handle(Request("GET", "/queues/leased")).status == 404
+
+
+def test_exchange_arguments_rabbitmq_does_not_know_are_kept_and_listed(router: Router) -> None:
+    declare = {"type": "x-local-random", "arguments": {"test": "kept"}}
+    assert router.handle(Request("PUT", "/exchanges/spread", declare)).status == 204
+    info = body_map(router.handle(Request("GET", "/exchanges/spread")))
+    assert (info["type"], info["arguments"]) == ("x-local-random", {"test": "kept"})
+    plugin = {"type": "x-consistent-hash"}
+    assert router.handle(Request("PUT", "/exchanges/hashed", plugin)).status == 501
