@@ -50,6 +50,7 @@ from sluicegate.gateway.state import (
     IncomingLinkState,
     OutgoingLinkState,
     SessionState,
+    forget,
 )
 from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome
 from sluicegate.queues.registry import QueueRegistry
@@ -119,11 +120,12 @@ class Broker(Handler):
         connection.close()
 
     def on_transport_closed(self, event: Event) -> None:
-        """The socket is gone, with or without CLOSE: nothing of it may stay acquired."""
-        connection = transport_of(event).connection
-        state: ConnectionState | None = getattr(connection, "sg", None)
+        """The socket is gone, with or without CLOSE: nothing of it may stay acquired, and
+        nothing of it may stay in proton's records (gateway/state.py)."""
+        state: ConnectionState | None = getattr(transport_of(event).connection, "sg", None)
         if state is not None:
             self.release_connection(state)
+            forget(state.connection)
 
     def release_connection(self, state: ConnectionState) -> None:
         """End every session of a connection once, returning its messages to their queues."""
@@ -133,6 +135,8 @@ class Broker(Handler):
         self.connections.discard(state)
         for session in list(state.sessions.values()):
             self._end_session(session)
+        for publisher in list(state.publishers):
+            self.publishing.detach(publisher)
         self.management.release(state)
 
     # -- sessions -------------------------------------------------------------------------

@@ -107,6 +107,7 @@ class Publishing:
         state = IncomingLinkState(cast(Receiver, link), target, pure, connection)
         link.sg = state
         self.links.add(state)
+        connection.publishers.add(state)
         link.open()
         credit = pure.attach(self.budget.blocked)
         if credit:
@@ -118,6 +119,7 @@ class Publishing:
         """Forget a link; copies still being stored are confirmed to nobody."""
         self.links.discard(state)
         self._renew.discard(state)
+        state.connection.publishers.discard(state)
 
     # -- transfers ------------------------------------------------------------------------
 

@@ -4,7 +4,11 @@ Proton's ``IO.Selector`` calls ``select.select`` (``FD_SETSIZE``: a descriptor a
 ``ValueError``) and rescans every selectable's deadline on each update, O(n) per event. This
 class has the same interface (``add``, ``remove``, ``update``, ``selectables``, ``select``), so
 the reactor's ``IOHandler`` uses it unchanged: interest sets live in the kernel and deadlines in
-a heap whose stale entries are skipped when they surface.
+a heap whose stale entries are skipped when they surface. A connection's deadline moves with
+every frame it sends, so stale entries pile up faster than they surface (an idle timeout later):
+once they outnumber the live ones the heap is rebuilt from the live deadlines, which keeps it
+O(selectables) for O(1) amortised per update. Entries name their selectable by a number, so a
+closed connection is not kept alive by its stale entries.
 
 epoll reports a hang-up or error even for a descriptor registered with no interest, and level
 triggered it would do so on every wait; so a selectable that wants neither reading nor writing
@@ -24,6 +28,8 @@ from proton._selectable import Selectable
 
 # epoll_wait's batch: events beyond it are returned by the next wait, so it bounds only memory.
 _MAX_EVENTS: Final = 4096
+# Stale heap entries tolerated beyond twice the live deadlines before the heap is rebuilt.
+_HEAP_SLACK: Final = 64
 _ERROR_EVENTS: Final = select.EPOLLERR | select.EPOLLHUP
 
 
@@ -37,8 +43,11 @@ class EpollSelector:
         self._fds: dict[Selectable, int] = {}
         self._masks: dict[int, int] = {}
         self._by_fd: dict[int, Selectable] = {}
-        self._deadlines: dict[Selectable, float] = {}
-        self._heap: list[tuple[float, int, Selectable]] = []
+        # Each live deadline and its heap entry's number; the numbers' owners. Heap entries hold
+        # numbers, not selectables, so a stale entry keeps no closed connection alive.
+        self._deadlines: dict[Selectable, tuple[float, int]] = {}
+        self._owners: dict[int, Selectable] = {}
+        self._heap: list[tuple[float, int]] = []
         self._order = itertools.count()
 
     @property
@@ -54,7 +63,7 @@ class EpollSelector:
     def remove(self, selectable: Selectable) -> None:
         """Stop watching; called before the reactor closes the descriptor."""
         self._selectables.discard(selectable)
-        self._deadlines.pop(selectable, None)
+        self._drop_deadline(selectable)
         fd = self._fds.pop(selectable, None)
         if fd is not None and self._by_fd.get(fd) is selectable:
             del self._by_fd[fd]
@@ -76,12 +85,28 @@ class EpollSelector:
         if fd >= 0:
             self._watch(fd, selectable)
         deadline = selectable.deadline
-        if deadline:
-            if self._deadlines.get(selectable) != deadline:
-                self._deadlines[selectable] = deadline
-                heapq.heappush(self._heap, (deadline, next(self._order), selectable))
-        else:
-            self._deadlines.pop(selectable, None)
+        if not deadline:
+            self._drop_deadline(selectable)
+            return
+        current = self._deadlines.get(selectable)
+        if current is not None:
+            if current[0] == deadline:
+                return
+            del self._owners[current[1]]
+        order = next(self._order)
+        self._deadlines[selectable] = (deadline, order)
+        self._owners[order] = selectable
+        heap = self._heap
+        heapq.heappush(heap, (deadline, order))
+        if len(heap) > 2 * len(self._owners) + _HEAP_SLACK:
+            # Rebuild from the live deadlines once stale entries outnumber them.
+            self._heap = list(self._deadlines.values())
+            heapq.heapify(self._heap)
+
+    def _drop_deadline(self, selectable: Selectable) -> None:
+        current = self._deadlines.pop(selectable, None)
+        if current is not None:
+            del self._owners[current[1]]
 
     def _forget(self, fd: int) -> None:
         """Drop a stale owner of ``fd``: its socket was closed and the number reused."""
@@ -111,10 +136,10 @@ class EpollSelector:
 
     def _next_deadline(self) -> float | None:
         heap = self._heap
-        deadlines = self._deadlines
+        owners = self._owners
         while heap:
-            deadline, _, selectable = heap[0]
-            if deadlines.get(selectable) == deadline:
+            deadline, order = heap[0]
+            if order in owners:
                 return deadline
             heapq.heappop(heap)
         return None
@@ -149,11 +174,12 @@ class EpollSelector:
     def _expired(self, now: float) -> list[Selectable]:
         expired: list[Selectable] = []
         heap = self._heap
-        deadlines = self._deadlines
+        owners = self._owners
         while heap and heap[0][0] < now:
-            deadline, _, selectable = heapq.heappop(heap)
-            if deadlines.get(selectable) == deadline:
-                del deadlines[selectable]
+            _, order = heapq.heappop(heap)
+            selectable = owners.pop(order, None)
+            if selectable is not None:
+                del self._deadlines[selectable]
                 expired.append(selectable)
         return expired
 

@@ -1,15 +1,23 @@
 """What the gateway keeps per connection, session and link beside proton's own endpoints.
 
 Each record ties a proton endpoint to the pure state machine that decides for it. They are
-attached to proton's wrappers as the attribute ``sg`` (proton keeps wrapper attributes in a
-record on the C object, so every wrapper of the same endpoint sees them).
+attached to proton's wrappers as the attribute ``sg``: proton keeps wrapper attributes in a
+record on the C object, so every wrapper of the same endpoint sees them.
+
+That record is also how a closed connection would leak: the C object holds the record, the
+record holds our state, and our state holds a wrapper, which holds a reference to the C object.
+Python's collector cannot see the C edge, so the cycle is never freed, and with it everything
+the connection held. :func:`forget` takes the records off every endpoint of a connection once
+its transport has closed; from then on only the broker's own maps refer to the state, and they
+drop it in ``Broker.release_connection``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
-from proton import Connection, Receiver, Sender, Session, Transport
+from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 from proton._selectable import Selectable
 
 from sluicegate.gateway.auth import User
@@ -23,15 +31,23 @@ from sluicegate.session.session import Session as PureSession
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
 
+if TYPE_CHECKING:
+    from sluicegate.gateway.management.node import Pair
+
+# The attribute under which an endpoint's record is kept (``link.sg``, ``session.sg``, ...).
+RECORD: Final = "sg"
+
 
 class ConnectionState:
     """One client connection: its writer ledger, its account and its sessions."""
 
     __slots__ = (
+        "__weakref__",
         "account",
         "closed",
         "connection",
         "idle_timeout",
+        "publishers",
         "selectable",
         "sessions",
         "transport",
@@ -54,6 +70,8 @@ class ConnectionState:
         # Work this connection caused that is not finished; reads pause while it is too high.
         self.account = account
         self.sessions: dict[SessionCredit, SessionState] = {}
+        # Its publishers' links, forgotten with it whether or not they were detached first.
+        self.publishers: set[IncomingLinkState] = set()
         self.closed = False
         # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
         self.user: User | None = None
@@ -64,7 +82,15 @@ class ConnectionState:
 class SessionState:
     """One AMQP session: the pure outbound session and the proton session it drives."""
 
-    __slots__ = ("address", "connection", "pure", "senders", "session")
+    __slots__ = (
+        "__weakref__",
+        "address",
+        "connection",
+        "management_pairs",
+        "pure",
+        "senders",
+        "session",
+    )
 
     def __init__(self, connection: ConnectionState, session: Session, pure: PureSession) -> None:
         self.connection = connection
@@ -72,6 +98,8 @@ class SessionState:
         self.pure = pure
         self.address = session_address(session)
         self.senders: dict[OutgoingLink, OutgoingLinkState] = {}
+        # The session's ``/management`` link pairs by link name (gateway/management/node.py).
+        self.management_pairs: dict[str, Pair] = {}
 
     def refresh_window(self) -> None:
         """Read the client's remote incoming window, less what proton still holds to send.
@@ -84,7 +112,7 @@ class SessionState:
         self.pure.remote_incoming_window = remote_incoming_window(self.address) - frames_held
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, weakref_slot=True)
 class IncomingLinkState:
     """A publisher's link: where its messages go, its credit, and the account it charges."""
 
@@ -94,7 +122,7 @@ class IncomingLinkState:
     connection: ConnectionState
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class OutgoingLinkState:
     """A consumer's link: the pure link and proton's credit limit last seen on it."""
 
@@ -108,3 +136,23 @@ class OutgoingLinkState:
     drain: bool = False
     # A drain completed in the session whose FLOW proton must send after its queued transfers.
     drain_pending: bool = False
+
+
+def forget(connection: Connection) -> None:
+    """Take the records off a finished connection and all its sessions and links.
+
+    Called once its transport has closed: no frame can arrive for its endpoints any more, and
+    handlers of the events still queued for them find no record and do nothing.
+    """
+    endpoints: list[Endpoint] = [connection]
+    session = connection.session_head(0)
+    while session is not None:
+        endpoints.append(session)
+        session = session.next(0)  # type: ignore[no-untyped-call]
+    link = connection.link_head(0)
+    while link is not None:
+        endpoints.append(link)
+        link = link.next(0)
+    for endpoint in endpoints:
+        if hasattr(endpoint, RECORD):
+            delattr(endpoint, RECORD)

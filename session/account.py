@@ -33,7 +33,7 @@ class AccountStatistics:
 class Account:
     """Outstanding work charged to one connection, and whether its reads are paused."""
 
-    __slots__ = ("borrowed", "debt", "limit", "paused", "pauses", "resume_at")
+    __slots__ = ("__weakref__", "borrowed", "debt", "limit", "paused", "pauses", "resume_at")
 
     def __init__(self, limit: int = DEFAULT_ACCOUNT_LIMIT, resume_at: int | None = None) -> None:
         if limit <= 0:

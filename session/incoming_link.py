@@ -25,7 +25,15 @@ class IncomingLinkStatistics:
 class IncomingLink:
     """Credit granted to one publisher and the messages it sent that are not yet stored."""
 
-    __slots__ = ("confirmed", "credit", "half", "max_link_credit", "received", "unconfirmed")
+    __slots__ = (
+        "__weakref__",
+        "confirmed",
+        "credit",
+        "half",
+        "max_link_credit",
+        "received",
+        "unconfirmed",
+    )
 
     def __init__(self, max_link_credit: int) -> None:
         if max_link_credit <= 0:

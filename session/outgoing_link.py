@@ -67,6 +67,7 @@ class OutgoingLink:
     """A link on which the session sends a queue's messages to a client."""
 
     __slots__ = (
+        "__weakref__",
         "ack_required",
         "client_flow_ctl",
         "credit_req_in_flight",

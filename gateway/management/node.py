@@ -38,7 +38,7 @@ from sluicegate.gateway.management.router import (
     UInt,
     ULong,
 )
-from sluicegate.gateway.state import ConnectionState
+from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
 
 ADDRESS: Final = "/management"
@@ -57,7 +57,7 @@ _HTTP_RESPONSE: Final = {"http:response": "1.1"}
 class Pair:
     """One client's link pair: the request receiver, the reply sender, replies not yet sent."""
 
-    __slots__ = ("caller", "replies", "requests", "sender", "tag")
+    __slots__ = ("__weakref__", "caller", "replies", "requests", "sender", "tag")
 
     def __init__(self, caller: Caller) -> None:
         self.caller = caller
@@ -68,13 +68,9 @@ class Pair:
 
 
 def _pairs(link: Link) -> dict[str, Pair]:
-    """The session's pairs by link name, kept in proton's record of the session."""
-    session = link.session
-    pairs: dict[str, Pair] | None = getattr(session, "management_pairs", None)
-    if pairs is None:
-        pairs = {}
-        setattr(session, "management_pairs", pairs)  # noqa: B010
-    return pairs
+    """The session's pairs by link name, kept in the gateway's record of the session."""
+    session: SessionState = link.session.sg
+    return session.management_pairs
 
 
 def _amqp(value: object) -> Body:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,4 +92,24 @@ def test_a_moved_deadline_replaces_the_old_one(pair: tuple[socket.socket, socket
     s.deadline = None
     selector.update(s)
     selector.remove(s)
+    selector.close()
+
+
+def test_deadlines_that_keep_moving_keep_the_heap_small_and_hold_no_removed_selectable(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """A busy connection moves its idle deadline with every frame; a closed one is let go."""
+    selector = EpollSelector()
+    s = selectable(pair[0])
+    selector.add(s)
+    far = time.time() + 60
+    for step in range(10_000):
+        s.deadline = far + step
+        selector.update(s)
+    assert len(selector._heap) <= 2 + 64
+    gone = weakref.ref(s)
+    selector.remove(s)
+    del s
+    gc.collect()
+    assert gone() is None, "a stale heap entry kept a removed selectable alive"
     selector.close()
