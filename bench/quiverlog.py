@@ -1,7 +1,8 @@
 """What ``sluicegate quiver`` prints, read back: its status rows become rate series.
 
 Pure parsing of the rows under the ``Time [s]  Sent [m] ...`` heading (see
-``sluicegate.clients.quiver.stats.status_row``), so the throughput scenario's plots are tested on known text.
+``sluicegate.clients.quiver.stats.status_row``), so the throughput scenario's plots are tested on
+known text.
 """
 
 from __future__ import annotations
