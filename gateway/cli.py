@@ -1,5 +1,5 @@
 """The ``sluicegate`` command line: ``serve`` runs the server, ``queues`` manages its queues,
-``quiver`` measures one."""
+``log`` checks and repairs its durable log, ``quiver`` measures one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser; each subcommand's module adds its own arguments."""
     from sluicegate.clients.quiver import cli as quiver_cli
-    from sluicegate.gateway import passwd_cli, queues_cli, serve_cli
+    from sluicegate.gateway import log_cli, passwd_cli, queues_cli, serve_cli
 
     parser = argparse.ArgumentParser(
         prog="sluicegate", description="An AMQP 1.0 message server with bounded memory."
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cli.add_parser(commands)
     passwd_cli.add_parser(commands)
     queues_cli.add_parser(commands)
+    log_cli.add_parser(commands)
     quiver_cli.add_parser(commands)
     return parser
 

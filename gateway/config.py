@@ -24,7 +24,8 @@ from sluicegate.gateway.definitions import (
     check_definitions,
     parse_definitions,
 )
-from sluicegate.queues.log.store import DEFAULT_CACHE_BYTES, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
+from sluicegate.queues.log.bodies import DEFAULT_CACHE_BYTES
+from sluicegate.queues.log.placement import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
 from sluicegate.session.account import DEFAULT_ACCOUNT_LIMIT
 from sluicegate.session.memory_budget import DEFAULT_MEMORY_BUDGET
 from sluicegate.session.session import DEFAULT_MAX_QUEUE_CREDIT

@@ -9,6 +9,7 @@ that covers it. Everything else stays in memory and is confirmed at once.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING, Final, TextIO, cast
 
 from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
 from sluicegate.queues.classic import ClassicQueue
-from sluicegate.queues.log.store import MessageStore, StoredMessage
+from sluicegate.queues.log.store import MessageStore
+from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.message import ARCHIVED, Message
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
@@ -25,6 +27,8 @@ from sluicegate.queues.stream import StreamQueue
 if TYPE_CHECKING:
     from sluicegate.gateway.publishing import Unconfirmed
     from sluicegate.gateway.wakeup import Wakeup
+
+log = logging.getLogger("sluicegate.log")
 
 # How long shutdown waits for the last batches before it gives up on a failing disk.
 STOP_TIMEOUT: Final = 10.0
@@ -48,9 +52,18 @@ class Durability:
         fault: FaultHook | None = None,
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = _lock(data_dir)
+        self._lock = lock_data_dir(data_dir)
         directory = data_dir / LOG_DIRECTORY
         self.store = MessageStore(directory, segment_size=segment_size, cache_bytes=cache_bytes)
+        torn = self.store.recovered.torn_tail
+        if torn is not None:
+            log.warning(
+                "the log ended torn by a crash: cut %d bytes from segment %d at offset %s "
+                "(written after the last fsync, never confirmed)",
+                torn.dropped_bytes,
+                torn.segment,
+                torn.offset,
+            )
         self.writer = LogWriter(directory, wakeup, self._committed, self._set_failing, fault)
         self._waiting: list[Unconfirmed] = []
         # The publish path's confirm step (gateway.publishing.Publishing.confirm).
@@ -100,6 +113,7 @@ class Durability:
             message.expires,
             exchange=message.exchange,
             routing_key=message.routing_key,
+            delivery_count=message.delivery_count,
         )
         self._waiting.append(pending)
         return stored
@@ -137,11 +151,11 @@ class Durability:
         """Write what is pending, stop the writer, release the directory."""
         self.flush()
         self.writer.stop(STOP_TIMEOUT)
-        self.store.close()
+        self.store.close(clean=not self.writer.abandoned)
         self._lock.close()
 
 
-def _lock(data_dir: Path) -> TextIO:
+def lock_data_dir(data_dir: Path) -> TextIO:
     """Hold an exclusive lock on the data directory for the life of the server."""
     file = (data_dir / "lock").open("a")
     try:

@@ -31,8 +31,8 @@ from tenacity import (
     wait_exponential,
 )
 
+from sluicegate.queues.log.placement import WriteBatch, write_batches
 from sluicegate.queues.log.segments import SegmentWriter
-from sluicegate.queues.log.store import WriteBatch, write_batches
 
 if TYPE_CHECKING:
     from sluicegate.gateway.wakeup import Wakeup
@@ -94,6 +94,8 @@ class LogWriter:
         self._failed_attempts = 0
         self._failing = False
         self._quiet = False
+        # True once shutdown gave up on a failing disk: the log then ends torn, not clean.
+        self.abandoned = False
 
     def start(self) -> None:
         """Start the thread."""
@@ -167,6 +169,7 @@ class LogWriter:
                         self._fault(size)
                     write_batches(writer, batches)
         except OSError as error:
+            self.abandoned = True
             log.error("giving up on %d unconfirmed bytes at shutdown: %s", size, error)
             return False
         self._fsyncs += 1

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from sluicegate.gateway.config import ConfigError, load_config, setting_names
 from sluicegate.gateway.server import Server, StartError
+from sluicegate.queues.log.damage import LogDamaged
 from sluicegate.queues.log.recovery import LogCorrupted
 
 _FLAG_HELP: Final = {
@@ -57,7 +58,7 @@ def serve(config: Any) -> int:
     """Run a server with ``config`` in this process until SIGINT or SIGTERM."""
     try:
         server = Server(config)
-    except (OSError, LogCorrupted) as error:
+    except (OSError, LogCorrupted, LogDamaged) as error:
         print(
             f"sluicegate: cannot open the data directory {config.data_dir}: {error}",
             file=sys.stderr,

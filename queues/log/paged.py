@@ -1,7 +1,7 @@
 """Pages of persistent messages: where their records lie in the log, six bytes a message.
 
 A :class:`DiskPage` holds a run of one queue's ready messages whose records are all in one
-segment within :data:`PAGE_SPAN` bytes, so one read brings them back (``MessageStore.page_in``).
+segment within :data:`PAGE_SPAN` bytes, so one read brings them back (``PageStore.page_in``).
 It keeps each record's offset (u32) and message id (a u16 delta from the page's first id), and the
 failed-delivery counts of the few messages that have any; everything else is in the records.
 """
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
+from sluicegate.queues.log.stored import MessageJournal, StoredMessage
 from sluicegate.queues.message import Message
 from sluicegate.queues.paging import PAGE_MESSAGES, Page, append_in_memory
-
-if TYPE_CHECKING:
-    from sluicegate.queues.log.store import MessageStore, StoredMessage
 
 # Bytes of log one page's records may spread over: the read at page-in. Other queues' records
 # interleave with a queue's own; this bounds what a page-in reads that it does not need.
@@ -68,6 +66,19 @@ class PageEntries:
         self.end = end
 
 
+class PageStore(MessageJournal, Protocol):
+    """What pages need of the store: reading them back, settling them, what they may hold."""
+
+    def page_in(self, page: DiskPage, ttl: int | None) -> list[StoredMessage]:
+        """The page's messages, read back."""
+
+    def drop_page(self, page: DiskPage) -> None:
+        """Settle the page's messages without reading them."""
+
+    def paged_entry(self, message: Message) -> StoredMessage | None:
+        """``message`` if a page can hold it as a record's position."""
+
+
 class DiskPage(PageEntries):
     """Ready persistent messages of one queue, as record offsets in one segment."""
 
@@ -75,7 +86,7 @@ class DiskPage(PageEntries):
 
     def __init__(
         self,
-        store: MessageStore,
+        store: PageStore,
         queue: str,
         segment: int,
         start: int,
@@ -91,7 +102,7 @@ class DiskPage(PageEntries):
 
     @classmethod
     def of(
-        cls, store: MessageStore, queue: str, entries: PageEntries, sizes: Sequence[int]
+        cls, store: PageStore, queue: str, entries: PageEntries, sizes: Sequence[int]
     ) -> DiskPage:
         """A page of ``entries`` as they are (their arrays shared), of ``sizes`` bytes each."""
         page = cls(
@@ -135,7 +146,7 @@ class LogPager:
 
     __slots__ = ("queue", "store")
 
-    def __init__(self, store: MessageStore, queue: str) -> None:
+    def __init__(self, store: PageStore, queue: str) -> None:
         self.store = store
         self.queue = queue
 
@@ -147,8 +158,7 @@ class LogPager:
         return self._append_stored(tail, stored)
 
     def _append_stored(self, tail: Page | None, message: StoredMessage) -> Page | None:
-        start = message.offset - message.head
-        end = message.offset + message.length
+        start, end = message.record, message.record_end
         page: DiskPage | None = None
         if not (isinstance(tail, DiskPage) and tail.fits(message.segment, end, message.message_id)):
             tail = page = DiskPage(

@@ -19,21 +19,23 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from sluicegate.wire.codec import Value, decode, encode
-from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.codec import Value, encode
 
-_HEAD = struct.Struct(">IIB")
-HEADER_SIZE: Final = _HEAD.size
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
+RECORD_HEAD = struct.Struct(">IIB")
+HEADER_SIZE: Final = RECORD_HEAD.size
+U16 = struct.Struct(">H")
+U32 = struct.Struct(">I")
+U64 = struct.Struct(">Q")
 _ENQUEUE = struct.Struct(">QQQ")
 # An enqueue record's fixed fields and its queue name's length.
-_ENQUEUE_HEAD = struct.Struct(">QQQH")
+ENQUEUE_FIELDS = struct.Struct(">QQQH")
+# Where a shared body lies: segment, offset of its bytes, length.
+BODY_REF = struct.Struct(">QQI")
+# A message id and its failed-delivery count.
+COUNT_FIELDS = struct.Struct(">QI")
 # A record longer than this is corruption, not data: messages are capped far below it
 # (max_message_size), and a flipped bit in a length must not make the reader allocate gigabytes.
 MAX_RECORD_SIZE: Final = 1 << 30
@@ -61,16 +63,24 @@ class RecordType(enum.IntEnum):
     # BIND and UNBIND to a queue or an exchange, the binding identified by its arguments too.
     BIND_DESTINATION = 15
     UNBIND_DESTINATION = 16
+    # SEGMENT with the older segments still on disk when it was opened: a missing one is seen.
+    SEGMENT_LIVE = 17
+    # Segments compaction deletes once the batch holding this record is durable.
+    SEGMENTS_DELETED = 18
+    # ENQUEUE_ROUTED whose body is another enqueue record's (segment, offset, length).
+    ENQUEUE_SHARED = 19
+    # Absolute failed-delivery counts of messages, superseding earlier RETURN_FAILED records.
+    DELIVERY_COUNTS = 20
 
 
-_KINDS: Final = {kind.value: kind for kind in RecordType}
+KINDS: Final = {kind.value: kind for kind in RecordType}
 
 # The flags byte of DECLARE_EXCHANGE_FLAGS; the other bits must be zero.
-_AUTO_DELETE: Final = 0x01
-_INTERNAL: Final = 0x02
+AUTO_DELETE: Final = 0x01
+INTERNAL: Final = 0x02
 # The destination byte of BIND_DESTINATION and UNBIND_DESTINATION.
-_TO_QUEUE: Final = 0
-_TO_EXCHANGE: Final = 1
+TO_QUEUE: Final = 0
+TO_EXCHANGE: Final = 1
 
 
 Arguments: TypeAlias = dict[str, Value]
@@ -78,10 +88,29 @@ Arguments: TypeAlias = dict[str, Value]
 
 @dataclass(frozen=True, slots=True)
 class SegmentStart:
-    """The first record of every segment: its number and the next message id at its start."""
+    """The first record of every segment: its number and the next message id at its start.
+
+    ``older`` lists the segments on disk when it was opened (None in a type-1 record, which
+    did not say), so that recovery notices one that went missing.
+    """
 
     segment: int
     next_id: int
+    older: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentsDeleted:
+    """Segments compaction deletes after the batch holding this record is durable."""
+
+    segments: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryCounts:
+    """Failed-delivery counts of messages: ``(message id, count)``, the latest one holds."""
+
+    counts: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +182,16 @@ class Enqueued:
     # How it was published, for dead-lettering by routing key ("" in a format-1 record).
     exchange: str = ""
     routing_key: str = ""
+    # Where the body lies when another enqueue record holds it (ENQUEUE_SHARED): segment and
+    # offset of the body's bytes; None when the body is ``payload``.
+    body_segment: int | None = None
+    body_offset: int = 0
+    body_length: int = 0
+
+    @property
+    def size(self) -> int:
+        """The body's length, wherever it lies."""
+        return len(self.payload) if self.body_segment is None else self.body_length
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +204,8 @@ class MessagesChanged:
 
 Record: TypeAlias = (
     SegmentStart
+    | SegmentsDeleted
+    | DeliveryCounts
     | QueueDeclared
     | QueueDeleted
     | ExchangeDeclared
@@ -175,34 +216,26 @@ Record: TypeAlias = (
 )
 
 
-class TornRecord(DecodeError):
-    """The buffer ends inside a record: a write that a crash cut short."""
-
-
-class CorruptRecord(DecodeError):
-    """A complete record whose CRC, type or body is wrong."""
-
-
 # -- encoding -----------------------------------------------------------------------------
 
 
 def _frame(kind: RecordType, body: bytes) -> bytes:
     typed = bytes((kind,)) + body
-    return _U32.pack(len(typed)) + _U32.pack(zlib.crc32(typed)) + typed
+    return U32.pack(len(typed)) + U32.pack(zlib.crc32(typed)) + typed
 
 
 def _name(name: str) -> bytes:
     raw = name.encode("utf-8")
     if len(raw) > 0xFFFF:
         raise ValueError("a name longer than 65535 bytes cannot be logged")
-    return _U16.pack(len(raw)) + raw
+    return U16.pack(len(raw)) + raw
 
 
 def _long_name(name: str) -> bytes:
     # A routing key comes from a message's subject and the exchange a message names need not be
     # durable (so never logged as a name), so only the message size bounds them.
     raw = name.encode("utf-8")
-    return _U32.pack(len(raw)) + raw
+    return U32.pack(len(raw)) + raw
 
 
 def _arguments(arguments: Arguments) -> bytes:
@@ -210,9 +243,24 @@ def _arguments(arguments: Arguments) -> bytes:
     return encode(mapping)
 
 
-def encode_segment_start(segment: int, next_id: int) -> bytes:
-    """The record that opens a segment."""
-    return _frame(RecordType.SEGMENT, _U64.pack(segment) + _U64.pack(next_id))
+def _ids(values: tuple[int, ...] | list[int]) -> bytes:
+    return U32.pack(len(values)) + struct.pack(f">{len(values)}Q", *values)
+
+
+def encode_segment_start(segment: int, next_id: int, older: list[int]) -> bytes:
+    """The record that opens a segment, naming the ``older`` segments still on disk."""
+    return _frame(RecordType.SEGMENT_LIVE, U64.pack(segment) + U64.pack(next_id) + _ids(older))
+
+
+def encode_segments_deleted(segments: list[int]) -> bytes:
+    """Segments about to be deleted by compaction."""
+    return _frame(RecordType.SEGMENTS_DELETED, _ids(segments))
+
+
+def encode_delivery_counts(counts: list[tuple[int, int]]) -> bytes:
+    """Failed-delivery counts, ``(message id, count)`` pairs."""
+    body = U32.pack(len(counts)) + b"".join(COUNT_FIELDS.pack(i, c) for i, c in counts)
+    return _frame(RecordType.DELIVERY_COUNTS, body)
 
 
 def encode_queue_declared(name: str, arguments: Arguments) -> bytes:
@@ -234,7 +282,7 @@ def encode_exchange_declared(
     internal: bool = False,
 ) -> bytes:
     """A durable exchange declaration with its flags."""
-    flags = (_AUTO_DELETE if auto_delete else 0) | (_INTERNAL if internal else 0)
+    flags = (AUTO_DELETE if auto_delete else 0) | (INTERNAL if internal else 0)
     return _frame(
         RecordType.DECLARE_EXCHANGE_FLAGS,
         _name(name) + _name(kind) + bytes((flags,)) + _arguments(arguments),
@@ -257,7 +305,7 @@ def encode_binding(
 ) -> bytes:
     """A binding to a queue (or ``to_exchange``, to an exchange) added (``bound``) or removed."""
     kind = RecordType.BIND_DESTINATION if bound else RecordType.UNBIND_DESTINATION
-    ends = _name(exchange) + bytes((_TO_EXCHANGE if to_exchange else _TO_QUEUE,))
+    ends = _name(exchange) + bytes((TO_EXCHANGE if to_exchange else TO_QUEUE,))
     return _frame(kind, ends + _name(destination) + _name(key) + _arguments(arguments))
 
 
@@ -278,193 +326,52 @@ def enqueue_prefix(
     ``x-exchange``/``x-routing-key`` annotations: those are the publisher's own when it sent a
     message-annotations section, and reading them would decode a section of every message.
     """
+    body_head = _enqueue_head(
+        RecordType.ENQUEUE_ROUTED, message_id, queue, timestamp, expires, exchange, routing_key
+    )
+    length = len(body_head) + len(payload)
+    crc = zlib.crc32(payload, zlib.crc32(body_head))
+    return U32.pack(length) + U32.pack(crc) + body_head
+
+
+def encode_enqueue_shared(
+    message_id: int,
+    queue: str,
+    timestamp: int,
+    body: tuple[int, int, int],
+    expires: int | None = None,
+    *,
+    exchange: str = "",
+    routing_key: str = "",
+) -> bytes:
+    """An enqueue whose body is the BODY record at ``body``: (segment, offset, length)."""
+    head = _enqueue_head(
+        RecordType.ENQUEUE_SHARED, message_id, queue, timestamp, expires, exchange, routing_key
+    )
+    typed = head + BODY_REF.pack(*body)
+    return U32.pack(len(typed)) + U32.pack(zlib.crc32(typed)) + typed
+
+
+def _enqueue_head(
+    kind: RecordType,
+    message_id: int,
+    queue: str,
+    timestamp: int,
+    expires: int | None,
+    exchange: str,
+    routing_key: str,
+) -> bytes:
     # Expiry is stored plus one, so that 0 means none.
     stored_expiry = 0 if expires is None else expires + 1
-    body_head = (
-        bytes((RecordType.ENQUEUE_ROUTED,))
+    return (
+        bytes((kind,))
         + _ENQUEUE.pack(message_id, timestamp, stored_expiry)
         + _name(queue)
         + _long_name(exchange)
         + _long_name(routing_key)
     )
-    length = len(body_head) + len(payload)
-    crc = zlib.crc32(payload, zlib.crc32(body_head))
-    return _U32.pack(length) + _U32.pack(crc) + body_head
 
 
 def encode_messages_changed(kind: RecordType, message_ids: list[int]) -> bytes:
     """A batch of settlements, acquisitions or returns."""
-    body = _U32.pack(len(message_ids)) + struct.pack(f">{len(message_ids)}Q", *message_ids)
-    return _frame(kind, body)
-
-
-# -- decoding -----------------------------------------------------------------------------
-
-
-class _Body:
-    """A cursor over one record body that reports overruns as corruption."""
-
-    __slots__ = ("buf", "end", "pos")
-
-    def __init__(self, buf: memoryview, pos: int, end: int) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.end = end
-
-    def take(self, size: int) -> memoryview:
-        if self.pos + size > self.end:
-            raise CorruptRecord("a field runs past the end of its record")
-        chunk = self.buf[self.pos : self.pos + size]
-        self.pos += size
-        return chunk
-
-    def u64(self) -> int:
-        value: int = _U64.unpack(self.take(8))[0]
-        return value
-
-    def u32(self) -> int:
-        value: int = _U32.unpack(self.take(4))[0]
-        return value
-
-    def name(self) -> str:
-        size: int = _U16.unpack(self.take(2))[0]
-        return self._utf8(size)
-
-    def long_name(self) -> str:
-        return self._utf8(self.u32())
-
-    def _utf8(self, size: int) -> str:
-        try:
-            return bytes(self.take(size)).decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise CorruptRecord("a name is not valid UTF-8") from error
-
-    def arguments(self) -> Arguments:
-        try:
-            value, end = decode(self.buf[: self.end], self.pos)
-        except DecodeError as error:
-            raise CorruptRecord(f"bad arguments: {error}") from error
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise CorruptRecord("arguments are not a map with string keys")
-        self.pos = end
-        return {str(k): v for k, v in value.items()}
-
-    def done(self) -> None:
-        if self.pos != self.end:
-            raise CorruptRecord("a record has bytes after its last field")
-
-
-def _decode_body(kind: RecordType, body: _Body, start: int) -> Record:
-    if kind is RecordType.SEGMENT:
-        segment_start = SegmentStart(body.u64(), body.u64())
-        body.done()
-        return segment_start
-    if kind in (RecordType.SETTLE, RecordType.ACQUIRE, RecordType.RETURN, RecordType.RETURN_FAILED):
-        count = body.u32()
-        ids = struct.unpack(f">{count}Q", body.take(8 * count))
-        body.done()
-        return MessagesChanged(kind, ids)
-    record: Record
-    if kind is RecordType.DECLARE_QUEUE:
-        record = QueueDeclared(body.name(), body.arguments())
-    elif kind is RecordType.DELETE_QUEUE:
-        record = QueueDeleted(body.name())
-    elif kind is RecordType.DECLARE_EXCHANGE:
-        record = ExchangeDeclared(body.name(), body.name(), body.arguments())
-    elif kind is RecordType.DECLARE_EXCHANGE_FLAGS:
-        name, exchange_kind = body.name(), body.name()
-        flags = body.take(1)[0]
-        if flags & ~(_AUTO_DELETE | _INTERNAL):
-            raise CorruptRecord(f"unknown exchange flags {flags:#04x}")
-        record = ExchangeDeclared(
-            name,
-            exchange_kind,
-            body.arguments(),
-            auto_delete=bool(flags & _AUTO_DELETE),
-            internal=bool(flags & _INTERNAL),
-        )
-    elif kind is RecordType.DELETE_EXCHANGE:
-        record = ExchangeDeleted(body.name())
-    elif kind is RecordType.BIND or kind is RecordType.UNBIND:
-        exchange, queue, key = body.name(), body.name(), body.name()
-        bound = kind is RecordType.BIND
-        record = Binding(exchange, queue, key, body.arguments(), bound, by_key=True)
-    else:
-        exchange = body.name()
-        destination_kind = body.take(1)[0]
-        if destination_kind not in (_TO_QUEUE, _TO_EXCHANGE):
-            raise CorruptRecord(f"unknown binding destination {destination_kind}")
-        destination, key = body.name(), body.name()
-        bound = kind is RecordType.BIND_DESTINATION
-        to_exchange = destination_kind == _TO_EXCHANGE
-        record = Binding(exchange, destination, key, body.arguments(), bound, to_exchange)
-    body.done()
-    return record
-
-
-def decode_record(buf: bytes | memoryview, pos: int) -> tuple[Record, int]:
-    """Decode the record at ``pos``; return it and the offset just past it.
-
-    Raises :class:`TornRecord` when ``buf`` ends inside the record and :class:`CorruptRecord`
-    when the record is complete but wrong.
-    """
-    view = memoryview(buf)
-    if pos + HEADER_SIZE > len(view):
-        raise TornRecord("the buffer ends inside a record header")
-    length, crc, type_byte = _HEAD.unpack_from(view, pos)
-    if length == 0 or length > MAX_RECORD_SIZE:
-        raise CorruptRecord(f"impossible record length {length}")
-    end = pos + 8 + length
-    if end > len(view):
-        raise TornRecord("the buffer ends inside a record")
-    if zlib.crc32(view[pos + 8 : end]) != crc:
-        raise CorruptRecord("CRC mismatch")
-    kind = _KINDS.get(type_byte)
-    if kind is None:
-        raise CorruptRecord(f"unknown record type {type_byte}")
-    if kind is RecordType.ENQUEUE_ROUTED or kind is RecordType.ENQUEUE:
-        return _decode_enqueue(kind, view, pos, end), end
-    return _decode_body(kind, _Body(view, pos + HEADER_SIZE, end), pos), end
-
-
-def _decode_enqueue(kind: RecordType, view: memoryview, start: int, end: int) -> Enqueued:
-    """The most frequent record, decoded without a cursor: recovery reads millions of them."""
-    pos = start + HEADER_SIZE
-    if pos + _ENQUEUE_HEAD.size > end:
-        raise CorruptRecord("a field runs past the end of its record")
-    message_id, timestamp, stored_expiry, size = _ENQUEUE_HEAD.unpack_from(view, pos)
-    pos += _ENQUEUE_HEAD.size
-    queue, pos = _utf8_at(view, pos, size, end)
-    exchange = routing_key = ""
-    if kind is RecordType.ENQUEUE_ROUTED:
-        exchange, pos = _utf8_at(view, pos + 4, _u32_at(view, pos, end), end)
-        routing_key, pos = _utf8_at(view, pos + 4, _u32_at(view, pos, end), end)
-    expires = stored_expiry - 1 if stored_expiry else None
-    return Enqueued(
-        message_id, queue, timestamp, expires, pos - start, view[pos:end], exchange, routing_key
-    )
-
-
-def _u32_at(view: memoryview, pos: int, end: int) -> int:
-    if pos + 4 > end:
-        raise CorruptRecord("a field runs past the end of its record")
-    value: int = _U32.unpack_from(view, pos)[0]
-    return value
-
-
-def _utf8_at(view: memoryview, pos: int, size: int, end: int) -> tuple[str, int]:
-    stop = pos + size
-    if stop > end:
-        raise CorruptRecord("a field runs past the end of its record")
-    try:
-        return str(view[pos:stop], "utf-8"), stop
-    except UnicodeDecodeError as error:
-        raise CorruptRecord("a name is not valid UTF-8") from error
-
-
-def iter_records(buf: bytes | memoryview, pos: int = 0) -> Iterator[tuple[int, Record]]:
-    """Yield ``(offset, record)`` for each record from ``pos`` to the end of ``buf``."""
-    while pos < len(buf):
-        record, end = decode_record(buf, pos)
-        yield pos, record
-        pos = end
+    return _frame(kind, _ids(message_ids))

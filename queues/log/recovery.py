@@ -1,26 +1,27 @@
 """Replaying the log after a crash or a restart: records in, the server's durable state out.
 
-Pure: segments arrive as bytes. The policy for bad bytes is the one a crash can explain:
-a crash can only tear the end of the last segment (the writer fsyncs a segment before it
-writes the next), so in the last segment the first torn or corrupt record and everything after
-it are cut off (nothing there was ever confirmed, since a confirmed record is fsynced with all
-bytes before it). A bad record in any earlier segment cannot come from a crash: recovery stops
-with :class:`LogCorrupted` naming the segment and the offset, rather than silently dropping
-messages that were confirmed.
+Pure: segments arrive as bytes. Unreadable bytes are recorded as :class:`Damage`, the segment
+replayed up to them; :meth:`Recovery.finish` adds the segments missing from the sequence and
+a log shorter than a clean shutdown left it. Only a torn tail (the last segment's end, nothing
+valid after it) is what a crash leaves; the store cuts it and refuses everything else
+(:mod:`queues.log.damage`).
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, NamedTuple
 
+from sluicegate.queues.log.damage import Damage, records_after, valid_run
+from sluicegate.queues.log.decoding import TornRecord, decode_record
 from sluicegate.queues.log.ledger import SegmentLedger
 from sluicegate.queues.log.paged import PageEntries
 from sluicegate.queues.log.records import (
     Arguments,
     Binding,
+    DeliveryCounts,
     Enqueued,
     ExchangeDeclared,
     ExchangeDeleted,
@@ -29,20 +30,29 @@ from sluicegate.queues.log.records import (
     QueueDeleted,
     Record,
     RecordType,
+    SegmentsDeleted,
     SegmentStart,
-    decode_record,
 )
 from sluicegate.wire.codec import Value, encode_canonical
 from sluicegate.wire.errors import DecodeError
 
 
 class LogCorrupted(Exception):
-    """A record before the tail of the log is unreadable: recovery cannot go on safely."""
+    """A record is not what the log said it would be: the log cannot be read on safely."""
 
     def __init__(self, segment: int, offset: int, reason: str) -> None:
         super().__init__(f"segment {segment} is corrupt at offset {offset}: {reason}")
         self.segment = segment
         self.offset = offset
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class CleanShutdown:
+    """Where a clean shutdown left the log's end: its last segment and that segment's length."""
+
+    segment: int
+    length: int
 
 
 # What recovery knows of a message id: nothing (not enqueued in a live queue), live, or gone.
@@ -212,7 +222,27 @@ class RecoveredState:
     next_id: int = 0
     # The bytes of each segment that hold valid records; the tail may have been cut shorter.
     valid_length: dict[int, int] = field(default_factory=dict)
-    truncated: int = 0
+    # Every segment's size on disk, and what is wrong with the log (nothing, or a torn tail).
+    sizes: dict[int, int] = field(default_factory=dict)
+    damages: list[Damage] = field(default_factory=list)
+    # Valid records per segment, for reports.
+    records: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def torn_tail(self) -> Damage | None:
+        """The damage a crash explains, if that is all there is."""
+        damages = self.damages
+        return damages[0] if len(damages) == 1 and damages[0].torn else None
+
+    @property
+    def refused(self) -> list[Damage]:
+        """The damages no crash explains."""
+        return [] if self.torn_tail is not None else list(self.damages)
+
+    def later_segments(self) -> dict[int, int]:
+        """For each segment, how many segments follow it."""
+        numbers = sorted(self.sizes)
+        return {number: len(numbers) - index - 1 for index, number in enumerate(numbers)}
 
 
 class Recovery:
@@ -221,25 +251,74 @@ class Recovery:
     def __init__(self) -> None:
         self.state = RecoveredState()
         self.ledger = SegmentLedger()
+        # The newest segment header read, and the deletions logged since: what must exist.
+        self._header: SegmentStart | None = None
+        self._deleted: set[int] = set()
 
     def segment(self, number: int, data: bytes | memoryview, last: bool) -> None:
-        """Replay one segment's bytes; ``last`` says it is the tail the log was writing."""
+        """Replay one segment's bytes; ``last`` says it is the tail the log was writing.
+
+        Replay stops at the first unreadable record and records the damage: torn when the
+        segment is the last and nothing valid follows.
+        """
         self.ledger.open_segment(number)
+        state = self.state
         pos = 0
         size = len(data)
+        count = 0
+        state.sizes[number] = size
         while pos < size:
             try:
                 record, end = decode_record(data, pos)
-            except DecodeError as error:
-                if not last:
-                    raise LogCorrupted(number, pos, str(error)) from error
-                self.state.truncated = size - pos
+                if pos == 0 and not (isinstance(record, SegmentStart) and record.segment == number):
+                    raise LogCorrupted(number, 0, "the segment does not start with its own header")
+                self.apply(number, pos, record)
+            except TornRecord as error:
+                self._damaged(number, pos, str(error), 0, size, last)
                 break
-            if pos == 0 and not (isinstance(record, SegmentStart) and record.segment == number):
-                raise LogCorrupted(number, 0, "the segment does not start with its own header")
-            self.apply(number, pos, record)
+            except DecodeError as error:
+                self._damaged(number, pos, str(error), records_after(data, pos), size, last)
+                break
+            except LogCorrupted as error:
+                self._damaged(number, pos, error.reason, valid_run(data, end), size, last=False)
+                break
             pos = end
-        self.state.valid_length[number] = pos
+            count += 1
+        state.valid_length[number] = pos
+        state.records[number] = count
+
+    def _damaged(
+        self, number: int, pos: int, reason: str, following: int, size: int, last: bool
+    ) -> None:
+        torn = last and following == 0
+        self.state.damages.append(Damage(number, pos, reason, following, size - pos, torn))
+
+    def finish(self, present: list[int], clean: CleanShutdown | None) -> None:
+        """After the last segment: note the segments that should exist and do not.
+
+        The newest header names every older segment then on disk, less those compaction
+        deleted since; a clean shutdown names the last segment and its length.
+        """
+        damages = self.state.damages
+        header = self._header
+        if header is not None and header.older is not None:
+            on_disk = set(present)
+            for missing in sorted(set(header.older) - on_disk - self._deleted):
+                damages.append(
+                    Damage(missing, None, f"missing (segment {header.segment} lists it)")
+                )
+        if clean is None:
+            return
+        # A clean shutdown leaves no torn tail: whatever is cut short was complete then.
+        damages[:] = [replace(d, torn=False) for d in damages]
+        size = self.state.sizes.get(clean.segment)
+        if size is None:
+            reason = f"missing (the last clean shutdown left it {clean.length} bytes long)"
+            damages.append(Damage(clean.segment, None, reason))
+        elif size != clean.length:
+            reason = f"{size} bytes where the last clean shutdown left {clean.length}"
+            at = min(size, clean.length)
+            damages.append(Damage(clean.segment, at, reason, dropped_bytes=size - at))
 
     def apply(self, segment: int, offset: int, record: Record) -> None:
         """Apply one record found at ``offset`` in ``segment``."""
@@ -251,8 +330,12 @@ class Recovery:
             message_id = record.message_id
             if not state.messages.enqueued(segment, message_id):
                 raise LogCorrupted(segment, offset, f"message id {message_id} is out of order")
-            size = len(record.payload)
-            end = offset + record.payload_offset + size
+            size = record.size
+            if record.body_segment is None:
+                end = offset + record.payload_offset + size
+            else:
+                end = offset + record.payload_offset
+                self._check_body(segment, offset, record)
             if not pages or not pages[-1].fits(segment, end, message_id):
                 pages.append(RecoveredPage(segment, offset, message_id, record.timestamp))
             pages[-1].add(offset, end, message_id, size)
@@ -260,9 +343,19 @@ class Recovery:
             state.next_id = max(state.next_id, message_id + 1)
         elif isinstance(record, MessagesChanged):
             self._changed(segment, record)
+        elif isinstance(record, DeliveryCounts):
+            messages = state.messages
+            for message_id, count in record.counts:
+                if messages.find(message_id) is not None:
+                    messages.failures[message_id] = count
+                    messages.acquired.discard(message_id)
         elif isinstance(record, SegmentStart):
             state.messages.open_segment(segment, record.next_id)
             state.next_id = max(state.next_id, record.next_id)
+            self._header = record
+            self._deleted = set()
+        elif isinstance(record, SegmentsDeleted):
+            self._deleted.update(record.segments)
         elif isinstance(record, QueueDeclared):
             state.queues[record.name] = record.arguments
             state.backlogs.setdefault(record.name, [])
@@ -278,6 +371,18 @@ class Recovery:
             self.ledger.topology_removed(segment)
         else:
             self._binding(segment, record)
+
+    @staticmethod
+    def _check_body(segment: int, offset: int, record: Enqueued) -> None:
+        """A shared body lies before its reference in the same segment, which it keeps alive."""
+        body_segment = record.body_segment
+        if body_segment != segment or record.body_offset + record.body_length > offset:
+            raise LogCorrupted(
+                segment,
+                offset,
+                f"message {record.message_id} names a body at segment {body_segment} offset "
+                f"{record.body_offset} that is not in the log",
+            )
 
     def _changed(self, segment: int, record: MessagesChanged) -> None:
         kind = record.kind

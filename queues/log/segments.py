@@ -15,7 +15,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Final
 
+from sluicegate.queues.log.recovery import CleanShutdown, Recovery
+
 SUFFIX: Final = ".seg"
+# Written at a clean shutdown with where the log ends, removed when the log is opened again.
+CLEAN_SHUTDOWN: Final = "clean-shutdown"
 # pwritev takes at most IOV_MAX buffers per call (1024 on Linux); more is EINVAL.
 _IOV_MAX: Final = 1024
 # Zero-padded so that listing the directory sorts segments in log order.
@@ -45,6 +49,15 @@ def read_segments(directory: Path) -> Iterator[tuple[int, bytes, bool]]:
         yield number, segment_path(directory, number).read_bytes(), index == len(numbers) - 1
 
 
+def recover(directory: Path) -> Recovery:
+    """Replay every segment of ``directory``, noting what is damaged; change nothing."""
+    recovery = Recovery()
+    for number, data, last in read_segments(directory):
+        recovery.segment(number, data, last)
+    recovery.finish(list_segments(directory), read_clean_shutdown(directory))
+    return recovery
+
+
 def sync_directory(directory: Path) -> None:
     """Make file creations and deletions in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
@@ -52,6 +65,39 @@ def sync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_clean_shutdown(directory: Path, end: CleanShutdown) -> None:
+    """Record, durably, that the log ends at ``end`` and nothing after it is being written."""
+    path = directory / CLEAN_SHUTDOWN
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, f"{end.segment} {end.length}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    sync_directory(directory)
+
+
+def read_clean_shutdown(directory: Path) -> CleanShutdown | None:
+    """Where the last clean shutdown left the log's end, if the last stop was one."""
+    try:
+        text = (directory / CLEAN_SHUTDOWN).read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        segment, length = (int(field) for field in text.split())
+    except ValueError:
+        raise OSError(f"{directory / CLEAN_SHUTDOWN} does not say where the log ends") from None
+    return CleanShutdown(segment, length)
+
+
+def remove_clean_shutdown(directory: Path) -> None:
+    """The log is being written again: a crash from now on may leave a torn tail."""
+    path = directory / CLEAN_SHUTDOWN
+    if path.exists():
+        path.unlink()
+        sync_directory(directory)
 
 
 def truncate_segment(directory: Path, segment: int, length: int) -> None:

@@ -11,17 +11,30 @@ its body is kept with it (``pinned``) before compaction may delete its segment.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 from weakref import WeakValueDictionary
 
+from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.message import ARCHIVED, Message
-
-if TYPE_CHECKING:
-    from sluicegate.queues.log.store import MessageStore, StoredMessage
 
 # What an entry costs in memory, for the memory budget: its id (8 bytes), segment, offset and
 # length (4 each) in arrays, and the stream's arrival timestamp (8).
 ENTRY_BYTES: Final = 28
+
+
+class EntryStore(Protocol):
+    """What a stream's entries need of the store."""
+
+    def stored_message(
+        self, queue: str, message_id: int, segment: int, offset: int, length: int
+    ) -> StoredMessage:
+        """The message at a logged position, as an object."""
+
+    def settle_entry(self, message_id: int, segment: int) -> None:
+        """Settle a logged message that has no object."""
+
+    def paged_entry(self, message: Message) -> StoredMessage | None:
+        """``message`` if it is logged by this store."""
 
 
 class LoggedEntries:
@@ -29,7 +42,7 @@ class LoggedEntries:
 
     __slots__ = ("_handed", "_ids", "_lengths", "_offsets", "_segments", "queue", "store")
 
-    def __init__(self, store: MessageStore, queue: str) -> None:
+    def __init__(self, store: EntryStore, queue: str) -> None:
         self.store = store
         self.queue = queue
         self._ids = array("Q")

@@ -19,8 +19,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
+from sluicegate.queues.log.placement import WriteBatch
 from sluicegate.queues.log.segments import SegmentWriter
-from sluicegate.queues.log.store import MessageStore, StoredMessage, WriteBatch, write_now
+from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.wire.codec import Described, encode
 from sluicegate.wire.sections import read_header
 

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sluicegate.queues.log.decoding import CorruptRecord, TornRecord, decode_record, iter_records
 from sluicegate.queues.log.records import (
     HEADER_SIZE,
     Arguments,
     Binding,
-    CorruptRecord,
+    DeliveryCounts,
     Enqueued,
     ExchangeDeclared,
     ExchangeDeleted,
@@ -21,18 +22,19 @@ from sluicegate.queues.log.records import (
     QueueDeclared,
     QueueDeleted,
     RecordType,
+    SegmentsDeleted,
     SegmentStart,
-    TornRecord,
-    decode_record,
     encode_binding,
+    encode_delivery_counts,
+    encode_enqueue_shared,
     encode_exchange_declared,
     encode_exchange_deleted,
     encode_messages_changed,
     encode_queue_declared,
     encode_queue_deleted,
     encode_segment_start,
+    encode_segments_deleted,
     enqueue_prefix,
-    iter_records,
 )
 from sluicegate.queues.log.recovery import Recovery, binding_key
 from sluicegate.wire.codec import Symbol, encode
@@ -43,7 +45,7 @@ def test_every_record_type_round_trips() -> None:
     payload = b"\x00\x53\x77\xa1\x05hello"
     log = b"".join(
         [
-            encode_segment_start(7, 42),
+            encode_segment_start(7, 42, [2, 5]),
             encode_queue_declared("orders", arguments),
             encode_exchange_declared("amq.topic", "topic", {}),
             encode_binding("amq.topic", "orders", "a.*", {"x": True}, True),
@@ -53,10 +55,13 @@ def test_every_record_type_round_trips() -> None:
             encode_binding("amq.topic", "orders", "a.*", {}, False),
             encode_exchange_deleted("amq.topic"),
             encode_queue_deleted("orders"),
+            encode_enqueue_shared(43, "copies", 5, (7, 100, 11), 9, exchange="e", routing_key="k"),
+            encode_delivery_counts([(42, 3), (43, 1)]),
+            encode_segments_deleted([2, 5]),
         ]
     )
     records = [record for _, record in iter_records(log)]
-    assert records[0] == SegmentStart(7, 42)
+    assert records[0] == SegmentStart(7, 42, (2, 5))
     assert records[1] == QueueDeclared("orders", arguments)
     assert records[2] == ExchangeDeclared("amq.topic", "topic", {})
     assert records[3] == Binding("amq.topic", "orders", "a.*", {"x": True}, True)
@@ -69,6 +74,23 @@ def test_every_record_type_round_trips() -> None:
     assert records[7] == Binding("amq.topic", "orders", "a.*", {}, False)
     assert records[8] == ExchangeDeleted("amq.topic")
     assert records[9] == QueueDeleted("orders")
+    shared = records[10]
+    assert isinstance(shared, Enqueued)
+    assert (shared.message_id, shared.queue, shared.timestamp, shared.expires) == (
+        43,
+        "copies",
+        5,
+        9,
+    )
+    assert (shared.exchange, shared.routing_key) == ("e", "k")
+    assert (shared.body_segment, shared.body_offset, shared.body_length, shared.size) == (
+        7,
+        100,
+        11,
+        11,
+    )
+    assert records[11] == DeliveryCounts(((42, 3), (43, 1)))
+    assert records[12] == SegmentsDeleted((2, 5))
 
 
 def test_payload_offset_points_at_the_body_within_the_record() -> None:
@@ -188,6 +210,8 @@ def test_format_1_records_still_decode() -> None:
     )
     assert (old_enqueue.exchange, old_enqueue.routing_key) == ("", "")
     assert old_exchange == ExchangeDeclared("x", "topic", {})
+    [(_, old_start)] = list(iter_records(_framed(RecordType.SEGMENT, struct.pack(">QQ", 3, 9))))
+    assert old_start == SegmentStart(3, 9, None)
 
 
 def test_a_binding_to_an_exchange_round_trips() -> None:
@@ -220,7 +244,7 @@ def test_by_key_binding_records_keep_their_meaning() -> None:
     it whatever its arguments; the newer types tell bindings apart by their arguments."""
     log = b"".join(
         [
-            encode_segment_start(1, 0),
+            encode_segment_start(1, 0, []),
             _by_key_binding(True, "e", "q", "k", {"a": 1}),
             _by_key_binding(True, "e", "q", "k", {"a": 2}),
             _by_key_binding(True, "e", "q", "other", {}),
@@ -234,7 +258,7 @@ def test_by_key_binding_records_keep_their_meaning() -> None:
     }
     more = b"".join(
         [
-            encode_segment_start(2, 0),
+            encode_segment_start(2, 0, [1]),
             encode_binding("e", "q", "k", {"a": 3}, True),
             encode_binding("e", "q", "k", {"a": 3}, True, to_exchange=True),
             _by_key_binding(False, "e", "q", "k", {}),

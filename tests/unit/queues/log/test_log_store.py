@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
-import pytest
-
-from sluicegate.queues.log.recovery import ExchangeState, LogCorrupted, binding_key
+from sluicegate.queues.log.placement import write_batches
+from sluicegate.queues.log.recovery import ExchangeState, binding_key
 from sluicegate.queues.log.segments import SegmentWriter, list_segments, segment_path
-from sluicegate.queues.log.store import MessageStore, StoredMessage, write_batches, write_now
+from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.message import ACQUIRED, ARCHIVED
 from sluicegate.wire.annotations import routing_annotations
 from sluicegate.wire.codec import Described, Symbol, encode
@@ -21,8 +20,8 @@ def _payload(i: int, size: int = 0) -> bytes:
     return encode(Described(0x77, f"m{i}" + "x" * size))
 
 
-def _reopen(directory: Path, **options: int) -> MessageStore:
-    return MessageStore(directory, **options)
+def _reopen(directory: Path, segment_size: int = 16 * 1024 * 1024) -> MessageStore:
+    return MessageStore(directory, segment_size=segment_size)
 
 
 def _bodies(messages: Iterable[StoredMessage]) -> list[bytes]:
@@ -72,7 +71,7 @@ def test_an_acquired_message_comes_back_with_one_more_delivery_count(tmp_path: P
     first, second, third = (store.enqueue("q", _payload(i), 0) for i in range(3))
     store.acquired(first)
     store.acquired(second)
-    store.returned(second, failed=True)
+    second.count_failed_delivery()
     store.acquired(third)
     store.returned(third, failed=False)
     write_now(store, writer)
@@ -160,40 +159,6 @@ def test_a_torn_tail_is_truncated_and_everything_before_it_kept(tmp_path: Path) 
     assert again.statistics().truncated_bytes == 6
     assert path.stat().st_size == whole
     assert _bodies(again.iter_recovered_messages("q")) == [_payload(i) for i in range(3)]
-
-
-def test_a_corrupt_record_in_the_tail_cuts_the_tail_there(tmp_path: Path) -> None:
-    store = MessageStore(tmp_path)
-    writer = SegmentWriter(tmp_path)
-    store.declare_queue("q", {})
-    messages = [store.enqueue("q", _payload(i), 0) for i in range(3)]
-    write_now(store, writer)
-    path = segment_path(tmp_path, store.segment)
-    data = bytearray(path.read_bytes())
-    data[messages[1].offset] ^= 0xFF
-    path.write_bytes(bytes(data))
-    again = _reopen(tmp_path)
-    assert [m.message_id for m in again.iter_recovered_messages("q")] == [messages[0].message_id]
-    assert again.statistics().truncated_bytes > 0
-
-
-def test_a_corrupt_record_before_the_tail_stops_recovery_naming_it(tmp_path: Path) -> None:
-    store = MessageStore(tmp_path)
-    writer = SegmentWriter(tmp_path)
-    store.declare_queue("q", {})
-    message = store.enqueue("q", _payload(1), 0)
-    write_now(store, writer)
-    restarted = MessageStore(tmp_path)
-    write_now(restarted, SegmentWriter(tmp_path))  # the restart's segment is now the tail
-    path = segment_path(tmp_path, message.segment)
-    data = bytearray(path.read_bytes())
-    data[message.offset] ^= 0x01
-    path.write_bytes(bytes(data))
-    with pytest.raises(LogCorrupted) as failure:
-        MessageStore(tmp_path)
-    assert failure.value.segment == message.segment
-    assert f"segment {message.segment} is corrupt at offset" in str(failure.value)
-    assert os.path.exists(path)
 
 
 def test_a_batch_of_more_buffers_than_iov_max_is_written_whole(tmp_path: Path) -> None:
@@ -323,3 +288,70 @@ def test_bindings_by_arguments_and_to_exchanges_survive_a_reopen_and_a_roll(
     assert list_segments(tmp_path)[0] > 1
     store.close()
     assert _reopen(tmp_path).bindings == expected
+
+
+def test_a_body_routed_to_many_queues_is_written_once_and_every_copy_recovers(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path, segment_size=4096)
+    writer = SegmentWriter(tmp_path)
+    queues = [f"q{i}" for i in range(50)]
+    for queue in queues:
+        store.declare_queue(queue, {})
+    body = _payload(0, size=3000)
+    placed = store.statistics().bytes_placed
+    copies = [store.enqueue(queue, body, 7) for queue in queues]
+    write_now(store, writer)
+    written = store.statistics().bytes_placed - placed
+    # One body, and a small reference record per other queue, all in the body's segment.
+    assert len(body) < written < len(body) + 100 * len(queues)
+    assert {copy.segment for copy in copies} == {copies[0].segment}
+    assert [copy.payload for copy in copies] == [body] * len(queues)
+    # The holder of the body settles first: the references keep its segment.
+    store.settled(copies[0])
+    store.enqueue(queues[0], _payload(1, size=3000), 8)
+    write_now(store, writer)
+    assert segment_path(tmp_path, copies[0].segment).exists()
+
+    again = _reopen(tmp_path, segment_size=4096)
+    for queue in queues[1:]:
+        [recovered] = again.iter_recovered_messages(queue)
+        assert recovered.payload == body
+    # One read of the shared body serves every queue from the cache.
+    assert again.statistics().body_reads == 1
+    writer = SegmentWriter(tmp_path)
+    for queue in queues[1:]:
+        store.settled(next(c for c in copies if c.queue == queue))
+    store.enqueue(queues[0], _payload(2, size=3000), 9)
+    write_now(store, writer)
+    store.enqueue(queues[0], _payload(3, size=3000), 9)
+    write_now(store, writer)
+    assert not segment_path(tmp_path, copies[0].segment).exists()
+
+
+def test_a_delivery_count_survives_a_restart_and_the_compaction_that_counted_it(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path, segment_size=4096)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    held = store.enqueue("q", _payload(0), 0)
+    copy = store.enqueue("q", _payload(1), 0, delivery_count=4)
+    write_now(store, writer)
+
+    def fill() -> None:
+        for i in range(20):
+            store.settled(store.enqueue("q", _payload(i, size=500), 0))
+            write_now(store, writer)
+
+    fill()
+    store.acquired(held)
+    held.count_failed_delivery()
+    held.count_failed_delivery()
+    counted = store.segment
+    write_now(store, writer)
+    fill()
+    assert not segment_path(tmp_path, counted).exists()
+    recovered = list(_reopen(tmp_path, segment_size=4096).iter_recovered_messages("q"))
+    assert [m.message_id for m in recovered] == [held.message_id, copy.message_id]
+    assert [read_header(m.payload).delivery_count for m in recovered] == [2, 4]

@@ -8,7 +8,8 @@ import pytest
 
 from sluicegate.gateway.config import ConfigError, ServerConfig
 from sluicegate.queues.log.paged import PAGE_SPAN, DiskPage
-from sluicegate.queues.log.store import MAX_SEGMENT_SIZE, MessageStore
+from sluicegate.queues.log.placement import MAX_SEGMENT_SIZE
+from sluicegate.queues.log.store import MessageStore
 from sluicegate.queues.paging import PAGE_MESSAGES
 
 

@@ -6,7 +6,8 @@ import gc
 from pathlib import Path
 
 from sluicegate.queues.log.segments import SegmentWriter
-from sluicegate.queues.log.store import MessageStore, StoredMessage, write_now
+from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.log.stream_entries import ENTRY_BYTES
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec

@@ -1,0 +1,87 @@
+"""Message bodies on the reactor thread: in memory until written, then cached, then read back.
+
+A body waits in memory (with its message, by id) until the batch holding it is durable; then it
+moves to a bounded cache for consumers that read close behind publishers; after that it is read
+back from its segment with ``pread``. The cache is keyed by where the body lies, so the queues
+sharing one body (a fan-out) share one cache entry.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Final
+
+from sluicegate.queues.log.segments import SegmentReader
+from sluicegate.queues.log.stored import StoredMessage
+
+# Bodies kept after their write, for consumers that read close behind publishers.
+DEFAULT_CACHE_BYTES: Final = 16 * 1024 * 1024
+
+
+class Bodies:
+    """The unwritten bodies, the cache of written ones, and reads from the segments."""
+
+    def __init__(self, reader: SegmentReader, cache_bytes: int) -> None:
+        self.reader = reader
+        self.cache_bytes = cache_bytes
+        # The messages whose batch is not written yet, with their bodies: a page-in cannot
+        # read their records, a delivery cannot read their bodies.
+        self.unwritten: dict[int, tuple[StoredMessage, bytes]] = {}
+        self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self.cached_bytes = 0
+        self.reads = 0
+
+    @property
+    def cached(self) -> int:
+        """Bodies in the cache."""
+        return len(self._cache)
+
+    def hold(self, message: StoredMessage, body: bytes) -> None:
+        """Keep ``body`` in memory until the batch writing it is durable."""
+        self.unwritten[message.message_id] = (message, body)
+
+    def read(self, message: StoredMessage) -> bytes:
+        """A message's stored bytes: from memory if not yet written or cached, else the disk."""
+        unwritten = self.unwritten.get(message.message_id)
+        if unwritten is not None:
+            return unwritten[1]
+        body = self._cache.get(message.body_key)
+        if body is not None:
+            return body
+        self.reads += 1
+        body = self.reader.read(message.segment, message.offset, message.length)
+        if message.shared and len(body) <= self.room():
+            # Other queues' messages will want it too (a fan-out read back after a restart).
+            self.put(message.body_key, body)
+        return body
+
+    def room(self) -> int:
+        """Bytes the cache may still take without evicting."""
+        return self.cache_bytes - self.cached_bytes
+
+    def put(self, key: int, body: bytes) -> None:
+        """Cache a body read back with its page (the caller checked the room)."""
+        if key not in self._cache:
+            self._cache[key] = body
+            self.cached_bytes += len(body)
+
+    def forget(self, message: StoredMessage) -> None:
+        """A settled message's body leaves the cache, unless other messages share it."""
+        if not message.shared:
+            body = self._cache.pop(message.body_key, None)
+            if body is not None:
+                self.cached_bytes -= len(body)
+
+    def written(self, messages: Iterable[StoredMessage]) -> None:
+        """Their batch is durable: the bodies of the live ones move to the cache."""
+        unwritten = self.unwritten
+        for message in messages:
+            entry = unwritten.pop(message.message_id, None)
+            if entry is None or message.archived:
+                continue
+            self.put(message.body_key, entry[1])
+        cache = self._cache
+        while self.cached_bytes > self.cache_bytes and cache:
+            _, body = cache.popitem(last=False)
+            self.cached_bytes -= len(body)

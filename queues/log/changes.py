@@ -1,0 +1,82 @@
+"""Message state changes waiting for the next batch: settled, acquired, returned, counted.
+
+Changes are buffered in order and placed when the batch is taken, consecutive ones of a kind in
+one record: a dead letter routed later in the same pass then has its copy's enqueue placed before
+its original's settlement. Failed-delivery counts are kept for every live message that has one
+and logged again at the start of every segment (:meth:`StateChanges.snapshot`), so compacting the
+segment that counted a failure loses nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sluicegate.queues.log.ledger import SegmentLedger
+from sluicegate.queues.log.placement import Placement
+from sluicegate.queues.log.records import (
+    RecordType,
+    encode_delivery_counts,
+    encode_messages_changed,
+)
+
+# Message ids per record: bounds one record's size (8 to 12 bytes per id).
+_IDS_PER_RECORD: Final = 65536
+
+
+class StateChanges:
+    """The buffer of changes, and the live messages' delivery counts."""
+
+    __slots__ = ("buffer", "counts")
+
+    def __init__(self) -> None:
+        # (record type, message id, the message's segment), in order.
+        self.buffer: list[tuple[RecordType, int, int]] = []
+        self.counts: dict[int, int] = {}
+
+    def add(self, kind: RecordType, message_id: int, segment: int) -> None:
+        """A settlement, acquisition or return of the message ``message_id``."""
+        self.buffer.append((kind, message_id, segment))
+
+    def settle(self, message_id: int, segment: int) -> None:
+        """The message is archived: its count goes with it."""
+        self.buffer.append((RecordType.SETTLE, message_id, segment))
+        if self.counts:
+            self.counts.pop(message_id, None)
+
+    def count(self, message_id: int, segment: int, delivery_count: int) -> None:
+        """The message's failed-delivery count is now ``delivery_count``."""
+        self.counts[message_id] = delivery_count
+        self.buffer.append((RecordType.DELIVERY_COUNTS, message_id, segment))
+
+    def snapshot(self) -> list[bytes]:
+        """Records of every live message's count, for the start of a segment."""
+        counts = list(self.counts.items())
+        return [
+            encode_delivery_counts(counts[start : start + _IDS_PER_RECORD])
+            for start in range(0, len(counts), _IDS_PER_RECORD)
+        ]
+
+    def place(self, placement: Placement, ledger: SegmentLedger) -> None:
+        """Encode the buffered changes, consecutive ones of a kind in one record, in order."""
+        changes = self.buffer
+        if not changes:
+            return
+        self.buffer = []
+        start = 0
+        while start < len(changes):
+            kind = changes[start][0]
+            end = start + 1
+            while end < len(changes) and changes[end][0] is kind and end - start < _IDS_PER_RECORD:
+                end += 1
+            run = changes[start:end]
+            if kind is RecordType.DELIVERY_COUNTS:
+                counts = self.counts
+                pairs = [(c[1], counts[c[1]]) for c in run if c[1] in counts]
+                if pairs:
+                    placement.append([encode_delivery_counts(pairs)])
+            else:
+                segment, _ = placement.append([encode_messages_changed(kind, [c[1] for c in run])])
+                if kind is RecordType.SETTLE:
+                    for _, _, message_segment in run:
+                        ledger.settled(message_segment, segment)
+            start = end

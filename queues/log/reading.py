@@ -1,0 +1,158 @@
+"""Reading pages of persistent messages back from the log, and the pages recovery found.
+
+A page is read with one ``pread`` of its span; every record in it is checked (its CRC, its
+type, its id and queue) before its message is made. Messages whose batch is not written yet
+are the ones still in memory. Small bodies go to the cache while it has room, so delivering
+them reads nothing more; the cache is not churned for them, since a large credit may page in
+far ahead.
+"""
+
+from __future__ import annotations
+
+from sluicegate.queues.log.bodies import Bodies
+from sluicegate.queues.log.decoding import decode_record
+from sluicegate.queues.log.paged import DiskPage, PageStore
+from sluicegate.queues.log.records import Enqueued
+from sluicegate.queues.log.recovery import (
+    LogCorrupted,
+    MessageStates,
+    RecoveredPage,
+    RecoveredState,
+)
+from sluicegate.queues.log.stored import StoredMessage
+from sluicegate.wire.errors import DecodeError
+
+
+class PageReader:
+    """Turns pages into messages, for one store."""
+
+    def __init__(self, store: PageStore, bodies: Bodies, recovered: RecoveredState) -> None:
+        self.journal = store
+        self.bodies = bodies
+        self.recovered = recovered
+        self.reads = 0
+        # Messages handed to their queues as recovered pages.
+        self.count = 0
+
+    def recovered_pages(self, queue: str) -> tuple[list[DiskPage], list[tuple[int, int, int]]]:
+        """The live messages recovery found in ``queue`` as pages, once; nothing is read.
+
+        Also returns ``(message id, segment, delivery count)`` of those that failed a delivery
+        or were held by a consumer when the log ended (that delivery counts as failed now).
+        """
+        recovered = self.recovered
+        raw_pages = recovered.backlogs.pop(queue, None)
+        if raw_pages is None:
+            return [], []
+        messages = recovered.messages
+        pages: list[DiskPage] = []
+        for raw in raw_pages:
+            settled = messages.settled_in(raw)
+            page = self._live_page(queue, raw, set(settled)) if settled else self._page(queue, raw)
+            if page is not None:
+                pages.append(page)
+                self.count += page.count
+        counted: list[tuple[int, int, int]] = []
+        if messages.acquired or messages.failures:
+            for page in pages:
+                for index, message_id in enumerate(page.message_ids()):
+                    count = messages.delivery_count(message_id)
+                    if count:
+                        if page.failures is None:
+                            page.failures = {}
+                        page.failures[index] = count
+                        counted.append((message_id, page.segment, count))
+        if not recovered.backlogs:
+            # Every queue has its pages: the states, one byte per id, can go.
+            recovered.messages = MessageStates()
+        return pages, counted
+
+    def _page(self, queue: str, raw: RecoveredPage) -> DiskPage:
+        return DiskPage.of(self.journal, queue, raw, raw.sizes)
+
+    def _live_page(self, queue: str, raw: RecoveredPage, settled: set[int]) -> DiskPage | None:
+        page: DiskPage | None = None
+        for index, message_id in enumerate(raw.message_ids()):
+            if index in settled:
+                continue
+            if page is None:
+                page = DiskPage(
+                    self.journal, queue, raw.segment, raw.start, raw.first_id, raw.first_timestamp
+                )
+            page.add(raw.offsets[index], raw.end, message_id, raw.sizes[index], 0)
+        return page
+
+    def page_in(self, page: DiskPage, ttl: int | None) -> list[StoredMessage]:
+        """Read a page's messages back: one read of its span, every record validated.
+
+        ``ttl`` (the queue's ``x-message-ttl``) counts from each message's arrival.
+        """
+        first, ids, offsets = page.first_id, page.ids, page.offsets
+        count = len(offsets)
+        bodies = self.bodies
+        pending = bodies.unwritten
+        written = count
+        while written and first + ids[written - 1] in pending:
+            written -= 1
+        buffer = b""
+        if written:
+            stop = page.end if written == count else offsets[written]
+            buffer = bodies.reader.read_upto(page.segment, page.start, stop - page.start)
+            self.reads += 1
+        failures = page.failures or {}
+        room = bodies.room()
+        messages: list[StoredMessage] = []
+        for index in range(count):
+            message_id = first + ids[index]
+            if index >= written:
+                message = pending[message_id][0]
+            else:
+                message, body = self._read(
+                    page, buffer, offsets[index], message_id, failures.get(index, 0)
+                )
+                if body is not None and len(body) <= room:
+                    bodies.put(message.body_key, bytes(body))
+                    room -= len(body)
+            if ttl is not None:
+                deadline = message.timestamp + ttl
+                if message.expires is None or deadline < message.expires:
+                    message.expires = deadline
+            messages.append(message)
+        return messages
+
+    def _read(
+        self, page: DiskPage, buffer: bytes, offset: int, message_id: int, failures: int
+    ) -> tuple[StoredMessage, memoryview | bytes | None]:
+        """The message whose record is at ``offset``, and its body if the record holds it."""
+        start = offset - page.start
+        try:
+            record, end = decode_record(buffer, start)
+        except DecodeError as error:
+            raise LogCorrupted(page.segment, offset, str(error)) from error
+        if not (
+            isinstance(record, Enqueued)
+            and record.message_id == message_id
+            and record.queue == page.queue
+        ):
+            raise LogCorrupted(
+                page.segment, offset, f"message {message_id} of '{page.queue}' is not there"
+            )
+        shared = record.body_segment is not None
+        body = (record.body_offset, record.body_length) if shared else None
+        if body is None:
+            body = (offset + record.payload_offset, len(record.payload))
+        message = StoredMessage(
+            self.journal,
+            page.queue,
+            message_id,
+            page.segment,
+            (offset, offset + end - start),
+            body,
+            record.timestamp,
+            delivery_count=failures,
+            expires=record.expires,
+            exchange=record.exchange,
+            routing_key=record.routing_key,
+            shared=shared,
+        )
+        return message, None if shared else record.payload

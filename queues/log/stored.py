@@ -1,0 +1,150 @@
+"""A persistent message as its queue holds it: where its record and body lie in the log.
+
+The body is not kept: it is read back through the store (from memory while its batch is being
+written, then from a bounded cache or the segment file). Several queues' messages may share one
+body: a message routed to many durable queues is written once and referenced by the others'
+records (:mod:`queues.log.records`, ``ENQUEUE_SHARED``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from sluicegate.wire.sections import with_delivery_count
+
+
+class MessageJournal(Protocol):
+    """What a stored message asks of its store: its body, and logging its state changes."""
+
+    def body(self, message: StoredMessage) -> bytes:
+        """The stored bytes of ``message``."""
+
+    def acquired(self, message: Message) -> None:
+        """``message`` went to a consumer."""
+
+    def settled(self, message: Message, sending: bool = False) -> None:
+        """``message`` is archived; ``sending``: keep its body until it is sent."""
+
+    def returned(self, message: Message, failed: bool) -> None:
+        """``message`` came back to its queue, after a failed delivery or not."""
+
+
+class StoredMessage(Message):
+    """A persistent message: its record's place (segment and span) and its body's.
+
+    Its queue changes its state as for any message; each change is logged (acquired,
+    returned, archived), so the queue itself needs no knowledge of the log.
+    """
+
+    __slots__ = (
+        # A durable stream's entries remember the objects they handed out, weakly.
+        "__weakref__",
+        "_state",
+        "archived",
+        "journal",
+        "length",
+        "message_id",
+        "offset",
+        "pinned",
+        "queue",
+        "record",
+        "record_end",
+        "segment",
+        "shared",
+        "timestamp",
+    )
+
+    def __init__(
+        self,
+        journal: MessageJournal,
+        queue: str,
+        message_id: int,
+        segment: int,
+        span: tuple[int, int],
+        body: tuple[int, int],
+        timestamp: int,
+        *,
+        delivery_count: int = 0,
+        expires: int | None = None,
+        exchange: str = "",
+        routing_key: str = "",
+        shared: bool = False,
+    ) -> None:
+        self.journal = journal
+        self.queue = queue
+        self.message_id = message_id
+        self.segment = segment
+        # Where its record starts and ends in the segment: what a page keeps and reads.
+        self.record, self.record_end = span
+        # Where its body lies in the same segment: in its own record, or in another's.
+        self.offset, self.length = body
+        # True when other messages' records refer to this body (or this one refers to another's).
+        self.shared = shared
+        self.timestamp = timestamp
+        self.delivery_count = delivery_count
+        self.seq = 0
+        self._state = AVAILABLE
+        self.expires = expires
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.lock_deadline = 0
+        self.priority = 0
+        # Settled in the log: compaction may delete its segment at the next batch.
+        self.archived = False
+        # The body, read while its segment still exists, of a message settled before it is
+        # sent (a pre-settled delivery waiting in its session).
+        self.pinned: bytes | None = None
+
+    @property
+    def body_key(self) -> int:
+        """Identifies the body in the store's cache, shared by every message that shares it."""
+        return (self.segment << 32) | self.offset
+
+    @property
+    def payload(self) -> bytes:  # type: ignore[override]
+        """The wire bytes: the stored body, with the delivery-count raised after failures."""
+        body = self.pinned if self.pinned is not None else self.journal.body(self)
+        return with_delivery_count(body, self.delivery_count) if self.delivery_count else body
+
+    @property
+    def size(self) -> int:
+        """Bytes on the wire, known without reading the body."""
+        return self.length
+
+    @property
+    def held(self) -> int:
+        """Nothing counts against the memory budget: the store bounds its own cache."""
+        return 0
+
+    @property
+    def state(self) -> int:
+        """AVAILABLE, ACQUIRED or ARCHIVED (queues.message)."""
+        return self._state
+
+    @state.setter
+    def state(self, value: int) -> None:
+        old = self._state
+        if old == value:
+            return
+        self._state = value
+        journal = self.journal
+        if value == ACQUIRED:
+            journal.acquired(self)
+        elif value == ARCHIVED:
+            # Archived straight from the queue: a pre-settled delivery still to be sent (or an
+            # expiry or purge); its body is kept with it while its segment surely exists.
+            journal.settled(self, sending=old == AVAILABLE)
+        else:
+            journal.returned(self, False)
+
+    def discard(self) -> None:
+        """Archived unread (purged, expired, dropped): settled without keeping its body."""
+        if self._state != ARCHIVED:
+            self._state = ARCHIVED
+            self.journal.settled(self)
+
+    def count_failed_delivery(self) -> None:
+        """Count a failed attempt; the header is rewritten each time the body is read."""
+        self.delivery_count += 1
+        self.journal.returned(self, True)

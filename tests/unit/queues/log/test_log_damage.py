@@ -1,0 +1,184 @@
+"""The log is never repaired silently: a torn tail is cut and reported, anything else refuses.
+
+Each test writes a log of several segments with the store itself, damages it as a crash or an
+operator might, and checks what opening it does, what ``check`` reports and what ``repair``
+drops.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluicegate.queues.log.check import check, repair
+from sluicegate.queues.log.damage import LogDamaged
+from sluicegate.queues.log.segments import (
+    CLEAN_SHUTDOWN,
+    SegmentWriter,
+    list_segments,
+    segment_path,
+)
+from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.log.stored import StoredMessage
+from sluicegate.wire.codec import Described, encode
+
+# Small segments: 60 messages of ~230 bytes fill several of them.
+_SEGMENT = 2048
+_COUNT = 60
+
+
+def _payload(i: int) -> bytes:
+    return encode(Described(0x77, f"m{i}-" + "x" * 200))
+
+
+def _log(directory: Path, *, clean: bool) -> list[StoredMessage]:
+    """A log of ``_COUNT`` live messages over several segments, closed cleanly or not."""
+    store = MessageStore(directory, segment_size=_SEGMENT)
+    writer = SegmentWriter(directory)
+    store.declare_queue("q", {})
+    messages = []
+    for i in range(_COUNT):
+        messages.append(store.enqueue("q", _payload(i), i))
+        if i % 10 == 9:
+            write_now(store, writer)
+    write_now(store, writer)
+    writer.close()
+    store.close(clean=clean)
+    return messages
+
+
+def _recovered(directory: Path) -> list[int]:
+    store = MessageStore(directory, segment_size=_SEGMENT)
+    ids = [m.message_id for m in store.iter_recovered_messages("q")]
+    store.close()
+    return ids
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x04
+    path.write_bytes(bytes(data))
+
+
+def test_a_clean_log_opens_and_checks_clean(tmp_path: Path) -> None:
+    messages = _log(tmp_path, clean=True)
+    report = check(tmp_path)
+    assert report.startable
+    assert report.clean_shutdown
+    assert report.lines()[-1] == "no damage; closed cleanly"
+    assert _recovered(tmp_path) == [m.message_id for m in messages]
+    # Opening the log again removes the marker: from now on a crash may tear its end.
+    assert not (tmp_path / CLEAN_SHUTDOWN).exists()
+
+
+def test_a_torn_tail_after_a_crash_is_cut_and_reported_with_its_bytes(tmp_path: Path) -> None:
+    messages = _log(tmp_path, clean=False)
+    last = segment_path(tmp_path, list_segments(tmp_path)[-1])
+    size = last.stat().st_size
+    with last.open("ab") as file:
+        file.write(b"\x00\x00\x01\x00\xde\xad\xbe")  # a record header the crash cut short
+    store = MessageStore(tmp_path, segment_size=_SEGMENT)
+    torn = store.recovered.torn_tail
+    assert torn is not None
+    assert (torn.offset, torn.dropped_bytes) == (size, 7)
+    assert store.statistics().truncated_bytes == 7
+    assert last.stat().st_size == size
+    assert [m.message_id for m in store.iter_recovered_messages("q")] == [
+        m.message_id for m in messages
+    ]
+
+
+def test_a_damaged_last_record_with_nothing_after_it_is_a_torn_tail(tmp_path: Path) -> None:
+    messages = _log(tmp_path, clean=False)
+    final = messages[-1]
+    _flip(segment_path(tmp_path, final.segment), final.offset + 5)
+    report = check(tmp_path)
+    assert report.startable
+    assert report.state.torn_tail is not None
+    assert _recovered(tmp_path) == [m.message_id for m in messages[:-1]]
+
+
+def test_a_bit_flip_inside_the_last_segment_refuses_naming_what_follows(tmp_path: Path) -> None:
+    messages = _log(tmp_path, clean=False)
+    last = list_segments(tmp_path)[-1]
+    in_last = [m for m in messages if m.segment == last]
+    victim = in_last[1]
+    _flip(segment_path(tmp_path, last), victim.offset + 3)
+    with pytest.raises(LogDamaged) as refused:
+        MessageStore(tmp_path, segment_size=_SEGMENT)
+    [damage] = refused.value.damages
+    assert (damage.segment, damage.offset) == (last, victim.record)
+    assert damage.following == len(in_last) - 2
+    assert f"segment {last} at offset {victim.record}: CRC mismatch" in str(refused.value)
+    assert f"{len(in_last) - 2} valid records follow" in str(refused.value)
+
+
+def test_a_damaged_earlier_segment_refuses_and_counts_the_later_ones(tmp_path: Path) -> None:
+    messages = _log(tmp_path, clean=True)
+    segments = list_segments(tmp_path)
+    victim = next(m for m in messages if m.segment == segments[1])
+    _flip(segment_path(tmp_path, victim.segment), victim.offset + 1)
+    with pytest.raises(LogDamaged) as refused:
+        MessageStore(tmp_path, segment_size=_SEGMENT)
+    assert f"and {len(segments) - 2} later segments" in str(refused.value)
+
+
+def test_a_missing_middle_segment_refuses(tmp_path: Path) -> None:
+    _log(tmp_path, clean=False)
+    segments = list_segments(tmp_path)
+    segment_path(tmp_path, segments[2]).unlink()
+    with pytest.raises(LogDamaged) as refused:
+        MessageStore(tmp_path, segment_size=_SEGMENT)
+    assert f"segment {segments[2]}: missing (segment {segments[-1]} lists it)" in str(refused.value)
+
+
+@pytest.mark.parametrize("fault", ["emptied", "deleted"])
+def test_a_last_segment_emptied_or_deleted_after_a_clean_stop_refuses(
+    tmp_path: Path, fault: str
+) -> None:
+    _log(tmp_path, clean=True)
+    last = segment_path(tmp_path, list_segments(tmp_path)[-1])
+    if fault == "emptied":
+        last.write_bytes(b"")
+    else:
+        last.unlink()
+    report = check(tmp_path)
+    assert not report.startable
+    with pytest.raises(LogDamaged):
+        MessageStore(tmp_path, segment_size=_SEGMENT)
+
+
+def test_segments_compaction_deleted_are_not_missing(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path, segment_size=_SEGMENT)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    kept = store.enqueue("q", _payload(0), 0)
+    for i in range(1, _COUNT):
+        store.settled(store.enqueue("q", _payload(i), i))
+        write_now(store, writer)
+    write_now(store, writer)
+    assert len(list_segments(tmp_path)) < store.segment
+    report = check(tmp_path)
+    assert report.startable
+    assert not report.state.damages
+    assert _recovered(tmp_path) == [kept.message_id]
+
+
+def test_repair_cuts_the_damage_says_what_it_dropped_and_the_log_opens(tmp_path: Path) -> None:
+    messages = _log(tmp_path, clean=True)
+    segments = list_segments(tmp_path)
+    in_second = [m for m in messages if m.segment == segments[1]]
+    victim = in_second[2]
+    _flip(segment_path(tmp_path, victim.segment), victim.offset + 9)
+    segment_path(tmp_path, segments[3]).unlink()
+    report = repair(tmp_path)
+    text = "\n".join(report.lines())
+    assert f"cut segment {segments[1]} at offset {victim.record}" in text
+    assert f"{len(in_second) - 3} messages of queue 'q'" in text
+    assert f"segment {segments[3]} is missing" in text
+    lost = {m.message_id for m in in_second[2:]} | {
+        m.message_id for m in messages if m.segment == segments[3]
+    }
+    assert _recovered(tmp_path) == [m.message_id for m in messages if m.message_id not in lost]
+    assert check(tmp_path).startable
