@@ -1,4 +1,4 @@
-"""Which segments compaction may delete, from counts kept as records are placed (docs/durability.md).
+"""Which segments compaction may delete, from counts kept as records are placed.
 
 A segment may go when (1) every message it enqueued is settled, (2) every older segment whose
 messages its settle records name is gone, since otherwise replay would find those messages
