@@ -41,7 +41,13 @@ from sluicegate.gateway.events import (
 )
 from sluicegate.gateway.expiry import ExpiryTimer
 from sluicegate.gateway.identity import open_properties
-from sluicegate.gateway.limits import LimitExceeded, check_connections, check_links
+from sluicegate.gateway.limits import (
+    LimitExceeded,
+    SessionLimitExceeded,
+    check_connections,
+    link_attached,
+    link_detached,
+)
 from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.management.router import Router
 from sluicegate.gateway.publishing import Publishing
@@ -184,7 +190,7 @@ class Broker(Handler):
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         try:
-            check_links(link, self.config)
+            link_attached(link.session.sg, self.config)
             if self.management.is_management(link):
                 self.management.attach(link, management_caller(link.connection.sg))
                 return
@@ -193,6 +199,10 @@ class Broker(Handler):
                 self._attach_consumer(link)
             else:
                 self.publishing.attach(link)
+        except SessionLimitExceeded as error:
+            session: SessionState = link.session.sg
+            self._end_session(session)
+            _close(link.session, error.condition, str(error))
         except AmqpError as error:
             # The refusal of §2.6.3: a null terminus in the reply, then a DETACH with the error.
             terminus = link.source if link.is_sender else link.target
@@ -238,6 +248,7 @@ class Broker(Handler):
     def on_link_remote_close(self, event: Event) -> None:
         """A DETACH: release what the link held and answer it."""
         link = link_of(event)
+        link_detached(link)
         self._detach(link)
         link.close()
 

@@ -33,6 +33,14 @@ log = logging.getLogger("sluicegate.io")
 # Bytes read from one connection per readiness: enough for many small messages or a large one
 # per pass of the reactor, small enough that one busy client does not starve the others.
 READ_BATCH: Final = 256 * 1024
+# Frames taken from one connection per readiness. Proton raises events for every frame pushed
+# and the reactor handles them all before it looks at another socket; an ATTACH costs about a
+# thousand times a TRANSFER there, so a burst of small control frames (thousands fit in
+# READ_BATCH) would stall everyone for seconds. 256 keeps a pass of the costliest frames short
+# and still moves hundreds of transfers per pass.
+READ_FRAMES: Final = 64
+# Bytes per recv: the frame count is checked between reads, so this bounds the overshoot.
+READ_CHUNK: Final = 16 * 1024
 
 
 class FlowIO(IOHandler):
@@ -74,11 +82,11 @@ class FlowIO(IOHandler):
                     self.broker.mark(session)
 
     def _read(self, event: Event) -> None:
-        """Read up to :data:`READ_BATCH` bytes, one transport capacity at a time.
+        """Read up to :data:`READ_BATCH` bytes or :data:`READ_FRAMES` frames.
 
         Proton reads one capacity (8 KiB until a frame needs more) per readiness, which costs a
         full pass of the reactor per 8 KiB; this reads on until the socket is empty, the batch
-        is used up, or the connection's account paused it.
+        or the frame allowance is used up, or the connection's account paused it.
         """
         selectable = event.selectable
         transport = selectable._transport
@@ -86,12 +94,13 @@ class FlowIO(IOHandler):
             return
         state: ConnectionState | None = getattr(selectable, "sg", None)
         left = READ_BATCH
+        frames_before = transport.frames_input
         while left > 0:
             capacity = transport.capacity()
             if capacity <= 0:
                 break
             try:
-                data = selectable.recv(min(capacity, left))
+                data = selectable.recv(min(capacity, left, READ_CHUNK))
             except BlockingIOError:
                 break
             except OSError as error:
@@ -104,6 +113,8 @@ class FlowIO(IOHandler):
             transport.push(data)
             left -= len(data)
             if state is not None and state.account.paused:
+                break
+            if transport.frames_input - frames_before >= READ_FRAMES:
                 break
         if state is not None and state.idle_timeout and left < READ_BATCH:
             reading.input_arrived(state)

@@ -2,14 +2,17 @@
 
 Frame size, channel-max and idle-time-out are proton's to enforce once set on the transport
 (it announces them in OPEN and closes a connection that breaks them); the connection count and
-links per session are counted here, because proton does not.
+links per session are counted here, because proton does not. Each check is O(1): a counter kept
+as endpoints come and go, never a walk over them, so a client that attaches thousands of links
+in one burst costs the reactor the same per ATTACH as one that attaches a few.
 """
 
 from __future__ import annotations
 
-from proton import Endpoint, Link, Transport
+from proton import Link, Transport
 
 from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.state import SessionState
 from sluicegate.queues.errors import QueueError
 
 
@@ -32,18 +35,30 @@ def check_connections(open_connections: int, config: ServerConfig) -> None:
         raise LimitExceeded(f"connection limit {config.max_connections} reached")
 
 
-def check_links(link: Link, config: ServerConfig) -> None:
-    """Raise if ``link`` would exceed ``max_links_per_session`` on its session.
+class SessionLimitExceeded(LimitExceeded):
+    """A client kept attaching links after refusals it never answered: its session ends."""
 
-    Proton keeps no per-session count, so the connection's attached links are walked: an
-    attach is rare next to transfers, and a connection holds few links.
+
+def link_attached(session: SessionState, config: ServerConfig) -> None:
+    """Count a client's ATTACH on ``session``; raise if the link is one too many.
+
+    A refused link stays counted until the client answers our DETACH with its own, so that
+    unanswered refusals cannot pile up in proton: past twice the limit the session itself
+    is ended (:class:`SessionLimitExceeded`).
     """
-    session = link.session
-    attached = 0
-    other = link.connection.link_head(Endpoint.REMOTE_ACTIVE)
-    while other is not None:
-        if other.session == session:
-            attached += 1
-        other = other.next(Endpoint.REMOTE_ACTIVE)
-    if attached > config.max_links_per_session:
-        raise LimitExceeded(f"session link limit {config.max_links_per_session} reached")
+    session.links += 1
+    limit = config.max_links_per_session
+    if session.links > 2 * limit:
+        raise SessionLimitExceeded(
+            f"session link limit {limit} reached and {session.links - limit} refused links "
+            "not detached"
+        )
+    if session.links > limit:
+        raise LimitExceeded(f"session link limit {limit} reached")
+
+
+def link_detached(link: Link) -> None:
+    """Count a client's DETACH of a link it attached."""
+    session: SessionState | None = getattr(link.session, "sg", None)
+    if session is not None:
+        session.links -= 1

@@ -86,6 +86,7 @@ class SessionState:
         "__weakref__",
         "address",
         "connection",
+        "links",
         "management_pairs",
         "pure",
         "senders",
@@ -100,6 +101,9 @@ class SessionState:
         self.senders: dict[OutgoingLink, OutgoingLinkState] = {}
         # The session's ``/management`` link pairs by link name (gateway/management/node.py).
         self.management_pairs: dict[str, Pair] = {}
+        # Links the client attached and has not detached, refused ones included
+        # (gateway/limits.py): the per-session limit is checked against this count.
+        self.links = 0
 
     def refresh_window(self) -> None:
         """Read the client's remote incoming window, less what proton still holds to send.

@@ -29,6 +29,7 @@ from proton import (
 )
 
 from sluicegate.gateway.events import link_of
+from sluicegate.gateway.limits import link_detached
 from sluicegate.gateway.management.router import (
     NOBODY,
     Caller,
@@ -210,6 +211,7 @@ class ManagementNode(Handler):
     def on_link_remote_close(self, event: Event) -> None:
         """One half detached: answer it; the pair is forgotten with its last half."""
         link = link_of(event)
+        link_detached(link)
         pair = getattr(link, "sg", None)
         link.close()
         if not isinstance(pair, Pair):
