@@ -19,9 +19,9 @@ from typing import Any, Final
 
 from proton import Delivery, Endpoint, Receiver
 
+from sluicegate.clients.pump import Pump
 from sluicegate.clients.quiver import sender
 from sluicegate.clients.quiver.arrow import describe
-from sluicegate.clients.quiver.engine import Engine
 from sluicegate.clients.quiver.reports import Failed, Scoreboard, SenderDone
 from sluicegate.clients.quiver.settings import ArrowConfig
 
@@ -147,7 +147,7 @@ def consume_paced(plan: ConsumerPlan, channel: Channel, counts: Any) -> None:
     failure, ``None`` when done.
     """
     try:
-        engine = Engine.connect(plan.host, plan.port, "bench consumer", CONNECT_TIMEOUT_S)
+        engine = Pump.connect(plan.host, plan.port, "bench consumer", CONNECT_TIMEOUT_S)
     except OSError as error:
         channel.send(f"consumer: cannot connect to {plan.host}:{plan.port}: {error.strerror}")
         return
@@ -167,8 +167,7 @@ def consume_paced(plan: ConsumerPlan, channel: Channel, counts: Any) -> None:
     next_at = time.monotonic()
     taken = 0
     while (now := time.monotonic()) < end:
-        engine.tick()
-        engine.write()
+        engine.flush()
         ready = [(link, d) for link in links if (d := _ready(link)) is not None]
         if ready and now < next_at:
             time.sleep(min(next_at - now, end - now))

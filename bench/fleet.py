@@ -1,6 +1,6 @@
 """Many connections from one process: each with a sender and a receiver on its own queue.
 
-One epoll selector over every connection's socket (``sluicegate.clients.quiver.engine.Engine`` per
+One epoll selector over every connection's socket (``sluicegate.clients.pump.Pump`` per
 connection), so a thousand connections cost one process and no threads. The parent steers the
 phases over a pipe: open everything (report ``opened``), on ``go`` send and receive
 ``messages`` on every connection (report ``done``), then close.
@@ -18,8 +18,8 @@ from typing import Final
 
 from proton import Delivery, Endpoint, Receiver, Sender
 
+from sluicegate.clients.pump import Pump
 from sluicegate.clients.quiver.arrow import describe
-from sluicegate.clients.quiver.engine import Engine
 from sluicegate.clients.quiver.payload import encode_template
 
 __all__ = ["GO", "Finished", "FleetPlan", "Opened", "run_fleet"]
@@ -63,7 +63,7 @@ class Member:
     """One connection of the fleet and its two links."""
 
     index: int
-    engine: Engine
+    engine: Pump
     sender: Sender
     receiver: Receiver
     sent: int = 0
@@ -75,7 +75,7 @@ class FleetError(RuntimeError):
 
 
 def _open(plan: FleetPlan, index: int) -> Member:
-    engine = Engine.connect(plan.host, plan.port, f"bench fleet {index}", CONNECT_TIMEOUT_S)
+    engine = Pump.connect(plan.host, plan.port, f"bench fleet {index}", CONNECT_TIMEOUT_S)
     connection = engine.connection
     connection.open()
     session = connection.session()
@@ -111,15 +111,14 @@ class Fleet:
             member = _open(self.plan, index)
             self.members.append(member)
             self.selector.register(member.engine.sock, selectors.EVENT_READ, member)
-            member.engine.write()
+            member.engine.flush()
             if index % CONNECT_BATCH == CONNECT_BATCH - 1:
                 self.pump(0.0)
 
     def pump(self, timeout: float = POLL_S) -> None:
         """Write what every connection has, read what arrived, check for failures."""
         for member in self.members:
-            member.engine.tick()
-            member.engine.write()
+            member.engine.flush()
         for key, _ in self.selector.select(timeout):
             member = key.data
             assert isinstance(member, Member)
@@ -183,7 +182,7 @@ class Fleet:
         """Close every connection and release the sockets."""
         for member in self.members:
             member.engine.connection.close()
-            member.engine.write()
+            member.engine.flush()
         for member in self.members:
             member.engine.close()
 

@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 from proton import Delivery, Endpoint, Link, Message, symbol
 
+from sluicegate.clients.pump import Pump
 from sluicegate.clients.quiver.arrow import describe
-from sluicegate.clients.quiver.engine import Engine
 
 __all__ = ["Management", "ManagementError"]
 
@@ -37,7 +37,7 @@ class Management:
 
     def __init__(self, host: str, port: int) -> None:
         try:
-            self.engine = Engine.connect(host, port, "bench management", TIMEOUT_S)
+            self.engine = Pump.connect(host, port, "bench management", TIMEOUT_S)
         except OSError as error:
             raise ManagementError(f"cannot connect to {host}:{port}: {error.strerror}") from None
         connection = self.engine.connection

@@ -39,6 +39,20 @@ def path_segment(name: str) -> str:
     return quote(name, safe="-._~")
 
 
+def request_message(method: str, path: str, body: object = None) -> Message:
+    """A request as RabbitMQ's clients send it: the method as subject, the path as ``to``."""
+    message = Message(
+        id=str(uuid.uuid4()), subject=method, address=path, reply_to="$me", durable=False
+    )
+    message.body = body  # type: ignore[assignment]
+    return message
+
+
+def reply_of(message: Message) -> Reply:
+    """A reply's HTTP-like status (its subject) and body."""
+    return Reply(int(str(message.subject)), message.body)
+
+
 class ManagementClient:
     """One connection with one management link pair."""
 
@@ -52,14 +66,9 @@ class ManagementClient:
 
     def request(self, method: str, path: str, body: object = None) -> Reply:
         """Send one request and wait for its reply."""
-        message = Message(
-            id=str(uuid.uuid4()), subject=method, address=path, reply_to="$me", durable=False
-        )
-        message.body = body  # type: ignore[assignment]
-        self._requests.send(message, timeout=self._timeout)
+        self._requests.send(request_message(method, path, body), timeout=self._timeout)
         # Like RabbitMQ's clients: one credit per reply, granted by receive() when none is left.
-        reply = self._replies.receive(timeout=self._timeout)
-        return Reply(int(str(reply.subject)), reply.body)
+        return reply_of(self._replies.receive(timeout=self._timeout))
 
     def close(self) -> None:
         """Close the link pair and the connection."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from proton import Link
 
-from sluicegate.gateway.addresses import ExchangeAddress, parse_address, parse_target
 from sluicegate.gateway.auth import Access, User
 from sluicegate.queues.errors import AccessRefused
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.addresses import ExchangeAddress, parse_address, parse_target
 from sluicegate.wire.errors import AmqpError
 
 

@@ -26,7 +26,6 @@ from proton import (
 
 from sluicegate.gateway import deliveries
 from sluicegate.gateway.access import authorise_attach
-from sluicegate.gateway.addresses import AddressNotImplemented, parse_address
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.deliveries import CDelivery
@@ -63,6 +62,7 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.session import LinkFlow, TransferPart, route
 from sluicegate.session.session import Session as PureSession
+from sluicegate.wire.addresses import AddressNotImplemented, parse_address
 from sluicegate.wire.errors import AmqpError
 from sluicegate.wire.serial import SERIAL_MASK, serial_add
 

@@ -1,7 +1,8 @@
 """The bytes between a client's socket and proton's transport: TLS, then sluicegate's SASL.
 
 proton's transport could do TLS itself, but then our SASL layer (gateway/sasl.py) would see only
-ciphertext. So TLS is Python's ``ssl`` over memory BIOs here, and the stack of a connection is
+ciphertext. So TLS is Python's ``ssl`` over memory BIOs (``clients/tls.py``), and the stack of a
+connection is
 
     socket  <->  TLS (amqps listener only)  <->  SASL (until its outcome)  <->  proton transport
 
@@ -17,11 +18,12 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable
-from typing import Final
 
 from proton import Transport
 from proton._selectable import Selectable
 
+from sluicegate.clients.pump import TLS_OUTPUT_LOW, feed
+from sluicegate.clients.tls import RECV_SIZE, TlsChannel, TlsError
 from sluicegate.gateway import reading
 from sluicegate.gateway.auth import User
 from sluicegate.gateway.login import Verdict
@@ -30,11 +32,6 @@ from sluicegate.gateway.state import ConnectionState
 
 log = logging.getLogger("sluicegate.gate")
 
-# One TLS record carries at most 16 KiB; four of them per write keeps the socket busy.
-TLS_OUTPUT_LOW: Final = 64 * 1024
-# Bytes per socket read; a TLS record is at most 16 KiB plus overhead.
-RECV_SIZE: Final = 64 * 1024
-
 
 class Gate:
     """One connection's TLS and SASL state, and the bytes waiting for the socket."""
@@ -42,15 +39,12 @@ class Gate:
     __slots__ = (
         "_backlog",
         "_check",
-        "_incoming",
-        "_outgoing",
         "_tls",
         "closing",
         "deadline",
         "output",
         "sasl",
         "state",
-        "tls_done",
     )
 
     def __init__(
@@ -73,12 +67,7 @@ class Gate:
         self._backlog = bytearray()
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False
-        self._incoming = ssl.MemoryBIO()
-        self._outgoing = ssl.MemoryBIO()
-        self._tls = (
-            None if tls is None else tls.wrap_bio(self._incoming, self._outgoing, server_side=True)
-        )
-        self.tls_done = tls is None
+        self._tls = None if tls is None else TlsChannel(tls, server_side=True)
 
     @property
     def logging_in(self) -> bool:
@@ -98,7 +87,7 @@ class Gate:
     def read(self, selectable: Selectable, transport: Transport | None) -> bool:
         """Read the socket once and pass on what proton may have; False at EOF or on an error."""
         if self._backlog and transport is not None:
-            self._push(transport, b"")
+            feed(transport, self._backlog)
         try:
             data: bytes = selectable.recv(RECV_SIZE)
         except BlockingIOError:
@@ -110,10 +99,12 @@ class Gate:
             return False
         if self._tls is not None:
             try:
-                data = self._decrypt(data)
-            except ssl.SSLError as error:
-                log.info("TLS failed: %s", error.reason or error)
+                data = self._tls.decrypt(data)
+            except TlsError as error:
+                log.info("TLS failed: %s", error)
                 return False
+            finally:
+                self.output += self._tls.ciphertext()
         self._apply(self.sasl.feed(data), transport)
         return True
 
@@ -124,28 +115,10 @@ class Gate:
             log.warning("login refused: %s", self.sasl.failure)
             self.closing = True
         if step.passthrough and transport is not None:
-            self._push(transport, step.passthrough)
+            self._backlog += step.passthrough
+            feed(transport, self._backlog)
         if step.verify is not None:
             self._check(*step.verify, self._verified)
-
-    def _push(self, transport: Transport, data: bytes) -> None:
-        """Give proton ``data`` (after any backlog) one transport capacity at a time.
-
-        Proton consumes complete frames as they are pushed, so its capacity comes back at once;
-        only a transport with no room at all keeps the rest for the next read.
-        """
-        if self._backlog:
-            data = bytes(self._backlog) + data
-            self._backlog.clear()
-        position = 0
-        while position < len(data):
-            capacity = transport.capacity()
-            if capacity <= 0:
-                if capacity == 0:
-                    self._backlog += data[position:]
-                return  # below zero: proton's input is closed and takes nothing more
-            transport.push(data[position : position + capacity])
-            position += capacity
 
     def _verified(self, user: User | None) -> None:
         """The password check's verdict, on the reactor thread."""
@@ -158,43 +131,12 @@ class Gate:
         self._apply(self.sasl.verified(user), state.transport)
         reading.update(state.transport, selectable, selectable._reactor.now)
 
-    def _decrypt(self, data: bytes) -> bytes:
-        tls = self._tls
-        assert tls is not None
-        self._incoming.write(data)
-        if not self.tls_done:
-            try:
-                tls.do_handshake()
-                self.tls_done = True
-            except ssl.SSLWantReadError:
-                pass
-            self._flush_tls()
-            if not self.tls_done:
-                return b""
-        plain = bytearray()
-        while True:
-            try:
-                chunk = tls.read(RECV_SIZE)
-            except ssl.SSLWantReadError:
-                break
-            except ssl.SSLZeroReturnError:
-                break
-            if not chunk:
-                break
-            plain += chunk
-        self._flush_tls()
-        return bytes(plain)
-
     def _queue(self, plain: bytes) -> None:
         if self._tls is None:
             self.output += plain
         else:
-            self._tls.write(plain)
-            self._flush_tls()
-
-    def _flush_tls(self) -> None:
-        if self._outgoing.pending:
-            self.output += self._outgoing.read()
+            self._tls.encrypt(plain)
+            self.output += self._tls.ciphertext()
 
     def write(self, selectable: Selectable, transport: Transport | None) -> int:
         """Write what waits; returns how many bytes of proton's output were taken.
@@ -205,7 +147,7 @@ class Gate:
         taken = 0
         if (
             self._tls is not None
-            and self.tls_done
+            and self._tls.handshake_done
             and transport is not None
             and len(self.output) < TLS_OUTPUT_LOW
         ):

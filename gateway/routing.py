@@ -16,12 +16,12 @@ from typing import Final
 
 from proton import Condition
 
-from sluicegate.gateway.addresses import ExchangeAddress, QueueAddress, parse_target
 from sluicegate.queues.errors import AccessRefused
 from sluicegate.queues.exchanges import Unroutable
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.addresses import ExchangeAddress, QueueAddress, parse_target
 from sluicegate.wire.annotations import routing_annotations
 from sluicegate.wire.envelope import read_envelope
 from sluicegate.wire.errors import AmqpError, DecodeError

@@ -1,7 +1,7 @@
 """What a sender and a receiver process share: the loop, connecting or listening, the endings.
 
-Each process runs one ``Engine`` (a connection without proton's reactor, see ``engine``) in a
-loop: move bytes, let the subclass do its work on the link, look at what the peer did, and ten
+Each process runs one ``Pump`` (a connection without proton's reactor, ``clients/pump.py``) in
+a loop: move bytes, let the subclass do its work on the link, look at what the peer did, and ten
 times a second publish counters and listen to the parent. Peer to peer the receiver listens and
 opens whatever the sender opened, which proton's messaging handler would otherwise do.
 """
@@ -19,14 +19,15 @@ from typing import Any, Final
 
 from proton import Condition, Connection, Endpoint, Link
 
+from sluicegate.clients.pump import Pump
 from sluicegate.clients.quiver.capi import link_pointer
-from sluicegate.clients.quiver.engine import Engine
 from sluicegate.clients.quiver.reports import STOP, Failed, Ready, Report, Scoreboard
 from sluicegate.clients.quiver.settings import ArrowConfig
 
 __all__ = ["TICK_S", "Arrow", "describe"]
 
 TICK_S: Final[float] = 0.1  # counters published, stop and parent polled: 10 Hz costs nothing
+LISTEN_BACKLOG: Final[int] = 16  # peer to peer, one sender connects to each receiver
 
 
 def describe(condition: Condition | None, default: str) -> str:
@@ -53,7 +54,7 @@ class Arrow(ABC):
         self.board = board
         self.slot = slot
         self.parent_pid = os.getppid()
-        self.engine: Engine | None = None
+        self.engine: Pump | None = None
         self.listener: socket.socket | None = None
         self.link: Link | None = None
         self.pointer: Any = None  # the link's pn_link_t *, for the per-message calls
@@ -113,9 +114,11 @@ class Arrow(ABC):
         config = self.config
         try:
             if config.listen:
-                self.listener = Engine.listen(config.host, config.port)
+                self.listener = socket.create_server(
+                    (config.host, config.port), backlog=LISTEN_BACKLOG
+                )
             else:
-                self.engine = Engine.connect(config.host, config.port, config.name, config.timeout)
+                self.engine = Pump.connect(config.host, config.port, config.name, config.timeout)
         except OSError as error:
             verb = "listen on" if config.listen else "connect to"
             self.fail(f"cannot {verb} {config.host_port}: {error.strerror or error}")
@@ -165,7 +168,7 @@ class Arrow(ABC):
             return
         ready, _, _ = select.select([listener], [], [], max(0.0, timeout))
         if ready:
-            self.engine = Engine.accept(listener, self.config.name)
+            self.engine = Pump.server(listener.accept()[0], self.config.name)
             listener.close()
             self.listener = None
 
@@ -188,7 +191,7 @@ class Arrow(ABC):
                 link.close()
             link = connection.link_head(Endpoint.LOCAL_UNINIT)
 
-    def watch(self, engine: Engine) -> None:
+    def watch(self, engine: Pump) -> None:
         """Notice the attach, and anything the peer or the socket ended."""
         link = self.link
         if link is not None and not self.attached and link.state & Endpoint.REMOTE_ACTIVE:
@@ -250,7 +253,7 @@ class Arrow(ABC):
             self.close_connection(self.engine)
             self.engine.close()
 
-    def close_connection(self, engine: Engine) -> None:
+    def close_connection(self, engine: Pump) -> None:
         """Send our close and move bytes until the peer has answered.
 
         Messages sent presettled may still be queued in proton: while the socket keeps taking
@@ -263,7 +266,7 @@ class Arrow(ABC):
         while not engine.closed and not engine.eof and time.monotonic() < deadline:
             engine.pump(TICK_S)
             if connection.state & Endpoint.REMOTE_CLOSED:
-                engine.write()
+                engine.flush()
                 return
             if engine.written != written:
                 written, deadline = engine.written, time.monotonic() + self.config.timeout

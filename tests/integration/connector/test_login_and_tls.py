@@ -18,13 +18,13 @@ import pytest
 from integration.conftest import RunningServer
 from support.certificates import self_signed
 
+from sluicegate.clients.tls import TlsError
 from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.spark.amqp import AmqpConnection, AuthenticationError
 from sluicegate.spark.browse import browse
 from sluicegate.spark.options import ReadOptions, parse_read_options, parse_write_options
 from sluicegate.spark.sink import send_partition
 from sluicegate.spark.stream_source import OffsetRange, read_range
-from sluicegate.spark.tls import TlsError
 
 PASSWORD = "s3cret-Hors3"
 

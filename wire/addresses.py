@@ -11,16 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from sluicegate.queues.errors import QueueError
+from sluicegate.wire.errors import AmqpError
 
 
-class AddressError(QueueError):
+class AddressError(AmqpError):
     """An address that names nothing this server can serve."""
 
     condition = "amqp:not-found"
 
 
-class AddressNotImplemented(QueueError):
+class AddressNotImplemented(AmqpError):
     """An address form the server recognises but does not serve."""
 
     condition = "amqp:not-implemented"
