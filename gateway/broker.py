@@ -57,8 +57,10 @@ from sluicegate.gateway.state import (
     SessionState,
     forget,
 )
+from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.stream import StreamQueue
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.session import LinkFlow, TransferPart, route
 from sluicegate.session.session import Session as PureSession
@@ -104,6 +106,8 @@ class Broker(Handler):
         )
         self.expiry = ExpiryTimer(registry, self._route, self.queue_deleted)
         self.publishing.other_link = self.management.on_request
+        # What consumer filters decoded of messages, shared by every filter of the server.
+        self.filter_views = ViewCache()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -215,7 +219,12 @@ class Broker(Handler):
             raise AddressNotImplemented("dynamic sources are not supported")
         address = parse_address(link.remote_source.address)
         queue = self.registry.declare(address.queue)
-        options = consumer_options(link)
+        options = consumer_options(
+            link,
+            self.filter_views,
+            self.registry.clock,
+            indexes_filter_values=isinstance(queue, StreamQueue),
+        )
         session: SessionState = link.session.sg
         ack_required = link.remote_snd_settle_mode != Link.SND_SETTLED
         self._handles += 1

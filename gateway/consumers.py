@@ -1,10 +1,16 @@
 """A consumer's attach, read into :class:`~queues.queue_type.ConsumerOptions`.
 
-The source's filter set (AMQP 1.0 §3.5.8: properties, application-properties and JMS selector
-filters are served) may hold filters this server does not serve; as
-RabbitMQ does, those are left out of the source echoed in the ATTACH reply, so the client can
-see which filters took effect. ``distribution-mode = copy`` makes a browser, and the link
-property ``rabbitmq:priority`` a consumer priority.
+The source's filter set (AMQP 1.0 §3.5.8) names each filter by its descriptor: property filters
+(``amqp:properties-filter``, ``amqp:application-properties-filter``), JMS selectors
+(``apache.org:selector-filter:string``), AMQP SQL filters (``amqp:sql-filter``, RabbitMQ 4.2's
+``sql-filter``), RabbitMQ's stream filter values (``rabbitmq:stream-filter``,
+``rabbitmq:stream-match-unfiltered``) and a stream reader's start
+(``rabbitmq:stream-offset-spec``). A consumer gets every filter it names, on every queue type;
+one that is malformed or beyond the limits checked here refuses the link with
+``amqp:invalid-field`` (RabbitMQ leaves such a filter out of the echo and delivers unfiltered).
+Filters this server does not know are left out of the source echoed in the ATTACH reply, as
+RabbitMQ does, so the client can see which took effect. ``distribution-mode = copy`` makes a
+browser, and the link property ``rabbitmq:priority`` a consumer priority.
 """
 
 from __future__ import annotations
@@ -12,16 +18,46 @@ from __future__ import annotations
 import uuid
 from typing import Final
 
-from proton import Data, Described, Link, Terminus, symbol, timestamp
+from proton import Array, Data, Described, Link, Terminus, symbol, timestamp
 
-from sluicegate.queues.filters import FILTER_NAMES, PROPERTIES_FILTER, InvalidFilter, message_filter
-from sluicegate.queues.queue_type import ConsumerOptions, MessageFilter, OffsetSpec
-from sluicegate.queues.selector import SELECTOR_FILTER, SELECTOR_NAME, Selector
+from sluicegate.queues.errors import InvalidFilter
+from sluicegate.queues.filters.all_of import all_of
+from sluicegate.queues.filters.properties import (
+    APPLICATION_PROPERTIES_FILTER,
+    APPLICATION_PROPERTIES_NAME,
+    PROPERTIES_FILTER,
+    PROPERTIES_NAME,
+    PropertiesFilter,
+)
+from sluicegate.queues.filters.selector import SELECTOR_FILTER, SELECTOR_NAME, parse_selector
+from sluicegate.queues.filters.sql import SQL_DESCRIPTOR, SQL_FILTER, parse_sql
+from sluicegate.queues.filters.stream_filter import (
+    MATCH_UNFILTERED,
+    MAX_FILTER_VALUES,
+    STREAM_FILTER,
+    StreamFilter,
+)
+from sluicegate.queues.filters.view import ViewCache
+from sluicegate.queues.queue_type import Clock, ConsumerOptions, MessageFilter, OffsetSpec
 from sluicegate.wire.codec import Symbol, Value
 
 PRIORITY: Final = symbol("rabbitmq:priority")
 STREAM_OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
 _OFFSET_KEYWORDS: Final = frozenset({"first", "last", "next"})
+# Each filter type by its descriptor's code and its name.
+_KINDS: Final[dict[object, str]] = {
+    PROPERTIES_FILTER: "properties",
+    PROPERTIES_NAME: "properties",
+    APPLICATION_PROPERTIES_FILTER: "application",
+    APPLICATION_PROPERTIES_NAME: "application",
+    SELECTOR_FILTER: "selector",
+    SELECTOR_NAME: "selector",
+    SQL_FILTER: "sql",
+    SQL_DESCRIPTOR: "sql",
+    STREAM_FILTER: "values",
+    MATCH_UNFILTERED: "unfiltered",
+    STREAM_OFFSET_SPEC: "offset",
+}
 
 
 def _offset_spec(value: object) -> OffsetSpec:
@@ -45,8 +81,6 @@ def _plain(value: object) -> Value:
         return value.bytes
     if isinstance(value, bool | int | float | str | bytes) or value is None:
         return value
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
     raise InvalidFilter(f"a filter value of type {type(value).__name__} is not supported")
 
 
@@ -56,38 +90,84 @@ def _entries(value: object, name: str) -> dict[str, Value]:
     return {str(key): _plain(item) for key, item in value.items()}
 
 
-def consumer_options(link: Link) -> ConsumerOptions:
-    """Read a consumer's filters, distribution mode and priority; trim the echoed filters."""
+def _text(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidFilter(f"{name}: expected a string")
+    return value
+
+
+def _values(value: object) -> list[str]:
+    """``rabbitmq:stream-filter``: one string or a list (or array) of them."""
+    items = value.elements if isinstance(value, Array) else value
+    if isinstance(items, str):
+        items = [items]
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise InvalidFilter(f"{STREAM_FILTER}: expected a string or a list of strings")
+    if not 1 <= len(items) <= MAX_FILTER_VALUES:
+        raise InvalidFilter(f"{STREAM_FILTER}: expected 1 to {MAX_FILTER_VALUES} values")
+    return [str(v) for v in items]
+
+
+def _kind(descriptor: object) -> str | None:
+    if isinstance(descriptor, symbol):
+        return _KINDS.get(str(descriptor))
+    if isinstance(descriptor, int) and not isinstance(descriptor, bool):
+        return _KINDS.get(int(descriptor))
+    return None
+
+
+def consumer_options(
+    link: Link, views: ViewCache, clock: Clock, *, indexes_filter_values: bool = False
+) -> ConsumerOptions:
+    """Read a consumer's filters, distribution mode and priority; trim the echoed filters.
+
+    ``indexes_filter_values``: the queue (a stream) applies stream filter values itself, from
+    its chunk filters; other queues get them as a filter on each message.
+    """
     source = link.remote_source
-    properties: dict[str, Value] = {}
-    application: dict[str, Value] = {}
     offset: OffsetSpec | None = None
     served: dict[object, object] = {}
-    selector: MessageFilter | None = None
-    filters = source.filter
-    filters.rewind()
-    if filters.next() is not None:
-        requested = filters.get_object()
-        for key, entry in requested.items() if isinstance(requested, dict) else ():
+    filters: list[MessageFilter] = []
+    properties: dict[str, Value] | None = None
+    application: dict[str, Value] | None = None
+    values: list[str] | None = None
+    match_unfiltered = False
+    requested = source.filter
+    requested.rewind()
+    if requested.next() is not None:
+        entries = requested.get_object()
+        for key, entry in entries.items() if isinstance(entries, dict) else ():
             if not isinstance(entry, Described):
                 continue
-            descriptor = entry.descriptor
-            if descriptor == STREAM_OFFSET_SPEC:
-                offset = _offset_spec(entry.value)
-                served[key] = entry
-                continue
-            code = FILTER_NAMES.get(str(descriptor)) if isinstance(descriptor, str) else descriptor
-            if code == SELECTOR_FILTER or descriptor == SELECTOR_NAME:
-                if not isinstance(entry.value, str):
-                    raise InvalidFilter(f"{SELECTOR_NAME}: expected a string")
-                selector = Selector(entry.value)
-            elif code == PROPERTIES_FILTER:
-                properties.update(_entries(entry.value, "amqp:properties-filter"))
-            elif code in FILTER_NAMES.values():
-                application.update(_entries(entry.value, "amqp:application-properties-filter"))
-            else:
+            kind = _kind(entry.descriptor)
+            if kind is None:
                 continue
             served[key] = entry
+            value = entry.value
+            if kind == "offset":
+                offset = _offset_spec(value)
+            elif kind == "properties":
+                properties = {**(properties or {}), **_entries(value, PROPERTIES_NAME)}
+            elif kind == "application":
+                found = _entries(value, APPLICATION_PROPERTIES_NAME)
+                application = {**(application or {}), **found}
+            elif kind == "selector":
+                filters.append(parse_selector(_text(value, SELECTOR_NAME), views, clock))
+            elif kind == "sql":
+                filters.append(parse_sql(_text(value, SQL_DESCRIPTOR), views, clock))
+            elif kind == "values":
+                values = _values(value)
+            elif not isinstance(value, bool):
+                raise InvalidFilter(f"{MATCH_UNFILTERED}: expected a boolean")
+            else:
+                match_unfiltered = value
+    if properties is not None or application is not None:
+        filters.insert(0, PropertiesFilter(views, properties, application))
+    stream_filter = None
+    if values is not None:
+        stream_filter = StreamFilter(values, match_unfiltered, views)
+        if not indexes_filter_values:
+            filters.insert(0, stream_filter)
     echoed: Data = link.source.filter
     echoed.clear()
     if served:
@@ -99,8 +179,9 @@ def consumer_options(link: Link) -> ConsumerOptions:
         if isinstance(raw, int) and not isinstance(raw, bool):
             priority = raw
     return ConsumerOptions(
-        filter=message_filter(properties, application, selector),
+        filter=all_of(filters),
         browse=source.distribution_mode == Terminus.DIST_MODE_COPY,
         priority=priority,
         offset=offset,
+        stream_filter=stream_filter if indexes_filter_values else None,
     )

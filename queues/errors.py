@@ -50,3 +50,9 @@ class ResourceLocked(QueueError):
     """An exclusive queue used by another connection (RabbitMQ's 405)."""
 
     condition = "amqp:resource-locked"
+
+
+class InvalidFilter(QueueError):
+    """A consumer filter that cannot be used: malformed, or beyond the limits checked at attach."""
+
+    condition = "amqp:invalid-field"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from sluicegate.wire.sections import with_delivery_count
+
+if TYPE_CHECKING:
+    from sluicegate.queues.filters.view import FilterView
 
 # A message's state within its queue (the seed's acquire/release/archive model).
 AVAILABLE: Final = 0
@@ -19,7 +22,8 @@ class Message:
     re-encoded only when a failed delivery raises the header's delivery-count (AMQP 1.0 §3.2.1)
     or dead-lettering adds annotations. ``expires`` is an absolute time in milliseconds since
     the epoch (the unit of AMQP's ``absolute-expiry-time``), ``None`` for never. ``exchange``
-    and ``routing_key`` say how it was published, for dead-lettering by routing key.
+    and ``routing_key`` say how it was published, for dead-lettering by routing key. ``view``
+    holds what filters decoded of it (queues.filters.view).
     """
 
     __slots__ = (
@@ -32,6 +36,7 @@ class Message:
         "routing_key",
         "seq",
         "state",
+        "view",
     )
 
     def __init__(
@@ -54,6 +59,7 @@ class Message:
         self.lock_deadline = 0
         # Set by a priority queue from the header when it takes the message.
         self.priority = 0
+        self.view: FilterView | None = None
 
     @property
     def size(self) -> int:

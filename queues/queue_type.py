@@ -11,10 +11,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 from sluicegate.queues.errors import QueueError
 from sluicegate.queues.message import Message
+
+if TYPE_CHECKING:
+    from sluicegate.queues.filters.stream_filter import StreamFilter
 
 # A consumer is whatever the session uses to name it (its outgoing link); queues only hash it.
 ConsumerKey: TypeAlias = Hashable
@@ -61,8 +64,10 @@ class ConsumerOptions:
     filter: MessageFilter | None = None
     browse: bool = False
     priority: int = 0
-    # Stream queues only: where the reader starts.
+    # Stream queues only: where the reader starts, and the filter values it wants (which a
+    # stream applies from its chunk filters; other queues get them within ``filter``).
     offset: OffsetSpec | None = None
+    stream_filter: StreamFilter | None = None
 
 
 DEFAULT_CONSUMER: ConsumerOptions = ConsumerOptions()

@@ -10,8 +10,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from sluicegate.queues.arguments import parse_arguments
 from sluicegate.queues.classic import ClassicQueue
-from sluicegate.queues.errors import ResourceLimitExceeded
-from sluicegate.queues.filters import InvalidFilter, PropertiesFilter
+from sluicegate.queues.errors import InvalidFilter, ResourceLimitExceeded
+from sluicegate.queues.filters.properties import PropertiesFilter
+from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, LockExpired, Outcome
@@ -215,14 +216,14 @@ def _region(name: str, region: str) -> Message:
 def test_application_properties_filter_semantics(
     expected: Value, actual: Value, matches: bool
 ) -> None:
-    accept = PropertiesFilter(None, {"k": expected})
+    accept = PropertiesFilter(ViewCache(), None, {"k": expected})
     assert accept(_message("m-a", application={"k": actual})) is matches
     # A message without the key never matches.
     assert accept(_message("m-b", application={"other": actual})) is False
 
 
 def test_properties_filter_reads_the_properties_section() -> None:
-    accept = PropertiesFilter({"subject": "&p:order.", "group-id": "g1"}, None)
+    accept = PropertiesFilter(ViewCache(), {"subject": "&p:order.", "group-id": "g1"}, None)
     properties: list[Value] = [None, None, None, "order.created", None, None]
     properties += [None, None, None, None, "g1"]
     assert accept(_message("m-a", properties=properties))
@@ -230,12 +231,12 @@ def test_properties_filter_reads_the_properties_section() -> None:
     assert not accept(_message("m-b", properties=properties))
     assert not accept(_message("m-c"))
     with pytest.raises(InvalidFilter, match="nonsense"):
-        PropertiesFilter({"nonsense": 1}, None)
+        PropertiesFilter(ViewCache(), {"nonsense": 1}, None)
 
 
 def test_a_filtered_consumer_skips_without_blocking_others() -> None:
     queue = _queue()
-    eu = ConsumerOptions(filter=PropertiesFilter(None, {"region": "eu"}))
+    eu = ConsumerOptions(filter=PropertiesFilter(ViewCache(), None, {"region": "eu"}))
     queue.attach("eu", ack_required=True, options=eu)
     queue.attach("any", ack_required=True)
     for i in range(6):
@@ -255,7 +256,7 @@ def test_a_filtered_consumer_sees_a_matching_message_released_behind_its_cursor(
     queue.attach(
         "eu",
         ack_required=True,
-        options=ConsumerOptions(filter=PropertiesFilter(None, {"region": "eu"})),
+        options=ConsumerOptions(filter=PropertiesFilter(ViewCache(), None, {"region": "eu"})),
     )
     queue.enqueue(_region("m-0", "eu"))
     queue.enqueue(_region("m-1", "us"))
@@ -340,7 +341,7 @@ def test_held_bytes_follow_every_way_a_message_leaves() -> None:
 
 
 def test_symbols_compare_as_strings_in_filters() -> None:
-    accept = PropertiesFilter(None, {"kind": "order"})
+    accept = PropertiesFilter(ViewCache(), None, {"kind": "order"})
     assert accept(_message("m-a", application={"kind": Symbol("order")}))
 
 
@@ -431,7 +432,8 @@ class FeatureMachine(RuleBasedStateMachine):
             options = ConsumerOptions(browse=True)
             self.consumers[key] = None
         else:
-            accept = None if wanted is None else PropertiesFilter(None, {"region": wanted})
+            views = ViewCache()
+            accept = None if wanted is None else PropertiesFilter(views, None, {"region": wanted})
             options = ConsumerOptions(filter=accept)
             self.consumers[key] = wanted
         self.delivery_counts[key] = 0
