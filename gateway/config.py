@@ -36,6 +36,10 @@ DEFAULT_MAX_LINK_CREDIT: Final = 170
 # RabbitMQ's default max_message_size is 16 MiB; a Python server copies each message once more,
 # so it keeps half of that.
 DEFAULT_MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
+# Application properties are what filters decode, once per message: this bounds the work one
+# message can cost the reactor (a few milliseconds at most) and the memory of its decoded view.
+# Azure Service Bus caps a message's properties at the same 64 KiB; headers rarely need 1 KiB.
+DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE: Final = 64 * 1024
 # Proton's and RabbitMQ's default: large enough to batch small messages, small enough that one
 # frame never blocks a connection's other sessions for long.
 DEFAULT_MAX_FRAME_SIZE: Final = 128 * 1024
@@ -72,6 +76,8 @@ class ServerConfig:
     listen: str = "127.0.0.1:5672"
     data_dir: Path = field(default_factory=lambda: Path("sluicegate-data"))
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    # Encoded bytes of a message's application-properties section; larger is rejected.
+    max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_link_credit: int = DEFAULT_MAX_LINK_CREDIT
     max_queue_credit: int = DEFAULT_MAX_QUEUE_CREDIT
@@ -125,6 +131,7 @@ class ServerConfig:
             _check_host_port("metrics_listen", self.metrics_listen)
         for key in (
             "max_message_size",
+            "max_application_properties_size",
             "max_link_credit",
             "max_queue_credit",
             "memory_budget",

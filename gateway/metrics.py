@@ -94,10 +94,36 @@ class ServerCollector(Collector):
             sum(1 for link in publishers if link.credit <= 0),
         )
         yield from self._sessions(stats)
+        yield from self._filter_views(stats)
         yield _gauge(
             "sluicegate_writer_bytes_pending",
             "Bytes of transfers handed to proton but not yet written to sockets.",
             sum(writer.bytes_pending for writer in stats.writers),
+        )
+
+    @staticmethod
+    def _filter_views(stats: ServerStatistics) -> Iterator[Metric]:
+        views = stats.filter_views
+        yield CounterMetricFamily(
+            "sluicegate_filter_view_decodes",
+            "Times consumer filters decoded a message's properties (at most once per message "
+            "while its view is cached).",
+            value=views.decodes,
+        )
+        yield CounterMetricFamily(
+            "sluicegate_filter_view_hits",
+            "Filter evaluations served by a message's cached view.",
+            value=views.hits,
+        )
+        yield CounterMetricFamily(
+            "sluicegate_filter_view_evictions",
+            "Cached views forgotten to keep the cache within its budget.",
+            value=views.evictions,
+        )
+        yield _gauge(
+            "sluicegate_filter_view_cached_bytes",
+            "Estimated bytes of the message views consumer filters keep decoded.",
+            views.cost,
         )
 
     @staticmethod

@@ -85,7 +85,7 @@ class Publishing:
         self.budget = budget
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
-        self.router = Router(registry)
+        self.router = Router(registry, config.max_application_properties_size)
         self.links: set[IncomingLinkState] = set()
         # Who gets transfers on receiving links that are not publishers' (set by the broker).
         self.other_link: Callable[[Link, Delivery], None] = _ignore

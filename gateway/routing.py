@@ -16,6 +16,7 @@ from typing import Final
 
 from proton import Condition
 
+from sluicegate.gateway.config import DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
 from sluicegate.queues.errors import AccessRefused
 from sluicegate.queues.exchanges import Unroutable
 from sluicegate.queues.message import Message
@@ -82,8 +83,13 @@ def _refused(outcome: Outcome, condition: str, description: str) -> Routed:
 class Router:
     """Routes published messages through the registry's queues and exchanges."""
 
-    def __init__(self, registry: QueueRegistry) -> None:
+    def __init__(
+        self,
+        registry: QueueRegistry,
+        max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+    ) -> None:
         self.registry = registry
+        self.max_application_properties_size = max_application_properties_size
 
     def resolve(self, address: str | None) -> PublishTarget:
         """The target a publisher attaches to; raises for an exchange that does not exist."""
@@ -106,6 +112,14 @@ class Router:
             envelope = read_envelope(payload)
         except DecodeError as error:
             return _refused(Outcome.REJECTED, error.condition, f"malformed message: {error}")
+        limit = self.max_application_properties_size
+        if envelope.application_properties_size > limit:
+            return _refused(
+                Outcome.REJECTED,
+                "amqp:link:message-size-exceeded",
+                f"application-properties of {envelope.application_properties_size} bytes exceed "
+                f"max_application_properties_size {limit}",
+            )
         expires = envelope.expires(self.registry.clock.now)
         delivery_count = envelope.header.delivery_count
         at = envelope.annotations_at

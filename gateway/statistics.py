@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluicegate.gateway.broker import Broker
+from sluicegate.queues.filters.view import ViewStatistics
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import AccountStatistics
@@ -30,6 +31,8 @@ class ServerStatistics:
     accounts: list[AccountStatistics]
     budget: BudgetStatistics
     publishers: list[IncomingLinkStatistics]
+    # What consumer filters decoded of messages (queues.filters.view).
+    filter_views: ViewStatistics
     # What queues deleted since the start had counted.
     deleted_published: int
     deleted_delivered: int
@@ -60,6 +63,7 @@ def server_statistics(broker: Broker, registry: QueueRegistry) -> ServerStatisti
         accounts=[connection.account.statistics() for connection in connections],
         budget=broker.publishing.budget.statistics(),
         publishers=[state.link.statistics() for state in broker.publishing.links],
+        filter_views=broker.filter_views.statistics(),
         deleted_published=registry.deleted_published,
         deleted_delivered=registry.deleted_delivered,
     )

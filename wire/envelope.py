@@ -4,7 +4,7 @@ One pass over the leading sections at publish time validates the header (so that
 message has one that can be re-encoded when its delivery-count goes up) and picks out the few
 fields routing and expiry need. Annotation sections are skipped by width, the properties list is
 walked item by item only as far as ``absolute-expiry-time``, and reading stops at
-application-properties: the body is never reached.
+application-properties, whose size is measured by its width: the body is never reached.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ class Envelope:
     # Where a message-annotations section belongs (after the header and delivery
     # annotations), or None when the message has one.
     annotations_at: int | None = 0
+    # Encoded bytes of the application-properties section's map (0: none).
+    application_properties_size: int = 0
 
     def expires(self, now: int) -> int | None:
         """When the message expires by its own ttl or absolute-expiry-time, if ever."""
@@ -98,6 +100,7 @@ def read_envelope(payload: bytes | memoryview) -> Envelope:
     subject: str | None = None
     absolute: int | None = None
     annotations_at: int | None = 0
+    application_properties_size = 0
     pos = 0
     size = len(payload)
     while pos < size:
@@ -124,11 +127,14 @@ def read_envelope(payload: bytes | memoryview) -> Envelope:
             annotations_at = None
         elif code == PROPERTIES:
             to, subject, absolute, pos = _properties(payload, value_pos)
-        elif code >= APPLICATION_PROPERTIES:
+        elif code == APPLICATION_PROPERTIES:
+            application_properties_size = _end(payload, value_pos) - value_pos
+            break
+        elif code > APPLICATION_PROPERTIES:
             break
         else:
             raise DecodeError(f"unknown message section 0x{code:x}")
-    return Envelope(header, to, subject, absolute, annotations_at)
+    return Envelope(header, to, subject, absolute, annotations_at, application_properties_size)
 
 
 def _string(payload: bytes | memoryview, item: int, end: int) -> str | None:
