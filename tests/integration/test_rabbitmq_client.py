@@ -17,13 +17,11 @@ from proton import Delivery, Timeout
 from proton.utils import BlockingConnection, LinkDetached
 from rabbitmq_amqp_python_client import (
     AddressHelper,
-    AMQPMessagingHandler,
     ClassicQueueSpecification,
     Connection,
     ConnectionClosed,
     Converter,
     Environment,
-    Event,
     ExchangeSpecification,
     ExchangeToQueueBindingSpecification,
     ExchangeType,
@@ -35,28 +33,7 @@ from rabbitmq_amqp_python_client import (
     ValidationCodeException,
 )
 from support.polling import wait_until
-
-
-class _Enough(BaseException):
-    """Leaves ``Consumer.run()``, the way the client's own tests stop a consumer."""
-
-
-class _Accepting(AMQPMessagingHandler):
-    """Accepts ``limit`` messages, noting their bodies and annotations, then stops."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-        self.bodies: list[str] = []
-        self.annotations: list[object] = []
-
-    def on_amqp_message(self, event: Event) -> None:
-        assert event.message is not None
-        self.bodies.append(Converter.bytes_to_string(event.message.body))
-        self.annotations.append(event.message.annotations)
-        self.delivery_context.accept(event)
-        if len(self.bodies) == self.limit:
-            raise _Enough
+from support.rabbitmq import Accepting, Enough
 
 
 @pytest.fixture
@@ -90,9 +67,9 @@ def test_declare_publish_consume_purge_delete(connection: Connection) -> None:
     publisher.close()
     assert management.queue_info(name).message_count == 10
 
-    handler = _Accepting(4)
+    handler = Accepting(4)
     consumer = connection.consumer(address, message_handler=handler)
-    with pytest.raises(_Enough):
+    with pytest.raises(Enough):
         consumer.run()
     consumer.close()
     assert handler.bodies == ["m0", "m1", "m2", "m3"]
@@ -154,9 +131,9 @@ def test_an_auto_delete_queue_goes_with_its_last_consumer(
     publisher = connection.publisher(address)
     publisher.publish(Message(body=Converter.string_to_bytes("only")))
     publisher.close()
-    handler = _Accepting(1)
+    handler = Accepting(1)
     consumer = connection.consumer(address, message_handler=handler)
-    with pytest.raises(_Enough):
+    with pytest.raises(Enough):
         consumer.run()
     consumer.close()
     assert handler.bodies == ["only"]
@@ -229,10 +206,10 @@ def test_a_stream_declared_published_and_read_from_an_offset(connection: Connect
     publisher.close()
     assert management.queue_info(name).message_count == 5
 
-    handler = _Accepting(3)
+    handler = Accepting(3)
     options = StreamConsumerOptions(offset_specification=2)
     consumer = connection.consumer(address, message_handler=handler, consumer_options=options)
-    with pytest.raises(_Enough):
+    with pytest.raises(Enough):
         consumer.run()
     consumer.close()
     assert handler.bodies == ["s2", "s3", "s4"]
