@@ -56,9 +56,16 @@ def reply_of(message: Message) -> Reply:
 class ManagementClient:
     """One connection with one management link pair."""
 
-    def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self, url: str, timeout: float = REQUEST_TIMEOUT, vhost: str | None = None
+    ) -> None:
+        """Connect to ``url``, into virtual host ``vhost`` (the server's default if None)."""
         ssl = SSLDomain(SSLDomain.MODE_CLIENT) if url.startswith("amqps://") else None
-        self._connection = BlockingConnection(url, timeout=timeout, ssl_domain=ssl)
+        # RabbitMQ 4's rule: OPEN's hostname "vhost:NAME" chooses the virtual host.
+        hostname = None if vhost is None else f"vhost:{vhost}"
+        self._connection = BlockingConnection(
+            url, timeout=timeout, ssl_domain=ssl, virtual_host=hostname
+        )
         name = f"sluicegate-cli-{uuid.uuid4()}"
         self._requests = self._connection.create_sender(ADDRESS, name=name)
         self._replies = self._connection.create_receiver(ADDRESS, name=name, credit=1)

@@ -2,7 +2,9 @@
 
 A publisher's link needs *write* on the queue or exchange it targets, a consumer's *read* on the
 queue it reads; attaching to a queue that does not exist yet declares it, which also needs
-*configure*. A null target (each message's ``to`` decides) needs *write* ``.*``.
+*configure* and room under the virtual host's ``max_queues``. A null target (each message's
+``to`` decides) needs *write* ``.*``. Permissions are those of the connection's user in the
+virtual host its OPEN entered.
 A refusal is an ``amqp:unauthorized-access`` DETACH after a null terminus (§2.6.3), the way
 every other attach is refused; the connection and its other links carry on.
 """
@@ -11,22 +13,25 @@ from __future__ import annotations
 
 from proton import Link
 
-from sluicegate.gateway.auth import Access, User
+from sluicegate.gateway.auth import Access, Permissions, User
+from sluicegate.gateway.names import check_name
+from sluicegate.gateway.tenancy import VirtualHost
 from sluicegate.queues.errors import AccessRefused
-from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.addresses import ExchangeAddress, parse_address, parse_target
 from sluicegate.wire.errors import AmqpError
 
 
-def authorise_attach(user: User | None, link: Link, registry: QueueRegistry) -> None:
-    """Raise :class:`AccessRefused` unless ``user`` may attach ``link``."""
+def authorise_attach(
+    user: User | None, permissions: Permissions | None, link: Link, vhost: VirtualHost
+) -> None:
+    """Raise :class:`AccessRefused` unless ``user`` may attach ``link`` in ``vhost``."""
     terminus = link.remote_source if link.is_sender else link.remote_target
-    if user is None:
+    if user is None or permissions is None:
         raise AccessRefused("the connection has not logged in")
     if terminus.dynamic:
         return  # refused for what it is, by the attach itself
     if not terminus.address:
-        if link.is_receiver and user.permissions.write.pattern != ".*":
+        if link.is_receiver and permissions.write.pattern != ".*":
             # A null target sends each message to its own ``to``: only a user who may write
             # everywhere gets one, so that no message needs a check of its own.
             raise AccessRefused(f"user {user.name!r} may not publish with a null target")
@@ -38,14 +43,16 @@ def authorise_attach(user: User | None, link: Link, registry: QueueRegistry) -> 
     except AmqpError:
         return  # refused by the attach itself, which names the bad address
     if isinstance(target, ExchangeAddress):
-        _require(user, "write", "exchange", target.exchange)
+        _require(user, permissions, "write", "exchange", target.exchange)
         return
-    _require(user, "read" if link.is_sender else "write", "queue", target.queue)
-    if registry.get(target.queue) is None:
-        _require(user, "configure", "queue", target.queue)
+    _require(user, permissions, "read" if link.is_sender else "write", "queue", target.queue)
+    if vhost.registry.get(target.queue) is None:
+        _require(user, permissions, "configure", "queue", target.queue)
+        check_name("queue", target.queue)
+        vhost.check_queue_room(target.queue)
 
 
-def _require(user: User, access: Access, kind: str, name: str) -> None:
-    if not user.permissions.allows(access, name):
+def _require(user: User, permissions: Permissions, access: Access, kind: str, name: str) -> None:
+    if not permissions.allows(access, name):
         verb = "declare" if access == "configure" else access
         raise AccessRefused(f"user {user.name!r} may not {verb} {kind} {name!r}")

@@ -7,7 +7,12 @@ the standard library, salted per user, so a leaked config file does not give the
 Permissions are RabbitMQ's: three regular expressions searched (``re.search``, as RabbitMQ
 does: anchor them with ``^...$``) in a queue or exchange name — *configure* to declare or delete
 it, *write* to publish to it, *read* to consume from it. An omitted pattern is ``.*``, an empty
-one allows nothing.
+one allows nothing. A user has them per virtual host, and enters only the virtual hosts where it
+has them (RabbitMQ's rule): the patterns written in ``[users.NAME]`` itself are its permissions
+in the default virtual host ``/``, a ``[users.NAME.permissions.VHOST]`` table those in VHOST.
+
+User limits are RabbitMQ's ``max-connections`` and ``max-channels`` (sessions, in AMQP 1.0):
+counted across every connection of the user; absent means no limit, 0 lets nothing in.
 """
 
 from __future__ import annotations
@@ -30,12 +35,16 @@ SALT_BYTES: Final = 16
 HASH_BYTES: Final = 32
 # The user an ANONYMOUS login (or a client without SASL) acts as.
 ANONYMOUS_USER: Final = "anonymous"
+# RabbitMQ's default virtual host: where a client goes unless its OPEN names another.
+DEFAULT_VHOST: Final = "/"
+_PATTERN_KEYS: Final = ("configure", "write", "read")
+_LIMIT_KEYS: Final = ("max_connections", "max_sessions")
 
 Access = Literal["configure", "write", "read"]
 
 
 class UserError(ValueError):
-    """A ``users`` entry that cannot be used; the message names the key."""
+    """A ``users`` or ``vhosts`` entry that cannot be used; the message names the key."""
 
 
 def hash_password(password: str, *, salt: bytes | None = None) -> str:
@@ -110,12 +119,31 @@ EVERYTHING: Final = Permissions(re.compile(".*"), re.compile(".*"), re.compile("
 
 
 @dataclass(frozen=True, slots=True)
+class UserLimits:
+    """RabbitMQ's user limits; None is no limit."""
+
+    max_connections: int | None = None
+    # Sessions open at once across all the user's connections (RabbitMQ's max-channels).
+    max_sessions: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class User:
-    """A user: a name, a password hash (None: cannot log in with PLAIN), permissions."""
+    """A user: a name, a password hash (None: cannot log in with PLAIN), where it may go.
+
+    ``vhosts`` holds its permissions per virtual host; ``elsewhere`` those in any virtual host
+    not listed (only the anonymous user of a server without users has any).
+    """
 
     name: str
     password: PasswordHash | None
-    permissions: Permissions
+    vhosts: Mapping[str, Permissions]
+    limits: UserLimits = UserLimits()
+    elsewhere: Permissions | None = None
+
+    def permissions(self, vhost: str) -> Permissions | None:
+        """What the user may do in ``vhost``; None where it may not enter."""
+        return self.vhosts.get(vhost, self.elsewhere)
 
 
 def _pattern(key: str, raw: object) -> re.Pattern[str]:
@@ -127,6 +155,44 @@ def _pattern(key: str, raw: object) -> re.Pattern[str]:
         raise UserError(f"{key}: invalid regular expression: {error}") from None
 
 
+def _permissions(key: str, table: Mapping[str, object]) -> Permissions:
+    return Permissions(
+        *(_pattern(f"{key}.{access}", table.get(access, ".*")) for access in _PATTERN_KEYS)
+    )
+
+
+def parse_limit(key: str, raw: object) -> int | None:
+    """A RabbitMQ limit: a count, with -1 (RabbitMQ's way to say it) for no limit."""
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < -1:
+        raise UserError(f"{key}: expected a count (0 or more, -1 for no limit), got {raw!r}")
+    return None if raw == -1 else raw
+
+
+def _vhost_permissions(key: str, table: Mapping[str, object]) -> dict[str, Permissions]:
+    """The short form (patterns in the user's own table, for ``/``) or the per-vhost tables."""
+    by_vhost = table.get("permissions")
+    short = [access for access in _PATTERN_KEYS if access in table]
+    if by_vhost is None:
+        return {DEFAULT_VHOST: _permissions(key, table)}
+    if short:
+        raise UserError(
+            f'{key}.{short[0]}: put it in [{key}.permissions."/"] next to the other '
+            "virtual hosts' permissions"
+        )
+    if not isinstance(by_vhost, Mapping):
+        raise UserError(f"{key}.permissions: expected a table of [{key}.permissions.VHOST]")
+    parsed: dict[str, Permissions] = {}
+    for vhost, patterns in by_vhost.items():
+        where = f"{key}.permissions.{vhost}"
+        if not isinstance(patterns, Mapping):
+            raise UserError(f"{where}: expected a table")
+        unknown = set(patterns) - set(_PATTERN_KEYS)
+        if unknown:
+            raise UserError(f"{where}.{sorted(unknown)[0]}: unknown key")
+        parsed[str(vhost)] = _permissions(where, patterns)
+    return parsed
+
+
 def parse_users(raw: object) -> dict[str, User]:
     """Read the ``[users.NAME]`` tables of the config file."""
     if not isinstance(raw, Mapping):
@@ -136,20 +202,17 @@ def parse_users(raw: object) -> dict[str, User]:
         key = f"users.{name}"
         if not isinstance(table, Mapping):
             raise UserError(f"{key}: expected a table")
-        unknown = set(table) - {"password_hash", "configure", "write", "read"}
+        unknown = set(table) - {"password_hash", "permissions", *_PATTERN_KEYS, *_LIMIT_KEYS}
         if unknown:
             raise UserError(f"{key}.{sorted(unknown)[0]}: unknown key")
         stored = table.get("password_hash")
         password = None if stored is None else PasswordHash.parse(f"{key}.password_hash", stored)
         if password is None and name != ANONYMOUS_USER:
             raise UserError(f"{key}.password_hash: required (make one with `sluicegate passwd`)")
-        permissions = Permissions(
-            *(
-                _pattern(f"{key}.{access}", table.get(access, ".*"))
-                for access in ("configure", "write", "read")
-            )
+        limits = UserLimits(
+            *(parse_limit(f"{key}.{limit}", table.get(limit, -1)) for limit in _LIMIT_KEYS)
         )
-        users[str(name)] = User(str(name), password, permissions)
+        users[str(name)] = User(str(name), password, _vhost_permissions(key, table), limits)
     return users
 
 
@@ -161,6 +224,14 @@ def check_plain(users: Mapping[str, User], username: str, password: bytes) -> Us
     return user if user.password.verify(password) else None
 
 
-def anonymous_user(users: Mapping[str, User]) -> User:
-    """Who an anonymous client is: the configured ``anonymous`` user, or one allowed everything."""
-    return users.get(ANONYMOUS_USER) or User(ANONYMOUS_USER, None, EVERYTHING)
+def anonymous_user(users: Mapping[str, User]) -> User | None:
+    """Who an anonymous client is: the configured ``anonymous`` user, if there is one.
+
+    Without any users the server is in its zero-configuration state (loopback only, by
+    ``anonymous_login``) and an anonymous client may do everything everywhere. Once users are
+    configured, a client must log in as one of them unless ``[users.anonymous]`` says what an
+    anonymous client may do: None refuses anonymous logins.
+    """
+    if not users:
+        return User(ANONYMOUS_USER, None, {}, elsewhere=EVERYTHING)
+    return users.get(ANONYMOUS_USER)

@@ -41,7 +41,6 @@ from sluicegate.gateway.events import (
 from sluicegate.gateway.expiry import ExpiryTimer
 from sluicegate.gateway.identity import open_properties
 from sluicegate.gateway.limits import (
-    LimitExceeded,
     SessionLimitExceeded,
     check_connections,
     link_attached,
@@ -57,6 +56,8 @@ from sluicegate.gateway.state import (
     SessionState,
     forget,
 )
+from sluicegate.gateway.tenancy import Tenancy, VirtualHost
+from sluicegate.queues.errors import ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome
 from sluicegate.queues.registry import QueueRegistry
@@ -87,24 +88,35 @@ class Broker(Handler):
     """The server's reactor handler: every connection's endpoints and deliveries."""
 
     def __init__(
-        self, config: ServerConfig, registry: QueueRegistry, durability: Durability | None = None
+        self, config: ServerConfig, tenancy: Tenancy, durability: Durability | None = None
     ) -> None:
         super().__init__()
         self.config = config
-        self.registry = registry
+        self.tenancy = tenancy
+        # The default virtual host's registry.
+        registry = self.registry = tenancy.default.registry
         self.connections: set[ConnectionState] = set()
         self._dirty: set[SessionState] = set()
         # Keys for consumer links within their session; proton does not expose handles.
         self._handles = 0
         self._states: dict[PureSession, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
+        node = f"sluicegate@{socket.gethostname()}"
         self.management = ManagementNode(
-            Router(registry, node=f"sluicegate@{socket.gethostname()}"), self.queue_deleted
+            {
+                vhost.registry: Router(
+                    vhost.registry, node=node, vhost=vhost.name, check_room=vhost.check_queue_room
+                )
+                for vhost in tenancy.vhosts.values()
+            },
+            self.queue_deleted,
         )
         self.publishing = Publishing(
             config, registry, MemoryBudget(config.memory_budget), self._route, durability
         )
-        self.expiry = ExpiryTimer(registry, self._route, self.queue_deleted)
+        self.expiry = ExpiryTimer(
+            [vhost.registry for vhost in tenancy.vhosts.values()], self._route, self.queue_deleted
+        )
         self.publishing.other_link = self.management.on_request
         # What consumer filters decoded of messages, shared by every filter of the server.
         self.filter_views = ViewCache()
@@ -112,14 +124,24 @@ class Broker(Handler):
     # -- connections ----------------------------------------------------------------------
 
     def on_connection_remote_open(self, event: Event) -> None:
-        """Answer OPEN with our identity; proton negotiates frame size and channels."""
+        """Answer OPEN with our identity and let the connection into its virtual host.
+
+        Proton negotiates frame size and channels. A connection refused here (a server or
+        vhost limit, a virtual host it may not enter) gets its OPEN and then a CLOSE saying why.
+        """
         connection = connection_of(event)
         connection.properties = self._open_properties
         connection.open()
+        state: ConnectionState = connection.sg
         try:
             check_connections(len(self.connections), self.config)
-        except LimitExceeded as error:
+            assert state.user is not None  # SASL is done before proton sees an OPEN
+            admission = self.tenancy.admit(state.user, connection.remote_hostname)
+        except AmqpError as error:
             _close(connection, error.condition, str(error))
+            return
+        state.vhost = admission.vhost
+        state.permissions = admission.permissions
 
     def on_connection_remote_close(self, event: Event) -> None:
         """The client closed: give back what it held and answer CLOSE."""
@@ -148,13 +170,28 @@ class Broker(Handler):
         for publisher in list(state.publishers):
             self.publishing.detach(publisher)
         self.management.release(state)
+        if state.vhost is not None:
+            assert state.user is not None
+            self.tenancy.leave(state.user, state.vhost)
 
     # -- sessions -------------------------------------------------------------------------
 
     def on_session_remote_open(self, event: Event) -> None:
-        """A BEGIN: pair the proton session with a pure outbound session."""
+        """A BEGIN: pair the proton session with a pure outbound session.
+
+        A session over its user's limit is refused: BEGIN answered, then END with the reason.
+        """
         session = session_of(event)
         connection: ConnectionState = session.connection.sg
+        if connection.vhost is None or connection.closed:
+            return  # frames pipelined after an OPEN that was refused
+        assert connection.user is not None
+        try:
+            self.tenancy.begin_session(connection.user)
+        except AmqpError as error:
+            session.open()
+            _close(session, error.condition, str(error))
+            return
         pure = PureSession(
             connection.writer,
             max_queue_credit=self.config.max_queue_credit,
@@ -177,30 +214,44 @@ class Broker(Handler):
     def _end_session(self, state: SessionState) -> None:
         if state.pure.writer_credit not in state.connection.sessions:
             return
-        del state.connection.sessions[state.pure.writer_credit]
+        connection = state.connection
+        del connection.sessions[state.pure.writer_credit]
+        assert connection.user is not None
+        assert connection.vhost is not None
+        self.tenancy.end_session(connection.user)
         self._dirty.discard(state)
         queues = [sender.link.queue for sender in state.senders.values()]
         self._route(state.pure.end())
         del self._states[state.pure]
+        registry = connection.vhost.registry
         for queue in queues:
-            self.registry.consumer_left(queue)
-            self.management.consumer_left(queue)
+            registry.consumer_left(queue)
+            self.management.consumer_left(registry, queue)
 
     # -- links ----------------------------------------------------------------------------
 
     def on_link_remote_open(self, event: Event) -> None:
         """An ATTACH: echo both termini, then serve the queue the address names or refuse."""
         link = link_of(event)
+        session: SessionState | None = getattr(link.session, "sg", None)
+        if session is None:
+            return  # frames pipelined after a refused OPEN or BEGIN
+        connection = session.connection
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         try:
             link_attached(link.session.sg, self.config)
             if self.management.is_management(link):
-                self.management.attach(link, management_caller(link.connection.sg))
+                assert connection.vhost is not None
+                self.management.attach(
+                    link, management_caller(connection), connection.vhost.registry
+                )
                 return
-            authorise_attach(link.connection.sg.user, link, self.registry)
+            vhost = connection.vhost
+            assert vhost is not None
+            authorise_attach(connection.user, connection.permissions, link, vhost)
             if link.is_sender:
-                self._attach_consumer(link)
+                self._attach_consumer(link, vhost)
             else:
                 self.publishing.attach(link)
         except SessionLimitExceeded as error:
@@ -214,18 +265,26 @@ class Broker(Handler):
             link.open()
             _close(link, error.condition, str(error))
 
-    def _attach_consumer(self, link: Link) -> None:
+    def _attach_consumer(self, link: Link, vhost: VirtualHost) -> None:
         if link.remote_source.dynamic:
             raise AddressNotImplemented("dynamic sources are not supported")
         address = parse_address(link.remote_source.address)
-        queue = self.registry.declare(address.queue)
+        registry = vhost.registry
+        session: SessionState = link.session.sg
+        owner = registry.owner(address.queue)
+        if owner is not None and owner is not session.connection:
+            # RabbitMQ's wording: only the declaring connection consumes an exclusive queue.
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{address.queue}' "
+                f"in vhost '{vhost.name}'"
+            )
+        queue = registry.declare(address.queue)
         options = consumer_options(
             link,
             self.filter_views,
-            self.registry.clock,
+            registry.clock,
             indexes_filter_values=isinstance(queue, StreamQueue),
         )
-        session: SessionState = link.session.sg
         ack_required = link.remote_snd_settle_mode != Link.SND_SETTLED
         self._handles += 1
         pure_link = session.pure.attach_link(
@@ -236,21 +295,25 @@ class Broker(Handler):
         link.sg = state
         link.open()
 
-    def queue_deleted(self, name: str) -> None:
+    def queue_deleted(self, registry: QueueRegistry, name: str) -> None:
         """Detach every link of a deleted queue with ``amqp:resource-deleted``, as RabbitMQ does.
 
         Consumers' unsettled messages go back to the deleted queue object and die with it.
+        ``registry`` is its virtual host's: other virtual hosts may have queues of that name.
         """
         condition = "amqp:resource-deleted"
         description = f"queue '{name}' was deleted"
         for session in list(self._states.values()):
+            vhost = session.connection.vhost
+            if vhost is None or vhost.registry is not registry:
+                continue
             for state in list(session.senders.values()):
                 if state.link.queue.name == name:
                     self._detach(state.sender)
                     _close(state.sender, condition, description)
         for incoming in list(self.publishing.links):
             queue = incoming.target.queue
-            if queue is not None and queue.name == name:
+            if queue is not None and queue.name == name and incoming.router.registry is registry:
                 self._detach(incoming.receiver)
                 _close(incoming.receiver, condition, description)
 
@@ -268,8 +331,10 @@ class Broker(Handler):
         if isinstance(state, OutgoingLinkState):
             state.session.senders.pop(state.link, None)
             self._route(state.session.pure.detach_link(state.link))
-            self.registry.consumer_left(state.link.queue)
-            self.management.consumer_left(state.link.queue)
+            vhost = state.session.connection.vhost
+            assert vhost is not None
+            vhost.registry.consumer_left(state.link.queue)
+            self.management.consumer_left(vhost.registry, state.link.queue)
         elif isinstance(state, IncomingLinkState):
             self.publishing.detach(state)
 
@@ -352,8 +417,9 @@ class Broker(Handler):
 
     def flush(self) -> None:
         """Renew publisher credit and pump every session that has something new to send."""
-        if self.registry.dead_letters:
-            self._route(self.registry.route_dead_letters())
+        for vhost in self.tenancy.vhosts.values():
+            if vhost.registry.dead_letters:
+                self._route(vhost.registry.route_dead_letters())
         self.publishing.flush()
         dirty = self._dirty
         while dirty:

@@ -24,6 +24,7 @@ from sluicegate.gateway.definitions import (
     check_definitions,
     parse_definitions,
 )
+from sluicegate.gateway.vhosts import VhostSettings, default_vhosts, parse_vhosts
 from sluicegate.queues.log.bodies import DEFAULT_CACHE_BYTES
 from sluicegate.queues.log.placement import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
 from sluicegate.session.account import DEFAULT_ACCOUNT_LIMIT
@@ -92,6 +93,8 @@ class ServerConfig:
     # -- authentication, TLS and limits (docs/operations.md) --
     # Users from the config file's [users.NAME] tables; see gateway/auth.py.
     users: Mapping[str, User] = field(default_factory=dict)
+    # Virtual hosts from the [vhosts.NAME] tables, the default one "/" always among them.
+    vhosts: Mapping[str, VhostSettings] = field(default_factory=default_vhosts)
     # Who may log in without a password: "loopback" (only on a loopback listener), "on", "off".
     anonymous_login: str = "loopback"
     # The amqps:// listener; it opens only when a certificate and key are configured.
@@ -176,6 +179,13 @@ class ServerConfig:
             raise ConfigError("max_links_per_session: must be positive")
         if self.body_cache_size < 0:
             raise ConfigError("body_cache_size: must not be negative")
+        for user in self.users.values():
+            for vhost in user.vhosts:
+                if vhost not in self.vhosts:
+                    raise ConfigError(
+                        f"users.{user.name}.permissions.{vhost}: no virtual host {vhost!r} "
+                        f"(declare it with a [vhosts.{vhost}] table)"
+                    )
 
     @property
     def host(self) -> str:
@@ -243,9 +253,9 @@ def _coerce(key: str, kind: object, raw: object) -> object:
         raise ConfigError(f"{key}: expected true or false, got {raw!r}")
     if kind in ("Path", "Path | None"):
         return Path(str(raw))
-    if key == "users":
+    if key in ("users", "vhosts"):
         try:
-            return parse_users(raw)
+            return parse_users(raw) if key == "users" else parse_vhosts(raw)
         except UserError as error:
             raise ConfigError(str(error)) from None
     return str(raw)

@@ -12,11 +12,12 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast
 
 from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
+from sluicegate.gateway.vhost_log import split_logged_name
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.log.store import MessageStore
 from sluicegate.queues.log.stored import StoredMessage
@@ -37,6 +38,10 @@ LOG_DIRECTORY: Final = "log"
 
 class DataDirLocked(OSError):
     """Another server already uses the data directory."""
+
+
+class VhostNotConfigured(ValueError):
+    """The log holds what a virtual host the configuration no longer declares had."""
 
 
 class Durability:
@@ -72,14 +77,31 @@ class Durability:
         self.failing = False
         self.recovery_seconds = 0.0
 
-    def recover(self, registry: QueueRegistry) -> None:
+    def recover(self, registries: Mapping[str, QueueRegistry]) -> None:
         """Declare every durable exchange, queue and binding again and put the messages back.
 
+        Each goes to the registry of its virtual host (``registries`` by name); one the
+        configuration does not declare stops the server rather than losing its messages.
         Nothing is read: classic queues get pages pointing at the records, paged in on demand.
         """
         started = time.monotonic()
         store = self.store
-        for name, declared in list(store.exchanges.items()):
+        logged_vhosts = {split_logged_name(name)[0] for name in (*store.exchanges, *store.queues)}
+        missing = sorted(logged_vhosts - set(registries))
+        if missing:
+            self.store.close()
+            self._lock.close()
+            raise VhostNotConfigured(
+                f"the log holds queues or exchanges of virtual host {missing[0]!r}, which the "
+                f"configuration does not declare: add a [vhosts.{missing[0]}] table"
+            )
+
+        def registry_of(logged: str) -> tuple[QueueRegistry, str]:
+            vhost, name = split_logged_name(logged)
+            return registries[vhost], name
+
+        for logged, declared in list(store.exchanges.items()):
+            registry, name = registry_of(logged)
             registry.declare_exchange(
                 name,
                 declared.kind,
@@ -87,17 +109,18 @@ class Durability:
                 internal=declared.internal,
                 arguments=declared.arguments,
             )
-        for name, arguments in list(store.queues.items()):
+        for logged, arguments in list(store.queues.items()):
+            registry, name = registry_of(logged)
             queue = registry.declare_queue(name, arguments)
             if isinstance(queue, StreamQueue):
                 # Read page by page: only the stream's entries stay, not its messages.
-                queue.restore((m, m.timestamp) for m in store.iter_recovered_messages(name))
+                queue.restore((m, m.timestamp) for m in store.iter_recovered_messages(logged))
             elif isinstance(queue, ClassicQueue):
-                queue.restore(store.take_recovered(name))
+                queue.restore(store.take_recovered(logged))
         for key, arguments in list(store.bindings.items()):
-            registry.bind(
-                key.exchange, key.destination, key.key, arguments, to_exchange=key.to_exchange
-            )
+            registry, exchange = registry_of(key.exchange)
+            destination = split_logged_name(key.destination)[1]
+            registry.bind(exchange, destination, key.key, arguments, to_exchange=key.to_exchange)
         self.recovery_seconds = time.monotonic() - started
 
     def start(self) -> None:

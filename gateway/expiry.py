@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from proton import Event, Handler
@@ -34,20 +34,21 @@ def tick(registry: QueueRegistry) -> None:
 
 
 class ExpiryTimer(Handler):
-    """Runs the registry's due deadlines every interval and routes what they release.
+    """Runs the registries' due deadlines every interval and routes what they release.
 
-    ``deleted`` is told of each queue deleted for being unused (x-expires), so the links still
-    attached to it (publishers) are detached as for any deleted queue.
+    ``registries`` are those of every virtual host; they share one clock. ``deleted`` is told
+    of each queue deleted for being unused (x-expires), so the links still attached to it
+    (publishers) are detached as for any deleted queue.
     """
 
     def __init__(
         self,
-        registry: QueueRegistry,
+        registries: Sequence[QueueRegistry],
         route: Callable[[list[Dispatch]], None],
-        deleted: Callable[[str], None],
+        deleted: Callable[[QueueRegistry, str], None],
     ) -> None:
         super().__init__()
-        self.registry = registry
+        self.registries = registries
         self._route = route
         self._deleted = deleted
         self._container: Container | None = None
@@ -55,7 +56,8 @@ class ExpiryTimer(Handler):
 
     def start(self, container: Container) -> None:
         """Arm the first timer; the queues' x-expires countdowns start now."""
-        self.registry.start_expiry_clocks()
+        for registry in self.registries:
+            registry.start_expiry_clocks()
         self._container = container
         self._task = container.schedule(EXPIRY_INTERVAL, self)
 
@@ -68,13 +70,13 @@ class ExpiryTimer(Handler):
 
     def on_timer_task(self, event: Event) -> None:
         """Expire what is due, then re-arm."""
-        registry = self.registry
-        tick(registry)
-        dispatches = registry.expire()
-        if dispatches:
-            self._route(dispatches)
-        for name in registry.expire_unused():
-            log.info("queue '%s' deleted: unused for its x-expires", name)
-            self._deleted(name)
+        tick(self.registries[0])
+        for registry in self.registries:
+            dispatches = registry.expire()
+            if dispatches:
+                self._route(dispatches)
+            for name in registry.expire_unused():
+                log.info("queue '%s' deleted: unused for its x-expires", name)
+                self._deleted(registry, name)
         if self._container is not None:
             self._task = self._container.schedule(EXPIRY_INTERVAL, self)

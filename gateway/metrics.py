@@ -132,40 +132,41 @@ class ServerCollector(Collector):
             "ready": GaugeMetricFamily(
                 "sluicegate_queue_messages_ready",
                 "Messages ready to be delivered.",
-                labels=["queue"],
+                labels=["vhost", "queue"],
             ),
             "unacked": GaugeMetricFamily(
                 "sluicegate_queue_messages_unacked",
                 "Messages delivered and not yet settled.",
-                labels=["queue"],
+                labels=["vhost", "queue"],
             ),
             "ready_bytes": GaugeMetricFamily(
                 "sluicegate_queue_messages_ready_bytes",
                 "Encoded bytes of the messages ready to be delivered.",
-                labels=["queue"],
+                labels=["vhost", "queue"],
             ),
             "consumers": GaugeMetricFamily(
-                "sluicegate_queue_consumers", "Consumer links attached.", labels=["queue"]
+                "sluicegate_queue_consumers", "Consumer links attached.", labels=["vhost", "queue"]
             ),
             "published": CounterMetricFamily(
                 "sluicegate_queue_messages_published",
                 "Messages enqueued since the queue was declared.",
-                labels=["queue"],
+                labels=["vhost", "queue"],
             ),
             "delivered": CounterMetricFamily(
                 "sluicegate_queue_messages_delivered",
                 "Deliveries to consumers since the queue was declared.",
-                labels=["queue"],
+                labels=["vhost", "queue"],
             ),
             "acknowledged": CounterMetricFamily(
                 "sluicegate_queue_messages_acknowledged",
                 "Deliveries settled for good (accepted, rejected or pre-settled).",
-                labels=["queue"],
+                labels=["vhost", "queue"],
             ),
         }
-        for queue in stats.queues:
-            for field, family in families.items():
-                family.add_metric([queue.name], getattr(queue, field))
+        for vhost, queues in stats.vhost_queues.items():
+            for queue in queues:
+                for field, family in families.items():
+                    family.add_metric([vhost, queue.name], getattr(queue, field))
         yield from families.values()
 
     @staticmethod

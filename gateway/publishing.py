@@ -25,8 +25,8 @@ from sluicegate.gateway import deliveries, reading
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.durability import Durability
-from sluicegate.gateway.routing import Router
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState
+from sluicegate.gateway.vhost_log import logged_name
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -81,11 +81,11 @@ class Publishing:
         durability: Durability | None = None,
     ) -> None:
         self.config = config
+        # The default virtual host's registry, whose count of held bytes every registry shares.
         self.registry = registry
         self.budget = budget
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
-        self.router = Router(registry, config.max_application_properties_size)
         self.links: set[IncomingLinkState] = set()
         # Who gets transfers on receiving links that are not publishers' (set by the broker).
         self.other_link: Callable[[Link, Delivery], None] = _ignore
@@ -101,10 +101,12 @@ class Publishing:
 
     def attach(self, link: Link) -> None:
         """Open a publisher's link to what its target names and grant its first credit."""
-        target = self.router.resolve(link.remote_target.address)
         connection: ConnectionState = link.connection.sg
+        assert connection.vhost is not None
+        router = connection.vhost.router
+        target = router.resolve(link.remote_target.address)
         pure = IncomingLink(self.config.max_link_credit)
-        state = IncomingLinkState(cast(Receiver, link), target, pure, connection)
+        state = IncomingLinkState(cast(Receiver, link), target, pure, connection, router)
         link.sg = state
         self.links.add(state)
         connection.publishers.add(state)
@@ -152,7 +154,7 @@ class Publishing:
             return
         payload = deliveries.receive(link, size)
         deliveries.advance(link)
-        routed = self.router.route(state.target, payload)
+        routed = state.router.route(state.target, payload)
         queues = routed.queues
         pending = Unconfirmed(delivery, state, len(queues))
         if not queues:
@@ -178,10 +180,13 @@ class Publishing:
         confirms it then.
         """
         durability = self.durability
-        if durability is not None and self.registry.persists(queue, message.payload):
+        link = pending.link
+        if durability is not None and link.router.registry.persists(queue, message.payload):
             if isinstance(queue, StreamQueue):
                 message = queue.stamp(message)
-            stored = durability.persist(queue.name, message, pending)
+            vhost = link.connection.vhost
+            assert vhost is not None
+            stored = durability.persist(logged_name(vhost.name, queue.name), message, pending)
             try:
                 dispatches = queue.enqueue(stored)
             except AmqpError as error:

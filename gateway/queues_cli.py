@@ -33,6 +33,11 @@ def add_parser(commands: Any) -> None:
         help=f"the server (default {DEFAULT_URL}); amqp://USER:PASSWORD@HOST:PORT logs in with "
         "SASL PLAIN, amqps:// uses TLS",
     )
+    parser.add_argument(
+        "--vhost",
+        default=None,
+        help="the virtual host to act in (default: the server's default virtual host, /)",
+    )
     actions = parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="every queue with its counts")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -132,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sluicegate: {error}", file=sys.stderr)
         return 2
     try:
-        with ManagementClient(args.url) as client:
+        with ManagementClient(args.url, vhost=args.vhost) as client:
             reply = client.request(method, path, body)
     except (ConnectionException, Timeout, OSError) as error:
         shown = _redacted(args.url)

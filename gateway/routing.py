@@ -81,7 +81,7 @@ def _refused(outcome: Outcome, condition: str, description: str) -> Routed:
 
 
 class Router:
-    """Routes published messages through the registry's queues and exchanges."""
+    """Routes published messages through one virtual host's queues and exchanges."""
 
     def __init__(
         self,

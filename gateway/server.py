@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from proton import Condition
 
+from sluicegate.gateway.auth import DEFAULT_VHOST
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ConfigError, ServerConfig
 from sluicegate.gateway.definitions import apply_definitions
@@ -27,7 +28,9 @@ from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
 from sluicegate.gateway.reactor import BrokerContainer
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.statistics import ServerStatistics, server_statistics
+from sluicegate.gateway.tenancy import Tenancy
 from sluicegate.gateway.tls import server_context
+from sluicegate.gateway.vhost_log import VhostLog
 from sluicegate.gateway.wakeup import Wakeup
 from sluicegate.queues.registry import QueueRegistry
 
@@ -56,10 +59,20 @@ class Server:
             cache_bytes=config.body_cache_size,
             fault=storage_fault,
         )
-        self.registry = QueueRegistry(store=self.durability.store)
-        self.durability.recover(self.registry)
+        store = self.durability.store
+        # The default virtual host's registry; every virtual host's shares its clock and its
+        # count of bytes held, for the memory budget.
+        self.registry = QueueRegistry(store=VhostLog(store, DEFAULT_VHOST))
+        registries = {
+            name: self.registry
+            if name == DEFAULT_VHOST
+            else QueueRegistry(self.registry.clock, VhostLog(store, name), self.registry.held)
+            for name in config.vhosts
+        }
+        self.durability.recover(registries)
         apply_definitions(self.registry, config.queues, config.exchanges, config.bindings)
-        self.broker = Broker(config, self.registry, self.durability)
+        self.tenancy = Tenancy(config.vhosts, registries, config.max_application_properties_size)
+        self.broker = Broker(config, self.tenancy, self.durability)
         self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)
         self.container.global_handler = self._io
@@ -136,7 +149,7 @@ class Server:
 
     def statistics(self) -> ServerStatistics:
         """Every queue's, session's and connection's counters; call on the reactor thread."""
-        return server_statistics(self.broker, self.registry)
+        return server_statistics(self.broker, self.tenancy)
 
     def _scrape(self) -> ServerStatistics:
         return self.call(self.statistics, timeout=SNAPSHOT_TIMEOUT)

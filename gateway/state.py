@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Final
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 from proton._selectable import Selectable
 
-from sluicegate.gateway.auth import User
-from sluicegate.gateway.routing import PublishTarget
+from sluicegate.gateway.auth import Permissions, User
+from sluicegate.gateway.routing import PublishTarget, Router
+from sluicegate.gateway.tenancy import VirtualHost
 from sluicegate.gateway.window import remote_incoming_window, session_address
 from sluicegate.session.account import Account
 from sluicegate.session.incoming_link import IncomingLink
@@ -47,11 +48,13 @@ class ConnectionState:
         "closed",
         "connection",
         "idle_timeout",
+        "permissions",
         "publishers",
         "selectable",
         "sessions",
         "transport",
         "user",
+        "vhost",
         "writer",
     )
 
@@ -75,6 +78,9 @@ class ConnectionState:
         self.closed = False
         # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
         self.user: User | None = None
+        # The virtual host its OPEN entered and what its user may do there; None before.
+        self.vhost: VirtualHost | None = None
+        self.permissions: Permissions | None = None
         # The idle timeout (s) suspended while reads are paused (gateway/reading.py); 0: none.
         self.idle_timeout = 0.0
 
@@ -124,6 +130,8 @@ class IncomingLinkState:
     target: PublishTarget
     link: IncomingLink
     connection: ConnectionState
+    # Routes through the queues and exchanges of the connection's virtual host.
+    router: Router
 
 
 @dataclass(slots=True, weakref_slot=True)

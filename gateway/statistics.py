@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.tenancy import Tenancy
 from sluicegate.queues.filters.view import ViewStatistics
 from sluicegate.queues.queue_type import QueueStatistics
-from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import AccountStatistics
 from sluicegate.session.incoming_link import IncomingLinkStatistics
 from sluicegate.session.memory_budget import BudgetStatistics
@@ -25,7 +25,8 @@ class ServerStatistics:
     """Every queue, session, connection, publishing link and the budget, at one instant."""
 
     connections: int
-    queues: list[QueueStatistics]
+    # Each virtual host's queues, by name.
+    vhost_queues: dict[str, list[QueueStatistics]]
     sessions: list[SessionStatistics]
     writers: list[WriterStatistics]
     accounts: list[AccountStatistics]
@@ -38,6 +39,11 @@ class ServerStatistics:
     deleted_delivered: int
 
     @property
+    def queues(self) -> list[QueueStatistics]:
+        """Every queue of every virtual host."""
+        return [queue for queues in self.vhost_queues.values() for queue in queues]
+
+    @property
     def messages_published(self) -> int:
         """Messages ever enqueued, into any queue, deleted or not."""
         return self.deleted_published + sum(queue.published for queue in self.queues)
@@ -48,12 +54,13 @@ class ServerStatistics:
         return self.deleted_delivered + sum(queue.delivered for queue in self.queues)
 
 
-def server_statistics(broker: Broker, registry: QueueRegistry) -> ServerStatistics:
+def server_statistics(broker: Broker, tenancy: Tenancy) -> ServerStatistics:
     """Read every part's counters; must run on the reactor thread."""
     connections = [state for state in broker.connections if not state.closed]
+    registries = [vhost.registry for vhost in tenancy.vhosts.values()]
     return ServerStatistics(
         connections=len(connections),
-        queues=registry.statistics(),
+        vhost_queues={name: vhost.registry.statistics() for name, vhost in tenancy.vhosts.items()},
         sessions=[
             session.pure.statistics()
             for connection in connections
@@ -64,6 +71,6 @@ def server_statistics(broker: Broker, registry: QueueRegistry) -> ServerStatisti
         budget=broker.publishing.budget.statistics(),
         publishers=[state.link.statistics() for state in broker.publishing.links],
         filter_views=broker.filter_views.statistics(),
-        deleted_published=registry.deleted_published,
-        deleted_delivered=registry.deleted_delivered,
+        deleted_published=sum(registry.deleted_published for registry in registries),
+        deleted_delivered=sum(registry.deleted_delivered for registry in registries),
     )

@@ -121,7 +121,12 @@ _PREDECLARED: Final = {
 class QueueRegistry:
     """All queues, exchanges and bindings of one server."""
 
-    def __init__(self, clock: Clock | None = None, store: TopologyLog | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        store: TopologyLog | None = None,
+        held: HeldBytes | None = None,
+    ) -> None:
         self.clock = clock if clock is not None else Clock()
         # The durable log: durable declarations are logged there (queues are durable by
         # default, as in RabbitMQ); None keeps everything in memory.
@@ -132,8 +137,9 @@ class QueueRegistry:
         self._logged_exchanges: set[str] = set(_PREDECLARED)
         # Dead letters every queue hands over, routed by :meth:`route_dead_letters`.
         self.dead_letters: list[DeadLetter] = []
-        # Bytes every queue holds in memory, for the server's memory budget.
-        self.held = HeldBytes()
+        # Bytes every queue holds in memory, for the server's memory budget: shared by the
+        # registries of all virtual hosts of a server.
+        self.held = held if held is not None else HeldBytes()
         self.timed: set[QueueType] = set()
         self.context = QueueContext(self.clock, self.dead_letters, self.held, self.timed)
         self._queues: dict[str, QueueType] = {}
@@ -292,6 +298,11 @@ class QueueRegistry:
             QueueInfo(name, self._settings[name], self._owners.get(name), queue.statistics())
             for name, queue in sorted(self._queues.items())
         ]
+
+    @property
+    def queue_count(self) -> int:
+        """How many queues exist."""
+        return len(self._queues)
 
     def statistics(self) -> list[QueueStatistics]:
         """Every queue's counts, by name."""

@@ -12,7 +12,7 @@ Management is not a hot path: requests and replies are decoded and encoded with 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, cast
 
 from proton import (
@@ -41,6 +41,7 @@ from sluicegate.gateway.management.router import (
 )
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
+from sluicegate.queues.registry import QueueRegistry
 
 ADDRESS: Final = "/management"
 # RabbitMQ grants 8 credits on the request link and tops up once 4 are left. Here the 8 also
@@ -58,10 +59,12 @@ _HTTP_RESPONSE: Final = {"http:response": "1.1"}
 class Pair:
     """One client's link pair: the request receiver, the reply sender, replies not yet sent."""
 
-    __slots__ = ("__weakref__", "caller", "replies", "requests", "sender", "tag")
+    __slots__ = ("__weakref__", "caller", "replies", "requests", "router", "sender", "tag")
 
-    def __init__(self, caller: Caller) -> None:
+    def __init__(self, caller: Caller, router: Router) -> None:
         self.caller = caller
+        # The router of the connection's virtual host.
+        self.router = router
         self.requests: Receiver | None = None
         self.sender: Sender | None = None
         self.replies: deque[bytes] = deque()
@@ -101,20 +104,28 @@ def encode_reply(response: Response, correlation_id: object) -> bytes:
 
 
 def management_caller(connection: ConnectionState) -> Caller:
-    """The caller a connection's requests run as: its user's permissions, or none at all."""
-    user = connection.user
-    return Caller(connection, user.permissions if user is not None else NOBODY)
+    """The caller a connection's requests run as: its user's permissions in its virtual host."""
+    permissions = connection.permissions
+    return Caller(connection, permissions if permissions is not None else NOBODY)
 
 
 class ManagementNode(Handler):
-    """Serves every ``/management`` link pair of a server."""
+    """Serves every ``/management`` link pair of a server, each in its virtual host.
 
-    def __init__(self, router: Router, on_queue_deleted: Callable[[str], None]) -> None:
+    ``routers`` has each virtual host's router by its registry; ``on_queue_deleted`` is told
+    of every queue a request deletes, with its registry.
+    """
+
+    def __init__(
+        self,
+        routers: Mapping[QueueRegistry, Router],
+        on_queue_deleted: Callable[[QueueRegistry, str], None],
+    ) -> None:
         super().__init__()
-        self.router = router
+        self.routers = routers
         self._on_queue_deleted = on_queue_deleted
         # Exclusive queues by the connection that declared them: deleted when it closes.
-        self._exclusive: dict[object, set[str]] = {}
+        self._exclusive: dict[object, set[tuple[QueueRegistry, str]]] = {}
 
     @staticmethod
     def is_management(link: Link) -> bool:
@@ -122,16 +133,17 @@ class ManagementNode(Handler):
         terminus = link.remote_source if link.is_sender else link.remote_target
         return terminus.address == ADDRESS
 
-    def attach(self, link: Link, caller: Caller) -> None:
+    def attach(self, link: Link, caller: Caller, registry: QueueRegistry) -> None:
         """Open one half of a pair; the broker has echoed both termini already.
 
         ``caller`` is the connection (owner of its exclusive queues) and its user's permissions,
         checked per request rather than at attach: every user may talk to the node.
+        ``registry`` is the connection's virtual host's.
         """
         pairs = _pairs(link)
         pair = pairs.get(link.name)
         if pair is None:
-            pair = pairs[link.name] = Pair(caller)
+            pair = pairs[link.name] = Pair(caller, self.routers[registry])
         link.handler = self
         link.sg = pair
         link.open()
@@ -168,39 +180,40 @@ class ManagementNode(Handler):
         except Exception as error:
             self._refuse(link, None, "amqp:decode-error", f"cannot decode the request: {error}")
             return
-        response = self.handle(message, pair.caller)
+        response = self.handle(message, pair.caller, pair.router)
         pair.replies.append(encode_reply(response, message.id))
         self._send(pair)
 
-    def handle(self, message: Message, caller: Caller) -> Response:
+    def handle(self, message: Message, caller: Caller, router: Router) -> Response:
         """Route one decoded request and apply what the router says the gateway must do."""
         method, path = message.subject, message.address
         if not isinstance(method, str) or not isinstance(path, str):
             return Response(400, "a request needs the method in 'subject' and the path in 'to'")
-        response = self.router.handle(Request(method, path, message.body), caller)
+        response = router.handle(Request(method, path, message.body), caller)
+        registry = router.registry
         if response.deleted_queue is not None:
-            self._on_queue_deleted(response.deleted_queue)
+            self._on_queue_deleted(registry, response.deleted_queue)
+            self._exclusive.get(caller.owner, set()).discard((registry, response.deleted_queue))
         if response.exclusive_queue is not None:
-            self._exclusive.setdefault(caller.owner, set()).add(response.exclusive_queue)
+            exclusive = self._exclusive.setdefault(caller.owner, set())
+            exclusive.add((registry, response.exclusive_queue))
         return response
 
-    def consumer_left(self, queue: QueueType) -> None:
+    def consumer_left(self, registry: QueueRegistry, queue: QueueType) -> None:
         """RabbitMQ's auto-delete: such a queue goes when its last consumer detaches."""
-        registry = self.router.registry
         name = queue.name
         if registry.get(name) is not queue or not registry.settings(name).auto_delete:
             return
         if queue.statistics().consumers == 0:
             registry.delete_queue(name)
-            self._on_queue_deleted(name)
+            self._on_queue_deleted(registry, name)
 
     def release(self, owner: object) -> None:
         """A connection closed: its exclusive queues go with it, as in RabbitMQ."""
-        registry = self.router.registry
-        for name in sorted(self._exclusive.pop(owner, ())):
+        for registry, name in sorted(self._exclusive.pop(owner, ()), key=lambda q: q[1]):
             if registry.owner(name) is owner:
                 registry.delete_queue(name)
-                self._on_queue_deleted(name)
+                self._on_queue_deleted(registry, name)
 
     def on_link_flow(self, event: Event) -> None:
         """The client granted reply credit: send what waits."""

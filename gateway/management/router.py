@@ -22,10 +22,13 @@ POST       ``/bindings``                                204
 DELETE     ``/bindings/src={x};dstq={q};key={k};args=`` 204 (``dste={x}`` for an exchange)
 =========  ===========================================  ===============================
 
-Errors: 400 bad request, 403 the default or an ``amq.*`` exchange, 404 no such queue, exchange
-or path, 405 method not allowed on the path, 409 an inequivalent redeclaration or a bad argument
+Errors: 400 bad request or another connection's exclusive queue (RabbitMQ's answer), 403 the
+default or an ``amq.*`` exchange, a permission or a vhost limit, 404 no such queue, exchange or
+path, 405 method not allowed on the path, 409 an inequivalent redeclaration or a bad argument
 (RabbitMQ's precondition-failed, which the client reports as ``ErrPreconditionFailed``),
 501 what sluicegate does not implement (a plugin exchange type, ``x-consistent-hash``).
+
+Each router serves one virtual host: its registry is that virtual host's namespace.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol, TypeAlias
 from urllib.parse import parse_qsl, quote, unquote
 
+from sluicegate.gateway.auth import DEFAULT_VHOST
+from sluicegate.gateway.names import BadName, check_name
+from sluicegate.gateway.tenancy import QuotaExceeded
 from sluicegate.queues.errors import (
     NotFound,
     NotImplementedByServer,
@@ -48,9 +54,6 @@ from sluicegate.queues.exchanges import Binding, Exchange
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import AccessRefused, QueueInfo, QueueRegistry
 from sluicegate.wire.errors import AmqpError
-
-# RabbitMQ's only virtual host; sluicegate has one namespace, reported under this name.
-VHOST: Final = "/"
 
 
 class ULong(int):
@@ -100,8 +103,11 @@ class Caller:
 
     RabbitMQ's rules: declaring and deleting need *configure* on the name, purging needs *read*
     on the queue, binding and unbinding need *write* on the destination (a queue or an
-    exchange) and *read* on the source exchange.
-    Reading a queue's or an exchange's description needs nothing.
+    exchange) and *read* on the source exchange. Declaring a queue with a dead-letter exchange,
+    or an exchange with an alternate exchange, also needs *read* on what is declared and *write*
+    on where its messages will go. Reading a queue's or an exchange's description needs one of
+    the three permissions on its name (RabbitMQ's rule for a passive declaration); listings
+    show only what the caller could read that way.
     """
 
     owner: object = None
@@ -110,6 +116,15 @@ class Caller:
     def check(self, access: Access, kind: str, name: str) -> None:
         if not self.permissions.allows(access, name):
             raise _Error(403, f"access refused: {access} on {kind} '{name}'")
+
+    def sees(self, name: str) -> bool:
+        """Whether the caller has any permission on the queue or exchange ``name``."""
+        allows = self.permissions.allows
+        return allows("read", name) or allows("write", name) or allows("configure", name)
+
+    def check_any(self, kind: str, name: str) -> None:
+        if not self.sees(name):
+            raise _Error(403, f"access refused: no permission on {kind} '{name}'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +164,18 @@ class _Error(Exception):
 _STATUS: Final[tuple[tuple[type[QueueError], int], ...]] = (
     (NotFound, 404),
     (AccessRefused, 403),
+    (QuotaExceeded, 403),
     (PreconditionFailed, 409),
-    (ResourceLocked, 409),
+    (ResourceLocked, 400),
+    (BadName, 400),
     (NotImplementedByServer, 501),
 )
+# The default exchange's name in permissions, as RabbitMQ checks it.
+DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
+
+
+def _no_limit(queue: str) -> None:
+    """A virtual host without ``max_queues``."""
 
 
 @dataclass
@@ -162,6 +185,10 @@ class Router:
     registry: QueueRegistry
     # The node name reported as a queue's leader and only replica.
     node: str = "sluicegate"
+    # The virtual host whose registry this is, as queue maps report it.
+    vhost: str = DEFAULT_VHOST
+    # Raises QuotaExceeded when declaring this new queue would pass the vhost's max_queues.
+    check_room: Callable[[str], None] = _no_limit
     _routes: dict[str, Callable[[Request, list[str], Caller], Response]] = field(
         init=False, repr=False
     )
@@ -199,33 +226,45 @@ class Router:
         method = request.method
         if not rest or rest[0].startswith("?"):
             _allow(method, "GET")
-            return Response(200, [self._queue_map(info) for info in self.registry.queues()])
+            listed = [info for info in self.registry.queues() if caller.sees(info.name)]
+            return Response(200, [self._queue_map(info) for info in listed])
         name = rest[0]
         if len(rest) == 2 and rest[1] == "messages":
             _allow(method, "DELETE")
             caller.check("read", "queue", name)
+            self._check_exclusive(name, caller)
             return Response(200, {"message_count": ULong(self.registry.purge_queue(name))})
         if len(rest) != 1:
             raise _Error(404, f"no such path: {request.path!r}")
         if method == "GET":
+            caller.check_any("queue", name)
             return Response(200, self._queue_map(self._queue_info(name)))
         if method == "PUT":
+            check_name("queue", name)
             caller.check("configure", "queue", name)
-            return self._declare_queue(name, _map(request.body), caller.owner)
+            return self._declare_queue(name, _map(request.body), caller)
         _allow(method, "DELETE")
         caller.check("configure", "queue", name)
+        self._check_exclusive(name, caller)
         existed = self.registry.get(name) is not None
         count = self.registry.delete_queue(name)
         return Response(
             200, {"message_count": ULong(count)}, deleted_queue=name if existed else None
         )
 
-    def _declare_queue(self, name: str, body: Mapping[str, object], owner: object) -> Response:
+    def _declare_queue(self, name: str, body: Mapping[str, object], caller: Caller) -> Response:
         if name.startswith("amq."):
             raise _Error(403, f"queue names starting with 'amq.' are reserved: '{name}'")
         arguments = _map(body.get("arguments"), "arguments")
         existed = self.registry.get(name) is not None
         exclusive = _flag(body, "exclusive", False)
+        owner = caller.owner
+        if existed:
+            if self.registry.owner(name) is not (owner if exclusive else None):
+                raise ResourceLocked(self._locked(name, declaring=True))
+        else:
+            _check_dead_letter_exchange(name, arguments, caller)
+            self.check_room(name)
         self.registry.declare_queue(
             name,
             dict(arguments),
@@ -246,12 +285,28 @@ class Router:
         registry.renew_lease(name)
         return QueueInfo(name, registry.settings(name), None, statistics)
 
+    def _check_exclusive(self, name: str, caller: Caller) -> None:
+        """Raise unless the queue is not exclusive or belongs to the caller's connection."""
+        owner = self.registry.owner(name)
+        if owner is not None and owner is not caller.owner:
+            raise ResourceLocked(self._locked(name))
+
+    def _locked(self, name: str, *, declaring: bool = False) -> str:
+        """RabbitMQ's words for another connection's exclusive queue."""
+        reason = f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.vhost}'"
+        if not declaring:
+            return reason
+        return (
+            f"{reason}. It could be originally declared on another connection or the exclusive "
+            "property value does not match that of the original declaration."
+        )
+
     def _queue_map(self, info: QueueInfo) -> dict[str, object]:
         """A queue as RabbitMQ's ``queue_info`` reply has it: every key the client reads."""
         settings = info.settings
         return {
             "name": info.name,
-            "vhost": VHOST,
+            "vhost": self.vhost,
             "durable": settings.durable,
             "auto_delete": settings.auto_delete,
             "exclusive": settings.exclusive,
@@ -270,33 +325,58 @@ class Router:
         method = request.method
         if not rest or rest[0].startswith("?"):
             _allow(method, "GET")
-            return Response(200, [_exchange_map(x) for x in self.registry.exchanges()])
+            listed = [x for x in self.registry.exchanges() if caller.sees(x.name)]
+            return Response(200, [self._exchange_map(x) for x in listed])
         if len(rest) != 1:
             raise _Error(404, f"no such path: {request.path!r}")
         name = rest[0]
         if method == "GET":
-            return Response(200, _exchange_map(self.registry.exchange(name)))
+            caller.check_any("exchange", name)
+            return Response(200, self._exchange_map(self.registry.exchange(name)))
         caller.check("configure", "exchange", name)
         if name.startswith("amq.") or not name:
             # RabbitMQ refuses any declaration or deletion of its own exchanges.
             raise _Error(403, f"exchange '{name}' belongs to the server")
         if method == "PUT":
+            check_name("exchange", name)
             body = _map(request.body)
             type_name = body.get("type", "direct")
             if not isinstance(type_name, str):
                 raise _Error(400, "'type' must be a string")
+            arguments = _map(body.get("arguments"), "arguments")
+            if not self._exchange_exists(name):
+                _check_routing_argument("exchange", name, arguments, "alternate-exchange", caller)
             self.registry.declare_exchange(
                 name,
                 type_name,
                 durable=_flag(body, "durable", True),
                 auto_delete=_flag(body, "auto_delete", False),
                 internal=_flag(body, "internal", False),
-                arguments=dict(_map(body.get("arguments"), "arguments")),
+                arguments=dict(arguments),
             )
             return Response(204)
         _allow(method, "DELETE")
         self.registry.delete_exchange(name)
         return Response(204)
+
+    def _exchange_exists(self, name: str) -> bool:
+        try:
+            self.registry.exchange(name)
+        except NotFound:
+            return False
+        return True
+
+    def _exchange_map(self, exchange: Exchange) -> dict[str, object]:
+        settings = exchange.settings
+        return {
+            "name": exchange.name,
+            "vhost": self.vhost,
+            "type": settings.type.value,
+            "durable": settings.durable,
+            "auto_delete": settings.auto_delete,
+            "internal": settings.internal,
+            "arguments": dict(settings.arguments),
+        }
 
     # -- bindings -------------------------------------------------------------------------
 
@@ -304,7 +384,8 @@ class Router:
         method = request.method
         if not rest or rest[0].startswith("?"):
             if method == "GET":
-                return Response(200, [_binding_map(b) for b in self._listed(rest)])
+                listed = self._listed(rest, caller)
+                return Response(200, [_binding_map(b, self.vhost) for b in listed])
             _allow(method, "POST")
             return self._bind(_map(request.body), caller)
         _allow(method, "DELETE")
@@ -315,8 +396,9 @@ class Router:
         destination, to_exchange = _destination(fields, "dstq", "dste")
         if source is None or destination is None:
             raise _Error(400, "a binding path needs src= and dstq= or dste=")
-        caller.check("read", "exchange", source)
-        caller.check("write", "exchange" if to_exchange else "queue", destination)
+        _check_binding(caller, source, destination, to_exchange=to_exchange)
+        if not to_exchange:
+            self._check_exclusive(destination, caller)
         key = fields.get("key", "")
         arguments_hash = fields.get("args", "")
         candidates = self.registry.bindings(source, destination, to_exchange=to_exchange)
@@ -337,16 +419,25 @@ class Router:
                 break
         return Response(204)
 
-    def _listed(self, rest: list[str]) -> list[Binding]:
-        """The bindings a ``GET /bindings?src=&dstq=|dste=&key=`` asks for."""
+    def _listed(self, rest: list[str], caller: Caller) -> list[Binding]:
+        """The bindings a ``GET /bindings?src=&dstq=|dste=&key=`` asks for and may see.
+
+        Naming both ends is RabbitMQ's request, refused (403) without *read* on the source and
+        *write* on the destination; a listing over fewer ends shows the bindings for which the
+        caller has both.
+        """
         query = dict(parse_qsl(rest[0][1:])) if rest else {}
+        source = query.get("src")
         destination, to_exchange = _destination(query, "dstq", "dste")
+        if source is not None and destination is not None:
+            _check_binding(caller, source, destination, to_exchange=to_exchange)
         found = self.registry.bindings(
-            query.get("src"), destination, to_exchange=None if destination is None else to_exchange
+            source, destination, to_exchange=None if destination is None else to_exchange
         )
         if "key" in query:
             found = [b for b in found if b.binding_key == query["key"]]
-        return found
+        allows = caller.permissions.allows
+        return [b for b in found if allows("read", b.source) and allows("write", b.destination)]
 
     def _bind(self, body: Mapping[str, object], caller: Caller) -> Response:
         source = body.get("source")
@@ -361,10 +452,21 @@ class Router:
         if not isinstance(key, str):
             raise _Error(400, "'binding_key' must be a string")
         arguments = _map(body.get("arguments"), "arguments")
-        caller.check("read", "exchange", source)
-        caller.check("write", "exchange" if to_exchange else "queue", destination)
+        _check_binding(caller, source, destination, to_exchange=to_exchange)
+        if not to_exchange:
+            self._check_exclusive(destination, caller)
         self.registry.bind(source, destination, key, dict(arguments), to_exchange=to_exchange)
         return Response(204)
+
+
+def _check_binding(caller: Caller, source: str, destination: str, *, to_exchange: bool) -> None:
+    """RabbitMQ's binding checks: *read* on the source exchange, *write* on the destination.
+
+    An exchange-to-exchange binding is a way for messages to reach the destination exchange,
+    so it needs the same *write* as publishing there.
+    """
+    caller.check("read", "exchange", source)
+    caller.check("write", "exchange" if to_exchange else "queue", destination)
 
 
 def _allow(method: str, allowed: str) -> None:
@@ -400,20 +502,37 @@ def _binding_fields(path: str) -> dict[str, str]:
     return fields
 
 
-def _exchange_map(exchange: Exchange) -> dict[str, object]:
-    settings = exchange.settings
-    return {
-        "name": exchange.name,
-        "vhost": VHOST,
-        "type": settings.type.value,
-        "durable": settings.durable,
-        "auto_delete": settings.auto_delete,
-        "internal": settings.internal,
-        "arguments": dict(settings.arguments),
-    }
+def _check_dead_letter_exchange(
+    queue: str, arguments: Mapping[str, object], caller: Caller
+) -> None:
+    """A new queue's dead letters go where its declarer may write (RabbitMQ's check).
+
+    The default exchange as dead-letter exchange sends each dead letter to the queue its
+    ``x-dead-letter-routing-key`` names (checked as writing to that queue, as publishing to
+    ``/queues/NAME`` is), or without one to whatever queue the message's own routing key names:
+    that needs *write* on ``amq.default``, RabbitMQ's name for the default exchange.
+    """
+    exchange = arguments.get("x-dead-letter-exchange")
+    key = arguments.get("x-dead-letter-routing-key")
+    if exchange != "" or not isinstance(key, str):
+        _check_routing_argument("queue", queue, arguments, "x-dead-letter-exchange", caller)
+        return
+    caller.check("read", "queue", queue)
+    caller.check("write", "queue", key)
 
 
-def _binding_map(binding: Binding) -> dict[str, object]:
+def _check_routing_argument(
+    kind: str, name: str, arguments: Mapping[str, object], argument: str, caller: Caller
+) -> None:
+    """*read* on what is declared and *write* on the exchange an argument sends messages to."""
+    target = arguments.get(argument)
+    if not isinstance(target, str):
+        return  # absent, or refused by the declaration's own argument checks
+    caller.check("read", kind, name)
+    caller.check("write", "exchange", target or DEFAULT_EXCHANGE_RESOURCE)
+
+
+def _binding_map(binding: Binding, vhost: str) -> dict[str, object]:
     """A binding as RabbitMQ lists it (with its ``location``, the path that deletes it)."""
     kind = "exchange" if binding.to_exchange else "queue"
     source, destination, key = (
@@ -426,7 +545,7 @@ def _binding_map(binding: Binding) -> dict[str, object]:
     )
     return {
         "source": binding.source,
-        "vhost": VHOST,
+        "vhost": vhost,
         "destination": binding.destination,
         "destination_type": kind,
         f"destination_{kind}": binding.destination,

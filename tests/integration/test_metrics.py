@@ -35,8 +35,8 @@ def stored_size(body: bytes, queue: str) -> int:
     return len(Message(body=body).encode()) + len(routing_annotations("", queue))
 
 
-def queue_value(samples: Samples, name: str, queue: str) -> float:
-    return samples[(name, (("queue", queue),))]
+def queue_value(samples: Samples, name: str, queue: str, vhost: str = "/") -> float:
+    return samples[(name, (("queue", queue), ("vhost", vhost)))]
 
 
 def test_scrape_after_a_known_workload(make_server: Callable[..., RunningServer]) -> None:

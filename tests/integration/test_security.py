@@ -121,10 +121,18 @@ def test_plain_with_wrong_credentials_is_refused_and_nothing_else_leaks(
     assert running.call(lambda: len(running.server.broker.connections)) == 0
 
 
+def _users_and_anonymous() -> dict[str, User]:
+    """The test users and an anonymous user who may read ``public``."""
+    return {
+        **_users(),
+        **parse_users({"anonymous": {"configure": "", "write": "", "read": "^public$"}}),
+    }
+
+
 def test_a_loopback_listener_offers_anonymous_and_plain(
     make_server: Callable[..., RunningServer],
 ) -> None:
-    running = make_server(users=_users())
+    running = make_server(users=_users_and_anonymous())
     with RawClient.connect(running.host, running.port) as anonymous:
         anonymous.begin()
     with RawClient.connect(running.host, running.port, plain=("root", "root-pw")) as root:
@@ -139,10 +147,20 @@ def test_a_loopback_listener_offers_anonymous_and_plain(
     assert frame["sasl_server_mechanisms"] == ["PLAIN", "ANONYMOUS"]
 
 
-def test_anonymous_off_refuses_anonymous_and_clients_without_sasl(
-    make_server: Callable[..., RunningServer],
+@pytest.mark.parametrize(
+    "settings",
+    [
+        pytest.param({"anonymous_login": "off"}, id="anonymous_login-off"),
+        pytest.param({}, id="users-without-an-anonymous-user"),
+        pytest.param({"anonymous_login": "on"}, id="on-but-users-without-an-anonymous-user"),
+    ],
+)
+def test_anonymous_logins_are_refused_where_off_or_once_users_exist(
+    make_server: Callable[..., RunningServer], settings: dict[str, str]
 ) -> None:
-    running = make_server(users=_users(), anonymous_login="off")
+    """Secure by default: once users are configured, an anonymous client needs a user too."""
+    users = _users_and_anonymous() if settings == {"anonymous_login": "off"} else _users()
+    running = make_server(users=users, **settings)
     with pytest.raises(ProtocolError, match="does not offer SASL ANONYMOUS"):
         RawClient.connect(running.host, running.port)
     answer = _sasl_exchange(running.port, _sasl_init("ANONYMOUS", b""))
@@ -315,7 +333,7 @@ def test_a_password_check_does_not_hold_up_other_clients(
 ) -> None:
     """The check runs on a login thread: here it waits until another client was served."""
 
-    running = make_server(users=_users())
+    running = make_server(users=_users_and_anonymous())
     others_served = threading.Event()
     threads: list[str] = []
 

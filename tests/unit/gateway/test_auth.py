@@ -32,7 +32,8 @@ def test_permissions_default_to_nothing_and_search_like_rabbitmq() -> None:
     users = parse_users(
         {"u": {"password_hash": hash_password("p"), "write": "^orders", "read": ""}}
     )
-    permissions = users["u"].permissions
+    permissions = users["u"].permissions("/")
+    assert permissions is not None
     assert permissions.allows("write", "orders.eu")
     assert not permissions.allows("write", "my-orders")
     assert not permissions.allows("read", "orders")
@@ -66,13 +67,29 @@ def test_users_come_from_the_config_file(tmp_path: Path) -> None:
     config.write_text(f'[users.carol]\n{hashed}write = "^x$"\n')
     users = load_config(config, environ={}).users
     assert check_plain(users, "carol", b"pw") is users["carol"]
-    assert users["carol"].permissions.allows("write", "x")
+    permissions = users["carol"].permissions("/")
+    assert permissions is not None
+    assert permissions.allows("write", "x")
 
 
-def test_anonymous_is_allowed_everything_unless_configured() -> None:
-    assert anonymous_user({}).permissions.allows("configure", "q")
+def test_anonymous_is_allowed_everything_only_without_users() -> None:
+    # The zero-configuration server: an anonymous client may do anything in any virtual host.
+    superuser = anonymous_user({})
+    assert superuser is not None
+    for vhost in ("/", "tenant"):
+        permissions = superuser.permissions(vhost)
+        assert permissions is not None
+        assert permissions.allows("configure", "q")
+    # Users configured without [users.anonymous]: anonymous logins are refused.
+    assert anonymous_user(_USERS) is None
     users = parse_users({ANONYMOUS_USER: {"configure": "", "write": "", "read": "^pub$"}})
-    assert not anonymous_user(users).permissions.allows("write", "q")
+    anonymous = anonymous_user(users)
+    assert anonymous is not None
+    permissions = anonymous.permissions("/")
+    assert permissions is not None
+    assert not permissions.allows("write", "q")
+    assert permissions.allows("read", "pub")
+    assert anonymous.permissions("tenant") is None
 
 
 _USERS = parse_users({"alice": {"password_hash": hash_password("pw")}})

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from urllib.parse import quote
+
 import pytest
 
 from sluicegate.gateway.management.router import (
@@ -14,6 +17,7 @@ from sluicegate.gateway.management.router import (
     UInt,
     ULong,
 )
+from sluicegate.gateway.tenancy import QuotaExceeded
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
@@ -272,9 +276,11 @@ def test_permissions_are_checked_per_request(router: Router) -> None:
     refused = router.handle(Request("PUT", "/queues/other", {}), configure)
     assert refused.status == 403
     assert router.registry.get("other") is None
-    # Purging needs read, which this caller lacks; reading the description needs nothing.
+    # Purging needs read, which this caller lacks; reading the description needs one of the
+    # three permissions (RabbitMQ's passive declaration).
     assert router.handle(Request("DELETE", "/queues/app.q/messages"), configure).status == 403
-    assert router.handle(Request("GET", "/queues/app.q"), Caller(permissions=NOBODY)).status == 200
+    assert router.handle(Request("GET", "/queues/app.q"), configure).status == 200
+    assert router.handle(Request("GET", "/queues/app.q"), Caller(permissions=NOBODY)).status == 403
     assert router.handle(Request("DELETE", "/queues/app.q"), Caller(permissions=NOBODY)).status == (
         403
     )
@@ -315,13 +321,126 @@ def test_binding_an_exchange_needs_read_on_the_source_and_write_on_the_destinati
 
 
 def test_an_exclusive_queue_belongs_to_its_connection(router: Router) -> None:
-    mine, theirs = object(), object()
+    """Another connection gets RabbitMQ's 400 "cannot obtain exclusive access" for each use."""
+    mine, theirs = Caller(owner=object()), Caller(owner=object())
     body = {"exclusive": True, "durable": False}
-    created = router.handle(Request("PUT", "/queues/excl", body), Caller(owner=mine))
+    created = router.handle(Request("PUT", "/queues/excl", body), mine)
     assert (created.status, created.exclusive_queue) == (201, "excl")
-    assert router.registry.owner("excl") is mine
-    assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=mine)).status == 200
-    assert router.handle(Request("PUT", "/queues/excl", body), Caller(owner=theirs)).status == 409
+    assert router.registry.owner("excl") is mine.owner
+    assert router.handle(Request("PUT", "/queues/excl", body), mine).status == 200
+    bind = {"source": "amq.direct", "destination_queue": "excl", "binding_key": "k"}
+    for request in (
+        Request("PUT", "/queues/excl", body),
+        Request("PUT", "/queues/excl", {"exclusive": False, "durable": False}),
+        Request("DELETE", "/queues/excl/messages"),
+        Request("DELETE", "/queues/excl"),
+        Request("POST", "/bindings", bind),
+        Request("DELETE", "/bindings/src=amq.direct;dstq=excl;key=k;args="),
+    ):
+        refused = router.handle(request, theirs)
+        assert refused.status == 400, request
+        assert "cannot obtain exclusive access to locked queue 'excl'" in str(refused.body)
+    # The owner itself cannot turn it into a shared queue either (RabbitMQ's 400 too).
+    shared = {"exclusive": False, "durable": False}
+    assert router.handle(Request("PUT", "/queues/excl", shared), mine).status == 400
+    assert router.handle(Request("GET", "/queues/excl"), theirs).status == 200
+    assert router.handle(Request("POST", "/bindings", bind), mine).status == 204
+    assert router.handle(Request("DELETE", "/queues/excl"), mine).status == 200
+
+
+def test_a_dead_letter_exchange_needs_write_where_dead_letters_go(router: Router) -> None:
+    """RabbitMQ's check at declaration: *read* on the queue, *write* on its DLX."""
+    put = router.handle(Request("PUT", "/exchanges/events", {"type": "fanout"}))
+    assert put.status == 204
+    limited = Caller(permissions=_Patterns(configure="mine", write="mine", read="mine"))
+
+    def declare(name: str, arguments: Mapping[str, object], caller: Caller = limited) -> int:
+        body = {"durable": False, "arguments": arguments}
+        return router.handle(Request("PUT", f"/queues/{name}", body), caller).status
+
+    # To the default exchange, the dead-letter routing key names the queue written to.
+    dlx = {"x-dead-letter-exchange": ""}
+    assert declare("mine-1", {**dlx, "x-dead-letter-routing-key": "secret"}) == 403
+    assert declare("mine-2", {**dlx, "x-dead-letter-routing-key": "mine-dead"}) == 201
+    # Without one, the message's own routing key decides: write on amq.default is needed.
+    assert declare("mine-3", dlx) == 403
+    # A named exchange needs write on it.
+    assert declare("mine-4", {"x-dead-letter-exchange": "events"}) == 403
+    assert declare("mine-5", {"x-dead-letter-exchange": "mine-x"}) == 201
+    # And reading the queue: its dead letters are its messages.
+    writer = Caller(permissions=_Patterns(configure="w", write=""))
+    assert declare("w-1", {"x-dead-letter-exchange": "w-x"}, writer) == 403
+    assert [q for q in ("mine-1", "mine-3", "mine-4", "w-1") if router.registry.get(q)] == []
+    # A queue that exists keeps its arguments: a redeclaration cannot change them.
+    changed = {**dlx, "x-dead-letter-routing-key": "secret"}
+    assert declare("mine-2", changed) == 409
+
+
+def test_an_alternate_exchange_needs_write_on_it(router: Router) -> None:
+    caller = Caller(permissions=_Patterns(configure="x.", read="x.", write="ae."))
+
+    def declare(name: str, alternate: str, who: Caller = caller) -> int:
+        body = {"type": "direct", "arguments": {"alternate-exchange": alternate}}
+        return router.handle(Request("PUT", f"/exchanges/{name}", body), who).status
+
+    assert declare("x.1", "ae.1") == 204
+    assert declare("x.2", "secret") == 403
+    no_read = Caller(permissions=_Patterns(configure="x.", write="ae."))
+    assert declare("x.3", "ae.1", no_read) == 403
+    assert [x.name for x in router.registry.exchanges() if x.name.startswith("x.")] == ["x.1"]
+
+
+def test_listings_show_what_the_caller_has_a_permission_on(router: Router) -> None:
+    for name in ("app.q", "other.q"):
+        put_queue(router, name)
+    for name in ("app.x", "other.x"):
+        router.handle(Request("PUT", f"/exchanges/{name}", {"type": "fanout"}))
+    for exchange, queue in (("app.x", "app.q"), ("other.x", "app.q"), ("app.x", "other.q")):
+        bind = {"source": exchange, "destination_queue": queue, "binding_key": ""}
+        assert router.handle(Request("POST", "/bindings", bind)).status == 204
+    caller = Caller(permissions=_Patterns(read="app.", write="app."))
+
+    def names(path: str) -> list[str]:
+        body = router.handle(Request("GET", path), caller).body
+        assert isinstance(body, list)
+        return [str(item.get("name", item.get("source"))) for item in body]
+
+    assert names("/queues") == ["app.q"]
+    assert names("/exchanges") == ["app.x"]
+    # A binding shows with read on its source and write on its destination.
+    assert names("/bindings") == ["app.x"]
+    assert router.handle(Request("GET", "/exchanges/other.x"), caller).status == 403
+    asked = router.handle(Request("GET", "/bindings?src=other.x&dstq=app.q"), caller)
+    assert asked.status == 403
+    assert names("/queues") == ["app.q"]
+    nobody = router.handle(Request("GET", "/queues"), Caller(permissions=NOBODY))
+    assert nobody.body == []
+
+
+def test_a_virtual_host_limit_refuses_new_queues_only() -> None:
+    registry = QueueRegistry()
+
+    def at_most_one(name: str) -> None:
+        if registry.get(name) is None and registry.queue_count >= 1:
+            raise QuotaExceeded(f"cannot declare queue '{name}': queue limit reached")
+
+    router = Router(registry, vhost="tenant", check_room=at_most_one)
+    assert put_queue(router, "one").status == 201
+    refused = put_queue(router, "two")
+    assert refused.status == 403
+    assert "queue limit" in str(refused.body)
+    assert put_queue(router, "one").status == 200
+    body = router.handle(Request("GET", "/queues/one")).body
+    assert isinstance(body, dict)
+    assert body["vhost"] == "tenant"
+
+
+@pytest.mark.parametrize("name", ["a\nb", "a\rb", "a\x00b"])
+def test_names_with_line_breaks_or_nul_are_refused(router: Router, name: str) -> None:
+    assert put_queue(router, name).status == 400
+    body = {"type": "fanout"}
+    quoted = quote(name, safe="")
+    assert router.handle(Request("PUT", f"/exchanges/{quoted}", body)).status == 400
 
 
 def test_declaring_or_reading_a_queue_renews_its_x_expires_lease() -> None:
