@@ -240,7 +240,7 @@ class Broker(Handler):
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         try:
-            link_attached(link.session.sg, self.config)
+            link_attached(session, self.config)
             if self.management.is_management(link):
                 assert connection.vhost is not None
                 self.management.attach(
@@ -255,7 +255,6 @@ class Broker(Handler):
             else:
                 self.publishing.attach(link)
         except SessionLimitExceeded as error:
-            session: SessionState = link.session.sg
             self._end_session(session)
             _close(link.session, error.condition, str(error))
         except AmqpError as error:
