@@ -138,6 +138,8 @@ class QueueStatistics:
     # Stream queues: the first and last offsets held (None when empty), for Spark's planning.
     first_offset: int | None = None
     last_offset: int | None = None
+    # A stream's offset for its next message, empty or not (retention may have removed all).
+    next_offset: int | None = None
 
 
 class QueueType(Protocol):

@@ -349,4 +349,5 @@ class StreamQueue:
             acknowledged=0,
             first_offset=self.first if count else None,
             last_offset=self.next_offset - 1 if count else None,
+            next_offset=self.next_offset,
         )

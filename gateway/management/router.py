@@ -586,7 +586,15 @@ def _arguments_hash(binding: Binding) -> str:
 
 
 def _stream_offsets(statistics: QueueStatistics) -> dict[str, object]:
-    """A stream's first and last offsets (Spark plans its reads by them); nothing otherwise."""
-    if statistics.first_offset is None or statistics.last_offset is None:
-        return {}
-    return {"first_offset": statistics.first_offset, "last_offset": statistics.last_offset}
+    """A stream's offsets (Spark plans its reads by them); nothing for other queues.
+
+    ``first_offset`` and ``last_offset`` when it holds messages; ``next_offset`` always, the
+    offset its next message gets, which tells where an empty stream stands.
+    """
+    offsets: dict[str, object] = {}
+    if statistics.next_offset is not None:
+        offsets["next_offset"] = statistics.next_offset
+    if statistics.first_offset is not None and statistics.last_offset is not None:
+        offsets["first_offset"] = statistics.first_offset
+        offsets["last_offset"] = statistics.last_offset
+    return offsets

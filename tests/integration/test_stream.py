@@ -134,6 +134,7 @@ def test_management_declares_a_stream_reports_its_offsets_and_deletes_it(tmp_pat
         info = request("GET", "/queues/managed").body
         assert isinstance(info, dict)
         assert (info["type"], info["first_offset"], info["last_offset"]) == ("stream", 0, 6)
+        assert info["next_offset"] == 7
         deleted = request("DELETE", "/queues/managed")
         assert (deleted.subject, deleted.body) == ("200", {"message_count": 7})
     finally:
