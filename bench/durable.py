@@ -240,7 +240,7 @@ def stream(count: int, body_size: int) -> None:
     before, _ = _rss(os.getpid())
     started = time.monotonic()
     for index in range(count):
-        stamped = queue.stamp(QueueMessage(payload))
+        stamped = queue.as_stored(QueueMessage(payload))
         queue.enqueue(store.enqueue("stream", stamped.payload, index))
         if index % 10_000 == 9_999:
             write_now(store, writer)

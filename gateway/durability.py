@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING, Final, TextIO, cast
 
 from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
 from sluicegate.gateway.vhost_log import split_logged_name
-from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.log.store import MessageStore
 from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.message import ARCHIVED, Message
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.queues.stream import StreamQueue
 
 if TYPE_CHECKING:
     from sluicegate.gateway.publishing import Unconfirmed
@@ -111,12 +109,7 @@ class Durability:
             )
         for logged, arguments in list(store.queues.items()):
             registry, name = registry_of(logged)
-            queue = registry.declare_queue(name, arguments)
-            if isinstance(queue, StreamQueue):
-                # Read page by page: only the stream's entries stay, not its messages.
-                queue.restore((m, m.timestamp) for m in store.iter_recovered_messages(logged))
-            elif isinstance(queue, ClassicQueue):
-                queue.restore(store.take_recovered(logged))
+            registry.recover_queue(name, arguments)
         for key, arguments in list(store.bindings.items()):
             registry, exchange = registry_of(key.exchange)
             destination = split_logged_name(key.destination)[1]

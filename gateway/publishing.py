@@ -30,7 +30,6 @@ from sluicegate.gateway.vhost_log import logged_name
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.queues.stream import StreamQueue
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
@@ -182,11 +181,10 @@ class Publishing:
         durability = self.durability
         link = pending.link
         if durability is not None and link.router.registry.persists(queue, message.payload):
-            if isinstance(queue, StreamQueue):
-                message = queue.stamp(message)
             vhost = link.connection.vhost
             assert vhost is not None
-            stored = durability.persist(logged_name(vhost.name, queue.name), message, pending)
+            logged = logged_name(vhost.name, queue.name)
+            stored = durability.persist(logged, queue.as_stored(message), pending)
             try:
                 dispatches = queue.enqueue(stored)
             except AmqpError as error:

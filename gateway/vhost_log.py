@@ -11,15 +11,17 @@ for the default virtual host.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from sluicegate.gateway.auth import DEFAULT_VHOST
+from sluicegate.queues.log.paged import DiskPage
 from sluicegate.queues.log.records import Arguments
 from sluicegate.queues.log.store import MessageStore
+from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.message import Message
 from sluicegate.queues.paging import Pager
-from sluicegate.queues.stream import StreamEntries
+from sluicegate.queues.storage import StreamEntries
 
 _MARK: Final = "\x00"
 
@@ -63,6 +65,14 @@ class VhostLog:
     def stream_entries(self, queue: str) -> StreamEntries:
         """Where a durable stream keeps its messages: their positions in the log."""
         return self.store.stream_entries(self.name(queue))
+
+    def take_recovered(self, queue: str) -> list[DiskPage]:
+        """Pages of the messages recovery found in a durable classic queue, once."""
+        return self.store.take_recovered(self.name(queue))
+
+    def iter_recovered_messages(self, queue: str) -> Iterator[StoredMessage]:
+        """The messages recovery found in a durable stream, read a page at a time."""
+        return self.store.iter_recovered_messages(self.name(queue))
 
     def delete_queue(self, name: str, messages: Iterable[Message]) -> None:
         """A durable queue is gone, with ``messages`` it still held."""

@@ -1,9 +1,11 @@
-"""What a queue type offers the session: RabbitMQ 4's credit API v2 (PR 11307, notes §4).
+"""What a queue type offers the session: RabbitMQ 4's credit API v2 (PR 11307).
 
 The session talks to every queue type through this interface only. A consumer starts with no
 credit; the session asks for credit in batches with :meth:`QueueType.credit`, which hands out
 deliveries and then exactly one credit reply, so the session can keep at most one request in
-flight per consumer and queue its reply behind the deliveries that came before it.
+flight per consumer and queue its reply behind the deliveries that came before it
+(docs/outbound-flow-control.md). Storage is a capability of each queue type too: the registry
+hands a durable queue the store and the queue decides what it keeps there.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 from sluicegate.queues.errors import QueueError
 from sluicegate.queues.message import Message
+from sluicegate.queues.storage import QueueStore
 
 if TYPE_CHECKING:
     from sluicegate.queues.filters.stream_filter import StreamFilter
@@ -73,16 +76,6 @@ class ConsumerOptions:
 DEFAULT_CONSUMER: ConsumerOptions = ConsumerOptions()
 
 
-class DeadLetter(NamedTuple):
-    """A message a queue gave up on, for its dead-letter exchange (RabbitMQ's reasons)."""
-
-    queue: str
-    message: Message
-    reason: str
-    exchange: str
-    routing_key: str | None
-
-
 class LockExpired(QueueError):
     """A settlement of deliveries whose lock had expired: it changed nothing for them.
 
@@ -97,7 +90,7 @@ class LockExpired(QueueError):
 
 
 class CreditReply(NamedTuple):
-    """The queue's side of the link after a credit request (notes §4: always sent)."""
+    """The queue's side of the link after a credit request: always sent, after the deliveries."""
 
     delivery_count: int
     credit: int
@@ -190,3 +183,17 @@ class QueueType(Protocol):
 
     def statistics(self) -> QueueStatistics:
         """Counts for metrics and tests."""
+
+    # -- storage --------------------------------------------------------------------------
+
+    def attach_store(self, store: QueueStore) -> None:
+        """Keep this durable queue's messages through ``store`` from now on."""
+
+    def restore(self, store: QueueStore) -> None:
+        """Take back the messages recovery found for this queue in ``store``."""
+
+    def persists(self, payload: bytes) -> bool:
+        """True if a message with these bytes to this queue, when durable, is logged."""
+
+    def as_stored(self, message: Message) -> Message:
+        """The message as the log records it, before :meth:`enqueue` takes the logged copy."""

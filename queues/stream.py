@@ -16,9 +16,8 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 from sluicegate.queues.arguments import QueueArguments
 from sluicegate.queues.errors import PreconditionFailed
@@ -36,6 +35,7 @@ from sluicegate.queues.queue_type import (
     QueueStatistics,
     QueueType,
 )
+from sluicegate.queues.storage import QueueStore, StreamEntries
 from sluicegate.wire.annotations import read_stream_offset, with_stream_offset
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
@@ -61,28 +61,6 @@ def parse_max_age(value: object) -> int:
             f"invalid arg 'x-max-age': {value!r} is not a positive age such as 7D, 12h or 30s"
         )
     return int(match.group(1)) * _AGE_MS[match.group(2)]
-
-
-class StreamEntries(Protocol):
-    """A stream's messages by index from its first offset: in memory, or as log positions."""
-
-    def __len__(self) -> int:
-        """Messages held."""
-
-    def __getitem__(self, index: int) -> Message:
-        """The message at ``index``, to deliver."""
-
-    def append(self, message: Message) -> int:
-        """Add the newest message; return the bytes it counts against the memory budget."""
-
-    def size(self, index: int) -> int:
-        """The message's bytes on the wire."""
-
-    def drop(self, index: int) -> int:
-        """Archive the message (retention or a purge); return the bytes it counted."""
-
-    def trim(self, count: int) -> None:
-        """Forget the first ``count`` messages, dropped before."""
 
 
 class MessageEntries:
@@ -163,9 +141,17 @@ class StreamQueue:
         self._published = 0
         self._delivered = 0
 
-    # -- appending ------------------------------------------------------------------------
+    # -- storage --------------------------------------------------------------------------
 
-    def stamp(self, message: Message) -> Message:
+    def attach_store(self, store: QueueStore) -> None:
+        """A durable stream keeps its messages' log positions, not the messages."""
+        self.entries = store.stream_entries(self.name)
+
+    def persists(self, payload: bytes) -> bool:
+        """Every message of a durable stream is logged, as in RabbitMQ."""
+        return True
+
+    def as_stored(self, message: Message) -> Message:
         """The message as it will be stored: stamped with the offset it is about to get.
 
         For a durable stream the stamped bytes are logged before :meth:`enqueue` appends them.
@@ -178,21 +164,23 @@ class StreamQueue:
             routing_key=message.routing_key,
         )
 
+    # -- appending ------------------------------------------------------------------------
+
     def enqueue(self, message: Message) -> list[Dispatch]:
-        """Append a message (stamped now unless :meth:`stamp` did); readers at the tail get it."""
+        """Append a message (stamped unless :meth:`as_stored` did); readers at the tail get it."""
         if not self._stamped:
             message.payload = with_stream_offset(message.payload, self.next_offset)
         self._stamped = False
         return self._append(message, self.clock.now)
 
-    def restore(self, recovered: Iterable[tuple[Message, int]]) -> None:
+    def restore(self, store: QueueStore) -> None:
         """Put back the messages recovery found with their arrival times, stamped already.
 
-        Offsets continue from them. ``recovered`` may be read lazily: only what the stream
-        keeps of each message stays in memory.
+        Offsets continue from them. They are read a page at a time: only what the stream keeps
+        of each message stays in memory.
         """
         started = False
-        for message, timestamp in recovered:
+        for message in store.iter_recovered_messages(self.name):
             if not started:
                 first = read_stream_offset(message.payload)
                 if first is None:
@@ -201,7 +189,7 @@ class StreamQueue:
                     )
                 self.first = self.next_offset = first
                 started = True
-            self._append(message, timestamp)
+            self._append(message, message.timestamp)
 
     def _append(self, message: Message, timestamp: int) -> list[Dispatch]:
         offset = self.next_offset

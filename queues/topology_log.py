@@ -1,33 +1,28 @@
-"""What the registry tells the durable log about queues, exchanges and bindings (DESIGN §3).
+"""What the registry tells the durable log about queues, exchanges and bindings.
 
-Durable declarations are logged so that recovery rebuilds them; the store
+Durable declarations are logged so that recovery rebuilds them (docs/durability.md); the store
 (:class:`queues.log.store.MessageStore`) implements this. Message state changes need no call
 from the queues: a stored message logs its own (:class:`queues.log.store.StoredMessage`).
-The registry also logs the dead-letter copies it makes of persistent messages.
+Dead-lettering logs the copies it makes of persistent messages (:mod:`queues.dead_lettering`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from typing import Protocol, cast
 
+from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.log.records import Arguments
 from sluicegate.queues.message import Message
-from sluicegate.queues.paging import Pager
-from sluicegate.queues.stream import StreamEntries
+from sluicegate.queues.storage import QueueStore
+from sluicegate.wire.codec import Value
 
 
-class TopologyLog(Protocol):
+class TopologyLog(QueueStore, Protocol):
     """The store as the registry sees it."""
 
     def declare_queue(self, name: str, arguments: Arguments) -> None:
         """A durable queue exists with these arguments."""
-
-    def pager(self, queue: str) -> Pager:
-        """Pages for a durable queue's backlog beyond its resident messages."""
-
-    def stream_entries(self, queue: str) -> StreamEntries:
-        """Where a durable stream keeps its messages: their positions in the log."""
 
     def delete_queue(self, name: str, messages: Iterable[Message]) -> None:
         """A durable queue is gone, with ``messages`` it still held."""
@@ -79,3 +74,27 @@ class TopologyLog(Protocol):
         routing_key: str = "",
     ) -> Message:
         """Log a persistent message (a dead-letter copy) to a durable queue."""
+
+
+def loggable(arguments: Mapping[str, object] | None) -> Arguments:
+    """Declaration arguments as the log stores them: AMQP values under string keys.
+
+    Arguments come from AMQP (management requests, link properties) or TOML definitions,
+    so they are scalars, lists or maps of those; anything else has no AMQP encoding.
+    """
+    logged: Arguments = {}
+    for key, value in (arguments or {}).items():
+        if not _is_value(value):
+            raise PreconditionFailed(f"argument '{key}' has no AMQP encoding: {value!r}")
+        logged[key] = cast(Value, value)
+    return logged
+
+
+def _is_value(value: object) -> bool:
+    if value is None or isinstance(value, str | bytes | bool | int | float):
+        return True
+    if isinstance(value, list):
+        return all(_is_value(item) for item in value)
+    if isinstance(value, dict):
+        return all(_is_value(k) and _is_value(v) for k, v in value.items())
+    return False

@@ -49,11 +49,11 @@ class RecordingQueue(ClassicQueue):
 
     def consumer_credit(self, link: OutgoingLink) -> int:
         """White box: the credit the queue holds for a consumer."""
-        return self._consumers[link].credit
+        return self._consumers.by_key[link].credit
 
     def unacked_of(self, link: OutgoingLink) -> set[int]:
         """White box: what a consumer holds unsettled inside the queue."""
-        return set(self._consumers[link].unacked)
+        return set(self._consumers.by_key[link].unacked)
 
 
 class SpySession(Session):

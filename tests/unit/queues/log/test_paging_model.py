@@ -129,7 +129,7 @@ class PagingModel(RuleBasedStateMachine):
         self.store = MessageStore(self.directory, segment_size=_SEGMENT_SIZE, cache_bytes=512)
         self.writer = SegmentWriter(self.directory)
         self.queue = self._declare()
-        self.queue.restore(self.store.take_recovered("q"))
+        self.queue.restore(self.store)
         # Transient messages are gone; held persistent ones come back with a failed delivery.
         for number in self.held:
             self.failures[number] = self.failures.get(number, 0) + 1

@@ -30,7 +30,7 @@ def _publish(store: MessageStore, queue: StreamQueue, count: int) -> None:
     """As the gateway does: stamp the offset, log the stamped bytes, append the stored copy."""
     for index in range(count):
         body = encode(Described(0x77, f"m{queue.next_offset} " + "x" * (index % 3) * 50))
-        stamped = queue.stamp(Message(body))
+        stamped = queue.as_stored(Message(body))
         queue.enqueue(store.enqueue("s", stamped.payload, _NOW + index))
 
 
@@ -86,7 +86,7 @@ def test_a_durable_stream_comes_back_as_entries_after_a_restart(tmp_path: Path) 
     writer.close()
     again = MessageStore(tmp_path)
     queue = _stream(again)
-    queue.restore((m, m.timestamp) for m in again.iter_recovered_messages("s"))
+    queue.restore(again)
     gc.collect()
     assert queue.held.total == 3000 * ENTRY_BYTES
     assert (queue.first, queue.next_offset) == (0, 3000)

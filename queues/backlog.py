@@ -1,0 +1,247 @@
+"""A classic queue's messages in publication order: resident by sequence number, the tail in pages.
+
+Resident messages live in ``messages``, a dict by sequence number, so any message is found in
+O(1) and an archived one leaves at once, whatever order consumers settle in: the dict holds only
+live messages, even behind one that a consumer holds for hours. Archiving leaves a gap in the
+sequence; :meth:`Backlog.scavenge` moves ``low`` (a lower bound of live sequence numbers) over
+the gaps lazily, each gap once, so every message costs amortised O(1) however long the queue.
+
+It also keeps the count of ready (available) messages and their bytes, and the server's count
+of bytes held, as messages come and go.
+
+A durable queue's ready backlog beyond ``resident_ready`` waits in pages at the tail
+(:mod:`queues.paging`), outside the sequence: a walk that reaches the end of the resident
+messages pages the head page in (:meth:`Backlog.page_in`), its messages taking the next
+sequence numbers.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+
+from sluicegate.queues.dead_lettering import DELIVERY_LIMIT
+from sluicegate.queues.deadlines import Deadlines
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from sluicegate.queues.paging import RESIDENT_READY, Page, Pager
+from sluicegate.queues.queue_type import MessageFilter
+
+
+class Backlog:
+    """Every message one classic queue holds, ready or acquired, and its pages."""
+
+    __slots__ = (
+        "deadlines",
+        "expire",
+        "held",
+        "low",
+        "messages",
+        "next_seq",
+        "paged",
+        "pager",
+        "pages",
+        "ready",
+        "ready_bytes",
+        "resident_ready",
+    )
+
+    def __init__(
+        self, held: HeldBytes, deadlines: Deadlines, expire: Callable[[Message], None]
+    ) -> None:
+        self.held = held
+        self.deadlines = deadlines
+        # What the queue does with a message found dead (counts it, dead-letters it).
+        self.expire = expire
+        self.messages: dict[int, Message] = {}
+        self.low = 0
+        self.next_seq = 0
+        # Set for a durable queue: ready messages beyond ``resident_ready`` go to pages.
+        self.pager: Pager | None = None
+        self.resident_ready = RESIDENT_READY
+        self.pages: deque[Page] = deque()
+        # Messages in the pages.
+        self.paged = 0
+        # Available messages, resident or paged, and their bytes on the wire.
+        self.ready = 0
+        self.ready_bytes = 0
+
+    def collect(
+        self,
+        seqs: Iterable[int],
+        now: int,
+        limit: int,
+        taken: list[Message],
+        accept: MessageFilter | None = None,
+        browse: bool = False,
+    ) -> int | None:
+        """Append to ``taken`` the messages ``seqs`` name that a consumer may take, until it
+        holds ``limit``: return the sequence number after the one that filled it, or None
+        when ``seqs`` ran out first.
+
+        Every walk over the queue's messages goes through here: it skips what is no longer
+        available (taken, settled, gone) and expires what it finds dead, so a message past its
+        expiry is never delivered, even before the timer runs. A browser (``browse``) also sees
+        what other consumers hold; a filtered consumer takes only what it ``accept``s.
+        """
+        messages = self.messages
+        count = len(taken)
+        for seq in seqs:
+            message = messages.get(seq)
+            if message is None:
+                continue
+            state = message.state
+            if state != AVAILABLE and not (browse and state == ACQUIRED):
+                continue
+            expires = message.expires
+            if expires is not None and expires <= now:
+                if state == AVAILABLE:
+                    self.expire(message)
+                continue
+            if accept is not None and not accept(message):
+                continue
+            taken.append(message)
+            count += 1
+            if count >= limit:
+                return seq + 1
+        return None
+
+    def append(self, message: Message) -> None:
+        """A new message: it takes the next sequence number."""
+        message.seq = seq = self.next_seq
+        self.next_seq = seq + 1
+        self.messages[seq] = message
+        self.ready += 1
+        self.ready_bytes += message.size
+        self.held.total += message.held + MESSAGE_OVERHEAD
+
+    def archive(self, message: Message) -> None:
+        """A delivered message is settled: it leaves the queue."""
+        message.state = ARCHIVED
+        del self.messages[message.seq]
+        self.held.total -= message.held + MESSAGE_OVERHEAD
+
+    def remove(self, message: Message) -> None:
+        """Take a message nobody received out of the queue (expired, dropped, dead-lettered)."""
+        self.ready -= 1
+        self.ready_bytes -= message.size
+        message.discard()
+        del self.messages[message.seq]
+        self.held.total -= message.held + MESSAGE_OVERHEAD
+
+    def reinstate(self, message: Message) -> None:
+        """Put back a message archived when it was handed out, its session never sent it."""
+        self.messages[message.seq] = message
+        self.low = min(self.low, message.seq)
+        self.held.total += message.held + MESSAGE_OVERHEAD
+
+    def count_failures(
+        self, messages: list[Message], limit: int | None, give_up: Callable[[Message, str], None]
+    ) -> None:
+        """Count a failed delivery on each message; those past ``limit`` are given up on.
+
+        Runs after the messages are back in the queue, so that a header that cannot be
+        re-encoded loses nothing: that message keeps its old count, the others get theirs.
+        """
+        error: Exception | None = None
+        for message in messages:
+            size, held = message.size, message.held
+            try:
+                message.count_failed_delivery()
+            except Exception as exc:
+                error = error or exc
+                continue
+            self.ready_bytes += message.size - size
+            self.held.total += message.held - held
+            if limit is not None and message.delivery_count > limit:
+                self.remove(message)
+                give_up(message, DELIVERY_LIMIT)
+        if error is not None:
+            raise error
+
+    def scavenge(self) -> int:
+        """Move ``low`` over the gaps archived messages left at the front of the sequence."""
+        messages = self.messages
+        low = self.low
+        end = self.next_seq
+        while low < end and low not in messages:
+            low += 1
+        self.low = low
+        return low
+
+    # -- pages ----------------------------------------------------------------------------
+
+    def page_out(self, pager: Pager, message: Message) -> None:
+        """Append a ready message to the tail pages instead of the resident messages."""
+        pages = self.pages
+        tail = pages[-1] if pages else None
+        before = tail.held if tail is not None else 0
+        page = pager.append(tail, message)
+        if page is None:
+            assert tail is not None
+            self.held.total += tail.held - before
+        else:
+            pages.append(page)
+            self.held.total += page.held
+            if len(pages) == 1 and page.head_deadline(self.deadlines.ttl) is not None:
+                self.deadlines.join()
+        self.paged += 1
+        self.ready += 1
+        self.ready_bytes += message.size
+
+    def add_pages(self, pages: Sequence[Page]) -> int:
+        """Append pages a restart found in the log: how many messages they hold."""
+        count = 0
+        for page in pages:
+            self.pages.append(page)
+            count += page.count
+            self.ready_bytes += page.ready_bytes
+            self.held.total += page.held
+        self.paged += count
+        self.ready += count
+        return count
+
+    def page_in(self) -> Sequence[Message]:
+        """Give the head page's messages the next sequence numbers: they become resident."""
+        page = self.pages.popleft()
+        deadlines = self.deadlines
+        messages = page.take(deadlines.ttl)
+        self.paged -= len(messages)
+        seq = self.next_seq
+        resident = self.messages
+        held = 0
+        for message in messages:
+            message.seq = seq
+            resident[seq] = message
+            held += message.held
+            expires = message.expires
+            if expires is not None:
+                deadlines.watch(message, expires)
+            seq += 1
+        self.next_seq = seq
+        self.held.total += held + len(messages) * MESSAGE_OVERHEAD - page.held
+        return messages
+
+    def head_deadline(self) -> int | None:
+        """When the head page's first message expires, if the queue has pages and it does."""
+        return self.pages[0].head_deadline(self.deadlines.ttl) if self.pages else None
+
+    def purge(self) -> int:
+        """Drop every available message, resident or paged; return how many."""
+        count = self.ready
+        messages = self.messages
+        freed = (count - self.paged) * MESSAGE_OVERHEAD
+        for seq, message in list(messages.items()):
+            if message.state == AVAILABLE:
+                message.discard()
+                freed += message.held
+                del messages[seq]
+        for page in self.pages:
+            page.drop()
+            freed += page.held
+        self.pages.clear()
+        self.paged = 0
+        self.held.total -= freed
+        self.ready = 0
+        self.ready_bytes = 0
+        return count

@@ -1,0 +1,164 @@
+"""Dead-lettering: the messages a queue gives up on, routed to its dead-letter exchange.
+
+A queue hands each message it gives up on (rejected, expired, past its delivery limit, pushed
+out by overflow) to its :class:`DeadLetterer`, which puts a :class:`DeadLetter` in the server's
+outbox when the queue has ``x-dead-letter-exchange``, or counts it dropped. The registry's
+:class:`DeadLetterRouter` empties the outbox: each copy carries the death in its message
+annotations (``x-opt-deaths``) and goes to the queues the dead-letter exchange routes it to. A
+persistent copy for a durable queue is logged by an explicit call to the store before the queue
+takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final, NamedTuple
+
+from sluicegate.queues.errors import NotFound
+from sluicegate.queues.message import ARCHIVED, Message
+from sluicegate.queues.queue_type import Clock, Dispatch, QueueType
+from sluicegate.queues.topology_log import TopologyLog
+from sluicegate.wire.deaths import Death, is_cycle, record_death
+from sluicegate.wire.errors import AmqpError, DecodeError
+
+# Dead-letter reasons, as RabbitMQ names them in x-death / x-opt-deaths.
+REJECTED: Final = "rejected"
+EXPIRED: Final = "expired"
+DELIVERY_LIMIT: Final = "delivery_limit"
+MAXLEN: Final = "maxlen"
+
+
+class DeadLetter(NamedTuple):
+    """A message a queue gave up on, for its dead-letter exchange (RabbitMQ's reasons)."""
+
+    queue: str
+    message: Message
+    reason: str
+    exchange: str
+    routing_key: str | None
+
+
+class DeadLetterer:
+    """One queue's side: where its dead letters go, and how many went or were dropped."""
+
+    __slots__ = ("dead_lettered", "dropped", "exchange", "outbox", "queue", "routing_key")
+
+    def __init__(
+        self, queue: str, exchange: str | None, routing_key: str | None, outbox: list[DeadLetter]
+    ) -> None:
+        self.queue = queue
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.outbox = outbox
+        self.dead_lettered = 0
+        # Given up on with no dead-letter exchange to go to.
+        self.dropped = 0
+
+    def send(self, message: Message, reason: str) -> None:
+        """Hand ``message`` to the dead-letter exchange, or drop it when the queue has none."""
+        exchange = self.exchange
+        if exchange is None:
+            self.dropped += 1
+            return
+        self.dead_lettered += 1
+        self.outbox.append(DeadLetter(self.queue, message, reason, exchange, self.routing_key))
+
+
+# Where a message published to an exchange with a routing key goes (the exchange graph's route).
+Route = Callable[[str, str, bytes], list[QueueType]]
+# Whether a message to a queue goes through the log (the registry's rule for durable queues).
+Persists = Callable[[QueueType, bytes], bool]
+
+
+class DeadLetterRouter:
+    """The registry's side: routes every pending dead letter to its exchange's queues."""
+
+    def __init__(
+        self, clock: Clock, route: Route, persists: Persists, store: TopologyLog | None
+    ) -> None:
+        self.clock = clock
+        self._route = route
+        self._persists = persists
+        self._store = store
+        # Dead letters every queue hands over, routed by :meth:`route_all`.
+        self.outbox: list[DeadLetter] = []
+        # Dead letters lost because their exchange was missing or routed them nowhere.
+        self.dropped = 0
+
+    def route_all(self) -> list[Dispatch]:
+        """Deliver every pending dead letter to its dead-letter exchange's queues.
+
+        Each copy carries the death in its annotations; a message that would loop back to a
+        queue it already died in, with no rejection on the way, is dropped (RabbitMQ's rule).
+        """
+        dispatches: list[Dispatch] = []
+        pending = self.outbox
+        while pending:
+            batch = pending[:]
+            pending.clear()
+            for letter in batch:
+                dispatches.extend(self._deliver(letter))
+        return dispatches
+
+    def _deliver(self, letter: DeadLetter) -> list[Dispatch]:
+        message = letter.message
+        routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
+        payload = message.payload
+        try:
+            targets = self._route(letter.exchange, routing_key, payload)
+        except (NotFound, DecodeError):
+            targets = []
+        targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
+        if not targets:
+            self.dropped += 1
+            return []
+        death = Death(
+            letter.queue,
+            letter.reason,
+            message.exchange,
+            (message.routing_key,),
+            self.clock.now,
+        )
+        try:
+            payload = record_death(payload, death)
+        except DecodeError:
+            self.dropped += 1
+            return []
+        dispatches: list[Dispatch] = []
+        for queue in targets:
+            copy = Message(
+                payload,
+                message.delivery_count,
+                exchange=letter.exchange,
+                routing_key=routing_key,
+            )
+            logged = self._log(queue, copy)
+            try:
+                dispatches.extend(queue.enqueue(logged))
+            except AmqpError:
+                if logged is not copy:
+                    logged.state = ARCHIVED
+                self.dropped += 1
+        return dispatches
+
+    def _log(self, queue: QueueType, copy: Message) -> Message:
+        """The copy as ``queue`` stores it: logged when it is persistent and ``queue`` durable.
+
+        The original's settlement waits in the store's buffer until the next batch is taken
+        (the gateway routes dead letters before it flushes the store), so the copy's enqueue
+        record goes before it in the same batch: a crash can duplicate, never lose, the message.
+        """
+        store = self._store
+        if store is None or not self._persists(queue, copy.payload):
+            return copy
+        copy = queue.as_stored(copy)
+        logged = store.enqueue(
+            queue.name,
+            copy.payload,
+            self.clock.now,
+            copy.expires,
+            exchange=copy.exchange,
+            routing_key=copy.routing_key,
+        )
+        logged.delivery_count = copy.delivery_count
+        return logged

@@ -1,0 +1,115 @@
+"""A classic queue's timers: when its messages expire and when delivery locks run out.
+
+Expiry deadlines (``ttl``, ``absolute-expiry-time``, ``x-message-ttl``) and delivery locks
+(``x-consumer-timeout``) sit in heaps that the queue's ``expire`` pops when the server's timer
+runs. The heaps are lazy: an entry whose message changed since
+(settled, redelivered, gone) is dropped when met. A queue with something to time joins the
+server's set of timed queues, so the timer visits only those.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Final, Protocol
+
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import QueueType
+
+# Deliveries whose lock expired that a consumer may still settle late and get a clear error;
+# older ones are forgotten (their late settlement is then ignored like any unknown one).
+_MAX_LOST_LOCKS: Final = 65536
+
+
+class LockHolder(Protocol):
+    """A consumer as its locks see it: what it holds, and what it lost to lock expiry."""
+
+    unacked: dict[int, Message]
+    lost: dict[int, None]
+
+
+class Deadlines:
+    """The expiry and lock deadlines of one queue."""
+
+    __slots__ = ("expiries", "locks", "owner", "tickets", "timed", "timeout", "ttl")
+
+    def __init__(
+        self, owner: QueueType, timed: set[QueueType], ttl: int | None, timeout: int | None
+    ) -> None:
+        self.owner = owner
+        # The server's queues that have deadlines: joined here, left when expire() runs dry.
+        self.timed = timed
+        # x-message-ttl and x-consumer-timeout, in milliseconds.
+        self.ttl = ttl
+        self.timeout = timeout
+        # (deadline, sequence number) of messages that expire.
+        self.expiries: list[tuple[int, int]] = []
+        # (deadline, ticket, message, holder): the ticket keeps entries comparable.
+        self.locks: list[tuple[int, int, Message, LockHolder]] = []
+        self.tickets = 0
+
+    def apply_ttl(self, message: Message, now: int) -> None:
+        """Shorten a new message's expiry to the queue's x-message-ttl from ``now``."""
+        if self.ttl is not None:
+            deadline = now + self.ttl
+            if message.expires is None or deadline < message.expires:
+                message.expires = deadline
+
+    def watch(self, message: Message, expires: int) -> None:
+        """Expire the available message at ``expires`` (its expiry) unless it leaves before."""
+        heapq.heappush(self.expiries, (expires, message.seq))
+        self.timed.add(self.owner)
+
+    def lock(self, message: Message, holder: LockHolder, now: int) -> None:
+        """Release the delivery back to the queue if ``holder`` has not settled it in time."""
+        timeout = self.timeout
+        if timeout is None:
+            return
+        deadline = message.lock_deadline = now + timeout
+        self.tickets += 1
+        heapq.heappush(self.locks, (deadline, self.tickets, message, holder))
+        self.timed.add(self.owner)
+
+    def join(self) -> None:
+        """The queue has something to time besides its heaps (a page's head message)."""
+        self.timed.add(self.owner)
+
+    def due(self, now: int) -> list[tuple[int, int]]:
+        """The expiries that are ``now`` or past: (deadline, sequence number) of each."""
+        expiries = self.expiries
+        due: list[tuple[int, int]] = []
+        while expiries and expiries[0][0] <= now:
+            due.append(heapq.heappop(expiries))
+        return due
+
+    def released(self, now: int) -> list[Message]:
+        """The deliveries whose lock ran out: taken from their holders, remembered as lost.
+
+        A holder that settles one later is told its settlement changed nothing.
+        """
+        locks = self.locks
+        released: list[Message] = []
+        while locks and locks[0][0] <= now:
+            deadline, _, message, holder = heapq.heappop(locks)
+            seq = message.seq
+            if holder.unacked.get(seq) is message and message.lock_deadline == deadline:
+                del holder.unacked[seq]
+                lost = holder.lost
+                if len(lost) >= _MAX_LOST_LOCKS:
+                    del lost[next(iter(lost))]
+                lost[seq] = None
+                released.append(message)
+        return released
+
+    def next_deadline(self, head: int | None) -> int | None:
+        """The earliest deadline pending (perhaps of a message since gone), or ``head``'s."""
+        deadlines = [] if head is None else [head]
+        if self.expiries:
+            deadlines.append(self.expiries[0][0])
+        if self.locks:
+            deadlines.append(self.locks[0][0])
+        return min(deadlines) if deadlines else None
+
+    def settle_timer(self, head: int | None) -> None:
+        """Leave the server's timed queues when nothing is left to time."""
+        if self.next_deadline(head) is None:
+            self.timed.discard(self.owner)

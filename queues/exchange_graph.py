@@ -1,0 +1,300 @@
+"""The exchange graph: exchanges, the bindings between them and to queues, and routing over it.
+
+The default exchange ``""`` routes to the queue named by the routing key; ``amq.direct``,
+``amq.fanout``, ``amq.topic``, ``amq.headers`` and ``amq.match`` exist from the start, as in
+RabbitMQ. A message published to an exchange goes to the queues its bindings select, on through
+exchange-to-exchange bindings, and to an exchange's alternate exchange when nothing takes it.
+Durable exchanges, and bindings whose both ends are durable, are logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Mapping
+from typing import Final
+
+from sluicegate.queues.errors import AccessRefused, NotFound, PreconditionFailed
+from sluicegate.queues.exchanges import (
+    Binding,
+    Exchange,
+    ExchangeSettings,
+    ExchangeType,
+    exchange_settings,
+)
+from sluicegate.queues.headers import Headers, routing_headers
+from sluicegate.queues.queue_type import QueueType
+from sluicegate.queues.topology_log import TopologyLog, loggable
+
+DEFAULT_EXCHANGE: Final = ""
+PREDECLARED: Final = {
+    "amq.direct": "direct",
+    "amq.fanout": "fanout",
+    "amq.topic": "topic",
+    "amq.headers": "headers",
+    "amq.match": "headers",
+}
+
+
+class ExchangeGraph:
+    """Every exchange and binding of one server, routing to the queues it is given."""
+
+    def __init__(
+        self,
+        queues: Mapping[str, QueueType],
+        logged_queues: Container[str],
+        queue_type: Callable[[str], str],
+        store: TopologyLog | None,
+    ) -> None:
+        # The server's queues by name, those whose declarations are logged, and the type of
+        # the queue a name names (raising amqp:not-found for none): the registry's.
+        self._queues = queues
+        self._logged_queues = logged_queues
+        self._queue_type = queue_type
+        self.store = store
+        self._exchanges: dict[str, Exchange] = {}
+        # Exchanges whose bindings to logged queues are logged: the durable ones.
+        self._logged_exchanges: set[str] = set(PREDECLARED)
+        for name, kind in PREDECLARED.items():
+            self._exchanges[name] = Exchange(name, exchange_settings(kind))
+
+    # -- exchanges ------------------------------------------------------------------------
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str = "direct",
+        *,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: Mapping[str, object] | None = None,
+    ) -> Exchange:
+        """Return the exchange called ``name``, creating it if absent (idempotent)."""
+        settings = exchange_settings(
+            type_name,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
+        )
+        if name == DEFAULT_EXCHANGE:
+            raise AccessRefused("the default exchange cannot be declared")
+        exchange = self._exchanges.get(name)
+        if exchange is not None:
+            _check_exchange(name, exchange.settings, settings)
+            return exchange
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange names starting with 'amq.' are reserved: '{name}'")
+        exchange = self._exchanges[name] = Exchange(name, settings)
+        if self.store is not None and durable:
+            self.store.declare_exchange(
+                name,
+                type_name,
+                loggable(arguments),
+                auto_delete=auto_delete,
+                internal=internal,
+            )
+            self._logged_exchanges.add(name)
+        return exchange
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        """Delete an exchange and its bindings (deleting one that does not exist succeeds).
+
+        Its bindings as a source and as a destination go with it; a source left without
+        bindings goes too if it is auto-delete, as in RabbitMQ.
+        """
+        if name == DEFAULT_EXCHANGE or name in PREDECLARED:
+            raise AccessRefused(f"exchange '{name}' cannot be deleted")
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and exchange.bindings:
+            raise PreconditionFailed(f"exchange '{name}' in use")
+        del self._exchanges[name]
+        if name in self._logged_exchanges and self.store is not None:
+            self._logged_exchanges.discard(name)
+            self.store.delete_exchange(name)
+        self.remove_destination(name, to_exchange=True)
+
+    def remove_destination(self, name: str, *, to_exchange: bool) -> None:
+        """Remove every binding to a deleted queue or exchange, then auto-delete the emptied.
+
+        The log needs no record per binding: recovery drops the bindings of whatever a
+        deletion record names.
+        """
+        emptied = [
+            exchange
+            for exchange in list(self._exchanges.values())
+            if exchange.unbind_destination(name, to_exchange=to_exchange)
+        ]
+        for exchange in emptied:
+            self._auto_delete(exchange)
+
+    def exchange(self, name: str) -> Exchange:
+        """Return the exchange called ``name``, or raise ``amqp:not-found``."""
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            raise NotFound(f"no exchange '{name}'")
+        return exchange
+
+    def exchanges(self) -> list[Exchange]:
+        """Every declared exchange, by name (the default exchange is implicit)."""
+        return [self._exchanges[name] for name in sorted(self._exchanges)]
+
+    # -- bindings -------------------------------------------------------------------------
+
+    def bind(
+        self,
+        source: str,
+        destination: str,
+        binding_key: str = "",
+        arguments: Mapping[str, object] | None = None,
+        *,
+        to_exchange: bool = False,
+    ) -> Binding:
+        """Bind a queue (or, ``to_exchange``, an exchange) to an exchange (idempotent)."""
+        if source == DEFAULT_EXCHANGE or (to_exchange and destination == DEFAULT_EXCHANGE):
+            raise AccessRefused("the default exchange cannot be bound")
+        exchange = self.exchange(source)
+        if to_exchange:
+            self.exchange(destination)
+            queue_type = ""
+        else:
+            queue_type = self._queue_type(destination)
+        logged = loggable(arguments)
+        exchange.check(binding_key, logged, queue_type)
+        binding = Binding(
+            source, destination, binding_key, tuple(sorted(logged.items())), to_exchange
+        )
+        if (
+            exchange.bind(binding)
+            and self.store is not None
+            and source in self._logged_exchanges
+            and destination in (self._logged_exchanges if to_exchange else self._logged_queues)
+        ):
+            self.store.bind(source, destination, binding_key, logged, to_exchange=to_exchange)
+        return binding
+
+    def unbind(
+        self,
+        source: str,
+        destination: str,
+        binding_key: str = "",
+        arguments: Mapping[str, object] | None = None,
+        *,
+        to_exchange: bool = False,
+    ) -> bool:
+        """Remove the binding with exactly these ends, key and arguments; False if none."""
+        exchange = self._exchanges.get(source)
+        if exchange is None:
+            return False
+        logged = loggable(arguments)
+        binding = Binding(
+            source, destination, binding_key, tuple(sorted(logged.items())), to_exchange
+        )
+        if exchange.unbind(binding.key) is None:
+            return False
+        if self.store is not None:
+            self.store.unbind(source, destination, binding_key, logged, to_exchange=to_exchange)
+        self._auto_delete(exchange)
+        return True
+
+    def _auto_delete(self, exchange: Exchange) -> None:
+        """Delete an auto-delete exchange whose last binding as a source just went.
+
+        RabbitMQ's rule; bindings where it is the destination do not keep it.
+        """
+        if exchange.settings.auto_delete and not exchange.bindings:
+            self.delete_exchange(exchange.name)
+
+    def bindings(
+        self,
+        source: str | None = None,
+        destination: str | None = None,
+        *,
+        to_exchange: bool | None = None,
+    ) -> list[Binding]:
+        """Bindings, optionally only those from ``source``, to ``destination``, of one kind."""
+        found: list[Binding] = []
+        for exchange in self.exchanges():
+            if source is not None and exchange.name != source:
+                continue
+            found.extend(
+                binding
+                for binding in exchange.bindings.values()
+                if (destination is None or binding.destination == destination)
+                and (to_exchange is None or binding.to_exchange is to_exchange)
+            )
+        return found
+
+    # -- routing --------------------------------------------------------------------------
+
+    def route(
+        self, exchange: str, routing_key: str, payload: bytes | memoryview = b""
+    ) -> list[QueueType]:
+        """The queues a message published to ``exchange`` with ``routing_key`` goes to.
+
+        ``payload`` is the encoded message, whose headers are read only if a headers exchange
+        is on the way. An exchange that routes nowhere passes the message to its alternate
+        exchange, if any. Raises ``amqp:not-found`` for an exchange that does not exist, and
+        ``amqp:decode-error`` for headers a headers exchange cannot read.
+        """
+        if exchange == DEFAULT_EXCHANGE:
+            queue = self._queues.get(routing_key)
+            return [queue] if queue is not None else []
+        found = self._exchanges.get(exchange)
+        if found is None:
+            raise NotFound(f"no exchange '{exchange}'")
+        if found.plain:
+            queues = self._queues
+            targets = [queues[q] for q in found.route(routing_key) if q in queues]
+            if targets or found.settings.alternate_exchange is None:
+                return targets
+        return self._route_through(found, routing_key, payload)
+
+    def _route_through(
+        self, start: Exchange, routing_key: str, payload: bytes | memoryview
+    ) -> list[QueueType]:
+        """Follow exchange-to-exchange bindings and alternate exchanges, each exchange once.
+
+        As in RabbitMQ, an exchange whose bindings take the message nowhere (no queue and no
+        exchange) passes it to its alternate exchange; a queue reached several ways gets one
+        copy, and a cycle of bindings ends where it meets an exchange already visited.
+        """
+        headers: Headers | None = None
+        seen = {start.name}
+        pending = [start]
+        reached: dict[str, None] = {}
+        for exchange in pending:
+            queues: Iterable[str]
+            onward: Iterable[str]
+            if exchange.type is ExchangeType.HEADERS:
+                if headers is None:
+                    headers = routing_headers(payload)
+                queues, onward = exchange.route_headers(headers)
+            elif exchange.plain:
+                queues, onward = exchange.route(routing_key), ()
+            else:
+                queues = exchange.route(routing_key)
+                onward = exchange.route_exchanges(routing_key)
+            if not queues and not onward:
+                alternate = exchange.settings.alternate_exchange
+                onward = () if alternate is None else (alternate,)
+            reached.update(dict.fromkeys(queues))
+            for name in onward:
+                if name not in seen:
+                    seen.add(name)
+                    following = self._exchanges.get(name)
+                    if following is not None:
+                        pending.append(following)
+        found = self._queues
+        return [found[q] for q in reached if q in found]
+
+
+def _check_exchange(name: str, current: ExchangeSettings, wanted: ExchangeSettings) -> None:
+    for field in ("type", "durable", "auto_delete", "internal", "alternate_exchange", "unroutable"):
+        old, new = getattr(current, field), getattr(wanted, field)
+        if old != new:
+            raise PreconditionFailed(
+                f"inequivalent arg '{field}' for exchange '{name}': received {new} "
+                f"but current is {old}"
+            )
