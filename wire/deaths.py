@@ -41,7 +41,7 @@ class Death:
 
 def deaths_of(payload: bytes) -> list[dict[Value, Value]]:
     """The ``x-opt-deaths`` entries a message already carries, most recent first."""
-    for code, value, _, _ in sections(payload):
+    for code, value, _, _ in sections(payload, until=MESSAGE_ANNOTATIONS + 1):
         if code == MESSAGE_ANNOTATIONS and isinstance(value, dict):
             recorded = value.get(DEATHS)
             if isinstance(recorded, list):

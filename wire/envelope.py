@@ -1,10 +1,14 @@
 """What the server reads of a message when it is published: the envelope, never the body.
 
-One pass over the leading sections at publish time validates the header (so that every stored
-message has one that can be re-encoded when its delivery-count goes up) and picks out the few
-fields routing and expiry need. Annotation sections are skipped by width, the properties list is
-walked item by item only as far as ``absolute-expiry-time``, and reading stops at
-application-properties, whose size is measured by its width: the body is never reached.
+One pass over the leading sections at publish time validates them and picks out the few fields
+routing and expiry need. The header must decode to one that can be re-encoded when its
+delivery-count goes up. The annotation sections and application-properties must decode with the
+codec as maps, within its limits (nesting depth, element counts): dead-lettering, filters,
+headers exchanges and streams decode them later, so a message they could not read is refused at
+the door with ``amqp:decode-error`` instead of failing in the pipeline after it was accepted.
+The properties list is walked item by item only as far as ``absolute-expiry-time``, the size of
+application-properties is measured by its width, and reading stops after it: the body is never
+reached.
 """
 
 from __future__ import annotations
@@ -120,21 +124,30 @@ def read_envelope(payload: bytes | memoryview) -> Envelope:
                 header = header_from(value)
             annotations_at = pos
         elif code == DELIVERY_ANNOTATIONS:
-            pos = _end(payload, value_pos)
+            pos = _map(payload, value_pos, "delivery-annotations")
             annotations_at = pos
         elif code == MESSAGE_ANNOTATIONS:
-            pos = _end(payload, value_pos)
+            pos = _map(payload, value_pos, "message-annotations")
             annotations_at = None
         elif code == PROPERTIES:
             to, subject, absolute, pos = _properties(payload, value_pos)
         elif code == APPLICATION_PROPERTIES:
             application_properties_size = _end(payload, value_pos) - value_pos
+            _map(payload, value_pos, "application-properties")
             break
         elif code > APPLICATION_PROPERTIES:
             break
         else:
             raise DecodeError(f"unknown message section 0x{code:x}")
     return Envelope(header, to, subject, absolute, annotations_at, application_properties_size)
+
+
+def _map(payload: bytes | memoryview, pos: int, section: str) -> int:
+    """Decode a map section as the pipeline will (raising DecodeError); return its end."""
+    value, end = decode(payload, pos)
+    if not isinstance(value, dict):
+        raise DecodeError(f"the {section} section is not a map")
+    return end
 
 
 def _string(payload: bytes | memoryview, item: int, end: int) -> str | None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from proton import Message as ProtonMessage
+from proton import decimal32
 
 from sluicegate.wire.annotations import annotations_offset
+from sluicegate.wire.codec import MAX_DEPTH, Described, encode
 from sluicegate.wire.envelope import read_envelope
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import read_header
@@ -61,3 +64,38 @@ def test_corrupted_messages_raise_only_decode_error(
         return
     at_most = len(corrupted)
     assert envelope.annotations_at is None or 0 <= envelope.annotations_at <= at_most
+
+
+def _nested(depth: int) -> object:
+    value: object = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ProtonMessage(body="x", properties={"deep": _nested(70)}),
+        ProtonMessage(body="x", annotations={"x-opt-deep": _nested(70)}),
+        ProtonMessage(body="x", instructions={"x-opt-deep": _nested(70)}),
+        ProtonMessage(body="x", properties={"price": decimal32(7)}),
+    ],
+    ids=["application-properties", "message-annotations", "delivery-annotations", "decimal"],
+)
+def test_sections_the_pipeline_decodes_must_decode_at_the_door(message: ProtonMessage) -> None:
+    """Dead-lettering, filters and headers exchanges decode these sections later: what they
+    could not read is refused at publish, not lost after it was accepted."""
+    with pytest.raises(DecodeError):
+        read_envelope(bytes(message.encode()))
+
+
+def test_nesting_within_the_codec_limit_is_accepted() -> None:
+    # The section map is one level, its value the other MAX_DEPTH - 1.
+    read_envelope(bytes(ProtonMessage(body="x", properties={"d": _nested(MAX_DEPTH - 1)}).encode()))
+
+
+def test_a_message_annotations_section_that_is_not_a_map_is_refused() -> None:
+    payload = encode(Described(0x72, [1, 2])) + encode(Described(0x77, "x"))
+    with pytest.raises(DecodeError, match="message-annotations section is not a map"):
+        read_envelope(payload)
