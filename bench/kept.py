@@ -207,7 +207,7 @@ def _flip_middle(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-_FAULTS: dict[str, Callable[[list[Path]], None]] = {
+_FAULTS: dict[str, Callable[[list[Path]], object]] = {
     "middle segment deleted": lambda s: s[len(s) // 2].unlink(),
     "bit flip mid last segment": lambda s: _flip_middle(s[-1]),
     "last segment emptied": lambda s: s[-1].write_bytes(b""),
@@ -289,9 +289,10 @@ def fanout(root: Path, queues: int, count: int, size: int) -> None:
     server = Server(root, data_dir, *options)
     with ManagementClient(server.url) as client:
         listed = client.request("GET", "/queues").body
+    assert isinstance(listed, list)
     copies = sum(
         int(q.get("message_count", 0))
-        for q in listed or []
+        for q in listed
         if isinstance(q, dict) and str(q.get("name", "")).startswith("q")
     )
     server.stop()

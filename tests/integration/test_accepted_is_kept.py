@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -83,7 +84,7 @@ def _message(draw: st.DrawFn, number: int) -> tuple[str, Message]:
     properties["n"], properties["path"] = number, path
     annotations = draw(st.dictionaries(st.just(symbol("x-opt-a")), _nested(), max_size=1))
     instructions = draw(st.dictionaries(st.just(symbol("x-opt-d")), _nested(), max_size=1))
-    body = draw(st.one_of(st.binary(max_size=256 * 1024), st.text(max_size=100), _nested()))
+    body: Any = draw(st.one_of(st.binary(max_size=256 * 1024), st.text(max_size=100), _nested()))
     message = Message(
         body=body,
         durable=True,
@@ -96,7 +97,7 @@ def _message(draw: st.DrawFn, number: int) -> tuple[str, Message]:
 
 def _reject_filtered(url: str, count: int) -> None:
     """A consumer filtering on application-properties rejects what it matches (dead-letters)."""
-    wanted = Filter({symbol("path"): Described(ulong(0x174), {"path": "filter"})})  # type: ignore[arg-type]
+    wanted = Filter({symbol("path"): Described(ulong(0x174), {"path": "filter"})})
     connection = BlockingConnection(url)
     try:
         receiver = connection.create_receiver("/queues/work", credit=count, options=wanted)
@@ -118,7 +119,7 @@ def test_nothing_accepted_is_lost_on_any_path_or_across_a_restart(
     data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     data_dir: Path = tmp_path_factory.mktemp("kept")
-    settings_ = {
+    settings_: dict[str, Any] = {
         "data_dir": data_dir,
         "queues": _QUEUES,
         "exchanges": _EXCHANGES,
@@ -160,7 +161,7 @@ def test_nothing_accepted_is_lost_on_any_path_or_across_a_restart(
         total = sum(expected.values())
         if total:
             everything = consume(restarted.url, "/queues/dead", expected["dead"]).messages
-            numbers = sorted(int(m.properties["n"]) for m in everything)
+            numbers = sorted(int((m.properties or {})["n"]) for m in everything)
             assert len(set(numbers)) == expected["dead"]
     finally:
         restarted.stop()
