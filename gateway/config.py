@@ -126,7 +126,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         try:
-            check_definitions(self.queues, self.exchanges, self.bindings)
+            check_definitions(self.queues, self.exchanges, self.bindings, self.vhosts)
         except DefinitionError as error:
             raise ConfigError(str(error)) from None
         _check_host_port("listen", self.listen)

@@ -22,11 +22,12 @@ bindings naming what exists), so a mistake stops the server with one line naming
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.gateway.auth import DEFAULT_VHOST
+from sluicegate.queues.errors import NotFound, PreconditionFailed
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.errors import AmqpError
 
@@ -43,6 +44,8 @@ class QueueDefinition:
     durable: bool = True
     auto_delete: bool = False
     arguments: Mapping[str, object] = field(default_factory=dict)
+    # The virtual host it is declared in, as in RabbitMQ's definitions.
+    vhost: str = DEFAULT_VHOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,7 @@ class ExchangeDefinition:
     auto_delete: bool = False
     internal: bool = False
     arguments: Mapping[str, object] = field(default_factory=dict)
+    vhost: str = DEFAULT_VHOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,7 @@ class BindingDefinition:
     arguments: Mapping[str, object] = field(default_factory=dict)
     # RabbitMQ's definitions' name for what ``destination`` names: "queue" or "exchange".
     destination_type: str = "queue"
+    vhost: str = DEFAULT_VHOST
 
 
 _KINDS: Final = {
@@ -118,31 +123,45 @@ def check_definitions(
     queues: tuple[QueueDefinition, ...],
     exchanges: tuple[ExchangeDefinition, ...],
     bindings: tuple[BindingDefinition, ...],
+    vhosts: Iterable[str] = (DEFAULT_VHOST,),
 ) -> None:
-    """Declare everything into a scratch registry: what fails there would fail at start."""
+    """Declare everything into scratch registries: what fails there would fail at start."""
     try:
-        apply_definitions(QueueRegistry(), queues, exchanges, bindings)
+        scratch = {vhost: QueueRegistry() for vhost in vhosts}
+        apply_definitions(scratch, queues, exchanges, bindings)
     except AmqpError as error:
         raise DefinitionError(str(error)) from None
 
 
 def apply_definitions(
-    registry: QueueRegistry,
+    registries: Mapping[str, QueueRegistry],
     queues: tuple[QueueDefinition, ...],
     exchanges: tuple[ExchangeDefinition, ...],
     bindings: tuple[BindingDefinition, ...],
 ) -> None:
-    """Declare the configured queues, then exchanges, then bindings."""
+    """Declare the configured queues, then exchanges, then bindings, each in its vhost."""
     where = ""
+
+    def registry_of(
+        definition: QueueDefinition | ExchangeDefinition | BindingDefinition,
+    ) -> QueueRegistry:
+        registry = registries.get(definition.vhost)
+        if registry is None:
+            raise NotFound(
+                f"no virtual host '{definition.vhost}' (declare it with a "
+                f"[vhosts.{definition.vhost}] table)"
+            )
+        return registry
+
     try:
         for index, queue in enumerate(queues):
             where = f"queues[{index}] '{queue.name}'"
-            registry.declare_queue(
+            registry_of(queue).declare_queue(
                 queue.name, queue.arguments, durable=queue.durable, auto_delete=queue.auto_delete
             )
         for index, exchange in enumerate(exchanges):
             where = f"exchanges[{index}] '{exchange.name}'"
-            registry.declare_exchange(
+            registry_of(exchange).declare_exchange(
                 exchange.name,
                 exchange.type,
                 durable=exchange.durable,
@@ -157,7 +176,7 @@ def apply_definitions(
                     f"destination_type must be 'queue' or 'exchange', not "
                     f"'{binding.destination_type}'"
                 )
-            registry.bind(
+            registry_of(binding).bind(
                 binding.source,
                 binding.destination,
                 binding.binding_key,

@@ -70,7 +70,7 @@ class Server:
             for name in config.vhosts
         }
         self.durability.recover(registries)
-        apply_definitions(self.registry, config.queues, config.exchanges, config.bindings)
+        apply_definitions(registries, config.queues, config.exchanges, config.bindings)
         self.tenancy = Tenancy(config.vhosts, registries, config.max_application_properties_size)
         self.broker = Broker(config, self.tenancy, self.durability)
         self.container = BrokerContainer(self.broker)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.gateway.config import ConfigError, load_config
+from sluicegate.gateway.config import ConfigError, ServerConfig, load_config
 from sluicegate.gateway.definitions import apply_definitions
+from sluicegate.queues.errors import NotFound
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.codec import Described, encode
 
@@ -64,7 +65,7 @@ arguments = { "x-match" = "any", "region" = "eu" }
     file.write_text(text)
     config = load_config(file, environ={})
     registry = QueueRegistry()
-    apply_definitions(registry, config.queues, config.exchanges, config.bindings)
+    apply_definitions({"/": registry}, config.queues, config.exchanges, config.bindings)
     eu = encode(Described(0x74, {"region": "eu"})) + encode(Described(0x77, "body"))
     assert [q.name for q in registry.route("amq.topic", "order.new", eu)] == ["eu"]
     assert registry.route("amq.topic", "refund.new", eu) == []
@@ -81,7 +82,7 @@ def test_definitions_load_and_declare(tmp_path: Path) -> None:
     file.write_text(DEFINITIONS)
     config = load_config(file, environ={})
     registry = QueueRegistry()
-    apply_definitions(registry, config.queues, config.exchanges, config.bindings)
+    apply_definitions({"/": registry}, config.queues, config.exchanges, config.bindings)
     assert [info.name for info in registry.queues()] == ["orders", "orders-dead"]
     assert registry.settings("orders").arguments.message_ttl == 60000
     assert not registry.settings("orders-dead").durable
@@ -117,3 +118,38 @@ def test_definitions_load_and_declare(tmp_path: Path) -> None:
 def test_bad_definitions_name_the_entry(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _load(tmp_path, text)
+
+
+def test_definitions_go_to_their_virtual_host(tmp_path: Path) -> None:
+    """As in RabbitMQ's definitions: each entry names its vhost, ``/`` when it names none."""
+    text = """
+[vhosts.tenant]
+
+[[queues]]
+name = "orders"
+
+[[queues]]
+name = "orders"
+vhost = "tenant"
+
+[[exchanges]]
+name = "events"
+type = "fanout"
+vhost = "tenant"
+
+[[bindings]]
+source = "events"
+destination = "orders"
+vhost = "tenant"
+"""
+    config = _load(tmp_path, text)
+    assert isinstance(config, ServerConfig)
+    registries = {"/": QueueRegistry(), "tenant": QueueRegistry()}
+    apply_definitions(registries, config.queues, config.exchanges, config.bindings)
+    assert [q.name for q in registries["tenant"].route("events", "")] == ["orders"]
+    assert registries["/"].get("orders") is not None
+    with pytest.raises(NotFound):
+        registries["/"].exchange("events")
+    unknown = '[[queues]]\nname = "q"\nvhost = "nowhere"'
+    with pytest.raises(ConfigError, match="queues\\[0\\] 'q': no virtual host 'nowhere'"):
+        _load(tmp_path, unknown)
