@@ -13,6 +13,7 @@ from support.clients import publish
 
 from sluicegate.gateway.auth import hash_password, parse_users
 from sluicegate.gateway.cli import main
+from sluicegate.gateway.vhosts import parse_vhosts
 
 # Generous: the machine running the tests may be loaded.
 TIMEOUT = 60
@@ -133,3 +134,17 @@ def test_declare_a_stream(capsys: pytest.CaptureFixture[str], server: RunningSer
     assert status == 0
     assert {q["name"]: q["type"] for q in json.loads(out)}["cli-stream"] == "stream"
     assert queues(capsys, server, "delete", "cli-stream")[0] == 0
+
+
+def test_vhost_chooses_the_virtual_host(
+    capsys: pytest.CaptureFixture[str], make_server: Callable[..., RunningServer]
+) -> None:
+    running = make_server(vhosts=parse_vhosts({"tenant": {}}))
+    assert queues(capsys, running, "--vhost", "tenant", "declare", "cli-vhost")[0] == 0
+    status, out, _ = queues(capsys, running, "--vhost", "tenant", "list", "--json")
+    assert status == 0
+    assert [(q["name"], q["vhost"]) for q in json.loads(out)] == [("cli-vhost", "tenant")]
+    assert json.loads(queues(capsys, running, "list", "--json")[1]) == []
+    status, _, err = queues(capsys, running, "--vhost", "nowhere", "list")
+    assert status == 2
+    assert "virtual host 'nowhere' does not exist" in err

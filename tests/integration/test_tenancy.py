@@ -9,6 +9,7 @@ and the raw client where a frame must be looked at.
 from __future__ import annotations
 
 import functools
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from integration.conftest import RunningServer
+from prometheus_client.parser import text_string_to_metric_families
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection, LinkDetached
 from rabbitmq_amqp_python_client import (
@@ -457,3 +459,19 @@ def test_durable_queues_come_back_in_their_virtual_host(tmp_path: Path) -> None:
         running.stop()
     with pytest.raises(VhostNotConfigured, match="virtual host 'tenant-a'"):
         start_server(data_dir=tmp_path)
+
+
+def test_metrics_name_each_queues_virtual_host(tenants: RunningServer) -> None:
+    # tenant-a may be at its queue limit (the quota tests share this server).
+    for vhost in ("/", "tenant-b"):
+        with _management(tenants, "admin", vhost) as management:
+            assert management.request("PUT", "/queues/metered", {"durable": False}).ok
+    with urllib.request.urlopen(tenants.metrics_url, timeout=30) as response:
+        text = response.read().decode()
+    ready = {
+        sample.labels["vhost"]
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "sluicegate_queue_messages_ready" and sample.labels["queue"] == "metered"
+    }
+    assert ready == {"/", "tenant-b"}
