@@ -104,9 +104,7 @@ class Broker(Handler):
         node = f"sluicegate@{socket.gethostname()}"
         self.management = ManagementNode(
             {
-                vhost.registry: Router(
-                    vhost.registry, node=node, vhost=vhost.name, check_room=vhost.check_queue_room
-                )
+                vhost.registry: Router(vhost.registry, node=node, vhost=vhost.name, quotas=vhost)
                 for vhost in tenancy.vhosts.values()
             },
             self.queue_deleted,

@@ -17,7 +17,7 @@ from sluicegate.gateway.auth import DEFAULT_VHOST, Permissions, User
 from sluicegate.gateway.config import DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
 from sluicegate.gateway.routing import Router
 from sluicegate.gateway.vhosts import VhostSettings, requested_vhost
-from sluicegate.queues.errors import QueueError
+from sluicegate.queues.errors import NotFound, QueueError
 from sluicegate.queues.registry import QueueRegistry
 
 
@@ -31,6 +31,17 @@ class QuotaExceeded(QueueError):
     """A vhost or user limit reached: the request is refused, nothing else is affected."""
 
     condition = "amqp:resource-limit-exceeded"
+
+
+@dataclass(frozen=True, slots=True)
+class BindingRequest:
+    """A binding a request asks for: its ends, key and arguments."""
+
+    source: str
+    destination: str
+    binding_key: str
+    arguments: Mapping[str, object]
+    to_exchange: bool
 
 
 @dataclass(eq=False, slots=True)
@@ -59,6 +70,38 @@ class VirtualHost:
             raise QuotaExceeded(
                 f"cannot declare queue '{queue}': queue limit in vhost '{self.name}' "
                 f"({limit}) is reached"
+            )
+
+    def check_exchange_room(self, exchange: str) -> None:
+        """Raise unless declaring ``exchange`` stays within ``max_exchanges``."""
+        limit = self.settings.max_exchanges
+        registry = self.registry
+        if limit is None or registry.exchange_count < limit:
+            return
+        try:
+            registry.exchange(exchange)
+        except NotFound:
+            raise QuotaExceeded(
+                f"cannot declare exchange '{exchange}': exchange limit in vhost '{self.name}' "
+                f"({limit}) is reached"
+            ) from None
+
+    def check_binding_room(self, binding: BindingRequest) -> None:
+        """Raise unless adding ``binding`` stays within ``max_bindings``."""
+        limit = self.settings.max_bindings
+        registry = self.registry
+        if limit is None or registry.binding_count < limit:
+            return
+        if not registry.has_binding(
+            binding.source,
+            binding.destination,
+            binding.binding_key,
+            binding.arguments,
+            to_exchange=binding.to_exchange,
+        ):
+            raise QuotaExceeded(
+                f"cannot bind '{binding.destination}' to '{binding.source}': binding limit in "
+                f"vhost '{self.name}' ({limit}) is reached"
             )
 
 

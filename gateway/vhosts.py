@@ -7,12 +7,15 @@ max_connections = 500
 [vhosts.tenant-a]
 max_queues = 100        # queues of any kind, exclusive ones included (RabbitMQ's max-queues)
 max_connections = 20
+max_exchanges = 50      # sluicegate's: exchanges clients declare (the amq.* ones not counted)
+max_bindings = 1000     # sluicegate's: bindings of every kind
 ```
 
 Each virtual host has its own queues, exchanges and bindings; a client chooses one with its
 OPEN's ``hostname`` set to ``vhost:NAME`` (RabbitMQ 4's rule; any other hostname, or none,
 means the default virtual host ``/``). A limit left out is no limit, ``0`` lets nothing in, and
-``-1`` (RabbitMQ's way of saying none) is accepted too.
+``-1`` (RabbitMQ's way of saying none) is accepted too. RabbitMQ limits queues and connections;
+exchanges and bindings cost memory as well, so sluicegate can limit them too.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from sluicegate.gateway.auth import DEFAULT_VHOST, UserError, parse_limit
 
 # The hostname prefix by which a client names its virtual host (RabbitMQ 4).
 VHOST_PREFIX: Final = "vhost:"
-_LIMIT_KEYS: Final = ("max_queues", "max_connections")
+_LIMIT_KEYS: Final = ("max_queues", "max_connections", "max_exchanges", "max_bindings")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,8 @@ class VhostSettings:
     name: str
     max_queues: int | None = None
     max_connections: int | None = None
+    max_exchanges: int | None = None
+    max_bindings: int | None = None
 
 
 def default_vhosts() -> dict[str, VhostSettings]:

@@ -21,6 +21,7 @@ from sluicegate.queues.exchanges import (
     exchange_settings,
 )
 from sluicegate.queues.headers import Headers, routing_headers
+from sluicegate.queues.log.records import Arguments
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.topology_log import TopologyLog, loggable
 
@@ -51,6 +52,8 @@ class ExchangeGraph:
         self._queue_type = queue_type
         self.store = store
         self._exchanges: dict[str, Exchange] = {}
+        # Bindings of every exchange, kept as they come and go so a limit costs O(1).
+        self.binding_count = 0
         # Exchanges whose bindings to logged queues are logged: the durable ones.
         self._logged_exchanges: set[str] = set(PREDECLARED)
         for name, kind in PREDECLARED.items():
@@ -110,6 +113,7 @@ class ExchangeGraph:
         if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange '{name}' in use")
         del self._exchanges[name]
+        self.binding_count -= len(exchange.bindings)
         if name in self._logged_exchanges and self.store is not None:
             self._logged_exchanges.discard(name)
             self.store.delete_exchange(name)
@@ -121,11 +125,12 @@ class ExchangeGraph:
         The log needs no record per binding: recovery drops the bindings of whatever a
         deletion record names.
         """
-        emptied = [
-            exchange
-            for exchange in list(self._exchanges.values())
-            if exchange.unbind_destination(name, to_exchange=to_exchange)
-        ]
+        emptied = []
+        for exchange in list(self._exchanges.values()):
+            removed = exchange.unbind_destination(name, to_exchange=to_exchange)
+            if removed:
+                self.binding_count -= len(removed)
+                emptied.append(exchange)
         for exchange in emptied:
             self._auto_delete(exchange)
 
@@ -139,6 +144,27 @@ class ExchangeGraph:
     def exchanges(self) -> list[Exchange]:
         """Every declared exchange, by name (the default exchange is implicit)."""
         return [self._exchanges[name] for name in sorted(self._exchanges)]
+
+    @property
+    def exchange_count(self) -> int:
+        """How many exchanges were declared (the ``amq.*`` ones the server has are not)."""
+        return len(self._exchanges) - len(PREDECLARED)
+
+    def has_binding(
+        self,
+        source: str,
+        destination: str,
+        binding_key: str = "",
+        arguments: Mapping[str, object] | None = None,
+        *,
+        to_exchange: bool = False,
+    ) -> bool:
+        """Whether exactly this binding exists (binding it again would change nothing)."""
+        exchange = self._exchanges.get(source)
+        if exchange is None:
+            return False
+        binding = _binding(source, destination, binding_key, loggable(arguments), to_exchange)
+        return binding.key in exchange.bindings
 
     # -- bindings -------------------------------------------------------------------------
 
@@ -162,12 +188,12 @@ class ExchangeGraph:
             queue_type = self._queue_type(destination)
         logged = loggable(arguments)
         exchange.check(binding_key, logged, queue_type)
-        binding = Binding(
-            source, destination, binding_key, tuple(sorted(logged.items())), to_exchange
-        )
+        binding = _binding(source, destination, binding_key, logged, to_exchange)
+        if not exchange.bind(binding):
+            return binding
+        self.binding_count += 1
         if (
-            exchange.bind(binding)
-            and self.store is not None
+            self.store is not None
             and source in self._logged_exchanges
             and destination in (self._logged_exchanges if to_exchange else self._logged_queues)
         ):
@@ -188,11 +214,10 @@ class ExchangeGraph:
         if exchange is None:
             return False
         logged = loggable(arguments)
-        binding = Binding(
-            source, destination, binding_key, tuple(sorted(logged.items())), to_exchange
-        )
+        binding = _binding(source, destination, binding_key, logged, to_exchange)
         if exchange.unbind(binding.key) is None:
             return False
+        self.binding_count -= 1
         if self.store is not None:
             self.store.unbind(source, destination, binding_key, logged, to_exchange=to_exchange)
         self._auto_delete(exchange)
@@ -288,6 +313,12 @@ class ExchangeGraph:
                         pending.append(following)
         found = self._queues
         return [found[q] for q in reached if q in found]
+
+
+def _binding(
+    source: str, destination: str, binding_key: str, logged: Arguments, to_exchange: bool
+) -> Binding:
+    return Binding(source, destination, binding_key, tuple(sorted(logged.items())), to_exchange)
 
 
 def _check_exchange(name: str, current: ExchangeSettings, wanted: ExchangeSettings) -> None:

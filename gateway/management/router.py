@@ -42,7 +42,7 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from sluicegate.gateway.auth import DEFAULT_VHOST
 from sluicegate.gateway.names import BadName, check_name
-from sluicegate.gateway.tenancy import QuotaExceeded
+from sluicegate.gateway.tenancy import BindingRequest, QuotaExceeded
 from sluicegate.queues.errors import (
     NotFound,
     NotImplementedByServer,
@@ -174,8 +174,31 @@ _STATUS: Final[tuple[tuple[type[QueueError], int], ...]] = (
 DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
 
 
-def _no_limit(queue: str) -> None:
-    """A virtual host without ``max_queues``."""
+class Quotas(Protocol):
+    """A virtual host's limits on what requests create; each check raises QuotaExceeded."""
+
+    def check_queue_room(self, queue: str, /) -> None:
+        """Room for ``queue`` unless it exists (``max_queues``)."""
+
+    def check_exchange_room(self, exchange: str, /) -> None:
+        """Room for ``exchange`` unless it exists (``max_exchanges``)."""
+
+    def check_binding_room(self, binding: BindingRequest, /) -> None:
+        """Room for ``binding`` unless it exists (``max_bindings``)."""
+
+
+class _Unlimited:
+    def check_queue_room(self, queue: str, /) -> None:
+        pass
+
+    def check_exchange_room(self, exchange: str, /) -> None:
+        pass
+
+    def check_binding_room(self, binding: BindingRequest, /) -> None:
+        pass
+
+
+UNLIMITED: Final[Quotas] = _Unlimited()
 
 
 @dataclass
@@ -187,8 +210,8 @@ class Router:
     node: str = "sluicegate"
     # The virtual host whose registry this is, as queue maps report it.
     vhost: str = DEFAULT_VHOST
-    # Raises QuotaExceeded when declaring this new queue would pass the vhost's max_queues.
-    check_room: Callable[[str], None] = _no_limit
+    # The virtual host's limits on new queues, exchanges and bindings.
+    quotas: Quotas = UNLIMITED
     _routes: dict[str, Callable[[Request, list[str], Caller], Response]] = field(
         init=False, repr=False
     )
@@ -264,7 +287,7 @@ class Router:
                 raise ResourceLocked(self._locked(name, declaring=True))
         else:
             _check_dead_letter_exchange(name, arguments, caller)
-            self.check_room(name)
+            self.quotas.check_queue_room(name)
         self.registry.declare_queue(
             name,
             dict(arguments),
@@ -346,6 +369,7 @@ class Router:
             arguments = _map(body.get("arguments"), "arguments")
             if not self._exchange_exists(name):
                 _check_routing_argument("exchange", name, arguments, "alternate-exchange", caller)
+                self.quotas.check_exchange_room(name)
             self.registry.declare_exchange(
                 name,
                 type_name,
@@ -455,6 +479,9 @@ class Router:
         _check_binding(caller, source, destination, to_exchange=to_exchange)
         if not to_exchange:
             self._check_exclusive(destination, caller)
+        self.quotas.check_binding_room(
+            BindingRequest(source, destination, key, arguments, to_exchange)
+        )
         self.registry.bind(source, destination, key, dict(arguments), to_exchange=to_exchange)
         return Response(204)
 

@@ -73,7 +73,8 @@ def _users() -> dict[str, User]:
 
 
 def _vhosts() -> dict[str, VhostSettings]:
-    return parse_vhosts({"tenant-a": {"max_queues": 2, "max_connections": 2}, "tenant-b": {}})
+    tenant_a = {"max_queues": 2, "max_connections": 2, "max_exchanges": 1, "max_bindings": 1}
+    return parse_vhosts({"tenant-a": tenant_a, "tenant-b": {}})
 
 
 @pytest.fixture(scope="module")
@@ -374,6 +375,21 @@ def test_a_vhost_queue_limit_refuses_new_queues_and_nothing_else(tenants: Runnin
     # Another virtual host is not affected.
     with _management(tenants, "bob", "tenant-b") as management:
         assert management.request("PUT", "/queues/one-more", {"durable": False}).status == 201
+
+
+def test_exchange_and_binding_limits(tenants: RunningServer) -> None:
+    """tenant-a: max_exchanges = 1, max_bindings = 1 (sluicegate's own vhost limits)."""
+    with rabbitmq_client(tenants, "alice", "tenant-a") as alice:
+        management = alice.management()
+        fanout = ExchangeType.fanout
+        management.declare_exchange(ExchangeSpecification(name="x1", exchange_type=fanout))
+        over = ExchangeSpecification(name="x2", exchange_type=fanout)
+        _refused_with(403, lambda: management.declare_exchange(over))
+        management.bind(ExchangeToExchangeBindingSpecification("x1", "amq.fanout"))
+        again = ExchangeToExchangeBindingSpecification("amq.fanout", "x1")
+        _refused_with(403, lambda: management.bind(again))
+    with rabbitmq_client(tenants, "bob", "tenant-b") as bob:
+        bob.management().declare_exchange(ExchangeSpecification(name="x2"))
 
 
 def test_a_vhost_connection_limit_refuses_only_that_vhost(tenants: RunningServer) -> None:

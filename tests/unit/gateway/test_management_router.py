@@ -17,7 +17,8 @@ from sluicegate.gateway.management.router import (
     UInt,
     ULong,
 )
-from sluicegate.gateway.tenancy import QuotaExceeded
+from sluicegate.gateway.tenancy import Tenancy
+from sluicegate.gateway.vhosts import VhostSettings
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
@@ -417,22 +418,44 @@ def test_listings_show_what_the_caller_has_a_permission_on(router: Router) -> No
     assert nobody.body == []
 
 
-def test_a_virtual_host_limit_refuses_new_queues_only() -> None:
-    registry = QueueRegistry()
-
-    def at_most_one(name: str) -> None:
-        if registry.get(name) is None and registry.queue_count >= 1:
-            raise QuotaExceeded(f"cannot declare queue '{name}': queue limit reached")
-
-    router = Router(registry, vhost="tenant", check_room=at_most_one)
+def test_virtual_host_limits_refuse_new_queues_exchanges_and_bindings_only() -> None:
+    settings = VhostSettings("tenant", max_queues=1, max_exchanges=1, max_bindings=1)
+    tenancy = Tenancy({"tenant": settings}, {"tenant": QueueRegistry()})
+    vhost = tenancy.vhosts["tenant"]
+    router = Router(vhost.registry, vhost="tenant", quotas=vhost)
     assert put_queue(router, "one").status == 201
     refused = put_queue(router, "two")
-    assert refused.status == 403
-    assert "queue limit" in str(refused.body)
+    assert (refused.status, refused.body) == (
+        403,
+        "cannot declare queue 'two': queue limit in vhost 'tenant' (1) is reached",
+    )
     assert put_queue(router, "one").status == 200
     body = router.handle(Request("GET", "/queues/one")).body
     assert isinstance(body, dict)
     assert body["vhost"] == "tenant"
+
+    def put_exchange(name: str) -> Response:
+        return router.handle(Request("PUT", f"/exchanges/{name}", {"type": "fanout"}))
+
+    # The server's own amq.* exchanges do not count.
+    assert put_exchange("x").status == 204
+    assert put_exchange("x").status == 204
+    assert put_exchange("y").status == 403
+
+    def bind(source: str, key: str) -> Response:
+        body = {"source": source, "destination_queue": "one", "binding_key": key}
+        return router.handle(Request("POST", "/bindings", body))
+
+    assert bind("x", "a").status == 204
+    assert bind("x", "a").status == 204  # the same binding again changes nothing
+    refused = bind("amq.direct", "b")
+    assert refused.status == 403
+    assert "binding limit in vhost 'tenant' (1) is reached" in str(refused.body)
+    # Deleting the queue takes its binding: there is room again.
+    assert router.handle(Request("DELETE", "/queues/one")).status == 200
+    assert vhost.registry.binding_count == 0
+    assert put_queue(router, "one").status == 201
+    assert bind("amq.direct", "b").status == 204
 
 
 @pytest.mark.parametrize("name", ["a\nb", "a\rb", "a\x00b"])

@@ -227,6 +227,25 @@ class ExchangeGraph(RuleBasedStateMachine):
         assert self.registry.unbind(source, destination, key, to_exchange=to_exchange)
         self.bindings.discard((source, destination, to_exchange, key))
 
+    @rule(queue=st.sampled_from(_QUEUES))
+    def delete_and_redeclare_a_queue(self, queue: str) -> None:
+        self.registry.delete_queue(queue)
+        self.registry.declare_queue(queue)
+        self.bindings = {b for b in self.bindings if b[2] or b[1] != queue}
+
+    @rule(index=st.integers(0, len(_EXCHANGES) - 1))
+    def delete_and_redeclare_an_exchange(self, index: int) -> None:
+        name = _EXCHANGES[index]
+        self.registry.delete_exchange(name)
+        self.registry.declare_exchange(name, "fanout" if index % 2 else "direct")
+        self.bindings = {b for b in self.bindings if b[0] != name and not (b[2] and b[1] == name)}
+
+    @invariant()
+    def counts_match_what_exists(self) -> None:
+        """The counters a vhost limit reads (O(1)) agree with the bindings listed."""
+        assert self.registry.binding_count == len(self.bindings) == len(self.registry.bindings())
+        assert self.registry.exchange_count == len(_EXCHANGES)
+
     def _reachable(self, start: str, routing_key: str) -> set[str]:
         fanout = {name for index, name in enumerate(_EXCHANGES) if index % 2}
         visited, queues, frontier = {start}, set(), [start]
