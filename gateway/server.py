@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from proton import Condition
 
-from sluicegate.gateway.auth import DEFAULT_VHOST
+from sluicegate.gateway.auth import ANONYMOUS_USER, DEFAULT_VHOST
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ConfigError, ServerConfig
 from sluicegate.gateway.definitions import apply_definitions
@@ -99,6 +99,11 @@ class Server:
         Raises :class:`StartError` naming the setting whose address cannot be used.
         """
         config = self.config
+        if config.anonymous_login == "on" and config.users and ANONYMOUS_USER not in config.users:
+            log.warning(
+                "anonymous_login is on, but users are configured and [users.anonymous] is not: "
+                "anonymous logins are refused"
+            )
         metrics = config.metrics_address
         if metrics is not None:
             try:

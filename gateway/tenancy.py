@@ -92,12 +92,9 @@ class VirtualHost:
         registry = self.registry
         if limit is None or registry.binding_count < limit:
             return
+        kind = "exchange" if binding.to_exchange else "queue"
         if not registry.has_binding(
-            binding.source,
-            binding.destination,
-            binding.binding_key,
-            binding.arguments,
-            to_exchange=binding.to_exchange,
+            binding.source, binding.destination, binding.binding_key, binding.arguments, kind
         ):
             raise QuotaExceeded(
                 f"cannot bind '{binding.destination}' to '{binding.source}': binding limit in "

@@ -151,20 +151,19 @@ class ExchangeGraph:
         return len(self._exchanges) - len(PREDECLARED)
 
     def has_binding(
-        self,
-        source: str,
-        destination: str,
-        binding_key: str = "",
-        arguments: Mapping[str, object] | None = None,
-        *,
-        to_exchange: bool = False,
+        self, source: str, destination: str, key: str, arguments: Mapping[str, object], kind: str
     ) -> bool:
-        """Whether exactly this binding exists (binding it again would change nothing)."""
-        exchange = self._exchanges.get(source)
-        if exchange is None:
-            return False
-        binding = _binding(source, destination, binding_key, loggable(arguments), to_exchange)
-        return binding.key in exchange.bindings
+        """Whether exactly this binding exists (binding it again would change nothing).
+
+        ``kind`` is the destination's, ``queue`` or ``exchange``.
+        """
+        binding = _binding(source, destination, key, loggable(arguments), kind == "exchange")
+        return self._existing(binding) is not None
+
+    def _existing(self, binding: Binding) -> Exchange | None:
+        """The source exchange of ``binding`` if it has exactly that binding."""
+        exchange = self._exchanges.get(binding.source)
+        return exchange if exchange is not None and binding.key in exchange.bindings else None
 
     # -- bindings -------------------------------------------------------------------------
 
@@ -210,13 +209,12 @@ class ExchangeGraph:
         to_exchange: bool = False,
     ) -> bool:
         """Remove the binding with exactly these ends, key and arguments; False if none."""
-        exchange = self._exchanges.get(source)
-        if exchange is None:
-            return False
         logged = loggable(arguments)
         binding = _binding(source, destination, binding_key, logged, to_exchange)
-        if exchange.unbind(binding.key) is None:
+        exchange = self._existing(binding)
+        if exchange is None:
             return False
+        exchange.unbind(binding.key)
         self.binding_count -= 1
         if self.store is not None:
             self.store.unbind(source, destination, binding_key, logged, to_exchange=to_exchange)
