@@ -113,7 +113,8 @@ class ServerConfig:
     # Seconds without a frame from the client before it is dropped; 0 disables. Proton sends
     # our heartbeats at half the client's own idle-time-out.
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    # Advertise product "RabbitMQ" 4.0.0 in OPEN, which RabbitMQ's AMQP 1.0 clients require.
+    # Advertise product "RabbitMQ" in OPEN, which RabbitMQ's AMQP 1.0 clients require, and let
+    # clients repeat link names as RabbitMQ does (gateway/feeding.py).
     rabbitmq_compatible: bool = True
     # Declared at start, in this order (gateway/definitions.py): [[queues]], [[exchanges]],
     # [[bindings]] tables of the configuration file.

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from proton import Transport
 from proton._selectable import Selectable
 
-from sluicegate.clients.pump import TLS_OUTPUT_LOW, feed
+from sluicegate.clients.pump import TLS_OUTPUT_LOW
 from sluicegate.clients.tls import RECV_SIZE, TlsChannel, TlsError
 from sluicegate.gateway import reading
 from sluicegate.gateway.auth import User
+from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.login import Verdict
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
@@ -37,7 +38,6 @@ class Gate:
     """One connection's TLS and SASL state, and the bytes waiting for the socket."""
 
     __slots__ = (
-        "_backlog",
         "_check",
         "_tls",
         "closing",
@@ -62,9 +62,6 @@ class Gate:
         # When a client still logging in is dropped (reactor time: the selectables' clock).
         self.deadline = deadline
         self.output = bytearray()
-        # Plaintext proton had no room for yet: one TLS read can decrypt more than a transport
-        # capacity (8 KiB until a frame needs more), and proton refuses bytes beyond it.
-        self._backlog = bytearray()
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False
         self._tls = None if tls is None else TlsChannel(tls, server_side=True)
@@ -86,8 +83,8 @@ class Gate:
 
     def read(self, selectable: Selectable, transport: Transport | None) -> bool:
         """Read the socket once and pass on what proton may have; False at EOF or on an error."""
-        if self._backlog and transport is not None:
-            feed(transport, self._backlog)
+        if self.state.backlog and transport is not None:
+            feed(self.state, transport, b"")
         try:
             data: bytes = selectable.recv(RECV_SIZE)
         except BlockingIOError:
@@ -115,8 +112,7 @@ class Gate:
             log.warning("login refused: %s", self.sasl.failure)
             self.closing = True
         if step.passthrough and transport is not None:
-            self._backlog += step.passthrough
-            feed(transport, self._backlog)
+            feed(self.state, transport, step.passthrough)
         if step.verify is not None:
             self._check(*step.verify, self._verified)
 
@@ -144,7 +140,7 @@ class Gate:
         On a TLS connection proton's output is encrypted into ``output`` first; on a plain one
         only our SASL bytes pass here, before proton has written anything.
         """
-        taken = 0
+        count = 0
         if (
             self._tls is not None
             and self._tls.handshake_done
@@ -154,9 +150,10 @@ class Gate:
             # A bounded chunk at a time: proton keeps the rest, counted as not yet written.
             chunk = min(transport.pending(), TLS_OUTPUT_LOW)
             if chunk > 0:
-                self._queue(transport.peek(chunk) or b"")
-                transport.pop(chunk)
-                taken = chunk
+                data = output(self.state, transport, chunk)
+                self._queue(data)
+                taken(self.state, transport, len(data))
+                count = len(data)
         if self.output:
             try:
                 sent: int = selectable.send(self.output)
@@ -166,9 +163,9 @@ class Gate:
                 log.debug("send failed: %r", error)
                 self.output.clear()
                 self.closing = True
-                return taken
+                return count
             del self.output[:sent]
-        return taken
+        return count
 
     @property
     def wants_write(self) -> bool:

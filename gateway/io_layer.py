@@ -24,6 +24,7 @@ from proton.reactor import Container, EventInjector
 
 from sluicegate.gateway import reading
 from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.gate import Gate
 from sluicegate.gateway.selector import EpollSelector
 from sluicegate.gateway.state import ConnectionState
@@ -110,7 +111,10 @@ class FlowIO(IOHandler):
             if not data:
                 self.on_selectable_error(event)
                 return
-            transport.push(data)
+            if state is None:
+                transport.push(data)
+            else:
+                feed(state, transport, data)
             left -= len(data)
             if state is not None and state.account.paused:
                 break
@@ -157,15 +161,16 @@ class FlowIO(IOHandler):
             return
         pending = transport.pending()
         if pending > 0:
+            state: ConnectionState | None = getattr(selectable, "sg", None)
+            data = output(state, transport, pending)
             try:
-                written = selectable.send(transport.peek(pending))
+                written = selectable.send(data) if data else 0
             except OSError as error:
                 log.debug("send failed: %r", error)
                 transport.close_head()
                 written = 0
             if written:
-                transport.pop(written)
-                state: ConnectionState | None = getattr(selectable, "sg", None)
+                taken(state, transport, written)
                 if state is not None:
                     self._written(state, written, transport.pending())
         if transport.pending() != pending:

@@ -29,6 +29,7 @@ from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.sasl import SaslServer
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.session.account import Account
+from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.writer import Writer
 
 log = logging.getLogger("sluicegate.listener")
@@ -94,6 +95,7 @@ class Listener:
             selectable,
             Writer(self._config.writer_initial_credit, self._config.writer_more_credit_after),
             Account(self._config.account_limit),
+            LinkNames(self._config.max_frame_size) if self._config.rabbitmq_compatible else None,
         )
         connection.sg = state
         setattr(selectable, "sg", state)  # noqa: B010

@@ -29,6 +29,7 @@ from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.session import TRANSFER_FRAME_OVERHEAD
 from sluicegate.session.session import Session as PureSession
+from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
 
@@ -45,9 +46,11 @@ class ConnectionState:
     __slots__ = (
         "__weakref__",
         "account",
+        "backlog",
         "closed",
         "connection",
         "idle_timeout",
+        "link_names",
         "permissions",
         "publishers",
         "selectable",
@@ -65,6 +68,7 @@ class ConnectionState:
         selectable: Selectable,
         writer: Writer,
         account: Account,
+        link_names: LinkNames | None = None,
     ) -> None:
         self.connection = connection
         self.transport = transport
@@ -83,6 +87,11 @@ class ConnectionState:
         self.permissions: Permissions | None = None
         # The idle timeout (s) suspended while reads are paused (gateway/reading.py); 0: none.
         self.idle_timeout = 0.0
+        # RabbitMQ's repeated link names, made unique between the socket and proton
+        # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
+        self.link_names = link_names
+        # Bytes for proton that it had no room for yet (gateway/feeding.py).
+        self.backlog = bytearray()
 
 
 class SessionState:

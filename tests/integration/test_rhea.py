@@ -129,6 +129,17 @@ def test_rhea_to_rhea_1000_in_order(
     assert result["body_types"] == {"string": 1000}
 
 
+def test_rhea_publishes_over_three_links_of_one_name_on_one_session(
+    server: Server, request: pytest.FixtureRequest
+) -> None:
+    """RabbitMQ accepts repeated link names (it keys links by handle), and so does sluicegate,
+    although proton-c, under it, refuses them: the names are made unique between the socket and
+    proton and rhea reads its own names back (docs/management.md)."""
+    address = queue_name(request)
+    rhea_send(server, address, 300, "--senders=3", "--link-name=one-name")
+    assert rhea_receive(server, address, 300)["indices"] == list(range(300))
+
+
 @pytest.mark.parametrize("form", ["bare", "queues-prefix"])
 def test_rhea_address_forms(server: Server, request: pytest.FixtureRequest, form: str) -> None:
     name = queue_name(request)
