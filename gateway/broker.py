@@ -49,6 +49,7 @@ from sluicegate.gateway.limits import (
 from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.management.router import Router
 from sluicegate.gateway.publishing import Publishing
+from sluicegate.gateway.reply_to import attach_reply_to
 from sluicegate.gateway.state import (
     ConnectionState,
     IncomingLinkState,
@@ -59,13 +60,13 @@ from sluicegate.gateway.state import (
 from sluicegate.gateway.tenancy import Tenancy, VirtualHost
 from sluicegate.queues.errors import ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
-from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome
+from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.session import LinkFlow, TransferPart, route
 from sluicegate.session.session import Session as PureSession
-from sluicegate.wire.addresses import AddressNotImplemented, parse_address
+from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.errors import AmqpError
 from sluicegate.wire.serial import SERIAL_MASK, serial_add
 
@@ -263,19 +264,21 @@ class Broker(Handler):
             _close(link, error.condition, str(error))
 
     def _attach_consumer(self, link: Link, vhost: VirtualHost) -> None:
-        if link.remote_source.dynamic:
-            raise AddressNotImplemented("dynamic sources are not supported")
-        address = parse_address(link.remote_source.address)
         registry = vhost.registry
         session: SessionState = link.session.sg
-        owner = registry.owner(address.queue)
-        if owner is not None and owner is not session.connection:
-            # RabbitMQ's wording: only the declaring connection consumes an exclusive queue.
-            raise ResourceLocked(
-                f"cannot obtain exclusive access to locked queue '{address.queue}' "
-                f"in vhost '{vhost.name}'"
-            )
-        queue = registry.declare(address.queue)
+        queue: QueueType
+        if link.remote_source.dynamic:
+            queue = attach_reply_to(link, registry)
+        else:
+            address = parse_address(link.remote_source.address)
+            owner = registry.owner(address.queue)
+            if owner is not None and owner is not session.connection:
+                # RabbitMQ's wording: only the declaring connection consumes an exclusive queue.
+                raise ResourceLocked(
+                    f"cannot obtain exclusive access to locked queue '{address.queue}' "
+                    f"in vhost '{vhost.name}'"
+                )
+            queue = registry.declare(address.queue)
         options = consumer_options(
             link,
             self.filter_views,

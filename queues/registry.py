@@ -17,12 +17,13 @@ from sluicegate.queues.arguments import QUEUE_TYPES, QueueArguments, parse_argum
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.dead_lettering import DeadLetter, DeadLetterRouter
 from sluicegate.queues.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
-from sluicegate.queues.exchange_graph import ExchangeGraph
+from sluicegate.queues.exchange_graph import DEFAULT_EXCHANGE, ExchangeGraph
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.leases import Leases
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueStatistics, QueueType
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.topology_log import TopologyLog, loggable
+from sluicegate.queues.volatile import VolatileQueue, is_reply_to
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,8 @@ class QueueRegistry(ExchangeGraph):
         self._owners: dict[str, object] = {}
         # Queues declared with x-expires: unused for that long, they are deleted.
         self._leases = Leases()
+        # Direct Reply-To queues, by name: routed to, never listed, gone with their consumer.
+        self._volatile: dict[str, VolatileQueue] = {}
         # What deleted queues had counted, so server-wide totals never go back (metrics).
         self.deleted_published = 0
         self.deleted_delivered = 0
@@ -183,9 +186,35 @@ class QueueRegistry(ExchangeGraph):
             queue.restore(self.store)
 
     def declare(self, name: str) -> QueueType:
-        """The queue a link attaches to: the existing one, or a new one with defaults."""
+        """The queue a link attaches to: the existing one, or a new one with defaults.
+
+        A Direct Reply-To queue is never declared so: it exists while its requester's link does.
+        """
         queue = self._queues.get(name)
-        return queue if queue is not None else self.declare_queue(name)
+        if queue is not None:
+            return queue
+        if is_reply_to(name):
+            volatile = self._volatile.get(name)
+            if volatile is None:
+                raise NotFound(f"no queue '{name}'")
+            return volatile
+        return self.declare_queue(name)
+
+    def add_volatile(self) -> VolatileQueue:
+        """A new Direct Reply-To queue, for a requester's link (gone when it detaches)."""
+        queue = VolatileQueue()
+        self._volatile[queue.name] = queue
+        return queue
+
+    def route(
+        self, exchange: str, routing_key: str, payload: bytes | memoryview = b""
+    ) -> list[QueueType]:
+        """:meth:`ExchangeGraph.route`, where the default exchange also finds reply queues."""
+        if exchange == DEFAULT_EXCHANGE and routing_key not in self._queues:
+            volatile = self._volatile.get(routing_key)
+            if volatile is not None:
+                return [volatile]
+        return super().route(exchange, routing_key, payload)
 
     @staticmethod
     def _check_equivalent(name: str, current: QueueSettings, wanted: QueueSettings) -> None:
@@ -208,8 +237,9 @@ class QueueRegistry(ExchangeGraph):
                 )
 
     def get(self, name: str) -> QueueType | None:
-        """Return the queue called ``name`` if it exists."""
-        return self._queues.get(name)
+        """Return the queue called ``name`` if it exists (a Direct Reply-To queue included)."""
+        queue = self._queues.get(name)
+        return queue if queue is not None else self._volatile.get(name)
 
     def owner(self, name: str) -> object:
         """The connection an exclusive queue belongs to; None for any other queue."""
@@ -322,7 +352,9 @@ class QueueRegistry(ExchangeGraph):
         While consumers are attached the queue is in use; its countdown runs from the moment
         the last one leaves, so the gateway reports every detach.
         """
-        if self._queues.get(queue.name) is queue:
+        if isinstance(queue, VolatileQueue):
+            self._volatile.pop(queue.name, None)
+        elif self._queues.get(queue.name) is queue:
             self._leases.renew(queue.name, self.clock.now)
 
     def start_expiry_clocks(self) -> None:

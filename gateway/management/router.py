@@ -53,6 +53,7 @@ from sluicegate.queues.errors import (
 from sluicegate.queues.exchanges import Binding, Exchange
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import AccessRefused, QueueInfo, QueueRegistry
+from sluicegate.queues.volatile import is_reply_to
 from sluicegate.wire.errors import AmqpError
 
 
@@ -269,7 +270,9 @@ class Router:
         _allow(method, "DELETE")
         caller.check("configure", "queue", name)
         self._check_exclusive(name, caller)
-        existed = self.registry.get(name) is not None
+        # A Direct Reply-To queue lives as long as its requester's link: RabbitMQ answers its
+        # deletion with 200 and leaves it.
+        existed = self.registry.get(name) is not None and not is_reply_to(name)
         count = self.registry.delete_queue(name)
         return Response(
             200, {"message_count": ULong(count)}, deleted_queue=name if existed else None

@@ -178,9 +178,9 @@ def test_a_link_name_is_used_again_once_its_link_detached(connection: Connection
         assert status.remote_state == OutcomeState.ACCEPTED
         publisher.close()
     for body in ("first", "second"):
-        handler = _Accepting(1)
+        handler = Accepting(1)
         consumer = connection.consumer(address, message_handler=handler, credit=1)
-        with pytest.raises(_Enough):
+        with pytest.raises(Enough):
             consumer.run()
         consumer.close()
         assert handler.bodies == [body]

@@ -1,6 +1,7 @@
 """Interoperability with rhea, the Node.js AMQP 1.0 client.
 
-The node scripts in ``js/`` (``send.js``, ``receive.js``, ``drain.js``, ``roundtrip.js``) each
+The node scripts in ``js/`` (``send.js``, ``receive.js``, ``drain.js``, ``roundtrip.js``,
+``rpc.js``) each
 print one JSON line of results; these tests run them against the ``server`` fixture and assert on
 counts and orders.  rhea connects without SASL unless given a user name, and advertises a session
 incoming window of 2,048 transfers.  Needs ``node`` and ``npm ci --prefix tests/integration/js``.
@@ -272,3 +273,14 @@ def test_roundtrip_on_one_connection(
     assert result["indices"] == list(range(300))
     assert result["drained_first"] is drain_first
     assert result["received_before_drain"] == 0
+
+
+def test_rhea_request_reply_over_direct_reply_to(
+    server: Server, request: pytest.FixtureRequest
+) -> None:
+    """RabbitMQ 4.2's Direct Reply-To: replies reach the requester's dynamic source."""
+    result = run_js("rpc.js", server, queue_name(request), 50)
+    assert result["reply_address"].startswith("/queues/amq.rabbitmq.reply-to.")
+    assert result["sent"] == result["replied"] == result["replies"] == 50
+    assert sorted(result["indices"]) == list(range(50))
+    assert result["correlated"] is True
