@@ -33,9 +33,7 @@ class ReplyTo(ReceiverOption):
         source.durability = Terminus.NONDURABLE
         source.timeout = 0
         if self.capabilities:
-            source.capabilities.put_object(
-                Array(Data.NULL, Data.SYMBOL, *self.capabilities)  # type: ignore[arg-type]
-            )
+            source.capabilities.put_object(Array(Data.NULL, Data.SYMBOL, *self.capabilities))
 
 
 @pytest.fixture
@@ -102,7 +100,7 @@ def test_only_the_requesters_link_consumes_and_the_address_goes_with_it(
     try:
         with pytest.raises(LinkDetached, match="precondition-failed"):
             other.create_receiver(address)
-        receiver.close()
+        receiver.close()  # type: ignore[no-untyped-call]
         wait_until(lambda: server.call(lambda: server.server.registry.get(name)) is None)
         with pytest.raises(LinkDetached, match="not-found"):
             other.create_sender(address)
