@@ -134,7 +134,6 @@ class Broker(Handler):
         state: ConnectionState = connection.sg
         try:
             check_connections(len(self.connections), self.config)
-            assert state.user is not None  # SASL is done before proton sees an OPEN
             admission = self.tenancy.admit(state.user, connection.remote_hostname)
         except AmqpError as error:
             _close(connection, error.condition, str(error))

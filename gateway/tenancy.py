@@ -142,12 +142,15 @@ class Tenancy:
         """The default virtual host, ``/``."""
         return self.vhosts[DEFAULT_VHOST]
 
-    def admit(self, user: User, hostname: str | None) -> Admission:
+    def admit(self, user: User | None, hostname: str | None) -> Admission:
         """Let a logged-in connection into the virtual host its OPEN's hostname names.
 
-        Raises :class:`NotAllowed` for an unknown virtual host or one without permissions,
-        :class:`QuotaExceeded` over the vhost's or the user's connection limit.
+        Raises :class:`NotAllowed` for a connection without a user (its first bytes were no
+        AMQP or SASL header, so SASL never ran), an unknown virtual host or one without
+        permissions, :class:`QuotaExceeded` over the vhost's or the user's connection limit.
         """
+        if user is None:
+            raise NotAllowed("the connection has not logged in")
         name = requested_vhost(hostname)
         vhost = self.vhosts.get(name)
         if vhost is None:

@@ -37,6 +37,8 @@ def test_the_hostname_chooses_the_virtual_host_as_rabbitmq_4_does() -> None:
 def test_admission_checks_existence_permissions_then_limits() -> None:
     tenancy = _tenancy()
     user = _user("u", "a", "b", max_connections=2)
+    with pytest.raises(NotAllowed, match="has not logged in"):
+        tenancy.admit(None, "vhost:a")
     with pytest.raises(NotAllowed, match="virtual host 'c' does not exist"):
         tenancy.admit(user, "vhost:c")
     with pytest.raises(NotAllowed, match="access to vhost '/' refused for user 'u'"):
