@@ -184,4 +184,5 @@ def consumer_options(
         priority=priority,
         offset=offset,
         stream_filter=stream_filter if indexes_filter_values else None,
+        views=views,
     )

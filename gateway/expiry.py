@@ -3,8 +3,11 @@
 Queues never read the time: the server sets the registry's :class:`~queues.queue_type.Clock`
 once per pass of the event loop (:func:`tick`), and a reactor timer runs the queues' due
 expiries and lock releases every :data:`EXPIRY_INTERVAL`, and deletes the queues left unused
-for their ``x-expires``. A delivery checks expiry itself, so the interval only bounds how late
-an expired message reaches its dead-letter queue, or how late an unused queue goes.
+for their ``x-expires``. Work a queue left for later (a filtered stream read that used its
+budget) is due at once: the timer then fires again at the next pass of the reactor, after the
+events of other clients, rather than an interval later. A delivery checks expiry itself, so the
+interval only bounds how late an expired message reaches its dead-letter queue, or how late an
+unused queue goes.
 """
 
 from __future__ import annotations
@@ -79,4 +82,6 @@ class ExpiryTimer(Handler):
                 log.info("queue '%s' deleted: unused for its x-expires", name)
                 self._deleted(registry, name)
         if self._container is not None:
-            self._task = self._container.schedule(EXPIRY_INTERVAL, self)
+            due = registry.next_deadline()
+            delay = 0.0 if due is not None and due <= registry.clock.now else EXPIRY_INTERVAL
+            self._task = self._container.schedule(delay, self)

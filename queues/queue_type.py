@@ -21,6 +21,7 @@ from sluicegate.queues.storage import QueueStore
 
 if TYPE_CHECKING:
     from sluicegate.queues.filters.stream_filter import StreamFilter
+    from sluicegate.queues.filters.view import ViewCache
 
 # A consumer is whatever the session uses to name it (its outgoing link); queues only hash it.
 ConsumerKey: TypeAlias = Hashable
@@ -71,6 +72,9 @@ class ConsumerOptions:
     # stream applies from its chunk filters; other queues get them within ``filter``).
     offset: OffsetSpec | None = None
     stream_filter: StreamFilter | None = None
+    # The cache the filters decode messages through: a queue charges what they decode to the
+    # budget of work it spends per read.
+    views: ViewCache | None = None
 
 
 DEFAULT_CONSUMER: ConsumerOptions = ConsumerOptions()

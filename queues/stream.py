@@ -7,6 +7,13 @@ timestamp), settlement changes nothing, and only retention (``x-max-length-bytes
 with its offset in the message annotations (``x-stream-offset``), spliced into the encoded bytes
 so the body is never decoded and every delivery sends the stored bytes as they are.
 
+Readers may filter (docs/filters.md): by the values publishers tag messages with
+(``x-stream-filter-value``), which the stream indexes per chunk of offsets so that a reader
+skips chunks holding none it wants without reading them, and by any message filter. A credit
+request reads at most :data:`READ_BUDGET` units of the stream; a reader that still has credit
+then waits for :meth:`StreamQueue.expire` at the next tick, so a filter that matches nothing
+in a long stream never holds the reactor.
+
 Pure: time is the registry's clock; persistence is the message's business (a stored message
 logs its own archival when retention drops it).
 """
@@ -21,6 +28,13 @@ from typing import Final
 
 from sluicegate.queues.arguments import QueueArguments
 from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.filters.stream_filter import (
+    UNKNOWN,
+    ChunkFilters,
+    StreamReader,
+    digest,
+    filter_size,
+)
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import ARCHIVED, Message
 from sluicegate.queues.queue_type import (
@@ -36,11 +50,17 @@ from sluicegate.queues.queue_type import (
     QueueType,
 )
 from sluicegate.queues.storage import QueueStore, StreamEntries
-from sluicegate.wire.annotations import read_stream_offset, with_stream_offset
+from sluicegate.wire.annotations import read_stream_offset, stamp_stream_offset
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
 
 _NO_DISPATCH: Final[list[Dispatch]] = []
+# Units of reading a filtered reader's credit request may spend (queues.filters.stream_filter:
+# one per chunk skipped or digest compared, 8 per message a filter reads): a few milliseconds.
+READ_BUDGET: Final = 4096
+# Paused readers read on per tick of the queues' clock: what one tick costs stays bounded
+# however many readers a stream has.
+_RESUMED_PER_TICK: Final = 4
 # RabbitMQ's x-max-age units: years, months, days, hours, minutes, seconds.
 _AGE = re.compile(r"^(\d+)(Y|M|D|h|m|s)$")
 _AGE_MS: Final = {
@@ -99,12 +119,13 @@ class MessageEntries:
 
 @dataclass(slots=True, eq=False)
 class StreamConsumer:
-    """One reader: where it is in the stream and the credit it has."""
+    """One reader: where it is in the stream, the credit it has, what it filters by."""
 
     key: ConsumerKey
     position: int
     delivery_count: int = 0
     credit: int = 0
+    reader: StreamReader | None = None
 
 
 class StreamQueue:
@@ -136,7 +157,12 @@ class StreamQueue:
         self.first = 0
         self.next_offset = 0
         self._bytes = 0
-        self._stamped = False
+        # The digest of the filter value of the message :meth:`as_stored` stamped, if it did.
+        self._stamped: int | None = None
+        # Filter values by offset and per chunk; nothing kept until a message has one.
+        self._chunks = ChunkFilters(filter_size(arguments.extra))
+        # Filtered readers whose last read ran out of budget with credit left, oldest first.
+        self._paused: dict[StreamConsumer, None] = {}
         self._consumers: dict[ConsumerKey, StreamConsumer] = {}
         self._published = 0
         self._delivered = 0
@@ -156,9 +182,10 @@ class StreamQueue:
 
         For a durable stream the stamped bytes are logged before :meth:`enqueue` appends them.
         """
-        self._stamped = True
+        payload, value = stamp_stream_offset(message.payload, self.next_offset)
+        self._stamped = digest(value)
         return Message(
-            with_stream_offset(message.payload, self.next_offset),
+            payload,
             expires=message.expires,
             exchange=message.exchange,
             routing_key=message.routing_key,
@@ -168,16 +195,19 @@ class StreamQueue:
 
     def enqueue(self, message: Message) -> list[Dispatch]:
         """Append a message (stamped unless :meth:`as_stored` did); readers at the tail get it."""
-        if not self._stamped:
-            message.payload = with_stream_offset(message.payload, self.next_offset)
-        self._stamped = False
-        return self._append(message, self.clock.now)
+        message_digest = self._stamped
+        if message_digest is None:
+            message.payload, value = stamp_stream_offset(message.payload, self.next_offset)
+            message_digest = digest(value)
+        self._stamped = None
+        return self._append(message, self.clock.now, message_digest)
 
     def restore(self, store: QueueStore) -> None:
         """Put back the messages recovery found with their arrival times, stamped already.
 
         Offsets continue from them. They are read a page at a time: only what the stream keeps
-        of each message stays in memory.
+        of each message stays in memory. Their filter values are not read now (that would read
+        every body): readers read them from the messages they reach.
         """
         started = False
         for message in store.iter_recovered_messages(self.name):
@@ -188,10 +218,11 @@ class StreamQueue:
                         f"stream '{self.name}': a recovered message has no x-stream-offset"
                     )
                 self.first = self.next_offset = first
+                self._chunks.base = self._chunks.end = first
                 started = True
-            self._append(message, message.timestamp)
+            self._append(message, message.timestamp, UNKNOWN)
 
-    def _append(self, message: Message, timestamp: int) -> list[Dispatch]:
+    def _append(self, message: Message, timestamp: int, message_digest: int) -> list[Dispatch]:
         offset = self.next_offset
         self.next_offset = offset + 1
         message.seq = offset
@@ -199,11 +230,16 @@ class StreamQueue:
         self._timestamps.append(timestamp)
         self._bytes += message.size
         self._published += 1
+        self._chunks.append(message_digest)
         if self.max_age is not None:
             self._timed.add(self)
         dispatches = _NO_DISPATCH
         for state in self._consumers.values():
             if state.credit > 0 and state.position == offset:
+                reader = state.reader
+                if reader is not None and not reader.wants(message, message_digest):
+                    state.position = offset + 1
+                    continue
                 if dispatches is _NO_DISPATCH:
                     dispatches = []
                 self._give(state, message)
@@ -221,7 +257,12 @@ class StreamQueue:
         options: ConsumerOptions = DEFAULT_CONSUMER,
     ) -> None:
         """Register a reader at the position its offset spec names (default: ``next``)."""
-        self._consumers[consumer] = StreamConsumer(consumer, self.position(options.offset))
+        state = StreamConsumer(consumer, self.position(options.offset))
+        if options.filter is not None or options.stream_filter is not None:
+            state.reader = StreamReader(
+                options.filter, options.stream_filter, self._chunks, options.views
+            )
+        self._consumers[consumer] = state
 
     def position(self, spec: OffsetSpec | None) -> int:
         """The offset a reader attaching with ``spec`` starts at."""
@@ -238,7 +279,9 @@ class StreamQueue:
 
     def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
         """Forget a reader; nothing goes back, nothing was taken."""
-        self._consumers.pop(consumer, None)
+        state = self._consumers.pop(consumer, None)
+        if state is not None:
+            self._paused.pop(state, None)
         return _NO_DISPATCH
 
     def credit(
@@ -247,21 +290,47 @@ class StreamQueue:
         """Read on from the consumer's position while it has credit, then reply once."""
         state = self._consumers[consumer]
         state.credit = link_credit_snd(delivery_count, credit, state.delivery_count)
-        taken: list[Message] = []
-        entries = self.entries
-        base = self.first - self._head
-        while state.credit > 0 and state.position < self.next_offset:
-            state.position = max(state.position, self.first)
-            message = entries[state.position - base]
-            # A logged entry comes back as a fresh object: its offset is its sequence number.
-            message.seq = state.position
-            self._give(state, message)
-            taken.append(message)
+        taken = self._read(state)
         if drain and state.credit > 0:
+            self._paused.pop(state, None)
             state.delivery_count = (state.delivery_count + state.credit) & SERIAL_MASK
             state.credit = 0
         available = self.next_offset - max(state.position, self.first)
         return taken, CreditReply(state.delivery_count, state.credit, available, drain)
+
+    def _read(self, state: StreamConsumer) -> list[Message]:
+        """Read on while the reader has credit: a filtered one within :data:`READ_BUDGET`, and
+        paused (to go on at :meth:`expire`) if that runs out first."""
+        taken: list[Message] = []
+        entries = self.entries
+        base = self.first - self._head
+        reader = state.reader
+        budget = READ_BUDGET
+        while state.credit > 0 and state.position < self.next_offset:
+            state.position = max(state.position, self.first)
+            if reader is None:
+                message = entries[state.position - base]
+            else:
+                state.position, found, budget = reader.next_wanted(
+                    state.position,
+                    self.next_offset,
+                    self._chunks,
+                    lambda offset: entries[offset - base],
+                    budget,
+                )
+                if found is None:
+                    break
+                message = found
+            # A logged entry comes back as a fresh object: its offset is its sequence number.
+            message.seq = state.position
+            self._give(state, message)
+            taken.append(message)
+        if budget <= 0 and state.credit > 0 and state.position < self.next_offset:
+            self._paused[state] = None
+            self._timed.add(self)
+        else:
+            self._paused.pop(state, None)
+        return taken
 
     def _give(self, state: StreamConsumer, message: Message) -> None:
         state.credit -= 1
@@ -288,12 +357,23 @@ class StreamQueue:
     # -- retention ------------------------------------------------------------------------
 
     def expire(self) -> list[Dispatch]:
-        """Drop messages older than ``x-max-age`` at the clock's time."""
+        """Drop messages older than ``x-max-age`` at the clock's time, and read on for a few
+        paused readers (the others, in turn, at the next ticks)."""
         self._retain(self.clock.now)
-        return _NO_DISPATCH
+        dispatches = _NO_DISPATCH
+        for state in list(self._paused)[:_RESUMED_PER_TICK]:
+            del self._paused[state]
+            taken = self._read(state)
+            if taken:
+                if dispatches is _NO_DISPATCH:
+                    dispatches = []
+                dispatches.extend((state.key, message) for message in taken)
+        return dispatches
 
     def next_deadline(self) -> int | None:
-        """When the oldest message passes ``x-max-age``."""
+        """Now while readers are paused; else when the oldest message passes ``x-max-age``."""
+        if self._paused:
+            return self.clock.now
         if self.max_age is None or self._head == len(self.entries):
             return None
         return self._timestamps[self._head] + self.max_age
@@ -320,6 +400,7 @@ class StreamQueue:
         self.held.total -= self.entries.drop(head)
         self._head = head + 1
         self.first += 1
+        self._chunks.trim(self.first)
 
     # -- statistics -----------------------------------------------------------------------
 

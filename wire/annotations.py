@@ -23,6 +23,8 @@ X_EXCHANGE: Final = Symbol("x-exchange")
 X_ROUTING_KEY: Final = Symbol("x-routing-key")
 # Each message of a stream carries its offset here (RabbitMQ's x-stream-offset, a long).
 X_STREAM_OFFSET: Final = Symbol("x-stream-offset")
+# A publisher's tag for stream filtering (RabbitMQ 4.1's x-stream-filter-value, a string).
+X_STREAM_FILTER_VALUE: Final = Symbol("x-stream-filter-value")
 _LONG = struct.Struct(">q")
 
 
@@ -66,7 +68,13 @@ def _encode_annotations(entries: list[tuple[bytes, bytes]]) -> bytes:
 
 
 def with_stream_offset(payload: bytes, offset: int) -> bytes:
-    """``payload`` with ``x-stream-offset`` (a long) in its message annotations.
+    """``payload`` with ``x-stream-offset`` (a long) in its message annotations."""
+    return stamp_stream_offset(payload, offset)[0]
+
+
+def stamp_stream_offset(payload: bytes, offset: int) -> tuple[bytes, str | None]:
+    """``payload`` with ``x-stream-offset`` (a long) in its message annotations, and the
+    message's ``x-stream-filter-value`` if it has one, read in the same pass.
 
     The annotations section is re-encoded (or inserted after the header and delivery
     annotations, AMQP 1.0 §3.2); the bytes around it are copied as they are.
@@ -84,11 +92,13 @@ def with_stream_offset(payload: bytes, offset: int) -> bytes:
             if not isinstance(value, dict):
                 raise DecodeError("the message-annotations section is not a map")
             entries = [(encode(k), encode(v)) for k, v in value.items() if k != X_STREAM_OFFSET]
-            return payload[:pos] + _encode_annotations([*entries, stamp]) + payload[end:]
+            stamped = payload[:pos] + _encode_annotations([*entries, stamp]) + payload[end:]
+            filter_value = value.get(X_STREAM_FILTER_VALUE)
+            return stamped, filter_value if isinstance(filter_value, str) else None
         if code not in (HEADER, DELIVERY_ANNOTATIONS):
             break
         pos = skip(payload, value_pos)
-    return payload[:pos] + _encode_annotations([stamp]) + payload[pos:]
+    return payload[:pos] + _encode_annotations([stamp]) + payload[pos:], None
 
 
 def read_stream_offset(payload: bytes | memoryview) -> int | None:

@@ -24,11 +24,12 @@ On classic and quorum queues the same consumer filter reads the annotation from 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from sluicegate.queues.filters.view import FILTER_VALUE_PART, ViewCache
 from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import MessageFilter
 
 STREAM_FILTER: Final = "rabbitmq:stream-filter"
 MATCH_UNFILTERED: Final = "rabbitmq:stream-match-unfiltered"
@@ -44,6 +45,14 @@ UNKNOWN: Final = 0xFFFFFFFF
 _DIGEST_MASK: Final = 0xFFFFFFFF
 # How many values one consumer may ask for: each is tested against every chunk it reads.
 MAX_FILTER_VALUES: Final = 64
+# Offsets dropped from the front before the arrays are cut: cutting moves what is left.
+_TRIM_AT: Final = 1024
+# What reading one message through a filter costs, in units of the scan budget (one unit: a
+# chunk skipped or a digest compared): the expression's evaluation, plus one unit per
+# DECODED_BYTES_PER_UNIT of the sections it decoded (once per message, queues.filters.view),
+# the rate at which the densest maps decode.
+EVALUATION_COST: Final = 8
+DECODED_BYTES_PER_UNIT: Final = 8
 
 
 def digest(value: str | None) -> int:
@@ -98,26 +107,60 @@ def _bits(message_digest: int, width: int) -> int:
 class ChunkFilters:
     """The digests of a stream's messages by offset, and a Bloom filter per chunk of them.
 
-    A chunk's filter is an integer of ``8 * size`` bits, one more bit (``unfiltered``) set when
-    the chunk holds a message without a value, and another (``unknown``) when it holds a
-    message whose digest is not known.
+    Nothing is kept until the first message with a value (or of unknown value) arrives: a
+    stream nobody tags costs nothing. A chunk's filter is an integer of ``8 * size`` bits, one
+    more bit (``unfiltered``) set when the chunk holds a message without a value, and another
+    (``unknown``) when it holds one whose digest is not known.
     """
 
-    __slots__ = ("_chunks", "_digests", "_first_chunk", "base", "unfiltered", "unknown", "width")
+    __slots__ = (
+        "_chunks",
+        "_digests",
+        "_first_chunk",
+        "_start",
+        "base",
+        "end",
+        "unfiltered",
+        "unknown",
+        "width",
+    )
 
-    def __init__(self, size: int = DEFAULT_FILTER_SIZE, base: int = 0) -> None:
+    def __init__(self, size: int = DEFAULT_FILTER_SIZE) -> None:
         self.width = 8 * size
         self.unfiltered = 1 << self.width
         self.unknown = 1 << (self.width + 1)
-        # Digests from offset ``base`` on; chunks from chunk number ``_first_chunk`` on.
-        self.base = base
+        # The offsets indexed: from ``base`` (the stream's first) to ``end`` (its next).
+        self.base = 0
+        self.end = 0
+        # Digests from offset ``_start`` on and chunks from number ``_first_chunk`` on: the
+        # front is cut lazily, as the stream trims its own arrays.
+        self._start = 0
         self._digests = array("I")
-        self._first_chunk = base // CHUNK_MESSAGES
+        self._first_chunk = 0
         self._chunks: list[int] = []
+
+    @property
+    def active(self) -> bool:
+        """True once some message had a value (or an unknown one)."""
+        return bool(self._chunks)
 
     def append(self, message_digest: int) -> None:
         """Index the next offset's digest."""
-        offset = self.base + len(self._digests)
+        if not self._chunks:
+            if message_digest == NO_VALUE:
+                self.end += 1
+                return
+            # The first tagged message: every message before it had no value.
+            self._start = self.base
+            self._first_chunk = self.base // CHUNK_MESSAGES
+            self.end, pending = self.base, self.end - self.base
+            for _ in range(pending):
+                self._index(NO_VALUE)
+        self._index(message_digest)
+
+    def _index(self, message_digest: int) -> None:
+        offset = self.end
+        self.end = offset + 1
         self._digests.append(message_digest)
         index = offset // CHUNK_MESSAGES - self._first_chunk
         if index == len(self._chunks):
@@ -130,14 +173,15 @@ class ChunkFilters:
             self._chunks[index] |= _bits(message_digest, self.width)
 
     def trim(self, base: int) -> None:
-        """Forget the offsets before ``base`` (retention dropped them)."""
-        if base <= self.base:
-            return
-        del self._digests[: base - self.base]
+        """The stream dropped the offsets before ``base`` (retention or a purge)."""
         self.base = base
-        first_chunk = base // CHUNK_MESSAGES
-        del self._chunks[: first_chunk - self._first_chunk]
-        self._first_chunk = first_chunk
+        dropped = base - self._start
+        if dropped > _TRIM_AT and dropped * 2 > len(self._digests):
+            del self._digests[:dropped]
+            self._start = base
+            first_chunk = base // CHUNK_MESSAGES
+            del self._chunks[: first_chunk - self._first_chunk]
+            self._first_chunk = first_chunk
 
     def masks(self, wanted: StreamFilter) -> list[int]:
         """The Bloom masks to test chunks with: one per wanted digest, plus the flags."""
@@ -149,7 +193,7 @@ class ChunkFilters:
 
     def digest_at(self, offset: int) -> int:
         """The digest of the message at ``offset``."""
-        return self._digests[offset - self.base]
+        return self._digests[offset - self._start] if self._chunks else NO_VALUE
 
     def next_candidate(
         self, offset: int, end: int, wanted: StreamFilter, masks: list[int], budget: int
@@ -160,15 +204,85 @@ class ChunkFilters:
         out, the offset reached is returned (``< end``, with budget 0) so the caller can pause.
         An UNKNOWN digest is a candidate: the caller reads the message.
         """
+        if not self._chunks:
+            return (offset, budget) if wanted.match_unfiltered else (end, budget - 1)
         digests = self._digests
+        start = self._start
+        chunks = self._chunks
+        first_chunk = self._first_chunk
         while offset < end and budget > 0:
             budget -= 1
-            chunk = self._chunks[offset // CHUNK_MESSAGES - self._first_chunk]
+            chunk = chunks[offset // CHUNK_MESSAGES - first_chunk]
             if not any(chunk & mask == mask for mask in masks):
                 offset = min(end, (offset // CHUNK_MESSAGES + 1) * CHUNK_MESSAGES)
                 continue
-            message_digest = digests[offset - self.base]
+            message_digest = digests[offset - start]
             if message_digest == UNKNOWN or wanted.wants_digest(message_digest):
                 return offset, budget
             offset += 1
         return offset, budget
+
+
+class StreamReader:
+    """A filtered stream reader: the values it wants and the filter its messages must pass.
+
+    Reading costs budget units: one per chunk skipped or digest compared, and per message a
+    filter reads :data:`EVALUATION_COST` plus what it decoded through ``views``, so a credit
+    request does bounded work however much of the stream matches nothing.
+    """
+
+    __slots__ = ("accept", "masks", "views", "wanted")
+
+    def __init__(
+        self,
+        accept: MessageFilter | None,
+        wanted: StreamFilter | None,
+        chunks: ChunkFilters,
+        views: ViewCache | None,
+    ) -> None:
+        self.accept = accept
+        self.wanted = wanted
+        self.masks = chunks.masks(wanted) if wanted is not None else []
+        self.views = views
+
+    def wants(self, message: Message, message_digest: int) -> bool:
+        """Whether a message just appended, of this digest, goes to this reader."""
+        wanted = self.wanted
+        if wanted is not None and not wanted.wants_digest(message_digest):
+            return False
+        return self.accept is None or self.accept(message)
+
+    def next_wanted(
+        self,
+        offset: int,
+        end: int,
+        chunks: ChunkFilters,
+        message_at: Callable[[int], Message],
+        budget: int,
+    ) -> tuple[int, Message | None, int]:
+        """The next offset from ``offset`` on this reader wants, its message, the budget left.
+
+        Without budget left the message is None and the offset is where to go on from.
+        """
+        wanted = self.wanted
+        accept = self.accept
+        while offset < end and budget > 0:
+            if wanted is not None:
+                offset, budget = chunks.next_candidate(offset, end, wanted, self.masks, budget)
+                if offset >= end or budget <= 0:
+                    break
+            message = message_at(offset)
+            views = self.views
+            decoded = views.decoded_bytes if views is not None else 0
+            # A recovered message's value is read from the message itself.
+            refused = False
+            if wanted is not None and chunks.digest_at(offset) == UNKNOWN:
+                refused = not wanted(message)
+            refused = refused or (accept is not None and not accept(message))
+            budget -= EVALUATION_COST
+            if views is not None:
+                budget -= (views.decoded_bytes - decoded) // DECODED_BYTES_PER_UNIT
+            if not refused:
+                return offset, message, budget
+            offset += 1
+        return offset, None, budget

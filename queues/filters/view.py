@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluicegate.queues.message import Message
-from sluicegate.wire.codec import Symbol, Value, decode, skip
+from sluicegate.wire.annotations import X_STREAM_FILTER_VALUE
+from sluicegate.wire.codec import Value, decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
@@ -37,8 +38,6 @@ HEADER_PART: Final = 1
 PROPERTIES_PART: Final = 2
 APPLICATION_PART: Final = 4
 FILTER_VALUE_PART: Final = 8
-# The annotation that carries a message's stream filter value (RabbitMQ 4.1).
-X_STREAM_FILTER_VALUE: Final = Symbol("x-stream-filter-value")
 # What a view costs beyond the encoded bytes it decoded: the object and its slots, and per
 # application property a dict slot and the key and value objects (measured on CPython 3.11 with
 # short keys and values, rounded up).
@@ -87,27 +86,36 @@ class FilterView:
         self.application = _EMPTY
         self.filter_value = None
 
-    def decode(self, payload: bytes | memoryview, parts: int) -> None:
-        """Decode ``parts`` from the message's leading sections, in one pass, skipping the rest.
+    def decode(self, payload: bytes | memoryview, parts: int) -> int:
+        """Decode ``parts`` from the message's leading sections, in one pass, skipping the rest;
+        return the encoded bytes decoded (the work done).
 
         Sections after application-properties (the body and footer) are never reached.
         """
         wanted = parts & ~self.parts
+        decoded = 0
         try:
-            self._decode(payload, wanted)
+            decoded = self._decode(payload, wanted)
         except DecodeError:
             self.malformed = True
         self.parts |= wanted
+        return decoded
 
-    def _decode(self, payload: bytes | memoryview, wanted: int) -> None:
+    def _decode(self, payload: bytes | memoryview, wanted: int) -> int:
         pos = 0
         size = len(payload)
         cost = 0
+        decoded = 0
         while pos < size:
             if payload[pos] != 0x00:
                 raise DecodeError("a message section is not a described value")
-            descriptor, value_pos = decode(payload, pos + 1)
-            code = section_code(descriptor)
+            if pos + 2 < size and payload[pos + 1] == 0x53:
+                # The common descriptor, a small ulong: read directly.
+                code = payload[pos + 2]
+                value_pos = pos + 3
+            else:
+                descriptor, value_pos = decode(payload, pos + 1)
+                code = section_code(descriptor)
             if code > APPLICATION_PROPERTIES:
                 break
             if code == HEADER and wanted & HEADER_PART:
@@ -118,22 +126,83 @@ class FilterView:
             elif code == MESSAGE_ANNOTATIONS and wanted & FILTER_VALUE_PART:
                 self.filter_value, end = _filter_value(payload, value_pos)
             elif code == PROPERTIES and wanted & PROPERTIES_PART:
-                value, end = decode(payload, value_pos)
-                if not isinstance(value, list):
-                    raise DecodeError("the properties section is not a list")
-                self.properties = value
+                self.properties, end = _list_at(payload, value_pos)
                 cost += end - value_pos
             elif code == APPLICATION_PROPERTIES and wanted & APPLICATION_PART:
-                value, end = decode(payload, value_pos)
-                if not isinstance(value, dict):
-                    raise DecodeError("the application-properties section is not a map")
-                # Keys are strings (AMQP 1.0 §3.2.5); anything else no filter can name.
-                self.application = {k: v for k, v in value.items() if isinstance(k, str)}
-                cost += end - value_pos + ENTRY_OVERHEAD * len(value)
+                self.application, end = _string_keyed_map(payload, value_pos)
+                cost += end - value_pos + ENTRY_OVERHEAD * len(self.application)
             else:
-                end = skip(payload, value_pos)
+                pos = skip(payload, value_pos)
+                continue
+            decoded += end - value_pos
             pos = end
         self.cost += cost
+        return decoded
+
+
+def _list_at(payload: bytes | memoryview, pos: int) -> tuple[list[Value], int]:
+    """Decode the properties list, its strings and nulls read directly."""
+    code = payload[pos]
+    if code == 0x45:
+        return [], pos + 1
+    if code == 0xC0:
+        end, count, item = pos + 2 + payload[pos + 1], payload[pos + 2], pos + 3
+    elif code == 0xD0:
+        end = pos + 5 + int.from_bytes(payload[pos + 1 : pos + 5], "big")
+        count, item = int.from_bytes(payload[pos + 5 : pos + 9], "big"), pos + 9
+    else:
+        raise DecodeError("the properties section is not a list")
+    if end > len(payload):
+        raise DecodeError("the properties section runs past the message")
+    items: list[Value] = []
+    for _ in range(count):
+        value, item = _item_at(payload, item)
+        if item > end:
+            raise DecodeError("a property runs past its section")
+        items.append(value)
+    return items, end
+
+
+def _string_keyed_map(payload: bytes | memoryview, pos: int) -> tuple[dict[str, Value], int]:
+    """Decode the application-properties map: its keys are strings (AMQP 1.0 §3.2.5), and an
+    entry of another key no filter can name is left out.
+
+    Keys and string values, nearly all of a map, are read directly (:func:`_item_at`).
+    """
+    code = payload[pos]
+    if code == 0xC1:
+        end, count, item = pos + 2 + payload[pos + 1], payload[pos + 2], pos + 3
+    elif code == 0xD1:
+        end = pos + 5 + int.from_bytes(payload[pos + 1 : pos + 5], "big")
+        count, item = int.from_bytes(payload[pos + 5 : pos + 9], "big"), pos + 9
+    else:
+        raise DecodeError("the application-properties section is not a map")
+    if end > len(payload) or count % 2:
+        raise DecodeError("the application-properties map is malformed")
+    entries: dict[str, Value] = {}
+    for _ in range(count // 2):
+        key, item = _item_at(payload, item)
+        value, item = _item_at(payload, item)
+        if item > end:
+            raise DecodeError("an application property runs past its section")
+        if isinstance(key, str):
+            entries[key] = value
+    return entries, end
+
+
+def _item_at(payload: bytes | memoryview, pos: int) -> tuple[Value, int]:
+    """The value at ``pos``: a null or a str8 string read directly, anything else by the
+    codec."""
+    if pos < len(payload) and payload[pos] == 0x40:
+        return None, pos + 1
+    if pos + 1 < len(payload) and payload[pos] == 0xA1:
+        start = pos + 2
+        end = start + payload[pos + 1]
+        try:
+            return bytes(payload[start:end]).decode("utf-8"), end
+        except UnicodeDecodeError:
+            raise DecodeError("invalid UTF-8 in a string") from None
+    return decode(payload, pos)
 
 
 def _filter_value(payload: bytes | memoryview, pos: int) -> tuple[str | None, int]:
@@ -169,17 +238,21 @@ class ViewStatistics:
     decodes: int
     hits: int
     evictions: int
+    # Encoded bytes of sections decoded, all told.
+    decoded_bytes: int
 
 
 class ViewCache:
     """Decoded views of messages, least recently used first, up to ``budget`` estimated bytes."""
 
-    __slots__ = ("_views", "budget", "cost", "decodes", "evictions", "hits")
+    __slots__ = ("_views", "budget", "cost", "decoded_bytes", "decodes", "evictions", "hits")
 
     def __init__(self, budget: int = DEFAULT_VIEW_BUDGET) -> None:
         self.budget = budget
         self._views: OrderedDict[FilterView, None] = OrderedDict()
         self.cost = 0
+        # Readers that must bound their work compare this before and after a filter runs.
+        self.decoded_bytes = 0
         self.decodes = 0
         self.hits = 0
         self.evictions = 0
@@ -197,7 +270,7 @@ class ViewCache:
             return view
         self.decodes += 1
         before = view.cost
-        view.decode(message.payload, parts)
+        self.decoded_bytes += view.decode(message.payload, parts)
         if view not in views:
             views[view] = None
             self.cost += VIEW_OVERHEAD
@@ -213,4 +286,6 @@ class ViewCache:
 
     def statistics(self) -> ViewStatistics:
         """Counts for metrics and tests."""
-        return ViewStatistics(len(self._views), self.cost, self.decodes, self.hits, self.evictions)
+        return ViewStatistics(
+            len(self._views), self.cost, self.decodes, self.hits, self.evictions, self.decoded_bytes
+        )
