@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from sluicegate.queues.dead_lettering import DELIVERY_LIMIT
 from sluicegate.queues.deadlines import Deadlines
+from sluicegate.queues.filters.budget import ReadBudget
+from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
 from sluicegate.queues.paging import RESIDENT_READY, Page, Pager
@@ -74,15 +76,18 @@ class Backlog:
         taken: list[Message],
         accept: MessageFilter | None = None,
         browse: bool = False,
+        budget: ReadBudget | None = None,
+        views: ViewCache | None = None,
     ) -> int | None:
         """Append to ``taken`` the messages ``seqs`` name that a consumer may take, until it
-        holds ``limit``: return the sequence number after the one that filled it, or None
-        when ``seqs`` ran out first.
+        holds ``limit``: return the sequence number after the one that filled it (or after the
+        last one read when ``budget`` is spent), or None when ``seqs`` ran out first.
 
         Every walk over the queue's messages goes through here: it skips what is no longer
         available (taken, settled, gone) and expires what it finds dead, so a message past its
         expiry is never delivered, even before the timer runs. A browser (``browse``) also sees
-        what other consumers hold; a filtered consumer takes only what it ``accept``s.
+        what other consumers hold; a filtered consumer takes only what it ``accept``s, its
+        filter's work charged to ``budget`` (queues.filters.budget).
         """
         messages = self.messages
         count = len(taken)
@@ -98,8 +103,15 @@ class Backlog:
                 if state == AVAILABLE:
                     self.expire(message)
                 continue
-            if accept is not None and not accept(message):
-                continue
+            if accept is not None:
+                if budget is None:
+                    passed = accept(message)
+                else:
+                    passed = budget.passes(accept, message, views)
+                    if not passed and budget.spent:
+                        return seq + 1
+                if not passed:
+                    continue
             taken.append(message)
             count += 1
             if count >= limit:

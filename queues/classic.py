@@ -10,7 +10,9 @@ priority lanes), its consumers and their turns (:mod:`queues.consumers`), its ti
 refused by overflow), given to a consumer, settled, released, expired, dropped.
 
 Time comes from a shared :class:`~queues.queue_type.Clock`; a delivery also checks expiry, so
-an expired message is never delivered even before the timer runs.
+an expired message is never delivered even before the timer runs. Filtered consumers' walks
+share a budget per call (:mod:`queues.filters.budget`): when it is spent, the queue goes on
+serving them at the next tick (:meth:`ClassicQueue.expire`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sluicegate.queues.consumers import Consumer, Consumers
 from sluicegate.queues.dead_lettering import EXPIRED, REJECTED, DeadLetter, DeadLetterer
 from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.errors import ResourceLimitExceeded
+from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
 from sluicegate.queues.ordering import Cursor, Ordering, PriorityLanes
@@ -82,6 +85,9 @@ class ClassicQueue:
             else PriorityLanes(self._backlog, arguments.max_priority)
         )
         self._consumers = Consumers(arguments.single_active_consumer)
+        # Filters' work per call; when a call spent it, serving goes on at the next tick.
+        self._budget = ReadBudget()
+        self._walks_paused = False
         self._dead_letterer = DeadLetterer(
             name,
             arguments.dead_letter_exchange,
@@ -156,7 +162,14 @@ class ClassicQueue:
     ) -> None:
         """Register a consumer with no credit; it starts at the queue's first message."""
         backlog = self._backlog
-        cursor = Cursor(backlog, backlog.scavenge(), options.filter, options.browse)
+        cursor = Cursor(
+            backlog,
+            backlog.scavenge(),
+            options.filter,
+            options.browse,
+            self._budget,
+            options.views,
+        )
         self._consumers.add(Consumer(consumer, ack_required, options, cursor))
 
     def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
@@ -180,7 +193,7 @@ class ClassicQueue:
         try:
             self._count_failures(failed)
         finally:
-            dispatches = self._consumers.dispatch(self._fetch, self._backlog)
+            dispatches = self._dispatch()
         return dispatches
 
     def credit(
@@ -189,7 +202,9 @@ class ClassicQueue:
         """Set a consumer's credit, deliver what it can take, then reply once."""
         state = self._consumers.by_key[consumer]
         state.credit = link_credit_snd(delivery_count, credit, state.delivery_count)
+        self._budget.refill()
         delivered = self._take(state, state.credit) if state.active else []
+        self._pause_if_spent()
         if drain and state.credit > 0:
             # AMQP 1.0 §2.6.7: a drained sender advances delivery-count by its unused credit.
             state.delivery_count = (state.delivery_count + state.credit) & SERIAL_MASK
@@ -304,7 +319,7 @@ class ClassicQueue:
             self._count_failures(failed)
         finally:
             if requeued:
-                dispatches = self._consumers.dispatch(self._fetch, self._backlog)
+                dispatches = self._dispatch()
         if late:
             raise LockExpired(
                 f"deliveries {late} of queue '{self.name}' were released when their lock "
@@ -340,12 +355,12 @@ class ClassicQueue:
         for message in released:
             self._make_available(message)
         self._deadlines.settle_timer(backlog.head_deadline())
-        if not released:
+        if not released and not self._walks_paused:
             return _NO_DISPATCH
         try:
             self._count_failures(released)
         finally:
-            dispatches = self._consumers.dispatch(self._fetch, self._backlog)
+            dispatches = self._dispatch()
         return dispatches
 
     def _expire_due(self, now: int) -> None:
@@ -356,7 +371,10 @@ class ClassicQueue:
                 self._expire(message)
 
     def next_deadline(self) -> int | None:
-        """The earliest expiry or lock deadline pending (perhaps of a message since gone)."""
+        """Now while filtered walks are paused; else the earliest expiry or lock deadline
+        pending (perhaps of a message since gone)."""
+        if self._walks_paused:
+            return self.clock.now
         return self._deadlines.next_deadline(self._backlog.head_deadline())
 
     def statistics(self) -> QueueStatistics:
@@ -446,6 +464,19 @@ class ClassicQueue:
             self._acknowledged += 1
             backlog.archive(message)
         return message
+
+    def _dispatch(self) -> list[Dispatch]:
+        """Serve waiting consumers within a fresh budget."""
+        self._budget.refill()
+        dispatches = self._consumers.dispatch(self._fetch, self._backlog)
+        self._pause_if_spent()
+        return dispatches
+
+    def _pause_if_spent(self) -> None:
+        """A spent budget leaves walks unfinished: the timer comes back at once to go on."""
+        self._walks_paused = self._budget.spent
+        if self._walks_paused:
+            self._deadlines.join()
 
     def _fetch(self, state: Consumer) -> Message | None:
         """The next message for ``state`` in its order, given to it."""

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from typing import Final, Protocol
 
 from sluicegate.queues.backlog import Backlog
+from sluicegate.queues.filters.budget import ReadBudget
+from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import AVAILABLE, Message
 from sluicegate.queues.queue_type import MessageFilter
 from sluicegate.wire.sections import read_header
@@ -47,9 +49,13 @@ class Ordering(Protocol):
 
 
 class Cursor:
-    """A walk over a queue's messages in publication order, with those released behind it."""
+    """A walk over a queue's messages in publication order, with those released behind it.
 
-    __slots__ = ("accept", "backlog", "browse", "position", "returned")
+    A filtered walk charges its filter's work to the queue's ``budget`` and stops where it is
+    when that is spent (queues.filters.budget).
+    """
+
+    __slots__ = ("accept", "backlog", "browse", "budget", "position", "returned", "views")
 
     def __init__(
         self,
@@ -57,6 +63,8 @@ class Cursor:
         position: int,
         accept: MessageFilter | None = None,
         browse: bool = False,
+        budget: ReadBudget | None = None,
+        views: ViewCache | None = None,
     ) -> None:
         self.backlog = backlog
         # The next sequence number to look at.
@@ -65,6 +73,8 @@ class Cursor:
         # A filtered consumer's filter; a browser also sees messages others hold.
         self.accept = accept
         self.browse = browse
+        self.budget = budget
+        self.views = views
 
     def take(self, limit: int, now: int, taken: list[Message]) -> None:
         """The released messages first, then on from the cursor, paging in at the end."""
@@ -72,14 +82,19 @@ class Cursor:
             return
         backlog = self.backlog
         accept = self.accept
+        budget = self.budget
+        views = self.views
         if self.returned:
-            backlog.collect(_merged(_NO_LANE, self.returned), now, limit, taken, accept)
-            if len(taken) >= limit:
+            returned = _merged(_NO_LANE, self.returned)
+            backlog.collect(returned, now, limit, taken, accept, False, budget, views)
+            if len(taken) >= limit or (budget is not None and budget.spent):
                 return
         seq = max(self.position, backlog.low)
         while True:
             end = backlog.next_seq
-            stop = backlog.collect(range(seq, end), now, limit, taken, accept, self.browse)
+            stop = backlog.collect(
+                range(seq, end), now, limit, taken, accept, self.browse, budget, views
+            )
             if stop is not None:
                 self.position = stop
                 return

@@ -10,9 +10,9 @@ so the body is never decoded and every delivery sends the stored bytes as they a
 Readers may filter (docs/filters.md): by the values publishers tag messages with
 (``x-stream-filter-value``), which the stream indexes per chunk of offsets so that a reader
 skips chunks holding none it wants without reading them, and by any message filter. A credit
-request reads at most :data:`READ_BUDGET` units of the stream; a reader that still has credit
-then waits for :meth:`StreamQueue.expire` at the next tick, so a filter that matches nothing
-in a long stream never holds the reactor.
+request reads within a budget (queues.filters.budget); a reader that still has credit then
+goes on at :meth:`StreamQueue.expire`, at the next tick, so a filter that matches nothing in a
+long stream never holds the reactor.
 
 Pure: time is the registry's clock; persistence is the message's business (a stored message
 logs its own archival when retention drops it).
@@ -28,6 +28,7 @@ from typing import Final
 
 from sluicegate.queues.arguments import QueueArguments
 from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.filters.stream_filter import (
     UNKNOWN,
     ChunkFilters,
@@ -55,9 +56,6 @@ from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
 
 _NO_DISPATCH: Final[list[Dispatch]] = []
-# Units of reading a filtered reader's credit request may spend (queues.filters.stream_filter:
-# one per chunk skipped or digest compared, 8 per message a filter reads): a few milliseconds.
-READ_BUDGET: Final = 4096
 # Paused readers read on per tick of the queues' clock: what one tick costs stays bounded
 # however many readers a stream has.
 _RESUMED_PER_TICK: Final = 4
@@ -299,19 +297,19 @@ class StreamQueue:
         return taken, CreditReply(state.delivery_count, state.credit, available, drain)
 
     def _read(self, state: StreamConsumer) -> list[Message]:
-        """Read on while the reader has credit: a filtered one within :data:`READ_BUDGET`, and
-        paused (to go on at :meth:`expire`) if that runs out first."""
+        """Read on while the reader has credit: a filtered one within a budget, and paused (to
+        go on at :meth:`expire`) if that is spent first."""
         taken: list[Message] = []
         entries = self.entries
         base = self.first - self._head
         reader = state.reader
-        budget = READ_BUDGET
+        budget = ReadBudget()
         while state.credit > 0 and state.position < self.next_offset:
             state.position = max(state.position, self.first)
             if reader is None:
                 message = entries[state.position - base]
             else:
-                state.position, found, budget = reader.next_wanted(
+                state.position, found = reader.next_wanted(
                     state.position,
                     self.next_offset,
                     self._chunks,
@@ -325,7 +323,7 @@ class StreamQueue:
             message.seq = state.position
             self._give(state, message)
             taken.append(message)
-        if budget <= 0 and state.credit > 0 and state.position < self.next_offset:
+        if budget.spent and state.credit > 0 and state.position < self.next_offset:
             self._paused[state] = None
             self._timed.add(self)
         else:

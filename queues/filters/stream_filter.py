@@ -27,6 +27,7 @@ from array import array
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.filters.view import FILTER_VALUE_PART, ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import MessageFilter
@@ -47,12 +48,6 @@ _DIGEST_MASK: Final = 0xFFFFFFFF
 MAX_FILTER_VALUES: Final = 64
 # Offsets dropped from the front before the arrays are cut: cutting moves what is left.
 _TRIM_AT: Final = 1024
-# What reading one message through a filter costs, in units of the scan budget (one unit: a
-# chunk skipped or a digest compared): the expression's evaluation, plus one unit per
-# DECODED_BYTES_PER_UNIT of the sections it decoded (once per message, queues.filters.view),
-# the rate at which the densest maps decode.
-EVALUATION_COST: Final = 8
-DECODED_BYTES_PER_UNIT: Final = 8
 
 
 def digest(value: str | None) -> int:
@@ -196,39 +191,39 @@ class ChunkFilters:
         return self._digests[offset - self._start] if self._chunks else NO_VALUE
 
     def next_candidate(
-        self, offset: int, end: int, wanted: StreamFilter, masks: list[int], budget: int
-    ) -> tuple[int, int]:
-        """The first offset in ``[offset, end)`` that may be wanted, and the budget left.
+        self, offset: int, end: int, wanted: StreamFilter, masks: list[int], budget: ReadBudget
+    ) -> int:
+        """The first offset in ``[offset, end)`` that may be wanted.
 
-        Each chunk skipped and each digest compared costs one unit of ``budget``; when it runs
-        out, the offset reached is returned (``< end``, with budget 0) so the caller can pause.
-        An UNKNOWN digest is a candidate: the caller reads the message.
+        Each chunk skipped and each digest compared costs a unit of ``budget``; when it is
+        spent, the offset reached is returned (``< end``) so the caller can pause. An UNKNOWN
+        digest is a candidate: the caller reads the message.
         """
         if not self._chunks:
-            return (offset, budget) if wanted.match_unfiltered else (end, budget - 1)
+            budget.units -= 1
+            return offset if wanted.match_unfiltered else end
         digests = self._digests
         start = self._start
         chunks = self._chunks
         first_chunk = self._first_chunk
-        while offset < end and budget > 0:
-            budget -= 1
+        while offset < end and not budget.spent:
+            budget.units -= 1
             chunk = chunks[offset // CHUNK_MESSAGES - first_chunk]
             if not any(chunk & mask == mask for mask in masks):
                 offset = min(end, (offset // CHUNK_MESSAGES + 1) * CHUNK_MESSAGES)
                 continue
             message_digest = digests[offset - start]
             if message_digest == UNKNOWN or wanted.wants_digest(message_digest):
-                return offset, budget
+                return offset
             offset += 1
-        return offset, budget
+        return offset
 
 
 class StreamReader:
     """A filtered stream reader: the values it wants and the filter its messages must pass.
 
-    Reading costs budget units: one per chunk skipped or digest compared, and per message a
-    filter reads :data:`EVALUATION_COST` plus what it decoded through ``views``, so a credit
-    request does bounded work however much of the stream matches nothing.
+    Its reads draw on a :class:`~queues.filters.budget.ReadBudget`, so a credit request does
+    bounded work however much of the stream matches nothing.
     """
 
     __slots__ = ("accept", "masks", "views", "wanted")
@@ -252,37 +247,37 @@ class StreamReader:
             return False
         return self.accept is None or self.accept(message)
 
+    def _value_wanted(self, message: Message, message_digest: int, budget: ReadBudget) -> bool:
+        """A candidate's value is wanted by its digest; a recovered one's is read from it."""
+        wanted = self.wanted
+        if wanted is None or message_digest != UNKNOWN:
+            return True
+        return budget.passes(wanted, message, self.views)
+
     def next_wanted(
         self,
         offset: int,
         end: int,
         chunks: ChunkFilters,
         message_at: Callable[[int], Message],
-        budget: int,
-    ) -> tuple[int, Message | None, int]:
-        """The next offset from ``offset`` on this reader wants, its message, the budget left.
+        budget: ReadBudget,
+    ) -> tuple[int, Message | None]:
+        """The next offset from ``offset`` on this reader wants, and its message.
 
-        Without budget left the message is None and the offset is where to go on from.
+        With the budget spent first the message is None and the offset is where to go on from.
         """
         wanted = self.wanted
         accept = self.accept
-        while offset < end and budget > 0:
+        views = self.views
+        while offset < end and not budget.spent:
             if wanted is not None:
-                offset, budget = chunks.next_candidate(offset, end, wanted, self.masks, budget)
-                if offset >= end or budget <= 0:
+                offset = chunks.next_candidate(offset, end, wanted, self.masks, budget)
+                if offset >= end or budget.spent:
                     break
             message = message_at(offset)
-            views = self.views
-            decoded = views.decoded_bytes if views is not None else 0
-            # A recovered message's value is read from the message itself.
-            refused = False
-            if wanted is not None and chunks.digest_at(offset) == UNKNOWN:
-                refused = not wanted(message)
-            refused = refused or (accept is not None and not accept(message))
-            budget -= EVALUATION_COST
-            if views is not None:
-                budget -= (views.decoded_bytes - decoded) // DECODED_BYTES_PER_UNIT
-            if not refused:
-                return offset, message, budget
+            if self._value_wanted(message, chunks.digest_at(offset), budget) and (
+                accept is None or budget.passes(accept, message, views)
+            ):
+                return offset, message
             offset += 1
-        return offset, None, budget
+        return offset, None

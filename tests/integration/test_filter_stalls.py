@@ -18,6 +18,7 @@ from proton import Described, Message, symbol, ulong
 from proton.reactor import Filter, Selector
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 from support.clients import publish
+from support.polling import wait_until
 from support.prober import Prober
 
 from sluicegate.queues.filters.view import ViewStatistics
@@ -181,3 +182,46 @@ def test_filtered_consumers_decode_each_message_once(
     views = _views(running)
     assert views.decodes == _BIG_MESSAGES
     assert views.hits >= _BIG_MESSAGES * (_FILTERED_CONSUMERS - 1)
+
+
+class _Encoded(Message):
+    """A message encoded once and sent as often as needed (proton encodes at every send)."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__()
+        self._encoded = message.encode()
+
+    def encode(self) -> bytes:
+        return self._encoded
+
+
+@pytest.mark.slow
+def test_filtered_consumers_attaching_to_a_long_queue_do_not_stall_others(
+    server: RunningServer,
+) -> None:
+    """1,000 waiting messages of 40 KB application-properties (4,000 small entries each, a
+    costly decode) and ten consumers attaching with a filter that matches only the last: each
+    credit request walks a bounded share of the queue, the rest goes on at the next ticks."""
+    address = "/queues/long-filtered"
+    properties: dict[str, object] = {f"k{i:04d}": i for i in range(4_000)}
+    eu = _Encoded(Message(body="eu", properties={**properties, "region": "eu"}))
+    us = _Encoded(Message(body="us", properties={**properties, "region": "us"}))
+    published = publish(server.url, address, messages=[*[eu] * 999, us])
+    assert published.outcomes == ["accepted"] * 1000
+    connection = BlockingConnection(server.url)
+    try:
+        with Prober(server.url) as prober:
+            receivers = [
+                connection.create_receiver(
+                    address, credit=10, name=f"us-{n}", options=_app_filter({"region": "us"})
+                )
+                for n in range(_FILTERED_CONSUMERS)
+            ]
+            wait_until(lambda: server.queue("long-filtered").unacked == 1, timeout=120)
+            prober.wait_rounds(3, timeout=60)
+        got = [body for receiver in receivers for body in _drain(receiver, 0.2)]
+    finally:
+        connection.close()
+    assert got == ["us"]
+    assert prober.seen.failures == []
+    assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds

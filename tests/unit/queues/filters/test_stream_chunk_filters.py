@@ -10,11 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluicegate.queues.arguments import parse_arguments
+from sluicegate.queues.filters.budget import DECODED_BYTES_PER_UNIT, EVALUATION_COST, READ_BUDGET
 from sluicegate.queues.filters.properties import PropertiesFilter
 from sluicegate.queues.filters.stream_filter import (
     CHUNK_MESSAGES,
-    DECODED_BYTES_PER_UNIT,
-    EVALUATION_COST,
     NO_VALUE,
     UNKNOWN,
     ChunkFilters,
@@ -27,7 +26,7 @@ from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, MessageFilter, OffsetSpec
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.queues.stream import READ_BUDGET, StreamQueue
+from sluicegate.queues.stream import StreamQueue
 from sluicegate.wire.codec import Described, Symbol, Value, encode
 
 _FIRST = OffsetSpec("first")
@@ -152,7 +151,8 @@ def test_recovered_messages_are_read_for_their_value(tmp_path: Path) -> None:
     queue = QueueRegistry(Clock(), store=again).declare_queue("s", {"x-queue-type": "stream"})
     assert isinstance(queue, StreamQueue)
     queue.restore(again)
-    queue.enqueue(_message("banana"))
+    stamped = queue.as_stored(_message("banana"))
+    queue.enqueue(again.enqueue("s", stamped.payload, 0))
     _attach(queue, "bananas", ["banana"])
     assert _read(queue, "bananas") == [2, 3]
     again.close()
