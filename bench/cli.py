@@ -25,6 +25,7 @@ from bench.scenarios import (
     fanout,
     memory_budget,
     slow_consumer,
+    tenant,
     throughput,
 )
 from bench.servers import START, ServerError, Target, parse_target
@@ -41,6 +42,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
         fanout.SCENARIO,
         durable.SCENARIO,
         connections.SCENARIO,
+        tenant.SCENARIO,
     )
 }
 DEFAULT_OUTPUT: Final[Path] = Path("bench/results")

@@ -8,6 +8,7 @@ Set-up only, so messages go through proton's ``Message`` and each request waits 
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from types import TracebackType
@@ -35,9 +36,11 @@ class ManagementError(RuntimeError):
 class Management:
     """A connection with the management link pair; a context manager that closes it."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, hostname: str | None = None) -> None:
+        """Connect; ``hostname`` is OPEN's (``vhost:NAME`` chooses a virtual host)."""
         try:
-            self.engine = Pump.connect(host, port, "bench management", TIMEOUT_S)
+            sock = socket.create_connection((host, port), timeout=TIMEOUT_S)
+            self.engine = Pump.client(sock, "bench management", hostname or host)
         except OSError as error:
             raise ManagementError(f"cannot connect to {host}:{port}: {error.strerror}") from None
         connection = self.engine.connection
@@ -89,7 +92,16 @@ class Management:
     def request(
         self, method: str, path: str, body: dict[str, object] | None = None
     ) -> tuple[int, object]:
-        """Send one request and return the reply's status code and body."""
+        """Send one request and return the reply's status code and body; raise if refused."""
+        status, reply = self.reply(method, path, body)
+        if status >= 300:
+            raise ManagementError(f"{method} {path}: {status} {reply!s}")
+        return status, reply
+
+    def reply(
+        self, method: str, path: str, body: dict[str, object] | None = None
+    ) -> tuple[int, object]:
+        """Send one request and return the reply's status code and body, whatever the status."""
         what = f"{method} {path}"
         self.wait(lambda: self.requests.credit > 0, f"{what}: waiting for credit")
         message_id = str(uuid.uuid4())
@@ -121,8 +133,6 @@ class Management:
             status = int(str(reply.subject))
         except ValueError:
             raise ManagementError(f"{what}: a reply without a status code") from None
-        if status >= 300:
-            raise ManagementError(f"{what}: {status} {reply.body!s}")
         return status, reply.body
 
     def declare_queue(self, name: str) -> None:

@@ -120,3 +120,20 @@ def test_connections_exchange_on_every_connection(tmp_path: Path) -> None:
     [record] = json.loads((tmp_path / "connections.json").read_text())["records"]
     assert record["figures"]["connections"] == 30
     assert record["figures"]["messages"] == 150
+
+
+@pytest.mark.slow
+def test_a_tenant_gets_its_quotas_and_no_more(tmp_path: Path) -> None:
+    run = bench(
+        "tenant", "--queues", "20", "--exchanges", "4", "--bindings", "30", "--connections", "2",
+        "--sessions", "3", "--output", str(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    [record] = json.loads((tmp_path / "tenant.json").read_text())["records"]
+    figures = record["figures"]
+    assert figures["queues ok/refused"] == "20/20"
+    assert figures["exchanges ok/refused"] == "4/4"
+    assert figures["bindings ok/refused"] == "30/30"
+    assert figures["connections ok/refused"] == "2/1"
+    assert figures["sessions ok/refused"] == "3/1"
+    assert figures["links"] == 3 * 256
