@@ -56,6 +56,9 @@ def parse_vhosts(raw: object) -> dict[str, VhostSettings]:
         key = f"vhosts.{name}"
         if not name:
             raise UserError("vhosts: a virtual host needs a name")
+        if "\x00" in name:
+            # The durable log qualifies names with the virtual host between NULs.
+            raise UserError(f"vhosts.{name!r}: a virtual host name may not contain NUL")
         if not isinstance(table, Mapping):
             raise UserError(f"{key}: expected a table")
         unknown = set(table) - set(_LIMIT_KEYS)

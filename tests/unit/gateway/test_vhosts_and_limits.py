@@ -96,6 +96,7 @@ def test_logged_names_round_trip(vhost: str, name: str) -> None:
         ({"vhosts": {"a": {"max_queue": 1}}}, "vhosts.a.max_queue: unknown key"),
         ({"vhosts": {"a": {"max_queues": -2}}}, "vhosts.a.max_queues: expected a count"),
         ({"vhosts": {"a": {"max_queues": "10"}}}, "vhosts.a.max_queues: expected a count"),
+        ({"vhosts": {"a\x00b": {}}}, "may not contain NUL"),
         (
             {"users": {"anonymous": {"permissions": {"nowhere": ALL}}}},
             "users.anonymous.permissions.nowhere: no virtual host 'nowhere'",
