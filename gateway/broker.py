@@ -29,7 +29,7 @@ from sluicegate.gateway.access import authorise_attach
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.deliveries import CDelivery
-from sluicegate.gateway.drain import send_drained_flow
+from sluicegate.gateway.drain import granted_credit, send_drained_flow
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.events import (
     connection_of,
@@ -68,7 +68,7 @@ from sluicegate.session.session import LinkFlow, TransferPart, route
 from sluicegate.session.session import Session as PureSession
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.errors import AmqpError
-from sluicegate.wire.serial import SERIAL_MASK, serial_add
+from sluicegate.wire.serial import SERIAL_MASK, serial_add, serial_diff
 
 log = logging.getLogger("sluicegate")
 
@@ -208,6 +208,12 @@ class Broker(Handler):
         if state is not None:
             self._end_session(state)
         session.close()
+        # Proton gives the session's channel back only once our END is encoded, and encodes
+        # only when it writes: a client that reuses its channel for BEGIN/END pairs in one
+        # burst would otherwise have proton run out of channels and stop answering.
+        transport = session.connection.transport
+        if transport is not None:
+            transport.pending()
 
     def _end_session(self, state: SessionState) -> None:
         if state.pure.writer_credit not in state.connection.sessions:
@@ -356,9 +362,10 @@ class Broker(Handler):
             return
         state.limit = limit
         state.drain = drain
-        state.session.pure.client_flow(
-            state.link, state.delivery_count, max(credit, 0), drain, False
-        )
+        sent_since = serial_diff(state.delivery_count, state.flow_count)
+        state.flow_count = state.delivery_count
+        granted = granted_credit(credit, link.unsettled + sent_since)
+        state.session.pure.client_flow(state.link, state.delivery_count, granted, drain, False)
         self._dirty.add(state.session)
 
     # -- deliveries -----------------------------------------------------------------------
@@ -479,8 +486,5 @@ class Broker(Handler):
         if sender.queued:
             return
         state.drain_pending = False
-        drained = sender.drained()
-        if drained:
-            state.delivery_count = serial_add(state.delivery_count, drained)
-        else:
-            send_drained_flow(sender)
+        drained = sender.drained() or send_drained_flow(sender)
+        state.delivery_count = serial_add(state.delivery_count, drained)

@@ -1,4 +1,10 @@
-"""The drained FLOW proton 0.40 will not send when a drain used up exactly all the credit.
+"""A consumer link's credit where proton bends it: grants of 2**31 or more, and the drained FLOW.
+
+Proton keeps a sending link's credit in a C ``int`` (the client's limit less our delivery-count),
+so a legal link-credit of 2**31 or more (a uint, AMQP 1.0 §2.7.4) reads negative;
+:func:`granted_credit` reads it back as the grant it is.
+
+The drained FLOW proton 0.40 will not send when a drain used up exactly all the credit:
 
 AMQP 1.0 §2.6.7: a sender that honours a drain must answer with a FLOW (link-credit 0, drain
 true, its delivery-count), and clients such as rhea wait for it. Proton sends that FLOW only from
@@ -23,7 +29,9 @@ import cproton_ffi
 from cproton_ffi import ffi
 from proton import Connection, Sender
 
-__all__ = ["send_drained_flow"]
+from sluicegate.wire.serial import SERIAL_MASK
+
+__all__ = ["granted_credit", "send_drained_flow"]
 
 _lib = ctypes.CDLL(cproton_ffi.__file__)
 _modified = _lib.pn_modified
@@ -61,18 +69,37 @@ def _probe() -> int:
 _AVAILABLE: Final = _probe()
 
 
-def send_drained_flow(sender: Sender) -> bool:
-    """Have proton send the drained FLOW for a drain that used up all the credit.
+def granted_credit(credit: int, uncounted: int) -> int:
+    """The credit a client granted, from proton's ``credit`` of its sending link.
 
-    Returns False (and does nothing) unless the client asked for a drain and no credit is left:
-    with credit left, ``Sender.drained()`` does the job itself.
+    A negative value is either a client that lowered its limit below deliveries it had not
+    counted yet (at most ``uncounted`` of them: no credit left) or a grant of 2**31 or more,
+    which is read back as the uint it is. The two overlap only for grants within ``uncounted``
+    of 2**32, where the lowered limit, the safe reading, wins.
     """
-    if not sender.drain_mode or sender.credit != 0:
-        return False
+    if credit >= 0:
+        return credit
+    if -credit <= uncounted:
+        return 0
+    return credit & SERIAL_MASK
+
+
+def send_drained_flow(sender: Sender) -> int:
+    """Have proton send the drained FLOW for a drain that ``Sender.drained()`` will not answer.
+
+    That is a drain that used up all the credit, or one of a grant of 2**31 or more (proton's
+    credit reads negative). Returns the credit drained (0 when none was left), by which the
+    delivery-count moves; does nothing and returns 0 unless the client asked for a drain.
+    """
+    credit = sender.credit
+    if not sender.drain_mode or credit > 0:
+        return 0
     words = ffi.cast("int32_t *", sender._impl)
-    # Any non-zero count: the transport adds the link's remaining credit (0) to delivery-count.
+    # Any non-zero count: the transport adds the link's remaining credit (as the uint it
+    # keeps beside our C int) to delivery-count, and the link has none left afterwards.
     words[_AVAILABLE + _DRAINED] = 1
+    words[_AVAILABLE + _CREDIT] = 0
     link_address = int(ffi.cast("uintptr_t", sender._impl))
     connection_address = int(ffi.cast("uintptr_t", sender.connection._impl))
     _modified(connection_address, link_address, True)
-    return True
+    return credit & SERIAL_MASK

@@ -155,6 +155,9 @@ class OutgoingLinkState:
     # The credit limit (delivery-count + credit) and drain flag of the last client FLOW seen.
     limit: int = 0
     drain: bool = False
+    # Our delivery-count when the last client FLOW was read: deliveries sent since then may
+    # be missing from the client's count in its next FLOW (gateway/drain.py).
+    flow_count: int = 0
     # A drain completed in the session whose FLOW proton must send after its queued transfers.
     drain_pending: bool = False
 

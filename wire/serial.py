@@ -31,5 +31,8 @@ def link_credit_snd(delivery_count_rcv: int, link_credit_rcv: int, delivery_coun
     AMQP 1.0 §2.6.7: ``link-credit(snd) = delivery-count(rcv) + link-credit(rcv)
     - delivery-count(snd)``.
     The floor of 0 covers a receiver that lowered its credit while deliveries were in flight.
+    The counts are close serial numbers, but link-credit is a uint that may reach 2**32 - 1:
+    it is added as a plain integer, since serial arithmetic would read a grant of 2**31 or
+    more as a distance backwards.
     """
-    return max(0, serial_diff(serial_add(delivery_count_rcv, link_credit_rcv), delivery_count_snd))
+    return max(0, link_credit_rcv - serial_diff(delivery_count_snd, delivery_count_rcv))

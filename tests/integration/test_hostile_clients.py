@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Final
 
 from integration.conftest import RunningServer
-from proton import uint
+from proton import Message, uint
+from support.clients import publish
 from support.frames import described, encode_frame
 from support.prober import Prober
 from support.raw_client import RawClient
@@ -140,3 +141,66 @@ def test_refusals_left_unanswered_end_the_session(
         client.begin(channel=1)
         other = client.attach("fresh", "sender", target="/queues/refusals", channel=1)
         assert client.wait_attach(other).error is None
+
+
+def _consumer(running: RunningServer, queue: str) -> tuple[RawClient, int]:
+    client = RawClient.connect(running.host, running.port)
+    client.begin()
+    handle = client.attach("consumer", "receiver", source=queue, snd_settle_mode="settled")
+    assert client.wait_attach(handle).error is None
+    return client, handle
+
+
+def _bodies(client: RawClient, count: int) -> list[object]:
+    bodies: list[object] = []
+    for _ in range(count):
+        delivery = client.next_message()
+        assert delivery is not None, f"{len(bodies)} of {count} messages arrived"
+        message = Message()
+        message.decode(delivery.payload)
+        bodies.append(message.body)
+    return bodies
+
+
+def test_link_credit_is_a_uint(server: RunningServer) -> None:
+    """A grant of 2**31 or more is credit like any other (issue 17 §8).
+
+    Proton keeps a sending link's credit in a C int, where such a grant reads negative: the
+    server used to send nothing at all, silently.
+    """
+    queue = "/queues/uint-credit"
+    assert publish(server.url, queue, ["a", "b", "c"]).outcomes == ["accepted"] * 3
+    with _consumer(server, queue)[0] as client:
+        client.flow(0, link_credit=2**32 - 1)
+        assert _bodies(client, 3) == ["a", "b", "c"]
+        assert publish(server.url, queue, ["d"]).outcomes == ["accepted"]
+        assert _bodies(client, 1) == ["d"]
+        # A drain of such a grant: the message there, then delivery-count moves by the rest.
+        assert publish(server.url, queue, ["e"]).outcomes == ["accepted"]
+        before = client.links[0].delivery_count
+        client.flow(0, link_credit=2**31 + 5, drain=True)
+        assert _bodies(client, 1) == ["e"]
+        drained = client.wait_for("flow", where=lambda frame: frame["handle"] is not None)
+        assert drained["link_credit"] == 0
+        assert drained["delivery_count"] == (before + 2**31 + 5) % 2**32
+
+
+def test_channels_reused_in_a_burst_get_their_answers(server: RunningServer) -> None:
+    """120 BEGIN/END pairs on channel 0 in one write: each answered, the connection goes on.
+
+    Proton frees a channel only once our END is encoded, which it did only when writing, so
+    the burst ran it out of channels and the connection hung without a word.
+    """
+    begin = described(
+        "begin", next_outgoing_id=uint(0), incoming_window=uint(100), outgoing_window=uint(100)
+    )
+    pairs = 120
+    with RawClient.connect(server.host, server.port) as client:
+        client.send_raw((encode_frame(0, begin) + encode_frame(0, described("end"))) * pairs)
+        answers = [client.wait_for("end") for _ in range(pairs)]
+        assert all(end["error"] is None for end in answers)
+        begins = [frame for frame in client.received if frame.performative == "begin"]
+        assert len(begins) == pairs
+        client.begin()
+        handle = client.attach("after-the-burst", "sender", target="/queues/channel-reuse")
+        assert client.wait_attach(handle).error is None
