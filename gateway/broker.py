@@ -24,7 +24,7 @@ from proton import (
     Terminus,
 )
 
-from sluicegate.gateway import deliveries
+from sluicegate.gateway import deliveries, timeouts
 from sluicegate.gateway.access import authorise_attach
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
@@ -41,6 +41,7 @@ from sluicegate.gateway.events import (
 from sluicegate.gateway.expiry import ExpiryTimer
 from sluicegate.gateway.identity import open_properties
 from sluicegate.gateway.limits import (
+    Handshakes,
     SessionLimitExceeded,
     check_connections,
     link_attached,
@@ -97,6 +98,8 @@ class Broker(Handler):
         # The default virtual host's registry.
         registry = self.registry = tenancy.default.registry
         self.connections: set[ConnectionState] = set()
+        # Connections that have not sent their OPEN yet, among ``connections``.
+        self.handshakes = Handshakes(config.max_unauthenticated_connections)
         self._dirty: set[SessionState] = set()
         # Keys for consumer links within their session; proton does not expose handles.
         self._handles = 0
@@ -132,8 +135,15 @@ class Broker(Handler):
         connection.properties = self._open_properties
         connection.open()
         state: ConnectionState = connection.sg
+        self.handshakes.finished(state)
+        transport = state.transport
+        # Proton announces the idle timeout in the OPEN it encodes now; from then on
+        # gateway/timeouts.py enforces it, counting whole frames only.
+        transport.pending()
+        transport.idle_timeout = 0.0
+        timeouts.opened(state, state.selectable._reactor.now, self.config.idle_timeout)
         try:
-            check_connections(len(self.connections), self.config)
+            check_connections(len(self.connections) - self.handshakes.pending, self.config)
             admission = self.tenancy.admit(state.user, connection.remote_hostname)
         except AmqpError as error:
             _close(connection, error.condition, str(error))
@@ -163,6 +173,7 @@ class Broker(Handler):
             return
         state.closed = True
         self.connections.discard(state)
+        self.handshakes.finished(state)
         for session in list(state.sessions.values()):
             self._end_session(session)
         for publisher in list(state.publishers):

@@ -57,6 +57,10 @@ DEFAULT_MAX_LINKS_PER_SESSION: Final = 256
 # RabbitMQ's heartbeat default; a dead peer behind a silent network is found within a minute.
 DEFAULT_IDLE_TIMEOUT: Final = 60.0
 DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
+# Sockets still in their handshake at once: more than a burst of real clients reconnecting after
+# a restart ever keeps in flight (each handshake takes milliseconds), and at a few KiB each far
+# below what would matter; sockets that never log in hold a place for handshake_timeout.
+DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: Final = 1024
 ANONYMOUS_LOGIN: Final = ("loopback", "on", "off")
 
 # Field types (as annotated) that a single command-line flag can carry.
@@ -101,14 +105,18 @@ class ServerConfig:
     tls_listen: str = "127.0.0.1:5671"
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
-    # 0: no limit (RabbitMQ's default too); over it a connection is closed at OPEN.
+    # 0: no limit (RabbitMQ's default too); over it a connection is closed at OPEN. Only
+    # connections that have sent their OPEN count.
     max_connections: int = 0
+    # Connections that have not finished TLS, SASL and OPEN yet, counted apart so that they
+    # cannot fill max_connections; over it a new socket is closed at once. 0: no limit.
+    max_unauthenticated_connections: int = DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS
     # Highest channel number, so channel_max + 1 sessions (RabbitMQ 4: 64 sessions).
     channel_max: int = DEFAULT_CHANNEL_MAX
     # RabbitMQ 4's link_max_per_session.
     max_links_per_session: int = DEFAULT_MAX_LINKS_PER_SESSION
-    # Seconds a client has from connecting to the end of its SASL exchange (RabbitMQ's
-    # handshake_timeout): a socket that never logs in is dropped.
+    # Seconds a client has from connecting to its OPEN, TLS and SASL included (RabbitMQ's
+    # handshake_timeout): a socket that never logs in and opens is dropped.
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     # Seconds without a frame from the client before it is dropped; 0 disables. Proton sends
     # our heartbeats at half the client's own idle-time-out.
@@ -171,7 +179,7 @@ class ServerConfig:
         _check_host_port("tls_listen", self.tls_listen)
         if not 0 <= self.channel_max <= 65535:
             raise ConfigError(f"channel_max: must be 0 to 65535, got {self.channel_max}")
-        for key in ("max_connections", "idle_timeout"):
+        for key in ("max_connections", "max_unauthenticated_connections", "idle_timeout"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}: must be 0 (no limit) or positive")
         if self.handshake_timeout <= 0:

@@ -41,7 +41,6 @@ class Gate:
         "_check",
         "_tls",
         "closing",
-        "deadline",
         "output",
         "sasl",
         "state",
@@ -53,14 +52,11 @@ class Gate:
         sasl: SaslServer,
         check: Callable[[str, bytes, Verdict], None],
         tls: ssl.SSLContext | None,
-        deadline: float,
     ) -> None:
         self.state = state
         self.sasl = sasl
         # Checks a PLAIN password off the reactor thread (gateway/login.py).
         self._check = check
-        # When a client still logging in is dropped (reactor time: the selectables' clock).
-        self.deadline = deadline
         self.output = bytearray()
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False

@@ -22,7 +22,7 @@ from proton._selectable import Selectable
 from proton.handlers import IOHandler
 from proton.reactor import Container, EventInjector
 
-from sluicegate.gateway import reading
+from sluicegate.gateway import reading, timeouts
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.gate import Gate
@@ -120,9 +120,10 @@ class FlowIO(IOHandler):
                 break
             if transport.frames_input - frames_before >= READ_FRAMES:
                 break
-        if state is not None and state.idle_timeout and left < READ_BATCH:
-            reading.input_arrived(state)
-        self.update(transport, selectable, selectable._reactor.now)
+        now = selectable._reactor.now
+        if state is not None:
+            timeouts.frames_read(state, now)
+        self.update(transport, selectable, now)
 
     def _input_ended(self, state: ConnectionState) -> None:
         """Close with ``amqp:decode-error`` a connection whose frame proton could not decode.
@@ -186,8 +187,8 @@ class FlowIO(IOHandler):
             self.on_selectable_error(event)
             return False
         state: ConnectionState | None = getattr(selectable, "sg", None)
-        if state is not None and state.idle_timeout:
-            reading.input_arrived(state)
+        if state is not None:
+            timeouts.frames_read(state, selectable._reactor.now)
         self._after_gate(selectable, gate, transport)
         return True
 
@@ -220,17 +221,33 @@ class FlowIO(IOHandler):
             selectable.update()
 
     def on_selectable_expired(self, event: Event) -> None:
-        """Drop a client that has not logged in within ``handshake_timeout``."""
+        """Drop a client past its handshake or idle timeout (gateway/timeouts.py)."""
         selectable = event.selectable
         transport = selectable._transport
-        if transport is None:
+        state: ConnectionState | None = getattr(selectable, "sg", None)
+        if transport is None or state is None:
             return
-        gate: Gate | None = getattr(selectable, "gate", None)
-        if gate is not None and gate.logging_in and selectable._reactor.now >= gate.deadline:
-            log.info("dropping a client that did not log in within handshake_timeout")
-            gate.closing = True
+        overdue = timeouts.overdue(state, selectable._reactor.now)
+        if overdue == "handshake":
+            log.info("dropping a client that did not log in and open within handshake_timeout")
+            gate: Gate | None = getattr(selectable, "gate", None)
+            if gate is not None:
+                gate.closing = True
+            self.broker.release_connection(state)
             transport.close_tail()
             transport.close_head()
+        elif overdue == "idle":
+            log.info("closing a connection that sent no frame for idle_timeout")
+            self.broker.release_connection(state)
+            # Proton's CLOSE carries the transport's condition once input ends; no CLOSE will
+            # come back from a silent client, so the connection ends once ours is written.
+            condition = Condition(
+                "amqp:resource-limit-exceeded",
+                f"no frame from the client for {state.idle_timeout:g} s (idle_timeout)",
+            )
+            transport.condition = state.connection.condition = condition
+            state.connection.close()
+            transport.close_tail()
         super().on_selectable_expired(event)
 
     def on_transport_closed(self, event: Event) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from proton import Link, Transport
 
 from sluicegate.gateway.config import ServerConfig
-from sluicegate.gateway.state import SessionState
+from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.errors import QueueError
 
 
@@ -23,7 +23,11 @@ class LimitExceeded(QueueError):
 
 
 def configure_transport(transport: Transport, config: ServerConfig) -> None:
-    """Apply the per-connection limits proton enforces itself."""
+    """Apply the per-connection limits proton enforces itself.
+
+    The idle timeout is set too, for proton to announce it in OPEN; gateway/timeouts.py
+    enforces it.
+    """
     transport.max_frame_size = config.max_frame_size
     transport.channel_max = config.channel_max
     transport.idle_timeout = config.idle_timeout
@@ -33,6 +37,36 @@ def check_connections(open_connections: int, config: ServerConfig) -> None:
     """Raise if one more connection than ``max_connections`` is opening."""
     if config.max_connections and open_connections > config.max_connections:
         raise LimitExceeded(f"connection limit {config.max_connections} reached")
+
+
+class Handshakes:
+    """Connections that have not sent their OPEN yet: counted apart, with their own cap.
+
+    Such a socket holds a descriptor and a little memory until ``handshake_timeout`` drops it.
+    Were it counted in ``max_connections``, a few sockets that never log in would lock every
+    real client out; here they only fill ``max_unauthenticated_connections``, and a client
+    that completes its handshake leaves that count for the other.
+    """
+
+    __slots__ = ("limit", "pending")
+
+    def __init__(self, limit: int) -> None:
+        # 0: no limit.
+        self.limit = limit
+        self.pending = 0
+
+    def admit(self) -> bool:
+        """Count a new socket, or say no when the cap is reached."""
+        if self.limit and self.pending >= self.limit:
+            return False
+        self.pending += 1
+        return True
+
+    def finished(self, state: ConnectionState) -> None:
+        """The client sent its OPEN, or the connection ended before it did (counted once)."""
+        if state.handshake_deadline:
+            state.handshake_deadline = 0.0
+            self.pending -= 1
 
 
 class SessionLimitExceeded(LimitExceeded):

@@ -2,7 +2,13 @@
 
 Proton's ``Acceptor`` listens with a backlog of 10 and accepts one client per readiness, so a
 burst of connects overflows and waits for SYN retransmits (DESIGN §1). This one listens with a
-large backlog and accepts until the socket would block.
+large backlog and accepts up to :data:`ACCEPT_BATCH` clients per readiness.
+
+At the descriptor limit (EMFILE, ENFILE) the listening socket stays readable, and polling it would
+spin the reactor on failed accepts: the listener stops polling it for :data:`BACKOFF` seconds,
+during which clients wait in the backlog, and tries again. A socket over
+``max_unauthenticated_connections`` is closed as soon as it is accepted. Both are logged at most
+once per :data:`LOG_INTERVAL`, with how many times they happened, never once per client.
 """
 
 from __future__ import annotations
@@ -12,15 +18,15 @@ import ipaddress
 import logging
 import socket
 import ssl
-from collections.abc import Callable
 from typing import Final
 
-from proton import Event, Transport
+from proton import Event, Handler, Transport
 from proton._selectable import Selectable
 from proton.reactor import Container
 
-from sluicegate.gateway import reading
+from sluicegate.gateway import reading, timeouts
 from sluicegate.gateway.auth import anonymous_user
+from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.gate import Gate
 from sluicegate.gateway.io_layer import listen_socket, register
@@ -36,24 +42,58 @@ log = logging.getLogger("sluicegate.listener")
 
 # Linux caps this at net.core.somaxconn (4096 by default since 5.4).
 LISTEN_BACKLOG: Final = 4096
+# Clients accepted per readiness: a full backlog is taken in a few passes of the reactor, each
+# short enough that connected clients are served in between.
+ACCEPT_BATCH: Final = 128
+# Seconds the listening socket is left alone once accept() fails for lack of descriptors: long
+# enough that the failed attempts cost nothing, short enough that a freed descriptor is used soon.
+BACKOFF: Final = 0.25
+# At most one warning per kind per interval (seconds), with the count since the last one.
+LOG_INTERVAL: Final = 10.0
+_NO_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
-class Listener:
+class RareWarning:
+    """A warning logged at most once per :data:`LOG_INTERVAL`, counting what it left out."""
+
+    __slots__ = ("_due", "_message", "_since")
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+        self._due = 0.0
+        self._since = 0
+
+    def happened(self, now: float, detail: str) -> None:
+        """Count one occurrence; log if the interval since the last warning has passed."""
+        self._since += 1
+        if now < self._due:
+            return
+        log.warning(
+            "%s: %s (%d times in the last %g s)", self._message, detail, self._since, LOG_INTERVAL
+        )
+        self._since = 0
+        self._due = now + LOG_INTERVAL
+
+
+class Listener(Handler):
     """The server's listening socket as a reactor selectable."""
 
     def __init__(
         self,
         container: Container,
         config: ServerConfig,
-        on_connection: Callable[[ConnectionState], None],
+        broker: Broker,
         logins: PasswordChecks,
         *,
         address: tuple[str, int] | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
+        super().__init__()
         self._container = container
         self._config = config
-        self._on_connection = on_connection
+        self._broker = broker
+        self._exhausted = RareWarning(f"cannot accept, retrying every {BACKOFF:g} s")
+        self._refused = RareWarning("refusing clients over max_unauthenticated_connections")
         self._tls = tls
         self._logins = logins
         host, port = address or (config.host, config.port)
@@ -63,18 +103,40 @@ class Listener:
         self._selectable = register(container, self._socket, self)
 
     def on_selectable_readable(self, event: Event) -> None:
-        """Accept every waiting client."""
-        while True:
+        """Accept the waiting clients, up to :data:`ACCEPT_BATCH`."""
+        handshakes = self._broker.handshakes
+        for _ in range(ACCEPT_BATCH):
             try:
                 sock, _ = self._socket.accept()
             except BlockingIOError:
                 return
             except OSError as error:
-                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("cannot accept: %s", error.strerror)
+                if error.errno in _NO_DESCRIPTORS:
+                    self._back_off(error)
                     return
                 raise
-            self._serve(sock)
+            if handshakes.admit():
+                self._serve(sock)
+            else:
+                sock.close()
+                self._refused.happened(self._container.now, f"{handshakes.pending} pending")
+
+    def _back_off(self, error: OSError) -> None:
+        """Stop polling the listening socket for :data:`BACKOFF` seconds."""
+        self._exhausted.happened(self._container.now, error.strerror or str(error))
+        selectable = self._selectable
+        if selectable.is_terminal:
+            return
+        selectable.reading = False
+        selectable.update()
+        self._container.schedule(BACKOFF, self)
+
+    def on_timer_task(self, event: Event) -> None:
+        """The back-off is over: poll the listening socket again."""
+        selectable = self._selectable
+        if not selectable.is_terminal:
+            selectable.reading = True
+            selectable.update()
 
     def _serve(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -104,10 +166,10 @@ class Listener:
             anonymous_user(users) if self._anonymous else None,
             offer_plain=any(user.password is not None for user in users.values()),
         )
-        deadline = container.now + self._config.handshake_timeout
-        gate = Gate(state, sasl, self._logins.check, self._tls, deadline)
+        timeouts.accepted(state, container.now, self._config.handshake_timeout)
+        gate = Gate(state, sasl, self._logins.check, self._tls)
         setattr(selectable, "gate", gate)  # noqa: B010
-        self._on_connection(state)
+        self._broker.connections.add(state)
         reading.update(transport, selectable, container.now)
 
     def close(self) -> None:

@@ -8,9 +8,10 @@ event that ``update`` queued, so a paused socket is simply never read. The kerne
 buffer then fills and TCP closes its window on the client, which blocks in ``send``.
 
 While the socket is not read the client's frames, heartbeats included, do not arrive, so the
-transport's idle timeout is suspended for the pause (RabbitMQ pauses its heartbeat monitor when
-it blocks a reader). It applies again from the first read after the pause: restoring it before
-would let proton compare its stale deadline with the silence the server itself caused.
+idle timeout (gateway/timeouts.py) starts afresh when reading resumes (RabbitMQ pauses its
+heartbeat monitor when it blocks a reader).
+
+:func:`update` also hands the connection's handshake or idle deadline to the selector.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from proton import Transport
 from proton._selectable import Selectable
 from proton.handlers import IOHandler
 
+from sluicegate.gateway import timeouts
 from sluicegate.gateway.state import ConnectionState
 
 
@@ -28,16 +30,15 @@ def update(transport: Transport, selectable: Selectable, now: float) -> None:
     state: ConnectionState | None = getattr(selectable, "sg", None)
     if state is not None and state.account.paused:
         selectable.reading = False
+    if state is not None and state.deadline:
+        deadline = selectable.deadline
+        selectable.deadline = min(deadline, state.deadline) if deadline else state.deadline
     gate = getattr(selectable, "gate", None)
     if gate is not None:
         if gate.wants_write:
             selectable.writing = True
         if gate.verifying:
             selectable.reading = False
-        if gate.logging_in:
-            # Proton's idle timeout starts with AMQP; until then the gate's deadline holds.
-            deadline = selectable.deadline
-            selectable.deadline = min(deadline, gate.deadline) if deadline else gate.deadline
 
 
 def pause(state: ConnectionState) -> None:
@@ -45,11 +46,6 @@ def pause(state: ConnectionState) -> None:
     selectable = state.selectable
     if selectable.is_terminal:
         return
-    transport = state.transport
-    idle_timeout = transport.idle_timeout
-    if idle_timeout:
-        state.idle_timeout = idle_timeout
-        transport.idle_timeout = 0.0
     selectable.reading = False
     selectable.update()
 
@@ -59,11 +55,6 @@ def resume(state: ConnectionState) -> None:
     selectable = state.selectable
     if selectable.is_terminal or selectable._transport is None:
         return
-    update(state.transport, selectable, selectable._reactor.now)
-
-
-def input_arrived(state: ConnectionState) -> None:
-    """Bytes were read after a pause: the suspended idle timeout applies again."""
-    if not state.account.paused:
-        state.transport.idle_timeout = state.idle_timeout
-        state.idle_timeout = 0.0
+    now = selectable._reactor.now
+    timeouts.resumed(state, now)
+    update(state.transport, selectable, now)

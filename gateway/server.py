@@ -114,9 +114,7 @@ class Server:
                 ) from None
             self.metrics_port = self._metrics.port
         try:
-            self._listener = Listener(
-                self.container, config, self.broker.connections.add, self._logins
-            )
+            self._listener = Listener(self.container, config, self.broker, self._logins)
         except OSError as error:
             self._close_metrics()
             message = f"listen: cannot listen on {config.listen}: {error.strerror}"
@@ -141,7 +139,7 @@ class Server:
             self._tls_listener = Listener(
                 self.container,
                 config,
-                self.broker.connections.add,
+                self.broker,
                 self._logins,
                 address=(host.strip("[]"), int(port)),
                 tls=tls,

@@ -49,7 +49,11 @@ class ConnectionState:
         "backlog",
         "closed",
         "connection",
+        "deadline",
+        "frames_seen",
+        "handshake_deadline",
         "idle_timeout",
+        "last_frame",
         "link_names",
         "permissions",
         "publishers",
@@ -85,13 +89,19 @@ class ConnectionState:
         # The virtual host its OPEN entered and what its user may do there; None before.
         self.vhost: VirtualHost | None = None
         self.permissions: Permissions | None = None
-        # The idle timeout (s) suspended while reads are paused (gateway/reading.py); 0: none.
+        # The handshake and idle timeouts (gateway/timeouts.py): when the OPEN is due (0 once it
+        # came), the idle timeout (0: none), when the last whole frame came and proton's frame
+        # count then, and the one deadline armed in the selector (0: none).
+        self.handshake_deadline = 0.0
         self.idle_timeout = 0.0
         # RabbitMQ's repeated link names, made unique between the socket and proton
         # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
         self.link_names = link_names
         # Bytes for proton that it had no room for yet (gateway/feeding.py).
         self.backlog = bytearray()
+        self.last_frame = 0.0
+        self.frames_seen = 0
+        self.deadline = 0.0
 
 
 class SessionState:

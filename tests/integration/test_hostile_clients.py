@@ -8,15 +8,20 @@ seconds before the fix. The attacker gets the error the docs promise.
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 from integration.conftest import RunningServer
 from proton import Message, uint
 from support.clients import publish
-from support.frames import described, encode_frame
+from support.frames import AMQP_HEADER, FRAME_HEADER, SASL_HEADER, described, encode_frame
 from support.prober import Prober
+from support.process import serving
 from support.raw_client import RawClient
 
 # A served prober's round, with room for a loaded shared machine; the stalls were 10-60 s.
@@ -204,3 +209,177 @@ def test_channels_reused_in_a_burst_get_their_answers(server: RunningServer) -> 
         client.begin()
         handle = client.attach("after-the-burst", "sender", target="/queues/channel-reuse")
         assert client.wait_attach(handle).error is None
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bytes | None:
+    """Read until EOF; what the server sent, or None if the socket is still open after
+    ``seconds``."""
+    received = b""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            return None
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+    return None
+
+
+class _Tricklers(threading.Thread):
+    """Sockets that never finish logging in, each sending a byte now and then; a socket the
+    server drops is replaced at once, as an attacker would. Records each socket's lifetime."""
+
+    # What each kind sends, one byte at a time: nothing but the plain AMQP header (an
+    # anonymous client that never opens), a SASL exchange never finished, an OPEN never
+    # finished.
+    PREFIXES: Final = (
+        AMQP_HEADER,
+        SASL_HEADER + b"\x00\x00\x00\x40\x02\x01\x00\x00",
+        AMQP_HEADER + b"\x00\x00\x01\x00\x02\x00\x00\x00",
+    )
+
+    def __init__(self, port: int, count: int) -> None:
+        super().__init__(name="tricklers", daemon=True)
+        self.port = port
+        self.count = count
+        self.lifetimes: list[float] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        sockets: dict[socket.socket, tuple[float, bytes]] = {}
+        kind = 0
+        while not self.stopping.is_set():
+            while len(sockets) < self.count:
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+                sock.setblocking(False)
+                sockets[sock] = (time.monotonic(), self.PREFIXES[kind % 3] + b"\x00" * 4096)
+                kind += 1
+            for sock, (started, rest) in list(sockets.items()):
+                try:
+                    sock.send(rest[:1])
+                    sockets[sock] = (started, rest[1:])
+                    if sock.recv(65536) == b"":
+                        raise ConnectionResetError
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    self.lifetimes.append(time.monotonic() - started)
+                    sock.close()
+                    del sockets[sock]
+            time.sleep(0.1)
+        for sock in sockets:
+            sock.close()
+
+
+def test_sockets_that_never_log_in_are_dropped_and_lock_nobody_out(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """The handshake timeout holds whatever a socket trickles, and such sockets have their own
+    cap instead of filling max_connections (issue 17 §5).
+
+    Header-only sockets used to live forever, and ten trickling sockets locked every real
+    client out of a server with max_connections = 10.
+    """
+    handshake = 1.5
+    running = make_server(
+        max_connections=3, max_unauthenticated_connections=12, handshake_timeout=handshake
+    )
+    tricklers = _Tricklers(running.port, 9)
+    tricklers.start()
+    try:
+        with Prober(running.url) as prober:
+            prober.wait_rounds(3, timeout=60)
+            # Long enough for every trickler to have been dropped and replaced at least once.
+            time.sleep(2 * handshake)
+    finally:
+        tricklers.stopping.set()
+        tricklers.join(30)
+    seen = prober.seen
+    assert seen.failures == []
+    assert seen.worst < PROBE_BOUND, seen.rounds
+    assert len(tricklers.lifetimes) >= 9
+    # Dropped at handshake_timeout; the margin is the trickler's own polling and a loaded host.
+    assert max(tricklers.lifetimes) < handshake + 1.5, tricklers.lifetimes
+    assert min(tricklers.lifetimes) >= handshake - 0.1
+    # Over the cap a socket is closed as soon as it is accepted.
+    waiting = [socket.create_connection((running.host, running.port)) for _ in range(12)]
+    try:
+        with socket.create_connection((running.host, running.port)) as refused:
+            assert _closed_within(refused, 1.0) == b""
+    finally:
+        for sock in waiting:
+            sock.close()
+
+
+def test_idle_timeout_counts_whole_frames_and_fires_on_time(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Silence and a frame trickled byte by byte are both idle, closed after idle_timeout
+    (issue 17 §5); proton's own timer fired at twice the setting and restarted on any byte."""
+    idle = 2.0
+    running = make_server(idle_timeout=idle)
+    # A 256-byte frame of which a byte comes every 0.25 s, for longer than the timeout.
+    frame = FRAME_HEADER.pack(256, 2, 0, 0) + b"\x00" * 8
+    for trickle in (b"", frame):
+        with RawClient.connect(running.host, running.port) as client:
+            client.peer_idle_timeout_ms = None  # no heartbeats
+            start = time.monotonic()
+            for byte in trickle:
+                try:
+                    client.send_raw(bytes([byte]))
+                except OSError:
+                    break  # closed meanwhile: the CLOSE is waiting to be read
+                time.sleep(0.25)
+            close = client.wait_for("close", timeout=3 * idle)
+            elapsed = time.monotonic() - start
+        assert close["error"]["condition"] == "amqp:resource-limit-exceeded"
+        assert "idle_timeout" in close["error"]["description"]
+        assert idle - 0.1 <= elapsed < idle + 0.8, (trickle, elapsed)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_at_the_descriptor_limit_the_listener_backs_off() -> None:
+    """EMFILE makes the listener stop polling for a while and log once, not spin (issue 17 §4).
+
+    With RLIMIT_NOFILE 1024 and 1,100 header-only sockets the server used 100 % CPU and wrote
+    1.8 MB/s of "cannot accept" lines. Here 200 such sockets meet a limit of 128 descriptors;
+    the handshake timeout drops them and frees descriptors for the clients still waiting in
+    the backlog, the prober among them.
+    """
+    env = {**os.environ, "SLUICEGATE_HANDSHAKE_TIMEOUT": "2"}
+    with serving(env=env, descriptors=128) as (process, port):
+        assert process.stderr is not None
+        errors: list[str] = []
+        drain = threading.Thread(target=lambda: errors.extend(process.stderr or ()), daemon=True)
+        drain.start()
+        attackers = []
+        for _ in range(200):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(AMQP_HEADER)
+            attackers.append(sock)
+        try:
+            cpu_before, start = _cpu_seconds(process.pid), time.monotonic()
+            with Prober(f"amqp://127.0.0.1:{port}") as prober:
+                prober.wait_rounds(3, timeout=60)
+            cpu = (_cpu_seconds(process.pid) - cpu_before) / (time.monotonic() - start)
+        finally:
+            for sock in attackers:
+                sock.close()
+    seen = prober.seen
+    assert seen.failures == []
+    # The first round waits for descriptors: the handshake timeout (2 s) frees them.
+    assert seen.worst < 2 + PROBE_BOUND, seen.rounds
+    assert cpu < 0.5, f"the server used {cpu:.0%} of a core while out of descriptors"
+    drain.join(15)
+    refusals = [line for line in errors if "cannot accept" in line]
+    assert 1 <= len(refusals) <= 2, refusals

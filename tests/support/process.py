@@ -6,9 +6,10 @@ For what an in-process server cannot show: signals, exit status, a crash, the pr
 from __future__ import annotations
 
 import re
+import resource
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Final
 
@@ -18,14 +19,28 @@ LISTENING: Final = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d
 SERVE: Final = (sys.executable, "-m", "sluicegate", "serve")
 
 
+def _descriptor_limit(soft: int) -> Callable[[], None]:
+    """Lower RLIMIT_NOFILE in the child before it starts the server."""
+
+    def lower() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return lower
+
+
 @contextmanager
 def serving(
-    *options: str, command: Sequence[str] = SERVE, env: Mapping[str, str] | None = None
+    *options: str,
+    command: Sequence[str] = SERVE,
+    env: Mapping[str, str] | None = None,
+    descriptors: int | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """Run ``command --listen 127.0.0.1:0 OPTIONS`` until the block ends: the process, its port.
 
     The port is read from the line the server prints when ready; anything else fails the test
     with the server's stderr. At the end a server still running gets SIGTERM, then SIGKILL.
+    ``descriptors`` lowers the server's descriptor limit (RLIMIT_NOFILE) to that many.
     """
     process = subprocess.Popen(
         [*command, "--listen", "127.0.0.1:0", *options],
@@ -33,6 +48,7 @@ def serving(
         stderr=subprocess.PIPE,
         text=True,
         env=None if env is None else dict(env),
+        preexec_fn=None if descriptors is None else _descriptor_limit(descriptors),
     )
     try:
         assert process.stdout is not None
