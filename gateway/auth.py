@@ -216,10 +216,19 @@ def parse_users(raw: object) -> dict[str, User]:
     return users
 
 
+# Checked instead when the user does not exist or has no password, so that a wrong user name
+# takes as long to refuse as a wrong password and the answer's timing tells nothing. Random
+# salt and digest: no password hashes to it. Its parameters are those `sluicegate passwd` uses.
+_NOBODY: Final = PasswordHash(
+    SCRYPT_N, SCRYPT_R, SCRYPT_P, secrets.token_bytes(SALT_BYTES), secrets.token_bytes(HASH_BYTES)
+)
+
+
 def check_plain(users: Mapping[str, User], username: str, password: bytes) -> User | None:
-    """The user a SASL PLAIN login names, if the password is right."""
+    """The user a SASL PLAIN login names, if the password is right; as costly either way."""
     user = users.get(username)
     if user is None or user.password is None:
+        _NOBODY.verify(password)
         return None
     return user if user.password.verify(password) else None
 

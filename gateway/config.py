@@ -61,6 +61,11 @@ DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
 # a restart ever keeps in flight (each handshake takes milliseconds), and at a few KiB each far
 # below what would matter; sockets that never log in hold a place for handshake_timeout.
 DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: Final = 1024
+# PLAIN logins waiting for their password check, per listener and per client address. Two
+# workers check about 30 logins a second on a small machine, so 64 wait at most about 2 s; 8
+# per address leave room for a host that opens a pool of connections at once.
+DEFAULT_MAX_PENDING_LOGINS: Final = 64
+DEFAULT_MAX_PENDING_LOGINS_PER_ADDRESS: Final = 8
 ANONYMOUS_LOGIN: Final = ("loopback", "on", "off")
 
 # Field types (as annotated) that a single command-line flag can carry.
@@ -115,6 +120,10 @@ class ServerConfig:
     channel_max: int = DEFAULT_CHANNEL_MAX
     # RabbitMQ 4's link_max_per_session.
     max_links_per_session: int = DEFAULT_MAX_LINKS_PER_SESSION
+    # PLAIN logins waiting for their password check on one listener, and from one address;
+    # over either, a login gets SASL sys-temp at once (gateway/login.py).
+    max_pending_logins: int = DEFAULT_MAX_PENDING_LOGINS
+    max_pending_logins_per_address: int = DEFAULT_MAX_PENDING_LOGINS_PER_ADDRESS
     # Seconds a client has from connecting to its OPEN, TLS and SASL included (RabbitMQ's
     # handshake_timeout): a socket that never logs in and opens is dropped.
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
@@ -184,8 +193,13 @@ class ServerConfig:
                 raise ConfigError(f"{key}: must be 0 (no limit) or positive")
         if self.handshake_timeout <= 0:
             raise ConfigError("handshake_timeout: must be positive")
-        if self.max_links_per_session <= 0:
-            raise ConfigError("max_links_per_session: must be positive")
+        for key in (
+            "max_links_per_session",
+            "max_pending_logins",
+            "max_pending_logins_per_address",
+        ):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key}: must be positive")
         if self.body_cache_size < 0:
             raise ConfigError("body_cache_size: must not be negative")
         for user in self.users.values():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable
+from typing import Final
 
 from proton import Transport
 from proton._selectable import Selectable
@@ -27,18 +27,28 @@ from sluicegate.clients.tls import RECV_SIZE, TlsChannel, TlsError
 from sluicegate.gateway import reading
 from sluicegate.gateway.auth import User
 from sluicegate.gateway.feeding import feed, output, taken
-from sluicegate.gateway.login import Verdict
+from sluicegate.gateway.login import LoginQueue, Ticket
+from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
 
 log = logging.getLogger("sluicegate.gate")
+
+# While its password is checked a client is still read, so that one that leaves is seen to
+# leave and its check dropped; what it sends meanwhile (its AMQP header and first frames) is
+# held for proton up to this much, and the socket is not read beyond it.
+HELD_WHILE_VERIFYING: Final = 64 * 1024
+
+_busy = RareWarning("login refused, too many password checks waiting")
 
 
 class Gate:
     """One connection's TLS and SASL state, and the bytes waiting for the socket."""
 
     __slots__ = (
-        "_check",
+        "_address",
+        "_logins",
+        "_ticket",
         "_tls",
         "closing",
         "output",
@@ -50,13 +60,17 @@ class Gate:
         self,
         state: ConnectionState,
         sasl: SaslServer,
-        check: Callable[[str, bytes, Verdict], None],
+        logins: LoginQueue,
         tls: ssl.SSLContext | None,
+        address: str,
     ) -> None:
         self.state = state
         self.sasl = sasl
-        # Checks a PLAIN password off the reactor thread (gateway/login.py).
-        self._check = check
+        # Checks a PLAIN password off the reactor thread (gateway/login.py); the check under
+        # way, and the client's address, which may have only so many checks waiting.
+        self._logins = logins
+        self._ticket: Ticket | None = None
+        self._address = address
         self.output = bytearray()
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False
@@ -69,8 +83,19 @@ class Gate:
 
     @property
     def verifying(self) -> bool:
-        """Whether a password check is under way: the socket is not read meanwhile."""
+        """Whether a password check is under way."""
         return self.sasl.phase is Phase.VERIFYING
+
+    @property
+    def readable(self) -> bool:
+        """Whether the socket may be read: during a check, only up to a bound."""
+        return not self.verifying or self.sasl.held < HELD_WHILE_VERIFYING
+
+    def abandon(self) -> None:
+        """The connection is ending: a password check not started yet is dropped."""
+        if self._ticket is not None:
+            self._ticket.cancel()
+            self._ticket = None
 
     @property
     def removable(self) -> bool:
@@ -101,19 +126,25 @@ class Gate:
         self._apply(self.sasl.feed(data), transport)
         return True
 
-    def _apply(self, step: Step, transport: Transport | None) -> None:
+    def _apply(self, step: Step, transport: Transport | None, *, logged: bool = False) -> None:
         if step.output:
             self._queue(step.output)
         if step.close:
-            log.warning("login refused: %s", self.sasl.failure)
+            if not logged:
+                log.warning("login refused: %s", self.sasl.failure)
             self.closing = True
         if step.passthrough and transport is not None:
             feed(self.state, transport, step.passthrough)
         if step.verify is not None:
-            self._check(*step.verify, self._verified)
+            name, password = step.verify
+            self._ticket = self._logins.submit(name, password, self._address, self._verified)
+            if self._ticket is None:
+                _busy.happened(self.state.selectable._reactor.now, f"from {self._address}")
+                self._apply(self.sasl.busy(), transport, logged=True)
 
     def _verified(self, user: User | None) -> None:
         """The password check's verdict, on the reactor thread."""
+        self._ticket = None
         state = self.state
         selectable = state.selectable
         if self.closing or selectable.is_terminal or selectable._transport is None:

@@ -184,6 +184,7 @@ class FlowIO(IOHandler):
         if transport is None:
             return False
         if not gate.read(selectable, transport):
+            gate.abandon()
             self.on_selectable_error(event)
             return False
         state: ConnectionState | None = getattr(selectable, "sg", None)
@@ -232,6 +233,7 @@ class FlowIO(IOHandler):
             log.info("dropping a client that did not log in and open within handshake_timeout")
             gate: Gate | None = getattr(selectable, "gate", None)
             if gate is not None:
+                gate.abandon()
                 gate.closing = True
             self.broker.release_connection(state)
             transport.close_tail()

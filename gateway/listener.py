@@ -8,7 +8,7 @@ At the descriptor limit (EMFILE, ENFILE) the listening socket stays readable, an
 spin the reactor on failed accepts: the listener stops polling it for :data:`BACKOFF` seconds,
 during which clients wait in the backlog, and tries again. A socket over
 ``max_unauthenticated_connections`` is closed as soon as it is accepted. Both are logged at most
-once per :data:`LOG_INTERVAL`, with how many times they happened, never once per client.
+once per interval (gateway/rare_warning.py), never once per client.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from sluicegate.gateway.gate import Gate
 from sluicegate.gateway.io_layer import listen_socket, register
 from sluicegate.gateway.limits import configure_transport
 from sluicegate.gateway.login import PasswordChecks
+from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import SaslServer
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.session.account import Account
@@ -48,31 +49,7 @@ ACCEPT_BATCH: Final = 128
 # Seconds the listening socket is left alone once accept() fails for lack of descriptors: long
 # enough that the failed attempts cost nothing, short enough that a freed descriptor is used soon.
 BACKOFF: Final = 0.25
-# At most one warning per kind per interval (seconds), with the count since the last one.
-LOG_INTERVAL: Final = 10.0
 _NO_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-
-class RareWarning:
-    """A warning logged at most once per :data:`LOG_INTERVAL`, counting what it left out."""
-
-    __slots__ = ("_due", "_message", "_since")
-
-    def __init__(self, message: str) -> None:
-        self._message = message
-        self._due = 0.0
-        self._since = 0
-
-    def happened(self, now: float, detail: str) -> None:
-        """Count one occurrence; log if the interval since the last warning has passed."""
-        self._since += 1
-        if now < self._due:
-            return
-        log.warning(
-            "%s: %s (%d times in the last %g s)", self._message, detail, self._since, LOG_INTERVAL
-        )
-        self._since = 0
-        self._due = now + LOG_INTERVAL
 
 
 class Listener(Handler):
@@ -95,7 +72,9 @@ class Listener(Handler):
         self._exhausted = RareWarning(f"cannot accept, retrying every {BACKOFF:g} s")
         self._refused = RareWarning("refusing clients over max_unauthenticated_connections")
         self._tls = tls
-        self._logins = logins
+        self._logins = logins.queue(
+            config.max_pending_logins, config.max_pending_logins_per_address
+        )
         host, port = address or (config.host, config.port)
         self._anonymous = anonymous_allowed(config.anonymous_login, host)
         self._socket = listen_socket(host, port, LISTEN_BACKLOG)
@@ -107,7 +86,7 @@ class Listener(Handler):
         handshakes = self._broker.handshakes
         for _ in range(ACCEPT_BATCH):
             try:
-                sock, _ = self._socket.accept()
+                sock, peer = self._socket.accept()
             except BlockingIOError:
                 return
             except OSError as error:
@@ -116,7 +95,7 @@ class Listener(Handler):
                     return
                 raise
             if handshakes.admit():
-                self._serve(sock)
+                self._serve(sock, str(peer[0]))
             else:
                 sock.close()
                 self._refused.happened(self._container.now, f"{handshakes.pending} pending")
@@ -138,7 +117,7 @@ class Listener(Handler):
             selectable.reading = True
             selectable.update()
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: socket.socket, address: str) -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         container = self._container
@@ -167,7 +146,7 @@ class Listener(Handler):
             offer_plain=any(user.password is not None for user in users.values()),
         )
         timeouts.accepted(state, container.now, self._config.handshake_timeout)
-        gate = Gate(state, sasl, self._logins.check, self._tls)
+        gate = Gate(state, sasl, self._logins, self._tls, address)
         setattr(selectable, "gate", gate)  # noqa: B010
         self._broker.connections.add(state)
         reading.update(transport, selectable, container.now)

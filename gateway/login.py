@@ -1,17 +1,27 @@
-"""PLAIN password checks on worker threads, with the verdict handed back to the reactor thread.
+"""PLAIN password checks on worker threads, queued within bounds, verdicts back on the reactor.
 
 A salted scrypt hash (gateway/auth.py) takes tens of milliseconds to check, hundreds on a loaded
-machine; on the reactor thread every other client would wait that long per login, and a burst of
-logins would stall the server. ``hashlib.scrypt`` releases the GIL, so a small pool checks while
-the reactor carries on, and :class:`gateway.wakeup.Wakeup` brings each verdict back.
+machine; on the reactor thread every other client would wait that long per login. ``hashlib.scrypt``
+releases the GIL, so :data:`WORKERS` threads check while the reactor carries on, and
+:class:`gateway.wakeup.Wakeup` brings each verdict back.
+
+A flood of logins must not delay everyone else's: checks wait in one bounded queue per listener
+(:class:`LoginQueue`), each source address may have only a few of them waiting, and a client over
+either bound is refused at once (SASL ``sys-temp``: try again later). The workers take the
+listeners' queues in turn. A waiting check whose client has gone is dropped before it costs any
+hashing (:meth:`Ticket.cancel`). All the bookkeeping runs on the reactor thread; the workers
+only hash.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Final
 
 from sluicegate.gateway.auth import User, check_plain
@@ -25,6 +35,91 @@ WORKERS: Final = 2
 Verdict = Callable[[User | None], None]
 
 
+@dataclass(eq=False, slots=True)
+class Ticket:
+    """One login waiting for, or undergoing, its password check."""
+
+    name: str
+    password: bytes
+    address: str
+    done: Verdict
+    queue: LoginQueue
+    started: bool = False
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """The client has gone: drop the check if it has not started, and its verdict anyway."""
+        self.queue.cancel(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LoginStatistics:
+    """What the checks of one server have done."""
+
+    checked: int
+    waiting: int
+    refused: int
+    dropped: int
+
+
+@dataclass(eq=False, slots=True)
+class LoginQueue:
+    """One listener's waiting checks: at most ``limit``, at most ``per_address`` per source."""
+
+    checks: PasswordChecks
+    limit: int
+    per_address: int
+    waiting: deque[Ticket] = field(default_factory=deque)
+    # Waiting checks not cancelled, in all and by source address.
+    live: int = 0
+    by_address: dict[str, int] = field(default_factory=dict)
+
+    def submit(self, name: str, password: bytes, address: str, done: Verdict) -> Ticket | None:
+        """Queue a check; None if this listener or this address has too many waiting."""
+        from_address = self.by_address.get(address, 0)
+        if self.live >= self.limit or from_address >= self.per_address:
+            self.checks.refused += 1
+            return None
+        ticket = Ticket(name, password, address, done, self)
+        self.waiting.append(ticket)
+        self.live += 1
+        self.by_address[address] = from_address + 1
+        self.checks.start()
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        """Forget a ticket; one still waiting is skipped when its turn comes."""
+        if ticket.cancelled:
+            return
+        ticket.cancelled = True
+        if ticket.started:
+            return
+        self._uncount(ticket)
+        self.checks.dropped += 1
+        # Cancelled tickets stay in the deque until their turn; compact it once they
+        # outnumber the live ones, so that connect-and-vanish cycles cannot grow it.
+        if len(self.waiting) > 2 * self.live + WORKERS:
+            self.waiting = deque(waiting for waiting in self.waiting if not waiting.cancelled)
+
+    def take(self) -> Ticket | None:
+        """The next live ticket, now started; None if none waits."""
+        while self.waiting:
+            ticket = self.waiting.popleft()
+            if not ticket.cancelled:
+                self._uncount(ticket)
+                ticket.started = True
+                return ticket
+        return None
+
+    def _uncount(self, ticket: Ticket) -> None:
+        self.live -= 1
+        left = self.by_address[ticket.address] - 1
+        if left:
+            self.by_address[ticket.address] = left
+        else:
+            del self.by_address[ticket.address]
+
+
 class PasswordChecks:
     """Checks PLAIN logins against the config's users off the reactor thread."""
 
@@ -32,13 +127,38 @@ class PasswordChecks:
         self._users = users
         self._call_soon = call_soon
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sluicegate-login")
+        self._queues: list[LoginQueue] = []
+        # Which queue the next free worker looks at first: listeners take turns.
+        self._turn = 0
+        self._running = 0
+        self._closed = False
+        self.checked = 0
+        self.refused = 0
+        self.dropped = 0
 
-    def check(self, name: str, password: bytes, done: Verdict) -> None:
-        """Check a login; ``done(user or None)`` runs later on the reactor thread."""
-        future = self._pool.submit(check_plain, self._users, name, password)
-        future.add_done_callback(lambda finished: self._deliver(finished, done))
+    def queue(self, limit: int, per_address: int) -> LoginQueue:
+        """A new listener's queue."""
+        queue = LoginQueue(self, limit, per_address)
+        self._queues.append(queue)
+        return queue
 
-    def _deliver(self, future: Future[User | None], done: Verdict) -> None:
+    def start(self) -> None:
+        """Hand waiting checks to free workers, taking the listeners' queues in turn."""
+        queues = self._queues
+        while self._running < WORKERS and not self._closed:
+            for offset in range(len(queues)):
+                ticket = queues[(self._turn + offset) % len(queues)].take()
+                if ticket is not None:
+                    self._turn = (self._turn + offset + 1) % len(queues)
+                    break
+            else:
+                return
+            self._running += 1
+            future = self._pool.submit(check_plain, self._users, ticket.name, ticket.password)
+            future.add_done_callback(functools.partial(self._deliver, ticket))
+
+    def _deliver(self, ticket: Ticket, future: Future[User | None]) -> None:
+        """On the worker thread: hand the verdict to the reactor thread."""
         if future.cancelled():
             return
         error = future.exception()
@@ -47,8 +167,21 @@ class PasswordChecks:
         user = None if error is not None else future.result()
         # After shutdown the wakeup pipe is closed: the client is being dropped anyway.
         with contextlib.suppress(OSError):
-            self._call_soon(lambda: done(user))
+            self._call_soon(lambda: self._finished(ticket, user))
+
+    def _finished(self, ticket: Ticket, user: User | None) -> None:
+        self._running -= 1
+        self.checked += 1
+        if not ticket.cancelled:
+            ticket.done(user)
+        self.start()
+
+    def statistics(self) -> LoginStatistics:
+        """Counts since the start; call on the reactor thread."""
+        waiting = sum(queue.live for queue in self._queues)
+        return LoginStatistics(self.checked, waiting, self.refused, self.dropped)
 
     def close(self) -> None:
-        """Cancel checks not started; a running one finishes but its verdict goes nowhere."""
+        """Start no more checks; a running one finishes but its verdict goes nowhere."""
+        self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)

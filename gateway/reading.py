@@ -37,7 +37,7 @@ def update(transport: Transport, selectable: Selectable, now: float) -> None:
     if gate is not None:
         if gate.wants_write:
             selectable.writing = True
-        if gate.verifying:
+        if not gate.readable:
             selectable.reading = False
 
 

@@ -174,6 +174,15 @@ class SaslServer:
         self.failure = f"wrong user name or password for {credentials[0]!r}"
         return Step(verify=credentials)
 
+    @property
+    def held(self) -> int:
+        """Bytes received and not passed on yet (those that came during a password check)."""
+        return len(self._buffer)
+
+    def busy(self) -> Step:
+        """The password cannot be checked now (too many checks waiting): try again later."""
+        return self._fail(SaslCode.SYS_TEMP, "too many password checks waiting")
+
     def verified(self, user: User | None) -> Step:
         """The verdict on the login: the outcome, and the bytes that came meanwhile for proton."""
         if user is None:

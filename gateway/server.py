@@ -76,7 +76,8 @@ class Server:
         self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)
         self.container.global_handler = self._io
-        self._logins = PasswordChecks(config.users, self._wakeup.call_soon)
+        # PLAIN password checks, on worker threads (gateway/login.py).
+        self.logins = PasswordChecks(config.users, self._wakeup.call_soon)
         self._listener: Listener | None = None
         self._metrics: MetricsEndpoint | None = None
         self._tls_listener: Listener | None = None
@@ -114,7 +115,7 @@ class Server:
                 ) from None
             self.metrics_port = self._metrics.port
         try:
-            self._listener = Listener(self.container, config, self.broker, self._logins)
+            self._listener = Listener(self.container, config, self.broker, self.logins)
         except OSError as error:
             self._close_metrics()
             message = f"listen: cannot listen on {config.listen}: {error.strerror}"
@@ -140,7 +141,7 @@ class Server:
                 self.container,
                 config,
                 self.broker,
-                self._logins,
+                self.logins,
                 address=(host.strip("[]"), int(port)),
                 tls=tls,
             )
@@ -178,7 +179,7 @@ class Server:
                 break
         container.stop()
         container.process()
-        self._logins.close()
+        self.logins.close()
         self._run_shutdown_hooks()
         self._io.close()
         self._close_metrics()
@@ -260,7 +261,7 @@ class Server:
         for listener in (self._listener, self._tls_listener):
             if listener is not None:
                 listener.close()
-        self._logins.close()
+        self.logins.close()
         for state in list(self.broker.connections):
             if state.user is None:
                 # Still logging in: proton has no AMQP connection to close, so drop the socket.

@@ -8,8 +8,10 @@ seconds before the fix. The attacker gets the error the docs promise.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -17,15 +19,30 @@ from pathlib import Path
 from typing import Final
 
 from integration.conftest import RunningServer
-from proton import Message, uint
+from proton import Message, symbol, uint
 from support.clients import publish
-from support.frames import AMQP_HEADER, FRAME_HEADER, SASL_HEADER, described, encode_frame
-from support.prober import Prober
+from support.frames import (
+    AMQP_HEADER,
+    FRAME_HEADER,
+    SASL_FRAME,
+    SASL_HEADER,
+    described,
+    encode_frame,
+    parse_frame,
+)
+from support.prober import ROUND_TIMEOUT, Prober
 from support.process import serving
 from support.raw_client import RawClient
 
+from sluicegate.gateway.auth import User, hash_password, parse_users
+
 # A served prober's round, with room for a loaded shared machine; the stalls were 10-60 s.
 PROBE_BOUND: Final = 5.0
+ALICE_PASSWORD: Final = "correct horse"
+# sasl-code (AMQP 1.0 §5.3.3.6): ok, auth, sys-temp.
+SASL_OK: Final = 0
+SASL_AUTH: Final = 1
+SASL_SYS_TEMP: Final = 4
 
 
 class _AttachStorm(threading.Thread):
@@ -383,3 +400,125 @@ def test_at_the_descriptor_limit_the_listener_backs_off() -> None:
     drain.join(15)
     refusals = [line for line in errors if "cannot accept" in line]
     assert 1 <= len(refusals) <= 2, refusals
+
+
+@functools.cache
+def _users() -> dict[str, User]:
+    """One user with a password; hashing it costs tens of milliseconds, so once."""
+    return parse_users({"alice": {"password_hash": hash_password(ALICE_PASSWORD)}})
+
+
+def _plain_login(port: int, user: str, password: str, source: str = "127.0.0.1") -> int:
+    """A PLAIN login over a raw socket from ``source``: its sasl-outcome code."""
+    with socket.socket() as sock:
+        sock.bind((source, 0))
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(SASL_HEADER + _sasl_init(user, password))
+        return _outcome(sock)
+
+
+def _sasl_init(user: str, password: str) -> bytes:
+    init = described(
+        "sasl_init", mechanism=symbol("PLAIN"), initial_response=f"\0{user}\0{password}".encode()
+    )
+    return encode_frame(0, init, frame_type=SASL_FRAME)
+
+
+def _outcome(sock: socket.socket) -> int:
+    """Read the server's SASL frames until its sasl-outcome; the outcome's code."""
+    received = bytearray()
+    sock.settimeout(ROUND_TIMEOUT)
+    while True:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed before its sasl-outcome"
+        received += chunk
+        if len(received) < len(SASL_HEADER):
+            continue
+        frames = received[len(SASL_HEADER) :]
+        while (frame := parse_frame(frames, 65536)) is not None:
+            if frame.performative == "sasl_outcome":
+                return int(frame["code"])
+
+
+class _LoginFlood(threading.Thread):
+    """Wrong-password PLAIN logins from 127.0.0.2, each socket closed as soon as it is sent."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(name="login-flood", daemon=True)
+        self.port = port
+        self.sent = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        attempt = SASL_HEADER + _sasl_init("alice", "wrong")
+        while not self.stopping.is_set():
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.2", 0))
+                sock.connect(("127.0.0.1", self.port))
+                sock.sendall(attempt)
+            self.sent += 1
+
+
+def test_a_login_flood_does_not_delay_other_logins(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Password checks wait in bounded queues, per listener and per address, and those of
+    clients that left are dropped (issue 17 §6).
+
+    1,000 wrong-password logins sent at once, sockets closed, queued 1,000 scrypt checks that
+    ran after their clients had gone, and real users got no answer for about 20 s.
+    """
+    running = make_server(users=_users(), max_pending_logins=16, max_pending_logins_per_address=4)
+    flood = _LoginFlood(running.port)
+    flood.start()
+    answers = []
+    try:
+        while flood.sent < 1000:
+            start = time.monotonic()
+            assert _plain_login(running.port, "alice", ALICE_PASSWORD) == SASL_OK
+            answers.append(time.monotonic() - start)
+    finally:
+        flood.stopping.set()
+        flood.join(30)
+    counts = running.call(running.server.logins.statistics)
+    assert max(answers) < PROBE_BOUND, answers
+    # Most of the logins that reached a check were never hashed: dropped when their client
+    # left, or refused at once.
+    assert counts.checked * 4 < counts.checked + counts.dropped + counts.refused, counts
+
+
+def test_a_login_over_the_queue_bounds_is_told_to_try_later(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """With its address's checks all waiting, a login gets sasl-outcome sys-temp at once."""
+    running = make_server(users=_users(), max_pending_logins_per_address=1)
+    attempts = []
+    for _ in range(8):  # two being checked, one waiting, the rest over the bound
+        sock = socket.socket()
+        sock.bind(("127.0.0.3", 0))
+        sock.connect(("127.0.0.1", running.port))
+        sock.sendall(SASL_HEADER + _sasl_init("alice", "wrong"))
+        attempts.append(sock)
+    codes = []
+    for sock in attempts:
+        with sock:
+            codes.append(_outcome(sock))
+    assert set(codes) == {SASL_AUTH, SASL_SYS_TEMP}, codes
+    # Another address is not affected.
+    assert _plain_login(running.port, "alice", ALICE_PASSWORD) == SASL_OK
+
+
+def test_a_wrong_user_name_takes_as_long_as_a_wrong_password(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """An unknown user costs the same scrypt work as a known one (issue 17 §6): the answer's
+    timing does not tell whether a user exists (it was 0.6 ms against 62 ms)."""
+    running = make_server(users=_users())
+    times: dict[str, list[float]] = {"alice": [], "mallory": []}
+    for _ in range(8):
+        for user, durations in times.items():
+            start = time.monotonic()
+            assert _plain_login(running.port, user, "wrong") == SASL_AUTH
+            durations.append(time.monotonic() - start)
+    known, unknown = (statistics.median(durations) for durations in times.values())
+    assert 0.5 < unknown / known < 2.0, times
