@@ -108,23 +108,23 @@ class _AttachStorm(threading.Thread):
             self.waves += 1
 
 
-def test_attach_storms_do_not_stall_other_clients(
-    make_server: Callable[..., RunningServer],
-) -> None:
+def test_attach_storms_do_not_stall_other_clients() -> None:
     """Each ATTACH costs the same however many links the connection holds (issue 17 §2).
 
     Checking the per-session limit walked every link of the connection, so 16 x 256 attaches
     in one write took 67 s to answer and no other client could connect meanwhile. Refused
-    attaches cost no less than served ones, so the storm attaches past the limit too.
+    attaches cost no less than served ones, so the storm attaches past the limit too. The
+    server runs in its own process: the storm's and the prober's Python would otherwise share
+    its interpreter lock.
     """
-    running = make_server(max_links_per_session=200)
-    with RawClient.connect(running.host, running.port) as attacker:
+    env = {**os.environ, "SLUICEGATE_MAX_LINKS_PER_SESSION": "200"}
+    with serving(env=env) as (_, port), RawClient.connect("127.0.0.1", port) as attacker:
         for channel in range(8):
             attacker.begin(channel)
         storm = _AttachStorm(attacker, sessions=8, per_session=256)
         storm.start()
         try:
-            with Prober(running.url) as prober:
+            with Prober(f"amqp://127.0.0.1:{port}") as prober:
                 prober.wait_rounds(4, timeout=120)
         finally:
             storm.stopping.set()
