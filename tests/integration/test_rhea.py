@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from proton import Message
+from integration.conftest import RunningServer
+from proton import Message, symbol
 from proton.utils import BlockingConnection
 
 JS_DIR = Path(__file__).resolve().parent / "js"
@@ -284,3 +285,47 @@ def test_rhea_request_reply_over_direct_reply_to(
     assert result["sent"] == result["replied"] == result["replies"] == 50
     assert sorted(result["indices"]) == list(range(50))
     assert result["correlated"] is True
+
+
+def test_rhea_receives_through_a_jms_selector_and_an_sql_filter(
+    server: Server, request: pytest.FixtureRequest
+) -> None:
+    """rhea's own selector filter and an AMQP SQL filter, each echoed as applied."""
+    address = queue_name(request)
+    rhea_send(server, address, 30)
+    selected = rhea_receive(server, address, 10, "--selector=i % 3 = 0", "--idle=0.5")
+    assert selected["indices"] == list(range(0, 30, 3))
+    assert selected["filters"] == ["jms-selector"]
+    sql = rhea_receive(server, address, 6, "--sql=i > 20 AND i % 3 <> 0", "--idle=0.5")
+    assert sql["indices"] == [22, 23, 25, 26, 28, 29]
+    assert sql["filters"] == ["sql-filter"]
+
+
+def test_rhea_reads_a_stream_by_its_filter_values(
+    server: RunningServer, request: pytest.FixtureRequest
+) -> None:
+    """RabbitMQ 4.1's stream filter values: only the tagged messages asked for."""
+    address = queue_name(request)
+    server.call(lambda: server.server.registry.declare_queue(address, {"x-queue-type": "stream"}))
+    tags = ["apple", "banana", None, "banana", "cherry"] * 4
+    messages = [
+        Message(
+            body=str(i),
+            properties={"i": i},
+            annotations=None if tag is None else {symbol("x-stream-filter-value"): tag},
+        )
+        for i, tag in enumerate(tags)
+    ]
+    connection = BlockingConnection(server.url, timeout=PROTON_TIMEOUT_S)
+    try:
+        sender = connection.create_sender(address)
+        for message in messages:
+            sender.send(message)
+    finally:
+        connection.close()
+    bananas = [i for i, tag in enumerate(tags) if tag == "banana"]
+    result = rhea_receive(
+        server, address, len(bananas), "--offset=first", "--stream-filter=banana", "--idle=0.5"
+    )
+    assert result["indices"] == bananas
+    assert result["filters"] == ["rabbitmq:stream-filter", "rabbitmq:stream-offset-spec"]

@@ -3,6 +3,7 @@
 //
 //   node receive.js HOST PORT ADDRESS COUNT [--credit-window=W | --credit=C]
 //                   [--settle=at-least-once|at-most-once] [--idle=S]
+//                   [--selector=JMS] [--sql=SQL] [--stream-filter=V1,V2,...] [--offset=SPEC]
 //                   [--timeout=S] [--username=U [--password=P]]
 //
 // Credit: --credit-window=W uses rhea's own flow controller (credit topped up to W as messages
@@ -13,17 +14,25 @@
 // and accepts each of the first COUNT messages; at-most-once asks for pre-settled transfers
 // (snd-settle-mode settled).  Messages past COUNT (possible with a credit window) are released.
 // --idle=S: after the COUNT-th message, wait S seconds more and report what else arrived.
+// Filters (the source's filter set, as rhea and RabbitMQ's clients name them): --selector puts
+// a JMS selector under "jms-selector" (rhea.filter.selector), --sql an AMQP SQL filter under
+// "sql-filter" (descriptor 0x120), --stream-filter RabbitMQ's stream filter values, --offset a
+// stream's rabbitmq:stream-offset-spec ("first", "last", "next" or an offset).
 //
 // Prints {"received":N,"indices":[...],"delivery_counts":[...],"first_acquirers":F,
-//         "presettled":P,"body_types":{...},"extra":E,"credit_left":C,"warnings":[]}
+//         "presettled":P,"body_types":{...},"extra":E,"credit_left":C,"filters":[...],
+//         "warnings":[]}
 // where indices are the messages' "i" (in arrival order), delivery_counts the header
 // delivery-count of each, presettled how many transfers arrived already settled, and extra how
-// many arrived past COUNT (and were released).
+// many arrived past COUNT (and were released), and filters the keys of the filter set the
+// server echoed (the filters it applies).
 
 const common = require('./common.js');
 
-const args = common.parseArgs('receive.js', ['credit-window', 'credit', 'settle', 'idle'],
-    '[--credit-window=W | --credit=C] [--settle=at-least-once|at-most-once] [--idle=S]');
+const args = common.parseArgs('receive.js',
+    ['credit-window', 'credit', 'settle', 'idle', 'selector', 'sql', 'stream-filter', 'offset'],
+    '[--credit-window=W | --credit=C] [--settle=at-least-once|at-most-once] [--idle=S] ' +
+    '[--selector=JMS] [--sql=SQL] [--stream-filter=V1,V2] [--offset=SPEC]');
 if (args.opts['credit-window'] !== undefined && args.opts.credit !== undefined) {
     common.fail(2, '--credit-window and --credit exclude each other');
 }
@@ -42,7 +51,21 @@ const result = {
     body_types: {},
     extra: 0,
     credit_left: null,
+    filters: [],
 };
+const types = common.rhea.types;
+const filter = {};
+if (args.opts.selector !== undefined) Object.assign(filter, common.rhea.filter.selector(args.opts.selector));
+if (args.opts.sql !== undefined) filter['sql-filter'] = types.wrap_described(args.opts.sql, 0x120);
+if (args.opts['stream-filter'] !== undefined) {
+    filter['rabbitmq:stream-filter'] = types.wrap_described(
+        args.opts['stream-filter'].split(','), 'rabbitmq:stream-filter');
+}
+if (args.opts.offset !== undefined) {
+    const spec = /^[0-9]+$/.test(args.opts.offset) ? types.wrap_ulong(Number(args.opts.offset))
+        : args.opts.offset;
+    filter['rabbitmq:stream-offset-spec'] = types.wrap_described(spec, 'rabbitmq:stream-offset-spec');
+}
 let granted = 0;
 let done = false;
 
@@ -50,7 +73,7 @@ const { connection, finish } = common.connect(args, () =>
     `received ${result.received} of ${args.count}, last index ${result.indices.at(-1)}`);
 
 const receiver = connection.open_receiver({
-    source: { address: args.address },
+    source: Object.keys(filter).length ? { address: args.address, filter } : { address: args.address },
     credit_window: creditWindow,
     autoaccept: false,
     snd_settle_mode: settle === 'at-most-once' ? 1 : 0,
@@ -76,6 +99,8 @@ function complete() {
 }
 
 receiver.on('receiver_open', () => {
+    const echoed = receiver.source && receiver.source.filter;
+    result.filters = echoed ? Object.keys(echoed).sort() : [];
     grant();
     if (args.count === 0) complete();
 });
