@@ -437,6 +437,16 @@ class Broker(Handler):
         for vhost in self.tenancy.vhosts.values():
             if vhost.registry.dead_letters:
                 self._route(vhost.registry.route_dead_letters())
+                failures = vhost.registry.dead_letter_router.failures
+                for failure in failures:
+                    log.error(
+                        "dead-lettering %s of queue '%s' failed (%s): %s",
+                        failure.message,
+                        failure.queue,
+                        failure.error,
+                        "it stays in its queue" if failure.kept else "it is lost",
+                    )
+                failures.clear()
         self.publishing.flush()
         dirty = self._dirty
         while dirty:
@@ -453,7 +463,7 @@ class Broker(Handler):
                 link, message = action
                 link_state = senders[link]
                 delivery = deliveries.send(
-                    link_state.sender._impl, b"%d" % message.seq, message.payload
+                    link_state.sender._impl, b"%d" % message.seq, message.read()
                 )
                 link_state.delivery_count = (link_state.delivery_count + 1) & SERIAL_MASK
                 if not link.ack_required:
@@ -470,7 +480,7 @@ class Broker(Handler):
         message = part.message
         if part.start == 0:
             sender.delivery(str(message.seq))
-        sender.stream(message.payload[part.start : part.end])
+        sender.stream(message.read()[part.start : part.end])
         if part.end == message.size:
             delivery = sender.current
             assert delivery is not None

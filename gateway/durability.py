@@ -20,7 +20,7 @@ from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, Write
 from sluicegate.gateway.vhost_log import split_logged_name
 from sluicegate.queues.log.store import MessageStore
 from sluicegate.queues.log.stored import StoredMessage
-from sluicegate.queues.message import ARCHIVED, Message
+from sluicegate.queues.message import Message
 from sluicegate.queues.registry import QueueRegistry
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class Durability:
     def withdraw(self, message: StoredMessage) -> None:
         """The queue refused the message just persisted: archive it, confirm nobody for it."""
         self._waiting.pop()
-        message.state = ARCHIVED
+        message.discard()
 
     def flush(self) -> None:
         """Hand what was appended since the last flush to the writer thread."""

@@ -133,6 +133,7 @@ class VhostLog:
         *,
         exchange: str = "",
         routing_key: str = "",
+        delivery_count: int = 0,
     ) -> Message:
         """Log a persistent message (a dead-letter copy) to a durable queue.
 
@@ -146,4 +147,5 @@ class VhostLog:
             expires,
             exchange=exchange,
             routing_key=routing_key,
+            delivery_count=delivery_count,
         )

@@ -25,7 +25,7 @@ from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from sluicegate.queues.message import ACQUIRED, AVAILABLE, Message
 from sluicegate.queues.paging import RESIDENT_READY, Page, Pager
 from sluicegate.queues.queue_type import MessageFilter
 
@@ -127,9 +127,9 @@ class Backlog:
         self.ready_bytes += message.size
         self.held.total += message.held + MESSAGE_OVERHEAD
 
-    def archive(self, message: Message) -> None:
-        """A delivered message is settled: it leaves the queue."""
-        message.state = ARCHIVED
+    def archive(self, message: Message, *, sending: bool = False) -> None:
+        """A delivered message is settled (``sending``: before it is sent): it leaves."""
+        message.archive(sending=sending)
         del self.messages[message.seq]
         self.held.total -= message.held + MESSAGE_OVERHEAD
 
@@ -233,6 +233,27 @@ class Backlog:
         self.next_seq = seq
         self.held.total += held + len(messages) * MESSAGE_OVERHEAD - page.held
         return messages
+
+    def drop_expired_pages(self, now: int) -> int:
+        """Drop the head pages every message of which is past x-message-ttl, unread; how many.
+
+        For a queue without a dead-letter exchange: nothing needs their bodies.
+        """
+        dropped = 0
+        pages = self.pages
+        ttl = self.deadlines.ttl
+        while pages:
+            deadline = pages[0].tail_deadline(ttl)
+            if deadline is None or deadline > now:
+                break
+            page = pages.popleft()
+            page.drop()
+            dropped += page.count
+            self.paged -= page.count
+            self.ready -= page.count
+            self.ready_bytes -= page.ready_bytes
+            self.held.total -= page.held
+        return dropped
 
     def head_deadline(self) -> int | None:
         """When the head page's first message expires, if the queue has pages and it does."""

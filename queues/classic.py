@@ -27,7 +27,7 @@ from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from sluicegate.queues.message import ARCHIVED, AVAILABLE, Message
 from sluicegate.queues.ordering import Cursor, Ordering, PriorityLanes
 from sluicegate.queues.overflow import Limits
 from sluicegate.queues.paging import Pager
@@ -280,7 +280,7 @@ class ClassicQueue:
             for seq in seqs:
                 message = unacked.pop(seq, None)
                 if message is not None:
-                    message.state = ARCHIVED
+                    message.archive()
                     del messages[seq]
                     settled += 1
                     freed += message.held
@@ -342,6 +342,9 @@ class ClassicQueue:
         """Expire messages and release deliveries whose deadline is the clock's time or past."""
         now = self.clock.now
         backlog = self._backlog
+        if self._dead_letterer.exchange is None:
+            # Nothing needs their bodies: whole pages past x-message-ttl go unread.
+            self._expired += backlog.drop_expired_pages(now)
         for _ in range(_EXPIRY_PAGE_INS):
             # Paged messages expire from the head page, as RabbitMQ expires at a queue's head.
             deadline = backlog.head_deadline()
@@ -411,7 +414,7 @@ class ClassicQueue:
 
     def _make_available(self, message: Message) -> None:
         """Put an acquired message back at its original position."""
-        message.state = AVAILABLE
+        message.release()
         self._backlog.ready += 1
         self._backlog.ready_bytes += message.size
         self._order.requeue(message)
@@ -452,7 +455,7 @@ class ClassicQueue:
         self._delivered += 1
         if state.browse:
             return message
-        message.state = ACQUIRED
+        message.acquire()
         backlog = self._backlog
         backlog.ready -= 1
         backlog.ready_bytes -= message.size
@@ -462,7 +465,7 @@ class ClassicQueue:
                 self._deadlines.lock(message, state, self.clock.now)
         else:
             self._acknowledged += 1
-            backlog.archive(message)
+            backlog.archive(message, sending=True)
         return message
 
     def _dispatch(self) -> list[Dispatch]:
@@ -502,13 +505,13 @@ class ClassicQueue:
         if ack_required:
             for message in taken:
                 size_taken += message.size
-                message.state = ACQUIRED
+                message.acquire()
                 unacked[message.seq] = message
         else:
             for message in taken:
                 size_taken += message.size
                 held_taken += message.held
-                message.state = ARCHIVED
+                message.archive(sending=True)
                 del messages[message.seq]
         count = len(taken)
         if count:

@@ -7,6 +7,11 @@ outbox when the queue has ``x-dead-letter-exchange``, or counts it dropped. The 
 annotations (``x-opt-deaths``) and goes to the queues the dead-letter exchange routes it to. A
 persistent copy for a durable queue is logged by an explicit call to the store before the queue
 takes it.
+
+Each dead letter is routed on its own: one that fails (a step the door's validation should have
+made impossible) is recorded in :attr:`DeadLetterRouter.failures` with its queue and id for the
+gateway to log, and goes back to the queue it came from, without its expiry so that it waits
+there for a consumer instead of failing again; the rest of the batch goes on.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Callable
 from typing import Final, NamedTuple
 
 from sluicegate.queues.errors import NotFound
-from sluicegate.queues.message import ARCHIVED, Message
+from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueType
 from sluicegate.queues.topology_log import TopologyLog
 from sluicegate.wire.deaths import Death, is_cycle, record_death
@@ -68,22 +73,42 @@ class DeadLetterer:
 Route = Callable[[str, str, bytes], list[QueueType]]
 # Whether a message to a queue goes through the log (the registry's rule for durable queues).
 Persists = Callable[[QueueType, bytes], bool]
+# The queue of a name, if it still exists.
+Lookup = Callable[[str], QueueType | None]
+
+
+class DeadLetterFailure(NamedTuple):
+    """A dead letter that could not be routed: where it came from, which message, and why."""
+
+    queue: str
+    message: str
+    error: str
+    # False when it could not go back to its queue either (deleted, or full): it is lost.
+    kept: bool
 
 
 class DeadLetterRouter:
     """The registry's side: routes every pending dead letter to its exchange's queues."""
 
     def __init__(
-        self, clock: Clock, route: Route, persists: Persists, store: TopologyLog | None
+        self,
+        clock: Clock,
+        route: Route,
+        persists: Persists,
+        store: TopologyLog | None,
+        lookup: Lookup,
     ) -> None:
         self.clock = clock
         self._route = route
         self._persists = persists
         self._store = store
+        self._lookup = lookup
         # Dead letters every queue hands over, routed by :meth:`route_all`.
         self.outbox: list[DeadLetter] = []
         # Dead letters lost because their exchange was missing or routed them nowhere.
         self.dropped = 0
+        # Dead letters that failed, for the gateway to log (it empties the list).
+        self.failures: list[DeadLetterFailure] = []
 
     def route_all(self) -> list[Dispatch]:
         """Deliver every pending dead letter to its dead-letter exchange's queues.
@@ -93,17 +118,46 @@ class DeadLetterRouter:
         """
         dispatches: list[Dispatch] = []
         pending = self.outbox
+        # Messages that failed in this pass: one failing again is not sent back a second time.
+        failed: set[int] = set()
         while pending:
             batch = pending[:]
             pending.clear()
             for letter in batch:
-                dispatches.extend(self._deliver(letter))
+                try:
+                    dispatches.extend(self._deliver(letter))
+                except Exception as error:
+                    dispatches.extend(self._failed(letter, error, failed))
+        return dispatches
+
+    def _failed(self, letter: DeadLetter, error: Exception, failed: set[int]) -> list[Dispatch]:
+        """Put the message back in its queue, as it was but for its expiry; record why."""
+        message = letter.message
+        source = self._lookup(letter.queue)
+        dispatches: list[Dispatch] = []
+        kept = False
+        if source is not None and id(message) not in failed:
+            failed.add(id(message))
+            message.expires = None
+            message.release()
+            try:
+                dispatches = source.enqueue(message)
+                kept = True
+            except AmqpError:
+                message.discard()
+        if not kept:
+            self.dropped += 1
+        logged = getattr(message, "message_id", None)
+        described = f"{letter.reason} message {message.seq}" + (
+            "" if logged is None else f" (log id {logged})"
+        )
+        self.failures.append(DeadLetterFailure(letter.queue, described, repr(error), kept))
         return dispatches
 
     def _deliver(self, letter: DeadLetter) -> list[Dispatch]:
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
-        payload = message.payload
+        payload = message.read()
         try:
             targets = self._route(letter.exchange, routing_key, payload)
         except (NotFound, DecodeError):
@@ -137,7 +191,7 @@ class DeadLetterRouter:
                 dispatches.extend(queue.enqueue(logged))
             except AmqpError:
                 if logged is not copy:
-                    logged.state = ARCHIVED
+                    logged.discard()
                 self.dropped += 1
         return dispatches
 
@@ -159,6 +213,6 @@ class DeadLetterRouter:
             copy.expires,
             exchange=copy.exchange,
             routing_key=copy.routing_key,
+            delivery_count=copy.delivery_count,
         )
-        logged.delivery_count = copy.delivery_count
         return logged

@@ -74,12 +74,29 @@ class Message:
     def copy(self) -> Message:
         """The same message for another queue: shares the bytes, not the queue's state."""
         return Message(
-            self.payload,
+            self.read(),
             self.delivery_count,
             expires=self.expires,
             exchange=self.exchange,
             routing_key=self.routing_key,
         )
+
+    def read(self) -> bytes:
+        """The bytes to send: a stored message reads them from the log (a read, maybe a disk's)."""
+        return self.payload
+
+    def acquire(self) -> None:
+        """Handed to a consumer that settles it later (a stored message logs it)."""
+        self.state = ACQUIRED
+
+    def archive(self, *, sending: bool = False) -> None:
+        """Settled and gone (a stored message logs it); ``sending``: still to be sent, so a
+        stored message keeps its body until it is."""
+        self.state = ARCHIVED
+
+    def release(self) -> None:
+        """Back in its queue, available (a stored message logs it)."""
+        self.state = AVAILABLE
 
     def discard(self) -> None:
         """Archive a message nobody will receive (purged, expired, dropped, paged and purged)."""

@@ -46,6 +46,9 @@ class Page(Protocol):
     def head_deadline(self, ttl: int | None) -> int | None:
         """When the first message expires under the queue's ``x-message-ttl``, if known."""
 
+    def tail_deadline(self, ttl: int | None) -> int | None:
+        """When every message has expired under ``x-message-ttl``, if that is known unread."""
+
     def take(self, ttl: int | None) -> Sequence[Message]:
         """The messages as objects, in order, with their expiry under ``ttl`` applied."""
 
@@ -87,6 +90,10 @@ class MemoryPage:
     def head_deadline(self, ttl: int | None) -> int | None:
         """The first message's expiry (the queue applied its TTL before paging it)."""
         return self.messages[0].expires
+
+    def tail_deadline(self, ttl: int | None) -> int | None:
+        """Not known without looking at each message: a memory page is paged in to expire."""
+        return None
 
     def take(self, ttl: int | None) -> list[Message]:
         """The messages themselves."""

@@ -37,7 +37,7 @@ from sluicegate.queues.filters.stream_filter import (
     filter_size,
 )
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from sluicegate.queues.message import ARCHIVED, Message
+from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
     Clock,
@@ -107,7 +107,7 @@ class MessageEntries:
     def drop(self, index: int) -> int:
         """Archive the message."""
         message = self._messages[index]
-        message.state = ARCHIVED
+        message.archive()
         return message.held + MESSAGE_OVERHEAD
 
     def trim(self, count: int) -> None:
@@ -210,7 +210,7 @@ class StreamQueue:
         started = False
         for message in store.iter_recovered_messages(self.name):
             if not started:
-                first = read_stream_offset(message.payload)
+                first = read_stream_offset(message.read())
                 if first is None:
                     raise DecodeError(
                         f"stream '{self.name}': a recovered message has no x-stream-offset"

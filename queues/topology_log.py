@@ -1,8 +1,9 @@
 """What the registry tells the durable log about queues, exchanges and bindings.
 
 Durable declarations are logged so that recovery rebuilds them (docs/durability.md); the store
-(:class:`queues.log.store.MessageStore`) implements this. Message state changes need no call
-from the queues: a stored message logs its own (:class:`queues.log.store.StoredMessage`).
+(:class:`queues.log.store.MessageStore`) implements this. A queue changes a message's state by
+explicit calls (``acquire``, ``archive``, ``release``, ``discard``), which a stored message
+logs (:class:`queues.log.stored.StoredMessage`); its body is read by an explicit ``read()``.
 Dead-lettering logs the copies it makes of persistent messages (:mod:`queues.dead_lettering`).
 """
 
@@ -72,6 +73,7 @@ class TopologyLog(QueueStore, Protocol):
         *,
         exchange: str = "",
         routing_key: str = "",
+        delivery_count: int = 0,
     ) -> Message:
         """Log a persistent message (a dead-letter copy) to a durable queue."""
 

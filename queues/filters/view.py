@@ -270,7 +270,7 @@ class ViewCache:
             return view
         self.decodes += 1
         before = view.cost
-        self.decoded_bytes += view.decode(message.payload, parts)
+        self.decoded_bytes += view.decode(message.read(), parts)
         if view not in views:
             views[view] = None
             self.cost += VIEW_OVERHEAD

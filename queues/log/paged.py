@@ -29,7 +29,16 @@ _MAX_DELTA: Final = 0xFFFF
 class PageEntries:
     """Record offsets and id deltas of a run of one queue's messages in one segment."""
 
-    __slots__ = ("end", "first_id", "first_timestamp", "ids", "offsets", "segment", "start")
+    __slots__ = (
+        "end",
+        "first_id",
+        "first_timestamp",
+        "ids",
+        "last_timestamp",
+        "offsets",
+        "segment",
+        "start",
+    )
 
     def __init__(self, segment: int, start: int, first_id: int, first_timestamp: int) -> None:
         self.segment = segment
@@ -38,6 +47,8 @@ class PageEntries:
         self.end = start
         self.first_id = first_id
         self.first_timestamp = first_timestamp
+        # The newest arrival: once it is past the queue's x-message-ttl, so is every message.
+        self.last_timestamp = first_timestamp
         self.offsets = array("I")
         self.ids = array("H")
 
@@ -60,7 +71,8 @@ class PageEntries:
         first = self.first_id
         return [first + delta for delta in self.ids]
 
-    def _append(self, offset: int, end: int, message_id: int) -> None:
+    def _append(self, offset: int, end: int, message_id: int, timestamp: int) -> None:
+        self.last_timestamp = max(self.last_timestamp, timestamp)
         self.offsets.append(offset)
         self.ids.append(message_id - self.first_id)
         self.end = end
@@ -109,6 +121,7 @@ class DiskPage(PageEntries):
             store, queue, entries.segment, entries.start, entries.first_id, entries.first_timestamp
         )
         page.end = entries.end
+        page.last_timestamp = entries.last_timestamp
         page.offsets = entries.offsets
         page.ids = entries.ids
         page.ready_bytes = sum(sizes)
@@ -119,18 +132,24 @@ class DiskPage(PageEntries):
         """Bytes counted against the memory budget."""
         return len(self.offsets) * PAGED_MESSAGE_BYTES
 
-    def add(self, offset: int, end: int, message_id: int, size: int, failures: int) -> None:
-        """Append a message whose record lies at ``offset`` up to ``end``."""
+    def add(
+        self, offset: int, end: int, message_id: int, size: int, failures: int, timestamp: int
+    ) -> None:
+        """Append a message whose record lies at ``offset`` up to ``end``, arrived then."""
         if failures:
             if self.failures is None:
                 self.failures = {}
             self.failures[len(self.offsets)] = failures
-        self._append(offset, end, message_id)
+        self._append(offset, end, message_id, timestamp)
         self.ready_bytes += size
 
     def head_deadline(self, ttl: int | None) -> int | None:
         """The first message's arrival plus the queue's TTL; its own expiry is seen at page-in."""
         return None if ttl is None else self.first_timestamp + ttl
+
+    def tail_deadline(self, ttl: int | None) -> int | None:
+        """When every message has expired under ``ttl``: the newest one's arrival plus it."""
+        return None if ttl is None else self.last_timestamp + ttl
 
     def take(self, ttl: int | None) -> Sequence[Message]:
         """Read the messages back (one read of the page's span)."""
@@ -169,5 +188,12 @@ class LogPager:
                 message.message_id,
                 message.timestamp,
             )
-        tail.add(start, end, message.message_id, message.length, message.delivery_count)
+        tail.add(
+            start,
+            end,
+            message.message_id,
+            message.length,
+            message.delivery_count,
+            message.timestamp,
+        )
         return page

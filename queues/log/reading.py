@@ -79,7 +79,11 @@ class PageReader:
                 page = DiskPage(
                     self.journal, queue, raw.segment, raw.start, raw.first_id, raw.first_timestamp
                 )
-            page.add(raw.offsets[index], raw.end, message_id, raw.sizes[index], 0)
+            page.add(
+                raw.offsets[index], raw.end, message_id, raw.sizes[index], 0, raw.first_timestamp
+            )
+        if page is not None:
+            page.last_timestamp = raw.last_timestamp
         return page
 
     def page_in(self, page: DiskPage, ttl: int | None) -> list[StoredMessage]:

@@ -74,9 +74,9 @@ class RecoveredPage(PageEntries):
         super().__init__(segment, start, first_id, first_timestamp)
         self.sizes = array("I")
 
-    def add(self, offset: int, end: int, message_id: int, size: int) -> None:
+    def add(self, offset: int, end: int, message_id: int, size: int, timestamp: int) -> None:
         """Append an enqueued message."""
-        self._append(offset, end, message_id)
+        self._append(offset, end, message_id, timestamp)
         self.sizes.append(size)
 
 
@@ -338,7 +338,7 @@ class Recovery:
                 self._check_body(segment, offset, record)
             if not pages or not pages[-1].fits(segment, end, message_id):
                 pages.append(RecoveredPage(segment, offset, message_id, record.timestamp))
-            pages[-1].add(offset, end, message_id, size)
+            pages[-1].add(offset, end, message_id, size, record.timestamp)
             self.ledger.enqueued(segment)
             state.next_id = max(state.next_id, message_id + 1)
         elif isinstance(record, MessagesChanged):

@@ -33,14 +33,14 @@ class MessageJournal(Protocol):
 class StoredMessage(Message):
     """A persistent message: its record's place (segment and span) and its body's.
 
-    Its queue changes its state as for any message; each change is logged (acquired,
-    returned, archived), so the queue itself needs no knowledge of the log.
+    Its queue changes its state by explicit calls (:meth:`acquire`, :meth:`archive`,
+    :meth:`release`, :meth:`discard`, :meth:`count_failed_delivery`), each of which logs the
+    change through the store; :meth:`read` reads its body. Nothing happens on attribute access.
     """
 
     __slots__ = (
         # A durable stream's entries remember the objects they handed out, weakly.
         "__weakref__",
-        "_state",
         "archived",
         "journal",
         "length",
@@ -84,7 +84,7 @@ class StoredMessage(Message):
         self.timestamp = timestamp
         self.delivery_count = delivery_count
         self.seq = 0
-        self._state = AVAILABLE
+        self.state = AVAILABLE
         self.expires = expires
         self.exchange = exchange
         self.routing_key = routing_key
@@ -102,9 +102,9 @@ class StoredMessage(Message):
         """Identifies the body in the store's cache, shared by every message that shares it."""
         return (self.segment << 32) | self.offset
 
-    @property
-    def payload(self) -> bytes:  # type: ignore[override]
-        """The wire bytes: the stored body, with the delivery-count raised after failures."""
+    def read(self) -> bytes:
+        """The wire bytes, read through the store (memory, the cache, or the segment file),
+        with the delivery-count raised after failures."""
         body = self.pinned if self.pinned is not None else self.journal.body(self)
         return with_delivery_count(body, self.delivery_count) if self.delivery_count else body
 
@@ -118,31 +118,28 @@ class StoredMessage(Message):
         """Nothing counts against the memory budget: the store bounds its own cache."""
         return 0
 
-    @property
-    def state(self) -> int:
-        """AVAILABLE, ACQUIRED or ARCHIVED (queues.message)."""
-        return self._state
+    def acquire(self) -> None:
+        """Handed to a consumer: logged."""
+        self.state = ACQUIRED
+        self.journal.acquired(self)
 
-    @state.setter
-    def state(self, value: int) -> None:
-        old = self._state
-        if old == value:
-            return
-        self._state = value
-        journal = self.journal
-        if value == ACQUIRED:
-            journal.acquired(self)
-        elif value == ARCHIVED:
-            # Archived straight from the queue: a pre-settled delivery still to be sent (or an
-            # expiry or purge); its body is kept with it while its segment surely exists.
-            journal.settled(self, sending=old == AVAILABLE)
-        else:
-            journal.returned(self, False)
+    def archive(self, *, sending: bool = False) -> None:
+        """Settled: logged; ``sending``, its body is kept with it until it is sent, whatever
+        compaction does meanwhile (a pre-settled delivery waiting in its session)."""
+        if self.state != ARCHIVED:
+            self.state = ARCHIVED
+            self.journal.settled(self, sending)
+
+    def release(self) -> None:
+        """Back in its queue: logged (again as a new enqueue if its settlement was logged)."""
+        if self.state != AVAILABLE:
+            self.state = AVAILABLE
+            self.journal.returned(self, False)
 
     def discard(self) -> None:
         """Archived unread (purged, expired, dropped): settled without keeping its body."""
-        if self._state != ARCHIVED:
-            self._state = ARCHIVED
+        if self.state != ARCHIVED:
+            self.state = ARCHIVED
             self.journal.settled(self)
 
     def count_failed_delivery(self) -> None:

@@ -15,7 +15,7 @@ from typing import Final, Protocol
 from weakref import WeakValueDictionary
 
 from sluicegate.queues.log.stored import StoredMessage
-from sluicegate.queues.message import ARCHIVED, Message
+from sluicegate.queues.message import Message
 
 # What an entry costs in memory, for the memory budget: its id (8 bytes), segment, offset and
 # length (4 each) in arrays, and the stream's arrival timestamp (8).
@@ -89,7 +89,7 @@ class LoggedEntries:
         message_id = self._ids[index]
         message = self._handed.pop(message_id, None)
         if message is not None:
-            message.state = ARCHIVED
+            message.archive(sending=True)
         else:
             self.store.settle_entry(message_id, self._segments[index])
         return ENTRY_BYTES

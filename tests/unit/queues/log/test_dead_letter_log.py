@@ -1,4 +1,5 @@
-"""Dead-letter copies of persistent messages go through the log, ahead of the original's removal."""
+"""Dead-letter copies of persistent messages go through the log, ahead of the original's removal;
+what nobody dead-letters is dropped unread."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import pytest
 from sluicegate.queues.log.segments import SegmentWriter, segment_path
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.message import Message
+from sluicegate.queues.paging import RESIDENT_READY
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.annotations import read_stream_offset
-from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.codec import MAX_DEPTH, Described, Symbol, Value, encode
 from sluicegate.wire.deaths import deaths_of
 
 
@@ -77,8 +79,8 @@ def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(
         shutil.copytree(directory, crashed)
         segment_path(crashed, 1).write_bytes(full[:cut])
         again = MessageStore(crashed)
-        work = [m.payload for m in again.iter_recovered_messages("work")]
-        dead = [m.payload for m in again.iter_recovered_messages("dead")]
+        work = [m.read() for m in again.iter_recovered_messages("work")]
+        dead = [m.read() for m in again.iter_recovered_messages("dead")]
         again.close()
         shutil.rmtree(crashed)
         in_work = _persistent("m0") in work
@@ -126,7 +128,69 @@ def test_a_dead_letter_to_a_durable_stream_is_logged_with_its_offset(tmp_path: P
     again = MessageStore(tmp_path)
     [dead] = list(again.iter_recovered_messages("dead"))
     [audit] = list(again.iter_recovered_messages("audit"))
-    assert [m.payload for m in again.iter_recovered_messages("work")] == [_persistent("m1")]
-    assert [entry[Symbol("reason")] for entry in deaths_of(audit.payload)] == ["maxlen"]
-    assert [entry[Symbol("queue")] for entry in deaths_of(dead.payload)] == ["work"]
-    assert read_stream_offset(audit.payload) == 0
+    assert [m.read() for m in again.iter_recovered_messages("work")] == [_persistent("m1")]
+    assert [entry[Symbol("reason")] for entry in deaths_of(audit.read())] == ["maxlen"]
+    assert [entry[Symbol("queue")] for entry in deaths_of(dead.read())] == ["work"]
+    assert read_stream_offset(audit.read()) == 0
+
+
+def test_a_dead_letter_that_fails_stays_in_its_queue_and_the_rest_of_the_batch_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A message the door would refuse today (its message annotations nested past the codec's
+    depth), as an older server's log may hold it: its dead-lettering fails, alone."""
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    registry = _registry(store)
+    registry.declare_queue("victim", {"x-max-length": 1, "x-dead-letter-exchange": "dlx"})
+    deep: Value = "poison"
+    for _ in range(MAX_DEPTH + 6):
+        deep = [deep]
+    poison = encode(Described(0x70, [True])) + encode(Described(0x72, {Symbol("x-d"): deep}))
+    poison += encode(Described(0x77, "p"))
+    registry.queue("work").enqueue(store.enqueue("work", poison, registry.clock.now))
+    _publish(registry, store, "w1")  # pushes the poison out first: it leads the batch
+    victim = registry.queue("victim")
+    for body in ("v0", "v1", "v2"):
+        victim.enqueue(store.enqueue("victim", _persistent(body), registry.clock.now))
+    registry.route_dead_letters()
+    [failure] = registry.dead_letter_router.failures
+    assert (failure.queue, failure.kept) == ("work", True)
+    assert failure.message.startswith("maxlen message")
+    assert "nested deeper" in failure.error
+    # The victims' letters, after the poison in the batch, went through; the poison stays in
+    # its queue, logged again, and pushes w1 out (the queue holds one).
+    assert registry.queue("dead").statistics().ready == 3
+    write_now(store, writer)
+    store.close()
+    again = MessageStore(tmp_path)
+    work = [m.read() for m in again.iter_recovered_messages("work")]
+    assert poison in work
+    dead = [m.read() for m in again.iter_recovered_messages("dead")]
+    queues = sorted(str(deaths_of(m)[0][Symbol("queue")]) for m in dead)
+    assert queues == ["victim", "victim", "work"]
+
+
+def test_expiry_and_purge_of_a_paged_backlog_read_no_body(tmp_path: Path) -> None:
+    """Without a dead-letter exchange nothing needs an expired or purged message's body."""
+    store = MessageStore(tmp_path)
+    writer = SegmentWriter(tmp_path)
+    registry = QueueRegistry(Clock(1_700_000_000_000), store=store)
+    queues = {
+        name: registry.declare_queue(name, arguments)
+        for name, arguments in (("ttl", {"x-message-ttl": 1000}), ("purged", {}))
+    }
+    for index in range(3 * RESIDENT_READY):
+        for name, queue in queues.items():
+            queue.enqueue(store.enqueue(name, _persistent(f"m{index}"), registry.clock.now))
+        if index % 1000 == 999:
+            write_now(store, writer)
+    write_now(store, writer)
+    before = store.statistics()
+    registry.clock.now += 2000
+    registry.expire()
+    assert registry.purge_queue("purged") == 3 * RESIDENT_READY
+    after = store.statistics()
+    assert [queue.statistics().ready for queue in queues.values()] == [0, 0]
+    assert queues["ttl"].statistics().expired == 3 * RESIDENT_READY
+    assert (after.page_reads, after.body_reads) == (before.page_reads, before.body_reads)

@@ -153,8 +153,8 @@ class StoreModel(RuleBasedStateMachine):
         assert not set(ids) & self.gone
         acquired = {m.message_id for m in self.acquired}
         for message in recovered:
-            header = read_header(message.payload)
-            assert message.payload.endswith(self._body(self.tracked[message.message_id].number))
+            header = read_header(message.read())
+            assert message.read().endswith(self._body(self.tracked[message.message_id].number))
             if clean and message.message_id in acquired:
                 assert header.delivery_count >= 1
         if clean:

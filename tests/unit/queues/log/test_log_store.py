@@ -25,7 +25,7 @@ def _reopen(directory: Path, segment_size: int = 16 * 1024 * 1024) -> MessageSto
 
 
 def _bodies(messages: Iterable[StoredMessage]) -> list[bytes]:
-    return [m.payload for m in messages]
+    return [m.read() for m in messages]
 
 
 def test_queues_and_messages_survive_a_reopen(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_an_acquired_message_comes_back_with_one_more_delivery_count(tmp_path: P
     store.returned(third, failed=False)
     write_now(store, writer)
     recovered = list(_reopen(tmp_path).iter_recovered_messages("q"))
-    assert [read_header(m.payload).delivery_count for m in recovered] == [1, 1, 0]
+    assert [read_header(m.read()).delivery_count for m in recovered] == [1, 1, 0]
 
 
 def test_bodies_are_read_back_from_disk_once_out_of_the_cache(tmp_path: Path) -> None:
@@ -84,11 +84,11 @@ def test_bodies_are_read_back_from_disk_once_out_of_the_cache(tmp_path: Path) ->
     writer = SegmentWriter(tmp_path)
     store.declare_queue("q", {})
     message = store.enqueue("q", _payload(7, 1000), 0)
-    assert message.payload == _payload(7, 1000)
+    assert message.read() == _payload(7, 1000)
     assert store.statistics().body_reads == 0
     write_now(store, writer)
     assert store.statistics().unwritten_messages == 0
-    assert message.payload == _payload(7, 1000)
+    assert message.read() == _payload(7, 1000)
     assert store.statistics().body_reads == 1
     assert message.size == len(_payload(7, 1000))
 
@@ -174,7 +174,7 @@ def test_a_batch_of_more_buffers_than_iov_max_is_written_whole(tmp_path: Path) -
     store.written(batch)
     recovered = list(_reopen(tmp_path).iter_recovered_messages("q"))
     assert len(recovered) == 3000
-    assert recovered[-1].payload == _payload(2999)
+    assert recovered[-1].read() == _payload(2999)
 
 
 def test_recovered_messages_keep_their_exchange_and_routing_key(tmp_path: Path) -> None:
@@ -241,10 +241,10 @@ def test_a_log_in_format_1_recovers(tmp_path: Path) -> None:
     assert store.bindings == {binding_key("orders", "q", "eu.#", {}): {}}
     [message] = list(store.iter_recovered_messages("q"))
     assert (message.message_id, message.timestamp) == (0, 1234)
-    assert message.payload.endswith(encode(Described(0x77, "legacy")))
+    assert message.read().endswith(encode(Described(0x77, "legacy")))
     # Format 1 did not log the routing; the message keeps its annotations as published.
     assert (message.exchange, message.routing_key) == ("", "")
-    assert message.payload.startswith(routing_annotations("orders", "eu.paris"))
+    assert message.read().startswith(routing_annotations("orders", "eu.paris"))
     # New records go after it in the new format, and both recover together.
     writer = SegmentWriter(tmp_path)
     store.declare_exchange("orders-internal", "direct", {}, internal=True)
@@ -306,7 +306,7 @@ def test_a_body_routed_to_many_queues_is_written_once_and_every_copy_recovers(
     # One body, and a small reference record per other queue, all in the body's segment.
     assert len(body) < written < len(body) + 100 * len(queues)
     assert {copy.segment for copy in copies} == {copies[0].segment}
-    assert [copy.payload for copy in copies] == [body] * len(queues)
+    assert [copy.read() for copy in copies] == [body] * len(queues)
     # The holder of the body settles first: the references keep its segment.
     store.settled(copies[0])
     store.enqueue(queues[0], _payload(1, size=3000), 8)
@@ -316,7 +316,7 @@ def test_a_body_routed_to_many_queues_is_written_once_and_every_copy_recovers(
     again = _reopen(tmp_path, segment_size=4096)
     for queue in queues[1:]:
         [recovered] = again.iter_recovered_messages(queue)
-        assert recovered.payload == body
+        assert recovered.read() == body
     # One read of the shared body serves every queue from the cache.
     assert again.statistics().body_reads == 1
     writer = SegmentWriter(tmp_path)
@@ -354,4 +354,4 @@ def test_a_delivery_count_survives_a_restart_and_the_compaction_that_counted_it(
     assert not segment_path(tmp_path, counted).exists()
     recovered = list(_reopen(tmp_path, segment_size=4096).iter_recovered_messages("q"))
     assert [m.message_id for m in recovered] == [held.message_id, copy.message_id]
-    assert [read_header(m.payload).delivery_count for m in recovered] == [2, 4]
+    assert [read_header(m.read()).delivery_count for m in recovered] == [2, 4]

@@ -15,7 +15,7 @@ from sluicegate.queues.paging import PAGE_MESSAGES
 
 def _page(tmp_path: Path) -> DiskPage:
     page = DiskPage(MessageStore(tmp_path), "q", 3, 1000, 500, 0)
-    page.add(1000, 1200, 500, 150, 0)
+    page.add(1000, 1200, 500, 150, 0, 7)
     return page
 
 
@@ -31,7 +31,7 @@ def test_a_page_holds_at_most_page_messages(tmp_path: Path) -> None:
     page = _page(tmp_path)
     for index in range(1, PAGE_MESSAGES):
         assert page.fits(3, 1200 + index * 10, 500 + index)
-        page.add(1200 + (index - 1) * 10, 1200 + index * 10, 500 + index, 2, 0)
+        page.add(1200 + (index - 1) * 10, 1200 + index * 10, 500 + index, 2, 0, 7)
     assert page.count == PAGE_MESSAGES
     assert not page.fits(3, 1200 + PAGE_MESSAGES * 10, 500 + PAGE_MESSAGES)
     assert page.ready_bytes == 150 + 2 * (PAGE_MESSAGES - 1)

@@ -89,7 +89,7 @@ class PagingModel(RuleBasedStateMachine):
         del self.ready[: len(delivered)]
         assert len(delivered) == len(expected)
         for number, message in zip(expected, delivered, strict=True):
-            payload = message.payload
+            payload = message.read()
             assert payload.endswith(_body(number))
             # Compaction may delete old acquire/return records (queues.log.ledger): a recovered
             # count can fall short of the attempts, never exceed them.

@@ -51,7 +51,7 @@ def test_a_durable_stream_counts_a_few_bytes_a_message_and_reads_bodies_back(
     gc.collect()
     assert queue.held.total == 500 * ENTRY_BYTES
     taken = _read(queue, "reader", 500)
-    assert [read_stream_offset(m.payload) for m in taken] == list(range(500))
+    assert [read_stream_offset(m.read()) for m in taken] == list(range(500))
     assert [m.seq for m in taken] == list(range(500))
     # No cache: every body came back from the log.
     assert store.statistics().body_reads == 500
@@ -73,7 +73,7 @@ def test_retention_keeps_the_body_of_a_message_still_out_for_delivery(tmp_path: 
     # nobody held were settled without reading theirs.
     assert in_flight.pinned is not None
     assert store.statistics().body_reads == reads + 1
-    assert read_stream_offset(in_flight.payload) == 0
+    assert read_stream_offset(in_flight.read()) == 0
     assert queue.held.total == (queue.next_offset - queue.first) * ENTRY_BYTES
 
 
@@ -91,4 +91,4 @@ def test_a_durable_stream_comes_back_as_entries_after_a_restart(tmp_path: Path) 
     assert queue.held.total == 3000 * ENTRY_BYTES
     assert (queue.first, queue.next_offset) == (0, 3000)
     taken = _read(queue, "reader", 3000)
-    assert [read_stream_offset(m.payload) for m in taken] == list(range(3000))
+    assert [read_stream_offset(m.read()) for m in taken] == list(range(3000))
