@@ -23,6 +23,7 @@ from bench.scenarios import (
     connections,
     durable,
     fanout,
+    hostile,
     memory_budget,
     slow_consumer,
     tenant,
@@ -43,6 +44,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
         durable.SCENARIO,
         connections.SCENARIO,
         tenant.SCENARIO,
+        hostile.SCENARIO,
     )
 }
 DEFAULT_OUTPUT: Final[Path] = Path("bench/results")

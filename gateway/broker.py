@@ -24,7 +24,7 @@ from proton import (
     Terminus,
 )
 
-from sluicegate.gateway import deliveries, timeouts
+from sluicegate.gateway import deliveries, payload_buffers, timeouts
 from sluicegate.gateway.access import authorise_attach
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
@@ -65,11 +65,18 @@ from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome, QueueTy
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.session.session import LinkFlow, TransferPart, route
+from sluicegate.session.session import (
+    UNSETTLED_DELIVERY_COST,
+    LinkFlow,
+    TransferPart,
+    Unsettled,
+    route,
+)
 from sluicegate.session.session import Session as PureSession
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.errors import AmqpError
 from sluicegate.wire.serial import SERIAL_MASK, serial_add, serial_diff
+from sluicegate.writer.writer import PendingBytes
 
 log = logging.getLogger("sluicegate")
 
@@ -101,6 +108,8 @@ class Broker(Handler):
         # Connections that have not sent their OPEN yet, among ``connections``.
         self.handshakes = Handshakes(config.max_unauthenticated_connections)
         self._dirty: set[SessionState] = set()
+        # Connections with unsettled deliveries whose payload buffers are to be given back.
+        self._unframed: set[ConnectionState] = set()
         # Keys for consumer links within their session; proton does not expose handles.
         self._handles = 0
         self._states: dict[PureSession, SessionState] = {}
@@ -122,8 +131,24 @@ class Broker(Handler):
         self.publishing.other_link = self.management.on_request
         # What consumer filters decoded of messages, shared by every filter of the server.
         self.filter_views = ViewCache()
+        self.publishing.close_connection = self.close_for_error
+        self.publishing.outbound = self.outbound_bytes
+        # Bytes every connection's writer handed to proton and that are not written yet.
+        self.pending_bytes = PendingBytes()
+        # Unsettled deliveries to consumers, over every session.
+        self.unsettled = Unsettled()
 
     # -- connections ----------------------------------------------------------------------
+
+    def accept(self, state: ConnectionState) -> None:
+        """A client connected: its writer counts toward the server's outbound bytes."""
+        state.writer.pending = self.pending_bytes
+        self.connections.add(state)
+
+    def outbound_bytes(self) -> int:
+        """What consumers make the server hold beyond the queued messages: bytes handed to
+        proton and not yet written, and the bookkeeping of unsettled deliveries."""
+        return self.pending_bytes.total + self.unsettled.count * UNSETTLED_DELIVERY_COST
 
     def on_connection_remote_open(self, event: Event) -> None:
         """Answer OPEN with our identity and let the connection into its virtual host.
@@ -176,12 +201,25 @@ class Broker(Handler):
         self.handshakes.finished(state)
         for session in list(state.sessions.values()):
             self._end_session(session)
-        for publisher in list(state.publishers):
-            self.publishing.detach(publisher)
+        self.publishing.release(state)
         self.management.release(state)
         if state.vhost is not None:
             assert state.user is not None
             self.tenancy.leave(state.user, state.vhost)
+        state.writer.close()
+        if state in self._unframed:
+            self._give_back_buffers()
+
+    def close_for_error(self, state: ConnectionState, condition: str, description: str) -> None:
+        """Close a connection that broke a limit: what it held goes back first.
+
+        Nothing more is read from it: proton would otherwise go on filling the buffers of the
+        deliveries it had begun (it gives them up only after writing their dispositions, which
+        it no longer does once its CLOSE is out), for as long as the client keeps sending.
+        """
+        self.release_connection(state)
+        _close(state.connection, condition, description)
+        state.transport.close_tail()
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -201,10 +239,14 @@ class Broker(Handler):
             session.open()
             _close(session, error.condition, str(error))
             return
+        # Parts of a message are cut at our own max-frame-size at most, whatever the client's.
+        max_frame_size = self.config.max_frame_size
+        remote = connection.transport.remote_max_frame_size
         pure = PureSession(
             connection.writer,
             max_queue_credit=self.config.max_queue_credit,
-            max_frame_size=connection.transport.remote_max_frame_size or self.config.max_frame_size,
+            max_frame_size=min(remote, max_frame_size) if remote else max_frame_size,
+            unsettled=self.unsettled,
         )
         state = SessionState(connection, session, pure)
         connection.sessions[pure.writer_credit] = state
@@ -392,8 +434,12 @@ class Broker(Handler):
             self.publishing.receive(state, delivery)
         elif type(state) is OutgoingLinkState:
             self._settled(state, delivery)
+        elif state is None:
+            # A link refused at attach or detached since: what still arrives is dropped.
+            if deliveries.on_receiver(delivery):
+                self.publishing.discard(delivery)
         else:
-            # Not a publisher's or consumer's link: the management node's, or one refused.
+            # The management node's.
             wrapped = deliveries.wrap(delivery)
             link = wrapped.link
             if link.is_receiver:
@@ -451,6 +497,29 @@ class Broker(Handler):
         dirty = self._dirty
         while dirty:
             self.pump(dirty.pop())
+        if self._unframed:
+            self._give_back_buffers()
+
+    def _give_back_buffers(self) -> None:
+        """Free the payload buffers of unsettled deliveries proton has framed since.
+
+        Proton frames what it may send when asked for its output; a delivery still waiting
+        for the client's window is looked at again after the next pump.
+        """
+        for connection in list(self._unframed):
+            waiting = connection.unframed
+            if not connection.closed:
+                connection.transport.pending()
+            kept: list[CDelivery] = []
+            for delivery in waiting:
+                if not connection.closed and payload_buffers.pending_bytes(delivery):
+                    kept.append(delivery)
+                    continue
+                payload_buffers.release(delivery)
+                deliveries.let_go(delivery)
+            connection.unframed = kept
+            if not kept:
+                self._unframed.discard(connection)
 
     def pump(self, state: SessionState) -> None:
         """Hand the session's sendable deliveries and FLOWs to proton."""
@@ -462,12 +531,13 @@ class Broker(Handler):
             if type(action) is tuple:
                 link, message = action
                 link_state = senders[link]
-                delivery = deliveries.send(
-                    link_state.sender._impl, b"%d" % message.seq, message.read()
-                )
+                payload = message.read()
+                delivery = deliveries.send(link_state.sender._impl, b"%d" % message.seq, payload)
                 link_state.delivery_count = (link_state.delivery_count + 1) & SERIAL_MASK
                 if not link.ack_required:
                     deliveries.settle(delivery)
+                elif len(payload) > payload_buffers.KEEP:
+                    self._unframed_delivery(state.connection, delivery)
             elif type(action) is TransferPart:
                 self._send_part(senders[action.link], action)
             else:
@@ -488,6 +558,15 @@ class Broker(Handler):
             state.delivery_count = (state.delivery_count + 1) & SERIAL_MASK
             if not part.link.ack_required:
                 delivery.settle()
+            else:
+                self._unframed_delivery(state.session.connection, delivery._impl)
+
+    def _unframed_delivery(self, connection: ConnectionState, delivery: CDelivery) -> None:
+        """Give the delivery's payload buffer back once proton has framed it (an unsettled
+        delivery lives until the client settles it: gateway/payload_buffers.py)."""
+        deliveries.hold(delivery)
+        connection.unframed.append(delivery)
+        self._unframed.add(connection)
 
     def _send_link_flow(self, state: OutgoingLinkState | None, flow: LinkFlow) -> None:
         """Send a drain completion; proton can send no other FLOW for a sending link."""

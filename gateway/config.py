@@ -41,6 +41,11 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 # message can cost the reactor (a few milliseconds at most) and the memory of its decoded view.
 # Azure Service Bus caps a message's properties at the same 64 KiB; headers rarely need 1 KiB.
 DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE: Final = 64 * 1024
+# max_unfinished_size 0: two messages of the largest size may be arriving at once.
+UNFINISHED_MESSAGES: Final = 2
+# Bytes a connection's writer hands to proton before it waits for the socket: a few frames of
+# the largest size in flight, whatever frame size the client announces (docs/operations.md).
+DEFAULT_WRITER_BUFFER_SIZE: Final = 4 * 1024 * 1024
 # Proton's and RabbitMQ's default: large enough to batch small messages, small enough that one
 # frame never blocks a connection's other sessions for long.
 DEFAULT_MAX_FRAME_SIZE: Final = 128 * 1024
@@ -88,6 +93,9 @@ class ServerConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     # Encoded bytes of a message's application-properties section; larger is rejected.
     max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
+    # Bytes of multi-frame deliveries still arriving on one connection; past it, it is closed.
+    # 0: twice max_message_size.
+    max_unfinished_size: int = 0
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_link_credit: int = DEFAULT_MAX_LINK_CREDIT
     max_queue_credit: int = DEFAULT_MAX_QUEUE_CREDIT
@@ -97,6 +105,8 @@ class ServerConfig:
     account_limit: int = DEFAULT_ACCOUNT_LIMIT
     writer_initial_credit: int = DEFAULT_INITIAL_CREDIT
     writer_more_credit_after: int = DEFAULT_MORE_CREDIT_AFTER
+    # Bytes one connection's writer may have handed to proton and not yet written.
+    writer_buffer_size: int = DEFAULT_WRITER_BUFFER_SIZE
     shutdown_timeout: float = 5.0
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     # -- authentication, TLS and limits (docs/operations.md) --
@@ -158,9 +168,15 @@ class ServerConfig:
             "memory_budget",
             "account_limit",
             "log_segment_size",
+            "writer_buffer_size",
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}: must be positive, got {getattr(self, key)}")
+        if 0 < self.max_unfinished_size < self.max_message_size:
+            raise ConfigError(
+                "max_unfinished_size: must be 0 or at least max_message_size, or no message of "
+                "that size could arrive"
+            )
         if self.log_segment_size > MAX_SEGMENT_SIZE:
             raise ConfigError(f"log_segment_size: must be at most {MAX_SEGMENT_SIZE}")
         if self.max_frame_size < MIN_MAX_FRAME_SIZE:
@@ -209,6 +225,11 @@ class ServerConfig:
                         f"users.{user.name}.permissions.{vhost}: no virtual host {vhost!r} "
                         f"(declare it with a [vhosts.{vhost}] table)"
                     )
+
+    @property
+    def unfinished_limit(self) -> int:
+        """Bytes of deliveries still arriving one connection may have (``max_unfinished_size``)."""
+        return self.max_unfinished_size or UNFINISHED_MESSAGES * self.max_message_size
 
     @property
     def host(self) -> str:

@@ -15,29 +15,37 @@ with :func:`settle_held`, as proton's ``Wrapper`` does with ``pn_incref``/``pn_d
 
 from __future__ import annotations
 
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from cproton import ffi, lib
 from proton import Condition, Delivery
 
-from sluicegate.gateway.state import IncomingLinkState, OutgoingLinkState
+from sluicegate.gateway import payload_buffers
+from sluicegate.gateway.state import RECORD, IncomingLinkState, OutgoingLinkState
+
+if TYPE_CHECKING:
+    from sluicegate.gateway.management.node import Pair
 
 # A ``pn_delivery_t *`` from cffi: opaque, compared and hashed by address.
 CDelivery: TypeAlias = Any
 _NULL: Final = ffi.NULL
-_STATE: Final = "sg"
 
 
-def link_state(delivery: CDelivery) -> IncomingLinkState | OutgoingLinkState | None:
+def link_state(delivery: CDelivery) -> IncomingLinkState | OutgoingLinkState | Pair | None:
     """The gateway's record of the delivery's link, as ``link.sg`` reads it but unwrapped."""
     handle = lib.pn_record_get_py(lib.pn_link_attachments(lib.pn_delivery_link(delivery)))
     if handle == _NULL:
         return None
-    state: IncomingLinkState | OutgoingLinkState | None = ffi.from_handle(handle).get(_STATE)
+    state: IncomingLinkState | OutgoingLinkState | Pair | None = ffi.from_handle(handle).get(RECORD)
     return state
 
 
-def receive(link: Any, size: int) -> memoryview:
+def on_receiver(delivery: CDelivery) -> bool:
+    """Whether the delivery came in on a receiving link (a publisher's, as the client sees it)."""
+    return bool(lib.pn_link_is_receiver(lib.pn_delivery_link(delivery)))
+
+
+def receive(link: Any, delivery: CDelivery, size: int) -> memoryview:
     """Read the current delivery's ``size`` bytes into a new buffer, seen through a view.
 
     The router makes the one immutable copy a queue stores, splicing sections in as it copies,
@@ -47,6 +55,8 @@ def receive(link: Any, size: int) -> memoryview:
     buffer = bytearray(size)
     if size:
         lib.pn_link_recv(link, ffi.from_buffer(buffer), size)
+        if size > payload_buffers.KEEP:
+            payload_buffers.release(delivery)
     return memoryview(buffer)
 
 
@@ -68,6 +78,11 @@ def tag_number(delivery: CDelivery) -> int:
 def hold(delivery: CDelivery) -> None:
     """Keep the delivery alive past the event that brought it."""
     lib.pn_incref(delivery)
+
+
+def let_go(delivery: CDelivery) -> None:
+    """The delivery held with :func:`hold` may go."""
+    lib.pn_decref(delivery)
 
 
 def settle_held(delivery: CDelivery, state: int, condition: Condition | None = None) -> None:

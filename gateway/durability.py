@@ -24,8 +24,8 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.registry import QueueRegistry
 
 if TYPE_CHECKING:
-    from sluicegate.gateway.publishing import Unconfirmed
     from sluicegate.gateway.wakeup import Wakeup
+    from sluicegate.session.inbound import Unconfirmed
 
 log = logging.getLogger("sluicegate.log")
 

@@ -52,6 +52,7 @@ class Gate:
         "_tls",
         "closing",
         "output",
+        "received",
         "sasl",
         "state",
     )
@@ -75,6 +76,8 @@ class Gate:
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False
         self._tls = None if tls is None else TlsChannel(tls, server_side=True)
+        # Bytes the last read took from the socket (the memory budget charges them).
+        self.received = 0
 
     @property
     def logging_in(self) -> bool:
@@ -106,6 +109,7 @@ class Gate:
         """Read the socket once and pass on what proton may have; False at EOF or on an error."""
         if self.state.backlog and transport is not None:
             feed(self.state, transport, b"")
+        self.received = 0
         try:
             data: bytes = selectable.recv(RECV_SIZE)
         except BlockingIOError:
@@ -115,6 +119,7 @@ class Gate:
             return False
         if not data:
             return False
+        self.received = len(data)
         if self._tls is not None:
             try:
                 data = self._tls.decrypt(data)

@@ -5,7 +5,9 @@
 - Every read from a connection re-checks its sessions with deliveries waiting: a client reopens
   its incoming window with a session-only FLOW, for which proton raises no event.
 - Sessions with something new to send are pumped before the reactor blocks in ``select``.
-- A connection whose account is over its limit is not read (gateway/reading.py).
+- A connection whose account is over its limit, or which the memory budget holds, is not read
+  (gateway/reading.py); bytes read from a publishing connection are charged to the budget as
+  they are read (session/inbound.py).
 - Until its SASL exchange is done, and for its lifetime under TLS, a connection's bytes pass
   through its gate (gateway/gate.py).
 - The reactor waits in epoll (:mod:`gateway.selector`), not select(): no limit of 1,024 sockets.
@@ -94,9 +96,12 @@ class FlowIO(IOHandler):
         if not transport:
             return
         state: ConnectionState | None = getattr(selectable, "sg", None)
+        publishing = self.broker.publishing
         left = READ_BATCH
         frames_before = transport.frames_input
         while left > 0:
+            if state is not None and state.reads_paused:
+                break
             capacity = transport.capacity()
             if capacity <= 0:
                 break
@@ -116,8 +121,9 @@ class FlowIO(IOHandler):
             else:
                 feed(state, transport, data)
             left -= len(data)
-            if state is not None and state.account.paused:
-                break
+            if state is not None:
+                # Charged before proton's events are handled: see session/inbound.py.
+                publishing.charge_read(state, len(data))
             if transport.frames_input - frames_before >= READ_FRAMES:
                 break
         now = selectable._reactor.now
@@ -189,6 +195,7 @@ class FlowIO(IOHandler):
             return False
         state: ConnectionState | None = getattr(selectable, "sg", None)
         if state is not None:
+            self.broker.publishing.charge_read(state, gate.received)
             timeouts.frames_read(state, selectable._reactor.now)
         self._after_gate(selectable, gate, transport)
         return True

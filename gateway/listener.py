@@ -134,7 +134,11 @@ class Listener(Handler):
             connection,
             transport,
             selectable,
-            Writer(self._config.writer_initial_credit, self._config.writer_more_credit_after),
+            Writer(
+                self._config.writer_initial_credit,
+                self._config.writer_more_credit_after,
+                self._config.writer_buffer_size,
+            ),
             Account(self._config.account_limit),
             LinkNames(self._config.max_frame_size) if self._config.rabbitmq_compatible else None,
         )
@@ -148,7 +152,7 @@ class Listener(Handler):
         timeouts.accepted(state, container.now, self._config.handshake_timeout)
         gate = Gate(state, sasl, self._logins, self._tls, address)
         setattr(selectable, "gate", gate)  # noqa: B010
-        self._broker.connections.add(state)
+        self._broker.accept(state)
         reading.update(transport, selectable, container.now)
 
     def close(self) -> None:

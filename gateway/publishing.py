@@ -1,17 +1,13 @@
 """The publish path: a publisher's transfers routed to queues, confirmed once stored.
 
-A received delivery becomes an :class:`Unconfirmed` record with one pending copy per target
-queue. Each copy borrows one unit from the connection's account. When a queue has stored its
-copy (at once for an in-memory queue; after the fsync for a durable one) the queue's owner calls
-:meth:`Publishing.confirm`; when the last copy is confirmed the delivery is settled with its
-outcome, the link's unconfirmed count drops, and the link may be granted new credit at the next
-:meth:`Publishing.flush`. Credit therefore follows storage (notes/rabbitmq-flow.md §6.1).
+Every decision is the pure inbound session's (``session/inbound.py``): whether a transfer may be
+taken, what an unfinished delivery costs, when reads pause, which outcome settles a delivery,
+who gets credit and who waits while the memory budget is exhausted. This module reads proton's
+deliveries, routes and stores messages, and applies what the session decided.
 
-Above the server's memory budget no publishing link is granted new credit until the bytes held
-fall back below the budget's low-water mark (DESIGN §1). Session incoming windows stay open:
-proton 0.40 fixes the window API at BEGIN and enforces the older capacity API without a margin,
-so shrinking a window under a publisher closes its connection with
-``amqp:session:window-violation`` (docs/inbound-flow-control.md).
+Session incoming windows stay open: proton 0.40 fixes the window API at BEGIN and enforces the
+older capacity API without a margin, so shrinking a window under a publisher closes its
+connection with ``amqp:session:window-violation`` (docs/inbound-flow-control.md).
 """
 
 from __future__ import annotations
@@ -25,14 +21,27 @@ from sluicegate.gateway import deliveries, reading
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.durability import Durability
-from sluicegate.gateway.state import ConnectionState, IncomingLinkState
+from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
 from sluicegate.gateway.vhost_log import logged_name
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.inbound import (
+    RESUME,
+    SETTLE,
+    CloseConnection,
+    CloseLink,
+    Flushed,
+    InboundFlow,
+    InboundLimits,
+    Refusal,
+    Unconfirmed,
+)
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
+
+__all__ = ["Publishing", "Unconfirmed"]
 
 _DISPOSITIONS: Final[dict[Outcome, int]] = {
     Outcome.ACCEPTED: int(Delivery.ACCEPTED),
@@ -42,30 +51,12 @@ _DISPOSITIONS: Final[dict[Outcome, int]] = {
 }
 
 
-def _close_link(link: Link, condition: str, description: str) -> None:
-    """Detach a link with an error condition."""
-    link.condition = Condition(condition, description)
-    link.close()
-
-
-class Unconfirmed:
-    """A received delivery whose routed copies are not all stored yet."""
-
-    __slots__ = ("condition", "copies", "delivery", "link", "outcome")
-
-    def __init__(self, delivery: CDelivery, link: IncomingLinkState, copies: int) -> None:
-        # Held until settled: a durable copy is confirmed after this event is gone.
-        deliveries.hold(delivery)
-        self.delivery = delivery
-        self.link = link
-        self.copies = copies
-        # The outcome the publisher gets: accepted unless some queue refused its copy.
-        self.outcome = Outcome.ACCEPTED
-        self.condition: Condition | None = None
-
-
 def _ignore(link: Link, delivery: Delivery) -> None:
-    """Transfers on a link nobody serves (refused, or closing) are dropped with it."""
+    """Transfers on a link nobody serves are discarded (see :meth:`Publishing.discard`)."""
+
+
+def _close_connection(state: ConnectionState, condition: str, description: str) -> None:
+    """Replaced by the broker, which also gives back what the connection held."""
 
 
 class Publishing:
@@ -83,14 +74,19 @@ class Publishing:
         # The default virtual host's registry, whose count of held bytes every registry shares.
         self.registry = registry
         self.budget = budget
+        self.flow = InboundFlow(
+            budget,
+            InboundLimits(config.max_link_credit, config.max_message_size, config.unfinished_limit),
+        )
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
         self.links: set[IncomingLinkState] = set()
         # Who gets transfers on receiving links that are not publishers' (set by the broker).
         self.other_link: Callable[[Link, Delivery], None] = _ignore
-        # Links whose credit fell to half: renewed once per batch of events (flush), so that a
-        # transfer beyond the credit the client was really granted is seen as such.
-        self._renew: set[IncomingLinkState] = set()
+        # How a connection is closed for an error (set by the broker).
+        self.close_connection: Callable[[ConnectionState, str, str], None] = _close_connection
+        # Bytes handed to transports and metadata of unsettled deliveries (set by the broker).
+        self.outbound: Callable[[], int] = lambda: 0
         # Where persistent messages to durable queues are stored before they are confirmed.
         self.durability = durability
         if durability is not None:
@@ -104,64 +100,88 @@ class Publishing:
         assert connection.vhost is not None
         router = connection.vhost.router
         target = router.resolve(link.remote_target.address)
-        pure = IncomingLink(self.config.max_link_credit)
+        inbound = connection.inbound
+        if inbound is None:
+            inbound = connection.inbound = self.flow.connection(connection.account, connection)
+        pure, credit = inbound.attach()
         state = IncomingLinkState(cast(Receiver, link), target, pure, connection, router)
+        pure.owner = state
         link.sg = state
         self.links.add(state)
         connection.publishers.add(state)
         link.open()
-        credit = pure.attach(self.budget.blocked)
         if credit:
             link.flow(credit)
-        else:
-            self._renew.add(state)
 
     def detach(self, state: IncomingLinkState) -> None:
         """Forget a link; copies still being stored are confirmed to nobody."""
         self.links.discard(state)
-        self._renew.discard(state)
-        state.connection.publishers.discard(state)
+        connection = state.connection
+        connection.publishers.discard(state)
+        state.partial = None
+        if connection.inbound is not None:
+            connection.inbound.detach(state.link)
+        # What still arrives on the link until the client sees its DETACH is discarded.
+        forget_endpoint(state.receiver)
+
+    def release(self, connection: ConnectionState) -> None:
+        """The connection ended: forget its links and what they charged."""
+        for state in list(connection.publishers):
+            self.detach(state)
+        inbound = connection.inbound
+        if inbound is not None:
+            inbound.release()
 
     # -- transfers ------------------------------------------------------------------------
 
     def receive(self, state: IncomingLinkState, delivery: CDelivery) -> None:
         """A transfer from a publisher: refuse it, or route it and store a copy per queue."""
-        max_size = self.config.max_message_size
-        if deliveries.partial(delivery):
-            if deliveries.pending(delivery) > max_size:
-                self._refuse_oversized(state, delivery)
-            return
+        inbound = state.connection.inbound
+        assert inbound is not None
         pure = state.link
-        if not pure.receive():
-            deliveries.settle(delivery)
-            _close_link(
-                state.receiver,
-                "amqp:link:transfer-limit-exceeded",
-                "a transfer arrived with no link credit",
-            )
-            return
         link = state.receiver._impl
-        if deliveries.aborted(delivery):
-            # It used a credit (AMQP 1.0 §2.6.14) but there is nothing to store.
-            deliveries.advance(link)
-            deliveries.settle(delivery)
-            pure.confirm()
+        if deliveries.partial(delivery):
+            # Proton's buffer is drained as frames arrive, so that it never grows to the size
+            # of the message (proton keeps a buffer's capacity for the life of its connection).
+            partial = state.partial
+            if partial is None:
+                partial = state.partial = bytearray()
+            partial += deliveries.receive(link, delivery, deliveries.pending(delivery))
+            refusal = inbound.frame(pure, len(partial))
+            if refusal is not None:
+                state.partial = None
+                self._refuse(state, delivery, refusal)
             return
+        partial = state.partial
         size = deliveries.pending(delivery)
-        if size > max_size:
-            self._refuse_oversized(state, delivery)
+        total = size if partial is None else len(partial) + size
+        refusal = inbound.receive(pure, total, bool(deliveries.aborted(delivery)))
+        if refusal is not None:
+            state.partial = None
+            self._refuse(state, delivery, refusal)
             return
-        payload = deliveries.receive(link, size)
+        if partial is None:
+            payload = deliveries.receive(link, delivery, size)
+        else:
+            state.partial = None
+            partial += deliveries.receive(link, delivery, size)
+            payload = memoryview(partial)
         deliveries.advance(link)
         routed = state.router.route(state.target, payload)
         queues = routed.queues
-        pending = Unconfirmed(delivery, state, len(queues))
+        pending, pause = inbound.route(pure, delivery, len(queues))
+        deliveries.hold(delivery)
         if not queues:
-            pending.outcome = routed.outcome
-            pending.condition = routed.condition
+            condition = routed.condition
+            pending.refuse(
+                routed.outcome,
+                None if condition is None else (condition.name, condition.description or ""),
+            )
+            inbound.settled(pending)
             self._settle(pending)
             return
-        if state.connection.account.borrow(len(queues)):
+        state.queues = queues
+        if pause:
             reading.pause(state.connection)
         message = routed.message
         assert message is not None
@@ -169,6 +189,14 @@ class Publishing:
         copies = [message, *(message.copy() for _ in queues[1:])]
         for queue, copy in zip(queues, copies, strict=True):
             self.store(pending, queue, copy)
+
+    def discard(self, delivery: CDelivery) -> None:
+        """A transfer on a link that was refused or is closing: settled and dropped at once.
+
+        Settling the delivery makes proton drop the rest of its frames unread, so a client that
+        keeps sending on a refused link makes the server hold nothing.
+        """
+        deliveries.settle(delivery)
 
     def store(self, pending: Unconfirmed, queue: QueueType, message: Message) -> None:
         """Enqueue one copy; an in-memory queue has stored it once ``enqueue`` returns.
@@ -179,7 +207,7 @@ class Publishing:
         confirms it then.
         """
         durability = self.durability
-        link = pending.link
+        link = cast(IncomingLinkState, pending.link.owner)
         if durability is not None and link.router.registry.persists(queue, message.payload):
             vhost = link.connection.vhost
             assert vhost is not None
@@ -189,7 +217,7 @@ class Publishing:
                 dispatches = queue.enqueue(stored)
             except AmqpError as error:
                 durability.withdraw(stored)
-                self.confirm(pending, Outcome.REJECTED, Condition(error.condition, str(error)))
+                self.confirm(pending, Outcome.REJECTED, (error.condition, str(error)))
                 return
             if dispatches:
                 self._dispatch(dispatches)
@@ -197,7 +225,7 @@ class Publishing:
         try:
             dispatches = queue.enqueue(message)
         except AmqpError as error:
-            self.confirm(pending, Outcome.REJECTED, Condition(error.condition, str(error)))
+            self.confirm(pending, Outcome.REJECTED, (error.condition, str(error)))
             return
         if dispatches:
             self._dispatch(dispatches)
@@ -207,58 +235,74 @@ class Publishing:
         self,
         pending: Unconfirmed,
         outcome: Outcome = Outcome.ACCEPTED,
-        condition: Condition | None = None,
+        condition: tuple[str, str] | None = None,
     ) -> None:
-        """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``condition``).
-
-        Repays the copy to the connection's account; the last copy settles the delivery with
-        the outcome (``rejected`` if any queue refused it) and frees a place in the link's
-        unconfirmed count, so the link may get credit again.
-        """
-        if outcome is not Outcome.ACCEPTED and pending.outcome is not Outcome.REJECTED:
-            pending.outcome = outcome
-            pending.condition = condition
-        state = pending.link
-        connection = state.connection
-        if connection.account.repay(1) and not connection.closed:
-            reading.resume(connection)
-        pending.copies -= 1
-        if pending.copies == 0:
+        """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``condition``)."""
+        inbound = pending.inbound
+        steps = inbound.confirm(pending, outcome, condition)
+        if steps & RESUME:
+            connection = cast(ConnectionState, inbound.owner)
+            if not connection.closed:
+                reading.resume(connection)
+        if steps & SETTLE:
             self._settle(pending)
 
     def _settle(self, pending: Unconfirmed) -> None:
-        deliveries.settle_held(pending.delivery, _DISPOSITIONS[pending.outcome], pending.condition)
-        state = pending.link
-        pure = state.link
-        pure.confirm()
-        if pure.wants_credit:
-            self._renew.add(state)
-
-    def _refuse_oversized(self, state: IncomingLinkState, delivery: CDelivery) -> None:
-        deliveries.settle(delivery)
-        _close_link(
-            state.receiver,
-            "amqp:link:message-size-exceeded",
-            f"message larger than max-message-size {self.config.max_message_size}",
+        condition = pending.condition
+        deliveries.settle_held(
+            pending.token,
+            _DISPOSITIONS[pending.outcome],
+            None if condition is None else Condition(*condition),
         )
+
+    def _refuse(self, state: IncomingLinkState, delivery: CDelivery, refusal: Refusal) -> None:
+        """Settle the delivery (proton drops the rest of it) and apply the refusal."""
+        deliveries.settle(delivery)
+        if isinstance(refusal, CloseLink):
+            receiver = state.receiver
+            self.detach(state)
+            receiver.condition = Condition(refusal.condition, refusal.description)
+            receiver.close()
+        elif isinstance(refusal, CloseConnection):
+            self.close_connection(state.connection, refusal.condition, refusal.description)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def charge_read(self, connection: ConnectionState, nbytes: int) -> None:
+        """Bytes were read from a connection's socket: charge them, pause whom that holds."""
+        inbound = connection.inbound
+        if inbound is None:
+            return
+        for held in self.flow.charge_read(inbound, nbytes):
+            reading.pause(cast(ConnectionState, held.owner))
 
     # -- credit ---------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Hand appended records to the log writer, check the memory budget, then renew the
-        credit of links that may have more."""
+        """Hand appended records to the log writer, then let the inbound session take the bytes
+        held, decide who waits, and renew credit."""
         if self.durability is not None:
             self.durability.flush()
-        budget = self.budget
-        if budget.update(self.registry.held.total) and not budget.blocked:
-            self._renew.update(s for s in self.links if s.link.wants_credit)
-        if budget.blocked:
-            return
-        renew = self._renew
-        while renew:
-            state = renew.pop()
-            receiver = state.receiver
+        out = self.flow.flush(self.registry.held.total, self.outbound(), self._weigh)
+        if out is not None:
+            self._apply(out)
+
+    def _apply(self, out: Flushed) -> None:
+        for inbound in out.pause:
+            reading.pause(cast(ConnectionState, inbound.owner))
+        for inbound in out.resume:
+            connection = cast(ConnectionState, inbound.owner)
+            if not connection.closed:
+                reading.resume(connection)
+        for link, grant in out.grants:
+            receiver = cast(IncomingLinkState, link.owner).receiver
             if receiver.state & Endpoint.LOCAL_ACTIVE:
-                grant = state.link.renew()
-                if grant:
-                    receiver.flow(grant)
+                receiver.flow(grant)
+
+    def _weigh(self, link: IncomingLink) -> int:
+        """Bytes ready in the queues a link published to last (its target's, at first)."""
+        state = cast(IncomingLinkState, link.owner)
+        queues = state.queues
+        if not queues and state.target.queue is not None:
+            queues = [state.target.queue]
+        return sum(queue.statistics().ready_bytes for queue in queues)

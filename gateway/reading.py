@@ -1,4 +1,5 @@
-"""Per-connection read pausing: TCP back-pressure on a client whose account is too deep.
+"""Per-connection read pausing: TCP back-pressure on a client whose account is too deep, or
+which the memory budget holds (session/inbound.py).
 
 The reactor selects a socket for reading when ``selectable.reading`` is true, which proton's
 ``IOHandler.update`` recomputes from the transport after every read, write and tick. This
@@ -28,7 +29,7 @@ def update(transport: Transport, selectable: Selectable, now: float) -> None:
     """Proton's ``IOHandler.update``, keeping a paused connection's socket unread."""
     IOHandler.update(transport, selectable, now)
     state: ConnectionState | None = getattr(selectable, "sg", None)
-    if state is not None and state.account.paused:
+    if state is not None and state.reads_paused:
         selectable.reading = False
     if state is not None and state.deadline:
         deadline = selectable.deadline
@@ -51,7 +52,7 @@ def pause(state: ConnectionState) -> None:
 
 
 def resume(state: ConnectionState) -> None:
-    """Read the connection's socket again (its account is paid down)."""
+    """Read the connection's socket again, unless it is still paused for another reason."""
     selectable = state.selectable
     if selectable.is_terminal or selectable._transport is None:
         return

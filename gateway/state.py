@@ -14,7 +14,7 @@ drop it in ``Broker.release_connection``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
@@ -24,7 +24,9 @@ from sluicegate.gateway.auth import Permissions, User
 from sluicegate.gateway.routing import PublishTarget, Router
 from sluicegate.gateway.tenancy import VirtualHost
 from sluicegate.gateway.window import remote_incoming_window, session_address
+from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.account import Account
+from sluicegate.session.inbound import Inbound
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.session import TRANSFER_FRAME_OVERHEAD
@@ -55,11 +57,13 @@ class ConnectionState:
         "idle_timeout",
         "last_frame",
         "link_names",
+        "inbound",
         "permissions",
         "publishers",
         "selectable",
         "sessions",
         "transport",
+        "unframed",
         "user",
         "vhost",
         "writer",
@@ -83,6 +87,11 @@ class ConnectionState:
         self.sessions: dict[SessionCredit, SessionState] = {}
         # Its publishers' links, forgotten with it whether or not they were detached first.
         self.publishers: set[IncomingLinkState] = set()
+        # The inbound session, from its first publishing link on (session/inbound.py).
+        self.inbound: Inbound | None = None
+        # Unsettled deliveries (``pn_delivery_t *``, held) whose payload buffers proton still
+        # has to frame before they can be given back (gateway/payload_buffers.py).
+        self.unframed: list[object] = []
         self.closed = False
         # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
         self.user: User | None = None
@@ -102,6 +111,12 @@ class ConnectionState:
         self.last_frame = 0.0
         self.frames_seen = 0
         self.deadline = 0.0
+
+    @property
+    def reads_paused(self) -> bool:
+        """The socket must not be read: the account is too deep or the memory budget holds it."""
+        inbound = self.inbound
+        return self.account.paused or (inbound is not None and inbound.budget_paused)
 
 
 class SessionState:
@@ -151,6 +166,10 @@ class IncomingLinkState:
     connection: ConnectionState
     # Routes through the queues and exchanges of the connection's virtual host.
     router: Router
+    # The bytes of the delivery still arriving, drained from proton frame by frame.
+    partial: bytearray | None = None
+    # The queues its last message went to: what the memory budget weighs it by.
+    queues: list[QueueType] = field(default_factory=list)
 
 
 @dataclass(slots=True, weakref_slot=True)
@@ -188,5 +207,10 @@ def forget(connection: Connection) -> None:
         endpoints.append(link)
         link = link.next(0)
     for endpoint in endpoints:
-        if hasattr(endpoint, RECORD):
-            delattr(endpoint, RECORD)
+        forget_endpoint(endpoint)
+
+
+def forget_endpoint(endpoint: Endpoint) -> None:
+    """Take the record off one endpoint: events still to come for it find none."""
+    if hasattr(endpoint, RECORD):
+        delattr(endpoint, RECORD)

@@ -62,7 +62,7 @@ def overdue(state: ConnectionState, now: float) -> Overdue | None:
     timeout = state.idle_timeout
     if not timeout:
         return None
-    if state.account.paused:
+    if state.reads_paused:
         state.deadline = now + timeout
         return None
     due = state.last_frame + timeout

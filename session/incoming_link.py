@@ -1,9 +1,13 @@
-"""A publisher's link as the session sees it: credit that follows confirmations (notes §6.1).
+"""A publisher's link as the session sees it: credit that follows confirmations.
 
 RabbitMQ 4 grants ``max_link_credit`` on ATTACH and renews it only when the credit left has
 fallen to half **and** the link has fewer than ``max_link_credit`` messages still unconfirmed
 (``grant_link_credit``). Credit therefore follows storage, not receipt: a target that stores
 slowly (an fsync, a full queue) throttles only the links that publish to it.
+
+The link also carries what the memory budget needs to know of it (docs/inbound-flow-control.md):
+the bytes of the delivery still arriving, the largest message it sent (a renewal is sized so
+that the budget's headroom backs it), and whether the budget holds it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ class IncomingLinkStatistics:
     received: int
     confirmed: int
     max_link_credit: int
+    unfinished: int = 0
+    held: bool = False
 
 
 class IncomingLink:
@@ -27,12 +33,17 @@ class IncomingLink:
 
     __slots__ = (
         "__weakref__",
+        "arriving",
         "confirmed",
         "credit",
         "half",
+        "held",
+        "largest",
         "max_link_credit",
+        "owner",
         "received",
         "unconfirmed",
+        "unfinished",
     )
 
     def __init__(self, max_link_credit: int) -> None:
@@ -44,6 +55,16 @@ class IncomingLink:
         self.unconfirmed = 0
         self.received = 0
         self.confirmed = 0
+        # A delivery has begun (its first frame took a credit) and not yet ended.
+        self.arriving = False
+        # Bytes of that delivery received so far.
+        self.unfinished = 0
+        # The largest whole message received: what one credit may cost the budget.
+        self.largest = 0
+        # Publishing to queues that hold the budget while it is exhausted: no new credit.
+        self.held = False
+        # The gateway's record of the link, for the actions it is named in; never read here.
+        self.owner: object = None
 
     def attach(self, blocked: bool = False) -> int:
         """The credit of the first FLOW: everything, unless the server is over its budget."""
@@ -71,12 +92,21 @@ class IncomingLink:
         """True when the credit left is at most half: the link may need a renewal."""
         return self.credit <= self.half
 
-    def renew(self, blocked: bool = False) -> int:
-        """Credit to add in a FLOW now (0: none), by RabbitMQ's rule; the server may block it."""
+    def renew(self, blocked: bool = False, headroom: int | None = None) -> int:
+        """Credit to add in a FLOW now (0: none), by RabbitMQ's rule; the server may block it.
+
+        ``headroom`` is the budget's room in bytes: the grant is cut so that the link's largest
+        message times the credit fits in it, but never below one while there is room at all.
+        """
         if blocked or self.credit > self.half or self.unconfirmed >= self.max_link_credit:
             return 0
         grant = self.max_link_credit - self.credit
-        self.credit = self.max_link_credit
+        if headroom is not None:
+            if headroom <= 0:
+                return 0
+            if self.largest:
+                grant = max(1, min(grant, headroom // self.largest))
+        self.credit += grant
         return grant
 
     def statistics(self) -> IncomingLinkStatistics:
@@ -87,4 +117,6 @@ class IncomingLink:
             received=self.received,
             confirmed=self.confirmed,
             max_link_credit=self.max_link_credit,
+            unfinished=self.unfinished,
+            held=self.held,
         )

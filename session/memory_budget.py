@@ -1,9 +1,14 @@
-"""The server-wide budget for message bytes held in memory (DESIGN §1, RabbitMQ's memory alarm).
+"""The server-wide budget for bytes held in memory on clients' behalf (RabbitMQ's memory alarm).
 
-Above ``limit`` the server is *blocked*: publishers get no new link credit and no session takes
-new transfers, while consumers keep consuming, which is what brings the bytes down. Publishing
-resumes once the bytes held are at or below ``resume_at`` (80 % by default), so the server does
-not flap around the limit one message at a time.
+``used`` counts the message bytes the queues hold, the bytes handed to the transport and not yet
+written, the metadata of unsettled outgoing deliveries, and the bytes of deliveries still
+arriving; between two flushes it also counts the bytes read from publishing connections
+(``reading``), so that what one pass of the reactor reads is charged before it is processed.
+
+At or above ``limit`` the server is *blocked* until the bytes are back at ``resume_at`` (80 % by
+default), so that it does not flap around the limit one message at a time. While blocked, the
+publishers that hold the budget wait and the others may go on up to ``ceiling``, the limit plus
+a margin; at the ceiling every publisher waits (session/inbound.py says who waits when).
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ DEFAULT_MEMORY_BUDGET: Final = 512 * 1024 * 1024
 # RabbitMQ clears its memory alarm only well below the watermark; 80 % leaves room to refill
 # consumers' credit without re-blocking at once.
 DEFAULT_RESUME_RATIO: Final = 0.8
+# The margin above the limit for publishers that do not hold the budget: an eighth of it, at
+# most 16 MiB, so that the server's overshoot stays a small fixed slack (docs/operations.md).
+CEILING_SHARE: Final = 8
+MAX_CEILING_MARGIN: Final = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +36,23 @@ class BudgetStatistics:
     resume_at: int
     blocked: bool
     blocks: int
+    unfinished: int = 0
+    ceiling: int = 0
 
 
 class MemoryBudget:
-    """Bytes of message bodies held, against the server's limit."""
+    """Bytes held for clients, against the server's limit."""
 
-    __slots__ = ("blocked", "blocks", "limit", "resume_at", "used")
+    __slots__ = (
+        "blocked",
+        "blocks",
+        "ceiling",
+        "limit",
+        "reading",
+        "resume_at",
+        "unfinished",
+        "used",
+    )
 
     def __init__(
         self, limit: int = DEFAULT_MEMORY_BUDGET, resume_ratio: float = DEFAULT_RESUME_RATIO
@@ -43,20 +63,35 @@ class MemoryBudget:
             raise ValueError(f"resume ratio must be between 0 and 1, got {resume_ratio}")
         self.limit = limit
         self.resume_at = int(limit * resume_ratio)
+        self.ceiling = limit + min(limit // CEILING_SHARE, MAX_CEILING_MARGIN)
         self.used = 0
+        # Bytes read from publishing connections since the last update.
+        self.reading = 0
+        # Bytes of deliveries still arriving, on every connection (part of ``used``).
+        self.unfinished = 0
         self.blocked = False
         self.blocks = 0
+
+    @property
+    def current(self) -> int:
+        """The bytes held now, counting what was read since the last update."""
+        return self.used + self.reading
+
+    def block(self) -> None:
+        """Block at once: a read between two updates reached the limit."""
+        self.blocked = True
+        self.blocks += 1
 
     def update(self, used: int) -> bool:
         """Take the bytes now held; True if that blocked or unblocked the server."""
         self.used = used
+        self.reading = 0
         if self.blocked:
             if used <= self.resume_at:
                 self.blocked = False
                 return True
         elif used >= self.limit:
-            self.blocked = True
-            self.blocks += 1
+            self.block()
             return True
         return False
 
@@ -68,4 +103,6 @@ class MemoryBudget:
             resume_at=self.resume_at,
             blocked=self.blocked,
             blocks=self.blocks,
+            unfinished=self.unfinished,
+            ceiling=self.ceiling,
         )

@@ -78,6 +78,7 @@ class OutgoingLink:
         "sent",
         "session",
         "stashed_credit_req",
+        "unsettled",
     )
 
     def __init__(self, session: Session, handle: int, queue: QueueType, ack_required: bool) -> None:
@@ -91,6 +92,8 @@ class OutgoingLink:
         self.stashed_credit_req: CreditReq | None = None
         self.detached = False
         self.sent = 0
+        # Deliveries sent and not yet settled by the client.
+        self.unsettled = 0
 
     def statistics(self) -> OutgoingLinkStatistics:
         """A snapshot for metrics and tests."""

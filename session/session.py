@@ -43,6 +43,19 @@ DEFAULT_MAX_QUEUE_CREDIT: Final = 256
 TRANSFER_FRAME_OVERHEAD: Final = 64
 # AMQP 1.0 §2.7.1: the smallest max-frame-size a peer may announce.
 MIN_MAX_FRAME_SIZE: Final = 512
+# What the server holds per unsettled outgoing delivery beyond the queued message: proton's
+# delivery record with its emptied buffer and tag, and the queue's entry for it, measured with
+# tests/integration/test_unsettled_cost.py; the memory budget counts it.
+UNSETTLED_DELIVERY_COST: Final = 512
+
+
+class Unsettled:
+    """Unsettled deliveries to consumers over every session: the memory budget counts them."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +114,7 @@ class Session:
         max_queue_credit: int = DEFAULT_MAX_QUEUE_CREDIT,
         max_frame_size: int = 65536,
         remote_incoming_window: int = 0,
+        unsettled: Unsettled | None = None,
     ) -> None:
         if max_queue_credit <= 0:
             raise ValueError("max_queue_credit must be positive")
@@ -113,6 +127,8 @@ class Session:
         # Payload bytes of the message at the head of outgoing_pending already handed over.
         self.head_sent = 0
         self.links: dict[int, OutgoingLink] = {}
+        # Shared with the server's other sessions (the memory budget reads the count).
+        self.unsettled = Unsettled() if unsettled is None else unsettled
 
     # -- links ----------------------------------------------------------------------------
 
@@ -136,6 +152,8 @@ class Session:
             return []
         link.detached = True
         self.links.pop(link.handle, None)
+        self.unsettled.count -= link.unsettled
+        link.unsettled = 0
         if self.outgoing_pending and self.outgoing_pending[0][0] is link:
             # A message of this link partly handed over: the client never gets all of it.
             self.head_sent = 0
@@ -178,6 +196,9 @@ class Session:
         self, link: OutgoingLink, seqs: list[int], outcome: Outcome, delivery_failed: bool
     ) -> list[Dispatch]:
         """The client settled deliveries of a link; released ones may go to other consumers."""
+        settled = min(len(seqs), link.unsettled)
+        link.unsettled -= settled
+        self.unsettled.count -= settled
         return link.queue.settle(link, seqs, outcome, delivery_failed)
 
     # -- deliveries from queues -----------------------------------------------------------
@@ -191,11 +212,15 @@ class Session:
         out: list[Action] = []
         pending = self.outgoing_pending
         credit = self.writer_credit
+        writer = self.writer
         frame_payload = self.frame_payload
         while pending:
             link, item = pending[0]
             if isinstance(item, Message):
-                room = min(self.remote_incoming_window, credit.credit)
+                # The writer's room is in bytes: at least one frame while there is any.
+                room = min(
+                    self.remote_incoming_window, credit.credit, -(-writer.room // frame_payload)
+                )
                 if room <= 0:
                     self._bypass(out)
                     break
@@ -264,6 +289,9 @@ class Session:
     def _sent(self, link: OutgoingLink) -> None:
         """A delivery left the session (notes §3.4), forced through even if credit dropped."""
         link.sent += 1
+        if link.ack_required:
+            link.unsettled += 1
+            self.unsettled.count += 1
         client = link.client_flow_ctl
         client.delivery_count = (client.delivery_count + 1) & SERIAL_MASK
         if client.credit > 0:

@@ -1,4 +1,12 @@
-"""The connection writer's ledger: which frames are still between the sessions and the socket.
+"""Pure accounting of the connection writer: frames and bytes handed to the transport versus
+bytes written.
+
+RabbitMQ's ``credit_flow`` between writer and session, measured on bytes that really reached the
+socket, because proton's own output buffer is unbounded and invisible (docs/design.md). Frame
+credit keeps the sessions of a connection fair to each other; the bound on memory is in bytes:
+a client announces its own max-frame-size (up to 4 GiB), so a count of frames bounds nothing.
+Once ``max_bytes`` are handed and unwritten the writer is *full* and every session waits until
+half of them are written.
 
 Every TRANSFER handed to proton is recorded with the running total of payload bytes handed; as
 the IO layer reports bytes really written, the records those bytes cover are acknowledged to
@@ -13,12 +21,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from sluicegate.writer.credit import (
     DEFAULT_INITIAL_CREDIT,
     DEFAULT_MORE_CREDIT_AFTER,
     SessionCredit,
 )
+
+# Bytes handed and not yet written, per connection, before the writer is full.
+DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +41,17 @@ class WriterStatistics:
     bytes_pending: int
     bytes_written: int
     sessions_blocked: int
+    full: bool = False
+
+
+class PendingBytes:
+    """Bytes handed and not yet written over every connection: the server's memory budget
+    counts them."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
 
 
 class Writer:
@@ -38,9 +61,19 @@ class Writer:
         self,
         initial_credit: int = DEFAULT_INITIAL_CREDIT,
         more_credit_after: int = DEFAULT_MORE_CREDIT_AFTER,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        pending: PendingBytes | None = None,
     ) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {max_bytes}")
         self._initial_credit = initial_credit
         self._more_credit_after = more_credit_after
+        self.max_bytes = max_bytes
+        self._resume_bytes = max_bytes // 2
+        # Shared with the server's other writers (the memory budget reads the total).
+        self.pending = PendingBytes() if pending is None else pending
+        # Handed bytes reached max_bytes: no session hands more until half are written.
+        self.full = False
         self._ledger: deque[tuple[int, SessionCredit, int]] = deque()
         self._handed = 0
         self._written = 0
@@ -57,16 +90,28 @@ class Writer:
         """Close a session's account (RabbitMQ ``peer_down``); its ledger entries still drain."""
         self._sessions.remove(credit)
 
+    @property
+    def room(self) -> int:
+        """Bytes a session may still hand over now (0 while the writer is full)."""
+        if self.full:
+            return 0
+        return self.max_bytes - (self._handed - self._written)
+
     def handed(self, credit: SessionCredit, frames: int, nbytes: int) -> None:
         """Record a TRANSFER of ``frames`` frames and ``nbytes`` bytes handed to the transport."""
         credit.spend(frames)
         self._handed += nbytes
+        self.pending.total += nbytes
         self._frames_pending += frames
         self._ledger.append((self._handed, credit, frames))
+        if self._handed - self._written >= self.max_bytes:
+            self.full = True
 
     def written(self, nbytes: int) -> list[SessionCredit]:
         """Record bytes written to the socket; return the sessions this unblocked."""
+        before = self._written
         self._written = min(self._written + nbytes, self._handed)
+        self.pending.total -= self._written - before
         ledger = self._ledger
         unblocked: list[SessionCredit] = []
         while ledger and ledger[0][0] <= self._written:
@@ -74,12 +119,20 @@ class Writer:
             self._frames_pending -= frames
             if credit.ack(frames):
                 unblocked.append(credit)
+        if self.full and self._handed - self._written <= self._resume_bytes:
+            self.full = False
+            return list(self._sessions)
         return unblocked
 
     def caught_up(self, held: int) -> list[SessionCredit]:
         """The transport wrote all it had; only ``held`` bytes wait unsent inside proton."""
         # Even with nothing behind, transfers of no payload bytes handed since are now out.
         return self.written(max(0, self._handed - held - self._written))
+
+    def close(self) -> None:
+        """The connection is gone: what it had handed no longer counts."""
+        self.pending.total -= self._handed - self._written
+        self._written = self._handed
 
     @property
     def bytes_pending(self) -> int:
@@ -93,4 +146,5 @@ class Writer:
             bytes_pending=self.bytes_pending,
             bytes_written=self._written,
             sessions_blocked=sum(1 for s in self._sessions if s.blocked),
+            full=self.full,
         )

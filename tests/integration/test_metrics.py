@@ -15,6 +15,7 @@ from support.polling import wait_until
 from support.raw_client import RawClient
 
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.session.session import UNSETTLED_DELIVERY_COST
 from sluicegate.wire.annotations import routing_annotations
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -86,10 +87,11 @@ def test_scrape_after_a_known_workload(make_server: Callable[..., RunningServer]
         assert samples[("sluicegate_connection_account_debt", ())] == 0
         # Held in memory: every message not yet settled for good, as the publisher encoded it
         # plus the annotations section consumers get, and what the queue spends to hold it
-        # (queues/held_bytes.py).
+        # (queues/held_bytes.py), plus what each of the 4 unsettled deliveries costs.
         held = 10 * (stored_size(b"x" * 10, "m-one") + MESSAGE_OVERHEAD) + 3 * (
             stored_size(b"y" * 7, "m-two") + MESSAGE_OVERHEAD
         )
+        held += 4 * UNSETTLED_DELIVERY_COST
         assert samples[("sluicegate_memory_budget_used_bytes", ())] == held
         assert samples[("sluicegate_memory_budget_blocked", ())] == 0
         assert samples[("process_resident_memory_bytes", ())] > 0

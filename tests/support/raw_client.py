@@ -378,6 +378,7 @@ class RawClient:
         filters: Mapping[str, PythonAMQPData] | None = None,
         properties: Mapping[str, PythonAMQPData] | None = None,
         dynamic: bool = False,
+        distribution_mode: Literal["move", "copy"] | None = None,
         initial_delivery_count: int = 0,
         max_message_size: int | None = None,
     ) -> int:
@@ -399,6 +400,7 @@ class RawClient:
             "source",
             address=source,
             dynamic=True if dynamic and role == "receiver" else None,
+            distribution_mode=None if distribution_mode is None else symbol(distribution_mode),
             filter=symbol_map(filters),
         )
         target_node = described(
@@ -482,11 +484,14 @@ class RawClient:
         delivery_id: int | None = None,
         tag: bytes | None = None,
         settled: bool = False,
+        finish: bool = True,
     ) -> int:
         """Send one message as TRANSFER frames no bigger than the peer's max-frame-size.
 
         No credit or window check: tests of the server's limits must be able to exceed them.
         Returns the delivery-id; the tag defaults to its decimal digits, unique on the session.
+        With ``finish`` false the last frame says more=true too: the delivery stays unfinished
+        and :meth:`send_more` continues it.
         """
         link = self.links[handle]
         session = self.sessions[link.channel]
@@ -515,9 +520,10 @@ class RawClient:
             overhead = FRAME_HEADER.size + len(encode(performative(not frames, True)))
             chunk = payload[offset : offset + self.peer_max_frame_size - overhead]
             offset += len(chunk)
-            more = offset < len(payload)
+            last = offset >= len(payload)
+            more = not last or not finish
             frames.append(encode_frame(session.channel, performative(not frames, more), chunk))
-            if not more:
+            if last:
                 break
         self.send_raw(b"".join(frames))
         session.next_outgoing_id = _serial(session.next_outgoing_id + len(frames))
@@ -525,6 +531,15 @@ class RawClient:
         link.delivery_count = _serial(link.delivery_count + 1)
         link.link_credit = max(0, link.link_credit - 1)
         return delivery_id
+
+    def send_more(self, handle: int, payload: bytes, *, finish: bool = False) -> None:
+        """Continue an unfinished delivery with ``payload`` in one frame (AMQP 1.0 §2.7.5)."""
+        link = self.links[handle]
+        session = self.sessions[link.channel]
+        performative = described("transfer", handle=uint(handle), more=not finish)
+        self.send_raw(encode_frame(session.channel, performative, payload))
+        session.next_outgoing_id = _serial(session.next_outgoing_id + 1)
+        session.remote_incoming_window -= 1
 
     def disposition(
         self,

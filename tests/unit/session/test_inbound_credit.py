@@ -1,9 +1,11 @@
 """Inbound flow control as pure objects: publisher link credit, accounts, the memory budget.
 
-The examples pin RabbitMQ 4's rules (notes/rabbitmq-flow.md §6.1) and the Syndicate account's
-marks; the state machine drives one connection's publishing links, fanning out to queues that
-store their copies late (as a durable queue does after its fsync), consumers that take and settle
-messages, and the budget checked after every batch, and checks the bounds after every step.
+The examples pin RabbitMQ 4's rules and the Syndicate account's marks, then the inbound
+session's (session/inbound.py): unfinished deliveries charged frame by frame and capped,
+outcome precedence, renewals backed by the budget, who waits while it is exhausted. The state
+machine drives the real inbound session of two connections whose publishing links fan out to
+queues that store their copies late (as a durable queue does after its fsync), with consumers
+that take and settle messages and a flush after any step, and checks the bounds after each.
 """
 
 from __future__ import annotations
@@ -20,6 +22,16 @@ from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
+from sluicegate.session.inbound import (
+    DROP,
+    RESUME,
+    SETTLE,
+    CloseConnection,
+    CloseLink,
+    InboundFlow,
+    InboundLimits,
+    Unconfirmed,
+)
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.codec import Described, encode
@@ -174,39 +186,186 @@ def test_queues_count_the_bytes_they_hold() -> None:
     assert held.total == 0
 
 
+# -- the inbound session: one connection's transfers -------------------------------------
+
+LIMITS = InboundLimits(max_link_credit=4, max_message_size=1000, max_unfinished_size=1500)
+
+
+def _flow(budget: int = 10_000) -> InboundFlow:
+    return InboundFlow(MemoryBudget(budget), LIMITS)
+
+
+def _nothing(link: IncomingLink) -> int:
+    return 0
+
+
+def test_a_delivery_takes_its_credit_with_its_first_frame_and_is_charged_as_it_arrives() -> None:
+    flow = _flow()
+    inbound = flow.connection(Account())
+    link, credit = inbound.attach()
+    assert credit == 4
+    assert inbound.frame(link, 300) is None
+    assert inbound.frame(link, 700) is None
+    assert (link.credit, link.unfinished, inbound.unfinished, flow.budget.unfinished) == (
+        3,
+        700,
+        700,
+        700,
+    )
+    assert list(flow.arriving) == [inbound]
+    assert inbound.receive(link, 900, aborted=False) is None
+    assert (link.credit, link.unfinished, flow.budget.unfinished, link.largest) == (3, 0, 0, 900)
+    assert not flow.arriving
+
+
+def test_unfinished_bytes_are_capped_per_delivery_and_per_connection() -> None:
+    flow = _flow()
+    inbound = flow.connection(Account())
+    first, _ = inbound.attach()
+    second, _ = inbound.attach()
+    refusal = inbound.frame(first, 1001)
+    assert isinstance(refusal, CloseLink)
+    assert refusal.condition == "amqp:link:message-size-exceeded"
+    assert (first.unfinished, flow.budget.unfinished) == (0, 0)
+    third, _ = inbound.attach()
+    assert inbound.frame(second, 900) is None
+    refusal = inbound.frame(third, 601)
+    assert isinstance(refusal, CloseConnection)
+    assert refusal.condition == "amqp:resource-limit-exceeded"
+    inbound.release()
+    assert flow.budget.unfinished == 0
+    assert not flow.arriving
+    assert inbound not in flow.connections
+
+
+def test_a_transfer_without_credit_closes_its_link_even_mid_delivery() -> None:
+    flow = _flow()
+    inbound = flow.connection(Account())
+    link, _ = inbound.attach()
+    for _ in range(4):
+        assert inbound.receive(link, 10, aborted=False) is None
+    refusal = inbound.frame(link, 10)
+    assert isinstance(refusal, CloseLink)
+    assert refusal.condition == "amqp:link:transfer-limit-exceeded"
+    assert flow.budget.unfinished == 0
+
+
+def test_an_aborted_delivery_used_its_credit_and_is_dropped() -> None:
+    flow = _flow()
+    inbound = flow.connection(Account())
+    link, _ = inbound.attach()
+    assert inbound.frame(link, 500) is None
+    assert inbound.receive(link, 600, aborted=True) is DROP
+    assert (link.credit, link.unconfirmed, link.unfinished) == (3, 0, 0)
+
+
+def test_the_last_copy_settles_and_a_rejection_wins() -> None:
+    flow = _flow()
+    inbound = flow.connection(Account(limit=3))
+    link, _ = inbound.attach()
+    assert inbound.receive(link, 10, aborted=False) is None
+    pending, pause = inbound.route(link, "token", 3)
+    assert pause, "three copies reach the account's limit of 3"
+    assert pending.token == "token"
+    rejected = ("amqp:resource-limit-exceeded", "full")
+    assert inbound.confirm(pending, Outcome.REJECTED, rejected) == 0
+    assert inbound.confirm(pending, Outcome.RELEASED, None) == RESUME
+    assert inbound.confirm(pending) == SETTLE
+    assert (pending.outcome, pending.condition) == (Outcome.REJECTED, rejected)
+    assert link.unconfirmed == 0
+
+
+def test_renewals_are_backed_by_the_budgets_headroom() -> None:
+    flow = _flow(budget=10_000)
+    inbound = flow.connection(Account())
+    link, _ = inbound.attach()
+    for _ in range(4):
+        assert inbound.receive(link, 900, aborted=False) is None
+        pending, _ = inbound.route(link, None, 1)
+        inbound.confirm(pending)
+    out = flow.flush(7_300, 0, _nothing)
+    assert out is not None
+    # 2,700 bytes of headroom back three messages of the 900 bytes this link sends.
+    assert out.grants == [(link, 3)]
+
+
+def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_on() -> None:
+    flow = _flow(budget=10_000)
+    greedy = flow.connection(Account())
+    modest = flow.connection(Account())
+    hoarder, _ = greedy.attach()
+    prober, _ = modest.attach()
+    weights = {hoarder: 10_000, prober: 0}
+    out = flow.flush(10_000, 0, weights.__getitem__)
+    assert flow.budget.blocked
+    assert out is not None
+    assert out.pause == [greedy]
+    assert (hoarder.held, prober.held) == (True, False)
+    assert greedy.paused
+    assert not modest.paused
+    # The prober spends its credit and gets more from the margin above the limit.
+    for _ in range(4):
+        assert modest.receive(prober, 100, aborted=False) is None
+        pending, _ = modest.route(prober, None, 1)
+        modest.confirm(pending)
+    out = flow.flush(10_000, 0, weights.__getitem__)
+    assert out is not None
+    assert out.grants == [(prober, 4)]
+    # At the ceiling nobody publishing is read; below the low-water mark nobody waits.
+    out = flow.flush(flow.budget.ceiling, 0, weights.__getitem__)
+    assert out is not None
+    assert out.pause == [modest]
+    out = flow.flush(flow.budget.resume_at, 0, weights.__getitem__)
+    assert out is not None
+    assert sorted(map(id, out.resume)) == sorted(map(id, [greedy, modest]))
+    assert not hoarder.held
+
+
+def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arriving() -> None:
+    flow = _flow(budget=10_000)
+    first = flow.connection(Account())
+    second = flow.connection(Account())
+    consumer = flow.connection(Account())
+    one, _ = first.attach()
+    two, _ = second.attach()
+    assert second.frame(two, 500) is None
+    assert first.frame(one, 500) is None
+    assert flow.charge_read(consumer, 20_000) == [], "a consumer's reads are never charged"
+    assert flow.charge_read(first, 6_000) == []
+    paused = flow.charge_read(first, 4_000)
+    assert paused == [first], "the second's delivery is the oldest arriving: it goes on"
+    assert flow.budget.blocked
+
+
 # -- the state machine -------------------------------------------------------------------
 
 MAX_LINK_CREDIT = 6
 ACCOUNT_LIMIT = 12
 BUDGET = 4000
 QUEUES = 3
+MACHINE_LIMITS = InboundLimits(MAX_LINK_CREDIT, max_message_size=400, max_unfinished_size=600)
 
 
 @dataclass
 class Publisher:
-    """One publishing link: what the client was granted and where its messages go."""
+    """One publishing link: its connection, what the client was granted, where it publishes."""
 
+    connection: int
     link: IncomingLink
     targets: list[int]
     client_credit: int = 0
+    # Bytes so far of a delivery the client is sending in frames; None: none begun.
+    sending: int | None = None
+    closed: bool = False
 
 
 @dataclass
 class Copy:
     """A routed copy not yet stored."""
 
-    publisher: int
-    message: int
+    pending: Unconfirmed
     queue: int
     size: int
-
-
-@dataclass
-class Received:
-    """A received message and how many of its copies are not stored yet."""
-
-    publisher: int
-    copies: int
 
 
 @dataclass
@@ -218,72 +377,124 @@ class Consumer:
 
 
 class InboundMachine(RuleBasedStateMachine):
-    """One connection's publishers, late-storing queues, consumers and the server's budget."""
+    """Two connections' publishers, late-storing queues, consumers and the server's budget,
+    all through the real inbound session (session/inbound.py)."""
 
     @initialize(
         routes=st.lists(
-            st.lists(st.integers(0, QUEUES - 1), min_size=1, max_size=QUEUES, unique=True),
+            st.tuples(
+                st.integers(0, 1),
+                st.lists(st.integers(0, QUEUES - 1), min_size=1, max_size=QUEUES, unique=True),
+            ),
             min_size=1,
-            max_size=3,
+            max_size=4,
         )
     )
-    def start(self, routes: list[list[int]]) -> None:
+    def start(self, routes: list[tuple[int, list[int]]]) -> None:
         self.held = HeldBytes()
         self.queues = [ClassicQueue(f"q{i}", held=self.held) for i in range(QUEUES)]
         self.consumers = [Consumer() for _ in range(QUEUES)]
         for i, queue in enumerate(self.queues):
             queue.attach(i, ack_required=True)
-        self.account = Account(ACCOUNT_LIMIT)
-        self.budget = MemoryBudget(BUDGET)
-        self.publishers = []
-        for queues in routes:
-            link = IncomingLink(MAX_LINK_CREDIT)
-            self.publishers.append(Publisher(link, queues, link.attach()))
-        self.received: dict[int, Received] = {}
+        self.flow = InboundFlow(MemoryBudget(BUDGET), MACHINE_LIMITS)
+        self.connections = [self.flow.connection(Account(ACCOUNT_LIMIT)) for _ in range(2)]
+        self.publishers: list[Publisher] = []
+        for connection, queues in routes:
+            link, credit = self.connections[connection].attach()
+            self.publishers.append(Publisher(connection, link, queues, credit))
         self.unstored: list[Copy] = []
         self.next_message = 0
-        self.reads_paused = False
 
-    @rule(data=st.data(), size=st.integers(0, 300))
-    def transfer(self, data: st.DataObject, size: int) -> None:
-        """The client sends on a link it has credit on, if the server still reads its socket."""
-        ready = [i for i, p in enumerate(self.publishers) if p.client_credit > 0]
-        if not ready or self.reads_paused:
+    def _weigh(self, link: IncomingLink) -> int:
+        publisher = next(p for p in self.publishers if p.link is link)
+        return sum(self.queues[q].statistics().ready_bytes for q in publisher.targets)
+
+    def _ready(self) -> list[int]:
+        return [
+            i
+            for i, p in enumerate(self.publishers)
+            if not p.closed
+            and not self.connections[p.connection].paused
+            and (p.sending is not None or p.client_credit > 0)
+        ]
+
+    @rule(data=st.data(), size=st.integers(0, 300), frames=st.integers(1, 3))
+    def transfer(self, data: st.DataObject, size: int, frames: int) -> None:
+        """A client sends a delivery in ``frames`` frames, or the next frame of one it began."""
+        ready = self._ready()
+        if not ready:
             return
-        index = data.draw(st.sampled_from(ready))
-        publisher = self.publishers[index]
-        publisher.client_credit -= 1
-        assert publisher.link.receive()
+        publisher = self.publishers[data.draw(st.sampled_from(ready))]
+        inbound = self.connections[publisher.connection]
+        link = publisher.link
+        if publisher.sending is None:
+            publisher.client_credit -= 1
+            publisher.sending = 0
+        if frames > 1:
+            publisher.sending += size // frames
+            refusal = inbound.frame(link, publisher.sending)
+            if refusal is not None:
+                self._refused(publisher, refusal)
+            return
+        total = publisher.sending + size
+        publisher.sending = None
+        refusal = inbound.receive(link, total, aborted=False)
+        if refusal is not None:
+            self._refused(publisher, refusal)
+            return
         message = self.next_message
         self.next_message += 1
-        self.received[message] = Received(index, len(publisher.targets))
-        if self.account.borrow(len(publisher.targets)):
-            self.reads_paused = True
-        self.unstored.extend(Copy(index, message, q, size) for q in publisher.targets)
+        pending, pause = inbound.route(link, message, len(publisher.targets))
+        assert pause == inbound.account.paused or not pause
+        self.unstored.extend(Copy(pending, q, total) for q in publisher.targets)
+
+    def _refused(self, publisher: Publisher, refusal: object) -> None:
+        inbound = self.connections[publisher.connection]
+        if isinstance(refusal, CloseConnection):
+            assert inbound.unfinished > MACHINE_LIMITS.max_unfinished_size
+            for other in self.publishers:
+                if other.connection == publisher.connection:
+                    other.closed = True
+            inbound.release()
+            return
+        assert isinstance(refusal, CloseLink)
+        assert refusal.condition == "amqp:link:message-size-exceeded"
+        publisher.closed = True
+        inbound.detach(publisher.link)
 
     @precondition(lambda self: self.unstored)
     @rule(data=st.data())
     def store(self, data: st.DataObject) -> None:
         """A queue stores one copy (late, as after an fsync): confirm it."""
         copy = self.unstored.pop(data.draw(st.integers(0, len(self.unstored) - 1)))
-        self.queues[copy.queue].enqueue(Message(_payload(copy.message, copy.size)))
-        if self.account.repay(1):
-            self.reads_paused = False
-        received = self.received[copy.message]
-        received.copies -= 1
-        if received.copies == 0:
-            del self.received[copy.message]
-            self.publishers[copy.publisher].link.confirm()
+        payload = _payload(copy.pending.token, copy.size)  # type: ignore[arg-type]
+        self.queues[copy.queue].enqueue(Message(payload))
+        inbound = copy.pending.inbound
+        steps = inbound.confirm(copy.pending)
+        if steps & RESUME:
+            assert not inbound.paused
+        assert bool(steps & SETTLE) == (copy.pending.copies == 0)
 
     @rule()
     def flush(self) -> None:
-        """The end of an event batch: check the budget, renew credit where the rule allows."""
-        self.budget.update(self.held.total)
-        for publisher in self.publishers:
-            grant = publisher.link.renew(self.budget.blocked)
-            if self.budget.blocked:
-                assert grant == 0
+        """The end of an event batch: budget, holds, renewals, as the gateway applies them."""
+        was_blocked = self.flow.budget.blocked
+        out = self.flow.flush(self.held.total, 0, self._weigh)
+        if out is None:
+            return
+        blocked = self.flow.budget.blocked
+        for link, grant in out.grants:
+            assert grant > 0
+            assert not (blocked and link.held), "a held link got credit"
+            publisher = next(p for p in self.publishers if p.link is link)
             publisher.client_credit += grant
+        for inbound in out.pause:
+            assert inbound.budget_paused
+            assert blocked or was_blocked
+        for inbound in out.resume:
+            assert not inbound.budget_paused
+        oldest = next(iter(self.flow.arriving), None)
+        assert oldest is None or not oldest.budget_paused, "the oldest arriving must be read"
 
     @rule(queue=st.integers(0, QUEUES - 1), credit=st.integers(1, 5))
     def consume(self, queue: int, credit: int) -> None:
@@ -303,22 +514,45 @@ class InboundMachine(RuleBasedStateMachine):
     @invariant()
     def credit_follows_confirmations(self) -> None:
         for publisher in self.publishers:
+            if publisher.closed:
+                continue
             link = publisher.link
             assert link.credit == publisher.client_credit >= 0
             assert link.credit + link.unconfirmed <= 2 * MAX_LINK_CREDIT - 1
 
     @invariant()
     def debt_is_the_copies_not_stored(self) -> None:
-        assert self.account.debt == len(self.unstored)
-        if self.account.paused:
-            assert self.account.debt > self.account.resume_at
-        else:
-            assert self.account.debt < ACCOUNT_LIMIT
-        assert self.account.debt < ACCOUNT_LIMIT + QUEUES
+        for inbound in self.connections:
+            debt = sum(1 for copy in self.unstored if copy.pending.inbound is inbound)
+            account = inbound.account
+            assert account.debt == debt
+            if account.paused:
+                assert account.debt > account.resume_at
+            else:
+                assert account.debt < ACCOUNT_LIMIT
+            assert account.debt < ACCOUNT_LIMIT + QUEUES
+
+    @invariant()
+    def unfinished_bytes_are_charged_once(self) -> None:
+        total = 0
+        for inbound in self.connections:
+            assert inbound.unfinished == sum(link.unfinished for link in inbound.links)
+            assert inbound.unfinished <= MACHINE_LIMITS.max_unfinished_size
+            total += inbound.unfinished
+        assert self.flow.budget.unfinished == total
+        assert list(self.flow.arriving) == [
+            inbound for inbound in self.flow.arriving if inbound.unfinished
+        ]
+
+    @invariant()
+    def only_publishers_wait_for_the_budget_and_only_while_it_is_exhausted(self) -> None:
+        for inbound in self.connections:
+            if inbound.budget_paused:
+                assert self.flow.budget.blocked
+                assert inbound.links
 
     @invariant()
     def held_bytes_are_what_queues_hold(self) -> None:
-        assert self.held.total >= 0
         stats = [q.statistics() for q in self.queues]
         unacked = sum(s.unacked_bytes for s in stats)
         count = sum(s.ready + s.unacked for s in stats)
@@ -327,7 +561,7 @@ class InboundMachine(RuleBasedStateMachine):
 
     @invariant()
     def budget_state_matches_its_marks(self) -> None:
-        budget = self.budget
+        budget = self.flow.budget
         if budget.blocked:
             assert budget.used > budget.resume_at
         else:

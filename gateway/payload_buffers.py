@@ -1,0 +1,103 @@
+"""Giving back the payload buffer proton keeps in every delivery once its bytes are gone.
+
+Proton copies a message's bytes into its delivery's buffer (``pn_link_send``, or a transfer
+frame arriving), and trims them once framed or read, but never shrinks the buffer: a delivery
+keeps the capacity of the largest message it carried for as long as it lives, and proton's
+per-connection pool of settled deliveries keeps it after that. An unsettled delivery of a 4 KiB
+message then costs 8 KiB (the buffer doubles from 64 bytes), that is a second copy of every
+message a consumer has not settled yet (issue 16, finding 5). Proton's API has no call to
+release it, so this module swaps the delivery's emptied buffer for an empty one, through the
+layout of ``pn_delivery_t`` and ``pn_buffer_t`` in proton 0.40 (``c/src/core/engine-internal.h``
+and ``buffer.c``; pyproject.toml pins proton below 0.41). At import the layout is checked on a
+scratch delivery, through proton's public API; if it does not match, nothing is ever swapped
+and a warning says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+import cproton_ffi
+from cffi import FFI
+from cproton import ffi as proton_ffi
+from cproton import lib
+
+log = logging.getLogger("sluicegate")
+
+# Buffers up to this capacity are left alone: a small message's buffer costs less than a swap.
+KEEP: Final = 256
+
+_ffi = FFI()
+_ffi.cdef(
+    """
+    typedef struct { size_t size; const char *start; } pn_bytes_t;
+    typedef struct { pn_bytes_t info_raw; void *name; void *description; void *info; }
+        pn_condition_t;
+    typedef struct {
+        pn_condition_t condition; uint64_t type; void *data; pn_bytes_t data_raw;
+        void *annotations; pn_bytes_t annotations_raw; uint64_t section_offset;
+        uint32_t section_number; bool failed; bool undeliverable; bool settled;
+    } pn_disposition_t;
+    typedef struct { uint32_t id; bool sending; bool sent; bool init; } pn_delivery_state_t;
+    typedef struct { char *bytes; uint32_t capacity; uint32_t start; uint32_t size; }
+        pn_buffer_t;
+    typedef struct {
+        pn_disposition_t local; pn_disposition_t remote; pn_bytes_t tag; void *link;
+        void *unsettled_next; void *unsettled_prev; void *work_next; void *work_prev;
+        void *tpwork_next; void *tpwork_prev; pn_delivery_state_t state;
+        pn_buffer_t *bytes; void *context;
+        bool updated; bool settled; bool work; bool tpwork; bool done; bool referenced;
+        bool aborted;
+    } pn_delivery_t;
+    pn_buffer_t *pn_buffer(size_t capacity);
+    void pn_buffer_free(pn_buffer_t *buf);
+    """
+)
+_c = _ffi.dlopen(cproton_ffi.__file__)
+
+
+def _view(delivery: Any) -> Any:
+    """Proton's delivery pointer as our declaration of its struct."""
+    return _ffi.cast("pn_delivery_t *", int(proton_ffi.cast("uintptr_t", delivery)))
+
+
+def release(delivery: Any) -> None:
+    """Give back the buffer of a delivery whose bytes have all been framed or read."""
+    view = _view(delivery)
+    buffer = view.bytes
+    if buffer.capacity <= KEEP or buffer.size:
+        return
+    view.bytes = _c.pn_buffer(0)
+    _c.pn_buffer_free(buffer)
+
+
+def pending_bytes(delivery: Any) -> int:
+    """Bytes the delivery's buffer still holds (proton's ``pn_delivery_pending``)."""
+    return int(_view(delivery).bytes.size)
+
+
+def _layout_matches() -> bool:
+    """Send known bytes on a scratch delivery and find them where the layout says."""
+    connection = lib.pn_connection()
+    try:
+        session = lib.pn_session(connection)
+        link = lib.pn_sender(session, b"layout")
+        tag = proton_ffi.from_buffer(b"t")
+        delivery = lib.pn_delivery(link, (1, tag))
+        payload = bytes(range(256)) * 4
+        lib.pn_link_send(link, proton_ffi.from_buffer(payload), len(payload))
+        buffer = _view(delivery).bytes
+        return bool(
+            buffer != _ffi.NULL
+            and buffer.size == len(payload) == lib.pn_delivery_pending(delivery)
+            and buffer.capacity >= buffer.size
+            and _ffi.buffer(buffer.bytes + buffer.start, buffer.size)[:] == payload
+        )
+    finally:
+        lib.pn_connection_release(connection)
+
+
+ENABLED: Final = _layout_matches()
+if not ENABLED:
+    log.warning("proton's delivery layout is not 0.40's: delivery buffers are not given back")

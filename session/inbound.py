@@ -1,0 +1,401 @@
+"""The inbound half of flow control, free of IO: what publishers may send, owe, and who waits.
+
+Per connection, :class:`Inbound` follows each transfer of its publishers' links:
+
+- **receive**: a delivery takes one link credit with its first frame (a transfer without credit
+  detaches the link with ``amqp:link:transfer-limit-exceeded``); the bytes of a delivery still
+  arriving are charged to the connection and to the server's budget frame by frame, capped by
+  ``max_message_size`` per delivery (``amqp:link:message-size-exceeded``) and by
+  ``max_unfinished_size`` per connection (``amqp:resource-limit-exceeded`` closes it);
+- **route**: every routed copy borrows one unit of the connection's account (Syndicate); at the
+  account's limit the connection's socket is no longer read;
+- **confirm**: each stored (or refused) copy repays its unit; the last one settles the delivery
+  with its outcome (a ``rejected`` copy wins, then the last other refusal, else ``accepted``) and
+  frees a place in the link's unconfirmed count.
+
+Server-wide, :class:`InboundFlow` holds the memory budget and, at the end of every batch of
+events, **flushes**: it takes the bytes held, decides who waits while the budget is exhausted
+(docs/inbound-flow-control.md), and renews the credit of links that may have more, each grant
+cut to what the budget's headroom backs. Bytes read from a publishing connection are charged at
+once, so one pass of the reactor over many connections cannot overshoot the budget by more than
+one read. Every method returns what the gateway must do; the gateway only applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final, TypeAlias
+
+from sluicegate.queues.queue_type import Outcome
+from sluicegate.session.account import Account
+from sluicegate.session.incoming_link import IncomingLink
+from sluicegate.session.memory_budget import MemoryBudget
+
+# What confirm() asks of the gateway, as bits: settle the delivery; read the socket again.
+SETTLE: Final = 1
+RESUME: Final = 2
+
+# While blocked, the holds are decided again once the bytes held moved by this share of the
+# budget: often enough to follow consumers draining, rarely enough to stay O(1) per event.
+RECLASSIFY_SHARE: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class InboundLimits:
+    """The per-link and per-connection limits a publisher must keep."""
+
+    max_link_credit: int
+    max_message_size: int
+    # Bytes of unfinished (multi-frame) deliveries one connection may have at once.
+    max_unfinished_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class CloseLink:
+    """Detach the link with this error; its current delivery is settled and dropped."""
+
+    link: IncomingLink
+    condition: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConnection:
+    """Close the whole connection with this error."""
+
+    condition: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Settle the delivery and store nothing (it was aborted: AMQP 1.0 §2.6.14)."""
+
+
+DROP: Final = Drop()
+Refusal: TypeAlias = CloseLink | CloseConnection | Drop
+# The bytes held by the queues a link publishes to (the gateway knows its targets).
+Weigh: TypeAlias = Callable[[IncomingLink], int]
+
+
+class Unconfirmed:
+    """A received delivery whose routed copies are not all stored yet.
+
+    ``token`` is the gateway's handle on the delivery, carried through untouched.
+    """
+
+    __slots__ = ("condition", "copies", "inbound", "link", "outcome", "token")
+
+    def __init__(self, token: object, inbound: Inbound, link: IncomingLink, copies: int) -> None:
+        self.token = token
+        self.inbound = inbound
+        self.link = link
+        self.copies = copies
+        # The outcome the publisher gets: accepted unless some queue refused its copy.
+        self.outcome = Outcome.ACCEPTED
+        # The refusal's AMQP error (condition, description), if any.
+        self.condition: tuple[str, str] | None = None
+
+    def refuse(self, outcome: Outcome, condition: tuple[str, str] | None) -> None:
+        """A copy was refused: a rejection sticks, any other refusal replaces what was."""
+        if outcome is not Outcome.ACCEPTED and self.outcome is not Outcome.REJECTED:
+            self.outcome = outcome
+            self.condition = condition
+
+
+@dataclass(slots=True)
+class Flushed:
+    """What a flush asks of the gateway: FLOWs to send, connections to stop or start reading."""
+
+    grants: list[tuple[IncomingLink, int]] = field(default_factory=list)
+    pause: list[Inbound] = field(default_factory=list)
+    resume: list[Inbound] = field(default_factory=list)
+
+
+class Inbound:
+    """One connection's publishing links, its account, and its unfinished deliveries."""
+
+    __slots__ = ("__weakref__", "account", "budget_paused", "flow", "links", "owner", "unfinished")
+
+    def __init__(self, flow: InboundFlow, account: Account, owner: object = None) -> None:
+        self.flow = flow
+        self.account = account
+        # The gateway's record of the connection, for the actions it is named in.
+        self.owner = owner
+        self.links: set[IncomingLink] = set()
+        # Bytes of this connection's deliveries still arriving.
+        self.unfinished = 0
+        # The budget holds this connection's reads (see InboundFlow).
+        self.budget_paused = False
+
+    @property
+    def paused(self) -> bool:
+        """The socket must not be read: the account is too deep or the budget holds it."""
+        return self.account.paused or self.budget_paused
+
+    # -- links ----------------------------------------------------------------------------
+
+    def attach(self) -> tuple[IncomingLink, int]:
+        """A new publishing link and the credit of its first FLOW (0 while blocked)."""
+        flow = self.flow
+        link = IncomingLink(flow.limits.max_link_credit)
+        self.links.add(link)
+        credit = link.attach(flow.budget.blocked)
+        if not credit:
+            flow.renewals.add(link)
+        return link, credit
+
+    def detach(self, link: IncomingLink) -> None:
+        """The link is gone: its unfinished delivery with it; copies in flight confirm nobody."""
+        self.links.discard(link)
+        self.flow.renewals.discard(link)
+        self._forget_unfinished(link)
+
+    def release(self) -> None:
+        """The connection ended: forget every link and what it charged."""
+        for link in list(self.links):
+            self.detach(link)
+        self.flow.connections.discard(self)
+
+    # -- transfers ------------------------------------------------------------------------
+
+    def frame(self, link: IncomingLink, received: int) -> Refusal | None:
+        """A delivery is still arriving and has ``received`` bytes so far: charge them."""
+        limits = self.flow.limits
+        if not link.arriving:
+            if not link.receive():
+                return self._no_credit(link)
+            link.arriving = True
+        if received > limits.max_message_size:
+            self._forget_unfinished(link)
+            return _oversized(link, limits.max_message_size)
+        self._charge(link, received - link.unfinished)
+        if self.unfinished > limits.max_unfinished_size:
+            return CloseConnection(
+                "amqp:resource-limit-exceeded",
+                f"unfinished deliveries over {limits.max_unfinished_size} bytes",
+            )
+        return None
+
+    def receive(self, link: IncomingLink, size: int, aborted: bool) -> Refusal | None:
+        """The delivery's last frame arrived: None if its ``size`` bytes are to be stored."""
+        if link.arriving:
+            link.arriving = False
+            self._forget_unfinished(link)
+        elif not link.receive():
+            return self._no_credit(link)
+        if aborted:
+            link.confirm()
+            self._want_credit(link)
+            return DROP
+        max_size = self.flow.limits.max_message_size
+        if size > max_size:
+            return _oversized(link, max_size)
+        if size > link.largest:
+            link.largest = size
+        return None
+
+    def route(self, link: IncomingLink, token: object, copies: int) -> tuple[Unconfirmed, bool]:
+        """The delivery goes to ``copies`` queues; True if reads must pause now."""
+        pending = Unconfirmed(token, self, link, copies)
+        return pending, bool(copies) and self.account.borrow(copies)
+
+    def confirm(
+        self,
+        pending: Unconfirmed,
+        outcome: Outcome = Outcome.ACCEPTED,
+        condition: tuple[str, str] | None = None,
+    ) -> int:
+        """One copy stored (or refused): SETTLE when it was the last, RESUME if reads may."""
+        if outcome is not Outcome.ACCEPTED:
+            pending.refuse(outcome, condition)
+        steps = RESUME if self.account.repay(1) and not self.budget_paused else 0
+        pending.copies -= 1
+        if pending.copies == 0:
+            self.settled(pending)
+            steps |= SETTLE
+        return steps
+
+    def settled(self, pending: Unconfirmed) -> None:
+        """The delivery is settled (its last copy, or it was routed nowhere)."""
+        link = pending.link
+        link.confirm()
+        self._want_credit(link)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _want_credit(self, link: IncomingLink) -> None:
+        if link.wants_credit and link in self.links:
+            self.flow.renewals.add(link)
+
+    def _no_credit(self, link: IncomingLink) -> CloseLink:
+        self._forget_unfinished(link)
+        return CloseLink(
+            link, "amqp:link:transfer-limit-exceeded", "a transfer arrived with no link credit"
+        )
+
+    def _charge(self, link: IncomingLink, more: int) -> None:
+        if more <= 0:
+            return
+        flow = self.flow
+        if not self.unfinished:
+            flow.arriving[self] = None
+        link.unfinished += more
+        self.unfinished += more
+        flow.budget.unfinished += more
+
+    def _forget_unfinished(self, link: IncomingLink) -> None:
+        held = link.unfinished
+        if not held:
+            return
+        link.unfinished = 0
+        self.unfinished -= held
+        flow = self.flow
+        flow.budget.unfinished -= held
+        if not self.unfinished:
+            flow.arriving.pop(self, None)
+
+
+def _oversized(link: IncomingLink, max_size: int) -> CloseLink:
+    return CloseLink(
+        link, "amqp:link:message-size-exceeded", f"message larger than max-message-size {max_size}"
+    )
+
+
+class InboundFlow:
+    """Every connection's publishers against the server's memory budget.
+
+    While the budget is exhausted (used at or above its limit, until it is back at its low-water
+    mark), the links publishing to the queues that hold the budget are *held*: a link is held
+    when the bytes its queues hold are at least half the mean over all publishing links (the
+    gateway weighs them). Held links get no new credit, and a connection that still has credit
+    on a held link, or a delivery arriving, is not read. Every other publisher keeps its credit
+    renewals, backed by the margin above the limit up to ``ceiling``; at the ceiling no
+    publishing connection is read at all. Whatever the case, the connection whose unfinished
+    delivery is the oldest is always read, so that multi-frame messages finish and the budget
+    cannot be locked up by deliveries that wait for each other. Connections without publishing
+    links are never held: consumers keep consuming, which is what brings the bytes down.
+    """
+
+    def __init__(self, budget: MemoryBudget, limits: InboundLimits) -> None:
+        self.budget = budget
+        self.limits = limits
+        self.connections: set[Inbound] = set()
+        # Connections with a delivery arriving, oldest first (a dict keeps insertion order).
+        self.arriving: dict[Inbound, None] = {}
+        # Links whose credit fell to half: renewed at the next flush.
+        self.renewals: set[IncomingLink] = set()
+        # The holds were decided for the bytes held at this figure (None: to be decided).
+        self._classified_at: int | None = None
+        self._oldest: Inbound | None = None
+
+    def connection(self, account: Account, owner: object = None) -> Inbound:
+        """The inbound state of a new connection; ``owner`` is the caller's record of it."""
+        inbound = Inbound(self, account, owner)
+        self.connections.add(inbound)
+        return inbound
+
+    def charge_read(self, inbound: Inbound, nbytes: int) -> list[Inbound]:
+        """Bytes were read from ``inbound``'s socket: connections whose reads pause now.
+
+        Only connections with publishing links are charged; the charge stands until the next
+        flush counts what the bytes became. The first read that exhausts the budget pauses
+        every publishing connection but the oldest arriving one until the flush decides.
+        """
+        if not inbound.links:
+            return []
+        budget = self.budget
+        budget.reading += nbytes
+        if budget.blocked or budget.current < budget.limit:
+            return []
+        budget.block()
+        self._classified_at = None
+        return self._hold(lambda _: True).pause
+
+    def flush(self, queued: int, outbound: int, weigh: Weigh) -> Flushed | None:
+        """The end of a batch of events: take the bytes held, decide holds, renew credit."""
+        budget = self.budget
+        was_blocked = budget.blocked
+        budget.update(queued + outbound + budget.unfinished)
+        out: Flushed | None = None
+        if budget.blocked:
+            oldest = next(iter(self.arriving), None)
+            classified = self._classified_at
+            if (
+                classified is None
+                or not was_blocked
+                or oldest is not self._oldest
+                or abs(budget.used - classified) * RECLASSIFY_SHARE >= budget.limit
+            ):
+                out = self._classify(weigh, oldest)
+        elif was_blocked:
+            out = self._release()
+        renewals = self.renewals
+        if renewals:
+            if out is None:
+                out = Flushed()
+            self._renew(out.grants)
+        return out
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _classify(self, weigh: Weigh, oldest: Inbound | None) -> Flushed:
+        """Decide again which links and connections the exhausted budget holds."""
+        budget = self.budget
+        self._classified_at = budget.used
+        self._oldest = oldest
+        links = [link for inbound in self.connections for link in inbound.links]
+        weights = [weigh(link) for link in links]
+        positive = [weight for weight in weights if weight > 0]
+        mean = sum(positive) / len(positive) if positive else 0.0
+        for link, weight in zip(links, weights, strict=True):
+            was_held = link.held
+            link.held = mean > 0 and 2 * weight >= mean
+            if was_held and not link.held and link.wants_credit:
+                self.renewals.add(link)
+        over_ceiling = budget.used >= budget.ceiling
+        return self._hold(
+            lambda inbound: (
+                over_ceiling
+                or inbound.unfinished > 0
+                or any(link.held and link.credit > 0 for link in inbound.links)
+            )
+        )
+
+    def _release(self) -> Flushed:
+        """The budget is back under its low-water mark: nobody is held any more."""
+        self._classified_at = None
+        self._oldest = None
+        for inbound in self.connections:
+            for link in inbound.links:
+                link.held = False
+                if link.wants_credit:
+                    self.renewals.add(link)
+        return self._hold(lambda _: False)
+
+    def _hold(self, decide: Callable[[Inbound], bool]) -> Flushed:
+        """Hold the publishing connections ``decide`` names, but never the oldest arriving."""
+        out = Flushed()
+        oldest = next(iter(self.arriving), None)
+        for inbound in self.connections:
+            hold = bool(inbound.links) and inbound is not oldest and decide(inbound)
+            if hold != inbound.budget_paused:
+                inbound.budget_paused = hold
+                (out.pause if hold else out.resume).append(inbound)
+        return out
+
+    def _renew(self, grants: list[tuple[IncomingLink, int]]) -> None:
+        """Renew what the rule allows, each grant backed by the budget's headroom."""
+        budget = self.budget
+        blocked = budget.blocked
+        headroom = (budget.ceiling if blocked else budget.limit) - budget.current
+        renewals = self.renewals
+        while renewals:
+            link = renewals.pop()
+            if blocked and link.held:
+                continue  # renewed when the budget lets it go
+            grant = link.renew(headroom=headroom)
+            if grant:
+                grants.append((link, grant))
+                headroom -= grant * link.largest

@@ -1,0 +1,285 @@
+"""Every byte a hostile client makes the server hold is charged and capped (issue 16).
+
+Each test plays one attack over a real socket, with raw frames where an ordinary client would
+not misbehave, while a prober (tests/support/prober.py) keeps publishing and consuming on a queue
+of its own: the bounds must hold and everyone else must stay served. Bounds are counted in bytes
+the server holds, never timed. (Attacks on the reactor's time are in test_hostile_clients.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Final
+
+import proton
+import pytest
+from integration.conftest import RunningServer
+from support.clients import consume, publish
+from support.polling import wait_until
+from support.prober import ROUND_TIMEOUT, Prober
+from support.process import serving
+from support.raw_client import ConnectionClosedError, RawClient
+
+from sluicegate.gateway.io_layer import READ_BATCH
+from sluicegate.gateway.state import ConnectionState
+
+KiB: Final = 1024
+MiB: Final = 1024 * KiB
+
+
+def _payload(body: bytes) -> bytes:
+    encoded: bytes = proton.Message(body=body).encode()
+    return encoded
+
+
+@contextmanager
+def _probing(server: RunningServer, queue: str) -> Iterator[Prober]:
+    """A prober on ``queue`` for the block; every one of its rounds must have been served."""
+    with Prober(server.url, f"/queues/{queue}") as prober:
+        prober.wait_rounds(1, timeout=30)
+        yield prober
+    seen = prober.seen
+    assert seen.failures == []
+    assert seen.worst < ROUND_TIMEOUT
+
+
+def _more_rounds(prober: Prober, count: int, timeout: float = 60.0) -> None:
+    """Wait until the prober has done ``count`` more rounds."""
+    mark = len(prober.seen.rounds)
+    wait_until(lambda: len(prober.seen.rounds) >= mark + count, timeout=timeout)
+
+
+def _connection(server: RunningServer, name: str) -> ConnectionState | None:
+    for state in server.server.broker.connections:
+        if state.connection.remote_container == name:
+            return state
+    return None
+
+
+def _unfinished(server: RunningServer) -> int:
+    return server.call(lambda: server.server.broker.publishing.budget.unfinished)
+
+
+# -- deliveries that never finish ----------------------------------------------------------
+
+
+def test_unfinished_deliveries_are_charged_as_they_arrive_and_capped_per_connection(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    server = make_server(max_message_size=512 * KiB, max_unfinished_size=1 * MiB)
+    chunk = b"x" * (100 * KiB)
+    with _probing(server, "probe-unfinished") as prober:
+        client = RawClient.connect(server.host, server.port, container_id="unfinished")
+        with client:
+            client.begin()
+            links = [client.attach(f"p{i}", "sender", target=f"/queues/u{i}") for i in range(8)]
+            for handle in links:
+                client.wait_credit(handle)
+            # Three links begin a delivery of 300 KiB each: charged while it arrives.
+            for handle in links[:3]:
+                client.send(handle, chunk, finish=False)
+                client.send_more(handle, chunk)
+                client.send_more(handle, chunk)
+            wait_until(lambda: _unfinished(server) == 3 * 3 * len(chunk))
+            _more_rounds(prober, 3)
+            # One more delivery takes the connection over its 1 MiB of unfinished bytes.
+            client.send(links[3], chunk, finish=False)
+            client.send_more(links[3], chunk)
+            close = client.wait_for("close", timeout=10)
+        assert close["error"]["condition"] == "amqp:resource-limit-exceeded"
+    wait_until(lambda: _unfinished(server) == 0)
+    assert server.call(lambda: server.server.broker.publishing.flow.arriving) == {}
+
+
+def test_a_delivery_over_max_message_size_is_refused_before_it_ends(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    server = make_server(max_message_size=256 * KiB)
+    with RawClient.connect(server.host, server.port) as client:
+        client.begin()
+        handle = client.attach("big", "sender", target="/queues/over-size")
+        client.wait_credit(handle)
+        client.send(handle, b"x" * (200 * KiB), finish=False)
+        client.send_more(handle, b"x" * (100 * KiB))
+        detach = client.wait_for("detach")
+        assert detach["error"]["condition"] == "amqp:link:message-size-exceeded"
+        # The rest of it is dropped as it comes: nothing is charged, the connection goes on.
+        client.send_more(handle, b"x" * (100 * KiB))
+        assert _unfinished(server) == 0
+    assert publish(server.url, "/queues/over-size", ["after"]).outcomes == ["accepted"]
+
+
+def test_a_refused_link_buffers_nothing_of_what_is_sent_on_it(server: RunningServer) -> None:
+    """40 MiB sent on refused links, in deliveries that never end, leave the server as it was.
+
+    The server runs in this process, so its growth is this process's (the client sends from
+    one reused chunk).
+    """
+    chunk = b"y" * (64 * KiB)
+    with _probing(server, "probe-refused") as prober:
+        client = RawClient.connect(server.host, server.port, container_id="refused")
+        with client:
+            client.begin()
+            handles = [
+                client.attach(f"r{i}", "sender", target="/exchanges/no-such-exchange")
+                for i in range(4)
+            ]
+            for handle in handles:
+                assert client.wait_attach(handle).error is not None
+            before = _rss(os.getpid())
+            # The client goes on sending on its refused links as if it had not seen the DETACH.
+            for handle in handles:
+                client.send(handle, chunk, finish=False)
+            for _ in range(160):
+                for handle in handles:
+                    client.send_more(handle, chunk)
+            ok = client.attach("ok", "sender", target="/queues/after-refused")
+            client.wait_credit(ok)
+            sent = client.send(ok, _payload(b"fine"))
+            assert client.wait_outcomes([sent])[sent] is not None
+            _more_rounds(prober, 3)
+            assert _rss(os.getpid()) - before <= 8 * MiB
+            assert _unfinished(server) == 0
+    assert consume(server.url, "/queues/after-refused", 1).bodies == [b"fine"]
+
+
+# -- credit granted to many links ----------------------------------------------------------
+
+
+class CreditAttack(threading.Thread):
+    """Attach ``links`` publishers, wait for their credit, then spend all of it at once."""
+
+    def __init__(self, server: RunningServer, links: int, body: int) -> None:
+        super().__init__(name="credit attack", daemon=True)
+        self.client = RawClient.connect(server.host, server.port, container_id="credit-attack")
+        self.client.write_timeout = 120.0
+        self.handles: list[int] = []
+        self.client.begin()
+        for i in range(links):
+            self.handles.append(self.client.attach(f"c{i}", "sender", target=f"/queues/credit-{i}"))
+        for handle in self.handles:
+            self.client.wait_credit(handle)
+        self.payload = _payload(b"z" * body)
+        self.sent = 0
+
+    def run(self) -> None:
+        client = self.client
+        try:
+            for handle in self.handles:
+                with client.corked():
+                    for _ in range(client.links[handle].link_credit):
+                        client.send(handle, self.payload)
+                        self.sent += 1
+        except (OSError, ConnectionClosedError):
+            return  # the test dropped the socket while the server held the writes back
+
+
+def test_credit_of_many_links_is_no_way_past_the_budget(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """200 links of 170 credit each could send 400 MB of 12 KiB messages; 4 MiB is the budget."""
+    budget = 4 * MiB
+    server = make_server(memory_budget=budget)
+    attack = CreditAttack(server, links=200, body=12 * KiB)
+    with _probing(server, "probe-credit") as prober:
+        attack.start()
+        stats = server.server.broker.publishing.budget
+        wait_until(lambda: server.call(lambda: stats.blocked), timeout=60)
+
+        def attacker_held() -> bool:
+            state = _connection(server, "credit-attack")
+            return state is not None and state.reads_paused
+
+        wait_until(lambda: server.call(attacker_held), timeout=30)
+        time.sleep(1.0)
+        used = server.call(lambda: stats.used)
+        assert used <= stats.ceiling + READ_BATCH
+        # Held, the attacker is not read; the prober publishes and consumes all the same.
+        _more_rounds(prober, 5)
+        assert server.call(lambda: stats.used) <= stats.ceiling + READ_BATCH
+        assert server.call(attacker_held)
+        attack.client.abort()
+        attack.join(10)
+    assert attack.sent > 0
+
+
+# -- a huge max-frame-size and a socket never read -----------------------------------------
+
+
+def test_the_writer_bound_is_in_bytes_whatever_the_clients_frame_size(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    buffer = 1 * MiB
+    server = make_server(writer_buffer_size=buffer)
+    publish(server.url, "/queues/big-frames", [b"b" * MiB] * 12)
+    with _probing(server, "probe-big-frames"):
+        client = RawClient.connect(
+            server.host,
+            server.port,
+            container_id="big-frames",
+            max_frame_size=2**32 - 1,
+            rcvbuf=16 * KiB,
+        )
+        with client:
+            for channel in range(4):
+                client.begin(channel)
+                handle = client.attach(
+                    f"browse-{channel}",
+                    "receiver",
+                    source="/queues/big-frames",
+                    channel=channel,
+                    distribution_mode="copy",
+                )
+                client.flow(handle, link_credit=12)
+
+            def pending() -> int:
+                state = _connection(server, "big-frames")
+                assert state is not None
+                return state.writer.bytes_pending
+
+            wait_until(lambda: server.call(pending) >= buffer // 2, timeout=30)
+            time.sleep(1.0)
+            # One part of a message at most beyond the bound: the server's own frame size.
+            assert server.call(pending) <= buffer + server.server.config.max_frame_size
+    wait_until(lambda: server.call(lambda: server.server.broker.pending_bytes.total) == 0)
+    assert server.queue("big-frames").ready == 12
+
+
+# -- unsettled deliveries ------------------------------------------------------------------
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * KiB
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message() -> None:
+    """10,000 deliveries of 4 KiB messages held unsettled: no second copy of any of them."""
+    count = 10_000
+    body = b"u" * 4096
+    with serving("--metrics-listen", "off") as (process, port):
+        url = f"amqp://127.0.0.1:{port}"
+        publish(url, "/queues/unsettled", [body] * count)
+        time.sleep(1.0)
+        queued = _rss(process.pid)
+        with RawClient.connect("127.0.0.1", port) as client:
+            client.begin()
+            handle = client.attach("hoarder", "receiver", source="/queues/unsettled")
+            client.flow(handle, link_credit=100_000)
+            for _ in range(count):
+                assert client.next_message(timeout=30) is not None
+            time.sleep(1.0)
+            held = _rss(process.pid) - queued
+            assert held <= count * KiB, f"{held / count:.0f} bytes per unsettled delivery"
+        # Dropped: every delivery goes back to the queue, nothing of them stays.
+        time.sleep(1.0)
+        assert _rss(process.pid) - queued <= count * KiB
+        assert len(consume(url, "/queues/unsettled", count).messages) == count
