@@ -219,7 +219,9 @@ class Broker(Handler):
         """
         self.release_connection(state)
         _close(state.connection, condition, description)
-        state.transport.close_tail()
+        transport = state.transport
+        transport.pending()  # the CLOSE is framed with its condition before the input ends
+        transport.close_tail()
 
     # -- sessions -------------------------------------------------------------------------
 
