@@ -29,7 +29,7 @@ from sluicegate.gateway.access import authorise_attach
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.deliveries import CDelivery
-from sluicegate.gateway.drain import granted_credit, send_drained_flow
+from sluicegate.gateway.drain import send_drained_flow
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.events import (
     connection_of,
@@ -75,7 +75,6 @@ from sluicegate.session.session import (
 from sluicegate.session.session import Session as PureSession
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.errors import AmqpError
-from sluicegate.wire.serial import SERIAL_MASK, serial_add, serial_diff
 from sluicegate.writer.writer import PendingBytes
 
 log = logging.getLogger("sluicegate")
@@ -399,29 +398,16 @@ class Broker(Handler):
             self.publishing.detach(state)
 
     def on_link_flow(self, event: Event) -> None:
-        """A client FLOW on a consumer link, recognised by a change of its credit limit.
-
-        Proton raises this event also after each transfer it writes, and hides the FLOW's raw
-        fields; its credit (limit minus deliveries advanced) tells a real FLOW apart.
-        """
+        """Maybe a client FLOW on a consumer link: the session tells (``transport_flow``)."""
         link = link_of(event)
         state = getattr(link, "sg", None)
         if not isinstance(state, OutgoingLinkState):
             return
         if state.drain_pending:
             self._complete_drain(state)
-        credit = link.credit
-        drain = link.drain_mode
-        limit = (state.delivery_count + credit) & SERIAL_MASK
-        if limit == state.limit and drain == state.drain:
-            return
-        state.limit = limit
-        state.drain = drain
-        sent_since = serial_diff(state.delivery_count, state.flow_count)
-        state.flow_count = state.delivery_count
-        granted = granted_credit(credit, link.unsettled + sent_since)
-        state.session.pure.client_flow(state.link, state.delivery_count, granted, drain, False)
-        self._dirty.add(state.session)
+        pure = state.session.pure
+        if pure.transport_flow(state.link, link.credit, link.drain_mode, link.unsettled):
+            self._dirty.add(state.session)
 
     # -- deliveries -----------------------------------------------------------------------
 
@@ -535,7 +521,7 @@ class Broker(Handler):
                 link_state = senders[link]
                 payload = message.read()
                 delivery = deliveries.send(link_state.sender._impl, b"%d" % message.seq, payload)
-                link_state.delivery_count = (link_state.delivery_count + 1) & SERIAL_MASK
+                link.transport_sent()
                 if not link.ack_required:
                     deliveries.settle(delivery)
                 elif len(payload) > payload_buffers.KEEP:
@@ -557,7 +543,7 @@ class Broker(Handler):
             delivery = sender.current
             assert delivery is not None
             sender.advance()
-            state.delivery_count = (state.delivery_count + 1) & SERIAL_MASK
+            part.link.transport_sent()
             if not part.link.ack_required:
                 delivery.settle()
             else:
@@ -588,5 +574,4 @@ class Broker(Handler):
         if sender.queued:
             return
         state.drain_pending = False
-        drained = sender.drained() or send_drained_flow(sender)
-        state.delivery_count = serial_add(state.delivery_count, drained)
+        state.link.transport_drained(sender.drained() or send_drained_flow(sender))

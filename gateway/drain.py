@@ -1,10 +1,7 @@
-"""A consumer link's credit where proton bends it: grants of 2**31 or more, and the drained FLOW.
+"""The drained FLOW proton 0.40 will not send when a drain used up exactly all the credit.
 
-Proton keeps a sending link's credit in a C ``int`` (the client's limit less our delivery-count),
-so a legal link-credit of 2**31 or more (a uint, AMQP 1.0 §2.7.4) reads negative;
-:func:`granted_credit` reads it back as the grant it is.
-
-The drained FLOW proton 0.40 will not send when a drain used up exactly all the credit:
+(A grant of 2**31 or more, which proton's C ``int`` reads negative, is read back by the pure
+outgoing link: ``session/outgoing_link.py``'s ``granted_credit``.)
 
 AMQP 1.0 §2.6.7: a sender that honours a drain must answer with a FLOW (link-credit 0, drain
 true, its delivery-count), and clients such as rhea wait for it. Proton sends that FLOW only from
@@ -31,7 +28,7 @@ from proton import Connection, Sender
 
 from sluicegate.wire.serial import SERIAL_MASK
 
-__all__ = ["granted_credit", "send_drained_flow"]
+__all__ = ["send_drained_flow"]
 
 _lib = ctypes.CDLL(cproton_ffi.__file__)
 _modified = _lib.pn_modified
@@ -67,21 +64,6 @@ def _probe() -> int:
 
 
 _AVAILABLE: Final = _probe()
-
-
-def granted_credit(credit: int, uncounted: int) -> int:
-    """The credit a client granted, from proton's ``credit`` of its sending link.
-
-    A negative value is either a client that lowered its limit below deliveries it had not
-    counted yet (at most ``uncounted`` of them: no credit left) or a grant of 2**31 or more,
-    which is read back as the uint it is. The two overlap only for grants within ``uncounted``
-    of 2**32, where the lowered limit, the safe reading, wins.
-    """
-    if credit >= 0:
-        return credit
-    if -credit <= uncounted:
-        return 0
-    return credit & SERIAL_MASK
 
 
 def send_drained_flow(sender: Sender) -> int:

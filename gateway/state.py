@@ -174,19 +174,11 @@ class IncomingLinkState:
 
 @dataclass(slots=True, weakref_slot=True)
 class OutgoingLinkState:
-    """A consumer's link: the pure link and proton's credit limit last seen on it."""
+    """A consumer's link: proton's sender and the pure link that decides for it."""
 
     sender: Sender
     link: OutgoingLink
     session: SessionState
-    # Proton's delivery-count on this link: deliveries advanced plus credit drained.
-    delivery_count: int = 0
-    # The credit limit (delivery-count + credit) and drain flag of the last client FLOW seen.
-    limit: int = 0
-    drain: bool = False
-    # Our delivery-count when the last client FLOW was read: deliveries sent since then may
-    # be missing from the client's count in its next FLOW (gateway/drain.py).
-    flow_count: int = 0
     # A drain completed in the session whose FLOW proton must send after its queued transfers.
     drain_pending: bool = False
 

@@ -12,9 +12,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sluicegate.queues.queue_type import QueueType
+from sluicegate.wire.serial import SERIAL_MASK, serial_add, serial_diff
 
 if TYPE_CHECKING:
     from sluicegate.session.session import Session
+
+
+def granted_credit(credit: int, uncounted: int) -> int:
+    """The credit a client granted, from the transport's ``credit`` of its sending link.
+
+    Proton keeps that credit in a C ``int`` (the client's limit less our delivery-count). A
+    negative value is either a client that lowered its limit below deliveries it had not
+    counted yet (at most ``uncounted`` of them: no credit left) or a grant of 2**31 or more
+    (link-credit is a uint, AMQP 1.0 §2.7.4), read back as the uint it is. The two overlap only
+    for grants within ``uncounted`` of 2**32, where the lowered limit, the safe reading, wins.
+    """
+    if credit >= 0:
+        return credit
+    if -credit <= uncounted:
+        return 0
+    return credit & SERIAL_MASK
 
 
 class ClientFlowCtl:
@@ -72,12 +89,16 @@ class OutgoingLink:
         "client_flow_ctl",
         "credit_req_in_flight",
         "detached",
+        "flow_count",
         "handle",
         "queue",
         "queue_flow_ctl",
+        "seen_drain",
+        "seen_limit",
         "sent",
         "session",
         "stashed_credit_req",
+        "transport_count",
         "unsettled",
     )
 
@@ -94,6 +115,39 @@ class OutgoingLink:
         self.sent = 0
         # Deliveries sent and not yet settled by the client.
         self.unsettled = 0
+        # The transport's delivery-count of the link (deliveries it sent plus credit it
+        # drained), which runs behind the session's while transfers wait inside it; the credit
+        # limit (delivery-count + credit) and drain flag of the last client FLOW it showed, and
+        # its delivery-count then: what was sent since may be missing from the next FLOW.
+        self.transport_count = 0
+        self.seen_limit = 0
+        self.seen_drain = False
+        self.flow_count = 0
+
+    def flow_seen(self, credit: int, drain: bool, unsettled: int) -> int | None:
+        """The transport shows the link's ``credit`` and ``drain`` after a flow event: the
+        credit the client granted if that was a client FLOW, else None.
+
+        Proton raises its flow event after every transfer it writes as well, and hides a
+        FLOW's own fields; a change of the credit limit or of drain tells a FLOW apart.
+        ``unsettled`` is how many deliveries the transport holds unsettled on the link.
+        """
+        limit = (self.transport_count + credit) & SERIAL_MASK
+        if limit == self.seen_limit and drain == self.seen_drain:
+            return None
+        self.seen_limit = limit
+        self.seen_drain = drain
+        sent_since = serial_diff(self.transport_count, self.flow_count)
+        self.flow_count = self.transport_count
+        return granted_credit(credit, unsettled + sent_since)
+
+    def transport_sent(self) -> None:
+        """The transport took a whole delivery of the link."""
+        self.transport_count = (self.transport_count + 1) & SERIAL_MASK
+
+    def transport_drained(self, credit: int) -> None:
+        """The transport ended a drain, advancing the delivery-count by the credit left."""
+        self.transport_count = serial_add(self.transport_count, credit)
 
     def statistics(self) -> OutgoingLinkStatistics:
         """A snapshot for metrics and tests."""

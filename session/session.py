@@ -192,6 +192,16 @@ class Session:
         link.queue_flow_ctl.drain = drain
         self._request_credit(link, min(desired, self.max_queue_credit), drain)
 
+    def transport_flow(self, link: OutgoingLink, credit: int, drain: bool, unsettled: int) -> bool:
+        """What the transport shows of a consumer link after a flow event: its credit, drain
+        flag and unsettled deliveries. True if that was a client FLOW, which the session then
+        acts on (see :meth:`OutgoingLink.flow_seen`)."""
+        granted = link.flow_seen(credit, drain, unsettled)
+        if granted is None:
+            return False
+        self.client_flow(link, link.transport_count, granted, drain, False)
+        return True
+
     def settle(
         self, link: OutgoingLink, seqs: list[int], outcome: Outcome, delivery_failed: bool
     ) -> list[Dispatch]:

@@ -14,7 +14,7 @@ import pytest
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Outcome
-from sluicegate.session.outgoing_link import CreditReq, OutgoingLink
+from sluicegate.session.outgoing_link import CreditReq, OutgoingLink, granted_credit
 from sluicegate.session.session import (
     DEFAULT_MAX_QUEUE_CREDIT,
     Action,
@@ -762,3 +762,39 @@ def test_small_max_queue_credit_batches() -> None:
     out = session.send_pending()
     assert len(transfers(out)) == 8
     assert [c.credit for c in queue.calls] == [3, 3, 2]
+
+
+# -- what the transport shows of client FLOWs ----------------------------------------------
+
+
+def test_a_flow_event_after_a_transfer_is_not_a_client_flow() -> None:
+    """Proton raises its flow event after every transfer it writes: same limit, no FLOW."""
+    h = Harness(messages=3)
+    assert h.session.transport_flow(h.link, 10, False, 0)
+    h.pump()
+    assert len(h.received) == 3
+    for _ in range(3):
+        h.link.transport_sent()
+    requests = len(h.queue.calls)
+    assert not h.session.transport_flow(h.link, 7, False, 0), "10 credit less 3 sent"
+    assert len(h.queue.calls) == requests
+    assert h.session.transport_flow(h.link, 20, False, 0), "the client raised its limit"
+    assert h.link.client_flow_ctl.credit == 20
+    assert h.session.transport_flow(h.link, 20, True, 0), "the same limit, now with drain"
+
+
+def test_a_drain_the_transport_ended_moves_its_delivery_count() -> None:
+    link = Harness().link
+    link.transport_sent()
+    link.transport_drained(4)
+    assert link.transport_count == 5
+    assert link.flow_seen(0, False, 0) is not None, "limit 5 + 0 is new"
+    assert link.flow_seen(0, False, 0) is None
+
+
+def test_credit_the_transport_reads_negative_is_a_big_grant_or_a_lowered_limit() -> None:
+    assert granted_credit(5, 0) == 5
+    assert granted_credit(-3, 3) == 0, "lowered below 3 deliveries it had not counted yet"
+    assert granted_credit(-(2**31), 3) == 2**31, "a grant of 2**31 is a uint"
+    link = Harness().link
+    assert link.flow_seen(-(2**31), False, 0) == 2**31
