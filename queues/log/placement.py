@@ -36,8 +36,6 @@ class WriteBatch:
     deletions: list[int] = field(default_factory=list)
     # Messages whose bodies this batch writes: they leave memory once it is written.
     messages: list[StoredMessage] = field(default_factory=list)
-    # Where the log ends once this batch is written: (segment, offset).
-    end: tuple[int, int] = (0, 0)
 
     @property
     def size(self) -> int:
@@ -90,7 +88,6 @@ class Placement:
     def take(self) -> WriteBatch:
         """The batch placed so far; a new one starts."""
         batch = self.batch
-        batch.end = (self.segment, self.offset)
         self.batch = WriteBatch()
         return batch
 

@@ -47,6 +47,7 @@ from sluicegate.queues.log.segments import (
     list_segments,
     recover,
     remove_clean_shutdown,
+    segment_path,
     truncate_segment,
     write_clean_shutdown,
 )
@@ -112,7 +113,6 @@ class MessageStore:
         self.topology = LoggedTopology(self.recovered)
         self.next_id = self.recovered.next_id
         self._changes = StateChanges()
-        self._durable_end = (0, 0)
         # The last message enqueued: the next one with the same body object shares its body.
         self._last: StoredMessage | None = None
         self._last_body: bytes | None = None
@@ -454,7 +454,6 @@ class MessageStore:
     def written(self, batch: WriteBatch) -> None:
         """A batch is durable: its bodies move from memory to the bounded cache."""
         self.bodies.written(batch.messages)
-        self._durable_end = batch.end
 
     def statistics(self) -> StoreStatistics:
         """Counts for metrics and tests."""
@@ -473,16 +472,19 @@ class MessageStore:
         )
 
     def close(self, *, clean: bool = False) -> None:
-        """Close the files; ``clean``: everything placed is written, so say where the log ends.
+        """Close the files; ``clean``: every batch taken is written and fsynced (the log
+        writer stopped without giving up), so say where the log ends.
 
         The next start then refuses a log that is shorter than that (a last segment emptied or
-        deleted), which a crash could not have made.
+        deleted), which a crash could not have made. Nothing is said if records are still
+        placed but not taken, or the last segment is not as long as placed.
         """
         self.bodies.reader.close()
         placement = self.placement
-        end = (placement.segment, placement.offset)
-        if clean and not self.pending and self._durable_end == end:
-            write_clean_shutdown(self.directory, CleanShutdown(*end))
+        path = segment_path(self.directory, placement.segment)
+        written = path.stat().st_size if path.exists() else -1
+        if clean and not self.pending and written == placement.offset:
+            write_clean_shutdown(self.directory, CleanShutdown(placement.segment, written))
 
 
 def write_now(store: MessageStore, writer: SegmentWriter) -> WriteBatch:

@@ -13,7 +13,7 @@ from support.process import SERVE, serving
 
 from sluicegate.queues.log.decoding import iter_records
 from sluicegate.queues.log.records import Enqueued
-from sluicegate.queues.log.segments import list_segments, segment_path
+from sluicegate.queues.log.segments import CLEAN_SHUTDOWN, list_segments, segment_path
 
 _COUNT = 300
 
@@ -37,6 +37,8 @@ def test_a_missing_segment_refuses_start_until_repaired_and_repair_says_what_it_
         outcomes = publish(f"amqp://127.0.0.1:{port}", "/queues/kept", messages=messages).outcomes
         assert outcomes == ["accepted"] * _COUNT
     log = tmp_path / "log"
+    # A clean stop says where the log ends: a last segment emptied or deleted is seen.
+    assert (log / CLEAN_SHUTDOWN).read_text().split()[0] == str(list_segments(log)[-1])
     segments = list_segments(log)
     missing = segments[len(segments) // 2]
     lost = sum(
