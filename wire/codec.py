@@ -16,7 +16,8 @@ from sluicegate.wire.errors import DecodeError
 
 # What decoding yields: AMQP scalars map to Python scalars, compounds to lists and dicts.
 Value: TypeAlias = (
-    "bool | int | float | str | bytes | list[Value] | dict[Value, Value] | Described | None"
+    "bool | int | float | str | bytes | list[Value] | dict[Value, Value] | Described | Encoded"
+    " | None"
 )
 
 
@@ -53,6 +54,29 @@ class Described:
 
     def __repr__(self) -> str:
         return f"Described({self.descriptor!r}, {self.value!r})"
+
+
+class Encoded:
+    """A value the server carries but never interprets, kept as its exact encoding.
+
+    AMQP's decimal32/64/128 (IEEE 754 decimal floating point, §1.6.13-15) have no exact Python
+    counterpart a broker needs; a message may still carry them in its properties or annotations,
+    so they decode to their bytes and re-encode unchanged when a section is rewritten.
+    """
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Encoded) and self.raw == other.raw
+
+    def __hash__(self) -> int:
+        return hash(self.raw)
+
+    def __repr__(self) -> str:
+        return f"Encoded({self.raw!r})"
 
 
 _U8 = struct.Struct(">B")
@@ -153,6 +177,9 @@ _FIXED: Final[dict[int, Callable[[bytes | memoryview, int], Value]]] = {
     0x82: lambda b, p: _F64.unpack_from(b, p)[0],
     0x83: lambda b, p: Timestamp(_I64.unpack_from(b, p)[0]),
     0x98: lambda b, p: bytes(b[p : p + 16]),
+    0x74: lambda b, p: Encoded(b"\x74" + bytes(b[p : p + 4])),
+    0x84: lambda b, p: Encoded(b"\x84" + bytes(b[p : p + 8])),
+    0x94: lambda b, p: Encoded(b"\x94" + bytes(b[p : p + 16])),
 }
 
 
@@ -269,6 +296,8 @@ def encode(value: Value) -> bytes:
         return b"\x42"
     if isinstance(value, Described):
         return b"\x00" + encode(value.descriptor) + encode(value.value)
+    if isinstance(value, Encoded):
+        return value.raw
     if isinstance(value, Timestamp):
         return b"\x83" + _I64.pack(value)
     if isinstance(value, int):

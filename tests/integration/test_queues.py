@@ -8,7 +8,18 @@ from collections.abc import Mapping
 
 import pytest
 from integration.conftest import RunningServer
-from proton import Array, Delivery, Described, Endpoint, Message, Timeout, symbol, ulong
+from proton import (
+    Array,
+    Delivery,
+    Described,
+    Endpoint,
+    Message,
+    Timeout,
+    decimal32,
+    decimal128,
+    symbol,
+    ulong,
+)
 from proton.reactor import Copy, Filter, Selector
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached, SendException
 from support.clients import consume, publish
@@ -84,6 +95,23 @@ def test_message_ttl_expires_into_the_dead_letter_queue(server: RunningServer) -
     assert dead.annotations[symbol("x-first-death-queue")] == "ttl-work"
     stats = server.queue("ttl-work")
     assert (stats.expired, stats.dead_lettered, stats.ready) == (1, 1, 0)
+
+
+def test_decimals_travel_unchanged_through_dead_lettering(server: RunningServer) -> None:
+    """Valid AMQP the server never interprets (decimals) is accepted and kept exactly, also in
+    the message annotations the dead-lettering rewrites."""
+    dlx = _dead_letter_setup(server, "dec")
+    _declare(server, "dec-work", {"x-dead-letter-exchange": dlx, "x-message-ttl": 0})
+    price, total = decimal32(7), decimal128(bytes(range(16)))
+    sent = Message(
+        body="order", properties={"price": price}, annotations={symbol("x-opt-total"): total}
+    )
+    assert publish(server.url, "/queues/dec-work", messages=[sent]).outcomes == ["accepted"]
+    [dead] = consume(server.url, "/queues/dec-dlq", 1).messages
+    [death] = _deaths(dead)
+    assert death[symbol("reason")] == "expired"
+    assert dict(dead.annotations or {})[symbol("x-opt-total")] == total
+    assert dead.properties == {"price": price}
 
 
 def test_queue_ttl_and_absolute_expiry_time(server: RunningServer) -> None:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from sluicegate.wire.codec import (
     Described,
+    Encoded,
     Symbol,
     Timestamp,
     Value,
@@ -41,6 +42,11 @@ scalars: st.SearchStrategy[Value] = st.one_of(
     st.builds(Timestamp, st.integers(min_value=-(2**63), max_value=2**63 - 1)),
     st.binary(max_size=20),
     st.binary(min_size=250, max_size=300),
+    st.builds(
+        lambda code, raw: Encoded(bytes((code,)) + raw[: {0x74: 4, 0x84: 8, 0x94: 16}[code]]),
+        st.sampled_from([0x74, 0x84, 0x94]),
+        st.binary(min_size=16, max_size=16),
+    ),
 )
 # Map keys: any scalar (compounds are refused as keys by the decoder).
 keys: st.SearchStrategy[Value] = st.one_of(
@@ -89,6 +95,8 @@ def shape(value: Value) -> object:
         return ("list", tuple(shape(v) for v in value))
     if isinstance(value, dict):
         return ("map", tuple((shape(k), shape(v)) for k, v in value.items()))
+    if isinstance(value, Encoded):
+        return ("encoded", value.raw)
     return ("described", shape(value.descriptor), shape(value.value))
 
 
@@ -394,7 +402,6 @@ def test_corrupted_value_raises_only_decode_error(value: Value, data: st.DataObj
         b"\x01",  # unknown constructors
         b"\x30",
         b"\xff",
-        b"\x74\x00\x00\x00\x05",  # decimal32: valid AMQP, but not a type this codec reads
     ],
 )
 def test_malformed_values_raise_decode_error(buf: bytes) -> None:
@@ -402,8 +409,24 @@ def test_malformed_values_raise_decode_error(buf: bytes) -> None:
         decode(buf, 0)
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [b"\x74\x00\x00\x00\x05", b"\x84" + bytes(range(8)), b"\x94" + bytes(range(16))],
+    ids=["decimal32", "decimal64", "decimal128"],
+)
+def test_decimals_keep_their_exact_encoding(raw: bytes) -> None:
+    """Decimals are carried, not interpreted: in a map, a list or an array they re-encode to
+    the bytes they came as, so rewriting a section around them changes nothing of theirs."""
+    assert decode(raw, 0) == (Encoded(raw), len(raw))
+    as_map = encode({"d": Encoded(raw)})
+    assert decode(as_map, 0)[0] == {"d": Encoded(raw)}
+    assert encode(decode(as_map, 0)[0]) == as_map
+    array = b"\xe0" + bytes((1 + 1 + 2 * (len(raw) - 1), 2)) + raw[:1] + raw[1:] + raw[1:]
+    assert decode(array, 0)[0] == [Encoded(raw), Encoded(raw)]
+
+
 def test_skip_does_not_need_to_understand_fixed_width_payloads() -> None:
-    """skip goes by width: a decimal32 it cannot decode is still skipped whole."""
+    """skip goes by width: a decimal32 is skipped whole without being decoded."""
     assert skip(b"\x74\x00\x00\x00\x05\x40", 0) == 5
 
 
