@@ -119,8 +119,9 @@ class Publishing:
         connection = state.connection
         connection.publishers.discard(state)
         state.partial = None
-        if connection.inbound is not None:
-            connection.inbound.detach(state.link)
+        inbound = connection.inbound
+        if inbound is not None and inbound.detach(state.link) and not connection.closed:
+            reading.resume(connection)
         # What still arrives on the link until the client sees its DETACH is discarded.
         forget_endpoint(state.receiver)
 

@@ -146,11 +146,19 @@ class Inbound:
             flow.renewals.add(link)
         return link, credit
 
-    def detach(self, link: IncomingLink) -> None:
-        """The link is gone: its unfinished delivery with it; copies in flight confirm nobody."""
+    def detach(self, link: IncomingLink) -> bool:
+        """The link is gone: its unfinished delivery with it; copies in flight confirm nobody.
+
+        True if that was the last publishing link of a connection the budget held: it is a
+        consumer's connection now, which the budget never holds, so it may be read again.
+        """
         self.links.discard(link)
         self.flow.renewals.discard(link)
         self._forget_unfinished(link)
+        if self.budget_paused and not self.links:
+            self.budget_paused = False
+            return not self.account.paused
+        return False
 
     def release(self) -> None:
         """The connection ended: forget every link and what it charged."""

@@ -570,3 +570,14 @@ class InboundMachine(RuleBasedStateMachine):
 
 InboundMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
 TestInboundMachine = InboundMachine.TestCase
+
+
+def test_a_held_connection_whose_last_publisher_detaches_is_read_again() -> None:
+    flow = _flow(budget=1_000)
+    inbound = flow.connection(Account())
+    link, _ = inbound.attach()
+    out = flow.flush(1_000, 0, lambda _: 1_000)
+    assert out is not None
+    assert out.pause == [inbound]
+    assert inbound.detach(link), "only a consumer now: the budget holds consumers never"
+    assert not inbound.paused
