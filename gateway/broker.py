@@ -398,10 +398,14 @@ class Broker(Handler):
             self.publishing.detach(state)
 
     def on_link_flow(self, event: Event) -> None:
-        """Maybe a client FLOW on a consumer link: the session tells (``transport_flow``)."""
+        """Maybe a client FLOW on a consumer link: the session tells (``transport_flow``).
+
+        A FLOW for a link the server has detached (its queue was deleted, the client has not
+        read the DETACH yet) is ignored: the DETACH answers it.
+        """
         link = link_of(event)
         state = getattr(link, "sg", None)
-        if not isinstance(state, OutgoingLinkState):
+        if not isinstance(state, OutgoingLinkState) or state.link.detached:
             return
         if state.drain_pending:
             self._complete_drain(state)

@@ -2,8 +2,10 @@
 
 Each command is one request to the ``/management`` node at ``--url`` (default the embedded
 default listener), so it works wherever an AMQP client may connect, against sluicegate or
-RabbitMQ 4. A refused request prints one line with the status and the server's reason and exits
-1; a server that cannot be reached exits 2.
+RabbitMQ 4. ``list`` asks for pages of :data:`PAGE_SIZE` queues and prints each as it comes, so
+a server with a hundred thousand queues is listed in constant memory, a page at a time. A
+refused request prints one line with the status and the server's reason and exits 1; a server
+that cannot be reached exits 2.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from sluicegate.clients.management import ManagementClient, Reply, path_segment
 
 DEFAULT_URL: Final = "amqp://127.0.0.1:5672"
 _COLUMNS: Final = ("name", "type", "durable", "message_count", "consumer_count")
+_HEADERS: Final = ("name", "type", "durable", "messages", "consumers")
+# The largest page the server gives (RabbitMQ's HTTP API's limit too).
+PAGE_SIZE: Final = 500
 
 
 def add_parser(commands: Any) -> None:
@@ -74,9 +79,9 @@ def _argument(raw: str) -> tuple[str, object]:
 
 
 def _request(args: argparse.Namespace) -> tuple[str, str, object]:
-    """The method, path and body of the action."""
+    """The method, path and body of the action (``list``: of its first page)."""
     if args.action == "list":
-        return "GET", "/queues", None
+        return "GET", _page(1), None
     path = f"/queues/{path_segment(args.name)}"
     if args.action == "delete":
         return "DELETE", path, None
@@ -109,20 +114,51 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+def _page(number: int) -> str:
+    return f"/queues?page={number}&page_size={PAGE_SIZE}"
+
+
+def _print_page(
+    args: argparse.Namespace, page: int, queues: list[object], widths: list[int]
+) -> None:
+    """One page of the listing: JSON array elements, or table rows aligned as the first page."""
+    maps = [queue for queue in queues if isinstance(queue, dict)]
+    if args.json:
+        for index, queue in enumerate(maps):
+            separator = "[" if page == 1 and index == 0 else ","
+            print(separator + json.dumps(queue, default=_cell, sort_keys=True))
+        return
+    rows = [[_cell(queue.get(column, "")) for column in _COLUMNS] for queue in maps]
+    if page == 1:
+        widths[:] = [max(map(len, column)) for column in zip(_HEADERS, *rows, strict=False)]
+        rows.insert(0, list(_HEADERS))
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        print("  ".join(cells).rstrip())
+
+
+def _list(args: argparse.Namespace, client: ManagementClient, first: Reply) -> Reply:
+    """Print page after page; the refusal that stopped the listing, or the last page's reply."""
+    reply, page, widths = first, 1, list(map(len, _HEADERS))
+    while True:
+        body = reply.body if isinstance(reply.body, dict) else {}
+        items = body.get("items")
+        _print_page(args, page, items if isinstance(items, list) else [], widths)
+        page_count = body.get("page_count")
+        if not isinstance(page_count, int) or page >= page_count:
+            break
+        page += 1
+        reply = client.request("GET", _page(page))
+        if not reply.ok:
+            return reply
+    if args.json:
+        print("[]" if page == 1 and not body.get("items") else "]")
+    return reply
+
+
 def _print(args: argparse.Namespace, reply: Reply) -> None:
     body = reply.body
-    if args.action == "list":
-        queues = body if isinstance(body, list) else []
-        if args.json:
-            print(json.dumps(queues, default=_cell, sort_keys=True))
-            return
-        rows = [[_cell(q.get(c, "")) for c in _COLUMNS] for q in queues if isinstance(q, dict)]
-        headers = ["name", "type", "durable", "messages", "consumers"]
-        widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=False)]
-        for row in [headers, *rows]:
-            cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-            print("  ".join(cells).rstrip())
-    elif args.action == "declare":
+    if args.action == "declare":
         created = "declared" if reply.status == 201 else "exists"
         print(f"{created}: {args.name}")
     elif isinstance(body, dict):
@@ -139,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with ManagementClient(args.url, vhost=args.vhost) as client:
             reply = client.request(method, path, body)
+            if reply.ok and args.action == "list":
+                reply = _list(args, client, reply)
     except (ConnectionException, Timeout, OSError) as error:
         shown = _redacted(args.url)
         reason = str(error).replace(args.url, shown)
@@ -147,5 +185,6 @@ def run(args: argparse.Namespace) -> int:
     if not reply.ok:
         print(f"sluicegate: {reply.status}: {reply.body}", file=sys.stderr)
         return 1
-    _print(args, reply)
+    if args.action != "list":
+        _print(args, reply)
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TypeVar
 
 from proton import Condition
@@ -27,7 +27,7 @@ from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
 from sluicegate.gateway.reactor import BrokerContainer
 from sluicegate.gateway.state import ConnectionState
-from sluicegate.gateway.statistics import ServerStatistics, server_statistics
+from sluicegate.gateway.statistics import ServerStatistics, gathering, server_statistics
 from sluicegate.gateway.tenancy import Tenancy
 from sluicegate.gateway.tls import server_context
 from sluicegate.gateway.vhost_log import VhostLog
@@ -156,7 +156,7 @@ class Server:
         return server_statistics(self.broker, self.tenancy)
 
     def _scrape(self) -> ServerStatistics:
-        return self.call(self.statistics, timeout=SNAPSHOT_TIMEOUT)
+        return self.call_in_turns(gathering(self.broker, self.tenancy), timeout=SNAPSHOT_TIMEOUT)
 
     def _close_metrics(self) -> None:
         if self._metrics is not None:
@@ -229,19 +229,31 @@ class Server:
 
     def call(self, function: Callable[[], T], timeout: float = 10.0) -> T:
         """Run ``function`` on the reactor thread and return its result."""
+        return self.call_in_turns(_at_once(function), timeout)
+
+    def call_in_turns(self, steps: Generator[None, None, T], timeout: float = 10.0) -> T:
+        """Run ``steps`` on the reactor thread, one step per turn, and return what it returns.
+
+        Between two steps the reactor serves its clients, so a long job (a metrics snapshot
+        of many queues) never holds it for more than one step.
+        """
         done = threading.Event()
         result: list[T] = []
         failure: list[BaseException] = []
 
-        def invoke() -> None:
+        def step() -> None:
             try:
-                result.append(function())
+                next(steps)
+            except StopIteration as finished:
+                result.append(finished.value)
             except BaseException as error:
                 failure.append(error)
-            finally:
-                done.set()
+            else:
+                self._wakeup.call_soon(step)
+                return
+            done.set()
 
-        self._wakeup.call_soon(invoke)
+        self._wakeup.call_soon(step)
         if not done.wait(timeout):
             raise TimeoutError("the reactor did not answer")
         if failure:
@@ -280,3 +292,9 @@ class Server:
         connection = state.connection
         connection.condition = Condition("amqp:connection:forced", "the server is shutting down")
         connection.close()
+
+
+def _at_once(function: Callable[[], T]) -> Generator[None, None, T]:
+    """``function`` as a job of a single step."""
+    yield from ()
+    return function()

@@ -61,7 +61,9 @@ class Wakeup:
         with contextlib.suppress(BlockingIOError):
             while os.read(self._read, 4096):
                 pass
-        while self._calls:
+        # Only the calls queued so far: one that queues another (a job run in turns,
+        # gateway/server.py) has it run in the next turn, after the sockets that are ready.
+        for _ in range(len(self._calls)):
             self._calls.popleft()()
 
     def close(self) -> None:

@@ -311,15 +311,15 @@ def encode(value: Value) -> bytes:
     if isinstance(value, float):
         return b"\x82" + _F64.pack(value)
     if isinstance(value, Symbol):
-        return _variable(value.encode("utf-8"), 0xA3, 0xB3)
+        return encode_variable(value.encode("utf-8"), 0xA3, 0xB3)
     if isinstance(value, str):
-        return _variable(value.encode("utf-8"), 0xA1, 0xB1)
+        return encode_variable(value.encode("utf-8"), 0xA1, 0xB1)
     if isinstance(value, bytes):
-        return _variable(value, 0xA0, 0xB0)
+        return encode_variable(value, 0xA0, 0xB0)
     if isinstance(value, list):
-        return _compound(b"".join(encode(v) for v in value), len(value), 0xC0, 0xD0)
+        return encode_compound(b"".join(encode(v) for v in value), len(value), 0xC0, 0xD0)
     body = b"".join(encode(k) + encode(v) for k, v in value.items())
-    return _compound(body, 2 * len(value), 0xC1, 0xD1)
+    return encode_compound(body, 2 * len(value), 0xC1, 0xD1)
 
 
 def encode_canonical(value: Value) -> bytes:
@@ -330,10 +330,10 @@ def encode_canonical(value: Value) -> bytes:
     """
     if isinstance(value, dict):
         entries = sorted((encode_canonical(k), encode_canonical(v)) for k, v in value.items())
-        return _compound(b"".join(k + v for k, v in entries), 2 * len(entries), 0xC1, 0xD1)
+        return encode_compound(b"".join(k + v for k, v in entries), 2 * len(entries), 0xC1, 0xD1)
     if isinstance(value, list):
         body = b"".join(encode_canonical(v) for v in value)
-        return _compound(body, len(value), 0xC0, 0xD0)
+        return encode_compound(body, len(value), 0xC0, 0xD0)
     if isinstance(value, Described):
         return b"\x00" + encode_canonical(value.descriptor) + encode_canonical(value.value)
     return encode(value)
@@ -353,13 +353,15 @@ def encode_ubyte(value: int) -> bytes:
     return b"\x50" + _U8.pack(value)
 
 
-def _variable(raw: bytes, small: int, large: int) -> bytes:
+def encode_variable(raw: bytes, small: int, large: int) -> bytes:
+    """A variable-width value: its ``small`` (1-byte size) or ``large`` (4-byte) constructor."""
     if len(raw) < 256:
         return bytes((small, len(raw))) + raw
     return bytes((large,)) + _U32.pack(len(raw)) + raw
 
 
-def _compound(body: bytes, count: int, small: int, large: int) -> bytes:
+def encode_compound(body: bytes, count: int, small: int, large: int) -> bytes:
+    """A list or map of ``count`` encoded elements: its ``small`` or ``large`` constructor."""
     if len(body) + 1 < 256 and count < 256:
         return bytes((small, len(body) + 1, count)) + body
     return bytes((large,)) + _U32.pack(len(body) + 4) + _U32.pack(count) + body

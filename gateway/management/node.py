@@ -24,20 +24,17 @@ from proton import (
     Message,
     Receiver,
     Sender,
-    uint,
-    ulong,
 )
 
 from sluicegate.gateway.events import link_of
 from sluicegate.gateway.limits import link_detached
+from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_value
 from sluicegate.gateway.management.router import (
     NOBODY,
     Caller,
     Request,
     Response,
     Router,
-    UInt,
-    ULong,
 )
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
@@ -77,19 +74,6 @@ def _pairs(link: Link) -> dict[str, Pair]:
     return session.management_pairs
 
 
-def _amqp(value: object) -> Body:
-    """Router values to proton's: RabbitMQ's integer types, maps and lists recursively."""
-    if isinstance(value, ULong):
-        return ulong(value)
-    if isinstance(value, UInt):
-        return uint(value)
-    if isinstance(value, dict):
-        return {key: _amqp(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_amqp(item) for item in value]
-    return cast(Body, value)
-
-
 def encode_reply(response: Response, correlation_id: object) -> bytes:
     """A reply as RabbitMQ sends it: subject, correlation-id, ``http:response``, amqp-value."""
     message = Message(
@@ -98,9 +82,11 @@ def encode_reply(response: Response, correlation_id: object) -> bytes:
         properties=_HTTP_RESPONSE,
         inferred=False,
     )
-    message.body = _amqp(response.body)
-    encoded: bytes = message.encode()
-    return encoded
+    head: bytes = message.encode()
+    if response.body is None:
+        return head
+    # The body may be a listing of thousands of maps (gateway/management/encoding.py).
+    return head + AMQP_VALUE + encode_value(response.body)
 
 
 def management_caller(connection: ConnectionState) -> Caller:

@@ -8,19 +8,26 @@ directly. Paths, bodies and status codes follow ``rabbit_amqp_management`` (note
 =========  ===========================================  ===============================
 method     path                                         success
 =========  ===========================================  ===============================
-GET        ``/queues``                                  200, list of queue maps (ours)
+GET        ``/queues[?page=&page_size=]``                200, list of queue maps (ours)
 GET        ``/queues/{q}``                              200, queue map
 PUT        ``/queues/{q}``                              201 created, 200 existed
 DELETE     ``/queues/{q}``                              200, ``{message_count}``
 DELETE     ``/queues/{q}/messages``                     200, ``{message_count}`` (purge)
-GET        ``/exchanges``                               200, list of exchange maps (ours)
+GET        ``/exchanges[?page=&page_size=]``             200, list of exchange maps (ours)
 GET        ``/exchanges/{x}``                           200, exchange map
 PUT        ``/exchanges/{x}``                           204
 DELETE     ``/exchanges/{x}``                           204
-GET        ``/bindings?src=&dstq=|dste=&key=``          200, list of binding maps
+GET        ``/bindings?src=&dstq=|dste=&key=&page=...`` 200, list of binding maps
 POST       ``/bindings``                                204
 DELETE     ``/bindings/src={x};dstq={q};key={k};args=`` 204 (``dste={x}`` for an exchange)
 =========  ===========================================  ===============================
+
+A listing with ``page`` or ``page_size`` in its query is paged as RabbitMQ's HTTP API pages:
+pages of at most :data:`MAX_PAGE_SIZE`, counted from 1, each a map of ``items``, ``page``,
+``page_size``, ``page_count``, ``item_count``, ``total_count`` and ``filtered_count``. Queue maps
+are built only for the page's queues, so a page costs little however many queues exist;
+``sluicegate queues list`` lists page by page. An unpaged listing of more than
+:data:`MAX_UNPAGED` items is refused (400): its cost would grow with the server.
 
 Errors: 400 bad request or another connection's exclusive queue (RabbitMQ's answer), 403 the
 default or an ``amq.*`` exchange, a permission or a vhost limit, 404 no such queue, exchange or
@@ -35,9 +42,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol, TypeAlias
+from functools import partial
+from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, quote, unquote
 
 from sluicegate.gateway.auth import DEFAULT_VHOST
@@ -55,6 +63,8 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import AccessRefused, QueueInfo, QueueRegistry
 from sluicegate.queues.volatile import is_reply_to
 from sluicegate.wire.errors import AmqpError
+
+T = TypeVar("T")
 
 
 class ULong(int):
@@ -171,6 +181,14 @@ _STATUS: Final[tuple[tuple[type[QueueError], int], ...]] = (
     (BadName, 400),
     (NotImplementedByServer, 501),
 )
+# RabbitMQ's HTTP API refuses pages larger than this.
+MAX_PAGE_SIZE: Final = 500
+# Its page size when only ``page`` is given.
+DEFAULT_PAGE_SIZE: Final = 100
+# An unpaged listing is built and encoded in one go, the server's clients waiting meanwhile:
+# beyond this many items (some tens of milliseconds of work) it is refused with a 400 that says
+# to ask for pages, which cost little whatever the total.
+MAX_UNPAGED: Final = 2000
 # The default exchange's name in permissions, as RabbitMQ checks it.
 DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
 
@@ -216,6 +234,10 @@ class Router:
     _routes: dict[str, Callable[[Request, list[str], Caller], Response]] = field(
         init=False, repr=False
     )
+    # The last listing's names, permissions and visible names (:meth:`_visible`).
+    _visible_names: tuple[tuple[str, ...], Permissions, list[str]] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         self._routes = {
@@ -250,8 +272,7 @@ class Router:
         method = request.method
         if not rest or rest[0].startswith("?"):
             _allow(method, "GET")
-            listed = [info for info in self.registry.queues() if caller.sees(info.name)]
-            return Response(200, [self._queue_map(info) for info in listed])
+            return Response(200, _listing(rest, self._visible(caller), self._listed_queue))
         name = rest[0]
         if len(rest) == 2 and rest[1] == "messages":
             _allow(method, "DELETE")
@@ -304,12 +325,36 @@ class Router:
             return Response(200, body_map)
         return Response(201, body_map, exclusive_queue=name if exclusive else None)
 
+    def _visible(self, caller: Caller) -> Sequence[str]:
+        """The names of the queues the caller may see, sorted.
+
+        Kept for the caller's permissions until a queue is declared or deleted, so that the
+        pages of one listing do not each filter every queue of the server.
+        """
+        names = self.registry.queue_names()
+        permissions = caller.permissions
+        if permissions is EVERYTHING:
+            return names
+        cached = self._visible_names
+        if cached is not None and cached[0] is names and cached[1] is permissions:
+            return cached[2]
+        visible = [name for name in names if caller.sees(name)]
+        self._visible_names = (names, permissions, visible)
+        return visible
+
     def _queue_info(self, name: str) -> QueueInfo:
         """A queue's description and counts: reading them is use (RabbitMQ's ``stat``)."""
+        info = self._described(name)
+        self.registry.renew_lease(name)
+        return info
+
+    def _described(self, name: str) -> QueueInfo:
         registry = self.registry
-        statistics = registry.queue(name).statistics()
-        registry.renew_lease(name)
-        return QueueInfo(name, registry.settings(name), None, statistics)
+        return QueueInfo(name, registry.settings(name), None, registry.queue(name).statistics())
+
+    def _listed_queue(self, name: str) -> dict[str, object]:
+        """A queue's map in a listing, which is not use: no x-expires lease is renewed."""
+        return self._queue_map(self._described(name))
 
     def _check_exclusive(self, name: str, caller: Caller) -> None:
         """Raise unless the queue is not exclusive or belongs to the caller's connection."""
@@ -352,7 +397,7 @@ class Router:
         if not rest or rest[0].startswith("?"):
             _allow(method, "GET")
             listed = [x for x in self.registry.exchanges() if caller.sees(x.name)]
-            return Response(200, [self._exchange_map(x) for x in listed])
+            return Response(200, _listing(rest, listed, self._exchange_map))
         if len(rest) != 1:
             raise _Error(404, f"no such path: {request.path!r}")
         name = rest[0]
@@ -412,7 +457,9 @@ class Router:
         if not rest or rest[0].startswith("?"):
             if method == "GET":
                 listed = self._listed(rest, caller)
-                return Response(200, [_binding_map(b, self.vhost) for b in listed])
+                return Response(
+                    200, _listing(rest, listed, partial(_binding_map, vhost=self.vhost))
+                )
             _allow(method, "POST")
             return self._bind(_map(request.body), caller)
         _allow(method, "DELETE")
@@ -497,6 +544,40 @@ def _check_binding(caller: Caller, source: str, destination: str, *, to_exchange
     """
     caller.check("read", "exchange", source)
     caller.check("write", "exchange" if to_exchange else "queue", destination)
+
+
+def _listing(rest: list[str], items: Sequence[T], render: Callable[[T], Body]) -> Body:
+    """Every item rendered, or the page of them the query asks for (RabbitMQ's paging)."""
+    query = dict(parse_qsl(rest[0][1:])) if rest else {}
+    if "page" not in query and "page_size" not in query:
+        if len(items) > MAX_UNPAGED:
+            raise _Error(
+                400,
+                f"{len(items)} items are too many for one reply (at most {MAX_UNPAGED}): "
+                f"ask for pages, ?page=1&page_size={MAX_PAGE_SIZE} and on",
+            )
+        return [render(item) for item in items]
+    try:
+        page = int(query.get("page", "1"))
+        size = int(query.get("page_size", str(DEFAULT_PAGE_SIZE)))
+    except ValueError:
+        raise _Error(400, "page and page_size must be integers") from None
+    if page < 1 or not 1 <= size <= MAX_PAGE_SIZE:
+        raise _Error(400, f"page must be at least 1 and page_size 1 to {MAX_PAGE_SIZE}")
+    total = len(items)
+    page_count = -(-total // size)
+    if page > max(page_count, 1):
+        raise _Error(400, f"page out of range: there are {page_count} pages of {size}")
+    chunk = items[(page - 1) * size : page * size]
+    return {
+        "items": [render(item) for item in chunk],
+        "page": page,
+        "page_size": size,
+        "page_count": page_count,
+        "item_count": len(chunk),
+        "total_count": total,
+        "filtered_count": total,
+    }
 
 
 def _allow(method: str, allowed: str) -> None:

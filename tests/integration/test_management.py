@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 from integration.conftest import RunningServer
 from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
+
+from sluicegate.clients.management import ManagementClient
 
 
 def _request(
@@ -97,3 +102,38 @@ def test_replies_the_client_does_not_take_stop_the_requests(server: RunningServe
     finally:
         connection.close()
     assert answers == [f"b{index}" for index in range(8)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ten_thousand_exchanges_and_bindings_are_listed_page_by_page(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Listings of 10,000 failed to encode in one reply (issue 17 §7); pages of 500 work."""
+    running = make_server()
+    registry = running.server.registry
+
+    def declare() -> None:
+        registry.declare_queue("bound", durable=False)
+        for n in range(10_000):
+            registry.declare_exchange(f"x{n:05d}", "direct", durable=False)
+            registry.bind(f"x{n:05d}", "bound", "key")
+
+    running.call(declare)
+    exchanges = running.call(lambda: len(registry.exchanges()))  # with amq.direct and the rest
+    with ManagementClient(running.url) as client:
+        for path, total in (("/exchanges", exchanges), ("/bindings?dstq=bound", 10_000)):
+            refused = client.request("GET", path)
+            assert refused.status == 400
+            seen: list[object] = []
+            page, page_count, total_count = 1, 1, 0
+            while page <= page_count:
+                separator = "&" if "?" in path else "?"
+                reply = client.request("GET", f"{path}{separator}page={page}&page_size=500")
+                assert reply.status == 200
+                assert isinstance(reply.body, dict)
+                page_count = reply.body["page_count"]
+                total_count = reply.body["total_count"]
+                seen.extend(reply.body["items"])
+                page += 1
+            assert len(seen) == total == total_count

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -148,3 +149,46 @@ def test_vhost_chooses_the_virtual_host(
     status, _, err = queues(capsys, running, "--vhost", "nowhere", "list")
     assert status == 2
     assert "virtual host 'nowhere' does not exist" in err
+
+
+def _declare_many(running: RunningServer, names: list[str]) -> None:
+    """Declare queues straight in the registry, a few thousand per reactor call."""
+    registry = running.server.registry
+
+    def declare(chunk: list[str]) -> None:
+        for name in chunk:
+            registry.declare_queue(name, durable=False)
+
+    for start in range(0, len(names), 5000):
+        running.call(functools.partial(declare, names[start : start + 5000]))
+
+
+def test_list_streams_thousands_of_queues_page_by_page(
+    capsys: pytest.CaptureFixture[str], make_server: Callable[..., RunningServer]
+) -> None:
+    """Past 2,500 queues the one-reply listing failed to encode (issue 17 §7)."""
+    running = make_server()
+    names = [f"many-{n:05d}" for n in range(3000)]
+    _declare_many(running, names)
+    status, out, err = queues(capsys, running, "list", "--json")
+    assert (status, err) == (0, "")
+    assert [q["name"] for q in json.loads(out)] == names
+    status, out, _ = queues(capsys, running, "list")
+    lines = out.splitlines()
+    assert (status, len(lines)) == (0, 1 + 3000)
+    assert lines[1].split() == ["many-00000", "classic", "False", "0", "0"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_list_a_hundred_thousand_queues(
+    capsys: pytest.CaptureFixture[str], make_server: Callable[..., RunningServer]
+) -> None:
+    running = make_server()
+    names = [f"q{n:06d}" for n in range(100_000)]
+    _declare_many(running, names)
+    status, out, err = queues(capsys, running, "list")
+    assert (status, err) == (0, "")
+    rows = out.splitlines()[1:]
+    assert len(rows) == 100_000
+    assert rows[-1].split()[0] == "q099999"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+import pytest
 from integration.conftest import RunningServer
 from proton import Message, symbol, uint
 from support.clients import publish
@@ -34,6 +35,7 @@ from support.prober import ROUND_TIMEOUT, Prober
 from support.process import serving
 from support.raw_client import RawClient
 
+from sluicegate.clients.management import ManagementClient
 from sluicegate.gateway.auth import User, hash_password, parse_users
 
 # A served prober's round, with room for a loaded shared machine; the stalls were 10-60 s.
@@ -468,7 +470,7 @@ def test_a_login_flood_does_not_delay_other_logins(
     1,000 wrong-password logins sent at once, sockets closed, queued 1,000 scrypt checks that
     ran after their clients had gone, and real users got no answer for about 20 s.
     """
-    running = make_server(users=_users(), max_pending_logins=16, max_pending_logins_per_address=4)
+    running = make_server(users=_users(), max_pending_logins=16, max_pending_logins_per_address=2)
     flood = _LoginFlood(running.port)
     flood.start()
     answers = []
@@ -522,3 +524,26 @@ def test_a_wrong_user_name_takes_as_long_as_a_wrong_password(
             durations.append(time.monotonic() - start)
     known, unknown = (statistics.median(durations) for durations in times.values())
     assert 0.5 < unknown / known < 2.0, times
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "stream"])
+def test_a_flow_for_a_consumer_of_a_deleted_queue_is_answered_by_its_detach(
+    server: RunningServer, queue_type: str
+) -> None:
+    """The FLOW a consumer sends before it reads the DETACH of its deleted queue raised a
+    KeyError in the queue's credit(), closing the connection as an internal error (§8)."""
+    name = f"deleted-under-flow-{queue_type}"
+    with ManagementClient(server.url) as management:
+        body = {"durable": False, "arguments": {"x-queue-type": queue_type}}
+        assert management.request("PUT", f"/queues/{name}", body).status == 201
+        with RawClient.connect(server.host, server.port) as consumer:
+            consumer.begin()
+            handle = consumer.attach("doomed", "receiver", source=f"/queues/{name}")
+            assert consumer.wait_attach(handle).error is None
+            assert management.request("DELETE", f"/queues/{name}").status == 200
+            consumer.flow(handle, link_credit=10)
+            detach = consumer.wait_for("detach")
+            assert detach["error"]["condition"] == "amqp:resource-deleted"
+            assert consumer.expect_nothing(0.3) == []
+            other = consumer.attach("after", "sender", target="/queues/still-here")
+            assert consumer.wait_attach(other).error is None

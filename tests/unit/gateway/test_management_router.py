@@ -8,6 +8,7 @@ from urllib.parse import quote
 import pytest
 
 from sluicegate.gateway.management.router import (
+    MAX_UNPAGED,
     NOBODY,
     Access,
     Caller,
@@ -492,3 +493,47 @@ def test_exchange_arguments_rabbitmq_does_not_know_are_kept_and_listed(router: R
     assert (info["type"], info["arguments"]) == ("x-local-random", {"test": "kept"})
     plugin = {"type": "x-consistent-hash"}
     assert router.handle(Request("PUT", "/exchanges/hashed", plugin)).status == 501
+
+
+def _names(page: dict[str, object]) -> list[object]:
+    items = page["items"]
+    assert isinstance(items, list)
+    return [item["name"] for item in items]
+
+
+def test_pages_as_rabbitmqs_http_api_has_them(router: Router) -> None:
+    for n in range(7):
+        put_queue(router, f"paged-{n}")
+    first = body_map(router.handle(Request("GET", "/queues?page=1&page_size=3")))
+    assert _names(first) == ["paged-0", "paged-1", "paged-2"]
+    assert {key: value for key, value in first.items() if key != "items"} == {
+        "page": 1,
+        "page_size": 3,
+        "page_count": 3,
+        "item_count": 3,
+        "total_count": 7,
+        "filtered_count": 7,
+    }
+    last = body_map(router.handle(Request("GET", "/queues?page=3&page_size=3")))
+    assert _names(last) == ["paged-6"]
+    exchanges = body_map(router.handle(Request("GET", "/exchanges?page=1")))
+    assert exchanges["page_size"] == 100
+    for query, reason in [
+        ("page=4&page_size=3", "page out of range"),
+        ("page=0", "page must be at least 1"),
+        ("page=1&page_size=501", "page_size 1 to 500"),
+        ("page=x", "must be integers"),
+    ]:
+        refused = router.handle(Request("GET", f"/queues?{query}"))
+        assert refused.status == 400, query
+        assert reason in str(refused.body), query
+
+
+def test_an_unpaged_listing_too_large_for_one_reply_says_to_page(router: Router) -> None:
+    for n in range(MAX_UNPAGED + 1):
+        router.registry.declare_queue(f"many-{n:05d}")
+    refused = router.handle(Request("GET", "/queues"))
+    assert refused.status == 400
+    assert "?page=1&page_size=500" in str(refused.body)
+    page = body_map(router.handle(Request("GET", "/queues?page=5&page_size=500")))
+    assert page["item_count"] == 1
