@@ -109,7 +109,7 @@ class Router:
     def route(self, target: PublishTarget, payload: bytes | memoryview) -> Routed:
         """Read a message's envelope and decide where it goes."""
         try:
-            envelope = read_envelope(payload)
+            envelope = read_envelope(payload, self.max_application_properties_size)
         except DecodeError as error:
             return _refused(Outcome.REJECTED, error.condition, f"malformed message: {error}")
         limit = self.max_application_properties_size

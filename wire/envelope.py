@@ -93,11 +93,14 @@ class Envelope:
         return deadline
 
 
-def read_envelope(payload: bytes | memoryview) -> Envelope:
+def read_envelope(
+    payload: bytes | memoryview, max_application_properties_size: int | None = None
+) -> Envelope:
     """Read the header and the routing/expiry properties; raise DecodeError if malformed.
 
     Section descriptors are nearly always small ulongs (``00 53 xx``), read directly; anything
-    else goes through the codec.
+    else goes through the codec. Application-properties larger than
+    ``max_application_properties_size`` are measured, not decoded: the publish is refused.
     """
     header = _NO_HEADER
     to: str | None = None
@@ -133,7 +136,10 @@ def read_envelope(payload: bytes | memoryview) -> Envelope:
             to, subject, absolute, pos = _properties(payload, value_pos)
         elif code == APPLICATION_PROPERTIES:
             application_properties_size = _end(payload, value_pos) - value_pos
-            _map(payload, value_pos, "application-properties")
+            # Over the limit the message is refused by its size: its map is never decoded.
+            limit = max_application_properties_size
+            if limit is None or application_properties_size <= limit:
+                _map(payload, value_pos, "application-properties")
             break
         elif code > APPLICATION_PROPERTIES:
             break

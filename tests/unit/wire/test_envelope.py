@@ -9,7 +9,7 @@ from proton import Message as ProtonMessage
 from proton import decimal32, decimal64, decimal128
 
 from sluicegate.wire.annotations import annotations_offset
-from sluicegate.wire.codec import MAX_DEPTH, Described, encode
+from sluicegate.wire.codec import MAX_DEPTH, Described, Value, encode
 from sluicegate.wire.envelope import read_envelope
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import read_header
@@ -108,3 +108,18 @@ def test_a_message_annotations_section_that_is_not_a_map_is_refused() -> None:
     payload = encode(Described(0x72, [1, 2])) + encode(Described(0x77, "x"))
     with pytest.raises(DecodeError, match="message-annotations section is not a map"):
         read_envelope(payload)
+
+
+def test_application_properties_over_the_limit_are_measured_not_decoded() -> None:
+    """A map past the limit is refused by its size; decoding it first would cost the reactor."""
+    entries: dict[Value, Value] = {f"k{i}": i for i in range(1000)}
+    payload = b"\x00\x53\x74" + encode(entries) + encode(Described(0x77, "x"))
+    size = len(encode(entries))
+    assert read_envelope(payload, size).application_properties_size == size
+    # A map whose entries would not decode, but whose width is sound, is not read past the limit:
+    # the first value (after the section's 3 bytes, the map's 9 and the key "k0") is garbage.
+    broken = bytearray(payload)
+    broken[3 + 9 + 4] = 0x0F
+    assert read_envelope(bytes(broken), size - 1).application_properties_size == size
+    with pytest.raises(DecodeError):
+        read_envelope(bytes(broken), size)
