@@ -44,7 +44,7 @@ LEFT: Final = "left"
 CONNECT_TIMEOUT_S: Final = 30.0
 POLL_S: Final = 0.01
 MiB: Final = 1024 * 1024
-# Bytes the attacker lets proton hold unwritten before it streams more (the client's own memory).
+# Bytes the attacker lets proton hold unwritten before it sends more (the client's own memory).
 CLIENT_BACKLOG: Final = MiB
 # A round trip longer than this is a stall, not a slow answer.
 PROBE_TIMEOUT_S: Final = 10.0
@@ -133,6 +133,13 @@ def _fill(plan: AttackPlan, queue: str, count: int, body_size: int) -> None:
     engine.connection.close()
     engine.pump(POLL_S)
     engine.close()
+
+
+def _backlog(engine: Pump, links: list[Link]) -> int:
+    """Bytes the client's proton holds unwritten: framed (``pending``, which proton caps at a
+    frame or so) and not yet framed (its sessions' outgoing bytes)."""
+    sessions = {link.session for link in links}
+    return engine.transport.pending() + sum(session.outgoing_bytes for session in sessions)
 
 
 def _fate(engine: Pump, links: list[Link]) -> str:
@@ -282,14 +289,18 @@ class Attack:
     def _spend_credit(self) -> None:
         engine = self.engine
         assert engine is not None
+        if _backlog(engine, self.links) >= CLIENT_BACKLOG:
+            return
+        budget = CLIENT_BACKLOG // len(self.payload)
         for link in self.links:
             assert isinstance(link, Sender)
-            while link.credit > 0 and engine.transport.pending() < CLIENT_BACKLOG:
+            while link.credit > 0 and budget > 0:
                 link.delivery(str(self.count))
                 link.send(self.payload)
                 link.advance()
                 self.count += 1
-            if engine.transport.pending() >= CLIENT_BACKLOG:
+                budget -= 1
+            if budget <= 0:
                 return
 
     def _big_frames(self) -> None:
