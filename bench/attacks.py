@@ -151,6 +151,8 @@ def _fate(engine: Pump, links: list[Link]) -> str:
     }
     if engine.connection.state & Endpoint.REMOTE_CLOSED:
         conditions.add("connection: " + describe(engine.connection.remote_condition, "closed"))
+    elif engine.eof or engine.error is not None:
+        conditions.add("connection: dropped by the server")
     return "; ".join(sorted(c for c in conditions if c)) or "served"
 
 
@@ -209,6 +211,9 @@ class Attack:
         """One step of an attack that runs until told to leave."""
         engine = self.engine
         assert engine is not None
+        if engine.closed or engine.eof:
+            time.sleep(POLL_S)  # the server is done with this client
+            return
         if self.plan.attack == "partial":
             self._stream_partials()
         elif self.plan.attack == "credit":

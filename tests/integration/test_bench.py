@@ -137,3 +137,17 @@ def test_a_tenant_gets_its_quotas_and_no_more(tmp_path: Path) -> None:
     assert figures["connections ok/refused"] == "2/1"
     assert figures["sessions ok/refused"] == "3/1"
     assert figures["links"] == 3 * 256
+
+
+@pytest.mark.slow
+def test_hostile_partial_deliveries_are_cut_off_and_the_prober_served(tmp_path: Path) -> None:
+    run = bench("hostile", "--attack", "partial", "--duration", "3", "--output", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    [record] = json.loads((tmp_path / "hostile.json").read_text())["records"]
+    figures = record["figures"]
+    # Closed with amqp:resource-limit-exceeded, or dropped before it read the CLOSE.
+    assert "connection:" in figures["attacker"]
+    assert figures["prober stalls"] == 0
+    assert figures["prober trips"] > 0
+    assert figures["peak - base MB"] < 64  # the budget: the unfinished cap is far below it
+    assert (tmp_path / "hostile.png").exists()
