@@ -23,7 +23,7 @@ from typing import Final
 from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.wire.codec import Symbol, Value, decode, skip
 from sluicegate.wire.errors import DecodeError
-from sluicegate.wire.sections import APPLICATION_PROPERTIES, MESSAGE_ANNOTATIONS, section_code
+from sluicegate.wire.sections import APPLICATION_PROPERTIES, MESSAGE_ANNOTATIONS, iter_sections
 
 X_MATCH: Final = "x-match"
 _MATCH_KINDS: Final = {
@@ -125,42 +125,29 @@ def routing_headers(payload: bytes | memoryview) -> Headers:
     """A message's headers as a headers exchange sees them, read without touching the body."""
     annotations: Headers = {}
     properties: Headers = {}
-    pos = 0
-    size = len(payload)
-    while pos < size:
-        if payload[pos] != 0x00:
-            raise DecodeError("a message section is not a described value")
-        if pos + 2 < size and payload[pos + 1] == 0x53:
-            code, value_pos = payload[pos + 2], pos + 3
-        else:
-            descriptor, value_pos = decode(payload, pos + 1)
-            code = section_code(descriptor)
+    for code, _, value_at, end in iter_sections(payload):
         if code == MESSAGE_ANNOTATIONS:
-            pos = _simple_entries(payload, value_pos, annotations, symbol_keys=True)
+            _simple_entries(payload, value_at, end, annotations, symbol_keys=True)
         elif code == APPLICATION_PROPERTIES:
-            _simple_entries(payload, value_pos, properties, symbol_keys=False)
+            _simple_entries(payload, value_at, end, properties, symbol_keys=False)
             break
-        elif code > APPLICATION_PROPERTIES:
-            break
-        else:
-            pos = skip(payload, value_pos)
     properties.update(annotations)
     return properties
 
 
 def _simple_entries(
-    payload: bytes | memoryview, pos: int, into: Headers, *, symbol_keys: bool
-) -> int:
-    """Add a map's simple values under string (or symbol) keys to ``into``; return its end.
+    payload: bytes | memoryview, pos: int, end: int, into: Headers, *, symbol_keys: bool
+) -> None:
+    """Add the simple values of the map at ``pos`` (up to ``end``) to ``into``, by string key
+    (``symbol_keys``: by symbol key).
 
     Values are decoded one by one, so a value this codec does not read (a decimal, say) is
     skipped by its width like any other value that is not simple, rather than refusing the
     message.
     """
-    end = skip(payload, pos)
     code = payload[pos]
     if code == 0x40:
-        return end
+        return
     if code == 0xC1:
         item = pos + 3
     elif code == 0xD1:
@@ -182,7 +169,6 @@ def _simple_entries(
             if value is not None:
                 into[key] = value
         item = value_end
-    return end
 
 
 def _value(payload: bytes | memoryview, pos: int) -> Comparable | _Marker | None:

@@ -2,7 +2,7 @@
 
 RabbitMQ puts a message-annotations section on every message it delivers, with the exchange and
 routing key it was published to (``x-exchange``, ``x-routing-key``), and RabbitMQ's AMQP 1.0
-clients rely on the section being there (notes/rabbitmq-client.md §4). A message that arrives
+clients rely on the section being there. A message that arrives
 without one gets it inserted where AMQP 1.0 §3.2 puts it, after the header and delivery
 annotations; the bytes before and after are copied as they are, so the body is never decoded.
 A message that already has the section keeps its own.
@@ -14,9 +14,15 @@ import struct
 from functools import lru_cache
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, decode, encode, skip
+from sluicegate.wire.codec import Symbol, decode, encode
 from sluicegate.wire.errors import DecodeError
-from sluicegate.wire.sections import DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS, section_code
+from sluicegate.wire.sections import (
+    DELIVERY_ANNOTATIONS,
+    HEADER,
+    MESSAGE_ANNOTATIONS,
+    PROPERTIES,
+    iter_sections,
+)
 
 _MA_PREFIX: Final = b"\x00\x53\x72"
 X_EXCHANGE: Final = Symbol("x-exchange")
@@ -34,21 +40,23 @@ def routing_annotations(exchange: str, routing_key: str) -> bytes:
     return _MA_PREFIX + encode({X_EXCHANGE: exchange, X_ROUTING_KEY: routing_key})
 
 
+def _annotations(payload: bytes | memoryview) -> tuple[int, int, int] | int:
+    """The message-annotations section's start, value and end; or where it belongs (AMQP 1.0
+    §3.2: after the header and delivery annotations) if the message has none."""
+    pos = 0
+    for code, start, value_at, end in iter_sections(payload, until=PROPERTIES):
+        if code == MESSAGE_ANNOTATIONS:
+            return start, value_at, end
+        if code not in (HEADER, DELIVERY_ANNOTATIONS):
+            return start
+        pos = end
+    return pos
+
+
 def annotations_offset(payload: bytes | memoryview) -> int | None:
     """Where a message-annotations section belongs, or None if the message has one."""
-    pos = 0
-    size = len(payload)
-    while pos < size:
-        if payload[pos] != 0x00:
-            raise DecodeError("a message section is not a described value")
-        descriptor, value_pos = decode(payload, pos + 1)
-        code = section_code(descriptor)
-        if code == MESSAGE_ANNOTATIONS:
-            return None
-        if code not in (HEADER, DELIVERY_ANNOTATIONS):
-            break
-        pos = skip(payload, value_pos)
-    return pos
+    found = _annotations(payload)
+    return found if isinstance(found, int) else None
 
 
 def with_routing_annotations(payload: bytes, exchange: str, routing_key: str) -> bytes:
@@ -80,39 +88,24 @@ def stamp_stream_offset(payload: bytes, offset: int) -> tuple[bytes, str | None]
     annotations, AMQP 1.0 §3.2); the bytes around it are copied as they are.
     """
     stamp = (encode(X_STREAM_OFFSET), b"\x81" + _LONG.pack(offset))
-    pos = 0
-    size = len(payload)
-    while pos < size:
-        if payload[pos] != 0x00:
-            raise DecodeError("a message section is not a described value")
-        descriptor, value_pos = decode(payload, pos + 1)
-        code = section_code(descriptor)
-        if code == MESSAGE_ANNOTATIONS:
-            value, end = decode(payload, value_pos)
-            if not isinstance(value, dict):
-                raise DecodeError("the message-annotations section is not a map")
-            entries = [(encode(k), encode(v)) for k, v in value.items() if k != X_STREAM_OFFSET]
-            stamped = payload[:pos] + _encode_annotations([*entries, stamp]) + payload[end:]
-            filter_value = value.get(X_STREAM_FILTER_VALUE)
-            return stamped, filter_value if isinstance(filter_value, str) else None
-        if code not in (HEADER, DELIVERY_ANNOTATIONS):
-            break
-        pos = skip(payload, value_pos)
-    return payload[:pos] + _encode_annotations([stamp]) + payload[pos:], None
+    found = _annotations(payload)
+    if isinstance(found, int):
+        return payload[:found] + _encode_annotations([stamp]) + payload[found:], None
+    start, value_at, end = found
+    value, _ = decode(payload, value_at)
+    if not isinstance(value, dict):
+        raise DecodeError("the message-annotations section is not a map")
+    entries = [(encode(k), encode(v)) for k, v in value.items() if k != X_STREAM_OFFSET]
+    stamped = payload[:start] + _encode_annotations([*entries, stamp]) + payload[end:]
+    filter_value = value.get(X_STREAM_FILTER_VALUE)
+    return stamped, filter_value if isinstance(filter_value, str) else None
 
 
 def read_stream_offset(payload: bytes | memoryview) -> int | None:
     """The ``x-stream-offset`` a stamped message carries, or None."""
-    pos = 0
-    size = len(payload)
-    while pos < size:
-        descriptor, value_pos = decode(payload, pos + 1)
-        code = section_code(descriptor)
-        if code == MESSAGE_ANNOTATIONS:
-            value, _ = decode(payload, value_pos)
-            found = value.get(X_STREAM_OFFSET) if isinstance(value, dict) else None
-            return found if isinstance(found, int) else None
-        if code not in (HEADER, DELIVERY_ANNOTATIONS):
-            return None
-        pos = skip(payload, value_pos)
-    return None
+    found = _annotations(payload)
+    if isinstance(found, int):
+        return None
+    value, _ = decode(payload, found[1])
+    offset = value.get(X_STREAM_OFFSET) if isinstance(value, dict) else None
+    return offset if isinstance(offset, int) else None

@@ -20,20 +20,20 @@ from sluicegate.wire.codec import decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
+    DEFAULT_HEADER,
     DELIVERY_ANNOTATIONS,
     HEADER,
     MESSAGE_ANNOTATIONS,
     PROPERTIES,
     Header,
     header_from,
-    section_code,
+    iter_sections,
 )
 
 # Positions in the properties list (AMQP 1.0 §3.2.4).
 _TO: Final = 2
 _SUBJECT: Final = 3
 _ABSOLUTE_EXPIRY_TIME: Final = 8
-_NO_HEADER: Final = Header()
 
 
 def _width_table() -> tuple[int, ...]:
@@ -98,62 +98,45 @@ def read_envelope(
 ) -> Envelope:
     """Read the header and the routing/expiry properties; raise DecodeError if malformed.
 
-    Section descriptors are nearly always small ulongs (``00 53 xx``), read directly; anything
-    else goes through the codec. Application-properties larger than
-    ``max_application_properties_size`` are measured, not decoded: the publish is refused.
+    Application-properties larger than ``max_application_properties_size`` are measured, not
+    decoded: the publish is refused.
     """
-    header = _NO_HEADER
+    header = DEFAULT_HEADER
     to: str | None = None
     subject: str | None = None
     absolute: int | None = None
     annotations_at: int | None = 0
     application_properties_size = 0
-    pos = 0
-    size = len(payload)
-    while pos < size:
-        if payload[pos] != 0x00:
-            raise DecodeError("a message section is not a described value")
-        if pos + 2 < size and payload[pos + 1] == 0x53:
-            code = payload[pos + 2]
-            value_pos = pos + 3
-        else:
-            descriptor, value_pos = decode(payload, pos + 1)
-            code = section_code(descriptor)
+    for code, _, value_at, end in iter_sections(payload):
         if code == HEADER:
-            if value_pos < size and payload[value_pos] == 0x45:
-                pos = value_pos + 1
-            else:
-                value, pos = decode(payload, value_pos)
-                header = header_from(value)
-            annotations_at = pos
+            if payload[value_at] != 0x45:
+                header = header_from(decode(payload, value_at)[0])
+            annotations_at = end
         elif code == DELIVERY_ANNOTATIONS:
-            pos = _map(payload, value_pos, "delivery-annotations")
-            annotations_at = pos
+            _map(payload, value_at, "delivery-annotations")
+            annotations_at = end
         elif code == MESSAGE_ANNOTATIONS:
-            pos = _map(payload, value_pos, "message-annotations")
+            _map(payload, value_at, "message-annotations")
             annotations_at = None
         elif code == PROPERTIES:
-            to, subject, absolute, pos = _properties(payload, value_pos)
+            to, subject, absolute = _properties(payload, value_at, end)
         elif code == APPLICATION_PROPERTIES:
-            application_properties_size = _end(payload, value_pos) - value_pos
+            application_properties_size = end - value_at
             # Over the limit the message is refused by its size: its map is never decoded.
             limit = max_application_properties_size
             if limit is None or application_properties_size <= limit:
-                _map(payload, value_pos, "application-properties")
-            break
-        elif code > APPLICATION_PROPERTIES:
+                _map(payload, value_at, "application-properties")
             break
         else:
             raise DecodeError(f"unknown message section 0x{code:x}")
     return Envelope(header, to, subject, absolute, annotations_at, application_properties_size)
 
 
-def _map(payload: bytes | memoryview, pos: int, section: str) -> int:
-    """Decode a map section as the pipeline will (raising DecodeError); return its end."""
-    value, end = decode(payload, pos)
+def _map(payload: bytes | memoryview, pos: int, section: str) -> None:
+    """Decode a map section as the pipeline will (raising DecodeError)."""
+    value, _ = decode(payload, pos)
     if not isinstance(value, dict):
         raise DecodeError(f"the {section} section is not a map")
-    return end
 
 
 def _string(payload: bytes | memoryview, item: int, end: int) -> str | None:
@@ -173,13 +156,12 @@ def _string(payload: bytes | memoryview, item: int, end: int) -> str | None:
 
 
 def _properties(
-    payload: bytes | memoryview, pos: int
-) -> tuple[str | None, str | None, int | None, int]:
-    """Walk the properties list to the fields wanted; return them and the section's end."""
-    end = _end(payload, pos)
+    payload: bytes | memoryview, pos: int, end: int
+) -> tuple[str | None, str | None, int | None]:
+    """Walk the properties list (from ``pos`` to ``end``) to the fields wanted."""
     code = payload[pos]
     if code == 0x45:
-        return None, None, None, end
+        return None, None, None
     if code == 0xC0:
         count, item = payload[pos + 2], pos + 3
     elif code == 0xD0:
@@ -205,4 +187,4 @@ def _properties(
                 raise DecodeError("absolute-expiry-time is not a timestamp")
             absolute = value
         item = next_item
-    return to, subject, absolute, end
+    return to, subject, absolute

@@ -2,13 +2,17 @@
 
 The server keeps each message as the bytes its publisher sent. Only a redelivery after a failed
 attempt changes those bytes: the header's delivery-count goes up (§3.2.1), so the header section
-is re-encoded and the rest of the message is reused as it is.
+is re-encoded and the rest of the message is reused as it is. Every reader of sections walks
+them with :func:`iter_sections`, which finds where each section starts and ends without
+decoding its value.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Final, TypeAlias
 
 from sluicegate.wire.codec import (
     Described,
@@ -18,6 +22,7 @@ from sluicegate.wire.codec import (
     encode,
     encode_ubyte,
     encode_uint,
+    skip,
 )
 from sluicegate.wire.errors import DecodeError
 
@@ -26,6 +31,8 @@ DELIVERY_ANNOTATIONS: Final = 0x71
 MESSAGE_ANNOTATIONS: Final = 0x72
 PROPERTIES: Final = 0x73
 APPLICATION_PROPERTIES: Final = 0x74
+# The first body section's code (data; amqp-sequence is 0x76, amqp-value 0x77, footer 0x78).
+BODY: Final = 0x75
 # Sections may also be described by their symbolic names (§3.2).
 _SYMBOLIC: Final = {
     "amqp:header:list": HEADER,
@@ -53,6 +60,10 @@ class Header:
     delivery_count: int = 0
 
 
+# The header of a message that has none.
+DEFAULT_HEADER: Final = Header()
+
+
 def section_code(descriptor: Value) -> int:
     """Return the numeric section code of a section descriptor, or -1 if it names no section."""
     if isinstance(descriptor, Symbol):
@@ -62,37 +73,62 @@ def section_code(descriptor: Value) -> int:
     return -1
 
 
-def sections(payload: bytes | memoryview, until: int = 0x75) -> list[tuple[int, Value, int, int]]:
-    """Decode the sections before the body: ``(code, value, start, end)`` for each.
+# A section's code, where it starts, where its value starts and where it ends.
+SectionSpan: TypeAlias = tuple[int, int, int, int]
 
-    Stops at the first section whose code is ``until`` or more (by default the body), so the
-    body is never decoded.
+
+def iter_sections(payload: bytes | memoryview, until: int = BODY) -> Iterator[SectionSpan]:
+    """Each leading section as ``(code, start, value_at, end)``, its value skipped, not decoded.
+
+    Stops before the first section whose code is ``until`` or more (by default the body), so
+    the body is never reached. Descriptors are nearly always small ulongs (``00 53 xx``), read
+    directly; any other goes through the codec, and one that names no section has code -1.
     """
-    found: list[tuple[int, Value, int, int]] = []
     pos = 0
     size = len(payload)
     while pos < size:
         if payload[pos] != 0x00:
             raise DecodeError("a message section is not a described value")
-        descriptor, value_pos = decode(payload, pos + 1)
-        code = section_code(descriptor)
+        if pos + 2 < size and payload[pos + 1] == 0x53:
+            code = payload[pos + 2]
+            value_at = pos + 3
+        else:
+            descriptor, value_at = decode(payload, pos + 1)
+            code = section_code(descriptor)
         if code >= until:
-            break
-        value, end = decode(payload, value_pos)
-        found.append((code, value, pos, end))
+            return
+        end = skip(payload, value_at)
+        yield code, pos, value_at, end
         pos = end
-    return found
+
+
+def sections(payload: bytes | memoryview, until: int = BODY) -> list[tuple[int, Value, int, int]]:
+    """Decode the sections before ``until`` (by default the body): ``(code, value, start, end)``."""
+    return [
+        (code, decode(payload, value_at)[0], start, end)
+        for code, start, value_at, end in iter_sections(payload, until)
+    ]
+
+
+def _header_span(payload: bytes | memoryview) -> tuple[int, int] | None:
+    """Where the header's value starts and where the section ends, if the message has one.
+
+    The header is the first section when present (§3.2); bytes that are no section at all
+    have none.
+    """
+    if not payload or payload[0] != 0x00:
+        return None
+    for code, _, value_at, end in iter_sections(payload, DELIVERY_ANNOTATIONS):
+        return (value_at, end) if code == HEADER else None
+    return None
 
 
 def read_header(payload: bytes | memoryview) -> Header:
     """Return the message's header fields; a message without a header has the defaults."""
-    if not payload or payload[0] != 0x00:
-        return Header()
-    descriptor, value_pos = decode(payload, 1)
-    if section_code(descriptor) != HEADER:
-        return Header()
-    value, _ = decode(payload, value_pos)
-    return header_from(value)
+    span = _header_span(payload)
+    if span is None:
+        return DEFAULT_HEADER
+    return header_from(decode(payload, span[0])[0])
 
 
 _UBYTE_MAX: Final = 0xFF
@@ -109,15 +145,21 @@ def header_from(value: Value) -> Header:
         raise DecodeError("the header section is not a list")
     fields = [*value, None, None, None, None, None][:5]
     durable, priority, ttl, first_acquirer, delivery_count = fields
-    return Header(
-        durable=_boolean("durable", durable),
-        priority=4 if priority is None else _unsigned("priority", priority, _UBYTE_MAX),
-        ttl=None if ttl is None else _unsigned("ttl", ttl, _UINT_MAX),
-        first_acquirer=_boolean("first-acquirer", first_acquirer),
-        delivery_count=(
-            0 if delivery_count is None else _unsigned("delivery-count", delivery_count, _UINT_MAX)
-        ),
+    return _shared_header(
+        _boolean("durable", durable),
+        4 if priority is None else _unsigned("priority", priority, _UBYTE_MAX),
+        None if ttl is None else _unsigned("ttl", ttl, _UINT_MAX),
+        _boolean("first-acquirer", first_acquirer),
+        0 if delivery_count is None else _unsigned("delivery-count", delivery_count, _UINT_MAX),
     )
+
+
+@lru_cache(maxsize=1024)
+def _shared_header(
+    durable: bool, priority: int, ttl: int | None, first_acquirer: bool, delivery_count: int
+) -> Header:
+    """One object for equal headers: every message keeps its header, and most are alike."""
+    return Header(durable, priority, ttl, first_acquirer, delivery_count)
 
 
 def _boolean(name: str, value: Value) -> bool:
@@ -152,25 +194,16 @@ def encode_header(header: Header) -> bytes:
 
 def with_delivery_count(payload: bytes, delivery_count: int) -> bytes:
     """Return ``payload`` with its header's delivery-count set, inserting a header if absent."""
-    header = Header()
-    rest = 0
-    if payload and payload[0] == 0x00:
-        descriptor, value_pos = decode(payload, 1)
-        if section_code(descriptor) == HEADER:
-            value, rest = decode(payload, value_pos)
-            header = header_from(value)
-    updated = Header(
-        durable=header.durable,
-        priority=header.priority,
-        ttl=header.ttl,
-        first_acquirer=header.first_acquirer,
-        delivery_count=delivery_count,
-    )
-    return encode_header(updated) + payload[rest:]
+    span = _header_span(payload)
+    header = DEFAULT_HEADER if span is None else header_from(decode(payload, span[0])[0])
+    rest = 0 if span is None else span[1]
+    return encode_header(replace(header, delivery_count=delivery_count)) + payload[rest:]
 
 
 __all__ = [
     "APPLICATION_PROPERTIES",
+    "BODY",
+    "DEFAULT_HEADER",
     "DELIVERY_ANNOTATIONS",
     "HEADER",
     "MESSAGE_ANNOTATIONS",
@@ -180,6 +213,7 @@ __all__ = [
     "encode",
     "encode_header",
     "header_from",
+    "iter_sections",
     "read_header",
     "section_code",
     "sections",

@@ -30,7 +30,7 @@ from sluicegate.wire.sections import (
     MESSAGE_ANNOTATIONS,
     PROPERTIES,
     header_from,
-    section_code,
+    iter_sections,
 )
 
 # The parts of a message a filter may read, as bits: a filter asks for the ones it needs.
@@ -102,40 +102,24 @@ class FilterView:
         return decoded
 
     def _decode(self, payload: bytes | memoryview, wanted: int) -> int:
-        pos = 0
-        size = len(payload)
         cost = 0
         decoded = 0
-        while pos < size:
-            if payload[pos] != 0x00:
-                raise DecodeError("a message section is not a described value")
-            if pos + 2 < size and payload[pos + 1] == 0x53:
-                # The common descriptor, a small ulong: read directly.
-                code = payload[pos + 2]
-                value_pos = pos + 3
-            else:
-                descriptor, value_pos = decode(payload, pos + 1)
-                code = section_code(descriptor)
-            if code > APPLICATION_PROPERTIES:
-                break
+        for code, _, value_at, end in iter_sections(payload):
             if code == HEADER and wanted & HEADER_PART:
-                value, end = decode(payload, value_pos)
-                header = header_from(value)
+                header = header_from(decode(payload, value_at)[0])
                 self.durable = header.durable
                 self.priority = header.priority
             elif code == MESSAGE_ANNOTATIONS and wanted & FILTER_VALUE_PART:
-                self.filter_value, end = _filter_value(payload, value_pos)
+                self.filter_value = _filter_value(payload, value_at, end)
             elif code == PROPERTIES and wanted & PROPERTIES_PART:
-                self.properties, end = _list_at(payload, value_pos)
-                cost += end - value_pos
+                self.properties, _ = _list_at(payload, value_at)
+                cost += end - value_at
             elif code == APPLICATION_PROPERTIES and wanted & APPLICATION_PART:
-                self.application, end = _string_keyed_map(payload, value_pos)
-                cost += end - value_pos + ENTRY_OVERHEAD * len(self.application)
+                self.application, _ = _string_keyed_map(payload, value_at)
+                cost += end - value_at + ENTRY_OVERHEAD * len(self.application)
             else:
-                pos = skip(payload, value_pos)
                 continue
-            decoded += end - value_pos
-            pos = end
+            decoded += end - value_at
         self.cost += cost
         return decoded
 
@@ -205,12 +189,9 @@ def _item_at(payload: bytes | memoryview, pos: int) -> tuple[Value, int]:
     return decode(payload, pos)
 
 
-def _filter_value(payload: bytes | memoryview, pos: int) -> tuple[str | None, int]:
-    """Find ``x-stream-filter-value`` in the annotations map at ``pos``; decode only the keys.
-
-    Returns the value if it is a string, and where the map ends.
-    """
-    end = skip(payload, pos)
+def _filter_value(payload: bytes | memoryview, pos: int, end: int) -> str | None:
+    """Find ``x-stream-filter-value`` in the annotations map at ``pos`` (up to ``end``), if it
+    is a string; decode only the keys."""
     code = payload[pos]
     if code == 0xC1:
         count, item = payload[pos + 2], pos + 3
@@ -225,8 +206,8 @@ def _filter_value(payload: bytes | memoryview, pos: int) -> tuple[str | None, in
             raise DecodeError("an annotation runs past the message-annotations section")
         if key == X_STREAM_FILTER_VALUE:
             value, _ = decode(payload, value_pos)
-            return (value if isinstance(value, str) else None), end
-    return None, end
+            return value if isinstance(value, str) else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
