@@ -209,7 +209,7 @@ class Publishing:
         """
         durability = self.durability
         link = cast(IncomingLinkState, pending.link.owner)
-        if durability is not None and link.router.registry.persists(queue, message.payload):
+        if durability is not None and link.router.registry.persists(queue, message):
             vhost = link.connection.vhost
             assert vhost is not None
             logged = logged_name(vhost.name, queue.name)

@@ -24,7 +24,7 @@ from sluicegate.queues.queue_type import Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.addresses import ExchangeAddress, QueueAddress, parse_target
 from sluicegate.wire.annotations import routing_annotations
-from sluicegate.wire.envelope import read_envelope
+from sluicegate.wire.envelope import Envelope, read_envelope
 from sluicegate.wire.errors import AmqpError, DecodeError
 
 _NO_QUEUES: Final[list[QueueType]] = []
@@ -54,8 +54,7 @@ class Routed:
 
 def _message(
     payload: bytes | memoryview,
-    annotations_at: int | None,
-    delivery_count: int,
+    envelope: Envelope,
     expires: int | None,
     exchange: str,
     routing_key: str,
@@ -65,14 +64,21 @@ def _message(
     RabbitMQ's AMQP 1.0 clients rely on every delivery carrying the section; it is spliced in
     where the envelope found it belongs, unless the publisher sent one.
     """
+    annotations_at = envelope.annotations_at
     if annotations_at is None:
         stored = bytes(payload)
     else:
         section = routing_annotations(exchange, routing_key)
         # One copy into the stored bytes, whatever the message's size (slices of a view).
         stored = b"".join((payload[:annotations_at], section, payload[annotations_at:]))
+    header = envelope.header
     return Message(
-        stored, delivery_count, expires=expires, exchange=exchange, routing_key=routing_key
+        stored,
+        header.delivery_count,
+        expires=expires,
+        exchange=exchange,
+        routing_key=routing_key,
+        header=header,
     )
 
 
@@ -121,11 +127,9 @@ class Router:
                 f"max_application_properties_size {limit}",
             )
         expires = envelope.expires(self.registry.clock.now)
-        delivery_count = envelope.header.delivery_count
-        at = envelope.annotations_at
         queue = target.queue
         if queue is not None:
-            return Routed([queue], _message(payload, at, delivery_count, expires, "", queue.name))
+            return Routed([queue], _message(payload, envelope, expires, "", queue.name))
         exchange = target.exchange
         routing_key = target.routing_key
         if exchange is None:
@@ -146,7 +150,7 @@ class Router:
                     return _refused(
                         Outcome.REJECTED, "amqp:not-found", f"no queue '{address.queue}'"
                     )
-                message = _message(payload, at, delivery_count, expires, "", address.queue)
+                message = _message(payload, envelope, expires, "", address.queue)
                 return Routed([found], message)
             assert isinstance(address, ExchangeAddress)
             exchange, routing_key = address.exchange, address.routing_key
@@ -162,7 +166,7 @@ class Router:
             return _refused(Outcome.REJECTED, error.condition, str(error))
         if not queues:
             return self._unroutable(exchange, routing_key)
-        message = _message(payload, at, delivery_count, expires, exchange, routing_key)
+        message = _message(payload, envelope, expires, exchange, routing_key)
         return Routed(queues, message)
 
     def _unroutable(self, exchange: str, routing_key: str) -> Routed:

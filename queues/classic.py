@@ -44,7 +44,6 @@ from sluicegate.queues.queue_type import (
     QueueType,
 )
 from sluicegate.queues.storage import QueueStore
-from sluicegate.wire.sections import read_header
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
 
 _NO_DISPATCH: Final[list[Dispatch]] = []
@@ -143,9 +142,9 @@ class ClassicQueue:
         if self.next_deadline() is not None:
             self._deadlines.join()
 
-    def persists(self, payload: bytes) -> bool:
+    def persists(self, message: Message) -> bool:
         """A durable classic queue logs persistent messages (header ``durable = true``)."""
-        return read_header(payload).durable
+        return message.header.durable
 
     def as_stored(self, message: Message) -> Message:
         """The message as it is: a classic queue logs the publisher's bytes."""

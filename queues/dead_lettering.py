@@ -72,7 +72,7 @@ class DeadLetterer:
 # Where a message published to an exchange with a routing key goes (the exchange graph's route).
 Route = Callable[[str, str, bytes], list[QueueType]]
 # Whether a message to a queue goes through the log (the registry's rule for durable queues).
-Persists = Callable[[QueueType, bytes], bool]
+Persists = Callable[[QueueType, Message], bool]
 # The queue of a name, if it still exists.
 Lookup = Callable[[str], QueueType | None]
 
@@ -185,6 +185,7 @@ class DeadLetterRouter:
                 message.delivery_count,
                 exchange=letter.exchange,
                 routing_key=routing_key,
+                header=message.header,
             )
             logged = self._log(queue, copy)
             try:
@@ -203,7 +204,7 @@ class DeadLetterRouter:
         record goes before it in the same batch: a crash can duplicate, never lose, the message.
         """
         store = self._store
-        if store is None or not self._persists(queue, copy.payload):
+        if store is None or not self._persists(queue, copy):
             return copy
         copy = queue.as_stored(copy)
         logged = store.enqueue(

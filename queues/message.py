@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from sluicegate.wire.sections import with_delivery_count
+from sluicegate.wire.sections import Header, read_header, with_delivery_count
 
 if TYPE_CHECKING:
     from sluicegate.queues.filters.view import FilterView
@@ -27,6 +27,7 @@ class Message:
     """
 
     __slots__ = (
+        "_header",
         "delivery_count",
         "exchange",
         "expires",
@@ -48,8 +49,11 @@ class Message:
         expires: int | None = None,
         exchange: str = "",
         routing_key: str = "",
+        header: Header | None = None,
     ) -> None:
         self.payload = payload
+        # The header as the publish path read it; decoded when first asked for otherwise.
+        self._header = header
         self.delivery_count = delivery_count
         self.seq = seq
         self.state = AVAILABLE
@@ -60,6 +64,14 @@ class Message:
         # Set by a priority queue from the header when it takes the message.
         self.priority = 0
         self.view: FilterView | None = None
+
+    @property
+    def header(self) -> Header:
+        """The header fields as published, read once (the live count is ``delivery_count``)."""
+        header = self._header
+        if header is None:
+            header = self._header = read_header(self.read())
+        return header
 
     @property
     def size(self) -> int:
@@ -79,6 +91,7 @@ class Message:
             expires=self.expires,
             exchange=self.exchange,
             routing_key=self.routing_key,
+            header=self._header,
         )
 
     def read(self) -> bytes:

@@ -24,7 +24,6 @@ from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import AVAILABLE, Message
 from sluicegate.queues.queue_type import MessageFilter
-from sluicegate.wire.sections import read_header
 
 _NO_LANE: Final[deque[int]] = deque()
 
@@ -156,7 +155,7 @@ class PriorityLanes:
     def add(self, message: Message) -> None:
         """Read the header's priority (AMQP's default is 4; above x-max-priority counts as it);
         a message still available joins its lane."""
-        message.priority = min(read_header(message.read()).priority, len(self.lanes) - 1)
+        message.priority = min(message.header.priority, len(self.lanes) - 1)
         if message.state == AVAILABLE:
             self.lanes[message.priority].append(message.seq)
 

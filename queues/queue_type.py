@@ -196,8 +196,8 @@ class QueueType(Protocol):
     def restore(self, store: QueueStore) -> None:
         """Take back the messages recovery found for this queue in ``store``."""
 
-    def persists(self, payload: bytes) -> bool:
-        """True if a message with these bytes to this queue, when durable, is logged."""
+    def persists(self, message: Message) -> bool:
+        """True if ``message``, to this queue when it is durable, is logged."""
 
     def as_stored(self, message: Message) -> Message:
         """The message as the log records it, before :meth:`enqueue` takes the logged copy."""

@@ -20,6 +20,7 @@ from sluicegate.queues.errors import AccessRefused, NotFound, PreconditionFailed
 from sluicegate.queues.exchange_graph import DEFAULT_EXCHANGE, ExchangeGraph
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.leases import Leases
+from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueStatistics, QueueType
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.topology_log import TopologyLog, loggable
@@ -176,14 +177,14 @@ class QueueRegistry(ExchangeGraph):
         """True if ``name`` is a durable queue whose persistent messages are logged."""
         return name in self._logged
 
-    def persists(self, queue: QueueType, payload: bytes) -> bool:
+    def persists(self, queue: QueueType, message: Message) -> bool:
         """True if this message to ``queue`` goes through the log before it is confirmed.
 
         Only messages to durable queues do, and of those the ones the queue type logs:
         persistent messages (header ``durable = true``) of a classic queue, every message of
         a stream, as in RabbitMQ.
         """
-        return queue.name in self._logged and queue.persists(payload)
+        return queue.name in self._logged and queue.persists(message)
 
     def recover_queue(self, name: str, arguments: Mapping[str, object]) -> None:
         """Declare a durable queue the log holds and give it back what recovery found of it."""

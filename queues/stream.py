@@ -171,7 +171,7 @@ class StreamQueue:
         """A durable stream keeps its messages' log positions, not the messages."""
         self.entries = store.stream_entries(self.name)
 
-    def persists(self, payload: bytes) -> bool:
+    def persists(self, message: Message) -> bool:
         """Every message of a durable stream is logged, as in RabbitMQ."""
         return True
 
@@ -187,6 +187,7 @@ class StreamQueue:
             expires=message.expires,
             exchange=message.exchange,
             routing_key=message.routing_key,
+            header=message.header,
         )
 
     # -- appending ------------------------------------------------------------------------

@@ -151,7 +151,7 @@ class VolatileQueue:
     def restore(self, store: QueueStore) -> None:
         """Nothing was stored."""
 
-    def persists(self, payload: bytes) -> bool:
+    def persists(self, message: Message) -> bool:
         """Replies are never logged."""
         return False
 

@@ -26,10 +26,8 @@ from sluicegate.wire.codec import Value, decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
-    HEADER,
     MESSAGE_ANNOTATIONS,
     PROPERTIES,
-    header_from,
     iter_sections,
 )
 
@@ -86,16 +84,22 @@ class FilterView:
         self.application = _EMPTY
         self.filter_value = None
 
-    def decode(self, payload: bytes | memoryview, parts: int) -> int:
+    def decode(self, message: Message, parts: int) -> int:
         """Decode ``parts`` from the message's leading sections, in one pass, skipping the rest;
         return the encoded bytes decoded (the work done).
 
-        Sections after application-properties (the body and footer) are never reached.
+        Sections after application-properties (the body and footer) are never reached; the
+        header is the one the message keeps, decoded once.
         """
         wanted = parts & ~self.parts
         decoded = 0
         try:
-            decoded = self._decode(payload, wanted)
+            if wanted & HEADER_PART:
+                header = message.header
+                self.durable = header.durable
+                self.priority = header.priority
+            if wanted & ~HEADER_PART:
+                decoded = self._decode(message.read(), wanted)
         except DecodeError:
             self.malformed = True
         self.parts |= wanted
@@ -105,11 +109,7 @@ class FilterView:
         cost = 0
         decoded = 0
         for code, _, value_at, end in iter_sections(payload):
-            if code == HEADER and wanted & HEADER_PART:
-                header = header_from(decode(payload, value_at)[0])
-                self.durable = header.durable
-                self.priority = header.priority
-            elif code == MESSAGE_ANNOTATIONS and wanted & FILTER_VALUE_PART:
+            if code == MESSAGE_ANNOTATIONS and wanted & FILTER_VALUE_PART:
                 self.filter_value = _filter_value(payload, value_at, end)
             elif code == PROPERTIES and wanted & PROPERTIES_PART:
                 self.properties, _ = _list_at(payload, value_at)
@@ -251,7 +251,7 @@ class ViewCache:
             return view
         self.decodes += 1
         before = view.cost
-        self.decoded_bytes += view.decode(message.read(), parts)
+        self.decoded_bytes += view.decode(message, parts)
         if view not in views:
             views[view] = None
             self.cost += VIEW_OVERHEAD

@@ -91,6 +91,7 @@ class StoredMessage(Message):
         self.lock_deadline = 0
         self.priority = 0
         self.view = None
+        self._header = None
         # Settled in the log: compaction may delete its segment at the next batch.
         self.archived = False
         # The body, read while its segment still exists, of a message settled before it is
