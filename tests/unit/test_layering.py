@@ -8,14 +8,10 @@ between packages.
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Final
 
 import pytest
-
-ROOT: Final = Path(__file__).resolve().parents[2]
+from support.import_graph import PACKAGES, ROOT, circles, imported, module_edges, sources
 
 # What each package may import of the others (docs/design.md, "Packages").
 ALLOWED: Final[dict[str, frozenset[str]]] = {
@@ -28,31 +24,15 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
     "spark": frozenset({"clients", "wire"}),
 }
 BARE: Final = frozenset(ALLOWED)
-
-
-def _sources(*folders: str) -> Iterator[Path]:
-    for folder in folders:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            if "node_modules" not in path.parts:
-                yield path
-
-
-def _imported(path: Path) -> Iterator[tuple[int, str]]:
-    """Every absolute module name ``path`` imports, with its line."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.lineno, node.module
+assert set(PACKAGES) == BARE
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_a_package_imports_only_the_packages_below_it(package: str) -> None:
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {name}"
-        for path in _sources(package)
-        for line, name in _imported(path)
+        for path in sources(package)
+        for line, name, _ in imported(path)
         if name.startswith("sluicegate.")
         and (target := name.split(".")[1]) != package
         and target not in ALLOWED[package]
@@ -64,8 +44,8 @@ def test_nothing_imports_a_package_by_its_bare_name() -> None:
     folders = (*sorted(ALLOWED), "tests", "bench", "examples", "sluicegate")
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {name}"
-        for path in _sources(*folders)
-        for line, name in _imported(path)
+        for path in sources(*folders)
+        for line, name, _ in imported(path)
         if name.split(".")[0] in BARE
     ]
     assert wrong == []
@@ -76,3 +56,7 @@ def test_every_package_folder_is_linked_into_the_namespace() -> None:
         link = ROOT / "sluicegate" / package
         assert link.is_symlink(), link
         assert link.resolve() == ROOT / package
+
+
+def test_no_module_imports_itself_through_others_when_it_runs() -> None:
+    assert circles(module_edges(typing_only=False)) == []
