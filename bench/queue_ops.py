@@ -23,7 +23,7 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome
 
 CONSUMER: Final = "consumer"
-# A 100-byte message, the size of the DESIGN's reference runs.
+# A 100-byte message, quiver's default and the size of docs/benchmarks.md's runs.
 PAYLOAD: Final = bytes(100)
 DEPTHS: Final = (1, 10, 1_000_000)
 

@@ -1,7 +1,7 @@
 """A blocking client of the ``/management`` node, for the command line.
 
-It speaks exactly what RabbitMQ's AMQP 1.0 clients speak (notes/rabbitmq-client.md §2), so the
-CLI works against sluicegate and against RabbitMQ 4 alike.
+It speaks exactly what RabbitMQ's AMQP 1.0 clients speak (docs/management.md), so the CLI works
+against sluicegate and against RabbitMQ 4 alike.
 """
 
 from __future__ import annotations

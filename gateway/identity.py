@@ -2,7 +2,7 @@
 
 RabbitMQ's AMQP 1.0 client libraries refuse a server whose OPEN properties do not say
 ``product = "RabbitMQ"`` with a ``version`` of at least 4.0.0, and switch features on by that
-version (notes/rabbitmq-client.md §1). With ``rabbitmq_compatible`` on (the default) sluicegate
+version. With ``rabbitmq_compatible`` on (the default) sluicegate
 advertises the lowest RabbitMQ version whose client-visible features it implements, and names
 itself in its own keys beside them; off, it advertises only itself.
 """

@@ -1,7 +1,7 @@
 """The reactor's IO handler, extended with what flow control needs from the socket.
 
 - Bytes really written are counted and reported to the connection's writer ledger, which gives
-  frame credit back to sessions (proton's own output buffer is unbounded: DESIGN §1).
+  frame credit back to sessions (proton's own output buffer is unbounded: docs/design.md).
 - Every read from a connection re-checks its sessions with deliveries waiting: a client reopens
   its incoming window with a session-only FLOW, for which proton raises no event.
 - Sessions with something new to send are pumped before the reactor blocks in ``select``.

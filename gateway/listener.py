@@ -1,7 +1,7 @@
 """Accepting client connections: one listening socket, a proton server transport per client.
 
 Proton's ``Acceptor`` listens with a backlog of 10 and accepts one client per readiness, so a
-burst of connects overflows and waits for SYN retransmits (DESIGN §1). This one listens with a
+burst of connects overflows and waits for SYN retransmits (docs/design.md). This one listens with a
 large backlog and accepts up to :data:`ACCEPT_BATCH` clients per readiness.
 
 At the descriptor limit (EMFILE, ENFILE) the listening socket stays readable, and polling it would

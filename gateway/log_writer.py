@@ -8,8 +8,8 @@ reactor thread through :class:`gateway.wakeup.Wakeup`; nothing here touches prot
 A failing write (ENOSPC, EIO) is retried with exponential backoff (tenacity) until it succeeds:
 every record has a fixed place, so the whole group is written again at the same offsets and
 fsynced again (after a failed fsync the kernel may have dropped the dirty pages). Meanwhile
-nothing is confirmed, so publishers to durable queues run out of credit (DESIGN §1, the WSO2
-seed) and resume when the disk does.
+nothing is confirmed, so publishers to durable queues run out of credit
+(docs/inbound-flow-control.md) and resume when the disk does.
 """
 
 from __future__ import annotations

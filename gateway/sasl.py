@@ -1,6 +1,6 @@
 """The server side of AMQP 1.0 SASL (part 5.3), in front of proton's transport.
 
-Proton's built-in server SASL offers only ANONYMOUS and EXTERNAL (notes/proton.md §1); PLAIN with
+Proton's built-in server SASL offers only ANONYMOUS and EXTERNAL (docs/design.md); PLAIN with
 a Python user check would need Cyrus SASL compiled into proton and users kept in a sasldb. So
 sluicegate runs the SASL exchange itself, on the bytes before proton sees any: the client's SASL
 header, our mechanisms, its sasl-init, our sasl-outcome. After an ``ok`` outcome every further

@@ -1,4 +1,4 @@
-"""The session windows proton 0.40 keeps in C but does not wrap in Python (notes/proton.md §3).
+"""The session windows proton 0.40 keeps in C but does not wrap in Python (docs/design.md).
 
 ``pn_session_remote_incoming_window`` is how many more TRANSFER frames the client's session will
 take; proton already subtracts the frames it has put on the wire. It is exported by the cffi

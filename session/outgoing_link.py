@@ -3,7 +3,7 @@
 Toward the client the session is the sender (``client_flow_ctl``); toward the queue it is the
 receiver (``queue_flow_ctl``). The client's credit can be huge; the queue only ever gets a batch
 of at most ``max_queue_credit`` at a time, with at most one credit request in flight, so no more
-than one batch per consumer waits in the session (notes/rabbitmq-flow.md §3).
+than one batch per consumer waits in the session (docs/outbound-flow-control.md).
 """
 
 from __future__ import annotations

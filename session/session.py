@@ -5,7 +5,7 @@ Deliveries from queues and the queues' credit replies wait in one FIFO, ``outgoi
 reaches the head, that is only once every delivery queued before it has been handed to the
 writer, so the next batch of queue credit is requested only when the previous batch has left
 the session. Deliveries wait while the client's remote incoming window is closed or the writer
-has blocked the session; FLOWs never wait (AMQP 1.0 §2.5.6, notes/rabbitmq-flow.md §3.3).
+has blocked the session; FLOWs never wait (AMQP 1.0 §2.5.6, docs/outbound-flow-control.md).
 
 A message is never handed over in more frames than the window and the writer's credit both
 allow: one that needs more goes out as a :class:`TransferPart` of as many frames as they allow,
@@ -181,7 +181,8 @@ class Session:
     def client_flow(
         self, link: OutgoingLink, delivery_count: int, link_credit: int, drain: bool, echo: bool
     ) -> None:
-        """A client FLOW for a consumer link (notes §3.1): request credit, or stash it."""
+        """A client FLOW for a consumer link: request credit, or stash it (RabbitMQ's
+        handle_outgoing_link_flow_control)."""
         if link.credit_req_in_flight:
             link.stashed_credit_req = CreditReq(delivery_count, link_credit, drain, echo)
             return
@@ -218,7 +219,7 @@ class Session:
         self.outgoing_pending.append((link, message))
 
     def send_pending(self) -> list[Action]:
-        """Hand over what the window and the writer allow, in order (notes §3.3)."""
+        """Hand over what the window and the writer allow, in order (RabbitMQ's send_pending)."""
         out: list[Action] = []
         pending = self.outgoing_pending
         credit = self.writer_credit
@@ -297,7 +298,8 @@ class Session:
         pending.append((link, reply))
 
     def _sent(self, link: OutgoingLink) -> None:
-        """A delivery left the session (notes §3.4), forced through even if credit dropped."""
+        """A delivery left the session (RabbitMQ's sent_pending_delivery), forced through even if
+        credit dropped."""
         link.sent += 1
         if link.ack_required:
             link.unsettled += 1
@@ -315,7 +317,7 @@ class Session:
             self._request_credit(link, min(client.credit, self.max_queue_credit), queue_ctl.drain)
 
     def _credit_reply(self, link: OutgoingLink, reply: CreditReply, out: list[Action]) -> None:
-        """Handle the queue's reply once every earlier delivery has left (notes §3.5)."""
+        """Handle the queue's reply once every earlier delivery has left (handle_credit_reply)."""
         client = link.client_flow_ctl
         queue_ctl = link.queue_flow_ctl
         if not reply.drain:
@@ -346,7 +348,7 @@ class Session:
             self._pop_credit_req(link)
 
     def _pop_credit_req(self, link: OutgoingLink) -> None:
-        """The latest client FLOW applies: request credit from it (notes §3.5)."""
+        """The latest client FLOW applies: request credit from it (handle_credit_reply)."""
         stash = link.stashed_credit_req
         assert stash is not None
         link.stashed_credit_req = None

@@ -1,11 +1,11 @@
 """``mode=queue``: a streaming read that consumes a queue at-least-once.
 
 Spark's ``SimpleDataSourceStreamReader`` runs ``read(start)`` and ``commit(end)`` in the one
-long-lived streaming runner process of the query (notes/spark.md §2.3), so that process can hold
+long-lived streaming runner process of the query (docs/spark.md), so that process can hold
 the AMQP link the deliveries arrived on, which is the only link they can be settled on.
 ``read(start)`` hands Spark the buffered messages as Arrow batches and keeps their deliveries
 unsettled. Spark asks for the batch after ``start`` only once the batch ending at ``start`` is in
-its commit log (sequential micro-batch execution, notes/spark.md §2.3), so ``read(start)``
+its commit log (sequential micro-batch execution, docs/spark.md), so ``read(start)``
 settles everything up to ``start`` as ``accepted``; ``commit(end)`` (one batch late, and never
 for the last batch before a stop) settles the same if still unsettled. Settling at ``read`` is
 what lets the last batch of a quiet queue be settled without waiting for more messages.

@@ -1,7 +1,7 @@
 """AMQP messages as rows: the read schema, and encoded messages decoded into Arrow record batches.
 
 Spark moves a ``pyarrow.RecordBatch`` to the JVM without looking at each value, about twice as
-fast as Python tuples (notes/spark.md §2.4), so the readers build columns and yield batches.
+fast as Python tuples (docs/spark.md), so the readers build columns and yield batches.
 Each message is decoded once by proton; its body is copied into the batch as bytes.
 """
 

@@ -1,6 +1,6 @@
 """The ``sluicegate`` PySpark data source: which reader or writer each kind of use gets.
 
-Spark builds this object in several processes and pickles what it returns (notes/spark.md §2.2),
+Spark builds this object in several processes and pickles what it returns (docs/spark.md),
 so nothing here connects: options are validated, readers and writers are plain values, and the
 connections are opened where the work happens (the streaming runner, the executors).
 """

@@ -1,8 +1,8 @@
 """Many connections: open N, each with a sender and a receiver, then exchange messages on all.
 
 What a broker pays per connection (RSS with all open, divided by N), how long opening them takes
-(DESIGN.md: proton's reactor listens with a backlog of 10 and selects over at most 1,024 file
-descriptors), and the rate when every connection sends and receives at once.
+(proton's reactor listens with a backlog of 10 and selects over at most 1,024 file descriptors:
+docs/design.md), and the rate when every connection sends and receives at once.
 """
 
 from __future__ import annotations

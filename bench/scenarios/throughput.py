@@ -1,7 +1,8 @@
 """Throughput: one quiver sender and receiver for a fixed time at each credit window.
 
-Issue 4 asks that a large credit (100,000) is not slower than a small one (1,000); DESIGN.md §6
-has the reference figures. A started server is fresh for each credit, so RSS is not carried over.
+Issue 4 asks that a large credit (100,000) is not slower than a small one (1,000);
+docs/benchmarks.md has the reference figures. A started server is fresh for each credit, so RSS
+is not carried over.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from bench.servers import Server, Target, running
 __all__ = ["SCENARIO", "run"]
 
 DEFAULT_CREDITS: Final[tuple[int, ...]] = (100_000, 1_000)  # issue 4's pair
-DEFAULT_DURATION_S: Final[float] = 30.0  # DESIGN.md §6's runs
-BODY_SIZE: Final[int] = 100  # quiver's default and DESIGN.md §6's
+DEFAULT_DURATION_S: Final[float] = 30.0  # the reference runs' (docs/benchmarks.md)
+BODY_SIZE: Final[int] = 100  # quiver's default and the reference runs'
 COLUMNS: Final[tuple[str, ...]] = (
     "e2e msg/s",
     "sender msg/s",

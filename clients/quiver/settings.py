@@ -25,10 +25,10 @@ __all__ = [
     "shares",
 ]
 
-# 10-20 s through the 5k-10k msg/s servers of DESIGN.md §6: long enough to smooth out start-up,
+# 10-20 s through 5k-10k msg/s servers (docs/benchmarks.md): long enough to smooth out start-up,
 # short enough for a quick look; --duration is there for steady states.
 DEFAULT_COUNT: Final[int] = 100_000
-DEFAULT_BODY_SIZE: Final[int] = 100  # quiver's default, and the size in DESIGN.md §6's figures
+DEFAULT_BODY_SIZE: Final[int] = 100  # quiver's default, and the size in docs/benchmarks.md
 DEFAULT_CREDIT: Final[int] = 1000  # quiver's default credit window
 DEFAULT_TIMEOUT: Final[float] = 10.0  # seconds without progress: a server paused that long is stuck
 STAMP_SIZE: Final[int] = 8  # the send time, big-endian int64 nanoseconds, opens every body

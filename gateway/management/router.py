@@ -3,7 +3,7 @@
 A request is an HTTP method, a path and a body already decoded to Python values; the answer is a
 status code and a body. No proton and no sockets here: :mod:`gateway.management.node` carries
 requests and replies over the ``/management`` link pair, the tests call :meth:`Router.handle`
-directly. Paths, bodies and status codes follow ``rabbit_amqp_management`` (notes §2):
+directly. Paths, bodies and status codes follow ``rabbit_amqp_management`` (docs/management.md):
 
 =========  ===========================================  ===============================
 method     path                                         success

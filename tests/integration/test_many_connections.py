@@ -1,6 +1,6 @@
 """More than 2,000 concurrent connections: the reactor waits in epoll, not select().
 
-select() cannot watch a descriptor above 1,023 (DESIGN §1); the server in this process holds
+select() cannot watch a descriptor above 1,023 (docs/design.md); the server in this process holds
 one socket per client and the clients hold the other ends, so 2,100 clients put the server's
 descriptors far past that line.
 """

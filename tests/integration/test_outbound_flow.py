@@ -1,4 +1,4 @@
-"""Outbound flow control end to end: RabbitMQ's credit scenarios (notes/rabbitmq-flow.md §8).
+"""Outbound flow control end to end: RabbitMQ's credit scenarios (its amqp_client_SUITE).
 
 Each test runs a real server and drives it with the frame-level ``RawClient``, which controls its
 session window, link credit, drain and echo, and reads its socket only when told. Assertions are

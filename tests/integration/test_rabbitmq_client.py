@@ -2,8 +2,7 @@
 
 Its normal flow: declare a queue through ``/management``, publish, consume, read the queue's
 counts, purge, delete. The client checks the OPEN properties, every reply's status code and the
-``queue_info`` keys, and needs a message-annotations section on every delivery
-(notes/rabbitmq-client.md).
+``queue_info`` keys, and needs a message-annotations section on every delivery.
 """
 
 from __future__ import annotations

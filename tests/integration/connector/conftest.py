@@ -1,7 +1,7 @@
 """One local Spark (``local[2]``) for every connector test, and helpers to drive it.
 
 A SparkSession costs about 5 s to start and the first Python data source use 5 s more
-(notes/spark.md §1), so the session is shared; each test uses its own queue names and
+(docs/spark.md), so the session is shared; each test uses its own queue names and
 checkpoint directories. ``PYSPARK_PYTHON`` makes Spark's Python workers this interpreter, the one
 with pyarrow and the project installed.
 """

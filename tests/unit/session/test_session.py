@@ -1,4 +1,5 @@
-"""The session's dual link, example by example (notes/rabbitmq-flow.md §3, §7 and §8).
+"""The session's dual link, example by example (docs/outbound-flow-control.md; the scenarios
+are RabbitMQ's amqp_client_SUITE's).
 
 A real :class:`ClassicQueue`, a :class:`Writer` and a :class:`Session` are wired together in
 memory. The queue records every credit request so the tests can count batches, the way the
@@ -224,7 +225,8 @@ def test_credit_reply_is_handled_only_after_the_deliveries_before_it() -> None:
 
 
 def test_all_5000_arrive_once_the_window_opens() -> None:
-    """notes §8.1: closed window, credit 5000 at once; then the window opens."""
+    """incoming_window_closed_rabbitmq_internal_flow: closed window, credit 5000 at once; then
+    the window opens."""
     h = Harness(5000, window=0)
     h.flow(5000)
     h.send()
@@ -483,7 +485,7 @@ def test_drain_huge_credit_near_the_wrap() -> None:
 
 
 def test_drain_many() -> None:
-    """notes §8.3 drain_many_classic, steps 1 to 6."""
+    """amqp_client_SUITE's drain_many_classic, steps 1 to 6."""
     h = Harness(5000)
     h.flow(4999, drain=True)
     out = h.pump()
@@ -529,7 +531,7 @@ def test_drain_many_flows_interleaved_with_sending() -> None:
 
 
 def test_drain_with_window_closed_transfer_before_flow() -> None:
-    """notes §8.3 incoming_window_closed_transfer_flow_order."""
+    """amqp_client_SUITE's incoming_window_closed_transfer_flow_order."""
     h = Harness(1, window=0)
     h.flow(2, drain=True)
     assert h.send() == []
@@ -540,7 +542,7 @@ def test_drain_with_window_closed_transfer_before_flow() -> None:
 
 
 def test_stop_link_with_window_closed() -> None:
-    """notes §8.3 incoming_window_closed_stop_link: m1 may arrive, m2 must not."""
+    """amqp_client_SUITE's incoming_window_closed_stop_link: m1 may arrive, m2 must not."""
     h = Harness(2, window=0)
     h.flow(1, drain=True)
     h.flow(0, echo=True)  # stop: credit 0 with echo, stashed behind the drain
@@ -553,7 +555,7 @@ def test_stop_link_with_window_closed() -> None:
 
 
 def test_close_link_with_window_closed() -> None:
-    """notes §8.3 incoming_window_closed_close_link: nothing for the link once detached."""
+    """amqp_client_SUITE's incoming_window_closed_close_link: nothing for the link once detached."""
     h = Harness(1, window=0)
     h.flow(2, drain=True)
     assert h.send() == []
@@ -568,7 +570,7 @@ def test_close_link_with_window_closed() -> None:
 
 
 def test_receive_many_made_available_over_time() -> None:
-    """notes §8.3 receive_many_made_available_over_time_classic."""
+    """amqp_client_SUITE's receive_many_made_available_over_time_classic."""
     h = Harness(10)
     h.flow(5000)
     assert len(transfers(h.pump())) == 10

@@ -1,4 +1,4 @@
-"""A durable classic queue that pages its backlog, against a model (DESIGN §3, lazy bodies).
+"""A durable classic queue that pages its backlog, against a model (docs/durability.md, "Paging").
 
 The queue keeps two ready messages resident and pages the rest: persistent ones as record
 positions in the log (:class:`queues.log.paged.DiskPage`), transient ones in memory. Commands
