@@ -150,10 +150,18 @@ def test_many_publishers_stay_within_the_budget_however_much_credit_they_hold(
     assert budget <= stats.used <= stats.ceiling + READ_BATCH
     links = _links(server)
     assert len(links) == 6
-    assert all(link.held for link in links.values())
-    assert server.call(
-        lambda: all(c.reads_paused for c in server.server.broker.connections if c.publishers)
-    )
+    # The links whose queues hold at least half the mean are held, and not read while they
+    # have credit; one whose queue filled more slowly may go on, up to the ceiling.
+    assert any(link.held for link in links.values())
+
+    def held_are_not_read() -> bool:
+        return all(
+            c.reads_paused
+            for c in server.server.broker.connections
+            if any(p.link.held and p.link.credit > 0 for p in c.publishers)
+        )
+
+    assert server.call(held_are_not_read)
 
     # Consumers keep consuming while publishing is held.
     taken = consume(server.url, "many-0a", 100, credit=100)

@@ -3,7 +3,7 @@
 Each test plays one attack over a real socket, with raw frames where an ordinary client would
 not misbehave, while a prober (tests/support/prober.py) keeps publishing and consuming on a queue
 of its own: the bounds must hold and everyone else must stay served. Bounds are counted in bytes
-the server holds, never timed. (Attacks on the reactor's time are in test_hostile_clients.py.)
+the server holds, never timed. (Attacks on the reactor's time are in test_stalls_and_lockouts.py.)
 """
 
 from __future__ import annotations
