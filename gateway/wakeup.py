@@ -1,14 +1,19 @@
 """Waking the reactor from a signal handler or another thread.
 
 Proton's ``EventInjector`` takes a lock in ``queue.Queue.put``, which a signal handler must not do.
-Here callers append to a deque (atomic in CPython) and write one byte to a pipe; the reactor
-thread drains the pipe and runs the callbacks.
+Here callers append to a deque and write one byte to a pipe; the reactor thread drains the pipe
+and runs the callbacks. A reentrant lock orders a late caller against :meth:`Wakeup.close`: a
+thread that found the pipe open could otherwise write after it was closed (EBADF), or into
+whatever file was opened next under the same descriptor number. It is reentrant because a
+signal handler runs on the main thread between bytecodes and may interrupt that very thread
+while it holds the lock: it must get in, not wait for itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import cast
@@ -32,6 +37,7 @@ class Wakeup:
         # Set when the reactor closes the pipe: late callers (a log writer thread finishing its
         # last fsync) are dropped instead of writing to a closed descriptor.
         self._closed = False
+        self._lock = threading.RLock()
 
     def attach(self, container: Container) -> None:
         """Register the pipe with the reactor's selector."""
@@ -46,11 +52,13 @@ class Wakeup:
 
     def call_soon(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the reactor thread; safe from threads and signal handlers."""
-        if self._closed:
-            return
-        self._calls.append(callback)
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._write, b"!")
+        with self._lock:
+            if self._closed:
+                return
+            self._calls.append(callback)
+            # A full pipe already wakes the reactor: the byte is not needed.
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._write, b"!")
 
     def fileno(self) -> int:
         """The read end of the pipe, for the selector."""
@@ -68,6 +76,7 @@ class Wakeup:
 
     def close(self) -> None:
         """Called by the reactor when the selectable ends: release both ends of the pipe."""
-        self._closed = True
-        os.close(self._read)
-        os.close(self._write)
+        with self._lock:
+            self._closed = True
+            os.close(self._read)
+            os.close(self._write)
