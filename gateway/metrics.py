@@ -6,16 +6,22 @@ reactor does no work at all while nobody scrapes, and a scrape costs one pass ov
 sessions, however many messages flow. Nothing on the per-message path touches prometheus-client.
 A reactor that does not answer within :data:`SNAPSHOT_TIMEOUT` fails the scrape (HTTP 500), which
 Prometheus records as ``up == 0``: a stuck reactor must not look healthy.
+
+As RabbitMQ's Prometheus plugin does, metrics per queue are left to ``/metrics/per-object``
+once a server has many queues: ``/metrics`` (any other path) gives them per queue up to
+:data:`PER_QUEUE_LIMIT` queues and summed per virtual host beyond, so that a routine scrape of
+a server with 10,000 queues formats a few dozen samples, not 70,000, on a thread that shares the
+interpreter with the reactor.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from typing import Final
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -24,6 +30,10 @@ from sluicegate.gateway.statistics import ServerStatistics
 # Shorter than Prometheus's default scrape timeout (10 s), so that a stuck reactor shows as a
 # failed scrape rather than a scrape Prometheus gave up on.
 SNAPSHOT_TIMEOUT: Final = 5.0
+# Queues up to which /metrics gives each its own samples (seven families each).
+PER_QUEUE_LIMIT: Final = 1000
+# RabbitMQ's path for metrics per object whatever their number.
+PER_OBJECT_PATH: Final = "/metrics/per-object"
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -33,13 +43,16 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 class ServerCollector(Collector):
     """Turns one :class:`ServerStatistics` snapshot into metric families."""
 
-    def __init__(self, snapshot: Callable[[], ServerStatistics]) -> None:
+    def __init__(self, snapshot: Callable[[], ServerStatistics], *, per_object: bool) -> None:
         self._snapshot = snapshot
+        # Whether queues always get samples of their own, however many there are.
+        self._per_object = per_object
 
     def collect(self) -> Iterator[Metric]:
         """Take a snapshot and describe it."""
         stats = self._snapshot()
-        yield from self._queues(stats)
+        per_queue = self._per_object or len(stats.queues) <= PER_QUEUE_LIMIT
+        yield from self._queues(stats, per_queue)
         yield CounterMetricFamily(
             "sluicegate_messages_published",
             "Messages enqueued into any queue since the server started.",
@@ -127,46 +140,51 @@ class ServerCollector(Collector):
         )
 
     @staticmethod
-    def _queues(stats: ServerStatistics) -> Iterator[Metric]:
+    def _queues(stats: ServerStatistics, per_queue: bool) -> Iterator[Metric]:
+        """Each queue's samples, or their sums per virtual host (``per_queue`` false)."""
+        labels = ["vhost", "queue"] if per_queue else ["vhost"]
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
             "ready": GaugeMetricFamily(
                 "sluicegate_queue_messages_ready",
                 "Messages ready to be delivered.",
-                labels=["vhost", "queue"],
+                labels=labels,
             ),
             "unacked": GaugeMetricFamily(
                 "sluicegate_queue_messages_unacked",
                 "Messages delivered and not yet settled.",
-                labels=["vhost", "queue"],
+                labels=labels,
             ),
             "ready_bytes": GaugeMetricFamily(
                 "sluicegate_queue_messages_ready_bytes",
                 "Encoded bytes of the messages ready to be delivered.",
-                labels=["vhost", "queue"],
+                labels=labels,
             ),
             "consumers": GaugeMetricFamily(
-                "sluicegate_queue_consumers", "Consumer links attached.", labels=["vhost", "queue"]
+                "sluicegate_queue_consumers", "Consumer links attached.", labels=labels
             ),
             "published": CounterMetricFamily(
                 "sluicegate_queue_messages_published",
                 "Messages enqueued since the queue was declared.",
-                labels=["vhost", "queue"],
+                labels=labels,
             ),
             "delivered": CounterMetricFamily(
                 "sluicegate_queue_messages_delivered",
                 "Deliveries to consumers since the queue was declared.",
-                labels=["vhost", "queue"],
+                labels=labels,
             ),
             "acknowledged": CounterMetricFamily(
                 "sluicegate_queue_messages_acknowledged",
                 "Deliveries settled for good (accepted, rejected or pre-settled).",
-                labels=["vhost", "queue"],
+                labels=labels,
             ),
         }
         for vhost, queues in stats.vhost_queues.items():
-            for queue in queues:
-                for field, family in families.items():
-                    family.add_metric([vhost, queue.name], getattr(queue, field))
+            for field, family in families.items():
+                if per_queue:
+                    for queue in queues:
+                        family.add_metric([vhost, queue.name], getattr(queue, field))
+                else:
+                    family.add_metric([vhost], sum(getattr(queue, field) for queue in queues))
         yield from families.values()
 
     @staticmethod
@@ -210,12 +228,22 @@ class MetricsEndpoint:
     """The HTTP endpoint Prometheus scrapes, on its own daemon thread."""
 
     def __init__(self, host: str, port: int, snapshot: Callable[[], ServerStatistics]) -> None:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(ServerCollector(snapshot))
-        registry.register(ProcessCollector(registry=None))
+        apps = {}
+        for per_object in (False, True):
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(ServerCollector(snapshot, per_object=per_object))
+            registry.register(ProcessCollector(registry=None))
+            apps[per_object] = make_wsgi_app(registry)
+
+        def route(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            per_object = str(environ.get("PATH_INFO", "")).rstrip("/") == PER_OBJECT_PATH
+            response: Iterable[bytes] = apps[per_object](environ, start_response)
+            return response
+
         self._server: WSGIServer
         self._thread: threading.Thread
-        self._server, self._thread = start_http_server(port, host, registry)
+        self._server, self._thread = start_http_server(port, host, CollectorRegistry())
+        self._server.set_app(route)
         self.port: int = self._server.server_port
 
     def close(self) -> None:

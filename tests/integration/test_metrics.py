@@ -22,9 +22,10 @@ from sluicegate.wire.annotations import routing_annotations
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(running: RunningServer) -> Samples:
+def scrape(running: RunningServer, path: str = "/metrics") -> Samples:
     """Fetch the endpoint and parse it with prometheus-client's own parser."""
-    with urllib.request.urlopen(running.metrics_url, timeout=30) as response:
+    url = running.metrics_url.removesuffix("/metrics") + path
+    with urllib.request.urlopen(url, timeout=30) as response:
         text = response.read().decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -179,5 +180,11 @@ def test_a_scrape_of_ten_thousand_queues_is_taken_a_slice_per_turn(
     snapshot = server.call_in_turns(counted())
     assert len(snapshot.queues) == 10_000
     assert turns >= 10_000 // SLICE
-    samples = scrape(running)
-    assert queue_value(samples, "sluicegate_queue_messages_ready", "s09999") == 0
+    # Past PER_QUEUE_LIMIT queues, /metrics sums them per virtual host, as RabbitMQ's does;
+    # /metrics/per-object still has each.
+    assert publish(running.url, "/queues/s09999", ["one"]).outcomes == ["accepted"]
+    summed = scrape(running)
+    assert summed[("sluicegate_queue_messages_ready", (("vhost", "/"),))] == 1
+    assert not any(labels and labels[0][0] == "queue" for _, labels in summed)
+    per_object = scrape(running, "/metrics/per-object")
+    assert queue_value(per_object, "sluicegate_queue_messages_ready", "s09999") == 1
