@@ -482,7 +482,10 @@ class Broker(Handler):
                         failure.message,
                         failure.queue,
                         failure.error,
-                        "it stays in its queue" if failure.kept else "it is lost",
+                        "it stays at its place in its queue, not delivered, until the queue is "
+                        "purged or deleted or the server restarts"
+                        if failure.kept
+                        else "it is lost (purged, or refused at publish)",
                     )
                 failures.clear()
         self.publishing.flush()

@@ -9,6 +9,11 @@ the gaps lazily, each gap once, so every message costs amortised O(1) however lo
 It also keeps the count of ready (available) messages and their bytes, and the server's count
 of bytes held, as messages come and go.
 
+A message given up on with a dead-letter exchange to go to stays at its place until its copies
+are stored (:meth:`Backlog.hold`, then :meth:`Backlog.dead_lettered`): never cleared from its
+queue, or from the log, before its copies exist; if its dead-lettering fails it stays there
+(:meth:`Backlog.dead_letter_failed`).
+
 A durable queue's ready backlog beyond ``resident_ready`` waits in pages at the tail
 (:mod:`queues.paging`), outside the sequence: a walk that reaches the end of the resident
 messages pages the head page in (:meth:`Backlog.page_in`), its messages taking the next
@@ -25,7 +30,13 @@ from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from sluicegate.queues.message import ACQUIRED, AVAILABLE, Message
+from sluicegate.queues.message import (
+    ACQUIRED,
+    AVAILABLE,
+    DEAD_LETTER_FAILED,
+    DEAD_LETTERING,
+    Message,
+)
 from sluicegate.queues.paging import RESIDENT_READY, Page, Pager
 from sluicegate.queues.queue_type import MessageFilter
 
@@ -46,6 +57,7 @@ class Backlog:
         "ready",
         "ready_bytes",
         "resident_ready",
+        "stranded",
     )
 
     def __init__(
@@ -67,6 +79,8 @@ class Backlog:
         # Available messages, resident or paged, and their bytes on the wire.
         self.ready = 0
         self.ready_bytes = 0
+        # Messages whose dead-lettering failed, held at their place.
+        self.stranded = 0
 
     def collect(
         self,
@@ -134,12 +148,38 @@ class Backlog:
         self.held.total -= message.held + MESSAGE_OVERHEAD
 
     def remove(self, message: Message) -> None:
-        """Take a message nobody received out of the queue (expired, dropped, dead-lettered)."""
-        self.ready -= 1
-        self.ready_bytes -= message.size
+        """Take a message given up on out of the queue: ready (expired, dropped) or rejected."""
+        if message.state == AVAILABLE:
+            self.ready -= 1
+            self.ready_bytes -= message.size
         message.discard()
         del self.messages[message.seq]
         self.held.total -= message.held + MESSAGE_OVERHEAD
+
+    def hold(self, message: Message) -> None:
+        """A message given up on goes to the dead-letter exchange: it is no longer ready, and
+        stays at its place, unsettled, until :meth:`dead_lettered` or :meth:`dead_letter_failed`."""
+        assert self.messages.get(message.seq) is message, "only a queued message is held"
+        if message.state == AVAILABLE:
+            self.ready -= 1
+            self.ready_bytes -= message.size
+        message.state = DEAD_LETTERING
+
+    def dead_lettered(self, message: Message) -> None:
+        """Its copies are stored (or its dead-letter exchange routed it nowhere): it leaves,
+        its settlement logged after its copies'. A message purged meanwhile is gone already."""
+        if message.state == DEAD_LETTERING:
+            message.discard()
+            del self.messages[message.seq]
+            self.held.total -= message.held + MESSAGE_OVERHEAD
+
+    def dead_letter_failed(self, message: Message) -> bool:
+        """Its dead-lettering failed: it stays where it is, as it is; False if it is gone."""
+        if message.state != DEAD_LETTERING:
+            return False
+        message.state = DEAD_LETTER_FAILED
+        self.stranded += 1
+        return True
 
     def reinstate(self, message: Message) -> None:
         """Put back a message archived when it was handed out, its session never sent it."""
@@ -166,7 +206,6 @@ class Backlog:
             self.ready_bytes += message.size - size
             self.held.total += message.held - held
             if limit is not None and message.delivery_count > limit:
-                self.remove(message)
                 give_up(message, DELIVERY_LIMIT)
         if error is not None:
             raise error
@@ -260,20 +299,23 @@ class Backlog:
         return self.pages[0].head_deadline(self.deadlines.ttl) if self.pages else None
 
     def purge(self) -> int:
-        """Drop every available message, resident or paged; return how many."""
-        count = self.ready
+        """Drop every message no consumer holds, resident or paged: how many were available or
+        held after their dead-lettering failed (one on its way to its dead-letter exchange
+        goes on, its copies are made)."""
+        count = self.ready + self.stranded
         messages = self.messages
-        freed = (count - self.paged) * MESSAGE_OVERHEAD
+        freed = 0
         for seq, message in list(messages.items()):
-            if message.state == AVAILABLE:
+            if message.state != ACQUIRED:
                 message.discard()
-                freed += message.held
+                freed += message.held + MESSAGE_OVERHEAD
                 del messages[seq]
         for page in self.pages:
             page.drop()
             freed += page.held
         self.pages.clear()
         self.paged = 0
+        self.stranded = 0
         self.held.total -= freed
         self.ready = 0
         self.ready_bytes = 0

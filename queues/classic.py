@@ -1,6 +1,8 @@
 """The classic queue: messages shared round robin by credited consumers, each delivered once.
 
-A message is AVAILABLE, ACQUIRED by one consumer (delivered, unsettled) or ARCHIVED (gone). The
+A message is AVAILABLE, ACQUIRED by one consumer (delivered, unsettled) or ARCHIVED (gone);
+one given up on with a dead-letter exchange is DEAD_LETTERING at its place until its copies
+are stored, and stays there as DEAD_LETTER_FAILED if that fails (:mod:`queues.message`). The
 queue ties together the parts that each own one idea: its messages in publication order and
 the pages of a durable backlog (:mod:`queues.backlog`), the order it serves them in
 (:mod:`queues.ordering`: publication order with released messages back at their position, or
@@ -92,6 +94,7 @@ class ClassicQueue:
             arguments.dead_letter_exchange,
             arguments.dead_letter_routing_key,
             self.dead_letters,
+            self._backlog,
         )
         self._bounded = arguments.bounded
         self._limits = Limits(arguments)
@@ -306,7 +309,6 @@ class ClassicQueue:
                 self._backlog.archive(message)
             elif outcome is Outcome.REJECTED:
                 self._rejected += 1
-                self._backlog.archive(message)
                 self._dead_letterer.send(message, REJECTED)
             else:
                 requeued = True
@@ -395,6 +397,7 @@ class ClassicQueue:
             expired=self._expired,
             dead_lettered=self._dead_letterer.dead_lettered,
             dropped=self._dead_letterer.dropped,
+            dead_letter_failed=self._backlog.stranded,
             overflowed=self._overflowed,
             lock_expired=self._lock_expired,
             unacked_bytes=sum(m.held for c in consumers for m in c.unacked.values()),
@@ -442,7 +445,6 @@ class ClassicQueue:
 
     def _expire(self, message: Message) -> None:
         self._expired += 1
-        self._backlog.remove(message)
         self._dead_letterer.send(message, EXPIRED)
 
     # -- handing out ----------------------------------------------------------------------

@@ -2,35 +2,53 @@
 
 A queue hands each message it gives up on (rejected, expired, past its delivery limit, pushed
 out by overflow) to its :class:`DeadLetterer`, which puts a :class:`DeadLetter` in the server's
-outbox when the queue has ``x-dead-letter-exchange``, or counts it dropped. The registry's
+outbox when the queue has ``x-dead-letter-exchange``, or drops it. The registry's
 :class:`DeadLetterRouter` empties the outbox: each copy carries the death in its message
 annotations (``x-opt-deaths``) and goes to the queues the dead-letter exchange routes it to. A
 persistent copy for a durable queue is logged by an explicit call to the store before the queue
 takes it.
 
-Each dead letter is routed on its own: one that fails (a step the door's validation should have
-made impossible) is recorded in :attr:`DeadLetterRouter.failures` with its queue and id for the
-gateway to log, and goes back to the queue it came from, without its expiry so that it waits
-there for a consumer instead of failing again; the rest of the batch goes on.
+A message on its way to the dead-letter exchange keeps its place in its queue (its
+:class:`Holder`), unsettled, and leaves only once its copies are stored, so its settlement is
+logged after them. Each dead letter is routed on its own: one that fails (a step the door's
+validation should have made impossible) stays where it was, with its expiry, neither delivered
+nor dead-lettered again, and is recorded once in :attr:`DeadLetterRouter.failures` with its
+queue and id for the gateway to log; the rest of the batch goes on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
 from sluicegate.queues.errors import NotFound
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueType
 from sluicegate.queues.topology_log import TopologyLog
 from sluicegate.wire.deaths import Death, is_cycle, record_death
-from sluicegate.wire.errors import AmqpError, DecodeError
+from sluicegate.wire.errors import AmqpError
 
 # Dead-letter reasons, as RabbitMQ names them in x-death / x-opt-deaths.
 REJECTED: Final = "rejected"
 EXPIRED: Final = "expired"
 DELIVERY_LIMIT: Final = "delivery_limit"
 MAXLEN: Final = "maxlen"
+
+
+class Holder(Protocol):
+    """Where a queue keeps the messages it gives up on (a classic queue's backlog)."""
+
+    def remove(self, message: Message) -> None:
+        """Drop a message given up on with nowhere to go."""
+
+    def hold(self, message: Message) -> None:
+        """Keep a message at its place, never delivered, until its dead-lettering ends."""
+
+    def dead_lettered(self, message: Message) -> None:
+        """Its copies are stored: it leaves (logged after them)."""
+
+    def dead_letter_failed(self, message: Message) -> bool:
+        """Its dead-lettering failed: it stays as it is; False if it is no longer there."""
 
 
 class DeadLetter(NamedTuple):
@@ -41,40 +59,66 @@ class DeadLetter(NamedTuple):
     reason: str
     exchange: str
     routing_key: str | None
+    # Where the message waits until its copies are stored; None for a publish the queue
+    # refused (reject-publish-dlx), which was never in it.
+    holder: Holder | None = None
+
+    def stored(self) -> None:
+        """Its copies are stored (or it went nowhere): it leaves its queue."""
+        if self.holder is not None:
+            self.holder.dead_lettered(self.message)
+
+    def failed(self) -> bool:
+        """Its dead-lettering failed: it stays in its queue; False when it is lost."""
+        return self.holder is not None and self.holder.dead_letter_failed(self.message)
 
 
 class DeadLetterer:
     """One queue's side: where its dead letters go, and how many went or were dropped."""
 
-    __slots__ = ("dead_lettered", "dropped", "exchange", "outbox", "queue", "routing_key")
+    __slots__ = ("dead_lettered", "dropped", "exchange", "holder", "outbox", "queue", "routing_key")
 
     def __init__(
-        self, queue: str, exchange: str | None, routing_key: str | None, outbox: list[DeadLetter]
+        self,
+        queue: str,
+        exchange: str | None,
+        routing_key: str | None,
+        outbox: list[DeadLetter],
+        holder: Holder,
     ) -> None:
         self.queue = queue
         self.exchange = exchange
         self.routing_key = routing_key
         self.outbox = outbox
+        self.holder = holder
         self.dead_lettered = 0
         # Given up on with no dead-letter exchange to go to.
         self.dropped = 0
 
-    def send(self, message: Message, reason: str) -> None:
-        """Hand ``message`` to the dead-letter exchange, or drop it when the queue has none."""
+    def send(self, message: Message, reason: str, *, queued: bool = True) -> None:
+        """Give up on ``message``: hand it to the dead-letter exchange, kept at its place until
+        its copies are stored, or drop it when the queue has none. ``queued``: it is in the
+        queue (False for a publish the queue refuses)."""
         exchange = self.exchange
         if exchange is None:
             self.dropped += 1
+            if queued:
+                self.holder.remove(message)
             return
         self.dead_lettered += 1
-        self.outbox.append(DeadLetter(self.queue, message, reason, exchange, self.routing_key))
+        holder = None
+        if queued:
+            holder = self.holder
+            holder.hold(message)
+        self.outbox.append(
+            DeadLetter(self.queue, message, reason, exchange, self.routing_key, holder)
+        )
 
 
 # Where a message published to an exchange with a routing key goes (the exchange graph's route).
 Route = Callable[[str, str, bytes], list[QueueType]]
 # Whether a message to a queue goes through the log (the registry's rule for durable queues).
 Persists = Callable[[QueueType, Message], bool]
-# The queue of a name, if it still exists.
-Lookup = Callable[[str], QueueType | None]
 
 
 class DeadLetterFailure(NamedTuple):
@@ -83,7 +127,8 @@ class DeadLetterFailure(NamedTuple):
     queue: str
     message: str
     error: str
-    # False when it could not go back to its queue either (deleted, or full): it is lost.
+    # False when it was not in its queue any more (purged, deleted) or never was (refused at
+    # publish): it is lost.
     kept: bool
 
 
@@ -96,13 +141,11 @@ class DeadLetterRouter:
         route: Route,
         persists: Persists,
         store: TopologyLog | None,
-        lookup: Lookup,
     ) -> None:
         self.clock = clock
         self._route = route
         self._persists = persists
         self._store = store
-        self._lookup = lookup
         # Dead letters every queue hands over, routed by :meth:`route_all`.
         self.outbox: list[DeadLetter] = []
         # Dead letters lost because their exchange was missing or routed them nowhere.
@@ -118,33 +161,22 @@ class DeadLetterRouter:
         """
         dispatches: list[Dispatch] = []
         pending = self.outbox
-        # Messages that failed in this pass: one failing again is not sent back a second time.
-        failed: set[int] = set()
         while pending:
             batch = pending[:]
             pending.clear()
             for letter in batch:
                 try:
-                    dispatches.extend(self._deliver(letter))
+                    self._deliver(letter, dispatches)
                 except Exception as error:
-                    dispatches.extend(self._failed(letter, error, failed))
+                    self._failed(letter, error)
+                else:
+                    letter.stored()
         return dispatches
 
-    def _failed(self, letter: DeadLetter, error: Exception, failed: set[int]) -> list[Dispatch]:
-        """Put the message back in its queue, as it was but for its expiry; record why."""
+    def _failed(self, letter: DeadLetter, error: Exception) -> None:
+        """The message stays in its queue, as it was; record why, once."""
         message = letter.message
-        source = self._lookup(letter.queue)
-        dispatches: list[Dispatch] = []
-        kept = False
-        if source is not None and id(message) not in failed:
-            failed.add(id(message))
-            message.expires = None
-            message.release()
-            try:
-                dispatches = source.enqueue(message)
-                kept = True
-            except AmqpError:
-                message.discard()
+        kept = letter.failed()
         if not kept:
             self.dropped += 1
         logged = getattr(message, "message_id", None)
@@ -152,20 +184,24 @@ class DeadLetterRouter:
             "" if logged is None else f" (log id {logged})"
         )
         self.failures.append(DeadLetterFailure(letter.queue, described, repr(error), kept))
-        return dispatches
 
-    def _deliver(self, letter: DeadLetter) -> list[Dispatch]:
+    def _deliver(self, letter: DeadLetter, dispatches: list[Dispatch]) -> None:
+        """Store a copy in each queue the dead-letter exchange routes ``letter`` to.
+
+        A message that cannot be decoded or annotated raises: it stays in its queue. A
+        missing exchange, or one that routes it nowhere, drops it, as in RabbitMQ.
+        """
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
         payload = message.read()
         try:
             targets = self._route(letter.exchange, routing_key, payload)
-        except (NotFound, DecodeError):
+        except NotFound:
             targets = []
         targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
         if not targets:
             self.dropped += 1
-            return []
+            return
         death = Death(
             letter.queue,
             letter.reason,
@@ -173,12 +209,7 @@ class DeadLetterRouter:
             (message.routing_key,),
             self.clock.now,
         )
-        try:
-            payload = record_death(payload, death)
-        except DecodeError:
-            self.dropped += 1
-            return []
-        dispatches: list[Dispatch] = []
+        payload = record_death(payload, death)
         for queue in targets:
             copy = Message(
                 payload,
@@ -194,14 +225,13 @@ class DeadLetterRouter:
                 if logged is not copy:
                     logged.discard()
                 self.dropped += 1
-        return dispatches
 
     def _log(self, queue: QueueType, copy: Message) -> Message:
         """The copy as ``queue`` stores it: logged when it is persistent and ``queue`` durable.
 
-        The original's settlement waits in the store's buffer until the next batch is taken
-        (the gateway routes dead letters before it flushes the store), so the copy's enqueue
-        record goes before it in the same batch: a crash can duplicate, never lose, the message.
+        The original is settled only once its copies are (:meth:`route_all`), and settlements
+        wait in the store's buffer until the batch is taken, so the copy's enqueue record goes
+        before the original's settlement: a crash can duplicate, never lose, the message.
         """
         store = self._store
         if store is None or not self._persists(queue, copy):

@@ -13,6 +13,12 @@ if TYPE_CHECKING:
 AVAILABLE: Final = 0
 ACQUIRED: Final = 1
 ARCHIVED: Final = 2
+# Given up on and handed to the queue's dead-letter exchange: it keeps its place, its expiry and
+# its record in the log, and is never delivered, until its copies are stored (then archived).
+DEAD_LETTERING: Final = 3
+# Its dead-lettering failed: it keeps its place and is neither delivered nor dead-lettered again
+# until its queue is purged or deleted; a restart recovers it from the log as it was.
+DEAD_LETTER_FAILED: Final = 4
 
 
 class Message:

@@ -36,7 +36,7 @@ class Limits:
             max_bytes is not None and backlog.ready_bytes + message.size > max_bytes
         )
         if full and self.overflow is Overflow.REJECT_PUBLISH_DLX:
-            dead_letterer.send(message, MAXLEN)
+            dead_letterer.send(message, MAXLEN, queued=False)
         return full
 
     def drop_head(
@@ -53,6 +53,5 @@ class Limits:
             if message is None:
                 break
             dropped += 1
-            backlog.remove(message)
             dead_letterer.send(message, MAXLEN)
         return dropped

@@ -130,6 +130,9 @@ class QueueStatistics:
     dropped: int = 0
     overflowed: int = 0
     lock_expired: int = 0
+    # Messages whose dead-lettering failed, held in the queue (never delivered) until it is
+    # purged or deleted.
+    dead_letter_failed: int = 0
     # Bytes of the messages consumers hold unsettled.
     unacked_bytes: int = 0
     # Stream queues: the first and last offsets held (None when empty), for Spark's planning.

@@ -356,15 +356,18 @@ class FeatureMachine(RuleBasedStateMachine):
     """Filtered and browsing consumers, message TTLs and lock expiry against a model.
 
     Checked on every step: nothing is lost (each message is ready, held by exactly one
-    consumer, or gone with a reason), no acquiring consumer receives a message that is not
-    ready, an expired one, or one its filter refuses, and an unfiltered consumer always gets
-    the oldest live ready message.
+    consumer, stranded in the queue after its dead-lettering failed, or gone with a reason), no
+    acquiring consumer receives a message that is not ready, an expired one, or one its filter
+    refuses, an unfiltered consumer always gets the oldest live ready message, and the bytes
+    held are those of the messages still in the queue. Poison messages fail dead-lettering.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.queue = _queue({"x-dead-letter-exchange": "dlx", "x-consumer-timeout": 300}, now=0)
-        self.state: dict[int, str] = {}  # seq -> ready | held | gone
+        self.state: dict[int, str] = {}  # seq -> ready | held | stranded | gone
+        self.messages: dict[int, Message] = {}
+        self.poison: set[int] = set()
         self.region: dict[int, str] = {}
         self.expires: dict[int, int | None] = {}
         self.holder: dict[int, str] = {}
@@ -386,7 +389,7 @@ class FeatureMachine(RuleBasedStateMachine):
 
     def _hand_out(self, key: str, message: Message, in_order: bool) -> None:
         if key in self.browsers:
-            assert self.state[message.seq] != "gone"
+            assert self.state[message.seq] in ("ready", "held")
             return
         seq = message.seq
         assert self.state[seq] == "ready", f"{seq} handed to {key} while {self.state[seq]}"
@@ -406,22 +409,42 @@ class FeatureMachine(RuleBasedStateMachine):
         self._collect_dead_letters()
 
     def _collect_dead_letters(self) -> None:
+        """The router's part: a poison message's dead-lettering fails, the others' succeed."""
         for letter in self.queue.dead_letters:
             seq = letter.message.seq
             assert self.state[seq] in ("ready", "held"), letter
-            self.state[seq] = "gone"
             self.holder.pop(seq, None)
+            if seq in self.poison:
+                assert letter.failed()
+                self.state[seq] = "stranded"
+            else:
+                letter.stored()
+                self.state[seq] = "gone"
         self.queue.dead_letters.clear()
 
-    @rule(region=st.sampled_from(["eu", "us"]), ttl=st.sampled_from([None, 50, 500]))
-    def enqueue(self, region: str, ttl: int | None) -> None:
+    @rule(
+        region=st.sampled_from(["eu", "us"]),
+        ttl=st.sampled_from([None, 50, 500]),
+        poison=st.booleans(),
+    )
+    def enqueue(self, region: str, ttl: int | None, poison: bool) -> None:
         seq = self.queue.statistics().published
         expires = None if ttl is None else self.queue.clock.now + ttl
         self.state[seq] = "ready"
         self.region[seq] = region
         self.expires[seq] = expires
+        if poison:
+            self.poison.add(seq)
         message = _message("msg", application={"region": region}, expires=expires)
+        self.messages[seq] = message
         self._dispatched(self.queue.enqueue(message))
+
+    @rule()
+    def purge(self) -> None:
+        dropped = [s for s, state in self.state.items() if state in ("ready", "stranded")]
+        assert self.queue.purge() == len(dropped)
+        for seq in dropped:
+            self.state[seq] = "gone"
 
     @rule(wanted=st.sampled_from([None, "eu", "us", "browse"]))
     def attach(self, wanted: str | None) -> None:
@@ -468,8 +491,8 @@ class FeatureMachine(RuleBasedStateMachine):
             self.state[seq] = "ready"
         del self.holder[seq]
         self._dispatched(self.queue.settle(key, [seq], outcome, False))
-        # A rejected message is dead-lettered (collected above).
-        assert outcome is not Outcome.REJECTED or self.state[seq] == "gone"
+        # A rejected message is dead-lettered (collected above), or stranded if that failed.
+        assert outcome is not Outcome.REJECTED or self.state[seq] in ("gone", "stranded")
 
     @rule(data=st.data())
     def detach(self, data: st.DataObject) -> None:
@@ -507,9 +530,14 @@ class FeatureMachine(RuleBasedStateMachine):
         stats = self.queue.statistics()
         ready = sum(1 for state in self.state.values() if state == "ready")
         held = sum(1 for state in self.state.values() if state == "held")
+        stranded = sum(1 for state in self.state.values() if state == "stranded")
         assert stats.published == len(self.state)
         assert stats.ready == ready
         assert stats.unacked == held
+        assert stats.dead_letter_failed == stranded
+        assert self.queue.held.total == sum(
+            m.held + MESSAGE_OVERHEAD for s, m in self.messages.items() if self.state[s] != "gone"
+        )
         for key in self.consumers:
             assert self.queue.holds(key) == {s for s, k in self.holder.items() if k == key}
 

@@ -138,7 +138,8 @@ def test_a_dead_letter_that_fails_stays_in_its_queue_and_the_rest_of_the_batch_g
     tmp_path: Path,
 ) -> None:
     """A message the door would refuse today (its message annotations nested past the codec's
-    depth), as an older server's log may hold it: its dead-lettering fails, alone."""
+    depth), as an older server's log may hold it: its dead-lettering fails, alone, and it stays
+    in its queue and in the log as it was (not logged again, not settled)."""
     store = MessageStore(tmp_path)
     writer = SegmentWriter(tmp_path)
     registry = _registry(store)
@@ -148,7 +149,8 @@ def test_a_dead_letter_that_fails_stays_in_its_queue_and_the_rest_of_the_batch_g
         deep = [deep]
     poison = encode(Described(0x70, [True])) + encode(Described(0x72, {Symbol("x-d"): deep}))
     poison += encode(Described(0x77, "p"))
-    registry.queue("work").enqueue(store.enqueue("work", poison, registry.clock.now))
+    stored = store.enqueue("work", poison, registry.clock.now)
+    registry.queue("work").enqueue(stored)
     _publish(registry, store, "w1")  # pushes the poison out first: it leads the batch
     victim = registry.queue("victim")
     for body in ("v0", "v1", "v2"):
@@ -156,19 +158,27 @@ def test_a_dead_letter_that_fails_stays_in_its_queue_and_the_rest_of_the_batch_g
     registry.route_dead_letters()
     [failure] = registry.dead_letter_router.failures
     assert (failure.queue, failure.kept) == ("work", True)
-    assert failure.message.startswith("maxlen message")
+    assert failure.message == f"maxlen message 0 (log id {stored.message_id})"
     assert "nested deeper" in failure.error
-    # The victims' letters, after the poison in the batch, went through; the poison stays in
-    # its queue, logged again, and pushes w1 out (the queue holds one).
-    assert registry.queue("dead").statistics().ready == 3
+    # The victims' letters, after the poison in the batch, went through; the poison stays
+    # where it was, not ready, so w1 fits in the queue of one.
+    assert registry.queue("dead").statistics().ready == 2
+    work = registry.queue("work").statistics()
+    assert (work.ready, work.dead_letter_failed) == (1, 1)
+    before = store.next_id
     write_now(store, writer)
+    assert registry.route_dead_letters() == []
+    assert len(registry.dead_letter_router.failures) == 1
     store.close()
     again = MessageStore(tmp_path)
-    work = [m.read() for m in again.iter_recovered_messages("work")]
-    assert poison in work
+    assert again.next_id == before
+    recovered = list(again.iter_recovered_messages("work"))
+    assert [(m.message_id, m.read()) for m in recovered] == [
+        (stored.message_id, poison),
+        (stored.message_id + 1, _persistent("w1")),
+    ]
     dead = [m.read() for m in again.iter_recovered_messages("dead")]
-    queues = sorted(str(deaths_of(m)[0][Symbol("queue")]) for m in dead)
-    assert queues == ["victim", "victim", "work"]
+    assert [str(deaths_of(m)[0][Symbol("queue")]) for m in dead] == ["victim", "victim"]
 
 
 def test_expiry_and_purge_of_a_paged_backlog_read_no_body(tmp_path: Path) -> None:
