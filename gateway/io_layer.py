@@ -20,14 +20,19 @@ import socket
 from typing import Final
 
 from proton import Condition, Endpoint, Event, Transport
-from proton._selectable import Selectable
 from proton.handlers import IOHandler
-from proton.reactor import Container, EventInjector
 
 from sluicegate.gateway import reading, timeouts
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.gate import Gate
+from sluicegate.gateway.proton_internals import (
+    Selectable,
+    forget_transport,
+    reactor_now,
+    selectable_of,
+    transport_of,
+)
 from sluicegate.gateway.selector import EpollSelector
 from sluicegate.gateway.state import ConnectionState
 
@@ -92,7 +97,7 @@ class FlowIO(IOHandler):
         or the frame allowance is used up, or the connection's account paused it.
         """
         selectable = event.selectable
-        transport = selectable._transport
+        transport = transport_of(selectable)
         if not transport:
             return
         state: ConnectionState | None = getattr(selectable, "sg", None)
@@ -126,7 +131,7 @@ class FlowIO(IOHandler):
                 publishing.charge_read(state, len(data))
             if transport.frames_input - frames_before >= READ_FRAMES:
                 break
-        now = selectable._reactor.now
+        now = reactor_now(selectable)
         if state is not None:
             timeouts.frames_read(state, now)
         self.update(transport, selectable, now)
@@ -163,7 +168,7 @@ class FlowIO(IOHandler):
         if gate is not None:
             self._write_gate(selectable, gate)
             return
-        transport = selectable._transport
+        transport = transport_of(selectable)
         if not transport:
             return
         pending = transport.pending()
@@ -181,12 +186,12 @@ class FlowIO(IOHandler):
                 if state is not None:
                     self._written(state, written, transport.pending())
         if transport.pending() != pending:
-            self.update(transport, selectable, selectable._reactor.now)
+            self.update(transport, selectable, reactor_now(selectable))
 
     def _read_gate(self, event: Event, gate: Gate) -> bool:
         """Read through the connection's TLS and SASL; False once the connection is gone."""
         selectable = event.selectable
-        transport = selectable._transport
+        transport = transport_of(selectable)
         if transport is None:
             return False
         if not gate.read(selectable, transport):
@@ -196,12 +201,12 @@ class FlowIO(IOHandler):
         state: ConnectionState | None = getattr(selectable, "sg", None)
         if state is not None:
             self.broker.publishing.charge_read(state, gate.received)
-            timeouts.frames_read(state, selectable._reactor.now)
+            timeouts.frames_read(state, reactor_now(selectable))
         self._after_gate(selectable, gate, transport)
         return True
 
     def _write_gate(self, selectable: Selectable, gate: Gate) -> None:
-        transport = selectable._transport
+        transport = transport_of(selectable)
         taken = gate.write(selectable, transport)
         state: ConnectionState | None = getattr(selectable, "sg", None)
         if taken and state is not None and transport is not None:
@@ -223,7 +228,7 @@ class FlowIO(IOHandler):
         if gate.removable:
             setattr(selectable, "gate", None)  # noqa: B010
         if transport is not None:
-            self.update(transport, selectable, selectable._reactor.now)
+            self.update(transport, selectable, reactor_now(selectable))
         elif not selectable.is_terminal:
             selectable.writing = gate.wants_write
             selectable.update()
@@ -231,11 +236,11 @@ class FlowIO(IOHandler):
     def on_selectable_expired(self, event: Event) -> None:
         """Drop a client past its handshake or idle timeout (gateway/timeouts.py)."""
         selectable = event.selectable
-        transport = selectable._transport
+        transport = transport_of(selectable)
         state: ConnectionState | None = getattr(selectable, "sg", None)
         if transport is None or state is None:
             return
-        overdue = timeouts.overdue(state, selectable._reactor.now)
+        overdue = timeouts.overdue(state, reactor_now(selectable))
         if overdue == "handshake":
             log.info("dropping a client that did not log in and open within handshake_timeout")
             gate: Gate | None = getattr(selectable, "gate", None)
@@ -262,14 +267,13 @@ class FlowIO(IOHandler):
     def on_transport_closed(self, event: Event) -> None:
         """Proton is done with the connection; TLS bytes still waiting are written first."""
         transport = event.transport
-        selectable = None if transport is None else transport._selectable
+        selectable = None if transport is None else selectable_of(transport)
         gate: Gate | None = getattr(selectable, "gate", None)
         if transport is None or selectable is None or gate is None or not gate.output:
             super().on_transport_closed(event)
             return
         gate.closing = True
-        setattr(selectable, "_transport", None)  # noqa: B010
-        transport._selectable = None
+        forget_transport(transport)
         transport.unbind()
         selectable.reading = False
         selectable.writing = True
@@ -290,21 +294,6 @@ class FlowIO(IOHandler):
             session = state.sessions.get(credit)
             if session is not None:
                 self.broker.mark(session)
-
-
-def register(
-    container: Container, delegate: socket.socket | EventInjector, handler: object
-) -> Selectable:
-    """Add a socket or pipe without a transport to the reactor, its events going to ``handler``.
-
-    The global IO handler sees every selectable and skips those whose ``_transport`` is None.
-    """
-    selectable = Selectable(delegate, container)
-    setattr(selectable, "handler", handler)  # noqa: B010
-    setattr(selectable, "_transport", None)  # noqa: B010
-    selectable.reading = True
-    container.update(selectable)
-    return selectable
 
 
 def listen_socket(host: str, port: int, backlog: int) -> socket.socket:

@@ -21,7 +21,6 @@ import ssl
 from typing import Final
 
 from proton import Event, Handler, Transport
-from proton._selectable import Selectable
 from proton.reactor import Container
 
 from sluicegate.gateway import reading, timeouts
@@ -29,9 +28,10 @@ from sluicegate.gateway.auth import anonymous_user
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.gate import Gate
-from sluicegate.gateway.io_layer import listen_socket, register
+from sluicegate.gateway.io_layer import listen_socket
 from sluicegate.gateway.limits import configure_transport
 from sluicegate.gateway.login import PasswordChecks
+from sluicegate.gateway.proton_internals import Selectable, register, serve
 from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import SaslServer
 from sluicegate.gateway.state import ConnectionState
@@ -122,14 +122,11 @@ class Listener(Handler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         container = self._container
         connection = container.connection()
-        # Marks an accepted connection: proton's IO handler would otherwise dial out for it.
-        setattr(connection, "_acceptor", self)  # noqa: B010
         transport = Transport(Transport.SERVER)
         configure_transport(transport, self._config)
         transport.bind(connection)
         selectable = Selectable(sock, container)
-        setattr(selectable, "_transport", transport)  # noqa: B010
-        transport._selectable = selectable
+        serve(selectable, connection, transport)
         state = ConnectionState(
             connection,
             transport,

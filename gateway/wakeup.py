@@ -19,10 +19,9 @@ from collections.abc import Callable
 from typing import cast
 
 from proton import Event
-from proton._selectable import Selectable
 from proton.reactor import Container, EventInjector
 
-from sluicegate.gateway.io_layer import register
+from sluicegate.gateway.proton_internals import Selectable, register
 
 
 class Wakeup:

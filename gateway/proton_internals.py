@@ -1,0 +1,99 @@
+"""The one module that reaches into python-qpid-proton 0.40's private attributes and modules.
+
+Proton's Python binding keeps what the server needs behind private names: the C object each
+wrapper stands for (``_impl``), the reactor and transport a selectable belongs to (``_reactor``,
+``_transport``), the selectable a transport is served by (``_selectable``), a container's event
+collector (``_collector``), and classes defined in private modules (``Selectable``, ``Task``,
+``PythonAMQPData``). The rest of ``gateway/`` uses the names here instead, so what an upgrade of
+proton may break is in this file. ruff's SLF001 and tests/unit/test_layering.py keep it so.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, TypeAlias
+
+from proton import Collector, Connection, Delivery, Link, Session, Transport
+from proton._data import PythonAMQPData
+from proton._reactor import Task
+from proton._selectable import Selectable
+from proton.reactor import Container, EventInjector
+
+# A pointer to one of proton's C structs (pn_link_t, pn_delivery_t, ...), as cffi hands it out.
+CObject: TypeAlias = Any
+
+__all__ = [
+    "CObject",
+    "PythonAMQPData",
+    "Selectable",
+    "Task",
+    "c_object",
+    "collector",
+    "forget_transport",
+    "reactor_now",
+    "register",
+    "selectable_of",
+    "serve",
+    "transport_of",
+]
+
+
+def c_object(wrapper: Connection | Session | Link | Delivery | Collector) -> CObject:
+    """The C object a proton wrapper stands for, for the C API (gateway/deliveries.py)."""
+    return wrapper._impl
+
+
+def collector(container: Container) -> Collector:
+    """The container's event collector, whose head is the event being dispatched."""
+    found: Collector = container._collector
+    return found
+
+
+def reactor_now(selectable: Selectable) -> float:
+    """The reactor's time, as its container last read the clock."""
+    time: float = selectable._reactor.now
+    return time
+
+
+def transport_of(selectable: Selectable) -> Transport | None:
+    """The transport a socket's selectable serves; None for a pipe or a listening socket, or
+    once the connection is closed."""
+    transport: Transport | None = selectable._transport
+    return transport
+
+
+def serve(selectable: Selectable, connection: Connection, transport: Transport) -> None:
+    """Tie an accepted socket's selectable to its transport, both ways, as proton's own acceptor
+    does; the connection is marked accepted, or proton's IO handler would dial out for it."""
+    setattr(connection, "_acceptor", True)  # noqa: B010
+    setattr(selectable, "_transport", transport)  # noqa: B010
+    transport._selectable = selectable
+
+
+def selectable_of(transport: Transport) -> Selectable | None:
+    """The selectable serving a transport's socket, until the transport is closed."""
+    selectable: Selectable | None = transport._selectable
+    return selectable
+
+
+def forget_transport(transport: Transport) -> None:
+    """Untie a closed transport from its selectable, which stays to flush what is left."""
+    selectable: Selectable | None = transport._selectable
+    if selectable is not None:
+        setattr(selectable, "_transport", None)  # noqa: B010
+    transport._selectable = None
+
+
+def register(
+    container: Container, delegate: socket.socket | EventInjector, handler: object
+) -> Selectable:
+    """Add a socket or pipe without a transport to the reactor, its events going to ``handler``.
+
+    The global IO handler sees every selectable and skips those without a transport.
+    """
+    selectable = Selectable(delegate, container)
+    setattr(selectable, "handler", handler)  # noqa: B010
+    setattr(selectable, "_transport", None)  # noqa: B010
+    selectable.reading = True
+    container.update(selectable)
+    return selectable
