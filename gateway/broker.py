@@ -49,6 +49,7 @@ from sluicegate.gateway.limits import (
 )
 from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.management.router import Router
+from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.reply_to import attach_reply_to
 from sluicegate.gateway.state import (
@@ -165,7 +166,7 @@ class Broker(Handler):
         # gateway/timeouts.py enforces it, counting whole frames only.
         transport.pending()
         transport.idle_timeout = 0.0
-        timeouts.opened(state, state.selectable._reactor.now, self.config.idle_timeout)
+        timeouts.opened(state, reactor_now(state.selectable), self.config.idle_timeout)
         try:
             check_connections(len(self.connections) - self.handshakes.pending, self.config)
             admission = self.tenancy.admit(state.user, connection.remote_hostname)
@@ -417,7 +418,7 @@ class Broker(Handler):
 
     def on_delivery(self, event: Event) -> None:
         """A transfer from a publisher, or a consumer's settlement."""
-        self.on_delivery_of(delivery_of(event)._impl)
+        self.on_delivery_of(c_object(delivery_of(event)))
 
     def on_delivery_of(self, delivery: CDelivery) -> None:
         """The delivery event's work, called by the reactor with proton's bare delivery."""
@@ -527,7 +528,9 @@ class Broker(Handler):
                 link, message = action
                 link_state = senders[link]
                 payload = message.read()
-                delivery = deliveries.send(link_state.sender._impl, b"%d" % message.seq, payload)
+                delivery = deliveries.send(
+                    c_object(link_state.sender), b"%d" % message.seq, payload
+                )
                 link.transport_sent()
                 if not link.ack_required:
                     deliveries.settle(delivery)
@@ -554,7 +557,7 @@ class Broker(Handler):
             if not part.link.ack_required:
                 delivery.settle()
             else:
-                self._unframed_delivery(state.session.connection, delivery._impl)
+                self._unframed_delivery(state.session.connection, c_object(delivery))
 
     def _unframed_delivery(self, connection: ConnectionState, delivery: CDelivery) -> None:
         """Give the delivery's payload buffer back once proton has framed it (an unsettled

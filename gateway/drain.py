@@ -26,6 +26,7 @@ import cproton_ffi
 from cproton_ffi import ffi
 from proton import Connection, Sender
 
+from sluicegate.gateway.proton_internals import c_object
 from sluicegate.wire.serial import SERIAL_MASK
 
 __all__ = ["send_drained_flow"]
@@ -48,7 +49,7 @@ def _probe() -> int:
     """Index in 32-bit words of ``pn_link_t.available``, checked against the getters."""
     connection = Connection()
     sender = connection.session().sender("sluicegate-layout-probe")
-    words = ffi.cast("int32_t *", sender._impl)
+    words = ffi.cast("int32_t *", c_object(sender))
     sender.offered(_PROBES[0])
     index = next((i for i in range(_MAX_WORDS) if words[i] == _PROBES[0]), -1)
     sender.offered(_PROBES[1])
@@ -76,12 +77,12 @@ def send_drained_flow(sender: Sender) -> int:
     credit = sender.credit
     if not sender.drain_mode or credit > 0:
         return 0
-    words = ffi.cast("int32_t *", sender._impl)
+    words = ffi.cast("int32_t *", c_object(sender))
     # Any non-zero count: the transport adds the link's remaining credit (as the uint it
     # keeps beside our C int) to delivery-count, and the link has none left afterwards.
     words[_AVAILABLE + _DRAINED] = 1
     words[_AVAILABLE + _CREDIT] = 0
-    link_address = int(ffi.cast("uintptr_t", sender._impl))
-    connection_address = int(ffi.cast("uintptr_t", sender.connection._impl))
+    link_address = int(ffi.cast("uintptr_t", c_object(sender)))
+    connection_address = int(ffi.cast("uintptr_t", c_object(sender.connection)))
     _modified(connection_address, link_address, True)
     return credit & SERIAL_MASK

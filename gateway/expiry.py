@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from proton import Event, Handler
-from proton._reactor import Task
 from proton.reactor import Container
 
+from sluicegate.gateway.proton_internals import Task
 from sluicegate.queues.queue_type import Dispatch
 from sluicegate.queues.registry import QueueRegistry
 

@@ -20,7 +20,6 @@ import ssl
 from typing import Final
 
 from proton import Transport
-from proton._selectable import Selectable
 
 from sluicegate.clients.pump import TLS_OUTPUT_LOW
 from sluicegate.clients.tls import RECV_SIZE, TlsChannel, TlsError
@@ -28,6 +27,7 @@ from sluicegate.gateway import reading
 from sluicegate.gateway.auth import User
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.login import LoginQueue, Ticket
+from sluicegate.gateway.proton_internals import Selectable, reactor_now, transport_of
 from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
@@ -144,7 +144,7 @@ class Gate:
             name, password = step.verify
             self._ticket = self._logins.submit(name, password, self._address, self._verified)
             if self._ticket is None:
-                _busy.happened(self.state.selectable._reactor.now, f"from {self._address}")
+                _busy.happened(reactor_now(self.state.selectable), f"from {self._address}")
                 self._apply(self.sasl.busy(), transport, logged=True)
 
     def _verified(self, user: User | None) -> None:
@@ -152,12 +152,12 @@ class Gate:
         self._ticket = None
         state = self.state
         selectable = state.selectable
-        if self.closing or selectable.is_terminal or selectable._transport is None:
+        if self.closing or selectable.is_terminal or transport_of(selectable) is None:
             return  # dropped meanwhile (handshake timeout, shutdown)
         if user is not None:
             state.user = user  # before proton sees the frames that came meanwhile
         self._apply(self.sasl.verified(user), state.transport)
-        reading.update(state.transport, selectable, selectable._reactor.now)
+        reading.update(state.transport, selectable, reactor_now(selectable))
 
     def _queue(self, plain: bytes) -> None:
         if self._tls is None:

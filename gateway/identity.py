@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Final
 
 from proton import symbol
-from proton._data import PythonAMQPData
+
+from sluicegate.gateway.proton_internals import PythonAMQPData
 
 PRODUCT: Final = "sluicegate"
 VERSION: Final = "0.1.0"

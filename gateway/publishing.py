@@ -21,6 +21,7 @@ from sluicegate.gateway import deliveries, reading
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.durability import Durability
+from sluicegate.gateway.proton_internals import c_object
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
 from sluicegate.gateway.vhost_log import logged_name
 from sluicegate.queues.message import Message
@@ -140,7 +141,7 @@ class Publishing:
         inbound = state.connection.inbound
         assert inbound is not None
         pure = state.link
-        link = state.receiver._impl
+        link = c_object(state.receiver)
         if deliveries.partial(delivery):
             # Proton's buffer is drained as frames arrive, so that it never grows to the size
             # of the message (proton keeps a buffer's capacity for the life of its connection).

@@ -23,10 +23,10 @@ from cproton import (
     pn_event_type,
 )
 from proton import Event
-from proton._selectable import Selectable
 from proton.reactor import Container
 
 from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.proton_internals import Selectable, c_object
 
 _NULL: Final = ffi.NULL
 
@@ -41,7 +41,7 @@ class BrokerContainer(Container):
     def process(self) -> bool:
         """Proton's ``Reactor.process`` with deliveries short-circuited (same yield and end)."""
         self.mark()
-        collector = self._collector._impl
+        collector = c_object(self._collector)
         on_delivery = self._broker.on_delivery_of
         delivery_type = Event.DELIVERY
         previous: object = PN_EVENT_NONE

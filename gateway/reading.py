@@ -18,10 +18,10 @@ heartbeat monitor when it blocks a reader).
 from __future__ import annotations
 
 from proton import Transport
-from proton._selectable import Selectable
 from proton.handlers import IOHandler
 
 from sluicegate.gateway import timeouts
+from sluicegate.gateway.proton_internals import Selectable, reactor_now, transport_of
 from sluicegate.gateway.state import ConnectionState
 
 
@@ -54,8 +54,8 @@ def pause(state: ConnectionState) -> None:
 def resume(state: ConnectionState) -> None:
     """Read the connection's socket again, unless it is still paused for another reason."""
     selectable = state.selectable
-    if selectable.is_terminal or selectable._transport is None:
+    if selectable.is_terminal or transport_of(selectable) is None:
         return
-    now = selectable._reactor.now
+    now = reactor_now(selectable)
     timeouts.resumed(state, now)
     update(state.transport, selectable, now)

@@ -25,6 +25,7 @@ from sluicegate.gateway.listener import Listener
 from sluicegate.gateway.log_writer import FaultHook
 from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
+from sluicegate.gateway.proton_internals import collector as proton_collector
 from sluicegate.gateway.reactor import BrokerContainer
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.statistics import ServerStatistics, gathering, server_statistics
@@ -214,7 +215,7 @@ class Server:
     def _contain_failure(self) -> None:
         # The event being dispatched is still at the head of the collector: proton pops it
         # only after every handler has run.
-        collector = self.container._collector
+        collector = proton_collector(self.container)
         event = collector.peek()
         if event is None:
             return

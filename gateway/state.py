@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
-from proton._selectable import Selectable
 
 from sluicegate.gateway.auth import Permissions, User
+from sluicegate.gateway.proton_internals import Selectable
 from sluicegate.gateway.routing import PublishTarget, Router
 from sluicegate.gateway.tenancy import VirtualHost
 from sluicegate.gateway.window import remote_incoming_window, session_address

@@ -13,6 +13,8 @@ import cproton_ffi
 from cproton_ffi import ffi
 from proton import Session
 
+from sluicegate.gateway.proton_internals import c_object
+
 _lib = ctypes.CDLL(cproton_ffi.__file__)
 _remote_incoming_window = _lib.pn_session_remote_incoming_window
 _remote_incoming_window.restype = ctypes.c_uint32
@@ -21,7 +23,7 @@ _remote_incoming_window.argtypes = [ctypes.c_void_p]
 
 def session_address(session: Session) -> int:
     """The C address of a session, computed once so that each window read is one call."""
-    address: int = int(ffi.cast("uintptr_t", session._impl))
+    address: int = int(ffi.cast("uintptr_t", c_object(session)))
     return address
 
 

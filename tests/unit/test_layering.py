@@ -60,3 +60,17 @@ def test_every_package_folder_is_linked_into_the_namespace() -> None:
 
 def test_no_module_imports_itself_through_others_when_it_runs() -> None:
     assert circles(module_edges(typing_only=False)) == []
+
+
+def test_only_the_quarantine_imports_protons_private_modules() -> None:
+    """proton's private modules (``proton._selectable`` and the like) are reached through
+    gateway/proton_internals.py alone, as its private attributes are (ruff's SLF001)."""
+    quarantine = ROOT / "gateway" / "proton_internals.py"
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in sources(*PACKAGES)
+        if path != quarantine
+        for line, name, _ in imported(path)
+        if name.startswith("proton._")
+    ]
+    assert wrong == []
