@@ -66,6 +66,7 @@ from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome, QueueTy
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.session.outgoing_link import LinkOwner
 from sluicegate.session.session import (
     UNSETTLED_DELIVERY_COST,
     LinkFlow,
@@ -112,7 +113,7 @@ class Broker(Handler):
         self._unframed: set[ConnectionState] = set()
         # Keys for consumer links within their session; proton does not expose handles.
         self._handles = 0
-        self._states: dict[PureSession, SessionState] = {}
+        self._states: dict[LinkOwner, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
         node = f"sluicegate@{socket.gethostname()}"
         self.management = ManagementNode(

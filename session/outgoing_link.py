@@ -9,13 +9,18 @@ than one batch per consumer waits in the session (docs/outbound-flow-control.md)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.wire.serial import SERIAL_MASK, serial_add, serial_diff
 
-if TYPE_CHECKING:
-    from sluicegate.session.session import Session
+
+class LinkOwner(Protocol):
+    """The session a link belongs to, as the queue's deliveries for the link reach it."""
+
+    def deliver(self, link: OutgoingLink, message: Message) -> None:
+        """Queue ``message`` for ``link`` behind what waits in the session already."""
 
 
 def granted_credit(credit: int, uncounted: int) -> int:
@@ -102,7 +107,9 @@ class OutgoingLink:
         "unsettled",
     )
 
-    def __init__(self, session: Session, handle: int, queue: QueueType, ack_required: bool) -> None:
+    def __init__(
+        self, session: LinkOwner, handle: int, queue: QueueType, ack_required: bool
+    ) -> None:
         self.session = session
         self.handle = handle
         self.queue = queue

@@ -30,7 +30,7 @@ from sluicegate.queues.queue_type import (
     Outcome,
     QueueType,
 )
-from sluicegate.session.outgoing_link import CreditReq, OutgoingLink
+from sluicegate.session.outgoing_link import CreditReq, LinkOwner, OutgoingLink
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd, serial_add
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
@@ -374,13 +374,14 @@ class Session:
         )
 
 
-def route(dispatches: list[Dispatch]) -> set[Session]:
+def route(dispatches: list[Dispatch]) -> set[LinkOwner]:
     """Put queue dispatches into their consumers' sessions; return the sessions to pump."""
-    touched: set[Session] = set()
+    touched: set[LinkOwner] = set()
     for key, message in dispatches:
         link = cast(OutgoingLink, key)
         if link.detached:
             continue
-        link.session.outgoing_pending.append((link, message))
-        touched.add(link.session)
+        session = link.session
+        session.deliver(link, message)
+        touched.add(session)
     return touched
