@@ -6,6 +6,7 @@ Run from the repository root (a shared, loaded machine gives noisy numbers: run 
     python bench/durable.py backlog      # RSS of the server holding a 1 GB durable backlog
     python bench/durable.py recovery     # restart time over a log of 1,000,000 messages
     python bench/durable.py stream       # memory per message of a durable stream
+    python bench/durable.py damaged      # recovery's scan past damage in a 16 MiB segment
 
 ``throughput`` runs the server in this process (to read its group-commit statistics) and the
 clients in ``sluicegate quiver`` subprocesses; ``backlog`` and ``recovery`` run the server as a
@@ -33,7 +34,7 @@ from proton.reactor import Container
 
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.server import Server
-from sluicegate.queues.log.segments import SegmentWriter
+from sluicegate.queues.log.segments import SegmentWriter, recover, segment_path
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.message import Message as QueueMessage
 from sluicegate.queues.queue_type import Clock
@@ -258,9 +259,71 @@ def stream(count: int, body_size: int) -> None:
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def _damaged_segment(directory: Path, body_size: int) -> tuple[Path, list[int]]:
+    """A 16 MiB segment of live messages (one of them of 8 MiB), closed after a crash: its
+    path and where each record starts."""
+    store = MessageStore(directory)
+    writer = SegmentWriter(directory)
+    store.declare_queue("q", {})
+    payload = Message(body=b"x" * body_size, durable=True).encode()
+    large = Message(body=os.urandom(8 * MiB), durable=True).encode()
+    starts = []
+    index = 0
+    while store.placement.offset + 2 * len(payload) < 16 * MiB:
+        message = store.enqueue("q", large if index == 1000 else payload, index)
+        starts.append(message.record)
+        index += 1
+    write_now(store, writer)
+    store.close()
+    writer.close()
+    return segment_path(directory, store.segment), starts
+
+
+def damaged(body_size: int) -> None:
+    """Time recovery's scan for valid records after damage no crash explains, or after a torn
+    tail, in a 16 MiB segment: an 8 MiB record whose length is damaged (valid records follow),
+    and a tail of 8 MiB of zeros or of random bytes (a crash on a file system that leaves
+    them; nothing valid follows)."""
+    root = Path(tempfile.mkdtemp(prefix="sluicegate-bench-"))
+    path, starts = _damaged_segment(root / "original", body_size)
+    whole = path.read_bytes()
+    cut = starts[len(starts) // 2]
+    faults = {
+        "length of an 8 MiB record damaged": whole[: starts[1000]]
+        + b"\x7f"
+        + whole[starts[1000] + 1 :],
+        "8 MiB of zeros after the last record": whole[:cut] + bytes(8 * MiB),
+        # Starting with a length no record has: a search follows, not a record cut short.
+        "8 MiB of random bytes after the last record": whole[:cut]
+        + b"\xff"
+        + os.urandom(8 * MiB - 1),
+    }
+    print(f"damaged: a segment of {len(whole) / MiB:.0f} MiB, {len(starts)} records")
+    started, cpu = time.monotonic(), time.process_time()
+    recover(root / "original")
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
+    print(f"  undamaged: recovered in {elapsed:.2f} s ({cpu:.2f} s CPU)")
+    for name, data in faults.items():
+        directory = root / "copy"
+        shutil.copytree(root / "original", directory)
+        segment_path(directory, 1).write_bytes(data)
+        started, cpu = time.monotonic(), time.process_time()
+        state = recover(directory).state
+        elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
+        [damage] = state.damages
+        print(
+            f"  {name}: recovered in {elapsed:.2f} s ({cpu:.2f} s CPU), {damage.following} "
+            f"valid records follow ({'torn tail' if damage.torn else 'refused'})"
+        )
+        shutil.rmtree(directory)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("figure", choices=["throughput", "backlog", "recovery", "stream"])
+    parser.add_argument(
+        "figure", choices=["throughput", "backlog", "recovery", "stream", "damaged"]
+    )
     parser.add_argument("--count", type=int, help="messages (default: per figure)")
     parser.add_argument("--body-size", type=int, help="bytes per body (default: per figure)")
     parser.add_argument("--credit", type=int, default=100_000)
@@ -274,6 +337,8 @@ def main() -> None:
         backlog(args.backlog_bytes, args.body_size or 4096, args.links)
     elif args.figure == "stream":
         stream(args.count or 1_000_000, args.body_size or 100)
+    elif args.figure == "damaged":
+        damaged(args.body_size or 100)
     else:
         recovery(args.count or 1_000_000, args.body_size or 100)
 

@@ -121,7 +121,7 @@ def _dropped(data: bytes, offset: int) -> str:
     found = resync(data, offset)
     if found is not None:
         try:
-            for _, record in iter_records(data, found[0]):
+            for _, record in iter_records(data, found.offset):
                 if isinstance(record, Enqueued):
                     messages[record.queue] += 1
                 elif isinstance(record, MessagesChanged) and record.kind is RecordType.SETTLE:

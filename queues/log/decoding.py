@@ -177,22 +177,50 @@ def decode_record(buf: bytes | memoryview, pos: int) -> tuple[Record, int]:
     when the record is complete but wrong.
     """
     view = memoryview(buf)
+    end, crc = _framed(view, pos)
+    if zlib.crc32(view[pos + 8 : end]) != crc:
+        raise CorruptRecord("CRC mismatch")
+    return _typed(view, pos, end), end
+
+
+def decode_fields(buf: bytes | memoryview, pos: int) -> tuple[Record, int, int]:
+    """Decode the record at ``pos`` without checking its CRC: the record, its end and its CRC.
+
+    For bytes that are likely no record at all (a search for records after damage): wrong
+    fields are usually found without reading the whole length; :func:`crc_matches` finishes.
+    """
+    view = memoryview(buf)
+    end, crc = _framed(view, pos)
+    return _typed(view, pos, end), end, crc
+
+
+def crc_matches(buf: bytes | memoryview, pos: int, end: int, crc: int) -> bool:
+    """True if the record from ``pos`` to ``end`` has the CRC its header gives."""
+    return zlib.crc32(memoryview(buf)[pos + 8 : end]) == crc
+
+
+def _framed(view: memoryview, pos: int) -> tuple[int, int]:
+    """The end of the record at ``pos`` and its CRC, from its header."""
     if pos + HEADER_SIZE > len(view):
         raise TornRecord("the buffer ends inside a record header")
-    length, crc, type_byte = RECORD_HEAD.unpack_from(view, pos)
+    length, crc, _ = RECORD_HEAD.unpack_from(view, pos)
     if length == 0 or length > MAX_RECORD_SIZE:
         raise CorruptRecord(f"impossible record length {length}")
     end = pos + 8 + length
     if end > len(view):
         raise TornRecord("the buffer ends inside a record")
-    if zlib.crc32(view[pos + 8 : end]) != crc:
-        raise CorruptRecord("CRC mismatch")
+    return end, crc
+
+
+def _typed(view: memoryview, pos: int, end: int) -> Record:
+    """The record of its type byte, from its fields."""
+    type_byte = view[pos + HEADER_SIZE - 1]
     kind = KINDS.get(type_byte)
     if kind is None:
         raise CorruptRecord(f"unknown record type {type_byte}")
     if kind in _ENQUEUES:
-        return _decode_enqueue(kind, view, pos, end), end
-    return _decode_body(kind, _Body(view, pos + HEADER_SIZE, end)), end
+        return _decode_enqueue(kind, view, pos, end)
+    return _decode_body(kind, _Body(view, pos + HEADER_SIZE, end))
 
 
 _ENQUEUES: Final = (RecordType.ENQUEUE_ROUTED, RecordType.ENQUEUE, RecordType.ENQUEUE_SHARED)
