@@ -2,9 +2,10 @@
 
 Changes are buffered in order and placed when the batch is taken, consecutive ones of a kind in
 one record: a dead letter routed later in the same pass then has its copy's enqueue placed before
-its original's settlement. Failed-delivery counts are kept for every live message that has one
-and logged again at the start of every segment (:meth:`StateChanges.snapshot`), so compacting the
-segment that counted a failure loses nothing.
+its original's settlement. Failed-delivery counts are kept for every live message that has one,
+and the messages consumers hold, and both are logged again at the start of every segment
+(:meth:`StateChanges.snapshot`), so compacting the segment that counted a failure or recorded an
+acquisition loses nothing: a delivery held across it comes back with its exact count.
 """
 
 from __future__ import annotations
@@ -26,34 +27,50 @@ _IDS_PER_RECORD: Final = 65536
 class StateChanges:
     """The buffer of changes, and the live messages' delivery counts."""
 
-    __slots__ = ("buffer", "counts")
+    __slots__ = ("acquired", "buffer", "counts")
 
     def __init__(self) -> None:
         # (record type, message id, the message's segment), in order.
         self.buffer: list[tuple[RecordType, int, int]] = []
         self.counts: dict[int, int] = {}
+        # The messages a consumer holds: a crash gives each one more failed delivery.
+        self.acquired: set[int] = set()
 
-    def add(self, kind: RecordType, message_id: int, segment: int) -> None:
-        """A settlement, acquisition or return of the message ``message_id``."""
-        self.buffer.append((kind, message_id, segment))
+    def acquire(self, message_id: int, segment: int) -> None:
+        """A consumer holds the message ``message_id``."""
+        self.buffer.append((RecordType.ACQUIRE, message_id, segment))
+        self.acquired.add(message_id)
+
+    def give_back(self, message_id: int, segment: int) -> None:
+        """The message came back to its queue without a failed delivery."""
+        self.buffer.append((RecordType.RETURN, message_id, segment))
+        self.acquired.discard(message_id)
 
     def settle(self, message_id: int, segment: int) -> None:
         """The message is archived: its count goes with it."""
         self.buffer.append((RecordType.SETTLE, message_id, segment))
         if self.counts:
             self.counts.pop(message_id, None)
+        self.acquired.discard(message_id)
 
     def count(self, message_id: int, segment: int, delivery_count: int) -> None:
-        """The message's failed-delivery count is now ``delivery_count``."""
+        """The message's failed-delivery count is now ``delivery_count``; it is back in its
+        queue (a count record ends an acquisition, also at recovery)."""
         self.counts[message_id] = delivery_count
         self.buffer.append((RecordType.DELIVERY_COUNTS, message_id, segment))
+        self.acquired.discard(message_id)
 
     def snapshot(self) -> list[bytes]:
-        """Records of every live message's count, for the start of a segment."""
+        """Records of every live message's count, then of the messages consumers hold, for
+        the start of a segment (in that order: replaying a count ends an acquisition)."""
         counts = list(self.counts.items())
+        held = sorted(self.acquired)
         return [
             encode_delivery_counts(counts[start : start + _IDS_PER_RECORD])
             for start in range(0, len(counts), _IDS_PER_RECORD)
+        ] + [
+            encode_messages_changed(RecordType.ACQUIRE, held[start : start + _IDS_PER_RECORD])
+            for start in range(0, len(held), _IDS_PER_RECORD)
         ]
 
     def place(self, placement: Placement, ledger: SegmentLedger) -> None:

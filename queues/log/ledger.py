@@ -4,10 +4,10 @@ A segment may go when (1) every message it enqueued is settled, (2) every older 
 messages its settle records name is gone, since otherwise replay would find those messages
 without their settlement and bring them back, and (3) when it removes a queue,
 exchange or binding, every older segment is gone, since an older one may still declare it.
-Segments are deleted oldest first, so one pass in order decides them all. Acquire and return
-records pin nothing: a message redelivered many times would otherwise keep a segment per
-delivery. Compacting one away only makes a recovered delivery-count less exact (it is a count
-of attempts, AMQP 1.0 §3.2.1), never loses or resurrects a message. Disk use follows the
+Segments are deleted oldest first, so one pass in order decides them all. Acquire, return and
+delivery-count records pin nothing: a message redelivered many times would otherwise keep a
+segment per delivery. Every segment starts with the live messages' counts and acquisitions
+(:mod:`queues.log.changes`), so compacting one away loses none of them. Disk use follows the
 live backlog: a message that stays unsettled keeps its own segment and those that settle its
 neighbours, nothing else.
 """

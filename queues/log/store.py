@@ -29,7 +29,6 @@ from sluicegate.queues.log.placement import (
 from sluicegate.queues.log.reading import PageReader
 from sluicegate.queues.log.records import (
     Arguments,
-    RecordType,
     encode_enqueue_shared,
     encode_segments_deleted,
     enqueue_prefix,
@@ -380,7 +379,7 @@ class MessageStore:
     def acquired(self, message: Message) -> None:
         """A persistent message went to a consumer."""
         if type(message) is StoredMessage:
-            self._changes.add(RecordType.ACQUIRE, message.message_id, message.segment)
+            self._changes.acquire(message.message_id, message.segment)
 
     def returned(self, message: Message, failed: bool) -> None:
         """A persistent message came back to its queue, after a failed attempt or not.
@@ -394,7 +393,7 @@ class MessageStore:
             elif failed:
                 self._count_failure(message)
             else:
-                self._changes.add(RecordType.RETURN, message.message_id, message.segment)
+                self._changes.give_back(message.message_id, message.segment)
 
     def _count_failure(self, message: StoredMessage) -> None:
         self._changes.count(message.message_id, message.segment, message.delivery_count)

@@ -151,12 +151,15 @@ class StoreModel(RuleBasedStateMachine):
         assert must <= set(ids), f"lost confirmed messages {sorted(must - set(ids))}"
         assert set(ids) <= may, f"resurrected {sorted(set(ids) - may)}"
         assert not set(ids) & self.gone
-        acquired = {m.message_id for m in self.acquired}
+        # Failed deliveries so far, and one more for a delivery held at the stop: exact after a
+        # clean stop, however the segments that recorded them were compacted since.
+        counts = {m.message_id: m.delivery_count for m in self.ready}
+        counts |= {m.message_id: m.delivery_count + 1 for m in self.acquired}
         for message in recovered:
             header = read_header(message.read())
             assert message.read().endswith(self._body(self.tracked[message.message_id].number))
-            if clean and message.message_id in acquired:
-                assert header.delivery_count >= 1
+            if clean:
+                assert header.delivery_count == counts[message.message_id]
         if clean:
             assert set(ids) == held
         for message in recovered:

@@ -355,3 +355,38 @@ def test_a_delivery_count_survives_a_restart_and_the_compaction_that_counted_it(
     recovered = list(_reopen(tmp_path, segment_size=4096).iter_recovered_messages("q"))
     assert [m.message_id for m in recovered] == [held.message_id, copy.message_id]
     assert [read_header(m.read()).delivery_count for m in recovered] == [2, 4]
+
+
+def test_a_delivery_held_across_the_compaction_of_its_acquisition_comes_back_counted(
+    tmp_path: Path,
+) -> None:
+    """Two messages are held by a consumer while the segments that recorded their acquisition
+    (and the failed delivery before one of them) roll and are compacted; after a crash each
+    comes back with exactly one more failed delivery."""
+    store = MessageStore(tmp_path, segment_size=4096)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    held = store.enqueue("q", _payload(0), 0)
+    failed = store.enqueue("q", _payload(1), 0)
+    write_now(store, writer)
+
+    def fill() -> None:
+        for i in range(20):
+            store.settled(store.enqueue("q", _payload(i, size=500), 0))
+            write_now(store, writer)
+
+    fill()
+    store.acquired(failed)
+    failed.count_failed_delivery()
+    fill()
+    store.acquired(held)
+    store.acquired(failed)
+    acquired_in = store.segment
+    write_now(store, writer)
+    fill()
+    assert not segment_path(tmp_path, acquired_in).exists()
+    writer.close()
+    store.close()
+    recovered = list(_reopen(tmp_path, segment_size=4096).iter_recovered_messages("q"))
+    assert [m.message_id for m in recovered] == [held.message_id, failed.message_id]
+    assert [read_header(m.read()).delivery_count for m in recovered] == [1, 2]
