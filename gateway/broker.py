@@ -76,6 +76,7 @@ from sluicegate.session.session import (
 )
 from sluicegate.session.session import Session as PureSession
 from sluicegate.wire.addresses import parse_address
+from sluicegate.wire.annotations import InvalidAnnotations, modified_annotations
 from sluicegate.wire.errors import AmqpError
 from sluicegate.writer.writer import PendingBytes
 
@@ -443,12 +444,26 @@ class Broker(Handler):
         outcome = _OUTCOMES.get(deliveries.remote_state(delivery))
         if outcome is None and not deliveries.settled(delivery):
             return
-        failed = outcome is Outcome.MODIFIED and deliveries.remote_failed(delivery)
         seq = deliveries.tag_number(delivery)
         try:
-            dispatches = state.session.pure.settle(
-                state.link, [seq], outcome or Outcome.ACCEPTED, failed
-            )
+            if outcome is Outcome.MODIFIED:
+                dispatches = state.session.pure.settle(
+                    state.link,
+                    [seq],
+                    outcome,
+                    deliveries.remote_failed(delivery),
+                    undeliverable_here=deliveries.remote_undeliverable(delivery),
+                    annotations=modified_annotations(deliveries.remote_annotations(delivery)),
+                )
+            else:
+                dispatches = state.session.pure.settle(
+                    state.link, [seq], outcome or Outcome.ACCEPTED, False
+                )
+        except InvalidAnnotations as error:
+            # Nothing was settled: the message goes back when the link detaches.
+            self._detach(state.sender)
+            _close(state.sender, error.condition, str(error))
+            return
         except LockExpired as error:
             # The message went back when its lock expired: the late settlement changes nothing
             # and the consumer learns why (RabbitMQ closes on its consumer timeout too).

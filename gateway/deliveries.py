@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from cproton import ffi, lib
-from proton import Condition, Delivery
+from proton import Condition, Data, Delivery
 
 from sluicegate.gateway import payload_buffers
 from sluicegate.gateway.state import RECORD, IncomingLinkState, OutgoingLinkState
@@ -118,3 +118,18 @@ advance = lib.pn_link_advance
 def remote_failed(delivery: CDelivery) -> bool:
     """Whether the peer's modified outcome says delivery-failed."""
     return bool(lib.pn_disposition_is_failed(lib.pn_delivery_remote(delivery)))
+
+
+def remote_undeliverable(delivery: CDelivery) -> bool:
+    """Whether the peer's modified outcome says undeliverable-here."""
+    return bool(lib.pn_disposition_is_undeliverable(lib.pn_delivery_remote(delivery)))
+
+
+def remote_annotations(delivery: CDelivery) -> bytes | None:
+    """The message-annotations of the peer's modified outcome, encoded; None if it has none."""
+    data = Data(lib.pn_disposition_annotations(lib.pn_delivery_remote(delivery)))
+    data.rewind()
+    if data.next() is None:
+        return None
+    encoded: bytes = data.encode()
+    return encoded

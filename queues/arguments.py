@@ -65,12 +65,12 @@ class QueueArguments:
 DEFAULT_ARGUMENTS: Final = QueueArguments()
 
 # The queue types this server serves (their factories are in queues.registry).
-QUEUE_TYPES: set[str] = {"classic", "stream"}
+QUEUE_TYPES: set[str] = {"classic", "quorum", "stream"}
 # The queue arguments each type takes: RabbitMQ 4.2's lists per type (its queue types'
 # ``queue_arguments``), plus sluicegate's own ``x-delivery-limit`` on classic queues and
 # ``x-consumer-timeout``. An argument one type takes is refused for another, as RabbitMQ
 # refuses it ("invalid arg 'x-max-age' for queue type classic"); an argument no type takes is
-# refused as unknown, so a misspelt limit is never silently ignored.
+# kept and ignored, as in RabbitMQ.
 _TYPE_ARGUMENTS: Final[dict[str, frozenset[str]]] = {
     "classic": frozenset(
         {
@@ -237,11 +237,11 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
             values["consumer_timeout"] = timeout or None
         elif name in _REFUSED:
             raise NotImplementedByServer(f"invalid arg '{name}': {_REFUSED[name]}")
-        elif name in _KNOWN or not name.startswith("x-"):
+        else:
+            # An argument no queue type knows is kept and ignored, as RabbitMQ does: its
+            # Python client sends x-deliver-limit for a quorum queue's delivery limit.
             _check_passed_through(name, value)
             extra.append((name, value))
-        else:
-            raise PreconditionFailed(f"invalid arg '{name}': unknown queue argument")
     if "dead_letter_routing_key" in values and "dead_letter_exchange" not in values:
         raise PreconditionFailed(
             "invalid arg 'x-dead-letter-routing-key': needs x-dead-letter-exchange"
@@ -307,3 +307,17 @@ def _quorum_defaults(values: dict[str, object]) -> None:
         or "dead_letter_exchange" not in values
     ):
         values["dead_letter_strategy"] = DeadLetterStrategy.AT_MOST_ONCE
+
+
+def check_properties(queue_type: str, *, durable: bool, exclusive: bool, auto_delete: bool) -> None:
+    """Quorum queues and streams are durable, shared and kept: RabbitMQ refuses the rest."""
+    if queue_type == "classic":
+        return
+    refusals = (
+        (auto_delete, "auto-delete"),
+        (exclusive, "exclusive"),
+        (not durable, "non-durable"),
+    )
+    for refused, name in refusals:
+        if refused:
+            raise PreconditionFailed(f"invalid property '{name}' for queue type {queue_type}")

@@ -19,6 +19,8 @@ serving them at the next tick (:meth:`ClassicQueue.expire`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 from sluicegate.queues.arguments import DEFAULT_ARGUMENTS, QueueArguments
@@ -193,7 +195,7 @@ class ClassicQueue:
         if state.active and consumers.single_active and not state.browse:
             consumers.promote()
         try:
-            self._count_failures(failed)
+            self._abandoned(failed)
         finally:
             dispatches = self._dispatch()
         return dispatches
@@ -267,9 +269,17 @@ class ClassicQueue:
         return dispatches
 
     def settle(
-        self, consumer: ConsumerKey, seqs: list[int], outcome: Outcome, delivery_failed: bool
+        self,
+        consumer: ConsumerKey,
+        seqs: list[int],
+        outcome: Outcome,
+        delivery_failed: bool,
+        *,
+        undeliverable_here: bool = False,
+        annotations: bytes | None = None,
     ) -> list[Dispatch]:
-        """Apply an outcome: accepted archives, rejected dead-letters, the others requeue."""
+        """Apply an outcome: accepted archives; rejected, and modified undeliverable-here,
+        dead-letter; the others requeue. A modified outcome's annotations are merged first."""
         state = self._consumers.by_key.get(consumer)
         if state is None:
             return _NO_DISPATCH
@@ -290,9 +300,12 @@ class ClassicQueue:
             self.held.total -= freed + settled * MESSAGE_OVERHEAD
             return _NO_DISPATCH
         late: list[int] = []
+        returned: list[Message] = []
         failed: list[Message] = []
-        requeued = False
         lost = state.lost
+        modified = outcome is Outcome.MODIFIED
+        give_up = outcome is Outcome.REJECTED or (modified and undeliverable_here)
+        failing = modified and delivery_failed
         for seq in seqs:
             if seq in lost:
                 # The first settlement after a lock expired is the late one, even if the message
@@ -307,19 +320,25 @@ class ClassicQueue:
             if outcome is Outcome.ACCEPTED:
                 self._acknowledged += 1
                 self._backlog.archive(message)
-            elif outcome is Outcome.REJECTED:
+                continue
+            if annotations is not None:
+                self._rewrite(message, partial(message.annotate, annotations))
+            if give_up:
+                # rejected, or modified undeliverable-here: dead-lettered (RabbitMQ 4).
+                if failing:
+                    self._rewrite(message, message.count_failed_delivery)
                 self._rejected += 1
                 self._dead_letterer.send(message, REJECTED)
-            else:
-                requeued = True
-                self._make_available(message)
-                if delivery_failed and outcome is Outcome.MODIFIED:
-                    failed.append(message)
+                continue
+            returned.append(message)
+            self._make_available(message)
+            if failing:
+                failed.append(message)
         dispatches = _NO_DISPATCH
         try:
-            self._count_failures(failed)
+            self._returned(returned, failed)
         finally:
-            if requeued:
+            if returned:
                 dispatches = self._dispatch()
         if late:
             raise LockExpired(
@@ -362,7 +381,7 @@ class ClassicQueue:
         if not released and not self._walks_paused:
             return _NO_DISPATCH
         try:
-            self._count_failures(released)
+            self._returned(released, released)
         finally:
             dispatches = self._dispatch()
         return dispatches
@@ -433,6 +452,22 @@ class ClassicQueue:
             self._backlog.reinstate(message)
         self._delivered -= 1
         self._make_available(message)
+
+    def _returned(self, returned: list[Message], failed: list[Message]) -> None:
+        """Deliveries back in the queue (released, modified, their lock expired), and those of
+        them whose delivery failed: a classic queue counts failures against its delivery limit."""
+        self._count_failures(failed)
+
+    def _abandoned(self, messages: list[Message]) -> None:
+        """Deliveries back in the queue because their consumer left them unsettled: failed."""
+        self._count_failures(messages)
+
+    def _rewrite(self, message: Message, change: Callable[[], None]) -> None:
+        """Change an acquired message's bytes (annotations, delivery-count): the server's
+        count of bytes held follows."""
+        held = message.held
+        change()
+        self.held.total += message.held - held
 
     def _count_failures(self, messages: list[Message]) -> None:
         limit = self.arguments.delivery_limit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from sluicegate.wire.annotations import merge_annotations
 from sluicegate.wire.sections import Header, read_header, with_delivery_count
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class Message:
         "lock_deadline",
         "payload",
         "priority",
+        "returned",
         "routing_key",
         "seq",
         "state",
@@ -69,6 +71,9 @@ class Message:
         self.lock_deadline = 0
         # Set by a priority queue from the header when it takes the message.
         self.priority = 0
+        # Times it came back to its queue unsettled (released, modified, its consumer gone):
+        # what a quorum queue's delivery limit counts, as RabbitMQ 4's acquired count.
+        self.returned = 0
         self.view: FilterView | None = None
 
     @property
@@ -130,3 +135,9 @@ class Message:
         payload = with_delivery_count(self.payload, self.delivery_count + 1)
         self.payload = payload
         self.delivery_count += 1
+
+    def annotate(self, additions: bytes) -> None:
+        """Merge the encoded map ``additions`` into the message annotations (a consumer's
+        ``modified`` outcome); raises ``DecodeError``, changing nothing, if either is bad."""
+        self.payload = merge_annotations(self.payload, additions)
+        self.view = None

@@ -172,10 +172,20 @@ class QueueType(Protocol):
         """Store a message; consumers with credit may receive it at once."""
 
     def settle(
-        self, consumer: ConsumerKey, seqs: list[int], outcome: Outcome, delivery_failed: bool
+        self,
+        consumer: ConsumerKey,
+        seqs: list[int],
+        outcome: Outcome,
+        delivery_failed: bool,
+        *,
+        undeliverable_here: bool = False,
+        annotations: bytes | None = None,
     ) -> list[Dispatch]:
         """Apply a consumer's outcome to the deliveries it names by sequence number.
 
+        A ``modified`` outcome may say ``delivery_failed`` (the header's delivery-count goes
+        up), ``undeliverable_here`` (the message is given up on, as if rejected) and carry
+        ``annotations`` (an encoded map of ``x-`` keys) to merge into the message.
         Raises :class:`LockExpired` (after settling the others) if any had lost its lock.
         """
 

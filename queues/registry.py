@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sluicegate.queues.arguments import QUEUE_TYPES, QueueArguments, parse_arguments
+from sluicegate.queues.arguments import (
+    QUEUE_TYPES,
+    QueueArguments,
+    check_properties,
+    parse_arguments,
+)
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.dead_lettering import DeadLetter, DeadLetterRouter
 from sluicegate.queues.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
@@ -22,6 +27,7 @@ from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.leases import Leases
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueStatistics, QueueType
+from sluicegate.queues.quorum import QuorumQueue
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.topology_log import TopologyLog, loggable
 from sluicegate.queues.volatile import VolatileQueue, is_reply_to
@@ -74,11 +80,26 @@ def _classic(name: str, arguments: QueueArguments, context: QueueContext) -> Que
     )
 
 
+def _quorum(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
+    return QuorumQueue(
+        name,
+        arguments,
+        clock=context.clock,
+        dead_letters=context.dead_letters,
+        held=context.held,
+        timed=context.timed,
+    )
+
+
 def _stream(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
     return StreamQueue(name, arguments, clock=context.clock, held=context.held, timed=context.timed)
 
 
-QUEUE_FACTORIES: dict[str, QueueFactory] = {"classic": _classic, "stream": _stream}
+QUEUE_FACTORIES: dict[str, QueueFactory] = {
+    "classic": _classic,
+    "quorum": _quorum,
+    "stream": _stream,
+}
 
 
 class QueueRegistry(ExchangeGraph):
@@ -157,6 +178,9 @@ class QueueRegistry(ExchangeGraph):
             # A redeclaration is use, as in RabbitMQ.
             self.renew_lease(name)
             return queue
+        check_properties(
+            parsed.queue_type, durable=durable, exclusive=exclusive, auto_delete=auto_delete
+        )
         queue = QUEUE_FACTORIES[parsed.queue_type](name, parsed, self.context)
         self._queues[name] = queue
         self._names = None

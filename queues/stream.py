@@ -338,7 +338,14 @@ class StreamQueue:
         self._delivered += 1
 
     def settle(
-        self, consumer: ConsumerKey, seqs: list[int], outcome: Outcome, delivery_failed: bool
+        self,
+        consumer: ConsumerKey,
+        seqs: list[int],
+        outcome: Outcome,
+        delivery_failed: bool,
+        *,
+        undeliverable_here: bool = False,
+        annotations: bytes | None = None,
     ) -> list[Dispatch]:
         """Nothing to do: a stream keeps its messages whatever readers say."""
         return _NO_DISPATCH

@@ -112,7 +112,14 @@ class VolatileQueue:
         return [(consumer, message)]
 
     def settle(
-        self, consumer: ConsumerKey, seqs: list[int], outcome: Outcome, delivery_failed: bool
+        self,
+        consumer: ConsumerKey,
+        seqs: list[int],
+        outcome: Outcome,
+        delivery_failed: bool,
+        *,
+        undeliverable_here: bool = False,
+        annotations: bytes | None = None,
     ) -> list[Dispatch]:
         """Replies go pre-settled: there is nothing to settle."""
         return _NO_DISPATCH

@@ -204,13 +204,27 @@ class Session:
         return True
 
     def settle(
-        self, link: OutgoingLink, seqs: list[int], outcome: Outcome, delivery_failed: bool
+        self,
+        link: OutgoingLink,
+        seqs: list[int],
+        outcome: Outcome,
+        delivery_failed: bool,
+        *,
+        undeliverable_here: bool = False,
+        annotations: bytes | None = None,
     ) -> list[Dispatch]:
         """The client settled deliveries of a link; released ones may go to other consumers."""
         settled = min(len(seqs), link.unsettled)
         link.unsettled -= settled
         self.unsettled.count -= settled
-        return link.queue.settle(link, seqs, outcome, delivery_failed)
+        return link.queue.settle(
+            link,
+            seqs,
+            outcome,
+            delivery_failed,
+            undeliverable_here=undeliverable_here,
+            annotations=annotations,
+        )
 
     # -- deliveries from queues -----------------------------------------------------------
 

@@ -14,8 +14,8 @@ import struct
 from functools import lru_cache
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, decode, encode
-from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.codec import Symbol, Value, decode, encode, skip
+from sluicegate.wire.errors import AmqpError, DecodeError
 from sluicegate.wire.sections import (
     DELIVERY_ANNOTATIONS,
     HEADER,
@@ -67,12 +67,17 @@ def with_routing_annotations(payload: bytes, exchange: str, routing_key: str) ->
     return payload[:offset] + routing_annotations(exchange, routing_key) + payload[offset:]
 
 
-def _encode_annotations(entries: list[tuple[bytes, bytes]]) -> bytes:
+def _encode_map(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """A map of already encoded keys and values."""
     body = b"".join(key + value for key, value in entries)
     count = 2 * len(entries)
     if len(body) + 1 < 256 and count < 256:
-        return _MA_PREFIX + bytes((0xC1, len(body) + 1, count)) + body
-    return _MA_PREFIX + b"\xd1" + struct.pack(">II", len(body) + 4, count) + body
+        return bytes((0xC1, len(body) + 1, count)) + body
+    return b"\xd1" + struct.pack(">II", len(body) + 4, count) + body
+
+
+def _encode_annotations(entries: list[tuple[bytes, bytes]]) -> bytes:
+    return _MA_PREFIX + _encode_map(entries)
 
 
 def with_stream_offset(payload: bytes, offset: int) -> bytes:
@@ -99,6 +104,93 @@ def stamp_stream_offset(payload: bytes, offset: int) -> tuple[bytes, str | None]
     stamped = payload[:start] + _encode_annotations([*entries, stamp]) + payload[end:]
     filter_value = value.get(X_STREAM_FILTER_VALUE)
     return stamped, filter_value if isinstance(filter_value, str) else None
+
+
+def map_entries(buf: bytes | memoryview, pos: int = 0) -> list[tuple[Value, bytes, bytes]]:
+    """The entries of the map encoded at ``pos``: each key, and the key's and value's bytes.
+
+    Values stay encoded as they were, so re-encoding the map keeps every value's AMQP type.
+    """
+    code = buf[pos] if pos < len(buf) else None
+    if code == 0xC1:
+        _need_bytes(buf, pos + 3)
+        count, start, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
+    elif code == 0xD1:
+        _need_bytes(buf, pos + 9)
+        size, count = struct.unpack_from(">II", buf, pos + 1)
+        start, end = pos + 9, pos + 5 + size
+    else:
+        raise DecodeError("message annotations must be a map")
+    entries: list[tuple[Value, bytes, bytes]] = []
+    at = start
+    for _ in range(count // 2):
+        key, key_end = decode(buf, at)
+        value_end = skip(buf, key_end)
+        entries.append((key, bytes(buf[at:key_end]), bytes(buf[key_end:value_end])))
+        at = value_end
+    if at != end:
+        raise DecodeError("a map's entries do not fill it")
+    return entries
+
+
+def _need_bytes(buf: bytes | memoryview, end: int) -> None:
+    if end > len(buf):
+        raise DecodeError("a map runs past the end of its section")
+
+
+def merge_annotations(payload: bytes, additions: bytes) -> bytes:
+    """``payload`` with the entries of the encoded map ``additions`` in its message annotations.
+
+    An entry replaces the message's entry of the same key; the others are kept, their values'
+    bytes as they were (a consumer's ``modified`` outcome annotates a message so, as RabbitMQ
+    4's quorum queues do). The body is never decoded.
+    """
+    added = map_entries(additions)
+    if not added:
+        return payload
+    keys = {key for key, _, _ in added}
+    found = _annotations(payload)
+    new = [(k, v) for _, k, v in added]
+    if isinstance(found, int):
+        return payload[:found] + _encode_annotations(new) + payload[found:]
+    start, value_at, end = found
+    kept = [(k, v) for key, k, v in map_entries(payload, value_at) if key not in keys]
+    return payload[:start] + _encode_annotations([*kept, *new]) + payload[end:]
+
+
+class InvalidAnnotations(AmqpError):
+    """A ``modified`` outcome whose annotations a message cannot take."""
+
+    condition = "amqp:invalid-field"
+
+
+def modified_annotations(encoded: bytes | None) -> bytes | None:
+    """The annotations of a consumer's ``modified`` outcome, checked; None when there are none.
+
+    They must be a map with symbol keys starting with ``x-``: AMQP 1.0 §3.2.10 reserves every
+    other symbolic key, and RabbitMQ takes only those.
+    """
+    if encoded is None:
+        return None
+    try:
+        entries = map_entries(encoded)
+    except DecodeError as error:
+        raise InvalidAnnotations(f"modified outcome: message-annotations: {error}") from None
+    for key, _, _ in entries:
+        if not isinstance(key, Symbol) or not key.startswith("x-"):
+            raise InvalidAnnotations(
+                f"modified outcome: message-annotations key {key!r} is not a symbol starting "
+                "with 'x-'"
+            )
+    return encoded if entries else None
+
+
+def merged_map(first: bytes, second: bytes) -> bytes:
+    """Two encoded annotation maps as one: ``second``'s entries win, values' bytes kept."""
+    added = map_entries(second)
+    keys = {key for key, _, _ in added}
+    kept = [(k, v) for key, k, v in map_entries(first) if key not in keys]
+    return _encode_map([*kept, *((k, v) for _, k, v in added)])
 
 
 def read_stream_offset(payload: bytes | memoryview) -> int | None:

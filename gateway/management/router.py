@@ -375,18 +375,21 @@ class Router:
     def _queue_map(self, info: QueueInfo) -> dict[str, object]:
         """A queue as RabbitMQ's ``queue_info`` reply has it: every key the client reads."""
         settings = info.settings
+        queue_type = settings.arguments.queue_type
+        # RabbitMQ counts a stream's readers nowhere: its stat says 0 consumers.
+        consumers = 0 if queue_type == "stream" else info.statistics.consumers
         return {
             "name": info.name,
             "vhost": self.vhost,
             "durable": settings.durable,
             "auto_delete": settings.auto_delete,
             "exclusive": settings.exclusive,
-            "type": settings.arguments.queue_type,
+            "type": queue_type,
             "arguments": dict(settings.raw_arguments),
             "leader": self.node,
             "replicas": [self.node],
             "message_count": ULong(info.statistics.ready),
-            "consumer_count": UInt(info.statistics.consumers),
+            "consumer_count": UInt(consumers),
             **_stream_offsets(info.statistics),
         }
 

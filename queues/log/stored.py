@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
+from sluicegate.wire.annotations import merge_annotations, merged_map
 from sluicegate.wire.sections import with_delivery_count
 
 
@@ -41,6 +42,7 @@ class StoredMessage(Message):
     __slots__ = (
         # A durable stream's entries remember the objects they handed out, weakly.
         "__weakref__",
+        "annotations",
         "archived",
         "journal",
         "length",
@@ -92,6 +94,10 @@ class StoredMessage(Message):
         self.priority = 0
         self.view = None
         self._header = None
+        self.returned = 0
+        # Annotations consumers added with ``modified`` (an encoded map), merged into the body
+        # each time it is read; kept in memory only.
+        self.annotations: bytes | None = None
         # Settled in the log: compaction may delete its segment at the next batch.
         self.archived = False
         # The body, read while its segment still exists, of a message settled before it is
@@ -107,12 +113,14 @@ class StoredMessage(Message):
         """The wire bytes, read through the store (memory, the cache, or the segment file),
         with the delivery-count raised after failures."""
         body = self.pinned if self.pinned is not None else self.journal.body(self)
-        return with_delivery_count(body, self.delivery_count) if self.delivery_count else body
+        if self.delivery_count:
+            body = with_delivery_count(body, self.delivery_count)
+        return body if self.annotations is None else merge_annotations(body, self.annotations)
 
     @property
     def size(self) -> int:
-        """Bytes on the wire, known without reading the body."""
-        return self.length
+        """Bytes on the wire, known without reading the body unless consumers annotated it."""
+        return self.length if self.annotations is None else len(self.read())
 
     @property
     def held(self) -> int:
@@ -142,6 +150,14 @@ class StoredMessage(Message):
         if self.state != ARCHIVED:
             self.state = ARCHIVED
             self.journal.settled(self)
+
+    def annotate(self, additions: bytes) -> None:
+        """Keep the annotations to merge into the body each time it is read."""
+        current = self.annotations
+        merged = additions if current is None else merged_map(current, additions)
+        merge_annotations(self.read(), merged)
+        self.annotations = merged
+        self.view = None
 
     def count_failed_delivery(self) -> None:
         """Count a failed attempt; the header is rewritten each time the body is read."""

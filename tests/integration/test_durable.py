@@ -448,3 +448,19 @@ def test_a_durable_priority_queue_serves_by_priority_before_and_after_a_restart(
         assert consume(running.url, "urgent", 10).bodies == expected
     finally:
         running.stop()
+
+
+def test_a_quorum_queue_keeps_every_message_across_a_restart(tmp_path: Path) -> None:
+    """Persistent by default: transient messages to a quorum queue are logged too, and come
+    back served as a quorum queue serves them (high priority two to one)."""
+    running = start_server(data_dir=tmp_path)
+    running.call(lambda: running.server.registry.declare_queue("votes", {"x-queue-type": "quorum"}))
+    messages = [Message(body=f"m{i}", durable=False, priority=9 if i % 2 else 0) for i in range(6)]
+    assert publish(running.url, "/queues/votes", messages=messages).outcomes == ["accepted"] * 6
+    running = _restart(running, tmp_path)
+    try:
+        assert running.queue("votes").ready == 6
+        received = consume(running.url, "/queues/votes", 6)
+        assert received.bodies == ["m1", "m3", "m0", "m5", "m2", "m4"]
+    finally:
+        running.stop()

@@ -8,6 +8,7 @@ counts, purge, delete. The client checks the OPEN properties, every reply's stat
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import proton
 import pytest
@@ -16,19 +17,23 @@ from proton import Timeout
 from proton.utils import BlockingConnection, LinkDetached
 from rabbitmq_amqp_python_client import (
     AddressHelper,
+    AMQPMessagingHandler,
     ClassicQueueSpecification,
     Connection,
     Converter,
     Environment,
+    Event,
     ExchangeSpecification,
     ExchangeToQueueBindingSpecification,
     ExchangeType,
     Message,
     OutcomeState,
     QueueType,
+    QuorumQueueSpecification,
     StreamConsumerOptions,
     StreamSpecification,
     ValidationCodeException,
+    symbol,
 )
 from support.polling import wait_until
 from support.rabbitmq import Accepting, Enough
@@ -214,4 +219,159 @@ def test_a_stream_declared_published_and_read_from_an_offset(connection: Connect
     # Reading a stream does not consume it.
     assert management.queue_info(name).message_count == 5
     management.delete_queue(name)
+    management.close()
+
+
+class _Settling(AMQPMessagingHandler):
+    """Settles ``limit`` messages with ``outcome`` (a delivery context method), then stops."""
+
+    def __init__(self, limit: int, outcome: str, annotations: dict[symbol, str] | None) -> None:
+        super().__init__()
+        self.limit = limit
+        self.outcome = outcome
+        self.annotations = annotations
+        self.count = 0
+
+    def on_amqp_message(self, event: Event) -> None:
+        method = getattr(self.delivery_context, self.outcome)
+        if self.annotations is None:
+            method(event)
+        else:
+            method(event, self.annotations)
+        self.count += 1
+        if self.count == self.limit:
+            raise Enough
+
+
+def _run(connection: Connection, address: str, handler: AMQPMessagingHandler) -> None:
+    consumer = connection.consumer(address, message_handler=handler)
+    with pytest.raises(Enough):
+        consumer.run()
+    consumer.close()
+
+
+def test_a_quorum_queue_declared_and_used_as_rabbitmqs_getting_started_does(
+    connection: Connection, server: RunningServer
+) -> None:
+    """x-queue-type quorum: durable, persistent by default, reported as RabbitMQ reports it."""
+    management = connection.management()
+    name = "rmq-client-quorum"
+    spec = QuorumQueueSpecification(name=name, quorum_initial_group_size=3, deliver_limit=5)
+    management.declare_queue(spec)
+    management.declare_queue(spec)
+    info = management.queue_info(name)
+    assert info.queue_type == QueueType.quorum
+    assert info.is_durable
+    assert not info.is_exclusive
+    assert not info.is_auto_delete
+    assert info.leader
+    # The client types members as a string; RabbitMQ sends the list of replicas.
+    assert cast(object, info.members) == [info.leader]
+    assert info.arguments["x-queue-type"] == "quorum"
+    assert info.arguments["x-quorum-initial-group-size"] == 3
+    # The client's own spelling, which RabbitMQ keeps and ignores, as sluicegate does.
+    assert info.arguments["x-deliver-limit"] == 5
+    address = AddressHelper.queue_address(name)
+    publisher = connection.publisher(address)
+    for index in range(3):
+        status = publisher.publish(Message(body=Converter.string_to_bytes(f"q{index}")))
+        assert status.remote_state == OutcomeState.ACCEPTED
+    publisher.close()
+    assert management.queue_info(name).message_count == 3
+    handler = Accepting(3)
+    _run(connection, address, handler)
+    assert handler.bodies == ["q0", "q1", "q2"]
+    assert management.queue_info(name).message_count == 0
+    management.delete_queue(name)
+    management.close()
+
+
+def test_requeue_with_annotations_keeps_them_with_the_message(connection: Connection) -> None:
+    """RabbitMQ's client test of requeue_with_annotations: modified{false, false, x-opt-*}."""
+    management = connection.management()
+    name = "rmq-client-quorum-requeue"
+    management.declare_queue(QuorumQueueSpecification(name=name))
+    address = AddressHelper.queue_address(name)
+    publisher = connection.publisher(address)
+    publisher.publish(Message(body=Converter.string_to_bytes("again")))
+    publisher.close()
+    notes = {symbol("x-opt-string"): "x-test1"}
+    _run(connection, address, _Settling(1, "requeue_with_annotations", notes))
+    handler = Accepting(1)
+    _run(connection, address, handler)
+    assert handler.bodies == ["again"]
+    (annotations,) = handler.annotations
+    assert isinstance(annotations, dict)
+    assert annotations["x-opt-string"] == "x-test1"
+    management.delete_queue(name)
+    management.close()
+
+
+def test_discard_with_annotations_dead_letters_with_them(connection: Connection) -> None:
+    """RabbitMQ's client test: modified{true, true, x-opt-*} dead-letters the message."""
+    management = connection.management()
+    name = "rmq-client-quorum-discard"
+    management.declare_exchange(
+        ExchangeSpecification(name="rmq-client-dlx", exchange_type=ExchangeType.direct)
+    )
+    management.declare_queue(QuorumQueueSpecification(name="rmq-client-dead"))
+    management.bind(
+        ExchangeToQueueBindingSpecification(
+            source_exchange="rmq-client-dlx",
+            destination_queue="rmq-client-dead",
+            binding_key="dead",
+        )
+    )
+    management.declare_queue(
+        QuorumQueueSpecification(
+            name=name, dead_letter_exchange="rmq-client-dlx", dead_letter_routing_key="dead"
+        )
+    )
+    address = AddressHelper.queue_address(name)
+    publisher = connection.publisher(address)
+    for index in range(10):
+        publisher.publish(Message(body=Converter.string_to_bytes(f"d{index}")))
+    publisher.close()
+    notes = {symbol("x-opt-string"): "x-test1"}
+    _run(connection, address, _Settling(10, "discard_with_annotations", notes))
+    assert management.queue_info(name).message_count == 0
+    assert management.queue_info("rmq-client-dead").message_count == 10
+    handler = Accepting(1)
+    _run(connection, AddressHelper.queue_address("rmq-client-dead"), handler)
+    (annotations,) = handler.annotations
+    assert isinstance(annotations, dict)
+    assert annotations["x-opt-string"] == "x-test1"
+    assert annotations["x-last-death-reason"] == "rejected"
+    for queue in (name, "rmq-client-dead"):
+        management.delete_queue(queue)
+    management.delete_exchange("rmq-client-dlx")
+    management.close()
+
+
+def test_the_delivery_limit_dead_letters_a_message_requeued_too_often(
+    connection: Connection,
+) -> None:
+    """RabbitMQ 4: every return counts, and 20 is the limit unless x-delivery-limit says."""
+    management = connection.management()
+    name = "rmq-client-quorum-poison"
+    management.declare_queue(QuorumQueueSpecification(name="rmq-client-poisoned"))
+    management.declare_queue(
+        QuorumQueueSpecification(
+            name=name, dead_letter_exchange="", dead_letter_routing_key="rmq-client-poisoned"
+        )
+    )
+    address = AddressHelper.queue_address(name)
+    publisher = connection.publisher(address)
+    publisher.publish(Message(body=Converter.string_to_bytes("poison")))
+    publisher.close()
+    # Delivered and requeued 21 times: the 21st return is one past the limit of 20.
+    _run(connection, address, _Settling(21, "requeue", None))
+    assert management.queue_info(name).message_count == 0
+    handler = Accepting(1)
+    _run(connection, AddressHelper.queue_address("rmq-client-poisoned"), handler)
+    (annotations,) = handler.annotations
+    assert isinstance(annotations, dict)
+    assert annotations["x-last-death-reason"] == "delivery_limit"
+    for queue in (name, "rmq-client-poisoned"):
+        management.delete_queue(queue)
     management.close()

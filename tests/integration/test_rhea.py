@@ -329,3 +329,13 @@ def test_rhea_reads_a_stream_by_its_filter_values(
     )
     assert result["indices"] == bananas
     assert result["filters"] == ["rabbitmq:stream-filter", "rabbitmq:stream-offset-spec"]
+
+
+def test_rhea_through_a_quorum_queue(server: RunningServer, request: pytest.FixtureRequest) -> None:
+    """A quorum queue serves rhea as any queue: in order, each message once."""
+    name = queue_name(request)
+    server.call(lambda: server.server.registry.declare_queue(name, {"x-queue-type": "quorum"}))
+    rhea_send(server, f"/queues/{name}", 200)
+    result = rhea_receive(server, f"/queues/{name}", 200, "--credit-window=25")
+    assert result["indices"] == list(range(200))
+    assert server.queue(name).ready == 0

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import proton
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from proton import Message, symbol
 
-from sluicegate.wire.annotations import annotations_offset, with_routing_annotations
+from sluicegate.wire.annotations import (
+    InvalidAnnotations,
+    annotations_offset,
+    merge_annotations,
+    modified_annotations,
+    with_routing_annotations,
+)
 from sluicegate.wire.errors import DecodeError
 
 
@@ -70,3 +77,36 @@ def test_a_message_without_sections_gets_only_the_annotations() -> None:
 def test_malformed_sections_are_a_decode_error(payload: bytes) -> None:
     with pytest.raises(DecodeError):
         with_routing_annotations(payload, "", "q")
+
+
+def test_a_modified_outcomes_annotations_merge_keeping_values_and_body() -> None:
+    original = Message(body=b"\x00body", annotations={symbol("x-keep"): proton.uint(7)})
+    additions = proton.Data()
+    additions.put_object({symbol("x-opt-note"): "added", symbol("x-keep"): proton.ulong(8)})
+    merged = Message()
+    merged.decode(merge_annotations(original.encode(), additions.encode()))
+    assert merged.body == b"\x00body"
+    assert merged.annotations == {symbol("x-keep"): 8, symbol("x-opt-note"): "added"}
+    assert type(merged.annotations[symbol("x-keep")]) is proton.ulong
+    # A message without the section gets one.
+    bare = Message()
+    bare.decode(merge_annotations(Message(body="b").encode(), additions.encode()))
+    assert bare.annotations == {symbol("x-keep"): 8, symbol("x-opt-note"): "added"}
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [{symbol("reason"): 1}, {"x-opt-a-string-key": 1}, {symbol("x-ok"): 1, symbol("y"): 2}],
+)
+def test_modified_annotations_must_have_x_symbol_keys(annotations: dict[object, object]) -> None:
+    data = proton.Data()
+    data.put_object(annotations)
+    with pytest.raises(InvalidAnnotations):
+        modified_annotations(data.encode())
+
+
+def test_empty_modified_annotations_are_none() -> None:
+    data = proton.Data()
+    data.put_object({})
+    assert modified_annotations(data.encode()) is None
+    assert modified_annotations(None) is None

@@ -1,0 +1,300 @@
+"""The quorum queue type (``x-queue-type: quorum``) on one node: RabbitMQ 4's quorum semantics.
+
+What makes a quorum queue differ from a classic one, as RabbitMQ 4.2's ``rabbit_fifo`` does:
+
+- **Durable, persistent by default.** It is durable and neither exclusive nor auto-delete
+  (refused otherwise); every message it takes goes through the durable log before its
+  publisher hears ``accepted``, whatever the header's ``durable`` says.
+- **Returns first.** A message that comes back unsettled (released, modified, its consumer
+  gone) waits at the back of the returns, which are served before any other message.
+- **Two priority levels.** A message of priority above 4 is high, the rest (AMQP's default is
+  4) normal; while both wait, two high ones are served for each normal one, an older normal
+  one going first on the third turn (RabbitMQ's ``rabbit_fifo_q``).
+- **Delivery limit, 20 by default.** Every return counts (RabbitMQ 4's acquired count, kept in
+  :attr:`Message.returned`); a message back more times than the limit is dead-lettered with
+  reason ``delivery_limit``, or dropped. ``x-delivery-limit`` below 0 means no limit. The
+  header's delivery-count goes up only for a failed delivery (``modified`` with
+  delivery-failed, a lock that expired), not for a release or a consumer that left.
+- **Single active consumer with priorities.** The consumer of the highest priority
+  (``rabbitmq:priority``) is the active one; among equals, the first attached. A consumer of
+  higher priority that attaches takes over once the active one holds nothing unsettled.
+
+Replication is not here: one node, one copy, in the durable log (docs/queues.md says what a
+cluster would add).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Final
+
+from sluicegate.queues.arguments import QueueArguments
+from sluicegate.queues.backlog import Backlog
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.consumers import Consumer, Consumers
+from sluicegate.queues.dead_lettering import DELIVERY_LIMIT, DeadLetter
+from sluicegate.queues.held_bytes import HeldBytes
+from sluicegate.queues.message import AVAILABLE, Message
+from sluicegate.queues.queue_type import (
+    DEFAULT_CONSUMER,
+    Clock,
+    ConsumerKey,
+    ConsumerOptions,
+    Dispatch,
+    Outcome,
+    QueueStatistics,
+    QueueType,
+)
+
+# Priorities above this are high (RabbitMQ: ``P > 4``); AMQP's default priority is 4.
+NORMAL_PRIORITY: Final = 4
+# While both levels wait, every WEIGHT + 1 turns give one to the older of the two heads.
+_WEIGHT: Final = 2
+
+
+class QuorumOrder:
+    """Returns first, in the order they came back; then high and normal priority, two to one.
+
+    Implements :class:`queues.ordering.Ordering`. A durable queue's backlog beyond its resident
+    messages waits in pages: they are paged in when both levels are empty, so a high-priority
+    message in a page waits for the resident normal ones.
+    """
+
+    __slots__ = ("_turn", "backlog", "high", "normal", "returns")
+
+    def __init__(self, backlog: Backlog) -> None:
+        self.backlog = backlog
+        self.returns: deque[int] = deque()
+        self.high: deque[int] = deque()
+        self.normal: deque[int] = deque()
+        self._turn = 0
+
+    def _seqs(self) -> Iterator[int]:
+        """Sequence numbers in serving order, each taken as the walk asks for it."""
+        returns = self.returns
+        while returns:
+            yield returns.popleft()
+        high, normal = self.high, self.normal
+        while True:
+            if not high and not normal:
+                backlog = self.backlog
+                if not backlog.pages:
+                    return
+                for message in backlog.page_in():
+                    self.add(message)
+                continue
+            turn = self._turn
+            self._turn = 0 if turn == _WEIGHT else turn + 1
+            if high and (not normal or turn != _WEIGHT or high[0] < normal[0]):
+                yield high.popleft()
+            else:
+                yield normal.popleft()
+
+    def take(self, limit: int, now: int, taken: list[Message]) -> None:
+        """Append up to ``limit`` messages to serve, in order, to ``taken``."""
+        if len(taken) < limit:
+            self.backlog.collect(self._seqs(), now, limit, taken)
+
+    def next(self, now: int) -> Message | None:
+        """The next message to serve."""
+        taken: list[Message] = []
+        self.take(1, now, taken)
+        return taken[0] if taken else None
+
+    def add(self, message: Message) -> None:
+        """A new message joins its level (its header's priority), unless a consumer took it."""
+        if message.state == AVAILABLE:
+            message.priority = message.header.priority
+            lane = self.high if message.priority > NORMAL_PRIORITY else self.normal
+            lane.append(message.seq)
+
+    def requeue(self, message: Message) -> None:
+        """A returned message waits at the back of the returns."""
+        self.returns.append(message.seq)
+
+    def clear(self) -> None:
+        """Forget every available message (purged)."""
+        self.returns.clear()
+        self.high.clear()
+        self.normal.clear()
+
+
+class QuorumConsumers(Consumers):
+    """Consumers as a quorum queue has them: the single active one is of the highest priority.
+
+    When a consumer of higher priority attaches, the active one is *quiescing*: it gets no new
+    messages, and the newcomer takes over once it holds nothing unsettled (RabbitMQ 4.0).
+    """
+
+    __slots__ = ("quiescing", "successor")
+
+    def __init__(self, single_active: bool) -> None:
+        super().__init__(single_active)
+        self.quiescing: Consumer | None = None
+        self.successor: Consumer | None = None
+
+    def add(self, state: Consumer) -> None:
+        """A consumer attached; of higher priority than the active one, it will take over."""
+        super().add(state)
+        if not self.single_active or state.browse or state.active:
+            return
+        leader = self.successor or self.active_one()
+        if leader is None or state.priority <= leader.priority:
+            return
+        if self.quiescing is None:
+            active = self.active_one()
+            if active is not None:
+                active.active = False
+                self.leave(active)
+                self.quiescing = active
+        self.successor = state
+
+    def remove(self, key: ConsumerKey) -> Consumer | None:
+        """A consumer detached: a successor that leaves gives the turn back."""
+        state = super().remove(key)
+        if state is None:
+            return None
+        if state is self.quiescing:
+            self.quiescing = None
+        elif state is self.successor:
+            self.successor = None
+            if self.quiescing is not None:
+                self.activate(self.quiescing)
+                self.quiescing = None
+        return state
+
+    def active_one(self) -> Consumer | None:
+        """The consumer that receives, on a single-active-consumer queue."""
+        for state in self.by_key.values():
+            if state.active and not state.browse:
+                return state
+        return None
+
+    def promote(self) -> None:
+        """The active consumer left: the highest priority takes over, first attached first."""
+        chosen: Consumer | None = None
+        for state in self.by_key.values():
+            if not state.browse and (chosen is None or state.priority > chosen.priority):
+                chosen = state
+        self.successor = None
+        if chosen is not None:
+            self.activate(chosen)
+
+    def activate(self, state: Consumer) -> None:
+        """Make ``state`` the active consumer (it joins the rotation if it has credit)."""
+        state.active = True
+        if state.credit > 0:
+            self.join(state)
+
+    def hand_over(self) -> bool:
+        """The successor takes over once the quiescing consumer holds nothing (or left)."""
+        successor = self.successor
+        if successor is None:
+            return False
+        quiescing = self.quiescing
+        if quiescing is not None and quiescing.unacked:
+            return False
+        self.quiescing = self.successor = None
+        self.activate(successor)
+        return True
+
+    def counted(self) -> int:
+        """Consumers RabbitMQ counts: the active and a quiescing one, not those waiting."""
+        return sum(
+            1
+            for state in self.by_key.values()
+            if not state.browse and (state.active or state is self.quiescing)
+        )
+
+
+class QuorumQueue(ClassicQueue):
+    """A quorum queue on one node, implementing :class:`queues.queue_type.QueueType`."""
+
+    def __init__(
+        self,
+        name: str,
+        arguments: QueueArguments,
+        *,
+        clock: Clock | None = None,
+        dead_letters: list[DeadLetter] | None = None,
+        held: HeldBytes | None = None,
+        timed: set[QueueType] | None = None,
+    ) -> None:
+        super().__init__(
+            name, arguments, clock=clock, dead_letters=dead_letters, held=held, timed=timed
+        )
+        self._order = QuorumOrder(self._backlog)
+        self._quorum_consumers = QuorumConsumers(arguments.single_active_consumer)
+        self._consumers = self._quorum_consumers
+
+    def persists(self, message: Message) -> bool:
+        """Every message of a quorum queue is logged, persistent or not (RabbitMQ's rule)."""
+        return True
+
+    def attach(
+        self,
+        consumer: ConsumerKey,
+        *,
+        ack_required: bool,
+        options: ConsumerOptions = DEFAULT_CONSUMER,
+    ) -> None:
+        """Register a consumer; one of higher priority may take over as the active one."""
+        super().attach(consumer, ack_required=ack_required, options=options)
+        self._quorum_consumers.hand_over()
+
+    def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        """As a classic queue; a quiescing consumer that leaves hands over at once."""
+        dispatches = super().detach(consumer, unsent)
+        return self._hand_over(dispatches)
+
+    def settle(
+        self,
+        consumer: ConsumerKey,
+        seqs: list[int],
+        outcome: Outcome,
+        delivery_failed: bool,
+        *,
+        undeliverable_here: bool = False,
+        annotations: bytes | None = None,
+    ) -> list[Dispatch]:
+        """As a classic queue settles; then a waiting successor may take over."""
+        dispatches = super().settle(
+            consumer,
+            seqs,
+            outcome,
+            delivery_failed,
+            undeliverable_here=undeliverable_here,
+            annotations=annotations,
+        )
+        return self._hand_over(dispatches)
+
+    def _hand_over(self, dispatches: list[Dispatch]) -> list[Dispatch]:
+        """Let a successor take over if it may, and serve it."""
+        consumers = self._quorum_consumers
+        if consumers.hand_over():
+            return [*dispatches, *consumers.dispatch(self._fetch, self._backlog)]
+        return dispatches
+
+    def _returned(self, returned: list[Message], failed: list[Message]) -> None:
+        """Count every return against the delivery limit; raise delivery-count for failures."""
+        self._backlog.count_failures(failed, None, self._dead_letterer.send)
+        limit = self.arguments.delivery_limit
+        for message in returned:
+            message.returned += 1
+            if limit is not None and message.returned > limit and message.state == AVAILABLE:
+                self._backlog.remove(message)
+                self._dead_letterer.send(message, DELIVERY_LIMIT)
+
+    def _abandoned(self, messages: list[Message]) -> None:
+        """Deliveries whose consumer left: returned, not failed (RabbitMQ's ``remove``)."""
+        self._returned(messages, [])
+
+    def statistics(self) -> QueueStatistics:
+        """As a classic queue's; consumers waiting their turn do not count, as in RabbitMQ."""
+        statistics = super().statistics()
+        consumers = self._quorum_consumers
+        if not consumers.single_active:
+            return statistics
+        return replace(statistics, consumers=consumers.counted())
