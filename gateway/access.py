@@ -52,6 +52,22 @@ def authorise_attach(
         vhost.check_queue_room(target.queue)
 
 
+def authorise_temporary(
+    user: User | None,
+    permissions: Permissions | None,
+    vhost: VirtualHost,
+    name: str,
+    access: Access,
+) -> None:
+    """Raise unless ``user`` may have a temporary queue ``name`` made and ``access`` it (a
+    dynamic terminus): *configure* on the name, as RabbitMQ checks, and room for a queue."""
+    if user is None or permissions is None:
+        raise AccessRefused("the connection has not logged in")
+    _require(user, permissions, "configure", "queue", name)
+    _require(user, permissions, access, "queue", name)
+    vhost.check_queue_room(name)
+
+
 def _require(user: User, permissions: Permissions, access: Access, kind: str, name: str) -> None:
     if not permissions.allows(access, name):
         verb = "declare" if access == "configure" else access

@@ -25,12 +25,14 @@ from proton import (
 )
 
 from sluicegate.gateway import deliveries, payload_buffers, timeouts
-from sluicegate.gateway.access import authorise_attach
+from sluicegate.gateway.access import authorise_attach, authorise_temporary
+from sluicegate.gateway.auth import Access
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.drain import send_drained_flow
 from sluicegate.gateway.durability import Durability
+from sluicegate.gateway.dynamic import Declare, dynamic_source, dynamic_target
 from sluicegate.gateway.events import (
     connection_of,
     delivery_of,
@@ -51,7 +53,6 @@ from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.management.router import Router
 from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
-from sluicegate.gateway.reply_to import attach_reply_to
 from sluicegate.gateway.state import (
     ConnectionState,
     IncomingLinkState,
@@ -204,6 +205,8 @@ class Broker(Handler):
         for session in list(state.sessions.values()):
             self._end_session(session)
         self.publishing.release(state)
+        for link in list(state.temporary):
+            self._delete_temporary(state, link)
         self.management.release(state)
         if state.vhost is not None:
             assert state.user is not None
@@ -313,6 +316,9 @@ class Broker(Handler):
             authorise_attach(connection.user, connection.permissions, link, vhost)
             if link.is_sender:
                 self._attach_consumer(link, vhost)
+            elif link.remote_target.dynamic:
+                name = dynamic_target(link, self._temporary(connection, vhost, "write"))
+                connection.temporary[self.publishing.attach(link, name)] = (vhost.registry, name)
             else:
                 self.publishing.attach(link)
         except SessionLimitExceeded as error:
@@ -329,8 +335,10 @@ class Broker(Handler):
         registry = vhost.registry
         session: SessionState = link.session.sg
         queue: QueueType
+        temporary: str | None = None
         if link.remote_source.dynamic:
-            queue = attach_reply_to(link, registry)
+            declare = self._temporary(session.connection, vhost, "read")
+            queue, temporary = dynamic_source(link, registry, declare)
         else:
             address = parse_address(link.remote_source.address)
             owner = registry.owner(address.queue)
@@ -355,7 +363,28 @@ class Broker(Handler):
         state = OutgoingLinkState(cast(Sender, link), pure_link, session)
         session.senders[pure_link] = state
         link.sg = state
+        if temporary is not None:
+            session.connection.temporary[pure_link] = (registry, temporary)
         link.open()
+
+    def _temporary(
+        self, connection: ConnectionState, vhost: VirtualHost, access: Access
+    ) -> Declare:
+        """How a link's dynamic terminus declares its temporary queue (gateway/dynamic.py)."""
+
+        def declare(name: str) -> QueueType:
+            authorise_temporary(connection.user, connection.permissions, vhost, name, access)
+            return vhost.registry.declare_queue(name, exclusive=True, owner=connection)
+
+        return declare
+
+    def _delete_temporary(self, connection: ConnectionState, link: object) -> None:
+        """A link that made a temporary queue is gone: so is the queue, as in RabbitMQ."""
+        made = connection.temporary.pop(link, None)
+        if made is not None:
+            registry, name = made
+            registry.delete_queue(name)
+            self.queue_deleted(registry, name)
 
     def queue_deleted(self, registry: QueueRegistry, name: str) -> None:
         """Detach every link of a deleted queue with ``amqp:resource-deleted``, as RabbitMQ does.
@@ -393,12 +422,15 @@ class Broker(Handler):
         if isinstance(state, OutgoingLinkState):
             state.session.senders.pop(state.link, None)
             self._route(state.session.pure.detach_link(state.link))
-            vhost = state.session.connection.vhost
+            connection = state.session.connection
+            vhost = connection.vhost
             assert vhost is not None
             vhost.registry.consumer_left(state.link.queue)
             self.management.consumer_left(vhost.registry, state.link.queue)
+            self._delete_temporary(connection, state.link)
         elif isinstance(state, IncomingLinkState):
             self.publishing.detach(state)
+            self._delete_temporary(state.connection, state)
 
     def on_link_flow(self, event: Event) -> None:
         """Maybe a client FLOW on a consumer link: the session tells (``transport_flow``).

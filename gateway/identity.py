@@ -2,9 +2,10 @@
 
 RabbitMQ's AMQP 1.0 client libraries refuse a server whose OPEN properties do not say
 ``product = "RabbitMQ"`` with a ``version`` of at least 4.0.0, and switch features on by that
-version. With ``rabbitmq_compatible`` on (the default) sluicegate
-advertises the lowest RabbitMQ version whose client-visible features it implements, and names
-itself in its own keys beside them; off, it advertises only itself.
+version. With ``rabbitmq_compatible`` on (the default) sluicegate advertises the highest
+RabbitMQ version whose AMQP 1.0 features it implements, and no higher, and names itself in its
+own keys beside them; off, it advertises only itself (docs/management.md says what each
+version needs).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from sluicegate.gateway.proton_internals import PythonAMQPData
 
 PRODUCT: Final = "sluicegate"
 VERSION: Final = "0.1.0"
-# 4.0.0: the HTTP-over-AMQP management v2 API and AMQP address v2. 4.1 would promise stream
-# filters, 4.2 SQL filters and Direct Reply-To, which sluicegate does not implement.
-RABBITMQ_VERSION: Final = "4.0.0"
+# 4.0: the management v2 API and address v2, quorum queues, x-local-random exchanges.
+# 4.1: property and application-property filters, stream filter values, x-cc routing keys,
+# dynamic temporary queues. 4.2: SQL filters and Direct Reply-To. 4.3 would promise single
+# active consumer state in FLOW properties, which sluicegate does not send.
+RABBITMQ_VERSION: Final = "4.2.0"
 
 
 def open_properties(rabbitmq_compatible: bool) -> dict[str, PythonAMQPData]:

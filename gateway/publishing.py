@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Final, cast
+from urllib.parse import quote
 
 from proton import Condition, Delivery, Endpoint, Link, Receiver
 
@@ -95,12 +96,16 @@ class Publishing:
 
     # -- links ----------------------------------------------------------------------------
 
-    def attach(self, link: Link) -> None:
-        """Open a publisher's link to what its target names and grant its first credit."""
+    def attach(self, link: Link, queue: str | None = None) -> IncomingLinkState:
+        """Open a publisher's link to what its target names (or to ``queue``, which its dynamic
+        target made) and grant its first credit."""
         connection: ConnectionState = link.connection.sg
         assert connection.vhost is not None
         router = connection.vhost.router
-        target = router.resolve(link.remote_target.address)
+        address = (
+            link.remote_target.address if queue is None else f"/queues/{quote(queue, safe='-._~')}"
+        )
+        target = router.resolve(address)
         inbound = connection.inbound
         if inbound is None:
             inbound = connection.inbound = self.flow.connection(connection.account, connection)
@@ -113,6 +118,7 @@ class Publishing:
         link.open()
         if credit:
             link.flow(credit)
+        return state
 
     def detach(self, state: IncomingLinkState) -> None:
         """Forget a link; copies still being stored are confirmed to nobody."""

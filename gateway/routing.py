@@ -129,7 +129,10 @@ class Router:
         expires = envelope.expires(self.registry.clock.now)
         queue = target.queue
         if queue is not None:
-            return Routed([queue], _message(payload, envelope, expires, "", queue.name))
+            message = _message(payload, envelope, expires, "", queue.name)
+            if envelope.cc:
+                return self._with_cc([queue], "", envelope.cc, payload, message)
+            return Routed([queue], message)
         exchange = target.exchange
         routing_key = target.routing_key
         if exchange is None:
@@ -151,7 +154,7 @@ class Router:
                         Outcome.REJECTED, "amqp:not-found", f"no queue '{address.queue}'"
                     )
                 message = _message(payload, envelope, expires, "", address.queue)
-                return Routed([found], message)
+                return self._with_cc([found], "", envelope.cc, payload, message)
             assert isinstance(address, ExchangeAddress)
             exchange, routing_key = address.exchange, address.routing_key
             try:
@@ -164,10 +167,37 @@ class Router:
             queues = self.registry.route(exchange, routing_key, payload)
         except AmqpError as error:
             return _refused(Outcome.REJECTED, error.condition, str(error))
+        message = _message(payload, envelope, expires, exchange, routing_key)
+        if envelope.cc:
+            routed = self._with_cc(queues, exchange, envelope.cc, payload, message)
+            if routed.message is None:
+                return routed
+            queues = routed.queues
         if not queues:
             return self._unroutable(exchange, routing_key)
-        message = _message(payload, envelope, expires, exchange, routing_key)
         return Routed(queues, message)
+
+    def _with_cc(
+        self,
+        queues: list[QueueType],
+        exchange: str,
+        cc: tuple[str, ...],
+        payload: bytes | memoryview,
+        message: Message,
+    ) -> Routed:
+        """Add the queues the ``x-cc`` routing keys reach through ``exchange``, each once.
+
+        RabbitMQ 4.1: a publisher names more routing keys in the ``x-cc`` message annotation,
+        for the exchange its address names (the default exchange for a queue address).
+        """
+        reached = {id(queue): queue for queue in queues}
+        try:
+            for key in cc:
+                for queue in self.registry.route(exchange, key, payload):
+                    reached.setdefault(id(queue), queue)
+        except AmqpError as error:
+            return _refused(Outcome.REJECTED, error.condition, str(error))
+        return Routed(list(reached.values()), message)
 
     def _unroutable(self, exchange: str, routing_key: str) -> Routed:
         found = self.registry.exchange(exchange)

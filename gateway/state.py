@@ -25,6 +25,7 @@ from sluicegate.gateway.routing import PublishTarget, Router
 from sluicegate.gateway.tenancy import VirtualHost
 from sluicegate.gateway.window import remote_incoming_window, session_address
 from sluicegate.queues.queue_type import QueueType
+from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.session.inbound import Inbound
 from sluicegate.session.incoming_link import IncomingLink
@@ -62,6 +63,7 @@ class ConnectionState:
         "publishers",
         "selectable",
         "sessions",
+        "temporary",
         "transport",
         "unframed",
         "user",
@@ -108,6 +110,10 @@ class ConnectionState:
         self.link_names = link_names
         # Bytes for proton that it had no room for yet (gateway/feeding.py).
         self.backlog = bytearray()
+        # Temporary queues its links' dynamic termini made, by the link (a consumer's pure
+        # link, a publisher's state): deleted when that link detaches or the connection closes
+        # (gateway/dynamic.py).
+        self.temporary: dict[object, tuple[QueueRegistry, str]] = {}
         self.last_frame = 0.0
         self.frames_seen = 0
         self.deadline = 0.0

@@ -62,6 +62,12 @@ class DeadLetter(NamedTuple):
     # Where the message waits until its copies are stored; None for a publish the queue
     # refused (reject-publish-dlx), which was never in it.
     holder: Holder | None = None
+    # A quorum queue's at-least-once dead-lettering: who takes back a letter some queue did not
+    # take (or no queue did), to send it again, the message still held; None drops what no
+    # queue takes (at-most-once).
+    retry: Callable[[DeadLetter], None] | None = None
+    # The queues that took it already, skipped when it is sent again.
+    done: frozenset[str] = frozenset()
 
     def stored(self) -> None:
         """Its copies are stored (or it went nowhere): it leaves its queue."""
@@ -76,7 +82,16 @@ class DeadLetter(NamedTuple):
 class DeadLetterer:
     """One queue's side: where its dead letters go, and how many went or were dropped."""
 
-    __slots__ = ("dead_lettered", "dropped", "exchange", "holder", "outbox", "queue", "routing_key")
+    __slots__ = (
+        "dead_lettered",
+        "dropped",
+        "exchange",
+        "holder",
+        "outbox",
+        "queue",
+        "retry",
+        "routing_key",
+    )
 
     def __init__(
         self,
@@ -85,12 +100,15 @@ class DeadLetterer:
         routing_key: str | None,
         outbox: list[DeadLetter],
         holder: Holder,
+        retry: Callable[[DeadLetter], None] | None = None,
     ) -> None:
         self.queue = queue
         self.exchange = exchange
         self.routing_key = routing_key
         self.outbox = outbox
         self.holder = holder
+        # Set for at-least-once: who takes back what was not delivered (DeadLetter.retry).
+        self.retry = retry
         self.dead_lettered = 0
         # Given up on with no dead-letter exchange to go to.
         self.dropped = 0
@@ -111,7 +129,15 @@ class DeadLetterer:
             holder = self.holder
             holder.hold(message)
         self.outbox.append(
-            DeadLetter(self.queue, message, reason, exchange, self.routing_key, holder)
+            DeadLetter(
+                self.queue,
+                message,
+                reason,
+                exchange,
+                self.routing_key,
+                holder,
+                self.retry if queued else None,
+            )
         )
 
 
@@ -166,11 +192,16 @@ class DeadLetterRouter:
             pending.clear()
             for letter in batch:
                 try:
-                    self._deliver(letter, dispatches)
+                    left = self._deliver(letter, dispatches)
                 except Exception as error:
                     self._failed(letter, error)
-                else:
+                    continue
+                if left is None:
                     letter.stored()
+                else:
+                    # At-least-once: still held in its queue, to be sent again.
+                    assert letter.retry is not None
+                    letter.retry(letter._replace(done=left))
         return dispatches
 
     def _failed(self, letter: DeadLetter, error: Exception) -> None:
@@ -185,11 +216,13 @@ class DeadLetterRouter:
         )
         self.failures.append(DeadLetterFailure(letter.queue, described, repr(error), kept))
 
-    def _deliver(self, letter: DeadLetter, dispatches: list[Dispatch]) -> None:
+    def _deliver(self, letter: DeadLetter, dispatches: list[Dispatch]) -> frozenset[str] | None:
         """Store a copy in each queue the dead-letter exchange routes ``letter`` to.
 
         A message that cannot be decoded or annotated raises: it stays in its queue. A
-        missing exchange, or one that routes it nowhere, drops it, as in RabbitMQ.
+        missing exchange, one that routes it nowhere, or a queue that refuses its copy drops it,
+        as in RabbitMQ, unless the letter is at-least-once: then the queues that took it are
+        returned, for it to be sent again to the others (None: delivered, or dropped).
         """
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
@@ -198,10 +231,18 @@ class DeadLetterRouter:
             targets = self._route(letter.exchange, routing_key, payload)
         except NotFound:
             targets = []
-        targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
+        targets = [
+            q
+            for q in targets
+            if q.name not in letter.done and not is_cycle(payload, q.name, letter.reason)
+        ]
         if not targets:
+            if letter.done:
+                return None
+            if letter.retry is not None:
+                return letter.done
             self.dropped += 1
-            return
+            return None
         death = Death(
             letter.queue,
             letter.reason,
@@ -210,6 +251,8 @@ class DeadLetterRouter:
             self.clock.now,
         )
         payload = record_death(payload, death)
+        done = set(letter.done)
+        refused = False
         for queue in targets:
             copy = Message(
                 payload,
@@ -224,7 +267,12 @@ class DeadLetterRouter:
             except AmqpError:
                 if logged is not copy:
                     logged.discard()
-                self.dropped += 1
+                if letter.retry is None:
+                    self.dropped += 1
+                refused = True
+                continue
+            done.add(queue.name)
+        return frozenset(done) if refused and letter.retry is not None else None
 
     def _log(self, queue: QueueType, copy: Message) -> Message:
         """The copy as ``queue`` stores it: logged when it is persistent and ``queue`` durable.

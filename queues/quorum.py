@@ -15,6 +15,12 @@ What makes a quorum queue differ from a classic one, as RabbitMQ 4.2's ``rabbit_
   reason ``delivery_limit``, or dropped. ``x-delivery-limit`` below 0 means no limit. The
   header's delivery-count goes up only for a failed delivery (``modified`` with
   delivery-failed, a lock that expired), not for a release or a consumer that left.
+- **At-least-once dead-lettering** (``x-dead-letter-strategy``, with ``reject-publish``
+  overflow): a dead letter that no queue takes (the exchange is missing, routes nowhere, or a
+  queue refuses it) is kept and sent again every :data:`DEAD_LETTER_RETRY_MS`, skipping the
+  queues that took it; kept letters count against the queue's length limits, so its
+  publishers are refused meanwhile. A kept letter is held at its place in the queue, its log
+  record unsettled, until its copies are stored (docs/queues.md).
 - **Single active consumer with priorities.** The consumer of the highest priority
   (``rabbitmq:priority``) is the active one; among equals, the first attached. A consumer of
   higher priority that attaches takes over once the active one holds nothing unsettled.
@@ -30,11 +36,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Final
 
-from sluicegate.queues.arguments import QueueArguments
+from sluicegate.queues.arguments import DeadLetterStrategy, QueueArguments
 from sluicegate.queues.backlog import Backlog
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.consumers import Consumer, Consumers
-from sluicegate.queues.dead_lettering import DELIVERY_LIMIT, DeadLetter
+from sluicegate.queues.dead_lettering import DELIVERY_LIMIT, DeadLetter, DeadLetterer
+from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import AVAILABLE, Message
 from sluicegate.queues.queue_type import (
@@ -52,6 +59,10 @@ from sluicegate.queues.queue_type import (
 NORMAL_PRIORITY: Final = 4
 # While both levels wait, every WEIGHT + 1 turns give one to the older of the two heads.
 _WEIGHT: Final = 2
+# How long at-least-once dead letters some queue did not take wait before they are sent again
+# (ms). RabbitMQ's worker waits 3 minutes for a confirm from other nodes; here a queue takes
+# or refuses at once, so the wait only spaces the tries while the topology is wrong.
+DEAD_LETTER_RETRY_MS: Final = 5_000
 
 
 class QuorumOrder:
@@ -228,6 +239,67 @@ class QuorumQueue(ClassicQueue):
         self._order = QuorumOrder(self._backlog)
         self._quorum_consumers = QuorumConsumers(arguments.single_active_consumer)
         self._consumers = self._quorum_consumers
+        # At-least-once dead-lettering: letters some queue did not take yet, sent again from
+        # the time in ``_retry_at``; they count against the queue's length limits.
+        self._kept: deque[DeadLetter] = deque()
+        self._kept_bytes = 0
+        self._retry_at: int | None = None
+        if arguments.dead_letter_strategy is DeadLetterStrategy.AT_LEAST_ONCE:
+            self._dead_letterer = DeadLetterer(
+                name,
+                arguments.dead_letter_exchange,
+                arguments.dead_letter_routing_key,
+                self.dead_letters,
+                self._backlog,
+                retry=self._keep,
+            )
+
+    def enqueue(self, message: Message) -> list[Dispatch]:
+        """As a classic queue; dead letters kept for another try count against its limits."""
+        kept = self._kept
+        if kept:
+            max_length = self.arguments.max_length
+            max_bytes = self.arguments.max_length_bytes
+            backlog = self._backlog
+            if (max_length is not None and backlog.ready + len(kept) >= max_length) or (
+                max_bytes is not None
+                and backlog.ready_bytes + self._kept_bytes + message.size > max_bytes
+            ):
+                self._overflowed += 1
+                raise ResourceLimitExceeded(
+                    f"queue '{self.name}' is full: {len(kept)} dead letters wait for their "
+                    "dead-letter queues (x-overflow reject-publish, at-least-once)"
+                )
+        return super().enqueue(message)
+
+    def _keep(self, letter: DeadLetter) -> None:
+        """A dead letter some queue did not take: kept (still held at its place in the queue,
+        unsettled in the log), and sent again after a while."""
+        self._kept.append(letter)
+        self._kept_bytes += letter.message.size
+        if self._retry_at is None:
+            self._retry_at = self.clock.now + DEAD_LETTER_RETRY_MS
+            self.timed.add(self)
+
+    def next_deadline(self) -> int | None:
+        """The classic deadlines, and the next try of kept dead letters."""
+        deadline = super().next_deadline()
+        retry = self._retry_at
+        if retry is None:
+            return deadline
+        return retry if deadline is None else min(deadline, retry)
+
+    def expire(self) -> list[Dispatch]:
+        """The classic deadlines; kept dead letters go to the dead-letter exchange again."""
+        dispatches = super().expire()
+        retry = self._retry_at
+        if retry is not None and retry <= self.clock.now:
+            self._retry_at = None
+            kept = self._kept
+            self.dead_letters.extend(kept)
+            kept.clear()
+            self._kept_bytes = 0
+        return dispatches
 
     def persists(self, message: Message) -> bool:
         """Every message of a quorum queue is logged, persistent or not (RabbitMQ's rule)."""

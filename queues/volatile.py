@@ -58,6 +58,11 @@ class VolatileQueue:
         self.dropped = 0
 
     @property
+    def waiting_credit(self) -> int:
+        """Replies the requester can take now: any beyond are dropped."""
+        return self._credit
+
+    @property
     def gone(self) -> bool:
         """Whether the requester's link has left (the queue then only drops)."""
         return self._claimed and self._consumer is None

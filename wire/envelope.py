@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sluicegate.wire.codec import decode, skip
+from sluicegate.wire.codec import Symbol, Value, decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
@@ -34,6 +34,8 @@ from sluicegate.wire.sections import (
 _TO: Final = 2
 _SUBJECT: Final = 3
 _ABSOLUTE_EXPIRY_TIME: Final = 8
+# The message annotation naming more routing keys (RabbitMQ 4.1's sender-selected routing).
+X_CC: Final = Symbol("x-cc")
 
 
 def _width_table() -> tuple[int, ...]:
@@ -82,6 +84,8 @@ class Envelope:
     annotations_at: int | None = 0
     # Encoded bytes of the application-properties section's map (0: none).
     application_properties_size: int = 0
+    # More routing keys from the ``x-cc`` message annotation (RabbitMQ 4.1).
+    cc: tuple[str, ...] = ()
 
     def expires(self, now: int) -> int | None:
         """When the message expires by its own ttl or absolute-expiry-time, if ever."""
@@ -107,6 +111,7 @@ def read_envelope(
     absolute: int | None = None
     annotations_at: int | None = 0
     application_properties_size = 0
+    cc: tuple[str, ...] = ()
     for code, _, value_at, end in iter_sections(payload):
         if code == HEADER:
             if payload[value_at] != 0x45:
@@ -116,8 +121,10 @@ def read_envelope(
             _map(payload, value_at, "delivery-annotations")
             annotations_at = end
         elif code == MESSAGE_ANNOTATIONS:
-            _map(payload, value_at, "message-annotations")
+            annotations = _map(payload, value_at, "message-annotations")
             annotations_at = None
+            if X_CC in annotations:
+                cc = _cc(annotations[X_CC])
         elif code == PROPERTIES:
             to, subject, absolute = _properties(payload, value_at, end)
         elif code == APPLICATION_PROPERTIES:
@@ -129,14 +136,29 @@ def read_envelope(
             break
         else:
             raise DecodeError(f"unknown message section 0x{code:x}")
-    return Envelope(header, to, subject, absolute, annotations_at, application_properties_size)
+    return Envelope(header, to, subject, absolute, annotations_at, application_properties_size, cc)
 
 
-def _map(payload: bytes | memoryview, pos: int, section: str) -> None:
+def _map(payload: bytes | memoryview, pos: int, section: str) -> dict[Value, Value]:
     """Decode a map section as the pipeline will (raising DecodeError)."""
     value, _ = decode(payload, pos)
     if not isinstance(value, dict):
         raise DecodeError(f"the {section} section is not a map")
+    return value
+
+
+class InvalidCc(DecodeError):
+    """An ``x-cc`` annotation that is not a list of strings (RabbitMQ: invalid-field)."""
+
+    condition = "amqp:invalid-field"
+
+
+def _cc(value: Value) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(key, str) and not isinstance(key, Symbol) for key in value
+    ):
+        raise InvalidCc(f"bad value for 'x-cc' message-annotation: {value!r}")
+    return tuple(str(key) for key in value)
 
 
 def _string(payload: bytes | memoryview, item: int, end: int) -> str | None:

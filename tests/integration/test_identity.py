@@ -23,7 +23,7 @@ def _open_properties(running: RunningServer) -> dict[str, object]:
 def test_rabbitmq_compatible_by_default(server: RunningServer) -> None:
     properties = _open_properties(server)
     assert properties["product"] == "RabbitMQ"
-    assert properties["version"] == "4.0.0"
+    assert properties["version"] == "4.2.0"
     assert properties["sluicegate-product"] == "sluicegate"
     assert properties["sluicegate-version"] == "0.1.0"
 

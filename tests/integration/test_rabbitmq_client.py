@@ -7,6 +7,7 @@ counts, purge, delete. The client checks the OPEN properties, every reply's stat
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import cast
 
@@ -20,6 +21,8 @@ from rabbitmq_amqp_python_client import (
     AMQPMessagingHandler,
     ClassicQueueSpecification,
     Connection,
+    ConsumerOptions,
+    ConsumerSettleStrategy,
     Converter,
     Environment,
     Event,
@@ -37,6 +40,8 @@ from rabbitmq_amqp_python_client import (
 )
 from support.polling import wait_until
 from support.rabbitmq import Accepting, Enough
+
+from sluicegate.queues.volatile import VolatileQueue
 
 
 @pytest.fixture
@@ -375,3 +380,67 @@ def test_the_delivery_limit_dead_letters_a_message_requeued_too_often(
     for queue in (name, "rmq-client-poisoned"):
         management.delete_queue(queue)
     management.close()
+
+
+class _Recording(AMQPMessagingHandler):
+    """Notes ``limit`` pre-settled messages' bodies (nothing to settle), then stops."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.bodies: list[str] = []
+
+    def on_amqp_message(self, event: Event) -> None:
+        assert event.message is not None
+        self.bodies.append(Converter.bytes_to_string(event.message.body))
+        if len(self.bodies) == self.limit:
+            raise Enough
+
+
+def test_direct_reply_to_with_rabbitmqs_client(server: RunningServer) -> None:
+    """RabbitMQ 4.2's Direct Reply-To, which the client asks for only from a 4.2 server.
+
+    Replies reach the requester only while its link has credit, and the client sends its
+    credit when its connection is pumped (``run()``): the responder waits until the server has
+    it, as an RPC server waits for requests sent after the requester attached.
+    """
+    environment = Environment(f"amqp://127.0.0.1:{server.port}/")
+    try:
+        requester = environment.connection()
+        requester.dial()
+        handler = _Recording(20)
+        consumer = requester.consumer(
+            message_handler=handler,
+            credit=100,
+            consumer_options=ConsumerOptions(settle_strategy=ConsumerSettleStrategy.DirectReplyTo),
+        )
+        address = consumer.address
+        assert address is not None
+        assert address.startswith("/queues/amq.rabbitmq.reply-to.")
+        name = address.removeprefix("/queues/")
+        outcomes: list[object] = []
+
+        def respond() -> None:
+            def credited() -> bool:
+                queue = server.server.registry.get(name)
+                return isinstance(queue, VolatileQueue) and queue.waiting_credit >= 20
+
+            wait_until(lambda: server.call(credited))
+            responder = environment.connection()
+            responder.dial()
+            publisher = responder.publisher(address)
+            for index in range(20):
+                reply = Message(body=Converter.string_to_bytes(f"reply {index}"))
+                outcomes.append(publisher.publish(reply).remote_state)
+            publisher.close()
+
+        responding = threading.Thread(target=respond)
+        responding.start()
+        with pytest.raises(Enough):
+            consumer.run()
+        responding.join(30)
+        assert outcomes == [OutcomeState.ACCEPTED] * 20
+        assert handler.bodies == [f"reply {index}" for index in range(20)]
+        consumer.close()
+    finally:
+        environment.close()

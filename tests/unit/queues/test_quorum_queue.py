@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from sluicegate.queues.arguments import parse_arguments
-from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.errors import PreconditionFailed, ResourceLimitExceeded
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, Outcome
-from sluicegate.queues.quorum import QuorumQueue
+from sluicegate.queues.quorum import DEAD_LETTER_RETRY_MS, QuorumQueue
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.annotations import annotations_offset
 from sluicegate.wire.codec import Described, Symbol, Value, decode, encode
@@ -229,3 +229,39 @@ def test_quorum_arguments_rabbitmq_takes() -> None:
         parse_arguments({"x-queue-type": "quorum", "x-max-priority": 5})
     with pytest.raises(PreconditionFailed, match="positive"):
         parse_arguments({"x-queue-type": "quorum", "x-quorum-initial-group-size": 0})
+
+
+def test_at_least_once_dead_letters_are_sent_again_until_a_queue_takes_them() -> None:
+    clock = Clock(1_000)
+    registry = QueueRegistry(clock)
+    queue = registry.declare_queue(
+        "source",
+        {
+            "x-queue-type": "quorum",
+            "x-dead-letter-exchange": "dlx",
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+            "x-max-length": 2,
+        },
+    )
+    queue.enqueue(_message("first"))
+    queue.attach("c", ack_required=True)
+    (message,) = queue.credit("c", 0, 1, False)[0]
+    queue.settle("c", [message.seq], Outcome.REJECTED, False)
+    # The dead-letter exchange does not exist yet: the letter is kept, not dropped.
+    assert registry.route_dead_letters() == []
+    assert registry.dead_letters_dropped == 0
+    # Kept letters count against the length limit: one kept and one ready fill it.
+    queue.enqueue(_message("second"))
+    with pytest.raises(ResourceLimitExceeded):
+        queue.enqueue(_message("third"))
+    registry.declare_exchange("dlx", "fanout")
+    registry.declare_queue("dead")
+    registry.bind("dlx", "dead")
+    assert queue.next_deadline() == 1_000 + DEAD_LETTER_RETRY_MS
+    clock.now = 1_000 + DEAD_LETTER_RETRY_MS
+    registry.expire()
+    registry.route_dead_letters()
+    assert registry.queue("dead").statistics().ready == 1
+    # Sent, it no longer counts: the source takes a message again.
+    queue.enqueue(_message("third"))
