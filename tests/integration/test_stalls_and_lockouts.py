@@ -534,7 +534,7 @@ def test_a_flow_for_a_consumer_of_a_deleted_queue_is_answered_by_its_detach(
     KeyError in the queue's credit(), closing the connection as an internal error (§8)."""
     name = f"deleted-under-flow-{queue_type}"
     with ManagementClient(server.url) as management:
-        body = {"durable": False, "arguments": {"x-queue-type": queue_type}}
+        body = {"arguments": {"x-queue-type": queue_type}}
         assert management.request("PUT", f"/queues/{name}", body).status == 201
         with RawClient.connect(server.host, server.port) as consumer:
             consumer.begin()
