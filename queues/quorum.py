@@ -356,7 +356,6 @@ class QuorumQueue(ClassicQueue):
         for message in returned:
             message.returned += 1
             if limit is not None and message.returned > limit and message.state == AVAILABLE:
-                self._backlog.remove(message)
                 self._dead_letterer.send(message, DELIVERY_LIMIT)
 
     def _abandoned(self, messages: list[Message]) -> None:
