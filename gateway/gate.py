@@ -22,7 +22,7 @@ from typing import Final
 from proton import Transport
 
 from sluicegate.clients.pump import TLS_OUTPUT_LOW
-from sluicegate.clients.tls import RECV_SIZE, TlsChannel, TlsError
+from sluicegate.clients.tls import TlsChannel, TlsError
 from sluicegate.gateway import reading
 from sluicegate.gateway.auth import User
 from sluicegate.gateway.feeding import feed, output, taken
@@ -105,13 +105,19 @@ class Gate:
         """Whether proton can have the socket directly from now on."""
         return self._tls is None and self.sasl.phase is Phase.DONE and not self.output
 
-    def read(self, selectable: Selectable, transport: Transport | None) -> bool:
-        """Read the socket once and pass on what proton may have; False at EOF or on an error."""
+    def read(self, selectable: Selectable, transport: Transport | None, size: int) -> bool:
+        """Read up to ``size`` bytes from the socket once and pass on what proton may have;
+        False at EOF or on an error.
+
+        The plaintext passed on is at most ``size`` bytes plus the rest of a TLS record begun
+        by the previous read, so the reactor's bounds per read hold through TLS as well
+        (gateway/io_layer.py).
+        """
         if self.state.backlog and transport is not None:
             feed(self.state, transport, b"")
         self.received = 0
         try:
-            data: bytes = selectable.recv(RECV_SIZE)
+            data: bytes = selectable.recv(size)
         except BlockingIOError:
             return True
         except OSError as error:

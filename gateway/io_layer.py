@@ -9,7 +9,7 @@
   (gateway/reading.py); bytes read from a publishing connection are charged to the budget as
   they are read (session/inbound.py).
 - Until its SASL exchange is done, and for its lifetime under TLS, a connection's bytes pass
-  through its gate (gateway/gate.py).
+  through its gate (gateway/gate.py), read within the same bounds per pass.
 - The reactor waits in epoll (:mod:`gateway.selector`), not select(): no limit of 1,024 sockets.
 """
 
@@ -44,7 +44,7 @@ READ_BATCH: Final = 256 * 1024
 # Frames taken from one connection per readiness. Proton raises events for every frame pushed
 # and the reactor handles them all before it looks at another socket; an ATTACH costs about a
 # thousand times a TRANSFER there, so a burst of small control frames (thousands fit in
-# READ_BATCH) would stall everyone for seconds. 256 keeps a pass of the costliest frames short
+# READ_BATCH) would stall everyone for seconds. 64 keeps a pass of the costliest frames short
 # and still moves hundreds of transfers per pass.
 READ_FRAMES: Final = 64
 # Bytes per recv: the frame count is checked between reads, so this bounds the overshoot.
@@ -189,18 +189,43 @@ class FlowIO(IOHandler):
             self.update(transport, selectable, reactor_now(selectable))
 
     def _read_gate(self, event: Event, gate: Gate) -> bool:
-        """Read through the connection's TLS and SASL; False once the connection is gone."""
+        """Read through the connection's TLS and SASL; False once the connection is gone.
+
+        The bounds of :meth:`_read` hold here too: reads of :data:`READ_CHUNK` at most (the
+        gate passes on their plaintext, plus the rest of a TLS record begun before), charged
+        as they are read, until the socket is empty, :data:`READ_BATCH` or :data:`READ_FRAMES`
+        is used up, or the connection is paused or closing.
+        """
         selectable = event.selectable
         transport = transport_of(selectable)
         if transport is None:
             return False
-        if not gate.read(selectable, transport):
-            gate.abandon()
-            self.on_selectable_error(event)
-            return False
         state: ConnectionState | None = getattr(selectable, "sg", None)
+        publishing = self.broker.publishing
+        left = READ_BATCH
+        frames_before = transport.frames_input
+        while True:
+            size = min(left, READ_CHUNK)
+            if not gate.read(selectable, transport, size):
+                gate.abandon()
+                self.on_selectable_error(event)
+                return False
+            received = gate.received
+            left -= received
+            if state is not None:
+                publishing.charge_read(state, received)
+                if state.reads_paused:
+                    break
+            if (
+                received < size
+                or left <= 0
+                or gate.closing
+                or not gate.readable
+                or transport.capacity() < 0
+                or transport.frames_input - frames_before >= READ_FRAMES
+            ):
+                break
         if state is not None:
-            self.broker.publishing.charge_read(state, gate.received)
             timeouts.frames_read(state, reactor_now(selectable))
         self._after_gate(selectable, gate, transport)
         return True

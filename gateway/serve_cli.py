@@ -77,5 +77,8 @@ def serve(config: Any) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     print(f"sluicegate listening on amqp://{config.host}:{server.port}", flush=True)
+    if server.tls_port is not None:
+        host = config.tls_listen.rpartition(":")[0]
+        print(f"sluicegate listening on amqps://{host}:{server.tls_port}", flush=True)
     server.run()
     return server.exit_status

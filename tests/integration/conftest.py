@@ -8,6 +8,7 @@ through :meth:`gateway.server.Server.call`.
 from __future__ import annotations
 
 import shutil
+import ssl
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -16,7 +17,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from support.certificates import self_signed
 
+from sluicegate.clients.tls import client_context
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.log_writer import FaultHook
 from sluicegate.gateway.server import Server
@@ -133,3 +136,37 @@ def make_server() -> Iterator[Callable[..., RunningServer]]:
     yield make
     for running in started:
         running.stop()
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How a test's client reaches the server: amqp://, or amqps:// through the TLS gate."""
+
+    # The certificate and key of the amqps:// listener; None for amqp://.
+    certificate: tuple[Path, Path] | None
+    # What the client trusts (the certificate itself); None for amqp://.
+    tls: ssl.SSLContext | None
+
+    @property
+    def settings(self) -> dict[str, object]:
+        """What ``make_server`` needs on top of a test's own settings."""
+        if self.certificate is None:
+            return {}
+        cert, key = self.certificate
+        return {"tls_cert_file": cert, "tls_key_file": key, "tls_listen": "127.0.0.1:0"}
+
+    def port(self, running: RunningServer) -> int:
+        """The port of the listener this scheme names."""
+        if self.certificate is None:
+            return running.port
+        assert running.server.tls_port is not None
+        return running.server.tls_port
+
+
+@pytest.fixture(params=["amqp", "amqps"])
+def scheme(request: pytest.FixtureRequest, tmp_path: Path) -> Scheme:
+    """Each test that takes it runs over plain TCP and over TLS."""
+    if request.param == "amqp":
+        return Scheme(None, None)
+    cert, key = self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
+    return Scheme((cert, key), client_context(str(cert), verify_hostname=True))

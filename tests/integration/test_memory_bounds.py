@@ -17,13 +17,14 @@ from typing import Final
 
 import proton
 import pytest
-from integration.conftest import RunningServer
+from integration.conftest import RunningServer, Scheme
 from support.clients import consume, publish
 from support.polling import wait_until
 from support.prober import ROUND_TIMEOUT, Prober
 from support.process import serving
 from support.raw_client import ConnectionClosedError, RawClient
 
+from sluicegate.clients.pump import TLS_OUTPUT_LOW
 from sluicegate.gateway.io_layer import READ_BATCH
 from sluicegate.gateway.state import ConnectionState
 
@@ -68,12 +69,14 @@ def _unfinished(server: RunningServer) -> int:
 
 
 def test_unfinished_deliveries_are_charged_as_they_arrive_and_capped_per_connection(
-    make_server: Callable[..., RunningServer],
+    make_server: Callable[..., RunningServer], scheme: Scheme
 ) -> None:
-    server = make_server(max_message_size=512 * KiB, max_unfinished_size=1 * MiB)
+    server = make_server(max_message_size=512 * KiB, max_unfinished_size=1 * MiB, **scheme.settings)
     chunk = b"x" * (100 * KiB)
     with _probing(server, "probe-unfinished") as prober:
-        client = RawClient.connect(server.host, server.port, container_id="unfinished")
+        client = RawClient.connect(
+            server.host, scheme.port(server), container_id="unfinished", tls=scheme.tls
+        )
         with client:
             client.begin()
             links = [client.attach(f"p{i}", "sender", target=f"/queues/u{i}") for i in range(8)]
@@ -153,9 +156,11 @@ def test_a_refused_link_buffers_nothing_of_what_is_sent_on_it(server: RunningSer
 class CreditAttack(threading.Thread):
     """Attach ``links`` publishers, wait for their credit, then spend all of it at once."""
 
-    def __init__(self, server: RunningServer, links: int, body: int) -> None:
+    def __init__(self, server: RunningServer, scheme: Scheme, links: int, body: int) -> None:
         super().__init__(name="credit attack", daemon=True)
-        self.client = RawClient.connect(server.host, server.port, container_id="credit-attack")
+        self.client = RawClient.connect(
+            server.host, scheme.port(server), container_id="credit-attack", tls=scheme.tls
+        )
         self.client.write_timeout = 120.0
         self.handles: list[int] = []
         self.client.begin()
@@ -179,12 +184,15 @@ class CreditAttack(threading.Thread):
 
 
 def test_credit_of_many_links_is_no_way_past_the_budget(
-    make_server: Callable[..., RunningServer],
+    make_server: Callable[..., RunningServer], scheme: Scheme
 ) -> None:
-    """200 links of 170 credit each could send 400 MB of 12 KiB messages; 4 MiB is the budget."""
+    """200 links of 170 credit each could send 400 MB of 12 KiB messages; 4 MiB is the budget.
+
+    Over TLS too: the gate reads within the same bounds and stops once the budget holds it.
+    """
     budget = 4 * MiB
-    server = make_server(memory_budget=budget)
-    attack = CreditAttack(server, links=200, body=12 * KiB)
+    server = make_server(memory_budget=budget, **scheme.settings)
+    attack = CreditAttack(server, scheme, links=200, body=12 * KiB)
     with _probing(server, "probe-credit") as prober:
         attack.start()
         stats = server.server.broker.publishing.budget
@@ -211,18 +219,21 @@ def test_credit_of_many_links_is_no_way_past_the_budget(
 
 
 def test_the_writer_bound_is_in_bytes_whatever_the_clients_frame_size(
-    make_server: Callable[..., RunningServer],
+    make_server: Callable[..., RunningServer], scheme: Scheme
 ) -> None:
+    """A consumer that never reads holds the writer's bound in proton; over TLS, the gate's
+    ciphertext waiting for the socket is bounded apart (gateway/gate.py)."""
     buffer = 1 * MiB
-    server = make_server(writer_buffer_size=buffer)
+    server = make_server(writer_buffer_size=buffer, **scheme.settings)
     publish(server.url, "/queues/big-frames", [b"b" * MiB] * 12)
     with _probing(server, "probe-big-frames"):
         client = RawClient.connect(
             server.host,
-            server.port,
+            scheme.port(server),
             container_id="big-frames",
             max_frame_size=2**32 - 1,
             rcvbuf=16 * KiB,
+            tls=scheme.tls,
         )
         with client:
             for channel in range(4):
@@ -236,15 +247,19 @@ def test_the_writer_bound_is_in_bytes_whatever_the_clients_frame_size(
                 )
                 client.flow(handle, link_credit=12)
 
-            def pending() -> int:
+            def held() -> int:
+                """Bytes in proton not yet written, and the gate's ciphertext over TLS."""
                 state = _connection(server, "big-frames")
                 assert state is not None
-                return state.writer.bytes_pending
+                gate = getattr(state.selectable, "gate", None)
+                return state.writer.bytes_pending + (0 if gate is None else len(gate.output))
 
-            wait_until(lambda: server.call(pending) >= buffer // 2, timeout=30)
+            wait_until(lambda: server.call(held) >= buffer // 2, timeout=30)
             time.sleep(1.0)
-            # One part of a message at most beyond the bound: the server's own frame size.
-            assert server.call(pending) <= buffer + server.server.config.max_frame_size
+            # One part of a message at most beyond the bound: the server's own frame size; the
+            # gate takes a chunk of proton's output while less than a chunk waits.
+            tls = 0 if scheme.tls is None else 2 * TLS_OUTPUT_LOW + 4 * KiB
+            assert server.call(held) <= buffer + server.server.config.max_frame_size + tls
     wait_until(lambda: server.call(lambda: server.server.broker.pending_bytes.total) == 0)
     assert server.queue("big-frames").ready == 12
 

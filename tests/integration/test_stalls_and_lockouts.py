@@ -8,19 +8,23 @@ seconds before the fix. The attacker gets the error the docs promise.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
+import ssl
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
 import pytest
-from integration.conftest import RunningServer
+from integration.conftest import RunningServer, Scheme
 from proton import Message, symbol, uint
+from support.certificates import self_signed
 from support.clients import publish
 from support.frames import (
     AMQP_HEADER,
@@ -32,10 +36,11 @@ from support.frames import (
     parse_frame,
 )
 from support.prober import ROUND_TIMEOUT, Prober
-from support.process import serving
+from support.process import serving, tls_port
 from support.raw_client import RawClient
 
 from sluicegate.clients.management import ManagementClient
+from sluicegate.clients.tls import client_context
 from sluicegate.gateway.auth import User, hash_password, parse_users
 
 # A served prober's round, with room for a loaded shared machine; the stalls were 10-60 s.
@@ -45,6 +50,19 @@ ALICE_PASSWORD: Final = "correct horse"
 SASL_OK: Final = 0
 SASL_AUTH: Final = 1
 SASL_SYS_TEMP: Final = 4
+
+
+@contextmanager
+def _served(env: dict[str, str], scheme: Scheme) -> Iterator[tuple[int, int]]:
+    """A server in its own process: its amqp:// port, and the port of ``scheme``'s listener."""
+    if scheme.certificate is None:
+        with serving(env=env) as (_, port):
+            yield port, port
+        return
+    cert, key = scheme.certificate
+    tls = {"SLUICEGATE_TLS_CERT_FILE": str(cert), "SLUICEGATE_TLS_KEY_FILE": str(key)}
+    with serving("--tls-listen", "127.0.0.1:0", env={**env, **tls}) as (process, port):
+        yield port, tls_port(process)
 
 
 class _AttachStorm(threading.Thread):
@@ -110,17 +128,22 @@ class _AttachStorm(threading.Thread):
             self.waves += 1
 
 
-def test_attach_storms_do_not_stall_other_clients() -> None:
+def test_attach_storms_do_not_stall_other_clients(scheme: Scheme) -> None:
     """Each ATTACH costs the same however many links the connection holds (issue 17 §2).
 
     Checking the per-session limit walked every link of the connection, so 16 x 256 attaches
     in one write took 67 s to answer and no other client could connect meanwhile. Refused
     attaches cost no less than served ones, so the storm attaches past the limit too. The
     server runs in its own process: the storm's and the prober's Python would otherwise share
-    its interpreter lock.
+    its interpreter lock. Over TLS the storm's frames pass through the gate (gateway/gate.py),
+    which used to hand proton all that one 64 KiB read decrypted, over a thousand frames: the
+    plain path's bounds per pass hold there too.
     """
     env = {**os.environ, "SLUICEGATE_MAX_LINKS_PER_SESSION": "200"}
-    with serving(env=env) as (_, port), RawClient.connect("127.0.0.1", port) as attacker:
+    with (
+        _served(env, scheme) as (port, attacked),
+        RawClient.connect("127.0.0.1", attacked, tls=scheme.tls) as attacker,
+    ):
         for channel in range(8):
             attacker.begin(channel)
         storm = _AttachStorm(attacker, sessions=8, per_session=256)
@@ -335,17 +358,73 @@ def test_sockets_that_never_log_in_are_dropped_and_lock_nobody_out(
             sock.close()
 
 
+def _client_hello(context: ssl.SSLContext) -> bytes:
+    """The first flight of a TLS client: what a socket would send before any answer."""
+    outgoing = ssl.MemoryBIO()
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_tls_clients_that_never_open_are_dropped_at_the_handshake_timeout(
+    make_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """handshake_timeout covers the TLS handshake too, whatever a client trickles: a socket
+    that sends nothing, one that sends its ClientHello a byte at a time, and one that finishes
+    TLS and then sends the AMQP header a byte (a TLS record) at a time are all dropped at the
+    timeout, while other clients are served."""
+    handshake = 1.5
+    cert, key = self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
+    running = make_server(
+        handshake_timeout=handshake, tls_cert_file=cert, tls_key_file=key, tls_listen="127.0.0.1:0"
+    )
+    address = ("127.0.0.1", running.server.tls_port)
+    context = client_context(str(cert), verify_hostname=True)
+    silent = socket.create_connection(address)
+    hello = socket.create_connection(address)
+    inside = context.wrap_socket(socket.create_connection(address), server_hostname="localhost")
+    trickles = {silent: b"", hello: _client_hello(context), inside: AMQP_HEADER * 4}
+    start = time.monotonic()
+    lifetimes: dict[socket.socket, float] = {}
+    with Prober(running.url) as prober:
+        while len(lifetimes) < len(trickles) and time.monotonic() - start < 3 * handshake:
+            for sock, rest in trickles.items():
+                if sock in lifetimes:
+                    continue
+                try:
+                    if rest:
+                        sock.sendall(rest[:1])
+                        trickles[sock] = rest[1:]
+                    sock.settimeout(0.05)
+                    if sock.recv(65536) == b"":
+                        raise ConnectionResetError
+                except (TimeoutError, ssl.SSLWantReadError):
+                    continue
+                except OSError:
+                    lifetimes[sock] = time.monotonic() - start
+            time.sleep(0.05)
+    for sock in trickles:
+        sock.close()
+    seen = prober.seen
+    assert seen.failures == []
+    assert seen.worst < PROBE_BOUND, seen.rounds
+    assert len(lifetimes) == 3, "a socket outlived three times the handshake timeout"
+    assert all(handshake - 0.1 <= lifetime < handshake + 1.5 for lifetime in lifetimes.values())
+
+
 def test_idle_timeout_counts_whole_frames_and_fires_on_time(
-    make_server: Callable[..., RunningServer],
+    make_server: Callable[..., RunningServer], scheme: Scheme
 ) -> None:
     """Silence and a frame trickled byte by byte are both idle, closed after idle_timeout
-    (issue 17 §5); proton's own timer fired at twice the setting and restarted on any byte."""
+    (issue 17 §5); proton's own timer fired at twice the setting and restarted on any byte.
+    Over TLS each byte comes in a TLS record of its own."""
     idle = 2.0
-    running = make_server(idle_timeout=idle)
+    running = make_server(idle_timeout=idle, **scheme.settings)
     # A 256-byte frame of which a byte comes every 0.25 s, for longer than the timeout.
     frame = FRAME_HEADER.pack(256, 2, 0, 0) + b"\x00" * 8
     for trickle in (b"", frame):
-        with RawClient.connect(running.host, running.port) as client:
+        with RawClient.connect(running.host, scheme.port(running), tls=scheme.tls) as client:
             client.peer_idle_timeout_ms = None  # no heartbeats
             start = time.monotonic()
             for byte in trickle:

@@ -16,7 +16,18 @@ from typing import Final
 import pytest
 
 LISTENING: Final = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
+TLS_LISTENING: Final = re.compile(r"^sluicegate listening on amqps://127\.0\.0\.1:(\d+)$")
 SERVE: Final = (sys.executable, "-m", "sluicegate", "serve")
+
+
+def tls_port(process: subprocess.Popen[str]) -> int:
+    """The amqps:// port of a server started with ``--tls-listen 127.0.0.1:0`` and a certificate
+    (the line it prints after the amqp:// one)."""
+    assert process.stdout is not None
+    line = process.stdout.readline().rstrip("\n")
+    match = TLS_LISTENING.match(line)
+    assert match is not None, f"second line {line!r}"
+    return int(match.group(1))
 
 
 def _descriptor_limit(soft: int) -> Callable[[], None]:

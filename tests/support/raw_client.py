@@ -16,6 +16,7 @@ field (its spec default applies).
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -221,9 +222,10 @@ class RawClient:
         properties: Mapping[str, PythonAMQPData] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         plain: tuple[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> RawClient:
-        """Open a connection: headers, SASL (PLAIN with ``plain`` (user, password), else
-        ANONYMOUS) if ``sasl``, then OPEN both ways.
+        """Open a connection: TLS with ``tls``, headers, SASL (PLAIN with ``plain`` (user,
+        password), else ANONYMOUS) if ``sasl``, then OPEN both ways.
 
         ``rcvbuf`` is set before connecting because the TCP window scale is fixed at the
         handshake; a small one makes the server feel back-pressure as soon as we stop reading.
@@ -238,6 +240,8 @@ class RawClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(timeout)
             sock.connect(address)
+            if tls is not None:
+                sock = tls.wrap_socket(sock, server_hostname=host)
             client = cls(sock, max_frame_size=max_frame_size)
             if sasl:
                 client._sasl_login(hostname, timeout, plain)
@@ -611,7 +615,8 @@ class RawClient:
         self._sock.settimeout(remaining)
         try:
             chunk = self._sock.recv(RECV_SIZE)
-        except (TimeoutError, BlockingIOError):  # a zero timeout makes the socket non-blocking
+        # A zero timeout makes the socket non-blocking; TLS says so with SSLWantReadError.
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
             return True
         if not chunk:
             if self.peer_close is not None:
