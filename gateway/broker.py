@@ -53,6 +53,7 @@ from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.management.router import Router
 from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
+from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.state import (
     ConnectionState,
     IncomingLinkState,
@@ -125,8 +126,15 @@ class Broker(Handler):
             },
             self.queue_deleted,
         )
+        # Consumer and publisher links by their queue, for the queue's deletion.
+        self.queue_links = QueueLinks()
         self.publishing = Publishing(
-            config, registry, MemoryBudget(config.memory_budget), self._route, durability
+            config,
+            registry,
+            MemoryBudget(config.memory_budget),
+            self._route,
+            self.queue_links,
+            durability,
         )
         self.expiry = ExpiryTimer(
             [vhost.registry for vhost in tenancy.vhosts.values()], self._route, self.queue_deleted
@@ -285,12 +293,16 @@ class Broker(Handler):
         self.tenancy.end_session(connection.user)
         self._dirty.discard(state)
         queues = [sender.link.queue for sender in state.senders.values()]
+        registry = connection.vhost.registry
+        for sender in state.senders:
+            self.queue_links.discard(registry, sender.queue.name, sender)
         self._route(state.pure.end())
         del self._states[state.pure]
-        registry = connection.vhost.registry
         for queue in queues:
             registry.consumer_left(queue)
-            self.management.consumer_left(registry, queue)
+            self.management.consumer_left(
+                registry, queue, self.queue_links.consumers(registry, queue.name)
+            )
 
     # -- links ----------------------------------------------------------------------------
 
@@ -362,6 +374,7 @@ class Broker(Handler):
         )
         state = OutgoingLinkState(cast(Sender, link), pure_link, session)
         session.senders[pure_link] = state
+        self.queue_links.add(registry, queue.name, pure_link, link)
         link.sg = state
         if temporary is not None:
             session.connection.temporary[pure_link] = (registry, temporary)
@@ -394,19 +407,9 @@ class Broker(Handler):
         """
         condition = "amqp:resource-deleted"
         description = f"queue '{name}' was deleted"
-        for session in list(self._states.values()):
-            vhost = session.connection.vhost
-            if vhost is None or vhost.registry is not registry:
-                continue
-            for state in list(session.senders.values()):
-                if state.link.queue.name == name:
-                    self._detach(state.sender)
-                    _close(state.sender, condition, description)
-        for incoming in list(self.publishing.links):
-            queue = incoming.target.queue
-            if queue is not None and queue.name == name and incoming.router.registry is registry:
-                self._detach(incoming.receiver)
-                _close(incoming.receiver, condition, description)
+        for link in self.queue_links.take(registry, name):
+            self._detach(link)
+            _close(link, condition, description)
 
     def on_link_remote_close(self, event: Event) -> None:
         """A DETACH: release what the link held and answer it."""
@@ -425,8 +428,12 @@ class Broker(Handler):
             connection = state.session.connection
             vhost = connection.vhost
             assert vhost is not None
-            vhost.registry.consumer_left(state.link.queue)
-            self.management.consumer_left(vhost.registry, state.link.queue)
+            registry, queue = vhost.registry, state.link.queue
+            self.queue_links.discard(registry, queue.name, state.link)
+            registry.consumer_left(queue)
+            self.management.consumer_left(
+                registry, queue, self.queue_links.consumers(registry, queue.name)
+            )
             self._delete_temporary(connection, state.link)
         elif isinstance(state, IncomingLinkState):
             self.publishing.detach(state)

@@ -23,6 +23,7 @@ from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.proton_internals import c_object
+from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
 from sluicegate.gateway.vhost_log import logged_name
 from sluicegate.queues.message import Message
@@ -70,6 +71,7 @@ class Publishing:
         registry: QueueRegistry,
         budget: MemoryBudget,
         dispatch: Callable[[list[Dispatch]], None],
+        queue_links: QueueLinks,
         durability: Durability | None = None,
     ) -> None:
         self.config = config
@@ -83,6 +85,8 @@ class Publishing:
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
         self.links: set[IncomingLinkState] = set()
+        # Links by their queue, shared with the consumers' (gateway/queue_links.py).
+        self.queue_links = queue_links
         # Who gets transfers on receiving links that are not publishers' (set by the broker).
         self.other_link: Callable[[Link, Delivery], None] = _ignore
         # How a connection is closed for an error (set by the broker).
@@ -115,6 +119,8 @@ class Publishing:
         link.sg = state
         self.links.add(state)
         connection.publishers.add(state)
+        if target.queue is not None:
+            self.queue_links.add(router.registry, target.queue.name, state, link)
         link.open()
         if credit:
             link.flow(credit)
@@ -123,6 +129,9 @@ class Publishing:
     def detach(self, state: IncomingLinkState) -> None:
         """Forget a link; copies still being stored are confirmed to nobody."""
         self.links.discard(state)
+        queue = state.target.queue
+        if queue is not None:
+            self.queue_links.discard(state.router.registry, queue.name, state)
         connection = state.connection
         connection.publishers.discard(state)
         state.partial = None

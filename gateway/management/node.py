@@ -185,12 +185,13 @@ class ManagementNode(Handler):
             exclusive.add((registry, response.exclusive_queue))
         return response
 
-    def consumer_left(self, registry: QueueRegistry, queue: QueueType) -> None:
-        """RabbitMQ's auto-delete: such a queue goes when its last consumer detaches."""
+    def consumer_left(self, registry: QueueRegistry, queue: QueueType, consumers: int) -> None:
+        """RabbitMQ's auto-delete: such a queue goes when its last consumer detaches;
+        ``consumers`` is how many it still has."""
         name = queue.name
         if registry.get(name) is not queue or not registry.settings(name).auto_delete:
             return
-        if queue.statistics().consumers == 0:
+        if consumers == 0:
             registry.delete_queue(name)
             self._on_queue_deleted(registry, name)
 
