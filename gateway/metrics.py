@@ -66,7 +66,17 @@ class ServerCollector(Collector):
         yield _gauge("sluicegate_connections", "Open client connections.", stats.connections)
         yield _gauge(
             "sluicegate_connection_reads_paused",
-            "Connections whose socket is not read because their account is over its limit.",
+            "Connections whose socket is not read: held by the memory budget or their account.",
+            stats.reads_paused,
+        )
+        yield _gauge(
+            "sluicegate_connection_reads_paused_by_memory_budget",
+            "Publishing connections the exhausted memory budget holds unread.",
+            stats.reads_paused_by_budget,
+        )
+        yield _gauge(
+            "sluicegate_connection_reads_paused_by_account",
+            "Connections not read because their account (copies not yet stored) is over its limit.",
             sum(1 for account in stats.accounts if account.paused),
         )
         yield _gauge(

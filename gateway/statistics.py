@@ -39,6 +39,9 @@ class ServerStatistics:
     sessions: list[SessionStatistics]
     writers: list[WriterStatistics]
     accounts: list[AccountStatistics]
+    # Connections whose socket is not read, and those of them the memory budget holds.
+    reads_paused: int
+    reads_paused_by_budget: int
     budget: BudgetStatistics
     publishers: list[IncomingLinkStatistics]
     # What consumer filters decoded of messages (queues.filters.view).
@@ -93,6 +96,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
     sessions: list[SessionStatistics] = []
     writers: list[WriterStatistics] = []
     accounts: list[AccountStatistics] = []
+    reads_paused = reads_paused_by_budget = 0
     connections = [state for state in broker.connections if not state.closed]
     for start in range(0, len(connections), SLICE):
         for connection in connections[start : start + SLICE]:
@@ -101,6 +105,9 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
             sessions.extend(session.pure.statistics() for session in connection.sessions.values())
             writers.append(connection.writer.statistics())
             accounts.append(connection.account.statistics())
+            reads_paused += connection.reads_paused
+            inbound = connection.inbound
+            reads_paused_by_budget += inbound is not None and inbound.budget_paused
         yield
     registries = [vhost.registry for vhost in tenancy.vhosts.values()]
     return ServerStatistics(
@@ -109,6 +116,8 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         sessions=sessions,
         writers=writers,
         accounts=accounts,
+        reads_paused=reads_paused,
+        reads_paused_by_budget=reads_paused_by_budget,
         budget=broker.publishing.budget.statistics(),
         publishers=[state.link.statistics() for state in broker.publishing.links],
         filter_views=broker.filter_views.statistics(),

@@ -18,6 +18,7 @@ from typing import Final
 import proton
 import pytest
 from integration.conftest import RunningServer, Scheme
+from integration.test_metrics import scrape
 from support.clients import consume, publish
 from support.polling import wait_until
 from support.prober import ROUND_TIMEOUT, Prober
@@ -210,6 +211,11 @@ def test_credit_of_many_links_is_no_way_past_the_budget(
         _more_rounds(prober, 5)
         assert server.call(lambda: stats.used) <= stats.ceiling + READ_BATCH
         assert server.call(attacker_held)
+        # The hold is visible: the attacker is among the connections the budget keeps unread.
+        samples = scrape(server)
+        held = samples[("sluicegate_connection_reads_paused_by_memory_budget", ())]
+        assert held >= 1
+        assert samples[("sluicegate_connection_reads_paused", ())] >= held
         attack.client.abort()
         attack.join(10)
     assert attack.sent > 0

@@ -86,6 +86,8 @@ def test_scrape_after_a_known_workload(make_server: Callable[..., RunningServer]
         assert samples[("sluicegate_credit_requests_in_flight", ())] == 0
         assert samples[("sluicegate_session_stashed_credit_requests", ())] == 0
         assert samples[("sluicegate_connection_reads_paused", ())] == 0
+        assert samples[("sluicegate_connection_reads_paused_by_memory_budget", ())] == 0
+        assert samples[("sluicegate_connection_reads_paused_by_account", ())] == 0
         assert samples[("sluicegate_connection_account_debt", ())] == 0
         # Held in memory: every message not yet settled for good, as the publisher encoded it
         # plus the annotations section consumers get, and what the queue spends to hold it

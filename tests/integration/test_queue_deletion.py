@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Final
 
 from integration.conftest import RunningServer
-from proton import UNDESCRIBED, Array, Data, symbol, uint
+from proton import symbol, uint
 from support.frames import described, encode_frame
 from support.polling import wait_until
 from support.prober import ROUND_TIMEOUT, Prober
@@ -26,7 +26,8 @@ QUEUES: Final = 50
 # Dynamic links the churner attaches and detaches per wave, in one write each.
 WAVE: Final = 100
 WAVES: Final = 5
-TEMPORARY: Final = Array(UNDESCRIBED, Data.SYMBOL, symbol("temporary-queue"))
+# A multiple field may carry its one value alone (AMQP 1.0 §1.6.3 multiple).
+TEMPORARY: Final = symbol("temporary-queue")
 
 
 def _hold(client: RawClient) -> dict[tuple[int, int], str]:
