@@ -31,6 +31,7 @@ CREDIT: Final[int] = 100_000
 RATE: Final[float] = 500.0
 DURATION_S: Final[float] = 60.0
 SETTLE_TIMEOUT_S: Final[float] = 120.0  # outcomes of what was sent before the end
+DRAIN_S: Final[float] = SETTLE_TIMEOUT_S  # the drainer outlives the wait for those outcomes
 COLUMNS: Final[tuple[str, ...]] = (
     "sent",
     "accepted",
@@ -113,15 +114,24 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
         sampler.start()
         consumer.start()
         publisher.start()
+        drainer: ConsumerProcess | None = None
         clock = (time.time_ns(), sampler.elapsed())  # the sender stamps wall-clock times
         try:
             while not consumer.poll():
                 publisher.poll()
                 consumer.channel.poll(0.2)
+            # The publisher's last messages may sit unread behind an exhausted budget, which
+            # holds the publishers that fill it (docs/inbound-flow-control.md): a drainer frees
+            # the budget so their outcomes come back. Its messages are not counted as taken.
+            drainer = ConsumerProcess(
+                ConsumerPlan(server.host, server.port, (address,), args.credit, None, DRAIN_S)
+            ).start()
             done = publisher.wait(SETTLE_TIMEOUT_S)
         finally:
             publisher.stop()
             consumer.stop()
+            if drainer is not None:
+                drainer.stop()
         series = sampler.stop()
     first = 0.0 if done.first_ns is None else clock[1] + (done.first_ns - clock[0]) / NS_PER_S
     publishing = (first, first + args.duration)
