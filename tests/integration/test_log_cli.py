@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from proton import Message
 from support.clients import consume, publish
 from support.process import SERVE, serving
@@ -28,6 +29,7 @@ def _log(*arguments: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_missing_segment_refuses_start_until_repaired_and_repair_says_what_it_lost(
     tmp_path: Path,
 ) -> None:

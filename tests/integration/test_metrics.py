@@ -6,6 +6,7 @@ import urllib.request
 from collections.abc import Callable, Generator
 from pathlib import Path
 
+import pytest
 from integration.conftest import RunningServer
 from prometheus_client.parser import text_string_to_metric_families
 from proton import Message
@@ -154,6 +155,7 @@ def test_metrics_can_be_turned_off(make_server: Callable[..., RunningServer]) ->
     assert running.server.config.metrics_address is None
 
 
+@pytest.mark.slow
 def test_a_scrape_of_ten_thousand_queues_is_taken_a_slice_per_turn(
     make_server: Callable[..., RunningServer],
 ) -> None:

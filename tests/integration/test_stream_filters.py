@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, cast
 
+import pytest
 from integration.conftest import RunningServer, start_server
 from proton import Described, Message, Timeout, symbol
 from proton._data import PythonAMQPData
@@ -144,6 +145,7 @@ def test_stream_filters_after_a_restart(tmp_path: Path) -> None:
         running.stop()
 
 
+@pytest.mark.slow
 def test_a_filtered_read_of_a_long_stream_does_not_stall_others(server: RunningServer) -> None:
     """An SQL filter that matches only the last of 20,000 messages: each read is bounded, the
     rest goes on at the next ticks while other clients are served."""

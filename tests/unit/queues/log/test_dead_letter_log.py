@@ -38,7 +38,16 @@ def _publish(registry: QueueRegistry, store: MessageStore, body: str) -> None:
     registry.queue("work").enqueue(stored)
 
 
-@pytest.mark.parametrize("topology_change", ["none", "delete_queue", "unbind", "delete_exchange"])
+# Each case replays every prefix of its batch; the topology changes are the long ones.
+@pytest.mark.parametrize(
+    "topology_change",
+    [
+        "none",
+        pytest.param("delete_queue", marks=pytest.mark.slow),
+        pytest.param("unbind", marks=pytest.mark.slow),
+        pytest.param("delete_exchange", marks=pytest.mark.slow),
+    ],
+)
 def test_a_crash_anywhere_in_the_dead_lettering_batch_keeps_the_message(
     tmp_path: Path, topology_change: str
 ) -> None:
