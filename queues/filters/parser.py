@@ -27,6 +27,8 @@ the consumer's link, never anything more.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import Final, NoReturn, TypeAlias
 
 from sluicegate.queues.errors import InvalidFilter
@@ -69,6 +71,20 @@ def checked_length(language: str, text: str) -> str:
     if not text.strip():
         raise InvalidFilter(f"{language}: empty")
     return text
+
+
+def lexemes(language: str, pattern: re.Pattern[str], text: str) -> Iterator[tuple[str, str]]:
+    """Each lexeme of ``text`` as (the name of the group of ``pattern`` it matched, its text);
+    text that no group matches is refused, naming where it starts."""
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        match = pattern.match(text, pos)
+        if match is None or match.end() == pos:
+            raise InvalidFilter(f"{language}: unexpected {text[pos:].strip()[:20]!r}")
+        pos = match.end()
+        kind = match.lastgroup or ""
+        yield kind, match.group(kind)
 
 
 def checked_tokens(language: str, tokens: list[Token]) -> list[Token]:

@@ -14,9 +14,14 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from sluicegate.queues.errors import InvalidFilter
 from sluicegate.queues.filters.expression import ExpressionFilter, Field, Section
-from sluicegate.queues.filters.parser import Parser, Token, checked_length, checked_tokens
+from sluicegate.queues.filters.parser import (
+    Parser,
+    Token,
+    checked_length,
+    checked_tokens,
+    lexemes,
+)
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.queue_type import Clock
 
@@ -60,15 +65,7 @@ def _number(text: str) -> int | float:
 
 def _tokens(text: str) -> list[Token]:
     tokens: list[Token] = []
-    pos = 0
-    text = text.rstrip()
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None or match.end() == pos:
-            raise InvalidFilter(f"{_LANGUAGE}: unexpected {text[pos:].strip()[:20]!r}")
-        pos = match.end()
-        kind = match.lastgroup
-        value = match.group(kind or "")
+    for kind, value in lexemes(_LANGUAGE, _TOKEN, text):
         if kind == "number":
             tokens.append(("literal", _number(value)))
         elif kind == "string":

@@ -17,7 +17,13 @@ from typing import Final
 
 from sluicegate.queues.errors import InvalidFilter
 from sluicegate.queues.filters.expression import ExpressionFilter, Field, Section
-from sluicegate.queues.filters.parser import Parser, Token, checked_length, checked_tokens
+from sluicegate.queues.filters.parser import (
+    Parser,
+    Token,
+    checked_length,
+    checked_tokens,
+    lexemes,
+)
 from sluicegate.queues.filters.properties import PROPERTY_FIELDS
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.queue_type import Clock
@@ -80,15 +86,7 @@ def _section_field(text: str) -> Field:
 
 def _tokens(text: str) -> list[Token]:
     tokens: list[Token] = []
-    pos = 0
-    text = text.rstrip()
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None or match.end() == pos:
-            raise InvalidFilter(f"{_LANGUAGE}: unexpected {text[pos:].strip()[:20]!r}")
-        pos = match.end()
-        kind = match.lastgroup
-        value = match.group(kind or "")
+    for kind, value in lexemes(_LANGUAGE, _TOKEN, text):
         if kind == "binary":
             tokens.append(("literal", bytes.fromhex(value[2:])))
         elif kind == "float":
