@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from proton import Condition, Connection, Endpoint, Link
 
+from sluicegate.clients.capi import link_pointer
 from sluicegate.clients.pump import Pump
-from sluicegate.clients.quiver.capi import link_pointer
 from sluicegate.clients.quiver.reports import STOP, Failed, Ready, Report, Scoreboard
 from sluicegate.clients.quiver.settings import ArrowConfig
 

@@ -17,8 +17,8 @@ from typing import Final
 
 from proton import Connection, Link, Receiver
 
+from sluicegate.clients.capi import ffi, lib
 from sluicegate.clients.quiver.arrow import Arrow
-from sluicegate.clients.quiver.capi import ffi, lib
 from sluicegate.clients.quiver.payload import PayloadError, body_headers, check_stamped
 from sluicegate.clients.quiver.reports import Ready, ReceiverDone, Report, Scoreboard
 from sluicegate.clients.quiver.settings import ArrowConfig

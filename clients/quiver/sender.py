@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from proton import Connection, Link
 
+from sluicegate.clients.capi import ffi, lib
 from sluicegate.clients.quiver.arrow import Arrow
-from sluicegate.clients.quiver.capi import ffi, lib
 from sluicegate.clients.quiver.payload import encode_template
 from sluicegate.clients.quiver.reports import Report, Scoreboard, SenderDone
 from sluicegate.clients.quiver.settings import ArrowConfig

@@ -1,0 +1,79 @@
+"""Proton's C functions for the per-message path, called through the cffi module proton is built on.
+
+Proton's Python classes build a wrapper object (a C incref, a record lookup, an attribute dict)
+each time a delivery or link is touched: profiled, that was most of a receiver's time. The
+clients keep the raw ``pn_link_t`` pointer of their links and drive them with the same C calls
+the wrappers make, minus the wrappers. Everything else uses the Python API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cproton_ffi import ffi, lib
+from proton import Link
+
+__all__ = ["ffi", "lib", "link_pointer", "take_transfers"]
+
+
+def link_pointer(link: Link) -> Any:
+    """The ``pn_link_t *`` behind a proton ``Link`` (its wrapper keeps it alive)."""
+    return link._impl
+
+
+def take_transfers(link: Any, limit: int, settle: bool) -> tuple[list[Any], list[bytearray], int]:
+    """Up to ``limit`` complete transfers waiting on a receiver, oldest first.
+
+    Returns their ``pn_delivery_t *`` (settled already if ``settle``), their encoded messages,
+    and how many aborted transfers were dropped on the way (each spent a credit and carries no
+    message; AMQP 1.0 §2.6.14).
+    """
+    current, readable, partial = (
+        lib.pn_link_current,
+        lib.pn_delivery_readable,
+        lib.pn_delivery_partial,
+    )
+    pending, recv, advance = lib.pn_delivery_pending, lib.pn_link_recv, lib.pn_link_advance
+    aborted, settle_delivery = lib.pn_delivery_aborted, lib.pn_delivery_settle
+    from_buffer = ffi.from_buffer
+    deliveries: list[Any] = []
+    payloads: list[bytearray] = []
+    dropped = 0
+    delivery = current(link)
+    while (
+        len(payloads) < limit
+        and delivery != ffi.NULL
+        and readable(delivery)
+        and not partial(delivery)
+    ):
+        size = pending(delivery)
+        payload = bytearray(size)
+        if size:
+            recv(link, from_buffer(payload), size)
+        advance(link)
+        if aborted(delivery):
+            settle_delivery(delivery)
+            dropped += 1
+        else:
+            if settle:
+                settle_delivery(delivery)
+            deliveries.append(delivery)
+            payloads.append(payload)
+        delivery = current(link)
+    return deliveries, payloads, dropped
+
+
+def has_transfer(link: Any) -> bool:
+    """Whether a complete transfer waits on a receiver (one :func:`take_transfers` would take)."""
+    delivery = lib.pn_link_current(link)
+    return bool(
+        delivery != ffi.NULL
+        and lib.pn_delivery_readable(delivery)
+        and not lib.pn_delivery_partial(delivery)
+    )
+
+
+def unused_credit(link: Any) -> int:
+    """Credit a receiver has granted that the sender has not used yet (``credit - queued``)."""
+    credit: int = lib.pn_link_credit(link) - lib.pn_link_queued(link)
+    return credit
