@@ -2,9 +2,11 @@
 
 Reads JSON orders from the queue ``/queues/orders`` as a stream (``mode=queue``: each message is
 settled only once Spark has committed the micro-batch holding it), keeps those worth more than
-``--threshold``, and sends them to ``/queues/large-orders`` with the sink. A redelivered message
-(the query died before its batch committed) has ``delivery_count`` > 0; the sink's
-deterministic message-ids let a consumer drop the duplicates a restart may produce.
+``--threshold``, and sends them to ``/queues/large-orders`` with the sink. Each large order keeps
+its order's message-id, so a consumer drops the rare duplicate a crash leaves by id; whether the
+order may have been processed before (``redelivered``) travels as a boolean application
+property. Nothing is filtered on ``redelivered``: a redelivered order may never have been
+processed.
 
     sluicegate serve &
     python examples/spark_pipeline.py --url amqp://127.0.0.1:5672 --checkpoint /tmp/orders-ckpt
@@ -72,15 +74,17 @@ def main() -> None:
     )
     large = (
         orders.select(
+            "message_id",
+            "redelivered",
             F.from_json(F.col("body").cast("string"), ORDER).alias("order"),
-            (F.col("delivery_count") > 0).alias("redelivered"),
         )
         .where(F.col("order.amount") > args.threshold)
         .select(
             F.to_json(F.col("order")).alias("body"),
+            "message_id",
             F.col("order.id").alias("correlation_id"),
             F.lit("application/json").alias("content_type"),
-            F.create_map(F.lit("redelivered"), F.col("redelivered").cast("string")).alias(
+            F.create_map(F.lit("redelivered"), F.col("redelivered")).alias(
                 "application_properties"
             ),
         )

@@ -14,51 +14,51 @@ from collections.abc import Iterator
 from typing import Final
 
 import pyarrow as pa
-from proton import Delivery
 from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
+from sluicegate.clients.capi import has_transfer, link_pointer, take_transfers
 from sluicegate.spark.amqp import AmqpConnection
 from sluicegate.spark.options import ReadOptions
-from sluicegate.spark.records import BATCH_ROWS, BatchBuilder
+from sluicegate.spark.queue_info import look_up
+from sluicegate.spark.records import BATCH_ROWS, BatchBuilder, read_columns
 
 # Credit per drain round: one record batch's worth keeps the copies in flight bounded.
 BROWSE_WINDOW: Final = BATCH_ROWS
 
 
-def _complete(delivery: Delivery | None) -> bool:
-    return delivery is not None and delivery.readable and not delivery.partial
+def browse(options: ReadOptions, columns: tuple[str, ...]) -> Iterator[pa.RecordBatch]:
+    """Every message of the queue at the time of the read, as record batches.
 
-
-def browse(options: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """Every message of the queue at the time of the read, as record batches."""
+    The queue is looked up first: a missing one fails the read (or, with ``failOnMissing=false``,
+    reads as empty), and a stream is refused before anything is attached.
+    """
     endpoint = options.endpoint
     amqp = AmqpConnection.open(endpoint)
     try:
+        if look_up(amqp, options) is None:
+            return
         link = amqp.receiver(endpoint.address, copy=True, timeout=endpoint.connect_timeout_s)
+        impl = link_pointer(link)
         position = 0
         while True:
             link.drain(BROWSE_WINDOW)
-            builder = BatchBuilder()
+            builder = BatchBuilder(columns)
             received = 0
             while True:
-                delivery = link.current
-                while _complete(delivery):
-                    assert delivery is not None
-                    payload = link.recv(delivery.pending) or b""
-                    link.advance()
-                    delivery.settle()
-                    if not delivery.aborted:
-                        position += 1
-                        builder.add(payload, position)
-                    received += 1
-                    delivery = link.current
+                _, payloads, dropped = take_transfers(impl, BROWSE_WINDOW, settle=True)
+                received += len(payloads) + dropped
+                for payload in payloads:
+                    position += 1
+                    builder.add(payload, position)
                 if not link.draining() and link.queued == 0:
                     break
-                amqp.wait(
-                    lambda: _complete(link.current) or not link.draining(),
-                    options.receive_timeout_s,
-                    "a browsed message or the drain's FLOW",
-                )
+                if not payloads and not dropped:
+                    amqp.wait(
+                        lambda: has_transfer(impl) or not link.draining(),
+                        options.receive_timeout_s,
+                        "a browsed message or the drain's FLOW",
+                    )
             yield from builder.finish()
             if received < BROWSE_WINDOW:
                 return
@@ -69,8 +69,9 @@ def browse(options: ReadOptions) -> Iterator[pa.RecordBatch]:
 class BrowseReader(DataSourceReader):
     """One partition: a queue is browsed in order by one receiver."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType | None = None) -> None:
         self.options = options
+        self.columns = read_columns(schema)
 
     def partitions(self) -> list[InputPartition]:
         """A single task (its order is the queue's)."""
@@ -78,4 +79,4 @@ class BrowseReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Browse the whole queue in the executor."""
-        return browse(self.options)
+        return browse(self.options, self.columns)

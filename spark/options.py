@@ -19,8 +19,11 @@ from urllib.parse import SplitResult, urlsplit
 # The default: a large window; the gateway hands its session at most 256 at a time, so
 # the server stays safe, and the connector holds at most this many messages in memory.
 DEFAULT_CREDIT: Final = 100_000
-DEFAULT_CONNECT_TIMEOUT_MS: Final = 30_000
-# tenacity attempts for opening a connection: a restarting gateway gets about 15 s.
+# Per connection attempt (TCP, TLS and the AMQP OPEN): a gateway on a loaded host answers in
+# well under a second; ten seconds tells a hung one from a slow one.
+DEFAULT_CONNECT_TIMEOUT_MS: Final = 10_000
+# Attempts to open a connection, with back-off between them: a restarting gateway gets about 8 s
+# of pauses, and a connection fails within connectTimeoutMs x connectAttempts (60 s) at worst.
 DEFAULT_CONNECT_ATTEMPTS: Final = 6
 # How long a bounded read (a browse, a stream range) waits for its next message before it
 # decides the gateway has nothing more: Spark's own network timeout is 120 s.
@@ -165,8 +168,13 @@ class ReadOptions:
     max_bytes_per_trigger: int | None
     starting_offsets: OffsetSpec
     ending_offsets: OffsetSpec
-    min_partitions: int
+    # None: Spark's default parallelism (``spark.source.register`` records it).
+    min_partitions: int | None
     receive_timeout_s: float
+    # A missing queue fails the read (True) or reads as empty until it appears (False).
+    fail_on_missing: bool = True
+    # An offset retention removed before it was read fails the query (True) or is skipped.
+    fail_on_data_loss: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +184,8 @@ class WriteOptions:
     endpoint: Endpoint
     send_timeout_s: float
     max_send_attempts: int
+    # The header's durable flag: a durable queue keeps durable messages across restarts.
+    durable: bool = True
 
 
 _COMMON: Final = (
@@ -200,8 +210,10 @@ _READ: Final = (
     "endingOffsets",
     "minPartitions",
     "receiveTimeoutMs",
+    "failOnMissing",
+    "failOnDataLoss",
 )
-_WRITE: Final = ("sendTimeoutMs", "maxSendAttempts")
+_WRITE: Final = ("sendTimeoutMs", "maxSendAttempts", "durable")
 # Spark's own option for a streaming write, which it passes on to the sink with the user's.
 _SPARK_STREAM_WRITE: Final = ("checkpointLocation",)
 # Options that only make sense for one kind of read; given to another, they are an error.
@@ -211,7 +223,8 @@ _ONLY_FOR: Final[dict[str, frozenset[tuple[Mode, bool]]]] = {
     "maxBytesPerTrigger": frozenset({(Mode.QUEUE, True), (Mode.STREAM, True)}),
     "startingOffsets": frozenset({(Mode.STREAM, True), (Mode.STREAM, False)}),
     "endingOffsets": frozenset({(Mode.STREAM, False)}),
-    "minPartitions": frozenset({(Mode.STREAM, True), (Mode.STREAM, False)}),
+    "minPartitions": frozenset({(Mode.QUEUE, True), (Mode.STREAM, True), (Mode.STREAM, False)}),
+    "failOnDataLoss": frozenset({(Mode.STREAM, True), (Mode.STREAM, False)}),
     "receiveTimeoutMs": frozenset(
         {(Mode.BROWSE, False), (Mode.STREAM, True), (Mode.STREAM, False)}
     ),
@@ -387,8 +400,10 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
             if ending is not None
             else OffsetSpec(OffsetKind.LATEST)
         ),
-        min_partitions=options.positive("minPartitions", 1),
+        min_partitions=options.integer("minPartitions", None, 1),
         receive_timeout_s=options.positive("receiveTimeoutMs", DEFAULT_RECEIVE_TIMEOUT_MS) / 1000,
+        fail_on_missing=options.boolean("failOnMissing") is not False,
+        fail_on_data_loss=options.boolean("failOnDataLoss") is not False,
     )
 
 
@@ -400,4 +415,5 @@ def parse_write_options(raw: Mapping[str, str], *, streaming: bool) -> WriteOpti
         endpoint=_endpoint(options),
         send_timeout_s=options.positive("sendTimeoutMs", DEFAULT_SEND_TIMEOUT_MS) / 1000,
         max_send_attempts=options.positive("maxSendAttempts", DEFAULT_MAX_SEND_ATTEMPTS),
+        durable=options.boolean("durable") is not False,
     )

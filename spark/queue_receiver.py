@@ -4,9 +4,17 @@ until Spark says the micro-batch is committed.
 Spark calls the streaming runner only when it plans or commits a batch, and a batch may take
 long; so a daemon thread keeps pumping the connection (receiving into the buffer, answering
 heartbeats, sending settlements) while Spark works. One lock guards every proton object: proton
-is not thread-safe. Credit is the window minus what the connector holds (buffered or handed to
+is not thread-safe. Credit is the window minus what the connector holds (buffered, or handed to
 Spark and not yet accepted), so however slow Spark is, it never holds more than ``credit``
 messages, and the gateway's own flow control bounds what is in flight on the socket.
+
+Closing settles what the connector holds so that a redelivery means what it says: first the
+link's credit goes to zero (a FLOW with link-credit 0, which the gateway honours), then the
+messages that arrived but were never handed to Spark are ``released`` (AMQP 1.0 §3.4.4: the
+gateway puts them back unchanged, delivery-count not raised), and those handed to a batch Spark
+had not committed are ``modified`` with delivery-failed (delivery-count raised: a sink may have
+written them). Only a connection that dies leaves the choice to the gateway, which then counts
+every unsettled delivery as possibly delivered.
 """
 
 from __future__ import annotations
@@ -15,22 +23,30 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Final
+from typing import Any, Final
 
-from proton import Delivery, Receiver
+from proton import Receiver
 
+from sluicegate.clients.capi import lib, link_pointer, take_transfers, unused_credit
 from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError
 from sluicegate.spark.options import Endpoint
 
 # How long a stopping receiver waits for its thread and for the gateway's CLOSE.
 CLOSE_TIMEOUT_S: Final = 5.0
+# After the credit-0 FLOW, messages the gateway sent before it saw it still arrive: the close
+# waits until none has come for this long (loopback and LAN round trips are far shorter)...
+IN_FLIGHT_QUIET_S: Final = 0.2
+# ...and no longer than this in all.
+IN_FLIGHT_MAX_S: Final = 2.0
+# Transfers taken from proton per pass of the pump thread: a bound on the time the lock is held.
+TAKE_PER_PASS: Final = 10_000
 
 
 class QueueReceiver:
     """A connection and receiver link held open across micro-batches by the streaming runner.
 
     ``epoch`` names this connection: deliveries can only be settled on the link they arrived on,
-    so offsets that carry another epoch refer to deliveries the gateway has already released.
+    so offsets that carry another epoch refer to deliveries the gateway has already taken back.
     """
 
     def __init__(self, endpoint: Endpoint, credit: int) -> None:
@@ -38,7 +54,9 @@ class QueueReceiver:
         self.credit = credit
         self.epoch = uuid.uuid4().hex
         self._lock = threading.Lock()
-        self._buffer: deque[tuple[Delivery, bytes]] = deque()
+        # (pn_delivery_t *, encoded message) in arrival order.
+        self._buffer: deque[tuple[Any, bytearray]] = deque()
+        self._buffered_bytes = 0
         self._stopping = threading.Event()
         # Trigger.AvailableNow: credit is only granted with the drain flag, and the query ends
         # at the first drain that leaves nothing to read.
@@ -52,6 +70,7 @@ class QueueReceiver:
         except BaseException:
             self._amqp.close()
             raise
+        self._impl = link_pointer(self._link)
         self._link.flow(credit)
         self._amqp.flush()
         self._thread = threading.Thread(
@@ -61,7 +80,7 @@ class QueueReceiver:
 
     @property
     def failure(self) -> BaseException | None:
-        """Why the connection ended, if it did: its deliveries are released by the gateway."""
+        """Why the connection ended, if it did: its deliveries are back with the gateway."""
         return self._failure
 
     # -- the pump thread ----------------------------------------------------------------
@@ -78,68 +97,75 @@ class QueueReceiver:
         except (AmqpError, OSError) as error:
             self._failure = error
 
-    def _collect(self) -> None:
-        """Move every complete transfer from proton into the buffer."""
-        link = self._link
-        append = self._buffer.append
-        delivery = link.current
-        while delivery is not None and delivery.readable and not delivery.partial:
-            payload = link.recv(delivery.pending) or b""
-            link.advance()
-            if delivery.aborted:
-                delivery.settle()
-                link.flow(1)  # an aborted transfer spent credit but carries no message
-            else:
-                append((delivery, payload))
-            delivery = link.current
+    def _collect(self) -> int:
+        """Move every complete transfer from proton into the buffer; how many came."""
+        deliveries, payloads, dropped = take_transfers(self._impl, TAKE_PER_PASS, settle=False)
+        self._buffer.extend(zip(deliveries, payloads, strict=True))
+        self._buffered_bytes += sum(map(len, payloads))
+        if dropped:
+            self._grant(dropped)  # an aborted transfer spent credit but carries no message
+        return len(payloads) + dropped
+
+    def _grant(self, credit: int) -> None:
+        if self._draining:
+            lib.pn_link_drain(self._impl, credit)
+        else:
+            lib.pn_link_flow(self._impl, credit)
 
     # -- what the reader calls ----------------------------------------------------------
 
     def take(
         self, max_rows: int | None, max_bytes: int | None, timeout: float
-    ) -> list[tuple[Delivery, bytes]]:
+    ) -> list[tuple[Any, bytearray]]:
         """Up to ``max_rows`` buffered messages and ``max_bytes`` of them (at least one).
 
-        While draining, an empty buffer is only an answer once the drain is complete (up to
-        ``timeout``): an empty batch ends a Trigger.AvailableNow query.
+        While draining (Trigger.AvailableNow) the batch is filled first: it waits (up to
+        ``timeout``) until the buffer holds a whole batch or the gateway has answered the
+        drain, so the query reads in batches of the limit rather than of whatever had arrived,
+        and an empty answer means the queue is empty (which ends the query).
         """
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                buffer = self._buffer
-                if buffer or not self._draining or not self._link.draining():
-                    return self._take(max_rows, max_bytes)
                 if self._failure is not None:
-                    raise AmqpError(f"connection lost while draining: {self._failure}")
+                    raise AmqpError(f"{self.endpoint.url}: connection lost: {self._failure}")
+                full = (max_rows is not None and len(self._buffer) >= max_rows) or (
+                    max_bytes is not None and self._buffered_bytes >= max_bytes
+                )
+                if full or not self._draining or not lib.pn_link_draining(self._impl):
+                    return self._take(max_rows, max_bytes)
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.endpoint.address}: the drain did not complete in time")
-            time.sleep(POLL_S)
+                raise TimeoutError(
+                    f"{self.endpoint.address}: the gateway did not answer a drain within "
+                    f"{timeout:g} s"
+                )
+            time.sleep(POLL_S / 5)
 
-    def _take(self, max_rows: int | None, max_bytes: int | None) -> list[tuple[Delivery, bytes]]:
-        taken: list[tuple[Delivery, bytes]] = []
+    def _take(self, max_rows: int | None, max_bytes: int | None) -> list[tuple[Any, bytearray]]:
+        taken: list[tuple[Any, bytearray]] = []
         size = 0
         buffer = self._buffer
         rows = len(buffer) if max_rows is None else min(max_rows, len(buffer))
         while len(taken) < rows:
             size += len(buffer[0][1])
             if max_bytes is not None and size > max_bytes and taken:
+                size -= len(buffer[0][1])
                 break
             taken.append(buffer.popleft())
+        self._buffered_bytes -= size
         return taken
 
-    def accept(self, deliveries: list[Delivery]) -> None:
+    def accept(self, deliveries: list[Any]) -> None:
         """Settle deliveries ``accepted`` and give their credit back to the gateway."""
         if not deliveries:
             return
+        update, settle, accepted = lib.pn_delivery_update, lib.pn_delivery_settle, lib.PN_ACCEPTED
         with self._lock:
             for delivery in deliveries:
-                delivery.update(Delivery.ACCEPTED)
-                delivery.settle()
+                update(delivery, accepted)
+                settle(delivery)
             if self._failure is None:
-                if self._draining:
-                    self._link.drain(len(deliveries))
-                else:
-                    self._link.flow(len(deliveries))
+                self._grant(len(deliveries))
             self._amqp.flush()
 
     def drain(self) -> None:
@@ -150,12 +176,44 @@ class QueueReceiver:
         """
         with self._lock:
             self._draining = True
-            self._link.drain(0)
+            lib.pn_link_drain(self._impl, 0)
             self._amqp.flush()
 
-    def close(self) -> None:
-        """Stop the thread and close the connection; the gateway releases what was unsettled."""
+    def close(self, handed: list[Any]) -> None:
+        """Give everything back and close: see the module docstring.
+
+        ``handed`` are deliveries in batches Spark has not committed: they go back counted.
+        """
         self._stopping.set()
         self._thread.join(CLOSE_TIMEOUT_S)
         with self._lock:
-            self._amqp.close(CLOSE_TIMEOUT_S)
+            try:
+                if self._failure is None and not self._amqp.closed:
+                    self._give_back(handed)
+            finally:
+                self._amqp.close(CLOSE_TIMEOUT_S)
+
+    def _give_back(self, handed: list[Any]) -> None:
+        amqp, impl = self._amqp, self._impl
+        unused = unused_credit(impl)
+        if unused > 0:
+            lib.pn_link_flow(impl, -unused)  # link-credit 0 at the gateway from its next FLOW
+        amqp.flush()
+        started = last = time.monotonic()
+        while (
+            now := time.monotonic()
+        ) - last < IN_FLIGHT_QUIET_S and now - started < IN_FLIGHT_MAX_S:
+            amqp.pump(IN_FLIGHT_QUIET_S / 4)
+            if self._collect():
+                last = time.monotonic()
+        update, settle = lib.pn_delivery_update, lib.pn_delivery_settle
+        for delivery, _ in self._buffer:
+            update(delivery, lib.PN_RELEASED)
+            settle(delivery)
+        self._buffer.clear()
+        self._buffered_bytes = 0
+        for delivery in handed:
+            lib.pn_disposition_set_failed(lib.pn_delivery_local(delivery), True)
+            update(delivery, lib.PN_MODIFIED)
+            settle(delivery)
+        amqp.flush()

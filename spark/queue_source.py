@@ -1,76 +1,184 @@
-"""``mode=queue``: a streaming read that consumes a queue at-least-once.
+"""``mode=queue``: a streaming read that consumes a queue at-least-once, decoded by the executors.
 
-Spark's ``SimpleDataSourceStreamReader`` runs ``read(start)`` and ``commit(end)`` in the one
-long-lived streaming runner process of the query (docs/spark.md), so that process can hold
-the AMQP link the deliveries arrived on, which is the only link they can be settled on.
-``read(start)`` hands Spark the buffered messages as Arrow batches and keeps their deliveries
-unsettled. Spark asks for the batch after ``start`` only once the batch ending at ``start`` is in
-its commit log (sequential micro-batch execution, docs/spark.md), so ``read(start)``
-settles everything up to ``start`` as ``accepted``; ``commit(end)`` (one batch late, and never
-for the last batch before a stop) settles the same if still unsettled. Settling at ``read`` is
-what lets the last batch of a quiet queue be settled without waiting for more messages.
-Asynchronous progress tracking, which asks before the commit, would break this and is not
+The deliveries can only be settled on the link they arrived on, so the query's one long-lived
+streaming runner process (Spark's driver side, docs/spark.md) holds the link
+(``spark.queue_receiver``). Its messages reach the executors as they arrived, still encoded: when
+Spark plans a micro-batch (``latestOffset``) the runner takes what the receiver has buffered, within
+``maxRecordsPerTrigger`` and ``maxBytesPerTrigger``; ``partitions`` hands those bytes to
+``minPartitions`` tasks, which decode them in parallel; ``commit`` settles them ``accepted``.
+
+Spark plans the batch after one only once that one is in its commit log (sequential micro-batch
+execution, docs/spark.md), so ``latestOffset(start)`` also settles everything up to ``start``;
+``commit(end)`` comes one batch late and never for the last batch before a stop. Spark's
+asynchronous progress tracking, which plans before committing, would break this and is not
 supported.
 
-If the query, the runner or the driver dies, the connection drops and the gateway releases
-everything unsettled with its delivery-count raised (the ``delivery_count`` column), so a restart
-receives it again. A batch Spark replays from its offset log after a restart is therefore empty
-(``readBetweenOffsets``): its messages come back as new deliveries instead.
+Offsets are ``{"epoch": E, "seq": N}``: ``E`` names the connection, ``N`` counts the messages handed
+to Spark on it. A batch Spark replays after a restart belongs to a dead connection: its messages
+went back to the queue and come again as new deliveries, so the replay is empty.
 
-Offsets are ``{"epoch": E, "seq": N}``: ``E`` names the connection, ``N`` counts the messages
-handed to Spark on it. Only offsets of the live epoch settle anything.
+On ``stop`` the runner gives back what it holds (``spark.queue_receiver``): messages never handed to
+a batch are ``released`` and keep their delivery-count, those of a batch not committed come back
+with it raised. So ``delivery_count > 0`` (``redelivered``) marks a message some consumer may
+already have processed, and a query that is stopped and started again sees none.
 """
 
 from __future__ import annotations
 
+import signal
+import struct
+import threading
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import accumulate, pairwise
 from typing import Any, Final
 
 import pyarrow as pa
-from proton import Delivery
-from pyspark.sql.datasource import SimpleDataSourceStreamReader
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
 
+from sluicegate.spark.amqp import AmqpConnection
 from sluicegate.spark.options import ReadOptions
+from sluicegate.spark.queue_info import look_up
 from sluicegate.spark.queue_receiver import QueueReceiver
-from sluicegate.spark.records import BatchBuilder
+from sluicegate.spark.records import BatchBuilder, read_columns
 
 # The offset of a query that has read nothing yet: no connection has an empty epoch.
 INITIAL_OFFSET: Final[dict[str, Any]] = {"epoch": "", "seq": 0}
+_SIZE = struct.Struct("<I")
 
 
-class QueueStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+@dataclass(frozen=True)
+class QueuePartition(InputPartition):
+    """Encoded messages for one task: ``first`` is the seq of the first; ``sizes`` little-endian
+    u32s, one per message, cut ``payloads`` apart."""
+
+    first: int
+    sizes: bytes
+    payloads: bytes
+
+
+@dataclass
+class _Planned:
+    """A batch handed to Spark and not yet committed: its last seq and what it holds."""
+
+    first: int
+    end: int
+    deliveries: list[Any]
+    payloads: list[bytearray]
+
+
+def _partitions(planned: _Planned, parts: int) -> list[QueuePartition]:
+    """A planned batch in at most ``parts`` nearly equal, contiguous slices."""
+    count = len(planned.payloads)
+    parts = max(1, min(parts, count))
+    bounds = [count * i // parts for i in range(parts + 1)]
+    result = []
+    for lo, hi in pairwise(bounds):
+        chunk = planned.payloads[lo:hi]
+        sizes = b"".join(_SIZE.pack(len(payload)) for payload in chunk)
+        result.append(QueuePartition(planned.first + lo, sizes, b"".join(chunk)))
+    return result
+
+
+def _leave_on_sigterm() -> None:
+    """Have SIGTERM unwind the runner's main loop, so that its ``finally`` calls ``stop``.
+
+    Spark ends a query's streaming runner with SIGTERM (``Process.destroy``), whose default
+    ends a Python process at once: the connection would drop and the gateway would count every
+    held message as possibly delivered. As an exception, the signal lets :meth:`stop` give
+    them back first. Installed once, from the runner's main thread, over the default only.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    _ignore_sigterm()
+    raise SystemExit(128 + signum)
+
+
+def _ignore_sigterm() -> None:
+    """Let a give-back finish (it is bounded): Spark signals again while the runner stops, and
+    may signal first while a ``stop`` that the closed socket started is under way."""
+    if threading.current_thread() is threading.main_thread() and (
+        signal.getsignal(signal.SIGTERM) is _terminated
+    ):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def decode_partition(partition: QueuePartition, columns: tuple[str, ...]) -> list[pa.RecordBatch]:
+    """A task's messages as record batches; a row's ``offset`` is its seq."""
+    builder = BatchBuilder(columns)
+    payloads = memoryview(partition.payloads)
+    sizes = [size for (size,) in _SIZE.iter_unpack(partition.sizes)]
+    seq = partition.first
+    for start, end in zip(accumulate(sizes, initial=0), accumulate(sizes), strict=False):
+        builder.add(payloads[start:end], seq)
+        seq += 1
+    return builder.finish()
+
+
+class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Consumes a queue through one receiver held by the streaming runner.
 
     Constructed in planner processes too and pickled, so it connects on first use only.
     """
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType | None = None) -> None:
         self.options = options
+        self.schema = schema
+        self.columns = read_columns(schema)
         self._receiver: QueueReceiver | None = None
         self._seq = 0
-        # Batches handed to Spark and not yet committed: (end seq, their deliveries).
-        self._held: deque[tuple[int, list[Delivery]]] = deque()
+        self._planned: deque[_Planned] = deque()
         self._available_now = False
 
-    def __reduce__(self) -> tuple[type[QueueStreamReader], tuple[ReadOptions]]:
+    def __reduce__(
+        self,
+    ) -> tuple[type[QueueStreamReader], tuple[ReadOptions, StructType | None]]:
         """Only the options travel: a connection belongs to the process that opened it."""
-        return (QueueStreamReader, (self.options,))
+        return (QueueStreamReader, (self.options, self.schema))
 
     def initialOffset(self) -> dict[str, Any]:
         """Nothing read yet (Spark ignores this on a restart and uses its checkpoint)."""
         return dict(INITIAL_OFFSET)
 
-    def _connected(self) -> QueueReceiver:
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRecordsPerTrigger`` or ``maxBytesPerTrigger`` as Spark's admission control."""
+        rows = self.options.max_records_per_trigger
+        if rows is not None:
+            return ReadMaxRows(rows)
+        max_bytes = self.options.max_bytes_per_trigger
+        return ReadAllAvailable() if max_bytes is None else ReadMaxBytes(max_bytes)
+
+    def _connected(self) -> QueueReceiver | None:
+        """The live receiver; None while the queue is missing (``failOnMissing=false``)."""
         receiver = self._receiver
         if receiver is not None and receiver.failure is not None:
-            # What it held was released by the gateway and will be delivered again.
-            receiver.close()
-            self._held.clear()
-            receiver = None
+            # What it held went back to the gateway and will be delivered again.
+            receiver.close([])
+            self._planned.clear()
+            receiver = self._receiver = None
         if receiver is None:
             endpoint = self.options.endpoint
+            amqp = AmqpConnection.open(endpoint)
+            try:
+                if look_up(amqp, self.options) is None:
+                    return None
+            finally:
+                amqp.close()
+            _leave_on_sigterm()
             receiver = QueueReceiver(endpoint, self.options.credit)
             self._receiver = receiver
             self._seq = 0
@@ -78,37 +186,52 @@ class QueueStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
                 receiver.drain()
         return receiver
 
-    def read(self, start: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], dict[str, Any]]:
-        """Hand Spark what has arrived, within ``maxRecordsPerTrigger``/``maxBytesPerTrigger``."""
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Settle what Spark committed, then take what has arrived as the next batch."""
         receiver = self._connected()
-        if start.get("epoch") == receiver.epoch and start.get("seq") != self._seq:
-            raise RuntimeError(
-                f"sluicegate: Spark asked to read from {start}, but this connection has handed "
-                f"out messages up to seq {self._seq}"
-            )
+        if receiver is None:
+            return start
         if start.get("epoch") == receiver.epoch:
             self._settle(receiver, int(start["seq"]))
-        taken = receiver.take(
-            self.options.max_records_per_trigger,
-            self.options.max_bytes_per_trigger,
-            self.options.receive_timeout_s,
-        )
+        rows, max_bytes = self.options.max_records_per_trigger, self.options.max_bytes_per_trigger
+        if isinstance(limit, ReadAllAvailable):
+            rows = max_bytes = None
+        elif isinstance(limit, ReadMaxRows):
+            rows = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+        taken = receiver.take(rows, max_bytes, self.options.receive_timeout_s)
         if not taken:
-            return iter(()), start
-        builder = BatchBuilder()
-        seq = self._seq
-        for _, payload in taken:
-            seq += 1
-            builder.add(payload, seq)
-        self._seq = seq
-        self._held.append((seq, [delivery for delivery, _ in taken]))
-        return iter(builder.finish()), {"epoch": receiver.epoch, "seq": seq}
+            return start
+        first = self._seq + 1
+        self._seq += len(taken)
+        self._planned.append(
+            _Planned(
+                first,
+                self._seq,
+                [delivery for delivery, _ in taken],
+                [payload for _, payload in taken],
+            )
+        )
+        return {"epoch": receiver.epoch, "seq": self._seq}
 
-    def readBetweenOffsets(
-        self, start: dict[str, Any], end: dict[str, Any]
-    ) -> Iterator[pa.RecordBatch]:
-        """A batch replayed after a restart: its messages were released, so it is empty."""
-        return iter(())
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[QueuePartition]:
+        """The batch's messages, still encoded, for ``minPartitions`` tasks to decode."""
+        receiver = self._receiver
+        if receiver is None or end.get("epoch") != receiver.epoch:
+            return []  # a replay after a restart: its messages are back with the gateway
+        seq = int(end["seq"])
+        assert self.options.min_partitions is not None
+        for planned in self._planned:
+            if planned.end == seq:
+                return _partitions(planned, self.options.min_partitions)
+        return []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Decode one slice of a batch, in an executor."""
+        if not isinstance(partition, QueuePartition):
+            return iter(())
+        return iter(decode_partition(partition, self.columns))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Settle ``accepted`` every message of the batches up to ``end`` (if not yet done)."""
@@ -117,10 +240,10 @@ class QueueStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             self._settle(receiver, int(end["seq"]))
 
     def _settle(self, receiver: QueueReceiver, last: int) -> None:
-        settled: list[Delivery] = []
-        held = self._held
-        while held and held[0][0] <= last:
-            settled.extend(held.popleft()[1])
+        settled: list[Any] = []
+        planned = self._planned
+        while planned and planned[0].end <= last:
+            settled.extend(planned.popleft().deliveries)
         receiver.accept(settled)
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -134,7 +257,10 @@ class QueueStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNo
             self._receiver.drain()
 
     def stop(self) -> None:
-        """Close the connection; whatever was not committed goes back to the queue."""
+        """Give back what was not committed (see the module docstring) and close."""
         if self._receiver is not None:
-            self._receiver.close()
+            _ignore_sigterm()
+            handed = [delivery for planned in self._planned for delivery in planned.deliveries]
+            self._planned.clear()
+            self._receiver.close(handed)
             self._receiver = None

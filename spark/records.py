@@ -1,21 +1,26 @@
 """AMQP messages as rows: the read schema, and encoded messages decoded into Arrow record batches.
 
-Spark moves a ``pyarrow.RecordBatch`` to the JVM without looking at each value, about twice as
-fast as Python tuples (docs/spark.md), so the readers build columns and yield batches.
-Each message is decoded once by proton; its body is copied into the batch as bytes.
+Spark moves a ``pyarrow.RecordBatch`` to the JVM without looking at each value, about twice as fast
+as Python tuples (docs/spark.md), so the readers build columns and yield batches. Each message is
+decoded once, by ``wire/message_fields.py`` (several times faster than ``proton.Message``), and its
+values are appended to plain lists, one per column; maps are built flat (offsets, keys, values) and
+handed to Arrow in one call per batch.
+
+A read may name fewer columns than :data:`SCHEMA` (``spark.read.schema("body binary, offset
+long")``): only those are built, which saves the Python and the JVM side the work of the others.
 """
 
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from typing import Any, Final
 
 import pyarrow as pa
-from cproton import pn_message_get_content_type
-from proton import Message
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     IntegerType,
     LongType,
     MapType,
@@ -23,10 +28,17 @@ from pyspark.sql.types import (
     StructField,
     StructType,
     TimestampType,
+    VariantType,
 )
 
+from sluicegate.spark.options import OptionError
+from sluicegate.spark.variant import encode_object
+from sluicegate.wire.annotations import X_STREAM_OFFSET
+from sluicegate.wire.message_fields import MessageFields, read_fields
+
 # The columns a read produces, in order: the body, the immutable properties a pipeline keys on,
-# the application's and the broker's annotations, and where the message came from.
+# the application's properties (as strings, and typed), the broker's annotations, what the
+# gateway says about earlier deliveries, and where the message came from.
 SCHEMA: Final = StructType(
     [
         StructField("body", BinaryType()),
@@ -36,112 +48,233 @@ SCHEMA: Final = StructType(
         StructField("content_type", StringType()),
         StructField("creation_time", TimestampType()),
         StructField("application_properties", MapType(StringType(), StringType())),
+        StructField("application_properties_typed", VariantType()),
         StructField("message_annotations", MapType(StringType(), StringType())),
         StructField("delivery_count", IntegerType()),
+        StructField("redelivered", BooleanType()),
         StructField("offset", LongType()),
     ]
 )
-# The layout Spark checks every batch against (its own conversion, so the two always agree).
-ARROW_SCHEMA: Final = to_arrow_schema(SCHEMA, timezone="UTC")
+COLUMNS: Final = tuple(field.name for field in SCHEMA.fields)
+_TYPES: Final = {field.name: field.dataType for field in SCHEMA.fields}
 # Rows per record batch: large enough to amortise Arrow's per-batch cost, small enough that a
 # batch of 1 MiB messages stays a reasonable allocation.
 BATCH_ROWS: Final = 10_000
-STREAM_OFFSET_ANNOTATION: Final = "x-stream-offset"
+STREAM_OFFSET_ANNOTATION: Final = str(X_STREAM_OFFSET)
+
+
+def read_columns(schema: StructType | None) -> tuple[str, ...]:
+    """The columns a read with ``schema`` builds: all of :data:`SCHEMA`, or the ones named.
+
+    A user-given schema may leave columns out and reorder them, but each column it names must
+    be one of the connector's, with the connector's type.
+    """
+    if schema is None or schema == SCHEMA:
+        return COLUMNS
+    names: list[str] = []
+    for field in schema.fields:
+        expected = _TYPES.get(field.name)
+        if expected is None:
+            known = ", ".join(COLUMNS)
+            raise OptionError(
+                f"schema: no column {field.name!r} in a sluicegate read; known: {known}"
+            )
+        if field.dataType != expected:
+            raise OptionError(
+                f"schema: column {field.name} is {expected.simpleString()} in a sluicegate read, "
+                f"not {field.dataType.simpleString()}"
+            )
+        names.append(field.name)
+    return tuple(names)
 
 
 def _text(value: object) -> str | None:
-    """A property or annotation value as a string column value (binary ids as hex)."""
-    if value is None:
-        return None
+    """A property or annotation value as a string column value (binary as hex)."""
+    if value is None or (isinstance(value, str) and type(value) is str):
+        return value
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     return str(value)
 
 
-def _body(value: object) -> bytes | None:
+def _body(fields: MessageFields) -> bytes | None:
     """The body as bytes: data sections as they are, an amqp-value string as UTF-8, others JSON.
 
     JSON keeps maps and lists readable with Spark's ``from_json``.
     """
-    if value is None:
-        return None
-    if isinstance(value, bytes):
+    value = fields.body
+    if value is None or (isinstance(value, bytes) and type(value) is bytes):
         return value
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
     if isinstance(value, str):
         return value.encode()
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
     return json.dumps(value, default=_text).encode()
 
 
-def _pairs(mapping: dict[Any, Any] | None) -> list[tuple[str, str | None]] | None:
-    if not mapping:
-        return None
-    return [(str(key), _text(value)) for key, value in mapping.items()]
+def _map_array(mappings: list[dict[Any, Any] | None], arrow_type: pa.DataType) -> pa.Array:
+    """A ``map<string,string>`` column, built flat: offsets, keys, values, and nulls."""
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str | None] = []
+    nulls: list[bool] = []
+    add_key, add_value, add_null, add_offset = (
+        keys.append,
+        values.append,
+        nulls.append,
+        offsets.append,
+    )
+    for mapping in mappings:
+        if mapping:
+            for key, value in mapping.items():
+                add_key(key if type(key) is str else str(key))
+                add_value(value if type(value) is str else _text(value))
+            add_null(False)
+        else:
+            add_null(True)
+        add_offset(len(keys))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(keys, pa.string()),
+        pa.array(values, pa.string()),
+        type=arrow_type,
+        mask=pa.array(nulls, pa.bool_()),
+    )
+
+
+def _variant_array(mappings: list[dict[Any, Any] | None], arrow_type: pa.DataType) -> pa.Array:
+    """A ``variant`` column: the struct of value and metadata binaries Spark takes."""
+    values: list[bytes] = []
+    metadata: list[bytes] = []
+    nulls: list[bool] = []
+    for mapping in mappings:
+        if mapping:
+            value, keys = encode_object(mapping)
+            values.append(value)
+            metadata.append(keys)
+            nulls.append(False)
+        else:
+            values.append(b"")
+            metadata.append(b"")
+            nulls.append(True)
+    return pa.StructArray.from_arrays(
+        [pa.array(values, pa.binary()), pa.array(metadata, pa.binary())],
+        fields=list(arrow_type),
+        mask=pa.array(nulls, pa.bool_()),
+    )
+
+
+def _without_offset(annotations: dict[Any, Any] | None) -> dict[Any, Any] | None:
+    """The annotations but ``x-stream-offset``, which is the ``offset`` column already.
+
+    A stream stamps every message with it: as a map entry it would make every row's map
+    non-empty, and maps are what Spark converts slowest.
+    """
+    if annotations and STREAM_OFFSET_ANNOTATION in annotations:
+        if len(annotations) == 1:
+            return None
+        return {k: v for k, v in annotations.items() if k != STREAM_OFFSET_ANNOTATION}
+    return annotations
+
+
+def _texts(values: list[Any]) -> list[str | None]:
+    """Ids as strings: most are strings already and pass as they are."""
+    return [value if value is None or type(value) is str else _text(value) for value in values]
+
+
+def _bodies(rows: list[MessageFields]) -> list[bytes | None]:
+    bodies = list(map(_BODY, rows))
+    return [
+        body if body is None or type(body) is bytes else _body(row)
+        for body, row in zip(bodies, rows, strict=True)
+    ]
+
+
+_BODY: Final = attrgetter("body")
 
 
 class BatchBuilder:
-    """Columns of decoded messages, cut into record batches of at most ``BATCH_ROWS``."""
+    """Decoded messages, turned into record batches of at most ``BATCH_ROWS`` column by column.
 
-    def __init__(self) -> None:
-        self._message = Message()
+    ``stream`` rows take their offset from each message's ``x-stream-offset`` and are never
+    ``redelivered`` (offsets identify them); other rows get the offset they are added with, and
+    are ``redelivered`` when the gateway counted an earlier delivery (``delivery_count > 0``).
+    """
+
+    def __init__(self, columns: tuple[str, ...] = COLUMNS, *, stream: bool = False) -> None:
+        self.columns = columns
+        self.stream = stream
+        self.schema = to_arrow_schema(
+            StructType([StructField(name, _TYPES[name]) for name in columns]), timezone="UTC"
+        )
         self._batches: list[pa.RecordBatch] = []
-        self._reset()
+        self._rows: list[MessageFields] = []
+        self._offsets: list[int] = []
 
-    def _reset(self) -> None:
-        self._columns: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
+    @property
+    def rows(self) -> int:
+        """Rows added since the last batch was cut."""
+        return len(self._rows)
 
-    def add(self, payload: bytes, offset: int | None, below: int | None = None) -> int | None:
+    def add(
+        self, payload: bytes | bytearray | memoryview, offset: int | None, below: int | None = None
+    ) -> int | None:
         """Decode one encoded message into a row; return its ``x-stream-offset`` if it has one.
 
         ``offset`` None takes the row's offset from that annotation (a stream read), and then a
         message at or beyond ``below`` is not added (it belongs to the next range).
         """
-        message = self._message
-        message.decode(payload)
-        annotations = message.annotations
+        fields = read_fields(payload)
+        annotations = fields.message_annotations
         found = annotations.get(STREAM_OFFSET_ANNOTATION) if annotations else None
-        stream_offset = found if isinstance(found, int) else None
+        stream_offset = found if type(found) is int else None
         if offset is None:
             if stream_offset is None or (below is not None and stream_offset >= below):
                 return stream_offset
             offset = stream_offset
-        created = message.creation_time
-        (
-            body,
-            message_id,
-            correlation_id,
-            subject,
-            content_type,
-            creation_time,
-            application_properties,
-            message_annotations,
-            delivery_count,
-            offsets,
-        ) = self._columns
-        body.append(_body(message.body))
-        message_id.append(_text(message.id))
-        correlation_id.append(_text(message.correlation_id))
-        subject.append(message.subject)
-        # proton's content_type property turns an absent value into the symbol 'None'.
-        content_type.append(pn_message_get_content_type(message._msg))
-        creation_time.append(int(created * 1_000_000) if created else None)
-        application_properties.append(_pairs(message.properties))
-        message_annotations.append(_pairs(annotations))
-        delivery_count.append(message.delivery_count)
-        offsets.append(offset)
-        if len(body) >= BATCH_ROWS:
+        self._rows.append(fields)
+        self._offsets.append(offset)
+        if len(self._rows) >= BATCH_ROWS:
             self._cut()
         return stream_offset
 
+    def _column(self, name: str, arrow_type: pa.DataType) -> pa.Array:
+        rows = self._rows
+        if name == "body":
+            return pa.array(_bodies(rows), arrow_type)
+        if name == "offset":
+            return pa.array(self._offsets, arrow_type)
+        if name == "application_properties":
+            return _map_array([row.application_properties for row in rows], arrow_type)
+        if name == "message_annotations":
+            return _map_array(
+                [_without_offset(row.message_annotations) for row in rows], arrow_type
+            )
+        if name == "application_properties_typed":
+            return _variant_array([row.application_properties for row in rows], arrow_type)
+        if name == "redelivered":
+            if self.stream:
+                return pa.array([False] * len(rows), arrow_type)
+            return pa.array([row.delivery_count > 0 for row in rows], arrow_type)
+        values = list(map(attrgetter(name), rows))
+        if name in ("message_id", "correlation_id"):
+            return pa.array(_texts(values), arrow_type)
+        if name == "creation_time":
+            return pa.array([None if t is None else t * 1000 for t in values], arrow_type)
+        return pa.array(values, arrow_type)
+
     def _cut(self) -> None:
-        if self._columns[0]:
-            arrays = [
-                pa.array(column, type=field.type)
-                for column, field in zip(self._columns, ARROW_SCHEMA, strict=True)
-            ]
-            self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA))
-            self._reset()
+        if not self._rows:
+            return
+        arrays = [self._column(field.name, field.type) for field in self.schema]
+        self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        self._rows = []
+        self._offsets = []
+
+    def full_batches(self) -> list[pa.RecordBatch]:
+        """The batches of ``BATCH_ROWS`` rows built so far (the partial one stays)."""
+        batches, self._batches = self._batches, []
+        return batches
 
     def finish(self) -> list[pa.RecordBatch]:
         """Every batch built so far, including the last partial one; the builder starts over."""

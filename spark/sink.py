@@ -7,13 +7,18 @@ row as written; ``released`` or ``modified`` sends the same bytes again (up to
 retries it or fails the job. Nothing is recalled on abort: the sink is at-least-once, and every
 message carries a deterministic message-id, ``QUERY:BATCH:PARTITION:ROW``, so a retried task
 sends the ids its failed attempt sent and a consumer (or a deduplicating broker) can drop them.
+
+Messages are durable unless ``durable=false``: a durable queue keeps them across a gateway
+restart (the header's durable flag, AMQP 1.0 §3.2.1). Rows are encoded by
+``wire/message_fields.py`` straight from Arrow's columns, with no ``proton.Message`` per row.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,7 +40,7 @@ from cproton import (
     pn_link_credit,
     pn_link_send,
 )
-from proton import Condition, Message, Sender, symbol
+from proton import Condition, Sender
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -43,54 +48,163 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
+    BooleanType,
+    ByteType,
     DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
     MapType,
+    NullType,
+    ShortType,
     StringType,
     StructType,
+    TimestampNTZType,
     TimestampType,
+    VariantType,
 )
 
 from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError, describe
 from sluicegate.spark.options import OptionError, WriteOptions
+from sluicegate.spark.variant import decode_variant
+from sluicegate.wire.codec import Symbol, Timestamp
+from sluicegate.wire.message_fields import Byte, Float32, Int, Short, encode_message
 
-_STRING_MAP: Final = MapType(StringType(), StringType())
-# The columns a sink takes and the types each may have. ``delivery_count`` and ``offset`` are
-# the gateway's, accepted so that a read's rows can be written back unchanged, and ignored.
-SINK_COLUMNS: Final[dict[str, tuple[DataType, ...]]] = {
-    "body": (BinaryType(), StringType()),
-    "message_id": (StringType(),),
-    "correlation_id": (StringType(),),
-    "subject": (StringType(),),
-    "content_type": (StringType(),),
-    "creation_time": (TimestampType(),),
-    "application_properties": (_STRING_MAP,),
-    "message_annotations": (_STRING_MAP,),
-}
-IGNORED_COLUMNS: Final = frozenset({"delivery_count", "offset"})
+# The string columns a sink takes, and where each goes.
+_STRINGS: Final = ("message_id", "correlation_id", "subject", "content_type")
+_MAPS: Final = ("application_properties", "message_annotations")
+# Columns a read produces that describe a delivery, not a message: accepted so that a read's
+# rows can be written back unchanged, and ignored.
+IGNORED_COLUMNS: Final = frozenset({"delivery_count", "redelivered", "offset"})
+KNOWN_COLUMNS: Final = (
+    "body",
+    *_STRINGS,
+    "creation_time",
+    *_MAPS,
+    "application_properties_typed",
+)
 _OUTCOMES: Final = frozenset({PN_ACCEPTED, PN_REJECTED, PN_RELEASED, PN_MODIFIED})
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_EPOCH_DATE: Final = datetime.date(1970, 1, 1)
+_MILLISECOND: Final = datetime.timedelta(milliseconds=1)
+Convert = Callable[[Any], Any]
 
 
-def check_sink_schema(schema: StructType) -> tuple[str, ...]:
-    """The columns to send; an unknown column or a wrong type is an error naming it."""
-    columns: list[str] = []
+def _millis(moment: datetime.datetime) -> Timestamp:
+    """A Spark timestamp (aware, UTC) or timestamp_ntz (naive, read as UTC) in AMQP's ms."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return Timestamp((moment - _EPOCH) // _MILLISECOND)
+
+
+def _converter(data_type: DataType, column: str) -> Convert | None:
+    """How a Spark value becomes the AMQP-typed Python value the encoder writes (None: as is).
+
+    ``OptionError`` names the column for a type with no AMQP counterpart.
+    """
+    simple: dict[type[DataType], Convert | None] = {
+        StringType: None,
+        LongType: None,
+        DoubleType: None,
+        BooleanType: None,
+        DecimalType: None,
+        NullType: None,
+        BinaryType: bytes,
+        ByteType: Byte,
+        ShortType: Short,
+        IntegerType: Int,
+        FloatType: Float32,
+        TimestampType: _millis,
+        TimestampNTZType: _millis,
+        DateType: lambda day: Timestamp((day - _EPOCH_DATE).days * 86_400_000),
+    }
+    kind = type(data_type)
+    if kind in simple:
+        return simple[kind]
+    if isinstance(data_type, VariantType):
+        return lambda value: decode_variant(value["value"], value["metadata"])
+    if isinstance(data_type, ArrayType):
+        item = _converter(data_type.elementType, column)
+        if item is None:
+            return list
+        return lambda values: [None if v is None else item(v) for v in values]
+    if isinstance(data_type, MapType):
+        return _map_converter(data_type, column)
+    if isinstance(data_type, StructType):
+        fields = [(f.name, _converter(f.dataType, column)) for f in data_type.fields]
+        return lambda row: {
+            name: row[name] if convert is None or row[name] is None else convert(row[name])
+            for name, convert in fields
+        }
+    raise OptionError(
+        f"sluicegate sink: column {column} holds {data_type.simpleString()} values, which have "
+        "no AMQP type"
+    )
+
+
+def _map_converter(data_type: MapType, column: str) -> Convert:
+    """A ``map<string,*>`` (Arrow hands it over as key-value pairs) as a dict of AMQP values."""
+    if not isinstance(data_type.keyType, StringType):
+        raise OptionError(
+            f"sluicegate sink: column {column} is {data_type.simpleString()}; its keys must be "
+            "strings"
+        )
+    value = _converter(data_type.valueType, column)
+    if value is None:
+        return dict
+    return lambda pairs: {k: None if v is None else value(v) for k, v in pairs}
+
+
+@dataclass(frozen=True)
+class SinkColumns:
+    """The columns a sink sends, each with how its values become AMQP values."""
+
+    names: tuple[str, ...]
+    converters: tuple[Convert | None, ...]
+
+
+def check_sink_schema(schema: StructType) -> SinkColumns:
+    """The columns to send; an unknown column or a type with no AMQP counterpart is named.
+
+    ``body`` is binary or string; ``message_id``, ``correlation_id``, ``subject`` and
+    ``content_type`` strings; ``creation_time`` a timestamp; ``application_properties`` and
+    ``message_annotations`` any ``map<string,*>`` whose values AMQP can carry (numbers keep
+    their width, e.g. ``int`` an AMQP int); ``application_properties_typed`` a variant object.
+    """
+    names: list[str] = []
+    converters: list[Convert | None] = []
     for field in schema.fields:
-        if field.name in IGNORED_COLUMNS:
+        name, data_type = field.name, field.dataType
+        if name in IGNORED_COLUMNS:
             continue
-        allowed = SINK_COLUMNS.get(field.name)
-        if allowed is None:
-            known = ", ".join([*SINK_COLUMNS, *sorted(IGNORED_COLUMNS)])
-            raise OptionError(f"sluicegate sink: unknown column {field.name!r}; known: {known}")
-        if field.dataType not in allowed:
-            expected = " or ".join(t.simpleString() for t in allowed)
+        if name not in KNOWN_COLUMNS:
+            known = ", ".join([*KNOWN_COLUMNS, *sorted(IGNORED_COLUMNS)])
+            raise OptionError(f"sluicegate sink: unknown column {name!r}; known: {known}")
+        expected = {
+            "body": (BinaryType, StringType),
+            "creation_time": (TimestampType, TimestampNTZType),
+            "application_properties": (MapType,),
+            "message_annotations": (MapType,),
+            "application_properties_typed": (VariantType,),
+        }.get(name, (StringType,))
+        if not isinstance(data_type, expected):
+            wanted = {
+                "application_properties": "map<string,*>",
+                "message_annotations": "map<string,*>",
+            }.get(name, " or ".join(t().simpleString() for t in expected))
             raise OptionError(
-                f"sluicegate sink: column {field.name} is {field.dataType.simpleString()}, "
-                f"expected {expected}"
+                f"sluicegate sink: column {name} is {data_type.simpleString()}, expected {wanted}"
             )
-        columns.append(field.name)
-    if "body" not in columns:
+        names.append(name)
+        converters.append(_converter(data_type, name) if name not in ("body", *_STRINGS) else None)
+    if "body" not in names:
         raise OptionError("sluicegate sink: a column named body (binary or string) is required")
-    return tuple(columns)
+    return SinkColumns(tuple(names), tuple(converters))
 
 
 @dataclass(frozen=True)
@@ -102,44 +216,64 @@ class SinkCommit(WriterCommitMessage):
     sent: int
 
 
-# Sink columns and the proton ``Message`` attributes they set.
-_ATTRIBUTES: Final = {
-    "correlation_id": "correlation_id",
-    "subject": "subject",
-    "content_type": "content_type",
-}
+def _column(batch: pa.RecordBatch, name: str, convert: Convert | None) -> list[Any]:
+    values: list[Any] = batch.column(name).to_pylist()
+    if convert is None:
+        return values
+    return [None if value is None else convert(value) for value in values]
 
 
 def _messages(
-    batches: Iterator[pa.RecordBatch], columns: tuple[str, ...], id_prefix: str
+    batches: Iterator[pa.RecordBatch], columns: SinkColumns, id_prefix: str, durable: bool
 ) -> Iterator[bytes]:
-    """Each row encoded as an AMQP message, with the deterministic id unless the row has one."""
+    """Each row encoded as an AMQP message, with the deterministic id unless the row has one.
+
+    A row's ``application_properties_typed`` object, when it has one, is its application
+    properties; otherwise its ``application_properties`` map is.
+    """
     row = 0
     for batch in batches:
-        values = {name: batch.column(name).to_pylist() for name in columns}
-        for index in range(batch.num_rows):
-            body = values["body"][index]
-            given_id = values["message_id"][index] if "message_id" in values else None
-            fields: dict[str, Any] = {
-                # bytes go in a data section, not an amqp-value
-                "inferred": True,
-                "body": body.encode() if isinstance(body, str) else body,
-                "id": given_id if given_id is not None else f"{id_prefix}:{row}",
-            }
-            for column, attribute in _ATTRIBUTES.items():
-                if column in values and values[column][index] is not None:
-                    fields[attribute] = values[column][index]
-            created = values["creation_time"][index] if "creation_time" in values else None
-            if created is not None:
-                fields["creation_time"] = created.timestamp()
-            if "application_properties" in values and values["application_properties"][index]:
-                fields["properties"] = dict(values["application_properties"][index])
-            if "message_annotations" in values and values["message_annotations"][index]:
-                fields["annotations"] = {
-                    symbol(key): value for key, value in values["message_annotations"][index]
-                }
+        values = {
+            name: _column(batch, name, convert)
+            for name, convert in zip(columns.names, columns.converters, strict=True)
+        }
+        count = batch.num_rows
+        none = [None] * count
+        bodies = values["body"]
+        ids = values.get("message_id", none)
+        correlations = values.get("correlation_id", none)
+        subjects = values.get("subject", none)
+        content_types = values.get("content_type", none)
+        created = values.get("creation_time", none)
+        typed = values.get("application_properties_typed", none)
+        properties = values.get("application_properties", none)
+        annotations = values.get("message_annotations", none)
+        for index in range(count):
+            body = bodies[index]
+            given = ids[index]
+            application = typed[index]
+            if application is not None and not isinstance(application, dict):
+                raise OptionError(
+                    "sluicegate sink: application_properties_typed must hold a variant object, "
+                    f"not {type(application).__name__}"
+                )
+            if application is None:
+                application = properties[index]
+            annotated = annotations[index]
+            yield encode_message(
+                body.encode() if isinstance(body, str) else (body or b""),
+                durable=durable,
+                message_id=given if given is not None else f"{id_prefix}:{row}",
+                correlation_id=correlations[index],
+                subject=subjects[index],
+                content_type=content_types[index],
+                creation_time=created[index],
+                application_properties=application,
+                message_annotations=(
+                    {Symbol(key): value for key, value in annotated.items()} if annotated else None
+                ),
+            )
             row += 1
-            yield Message(**fields).encode()
 
 
 def _rejection(delivery: Any) -> Condition | None:
@@ -235,7 +369,7 @@ class _Transfers:
 
 def send_partition(
     options: WriteOptions,
-    columns: tuple[str, ...],
+    columns: SinkColumns,
     query_id: str,
     batches: Iterator[pa.RecordBatch],
 ) -> SinkCommit:
@@ -251,7 +385,7 @@ def send_partition(
     try:
         link = amqp.sender(options.endpoint.address, timeout=options.endpoint.connect_timeout_s)
         transfers = _Transfers(amqp, link, options)
-        transfers.run(_messages(batches, columns, prefix))
+        transfers.run(_messages(batches, columns, prefix, options.durable))
         return SinkCommit(partition, transfers.accepted, transfers.sent)
     finally:
         amqp.close()
@@ -260,7 +394,7 @@ def send_partition(
 class SinkWriter(DataSourceArrowWriter):
     """A batch write (``df.write.format("sluicegate")``); ``query_id`` is drawn per write."""
 
-    def __init__(self, options: WriteOptions, columns: tuple[str, ...], query_id: str) -> None:
+    def __init__(self, options: WriteOptions, columns: SinkColumns, query_id: str) -> None:
         self.options = options
         self.columns = columns
         self.query_id = query_id
@@ -279,7 +413,7 @@ class SinkWriter(DataSourceArrowWriter):
 class SinkStreamWriter(DataSourceStreamArrowWriter):
     """A streaming sink: the query id and batch id come from the task's local properties."""
 
-    def __init__(self, options: WriteOptions, columns: tuple[str, ...], query_id: str) -> None:
+    def __init__(self, options: WriteOptions, columns: SinkColumns, query_id: str) -> None:
         self.options = options
         self.columns = columns
         self.query_id = query_id

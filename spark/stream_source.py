@@ -7,9 +7,14 @@ to read; a micro-batch or a batch read is the range ``[start, end)``, split into
 to its first offset and stops at its end, so a replayed range reads the same messages again:
 exactly-once with an idempotent sink.
 
-Where the stream ends is learnt over AMQP alone, the way any client can: a receiver attached at
-``last`` is drained for one message, whose offset is the tail (no message: the stream is
-empty). The same probe at a timestamp finds the first offset at or after it.
+Where the stream starts and ends comes from the gateway's management API
+(``spark.queue_info``), which also says whether the queue is a stream before anything is read.
+A timestamp is found by a receiver attached at it, unsettled, whose one message is released.
+
+Retention may remove offsets before they are read. With ``failOnDataLoss`` (the default, as in
+Spark's Kafka source) a range that starts below the stream's first offset, or a task that finds
+offsets missing, fails the query naming the offsets; otherwise it logs a warning and reads what
+is left.
 
 ``maxBytesPerTrigger`` needs the size of each message before its batch is planned, which the
 gateway does not tell: the runner reads the stream ahead of the batches once (:class:`SizeScan`,
@@ -19,22 +24,14 @@ keeping only each message's offset and size) and ends each batch by ``spark.size
 from __future__ import annotations
 
 import itertools
+import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
-from cproton import (
-    pn_delivery_aborted,
-    pn_delivery_partial,
-    pn_delivery_pending,
-    pn_delivery_readable,
-    pn_delivery_settle,
-    pn_link_advance,
-    pn_link_current,
-    pn_link_recv,
-)
-from proton import Delivery, Message, Receiver, timestamp
+from proton import Delivery, Receiver, timestamp
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -43,23 +40,37 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
-from sluicegate.spark.amqp import AmqpConnection, AmqpError
+from sluicegate.clients.capi import has_transfer, link_pointer, take_transfers, unused_credit
+from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError
 from sluicegate.spark.options import OffsetKind, OffsetSpec, ReadOptions
-from sluicegate.spark.records import BATCH_ROWS, STREAM_OFFSET_ANNOTATION, BatchBuilder
+from sluicegate.spark.queue_info import QueueInfo, look_up, queue_name
+from sluicegate.spark.records import (
+    BATCH_ROWS,
+    STREAM_OFFSET_ANNOTATION,
+    BatchBuilder,
+    read_columns,
+)
 from sluicegate.spark.size_index import SizeIndex
 from sluicegate.wire.annotations import read_stream_offset
 
+log = logging.getLogger("sluicegate.spark")
+
 OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
-# Credit per drain round of a range read: one record batch's worth.
+# Credit a range read keeps outstanding: one record batch's worth, topped up at half, so the
+# gateway always has credit while the task decodes.
 RANGE_WINDOW: Final = BATCH_ROWS
 # Most credit per drain round of the size scan: sizes are 16 bytes each in the index, but the
 # messages cross the network whole, so the scan reads little beyond the batch it plans.
 SCAN_WINDOW: Final = BATCH_ROWS
+# A range read that has waited this long for its next message asks the gateway (a drain)
+# whether the stream has anything more, rather than waiting out receiveTimeoutMs.
+QUIET_S: Final = 1.0
 
 
-def _complete(delivery: Delivery | None) -> bool:
-    return delivery is not None and delivery.readable and not delivery.partial
+class DataLoss(AmqpError):
+    """Offsets a read needs are gone from the stream (retention), and ``failOnDataLoss`` is set."""
 
 
 def _not_a_stream(options: ReadOptions) -> AmqpError:
@@ -69,109 +80,76 @@ def _not_a_stream(options: ReadOptions) -> AmqpError:
     )
 
 
-def _attach(amqp: AmqpConnection, options: ReadOptions, spec: object) -> Receiver:
+def _attach(amqp: AmqpConnection, options: ReadOptions, spec: object, *, settled: bool) -> Receiver:
     endpoint = options.endpoint
     return amqp.receiver(
         endpoint.address,
-        settled=True,
+        settled=settled,
         filters={OFFSET_SPEC: (OFFSET_SPEC, spec)},
         timeout=endpoint.connect_timeout_s,
     )
 
 
-def _drained(amqp: AmqpConnection, link: Receiver, credit: int, timeout: float) -> Iterator[bytes]:
-    """Grant ``credit`` with drain; yield each message until the gateway has sent all it had."""
-    link.drain(credit)
-    while True:
-        delivery = link.current
-        while _complete(delivery):
-            assert delivery is not None
-            payload = link.recv(delivery.pending) or b""
-            link.advance()
-            delivery.settle()
-            if not delivery.aborted:
-                yield payload
-            delivery = link.current
-        if not link.draining() and link.queued == 0:
-            return
-        amqp.wait(
-            lambda: _complete(link.current) or not link.draining(),
-            timeout,
-            "a stream message or the drain's FLOW",
-        )
+def _lost(options: ReadOptions, where: str, wanted: int, first: int) -> None:
+    """Offsets ``wanted`` to ``first - 1`` are gone: fail, or warn and go on (``failOnDataLoss``).
 
-
-def _complete_raw(delivery: Any) -> bool:
-    """:func:`_complete` for a ``pn_delivery_t`` (NULL when the link has no current one)."""
-    return bool(delivery) and pn_delivery_readable(delivery) and not pn_delivery_partial(delivery)
-
-
-def _measured_round(
-    amqp: AmqpConnection,
-    link: Receiver,
-    credit: int,
-    timeout: float,
-    each: Callable[[bytearray], None],
-) -> None:
-    """Like :func:`_drained`, handing each message to ``each``, through proton's C API.
-
-    The size scan's per-message path: proton's ``Delivery`` wrapper costs more than the rest.
+    ``first`` is the next offset the stream still holds (or the range's end).
     """
-    impl = link._impl  # the pn_link_t of proton's wrapper
-    link.drain(credit)
-    while True:
-        delivery = pn_link_current(impl)
-        while _complete_raw(delivery):
-            _, payload = pn_link_recv(impl, pn_delivery_pending(delivery))
-            pn_link_advance(impl)
-            aborted = pn_delivery_aborted(delivery)
-            pn_delivery_settle(delivery)
-            if not aborted:
-                each(payload)
-            delivery = pn_link_current(impl)
-        if not link.draining() and link.queued == 0:
-            return
+    message = (
+        f"{where}: offsets {wanted} to {first - 1} are gone (retention removed them before "
+        f"they were read; the next offset the stream holds is {first})"
+    )
+    if options.fail_on_data_loss:
+        raise DataLoss(f"{message}; set failOnDataLoss=false to skip them")
+    log.warning("%s; skipped (failOnDataLoss=false)", message)
+
+
+def probe_timestamp(amqp: AmqpConnection, options: ReadOptions, moment: int) -> int | None:
+    """The offset of the first message at or after ``moment`` (ms); None if there is none.
+
+    The receiver is unsettled and its one message released, so even a queue that stopped
+    being a stream since it was looked up loses nothing.
+    """
+    link = _attach(amqp, options, timestamp(moment), settled=False)
+    try:
+        link.drain(1)
         amqp.wait(
-            lambda: _complete_raw(pn_link_current(impl)) or not link.draining(),
-            timeout,
+            lambda: link.current is not None or not link.draining(),
+            options.receive_timeout_s,
             "a stream message or the drain's FLOW",
         )
-
-
-def probe(amqp: AmqpConnection, options: ReadOptions, spec: object) -> int | None:
-    """The offset of the first message a reader attached at ``spec`` gets; None if none."""
-    link = _attach(amqp, options, spec)
-    try:
-        for payload in _drained(amqp, link, 1, options.receive_timeout_s):
-            message = Message()
-            message.decode(payload)
-            annotations: dict[Any, Any] = message.annotations or {}
-            offset = annotations.get(STREAM_OFFSET_ANNOTATION)
-            if not isinstance(offset, int):
-                raise _not_a_stream(options)
-            return offset
-        return None
+        delivery = link.current
+        if delivery is None:
+            return None
+        amqp.wait(lambda: not delivery.partial, options.receive_timeout_s, "a whole message")
+        payload = link.recv(delivery.pending) or b""
+        link.advance()
+        delivery.update(Delivery.RELEASED)
+        delivery.settle()
+        offset = read_stream_offset(payload)
+        if offset is None:
+            raise _not_a_stream(options)
+        return offset
     finally:
         link.close()
 
 
 def next_offset(amqp: AmqpConnection, options: ReadOptions) -> int:
-    """The offset the next message published to the stream will get (0 if it is empty)."""
-    last = probe(amqp, options, "last")
-    return 0 if last is None else last + 1
+    """The offset the next message published to the stream will get (0 if it does not exist)."""
+    info = look_up(amqp, options)
+    return 0 if info is None else info.tail
 
 
-def resolve(amqp: AmqpConnection, options: ReadOptions, spec: OffsetSpec) -> int:
+def resolve(amqp: AmqpConnection, options: ReadOptions, spec: OffsetSpec, info: QueueInfo) -> int:
     """A starting or ending option as a concrete stream offset."""
     if spec.kind is OffsetKind.OFFSET:
         return spec.value
     if spec.kind is OffsetKind.EARLIEST:
-        first = probe(amqp, options, "first")
-        return next_offset(amqp, options) if first is None else first
+        return info.first
     if spec.kind is OffsetKind.TIMESTAMP:
-        found = probe(amqp, options, timestamp(spec.value))
-        return next_offset(amqp, options) if found is None else found
-    return next_offset(amqp, options)
+        found = probe_timestamp(amqp, options, spec.value)
+        return info.tail if found is None else found
+    return info.tail
 
 
 @dataclass(frozen=True)
@@ -192,31 +170,89 @@ def split(start: int, end: int, parts: int) -> list[OffsetRange]:
     return [OffsetRange(lo, hi) for lo, hi in itertools.pairwise(bounds)]
 
 
-def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Every message of ``[start, end)`` that the stream still holds, as record batches."""
+def read_range(
+    options: ReadOptions, columns: tuple[str, ...], part: OffsetRange
+) -> Iterator[pa.RecordBatch]:
+    """Every message of ``[start, end)`` that the stream still holds, as record batches.
+
+    The gateway keeps about :data:`RANGE_WINDOW` credit, topped up at half and never much past
+    the range's end, so it sends without pause while the task decodes.
+    """
     amqp = AmqpConnection.open(options.endpoint)
+    where = f"stream '{queue_name(options.endpoint.address)}', range [{part.start}, {part.end})"
     try:
-        link = _attach(amqp, options, part.start)
-        builder = BatchBuilder()
-        remaining = part.end - part.start
-        while remaining > 0:
-            received = 0
-            reached = False
-            for payload in _drained(
-                amqp, link, min(remaining, RANGE_WINDOW), options.receive_timeout_s
-            ):
-                received += 1
+        link = _attach(amqp, options, part.start, settled=True)
+        impl = link_pointer(link)
+        builder = BatchBuilder(columns, stream=True)
+        expected = part.start  # the next offset the range needs
+        last_arrival = time.monotonic()
+        while expected < part.end:
+            wanted = min(RANGE_WINDOW, part.end - expected)
+            unused = unused_credit(impl)
+            if unused <= wanted // 2:
+                link.flow(wanted - unused)
+            _, payloads, dropped = take_transfers(impl, RANGE_WINDOW, settle=True)
+            for payload in payloads:
                 offset = builder.add(payload, None, below=part.end)
                 if offset is None:
                     raise _not_a_stream(options)
-                if offset >= part.end - 1:
-                    reached = True
-            yield from builder.finish()
-            if reached or received == 0:
-                return
-            remaining -= received
+                if offset > expected:
+                    _lost(options, where, expected, offset)
+                expected = max(expected, offset + 1)
+            yield from builder.full_batches()
+            if payloads or dropped:
+                last_arrival = time.monotonic()
+            elif time.monotonic() - last_arrival >= QUIET_S:
+                if _exhausted(amqp, link, options):
+                    _lost(options, where, expected, part.end)
+                    break
+                last_arrival = time.monotonic()
+            else:
+                amqp.pump(POLL_S)
+                amqp.check(link)
+        yield from builder.finish()
     finally:
         amqp.close()
+
+
+def _exhausted(amqp: AmqpConnection, link: Receiver, options: ReadOptions) -> bool:
+    """Whether the gateway has nothing more for ``link`` now: a drain it answers empty-handed.
+
+    AMQP 1.0 §2.6.7: a draining sender sends what it has within the credit and uses up the
+    rest, so once the credit is gone either messages arrived or there were none.
+    """
+    impl = link_pointer(link)
+    link.drain(0)
+    amqp.wait(
+        lambda: has_transfer(impl) or not link.draining(),
+        options.receive_timeout_s,
+        "a stream message or the drain's FLOW",
+    )
+    return link.queued == 0
+
+
+def _measured_round(
+    amqp: AmqpConnection,
+    link: Receiver,
+    credit: int,
+    timeout: float,
+    each: Callable[[bytearray], None],
+) -> None:
+    """Grant ``credit`` with drain; hand each message to ``each`` until the gateway has no more."""
+    impl = link_pointer(link)
+    link.drain(credit)
+    while True:
+        _, payloads, _ = take_transfers(impl, credit, settle=True)
+        for payload in payloads:
+            each(payload)
+        if not link.draining() and link.queued == 0:
+            return
+        if not payloads:
+            amqp.wait(
+                lambda: has_transfer(impl) or not link.draining(),
+                timeout,
+                "a stream message or the drain's FLOW",
+            )
 
 
 class SizeScan:
@@ -281,7 +317,7 @@ class SizeScan:
                 index.record(first + step, size)
             return len(sizes)
         link.close()
-        link = self._link = _attach(amqp, self.options, first)
+        link = self._link = _attach(amqp, self.options, first, settled=True)
         received = 0
 
         def record(payload: bytearray) -> None:
@@ -296,45 +332,70 @@ class SizeScan:
         if self._link is not None and amqp is self._amqp and not amqp.closed:
             self._link.close()
         self._amqp = amqp
-        self._link = _attach(amqp, self.options, start)
+        self._link = _attach(amqp, self.options, start, settled=True)
         self._index = SizeIndex(start)
         return self._index
+
+
+def _plan_start(options: ReadOptions, info: QueueInfo, start: int, what: str) -> int:
+    """A range's start, checked against what the stream still holds (``failOnDataLoss``)."""
+    first = info.first
+    if start < first:
+        _lost(options, f"stream '{info.name}', {what} {start}", start, first)
+        return first
+    return start
 
 
 class StreamRangeReader(DataSourceReader):
     """A batch read of ``[startingOffsets, endingOffsets)``, fixed when the query is planned."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType | None = None) -> None:
         self.options = options
+        self.columns = read_columns(schema)
 
     def partitions(self) -> list[OffsetRange]:
-        """Resolve the two ends now (``latest`` is the tail at planning) and split the range."""
-        amqp = AmqpConnection.open(self.options.endpoint)
+        """Resolve the two ends now (``latest`` is the tail at planning) and split the range.
+
+        A missing queue (with ``failOnMissing=false``) and an empty range have no partitions.
+        """
+        options = self.options
+        amqp = AmqpConnection.open(options.endpoint)
         try:
-            start = resolve(amqp, self.options, self.options.starting_offsets)
-            end = resolve(amqp, self.options, self.options.ending_offsets)
+            info = look_up(amqp, options)
+            if info is None:
+                return []
+            start = resolve(amqp, options, options.starting_offsets, info)
+            end = resolve(amqp, options, options.ending_offsets, info)
         finally:
             amqp.close()
-        return split(start, end, self.options.min_partitions)
+        if start < end:
+            start = _plan_start(options, info, start, "startingOffsets")
+        assert options.min_partitions is not None
+        return split(start, end, options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """One range, in an executor."""
-        assert isinstance(partition, OffsetRange)
-        return read_range(self.options, partition)
+        """One range, in an executor (Spark's placeholder partition of an empty read: none)."""
+        if not isinstance(partition, OffsetRange):
+            return iter(())
+        return read_range(self.options, self.columns, partition)
 
 
 class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A streaming read: micro-batches are offset ranges; the runner only looks at the tail."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, schema: StructType | None = None) -> None:
         self.options = options
+        self.schema = schema
+        self.columns = read_columns(schema)
         self._amqp: AmqpConnection | None = None
         self._until: int | None = None  # Trigger.AvailableNow: the tail when the query began
         self._sizes: SizeScan | None = None  # maxBytesPerTrigger's look-ahead, in the runner
 
-    def __reduce__(self) -> tuple[type[StreamOffsetReader], tuple[ReadOptions]]:
+    def __reduce__(
+        self,
+    ) -> tuple[type[StreamOffsetReader], tuple[ReadOptions, StructType | None]]:
         """Only the options travel: a connection belongs to the process that opened it."""
-        return (StreamOffsetReader, (self.options,))
+        return (StreamOffsetReader, (self.options, self.schema))
 
     def _connection(self) -> AmqpConnection:
         amqp = self._amqp
@@ -347,7 +408,11 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """``startingOffsets`` as a concrete offset (Spark keeps it in the checkpoint)."""
-        return {"offset": resolve(self._connection(), self.options, self.options.starting_offsets)}
+        amqp = self._connection()
+        info = look_up(amqp, self.options)
+        if info is None:
+            return {"offset": 0}
+        return {"offset": resolve(amqp, self.options, self.options.starting_offsets, info)}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxRecordsPerTrigger`` or ``maxBytesPerTrigger`` as Spark's admission control.
@@ -364,13 +429,19 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The tail, or less by the read limits or the Trigger.AvailableNow target.
 
-        ``ReadAllAvailable`` (what Spark passes for ``Trigger.Once``) lifts both limits.
+        ``ReadAllAvailable`` (what Spark passes for ``Trigger.Once``) lifts both limits. A
+        start below the stream's first offset is data loss (``failOnDataLoss``).
         """
         first = int(start["offset"])
         amqp = self._connection()
-        end = next_offset(amqp, self.options)
+        info = look_up(amqp, self.options)
+        if info is None:
+            return {"offset": first}
+        end = info.tail
         if self._until is not None:
             end = min(end, self._until)
+        if first < end:
+            first = _plan_start(self.options, info, first, "the next micro-batch's start")
         if isinstance(limit, ReadAllAvailable):
             return {"offset": max(end, first)}
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -387,12 +458,14 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
         """The micro-batch's range in ``minPartitions`` tasks (none when it is empty)."""
+        assert self.options.min_partitions is not None
         return split(int(start["offset"]), int(end["offset"]), self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """One range, in an executor."""
-        assert isinstance(partition, OffsetRange)
-        return read_range(self.options, partition)
+        """One range, in an executor (Spark's placeholder partition of an empty batch: none)."""
+        if not isinstance(partition, OffsetRange):
+            return iter(())
+        return read_range(self.options, self.columns, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to settle: stream deliveries are settled when sent, and replayable."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from integration.conftest import RunningServer
+from pyspark.sql.types import BinaryType, StructField, StructType
 from support.certificates import self_signed
 
 from sluicegate.clients.tls import TlsError
@@ -23,7 +24,8 @@ from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.spark.amqp import AmqpConnection, AuthenticationError
 from sluicegate.spark.browse import browse
 from sluicegate.spark.options import ReadOptions, parse_read_options, parse_write_options
-from sluicegate.spark.sink import send_partition
+from sluicegate.spark.records import COLUMNS
+from sluicegate.spark.sink import check_sink_schema, send_partition
 from sluicegate.spark.stream_source import OffsetRange, read_range
 
 PASSWORD = "s3cret-Hors3"
@@ -60,7 +62,8 @@ def _send(raw: dict[str, str], bodies: list[bytes]) -> int:
     """Send ``bodies`` with the connector's sink, outside Spark; how many were accepted."""
     batch = pa.RecordBatch.from_arrays([pa.array(bodies, pa.binary())], names=["body"])
     options = parse_write_options(raw, streaming=False)
-    return send_partition(options, ("body",), "test", iter([batch])).count
+    columns = check_sink_schema(StructType([StructField("body", BinaryType())]))
+    return send_partition(options, columns, "test", iter([batch])).count
 
 
 def _tls_options(running: RunningServer, ca: Path, **extra: str) -> ReadOptions:
@@ -101,7 +104,7 @@ def test_a_browse_over_tls_with_a_password_reads_every_message(
         "tlsCaFile": str(certificate[0]),
     }
     assert _send(raw, bodies) == 3_000
-    batches = list(browse(options))
+    batches = list(browse(options, COLUMNS))
     read = [body for batch in batches for body in batch.column("body").to_pylist()]
     assert read == bodies
     assert secured.queue("secured").ready == 3_000
@@ -125,7 +128,7 @@ def test_a_stream_range_and_the_sink_over_tls(
     options = parse_read_options({**raw, "mode": "stream"}, streaming=False)
     rows = [
         row
-        for batch in read_range(options, OffsetRange(500, 1_500))
+        for batch in read_range(options, COLUMNS, OffsetRange(500, 1_500))
         for row in batch.select(["offset", "body"]).to_pylist()
     ]
     assert [row["offset"] for row in rows] == list(range(500, 1_500))

@@ -17,7 +17,6 @@ from support.polling import wait_until
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
-    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
 
 # Generous: the machine running the suite may be shared and loaded.

@@ -18,7 +18,6 @@ from sluicegate.gateway.auth import User, hash_password, parse_users
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
-    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
 
 PASSWORD = "Spark-s3cret-pw"

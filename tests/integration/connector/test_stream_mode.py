@@ -19,7 +19,6 @@ from sluicegate.spark.stream_source import OFFSET_SPEC
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
-    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
 
 
