@@ -43,11 +43,13 @@ from sluicegate.gateway.events import (
 from sluicegate.gateway.expiry import ExpiryTimer
 from sluicegate.gateway.identity import open_properties
 from sluicegate.gateway.limits import (
+    AttachDataExceeded,
     Handshakes,
     SessionLimitExceeded,
     check_connections,
     link_attached,
     link_detached,
+    session_ended,
 )
 from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.management.router import Router
@@ -275,6 +277,8 @@ class Broker(Handler):
         state: SessionState | None = getattr(session, "sg", None)
         if state is not None:
             self._end_session(state)
+            # Proton frees the session's links now, whoever ended it first.
+            session_ended(state)
         session.close()
         # Proton gives the session's channel back only once our END is encoded, and encodes
         # only when it writes: a client that reuses its channel for BEGIN/END pairs in one
@@ -316,7 +320,7 @@ class Broker(Handler):
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         try:
-            link_attached(session, self.config)
+            link_attached(session, link, self.config)
             if self.management.is_management(link):
                 assert connection.vhost is not None
                 self.management.attach(
@@ -333,6 +337,8 @@ class Broker(Handler):
                 connection.temporary[self.publishing.attach(link, name)] = (vhost.registry, name)
             else:
                 self.publishing.attach(link)
+        except AttachDataExceeded as error:
+            self.close_for_error(connection, error.condition, str(error))
         except SessionLimitExceeded as error:
             self._end_session(session)
             _close(link.session, error.condition, str(error))

@@ -59,6 +59,9 @@ METRICS_OFF: Final = frozenset({"", "off", "none", "false"})
 # RabbitMQ 4's defaults: 64 sessions per connection, 256 links per session.
 DEFAULT_CHANNEL_MAX: Final = 63
 DEFAULT_MAX_LINKS_PER_SESSION: Final = 256
+# ATTACH data per connection: 16,384 links (64 sessions of 256) of 512 bytes, four times what
+# proton's and RabbitMQ's clients send for a link to a queue, filters included.
+DEFAULT_MAX_ATTACH_DATA_SIZE: Final = 8 * 1024 * 1024
 # RabbitMQ's heartbeat default; a dead peer behind a silent network is found within a minute.
 DEFAULT_IDLE_TIMEOUT: Final = 60.0
 DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
@@ -130,6 +133,9 @@ class ServerConfig:
     channel_max: int = DEFAULT_CHANNEL_MAX
     # RabbitMQ 4's link_max_per_session.
     max_links_per_session: int = DEFAULT_MAX_LINKS_PER_SESSION
+    # Bytes of ATTACH data (names, termini, filters, properties) one connection's links may
+    # make the server hold; an ATTACH past it is refused (gateway/limits.py).
+    max_attach_data_size: int = DEFAULT_MAX_ATTACH_DATA_SIZE
     # PLAIN logins waiting for their password check on one listener, and from one address;
     # over either, a login gets SASL sys-temp at once (gateway/login.py).
     max_pending_logins: int = DEFAULT_MAX_PENDING_LOGINS
@@ -163,6 +169,7 @@ class ServerConfig:
         for key in (
             "max_message_size",
             "max_application_properties_size",
+            "max_attach_data_size",
             "max_link_credit",
             "max_queue_credit",
             "memory_budget",

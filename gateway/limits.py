@@ -1,4 +1,5 @@
-"""Limits that hold under abuse: connections, sessions, links per session, frames, idleness.
+"""Limits that hold under abuse: connections, sessions, links per session, ATTACH data per
+connection, frames, idleness.
 
 Frame size, channel-max and idle-time-out are proton's to enforce once set on the transport
 (it announces them in OPEN and closes a connection that breaks them); the connection count and
@@ -9,9 +10,11 @@ in one burst costs the reactor the same per ATTACH as one that attaches a few.
 
 from __future__ import annotations
 
+from cproton import ffi, lib
 from proton import Link, Transport
 
 from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.proton_internals import c_object
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.errors import QueueError
 
@@ -73,14 +76,49 @@ class SessionLimitExceeded(LimitExceeded):
     """A client kept attaching links after refusals it never answered: its session ends."""
 
 
-def link_attached(session: SessionState, config: ServerConfig) -> None:
-    """Count a client's ATTACH on ``session``; raise if the link is one too many.
+class AttachDataExceeded(LimitExceeded):
+    """A client kept attaching links past refusals for their data: its connection is closed."""
 
-    A refused link stays counted until the client answers our DETACH with its own, so that
-    unanswered refusals cannot pile up in proton: past twice the limit the session itself
-    is ended (:class:`SessionLimitExceeded`).
+
+def attach_size(link: Link) -> int:
+    """Bytes of ATTACH data the server holds for ``link``: its name and properties, and its
+    source and target (address, filter, capabilities, outcomes, node properties) twice.
+
+    Proton keeps the client's termini and the server's echo is a copy of them; RSS per link
+    follows this within a tenth, plus the fixed cost of a link (docs/operations.md). Proton's
+    encoder sizes the data in C without copying it, so this costs little per ATTACH.
+    """
+    size = len(link.name.encode()) + _encoded(lib.pn_link_remote_properties(c_object(link)))
+    for node in (link.remote_source, link.remote_target):
+        address = node.address
+        termini = len(address.encode()) if address else 0
+        for data in (node.filter, node.capabilities, node.outcomes, node.properties):
+            termini += max(data.encoded_size(), 0)
+        size += 2 * termini
+    return size
+
+
+def _encoded(data: object) -> int:
+    """Encoded bytes of one of proton's C data objects; 0 for none (NULL) or an empty one."""
+    if data == ffi.NULL:
+        return 0
+    size: int = lib.pn_data_encoded_size(data)
+    return max(size, 0)
+
+
+def link_attached(session: SessionState, link: Link, config: ServerConfig) -> None:
+    """Count a client's ATTACH on ``session`` and charge its data to the connection; raise if
+    the link is one too many or its data would pass ``max_attach_data_size``.
+
+    A refused link stays counted and charged until the client answers our DETACH with its own
+    (proton holds it until then), so that unanswered refusals cannot pile up: past twice the
+    link limit the session itself is ended (:class:`SessionLimitExceeded`).
     """
     session.links += 1
+    size = attach_size(link)
+    session.attach_bytes += size
+    connection = session.connection
+    connection.attach_bytes += size
     limit = config.max_links_per_session
     if session.links > 2 * limit:
         raise SessionLimitExceeded(
@@ -89,10 +127,31 @@ def link_attached(session: SessionState, config: ServerConfig) -> None:
         )
     if session.links > limit:
         raise LimitExceeded(f"session link limit {limit} reached")
+    data_limit = config.max_attach_data_size
+    if connection.attach_bytes > 2 * data_limit:
+        raise AttachDataExceeded(
+            f"ATTACH data of the connection's links over twice max_attach_data_size "
+            f"{data_limit} bytes, refused links not detached"
+        )
+    if connection.attach_bytes > data_limit:
+        raise LimitExceeded(
+            f"ATTACH data of the connection's links over max_attach_data_size "
+            f"{data_limit} bytes (this link's: {size})"
+        )
 
 
 def link_detached(link: Link) -> None:
-    """Count a client's DETACH of a link it attached."""
+    """Count a client's DETACH of a link it attached, and give its data's charge back."""
     session: SessionState | None = getattr(link.session, "sg", None)
-    if session is not None:
+    if session is not None and session.live:
         session.links -= 1
+        size = attach_size(link)
+        session.attach_bytes -= size
+        session.connection.attach_bytes -= size
+
+
+def session_ended(session: SessionState) -> None:
+    """The client's END: the session's links went with it, and so does the charge of their
+    ATTACH data. Not at the server's own END: proton holds the links until the client's."""
+    session.connection.attach_bytes -= session.attach_bytes
+    session.attach_bytes = 0

@@ -49,6 +49,7 @@ class ConnectionState:
     __slots__ = (
         "__weakref__",
         "account",
+        "attach_bytes",
         "backlog",
         "closed",
         "connection",
@@ -114,6 +115,8 @@ class ConnectionState:
         # link, a publisher's state): deleted when that link detaches or the connection closes
         # (gateway/dynamic.py).
         self.temporary: dict[object, tuple[QueueRegistry, str]] = {}
+        # What its live sessions' links' ATTACH data costs (gateway/limits.py).
+        self.attach_bytes = 0
         self.last_frame = 0.0
         self.frames_seen = 0
         self.deadline = 0.0
@@ -131,6 +134,7 @@ class SessionState:
     __slots__ = (
         "__weakref__",
         "address",
+        "attach_bytes",
         "connection",
         "links",
         "management_pairs",
@@ -150,6 +154,13 @@ class SessionState:
         # Links the client attached and has not detached, refused ones included
         # (gateway/limits.py): the per-session limit is checked against this count.
         self.links = 0
+        # What those links' ATTACH data costs, part of the connection's ``attach_bytes``.
+        self.attach_bytes = 0
+
+    @property
+    def live(self) -> bool:
+        """Whether the session has not ended (an END either way, or the connection's end)."""
+        return self.pure.writer_credit in self.connection.sessions
 
     def refresh_window(self) -> None:
         """Read the client's remote incoming window, less what proton still holds to send.

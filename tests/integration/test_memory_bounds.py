@@ -304,3 +304,64 @@ def test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message() -> 
         time.sleep(1.0)
         assert _rss(process.pid) - queued <= count * KiB
         assert len(consume(url, "/queues/unsettled", count).messages) == count
+
+
+# -- ATTACH data ---------------------------------------------------------------------------
+
+
+def test_attach_data_is_charged_to_its_connection_and_capped(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Link names, termini and properties are held as long as their links (one connection's
+    1,000 links with 120 KiB properties held 122 MiB, and 16,384 are allowed): past
+    max_attach_data_size an ATTACH is refused with amqp:resource-limit-exceeded, each DETACH
+    and END gives its charge back, refusals count until detached, and at twice the limit the
+    connection is closed; other clients are served meanwhile."""
+    limit = 1 * MiB
+    server = make_server(max_attach_data_size=limit)
+    blob = {"blob": "x" * (100 * KiB)}
+
+    def charged() -> int:
+        state = _connection(server, "attach-data")
+        assert state is not None
+        return state.attach_bytes
+
+    with (
+        _probing(server, "probe-attach-data"),
+        RawClient.connect(server.host, server.port, container_id="attach-data") as client,
+    ):
+        client.begin(0)
+        handles = [
+            client.attach(f"a{i}", "sender", target="/queues/attach-data", properties=blob)
+            for i in range(12)
+        ]
+        answers = {handle: client.wait_attach(handle).error for handle in handles}
+        served = [handle for handle, error in answers.items() if error is None]
+        refusals = {handle: error for handle, error in answers.items() if error is not None}
+        refused = list(refusals)
+        # Ten links of 100 KiB fit in 1 MiB; the eleventh passes it.
+        assert len(served) == 10, answers
+        for error in refusals.values():
+            assert error["condition"] == proton.symbol("amqp:resource-limit-exceeded")
+            assert "max_attach_data_size" in error["description"]
+        assert limit < server.call(charged) < limit + 2 * 101 * KiB
+        # A DETACH gives its link's charge back, refused or not: one more link fits.
+        for handle in [*refused, served[0]]:
+            client.detach(handle)
+        # Refused links were closed by the server already: only the served one is answered.
+        client.wait_for("detach")
+        again = client.attach("again", "sender", target="/queues/attach-data", properties=blob)
+        assert client.wait_attach(again).error is None
+        # An END gives back all its links'.
+        client.end(0)
+        client.wait_for("end")
+        assert server.call(charged) == 0
+        # Refusals left unanswered count: at twice the limit the connection is closed.
+        client.begin(1)
+        for i in range(22):
+            client.attach(
+                f"b{i}", "sender", target="/queues/attach-data", channel=1, properties=blob
+            )
+        close = client.wait_for("close", timeout=30)
+        assert close["error"]["condition"] == proton.symbol("amqp:resource-limit-exceeded")
+    wait_until(lambda: server.call(lambda: _connection(server, "attach-data")) is None)
