@@ -207,18 +207,21 @@ def _stream_link(url: str, address: str, offset: int) -> tuple[Any, Any]:
 
 def _receive_half(url: str, address: str, start: int, end: int, done: Any) -> None:
     """A process: receive ``[start, end)`` of the stream, count, decode nothing."""
-    from sluicegate.clients.capi import link_pointer, take_transfers
+    from sluicegate.clients.capi import lib, link_pointer, take_transfers
 
     amqp, link = _stream_link(url, address, start)
     impl = link_pointer(link)
-    link.flow(10_000)
+    wanted = end - start
+    link.flow(min(10_000, wanted))
     received = 0
-    while received < end - start:
-        _, payloads, _ = take_transfers(impl, 10_000, settle=True)
+    while received < wanted:
+        _, payloads, _ = take_transfers(impl, wanted - received, settle=True)
         received += len(payloads)
-        if payloads:
-            link.flow(len(payloads))
-        else:
+        # Credit up to the half's end only: the count is of this half's messages alone.
+        more = min(len(payloads), wanted - received - lib.pn_link_credit(impl))
+        if more > 0:
+            link.flow(more)
+        if not payloads:
             amqp.pump(0.05)
     amqp.close()
     done.put(received)
