@@ -8,6 +8,7 @@ than one batch per consumer waits in the session (docs/outbound-flow-control.md)
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -105,6 +106,7 @@ class OutgoingLink:
         "stashed_credit_req",
         "transport_count",
         "unsettled",
+        "waiting",
     )
 
     def __init__(
@@ -122,6 +124,9 @@ class OutgoingLink:
         self.sent = 0
         # Deliveries sent and not yet settled by the client.
         self.unsettled = 0
+        # Its deliveries in the session's outgoing_pending, in order: what goes back to the
+        # queue when it detaches, found without a walk over the other links' entries.
+        self.waiting: deque[Message] = deque()
         # The transport's delivery-count of the link (deliveries it sent plus credit it
         # drained), which runs behind the session's while transfers wait inside it; the credit
         # limit (delivery-count + credit) and drain flag of the last client FLOW it showed, and

@@ -157,15 +157,10 @@ class Session:
         if self.outgoing_pending and self.outgoing_pending[0][0] is link:
             # A message of this link partly handed over: the client never gets all of it.
             self.head_sent = 0
-        unsent: list[Message] = []
-        kept: deque[_Pending] = deque()
-        for entry in self.outgoing_pending:
-            if entry[0] is link:
-                if isinstance(entry[1], Message):
-                    unsent.append(entry[1])
-            else:
-                kept.append(entry)
-        self.outgoing_pending = kept
+        # Its entries stay in outgoing_pending, dropped as they come up (send_pending, _bypass):
+        # taking them out here cost a walk over every link's entries per DETACH.
+        unsent = list(link.waiting)
+        link.waiting.clear()
         return link.queue.detach(link, unsent)
 
     def end(self) -> list[Dispatch]:
@@ -173,6 +168,7 @@ class Session:
         dispatches: list[Dispatch] = []
         for link in list(self.links.values()):
             dispatches.extend(self.detach_link(link))
+        self.outgoing_pending.clear()
         self.writer.forget(self.writer_credit)
         return dispatches
 
@@ -231,6 +227,7 @@ class Session:
     def deliver(self, link: OutgoingLink, message: Message) -> None:
         """A queue dispatched a message to one of this session's links."""
         self.outgoing_pending.append((link, message))
+        link.waiting.append(message)
 
     def send_pending(self) -> list[Action]:
         """Hand over what the window and the writer allow, in order (RabbitMQ's send_pending)."""
@@ -241,6 +238,9 @@ class Session:
         frame_payload = self.frame_payload
         while pending:
             link, item = pending[0]
+            if link.detached:
+                pending.popleft()
+                continue
             if isinstance(item, Message):
                 # The writer's room is in bytes: at least one frame while there is any.
                 room = min(
@@ -260,6 +260,7 @@ class Session:
                     out.append(TransferPart(link, item, start, end))
                     break
                 pending.popleft()
+                link.waiting.popleft()
                 self.remote_incoming_window -= frames
                 self.writer.handed(credit, frames, size - start)
                 if start:
@@ -291,6 +292,8 @@ class Session:
         while pending:
             entry = pending.popleft()
             link, item = entry
+            if link.detached:
+                continue
             if isinstance(item, Message) or link in waiting:
                 waiting.add(link)
                 kept.append(entry)
@@ -309,6 +312,7 @@ class Session:
         pending = self.outgoing_pending
         for message in messages:
             pending.append((link, message))
+        link.waiting.extend(messages)
         pending.append((link, reply))
 
     def _sent(self, link: OutgoingLink) -> None:
@@ -377,8 +381,8 @@ class Session:
         """A snapshot for metrics and tests."""
         links = list(self.links.values())
         return SessionStatistics(
-            outgoing_pending=len(self.outgoing_pending),
-            pending_deliveries=sum(1 for e in self.outgoing_pending if isinstance(e[1], Message)),
+            outgoing_pending=sum(1 for e in self.outgoing_pending if not e[0].detached),
+            pending_deliveries=sum(len(link.waiting) for link in links),
             remote_incoming_window=self.remote_incoming_window,
             writer_blocked=self.writer_credit.blocked,
             writer_credit=self.writer_credit.credit,

@@ -138,10 +138,13 @@ class SessionMachine(RuleBasedStateMachine):
         assert touched <= {self.session}
 
     def pending_deliveries(self, link: OutgoingLink) -> int:
-        return sum(
+        assert not link.detached
+        count = sum(
             1 for entry_link, item in self.session.outgoing_pending
             if entry_link is link and isinstance(item, Message)
         )  # fmt: skip
+        assert count == len(link.waiting)
+        return count
 
     def quiescent(self, client: ClientLink) -> bool:
         link = client.link
@@ -177,7 +180,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.route(self.session.detach_link(link))
         if self.partial is not None and self.partial[0] is link:
             self.partial = None  # its remaining frames will never come
-        assert self.pending_deliveries(link) == 0
+        # Its entries stay in outgoing_pending until they come up, never to be sent.
+        assert not link.waiting
         assert link.handle not in self.session.links
 
     # -- rules: the client --
@@ -408,9 +412,10 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def nothing_lost(self) -> None:
         stats = self.queue.statistics()
+        # A detached link's entries stay until they come up; its messages went back.
         settled_buffered = sum(
             1 for link, item in self.session.outgoing_pending
-            if isinstance(item, Message) and not link.ack_required
+            if isinstance(item, Message) and not link.ack_required and not link.detached
         )  # fmt: skip
         assert stats.published == self.enqueued
         assert stats.ready + stats.unacked + self.archived + settled_buffered == self.enqueued
