@@ -7,6 +7,7 @@ counts, purge, delete. The client checks the OPEN properties, every reply's stat
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from typing import cast
@@ -30,6 +31,7 @@ from rabbitmq_amqp_python_client import (
     ExchangeToQueueBindingSpecification,
     ExchangeType,
     Message,
+    OffsetSpecification,
     OutcomeState,
     QueueType,
     QuorumQueueSpecification,
@@ -444,3 +446,73 @@ def test_direct_reply_to_with_rabbitmqs_client(server: RunningServer) -> None:
         consumer.close()
     finally:
         environment.close()
+
+
+QUEUE_INFO_CASES = [
+    # (specification, consumer count RabbitMQ 4.2 reports with two consumers attached)
+    (ClassicQueueSpecification(name="info-classic"), 2),
+    (QuorumQueueSpecification(name="info-quorum"), 2),
+    # rabbit_fifo counts only the active consumer: the waiting one is not in its consumers map.
+    (QuorumQueueSpecification(name="info-quorum-sac", single_active_consumer=True), 1),
+    # A stream's readers are nowhere in its stat: 0 whatever reads it.
+    (StreamSpecification(name="info-stream"), 0),
+]
+
+
+@pytest.mark.parametrize(("spec", "consumers"), QUEUE_INFO_CASES, ids=lambda c: str(c)[:20])
+def test_queue_info_reports_type_leader_members_and_counts_as_rabbitmq_does(
+    connection: Connection,
+    server: RunningServer,
+    spec: ClassicQueueSpecification | QuorumQueueSpecification | StreamSpecification,
+    consumers: int,
+) -> None:
+    """RabbitMQ's ``queue_info`` keys per queue type (rabbit_amqp_management:encode_queue).
+
+    message_count is what rabbit_amqqueue:stat says: a classic or quorum queue's ready messages
+    (those delivered and unsettled excluded), a stream's every message; consumer_count as the
+    queue type counts. One node is every queue's leader and its only member.
+    """
+    management = connection.management()
+    management.declare_queue(spec)
+    address = AddressHelper.queue_address(spec.name)
+    publisher = connection.publisher(address)
+    for index in range(5):
+        publisher.publish(Message(body=Converter.string_to_bytes(f"m{index}")))
+    publisher.close()
+    stream = isinstance(spec, StreamSpecification)
+    # Two consumers of one address need two connections: the client names both links alike,
+    # and its own proton refuses the second ATTACH reply of one name.
+    environment = Environment(f"amqp://127.0.0.1:{server.port}/")
+    other = environment.connection()
+    other.dial()
+    readers = [
+        each.consumer(
+            address,
+            consumer_options=StreamConsumerOptions(OffsetSpecification.first) if stream else None,
+            credit=None if stream else 1,
+        )
+        for each in (connection, other)
+    ]
+    expected_type = {
+        ClassicQueueSpecification: QueueType.classic,
+        QuorumQueueSpecification: QueueType.quorum,
+        StreamSpecification: QueueType.stream,
+    }[type(spec)]
+    if not stream:
+        # Each consumer's credit takes at least one message off the ready ones.
+        wait_until(lambda: server.queue(spec.name).unacked >= 1)
+    info = management.queue_info(spec.name)
+    unacked = 0 if stream else server.queue(spec.name).unacked
+    assert info.queue_type == expected_type
+    assert info.leader == f"sluicegate@{socket.gethostname()}"
+    # The client types members as a string; RabbitMQ sends the list of replicas.
+    assert cast(object, info.members) == [info.leader]
+    assert info.message_count == 5 - unacked
+    assert info.consumer_count == consumers
+    assert info.is_durable
+    for reader in readers:
+        reader.close()
+    environment.close()
+    wait_until(lambda: management.queue_info(spec.name).consumer_count == 0)
+    management.delete_queue(spec.name)
+    management.close()
