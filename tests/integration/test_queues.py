@@ -180,7 +180,10 @@ def test_lock_expiry_releases_and_a_late_settlement_changes_nothing(
         assert message.body == "slow"
         wait_until(lambda: server.queue("locked").lock_expired == 1)
         stats = server.queue("locked")
-        assert (stats.ready, stats.unacked) == (1, 0)
+        # Released: ready again, or already sent again on the credit proton's blocking receiver
+        # renews by itself.
+        assert stats.ready + stats.unacked == 1
+        assert stats.acknowledged == 0
         receiver.accept()
         with pytest.raises(LinkDetached):
             connection.wait(lambda: bool(receiver.link.state & Endpoint.REMOTE_CLOSED), timeout=5)
