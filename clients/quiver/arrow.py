@@ -106,6 +106,10 @@ class Arrow(ABC):
                 self.turn()
         except KeyboardInterrupt:
             self.finished = True
+        except (EOFError, BrokenPipeError):
+            # The parent closed its end of the channel: it ended the run (a timeout, a failure
+            # elsewhere) and reads no report, so this process ends quietly, not with a traceback.
+            self.finished = True
         finally:
             self.shutdown()
 
