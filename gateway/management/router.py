@@ -294,7 +294,11 @@ class Router:
         # A Direct Reply-To queue lives as long as its requester's link: RabbitMQ answers its
         # deletion with 200 and leaves it.
         existed = self.registry.get(name) is not None and not is_reply_to(name)
+        # RabbitMQ's stream coordinator deletes a stream without counting it: 0.
+        stream = existed and self.registry.settings(name).arguments.queue_type == "stream"
         count = self.registry.delete_queue(name)
+        if stream:
+            count = 0
         return Response(
             200, {"message_count": ULong(count)}, deleted_queue=name if existed else None
         )

@@ -136,7 +136,8 @@ def test_management_declares_a_stream_reports_its_offsets_and_deletes_it(tmp_pat
         assert (info["type"], info["first_offset"], info["last_offset"]) == ("stream", 0, 6)
         assert info["next_offset"] == 7
         deleted = request("DELETE", "/queues/managed")
-        assert (deleted.subject, deleted.body) == ("200", {"message_count": 7})
+        # RabbitMQ's stream coordinator answers a stream's deletion with a count of 0.
+        assert (deleted.subject, deleted.body) == ("200", {"message_count": 0})
     finally:
         connection.close()
         running.stop()
