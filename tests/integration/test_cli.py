@@ -23,6 +23,7 @@ def _sluicegate() -> list[str]:
     return [found]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "signum"),
     [
@@ -99,6 +100,7 @@ def test_python_m_gateway_without_arguments_serves_the_default(tmp_path: Path) -
                 stream.close()
 
 
+@pytest.mark.slow
 def test_a_busy_port_is_one_clear_line_and_a_non_zero_exit(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

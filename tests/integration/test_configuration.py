@@ -74,6 +74,7 @@ def test_an_invalid_value_stops_the_server_with_one_line(
     assert lines[0].startswith(expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["listen", "metrics_listen"])
 def test_an_address_in_use_stops_the_server_with_one_line(bound_port: int, key: str) -> None:
     taken = f"127.0.0.1:{bound_port}"

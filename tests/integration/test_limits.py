@@ -97,6 +97,7 @@ def test_a_frame_over_max_frame_size_closes_the_connection(
     assert running.queue("frames").ready == 0
 
 
+@pytest.mark.slow
 def test_a_silent_client_is_dropped_and_a_heartbeating_one_is_not(
     make_server: Callable[..., RunningServer],
 ) -> None:
@@ -115,6 +116,7 @@ def test_a_silent_client_is_dropped_and_a_heartbeating_one_is_not(
     wait_until(lambda: _open_count(running) == 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "first_bytes", [b"", SASL_HEADER, SASL_HEADER + b"\x00\x00"], ids=["nothing", "header", "part"]
 )
@@ -133,6 +135,7 @@ def test_a_client_that_does_not_log_in_is_dropped_after_handshake_timeout(
         client.begin()
 
 
+@pytest.mark.slow
 def test_the_server_sends_heartbeats_at_half_the_clients_idle_timeout(
     server: RunningServer,
 ) -> None:

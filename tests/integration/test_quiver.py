@@ -102,6 +102,7 @@ def test_json_summary_alone_on_stdout(server: RunningServer) -> None:
     assert block(run.stderr, "RESULTS")["Count"] == "2,000 messages"
 
 
+@pytest.mark.slow
 def test_several_senders_and_receivers_split_the_count(server: RunningServer) -> None:
     run = quiver(
         f"{server.url}/queues/quiver-many",
@@ -132,6 +133,7 @@ def test_presettled_durable_run(server: RunningServer) -> None:
     assert block(run.stderr, "CONFIGURATION")["Flags"] == "durable, presettled"
 
 
+@pytest.mark.slow
 def test_duration_run_receives_everything_sent(server: RunningServer) -> None:
     run = quiver(f"{server.url}/queues/quiver-duration", "--duration", "1", "--json")
     assert run.returncode == 0, run.stderr
@@ -165,6 +167,7 @@ def test_connection_refused_is_one_line(free_port: int) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_silent_peer_times_out_in_one_line() -> None:
     with socket.socket() as silent:  # accepts TCP connections (backlog) but never speaks AMQP
         silent.bind(("127.0.0.1", 0))
@@ -225,6 +228,7 @@ def withholder(free_port: int) -> Iterator[Withholder]:
     assert not thread.is_alive()
 
 
+@pytest.mark.slow
 def test_no_progress_after_attaching_is_one_line(withholder: Withholder) -> None:
     run = quiver(f"amqp://127.0.0.1:{withholder.port}/q", "--count", "10", "--timeout", "1")
     assert run.returncode == 1

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from integration.conftest import RunningServer
 from proton import Message
 from support.frames import SASL_HEADER
@@ -21,6 +22,7 @@ from support.raw_client import RawClient
 SHUTDOWN_TIMEOUT = 2.0
 
 
+@pytest.mark.slow
 def test_sigterm_with_busy_silent_and_half_logged_in_clients_exits_0(tmp_path: Path) -> None:
     env = {**os.environ, "SLUICEGATE_SHUTDOWN_TIMEOUT": str(SHUTDOWN_TIMEOUT)}
     options = ("--data-dir", str(tmp_path), "--metrics-listen", "off")

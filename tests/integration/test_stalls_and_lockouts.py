@@ -128,6 +128,7 @@ class _AttachStorm(threading.Thread):
             self.waves += 1
 
 
+@pytest.mark.slow
 def test_attach_storms_do_not_stall_other_clients(scheme: Scheme) -> None:
     """Each ATTACH costs the same however many links the connection holds (issue 17 §2).
 
@@ -318,6 +319,7 @@ class _Tricklers(threading.Thread):
             sock.close()
 
 
+@pytest.mark.slow
 def test_sockets_that_never_log_in_are_dropped_and_lock_nobody_out(
     make_server: Callable[..., RunningServer],
 ) -> None:
@@ -413,6 +415,7 @@ def test_tls_clients_that_never_open_are_dropped_at_the_handshake_timeout(
     assert all(handshake - 0.1 <= lifetime < handshake + 1.5 for lifetime in lifetimes.values())
 
 
+@pytest.mark.slow
 def test_idle_timeout_counts_whole_frames_and_fires_on_time(
     make_server: Callable[..., RunningServer], scheme: Scheme
 ) -> None:
@@ -446,6 +449,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.slow
 def test_at_the_descriptor_limit_the_listener_backs_off() -> None:
     """EMFILE makes the listener stop polling for a while and log once, not spin (issue 17 §4).
 
