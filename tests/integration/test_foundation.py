@@ -127,19 +127,16 @@ def test_unsettled_deliveries_of_a_closed_link_go_back(server: RunningServer) ->
         receiver.link.close()
     finally:
         connection.close()
-    # Proton's blocking receiver keeps its credit topped up, so c may have gone out too.
-    sent = server.queue("link-closed").delivered
-    assert sent >= 2
     received = consume(server.url, "link-closed", 3)
     assert received.bodies == ["a", "b", "c"]
-    # What reached the client unsettled counts one failed delivery attempt.
-    assert [m.delivery_count for m in received.messages] == [1] * sent + [0] * (3 - sent)
+    # a and b reached the client unsettled: they count one failed delivery attempt.
+    assert [m.delivery_count for m in received.messages] == [1, 1, 0]
 
 
 def test_consumer_killed_with_unsettled_deliveries_gives_them_back(
     server: RunningServer,
 ) -> None:
-    publish(server.url, "killed", [f"m{i}" for i in range(20)])
+    publish(server.url, "killed", [f"m{i}" for i in range(10)])
     script = textwrap.dedent(
         f"""
         import sys, time
@@ -156,18 +153,17 @@ def test_consumer_killed_with_unsettled_deliveries_gives_them_back(
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "holding"
-        # Proton's blocking receiver keeps a window of 5 on top of the 5 its constructor adds.
-        held = server.queue("killed").unacked
-        assert 5 <= held <= 10
+        assert server.queue("killed").unacked == 5
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.wait(timeout=10)
         if child.stdout is not None:
             child.stdout.close()
     wait_until(lambda: server.queue("killed").unacked == 0)
-    received = consume(server.url, "killed", 20)
-    assert received.bodies == [f"m{i}" for i in range(20)]
-    assert [m.delivery_count for m in received.messages] == [1] * held + [0] * (20 - held)
+    received = consume(server.url, "killed", 10)
+    assert sorted(received.bodies) == sorted(f"m{i}" for i in range(10))  # type: ignore[type-var]
+    assert received.bodies[:5] == [f"m{i}" for i in range(5)]
+    assert [m.delivery_count for m in received.messages[:5]] == [1] * 5
 
 
 @pytest.mark.parametrize("max_frame", [4096, 512])
