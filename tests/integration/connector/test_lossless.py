@@ -36,7 +36,7 @@ def _readme_pipeline(spark: SparkSession, url: str, checkpoint: Path) -> Streami
     orders = (
         spark.readStream.format("sluicegate")
         .option("url", url)
-        .option("address", "/queues/orders")
+        .option("address", "/queues/readme-orders")
         .option("maxRecordsPerTrigger", str(BATCH))
         .load()
     )
@@ -65,20 +65,20 @@ def test_the_readme_pipeline_stopped_and_started_again_loses_no_order(
     ]
     for message in orders:
         message.inferred = True
-    published = publish(server.url, "/queues/orders", messages=orders)
+    published = publish(server.url, "/queues/readme-orders", messages=orders)
     assert published.outcomes == ["accepted"] * ORDERS
     checkpoint = tmp_path / "checkpoint"
     first = _readme_pipeline(spark, server.url, checkpoint)
     try:
-        wait_for(first, lambda: server.queue("orders").acknowledged >= 2 * BATCH)
+        wait_for(first, lambda: server.queue("readme-orders").acknowledged >= 2 * BATCH)
     finally:
         first.stop()
     # The runner gives back what it holds as its process ends, just after stop() returns.
-    wait_until(lambda: server.queue("orders").consumers == 0, 60, 0.1)
-    stats = server.queue("orders")
+    wait_until(lambda: server.queue("readme-orders").consumers == 0, 60, 0.1)
+    stats = server.queue("readme-orders")
     assert stats.unacked == 0
     # What waits now was never handed to a consumer but for (at most) one uncommitted batch.
-    waiting = _browse(spark, server.url, "/queues/orders")
+    waiting = _browse(spark, server.url, "/queues/readme-orders")
     flagged = waiting.where("redelivered").count()
     assert waiting.count() == stats.ready
     assert flagged <= BATCH
@@ -86,7 +86,7 @@ def test_the_readme_pipeline_stopped_and_started_again_loses_no_order(
 
     second = _readme_pipeline(spark, server.url, checkpoint)
     try:
-        wait_for(second, lambda: server.queue("orders").acknowledged == ORDERS)
+        wait_for(second, lambda: server.queue("readme-orders").acknowledged == ORDERS)
     finally:
         second.stop()
     processed = consume(server.url, "/queues/processed", server.queue("processed").ready)
