@@ -184,6 +184,7 @@ class CreditAttack(threading.Thread):
             return  # the test dropped the socket while the server held the writes back
 
 
+@pytest.mark.slow
 def test_credit_of_many_links_is_no_way_past_the_budget(
     make_server: Callable[..., RunningServer], scheme: Scheme
 ) -> None:
