@@ -69,26 +69,20 @@ class QueueContext:
 QueueFactory = Callable[[str, QueueArguments, QueueContext], QueueType]
 
 
-def _classic(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
-    return ClassicQueue(
-        name,
-        arguments,
-        clock=context.clock,
-        dead_letters=context.dead_letters,
-        held=context.held,
-        timed=context.timed,
-    )
+def _built_as(queue_class: type[ClassicQueue]) -> QueueFactory:
+    """The factory of the classic queue or of a type built on it (quorum): same context."""
 
+    def build(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
+        return queue_class(
+            name,
+            arguments,
+            clock=context.clock,
+            dead_letters=context.dead_letters,
+            held=context.held,
+            timed=context.timed,
+        )
 
-def _quorum(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
-    return QuorumQueue(
-        name,
-        arguments,
-        clock=context.clock,
-        dead_letters=context.dead_letters,
-        held=context.held,
-        timed=context.timed,
-    )
+    return build
 
 
 def _stream(name: str, arguments: QueueArguments, context: QueueContext) -> QueueType:
@@ -96,8 +90,8 @@ def _stream(name: str, arguments: QueueArguments, context: QueueContext) -> Queu
 
 
 QUEUE_FACTORIES: dict[str, QueueFactory] = {
-    "classic": _classic,
-    "quorum": _quorum,
+    "classic": _built_as(ClassicQueue),
+    "quorum": _built_as(QuorumQueue),
     "stream": _stream,
 }
 
