@@ -10,6 +10,7 @@ itself), leaves on ``LEAVE`` and reports ``LEFT`` with what the server did to it
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -381,11 +382,14 @@ def run_attack(plan: AttackPlan, channel: Channel) -> None:
 
 
 def probe(host: str, port: int, address: str, counts: Any) -> None:
-    """Process entry point: round trips on ``address`` until terminated.
+    """Process entry point: round trips on ``address`` until terminated or orphaned.
 
     ``counts`` is a shared ``RawArray('d', 3)``: round trips done, the longest in seconds, and
-    round trips that did not complete within ``PROBE_TIMEOUT_S``.
+    round trips that did not complete within ``PROBE_TIMEOUT_S``. A bench killed before it could
+    stop its prober must not leave it probing the next run's machine, so the prober ends when
+    its parent is gone.
     """
+    parent = os.getppid()
     engine = Pump.connect(host, port, "hostile prober", CONNECT_TIMEOUT_S)
     engine.connection.open()
     sender = _sender(engine, address, "probe out")
@@ -395,7 +399,7 @@ def probe(host: str, port: int, address: str, counts: Any) -> None:
     receiver.flow(10)
     payload = _encoded(16)
     sequence = 0
-    while True:
+    while os.getppid() == parent:
         started = time.monotonic()
         deadline = started + PROBE_TIMEOUT_S
         while sender.credit <= 0 and time.monotonic() < deadline:

@@ -42,7 +42,10 @@ CONTEXT: Final = multiprocessing.get_context("spawn")
 BUDGET: Final = "64MiB"
 ATTACK_S: Final = 45.0  # how long an attack that does not end by itself goes on
 SETTLE_S: Final = 3.0  # before "base" and after the attacker left, for steady readings
-REPLY_TIMEOUT_S: Final = 900.0  # a prefill of 200 MB or 1,000 connections on a loaded machine
+# A prefill of 200 MB, 1,000 connections or 1,000 attaches on a loaded machine.
+LONG_PHASE_TIMEOUT_S: Final = 900.0
+# Leaving is dropping a socket; an attacker silent this long is stuck.
+LEAVE_TIMEOUT_S: Final = 60.0
 COLUMNS: Final = (
     "RSS base MB",
     "RSS peak MB",
@@ -72,9 +75,9 @@ def _size(text: str) -> int:
     return int(text)
 
 
-def _reply(channel: Channel, what: str) -> object:
-    if not channel.poll(REPLY_TIMEOUT_S):
-        raise ClientError(f"attacker: no answer while {what} after {REPLY_TIMEOUT_S:g} s")
+def _reply(channel: Channel, what: str, timeout: float) -> object:
+    if not channel.poll(timeout):
+        raise ClientError(f"attacker: no answer while {what} after {timeout:g} s")
     reply: object = channel.recv()
     if isinstance(reply, str) and reply not in (READY, DONE, "attacking"):
         raise ClientError(reply)
@@ -116,18 +119,18 @@ def _one(target: Target, attack: str, args: argparse.Namespace, out: TextIO) -> 
         sampler.start()
         attacker.start()
         try:
-            _reply(ours, "preparing")
+            _reply(ours, "preparing", LONG_PHASE_TIMEOUT_S)
             prober.start()
             time.sleep(SETTLE_S)
             base_at = sampler.elapsed()
             trips_before = counts[0]
             print(f"{target.name}: {attack}: attacking", file=out, flush=True)
             ours.send(GO)
-            if _reply(ours, "attacking") != DONE:
+            if _reply(ours, "attacking", LONG_PHASE_TIMEOUT_S) != DONE:
                 time.sleep(args.duration)
             attack_end = sampler.elapsed()
             ours.send(LEAVE)
-            left = _reply(ours, "leaving")
+            left = _reply(ours, "leaving", LEAVE_TIMEOUT_S)
             assert isinstance(left, tuple)
             assert left[0] == LEFT
             time.sleep(SETTLE_S)

@@ -13,23 +13,21 @@ from pathlib import Path
 
 import pytest
 from integration.conftest import RunningServer
+from integration.process_tree import run_or_explain
 
 from sluicegate.session.session import DEFAULT_MAX_QUEUE_CREDIT
 
 RUN_TIMEOUT_S = 240  # a loaded 2-core machine; the runs themselves take seconds
+# Beyond the run's own deadline: time to dump the stacks of a hung run before pytest-timeout.
+pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 # "outgoing_pending ≤ 256 + a few": the queue's batch plus credit replies and FLOWs queued with it.
 PENDING_SLACK = 16
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the bench CLI as a user would, from the repository root."""
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-        cwd=Path(__file__).parents[2],
+    return run_or_explain(
+        [sys.executable, "-m", "bench", *args], RUN_TIMEOUT_S, Path(__file__).parents[2]
     )
 
 
