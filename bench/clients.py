@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from proton import Delivery, Endpoint, Receiver
 
+from sluicegate.clients.children import end
 from sluicegate.clients.pump import Pump
 from sluicegate.clients.quiver import sender
 from sluicegate.clients.quiver.arrow import describe
@@ -116,9 +117,7 @@ class SenderProcess:
 
     def stop(self) -> None:
         """End the process if it still runs."""
-        if self.process.pid is not None and self.process.is_alive():
-            self.process.terminate()
-            self.process.join(CONNECT_TIMEOUT_S)
+        end(self.process, CONNECT_TIMEOUT_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +233,4 @@ class ConsumerProcess:
 
     def stop(self) -> None:
         """End the process if it still runs."""
-        if self.process.pid is not None and self.process.is_alive():
-            self.process.terminate()
-            self.process.join(CONNECT_TIMEOUT_S)
+        end(self.process, CONNECT_TIMEOUT_S)

@@ -89,6 +89,11 @@ def _partitions(planned: _Planned, parts: int) -> list[QueuePartition]:
     return result
 
 
+# Whether _ignore_sigterm replaced the reader's own handler with SIG_IGN (a process-wide setting,
+# so module-wide state): only then does _default_sigterm put the default back.
+_sigterm_ignored = False
+
+
 def _leave_on_sigterm() -> None:
     """Have SIGTERM unwind the runner's main loop, so that its ``finally`` calls ``stop``.
 
@@ -111,10 +116,29 @@ def _terminated(signum: int, frame: object) -> None:
 def _ignore_sigterm() -> None:
     """Let a give-back finish (it is bounded): Spark signals again while the runner stops, and
     may signal first while a ``stop`` that the closed socket started is under way."""
+    global _sigterm_ignored
     if threading.current_thread() is threading.main_thread() and (
         signal.getsignal(signal.SIGTERM) is _terminated
     ):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _sigterm_ignored = True
+
+
+def _default_sigterm() -> None:
+    """After the give-back, SIGTERM ends the process at once again, as before the reader.
+
+    An ignored SIGTERM would outlive the reader in a process that goes on (a reused worker, an
+    application reading in process), and every process it starts afterwards would inherit it
+    ignored and could not be stopped politely.
+    """
+    global _sigterm_ignored
+    if (
+        _sigterm_ignored
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    ):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _sigterm_ignored = False
 
 
 def decode_partition(partition: QueuePartition, columns: tuple[str, ...]) -> list[pa.RecordBatch]:
@@ -264,3 +288,4 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planned.clear()
             self._receiver.close(handed)
             self._receiver = None
+            _default_sigterm()

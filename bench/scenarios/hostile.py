@@ -35,6 +35,7 @@ from bench.scenario import Scenario
 from bench.series import Series, extent
 from bench.servers import Target, running
 from bench.table import Cell
+from sluicegate.clients.children import end
 
 __all__ = ["SCENARIO", "run"]
 
@@ -46,6 +47,7 @@ SETTLE_S: Final = 3.0  # before "base" and after the attacker left, for steady r
 LONG_PHASE_TIMEOUT_S: Final = 900.0
 # Leaving is dropping a socket; an attacker silent this long is stuck.
 LEAVE_TIMEOUT_S: Final = 60.0
+END_GRACE_S: Final = 10.0  # for the attacker and the prober to end on SIGTERM
 COLUMNS: Final = (
     "RSS base MB",
     "RSS peak MB",
@@ -139,9 +141,7 @@ def _one(target: Target, attack: str, args: argparse.Namespace, out: TextIO) -> 
             longest, stalls = counts[1], counts[2]
         finally:
             for process in (attacker, prober):
-                if process.is_alive():
-                    process.terminate()
-                    process.join(10)
+                end(process, END_GRACE_S)
         series = sampler.stop()
     rss = series.get("server RSS")
     base = _at(rss, base_at)

@@ -18,6 +18,7 @@ from multiprocessing.connection import wait
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Final, TextIO
 
+from sluicegate.clients.children import end
 from sluicegate.clients.quiver import procstat, receiver, sender
 from sluicegate.clients.quiver.procstat import ProcSample
 from sluicegate.clients.quiver.reports import (
@@ -256,8 +257,7 @@ class Measurement:
             if child.process.pid is not None and child.process.is_alive():
                 child.process.terminate()
         for child in self.children:
-            if child.process.pid is not None:
-                child.process.join(EXIT_GRACE_S)
+            end(child.process, EXIT_GRACE_S)
 
     def results(self) -> Results:
         """Merge the children's totals into quiver's results."""

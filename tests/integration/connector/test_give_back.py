@@ -9,6 +9,7 @@ an uncommitted batch counted, so that ``redelivered`` marks what a sink may have
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
 from typing import Any
 
@@ -113,6 +114,19 @@ def test_a_stop_releases_what_spark_never_had_and_counts_what_it_did(
     assert sorted(counts) == published
     assert {body for body, count in counts.items() if count > 0} == handed
     assert all(counts[body] == 1 for body in handed)
+
+
+def test_sigterm_ends_the_process_again_once_the_reader_gave_back(server: RunningServer) -> None:
+    """SIGTERM unwinds the runner while it holds messages, is ignored while it gives them back,
+    and is the default again after: every process started later inherits it (the bench's
+    prober once could not be stopped after the connector's tests had run in its parent)."""
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    publish(server.url, "/queues/sigterm", _bodies(10))
+    reader = _reader(server, "/queues/sigterm")
+    _next_batch(reader, dict(INITIAL_OFFSET), ReadAllAvailable())
+    assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+    reader.stop()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_a_replayed_batch_of_a_dead_connection_is_empty(server: RunningServer) -> None:
