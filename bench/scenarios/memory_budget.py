@@ -66,8 +66,12 @@ def publisher_figures(
     rss_extent = extent(rss.points) if rss else None
     late = slope(second_half(rss.points)) if rss else None
     published = series.get("publisher sent")
+    # While the publisher runs: the drainer that collects its last outcomes afterwards is a
+    # second consumer, whose transfers on their way out the budget counts too.
     used = series.get("budget used")
-    used_extent = extent(used.points) if used else None
+    used_extent = (
+        extent([p for p in used.points if publishing[0] <= p[0] <= publishing[1]]) if used else None
+    )
     return {
         "sent": sent,
         "accepted": accepted,

@@ -15,6 +15,9 @@ import pytest
 from integration.conftest import RunningServer
 from integration.process_tree import run_or_explain
 
+from sluicegate.gateway.config import DEFAULT_WRITER_BUFFER_SIZE
+from sluicegate.gateway.io_layer import READ_BATCH
+from sluicegate.session.memory_budget import CEILING_SHARE
 from sluicegate.session.session import DEFAULT_MAX_QUEUE_CREDIT
 
 RUN_TIMEOUT_S = 240  # a loaded 2-core machine; the runs themselves take seconds
@@ -22,6 +25,7 @@ RUN_TIMEOUT_S = 240  # a loaded 2-core machine; the runs themselves take seconds
 pytestmark = pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 # "outgoing_pending ≤ 256 + a few": the queue's batch plus credit replies and FLOWs queued with it.
 PENDING_SLACK = 16
+MiB = 1024 * 1024
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -108,7 +112,13 @@ def test_memory_budget_holds_the_publisher(tmp_path: Path) -> None:
     figures = record["figures"]
     assert figures["sent"] == figures["accepted"] > figures["taken"] > 0
     assert figures["publisher blocked s"] > 0  # the budget withheld credit
-    assert figures["budget used peak MB"] <= 4 + 1  # one batch of link credit may overshoot
+    # docs/operations.md: the ceiling (the limit plus an eighth), one read of the reactor, and
+    # what the consumer's connection holds on its way out, which the budget counts but does
+    # not hold back: its writer's buffer plus one frame (proton's client default, 32 KiB).
+    budget = 4 * MiB
+    frame = 32 * 1024
+    bound = budget + budget // CEILING_SHARE + READ_BATCH + DEFAULT_WRITER_BUFFER_SIZE + frame
+    assert figures["budget used peak MB"] * MiB <= bound
 
 
 @pytest.mark.slow
