@@ -384,6 +384,7 @@ class Broker(Handler):
         link.sg = state
         if temporary is not None:
             session.connection.temporary[pure_link] = (registry, temporary)
+        session.connection.fresh_links.append(state)
         link.open()
 
     def _temporary(
@@ -449,12 +450,36 @@ class Broker(Handler):
         """Maybe a client FLOW on a consumer link: the session tells (``transport_flow``).
 
         A FLOW for a link the server has detached (its queue was deleted, the client has not
-        read the DETACH yet) is ignored: the DETACH answers it.
+        read the DETACH yet) is ignored: the DETACH answers it. A FLOW that came with the
+        ATTACH waits until the socket has taken the ATTACH reply (:meth:`attaches_written`).
         """
         link = link_of(event)
         state = getattr(link, "sg", None)
-        if not isinstance(state, OutgoingLinkState) or state.link.detached:
+        if (
+            not isinstance(state, OutgoingLinkState)
+            or state.link.detached
+            or not state.attach_written
+        ):
             return
+        self._credit(link, state)
+
+    def attaches_written(self, connection: ConnectionState) -> None:
+        """The socket took the ATTACH replies of the connection's new consumer links.
+
+        Their credit counts from now on, so a link's first message never goes out in the same
+        write as its ATTACH reply: with RabbitMQ, whose queues answer credit only after the
+        session has sent the ATTACH, a client that blocks until its link is open (the blocking
+        API of RabbitMQ's Python client, which grants credit with its ATTACH) gets its first
+        message once it handles messages, not inside the call that opens the link.
+        """
+        fresh = connection.fresh_links
+        connection.fresh_links = []
+        for state in fresh:
+            state.attach_written = True
+            if not state.link.detached and not connection.closed:
+                self._credit(state.sender, state)
+
+    def _credit(self, link: Link, state: OutgoingLinkState) -> None:
         if state.drain_pending:
             self._complete_drain(state)
         pure = state.session.pure

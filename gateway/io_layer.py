@@ -305,6 +305,8 @@ class FlowIO(IOHandler):
         selectable.update()
 
     def _written(self, state: ConnectionState, written: int, still_pending: int) -> None:
+        if state.fresh_links:
+            self.broker.attaches_written(state)
         writer = state.writer
         unblocked = writer.written(written)
         if not still_pending:

@@ -55,6 +55,7 @@ class ConnectionState:
         "connection",
         "deadline",
         "frames_seen",
+        "fresh_links",
         "handshake_deadline",
         "idle_timeout",
         "inbound",
@@ -117,6 +118,9 @@ class ConnectionState:
         self.temporary: dict[object, tuple[QueueRegistry, str]] = {}
         # What its live sessions' links' ATTACH data costs (gateway/limits.py).
         self.attach_bytes = 0
+        # Consumer links whose ATTACH reply the socket has not taken yet: their credit waits
+        # for it (gateway/broker.py, Broker.attaches_written).
+        self.fresh_links: list[OutgoingLinkState] = []
         self.last_frame = 0.0
         self.frames_seen = 0
         self.deadline = 0.0
@@ -198,6 +202,8 @@ class OutgoingLinkState:
     session: SessionState
     # A drain completed in the session whose FLOW proton must send after its queued transfers.
     drain_pending: bool = False
+    # Whether the socket has taken the ATTACH reply; until then the client's credit waits.
+    attach_written: bool = False
 
 
 def forget(connection: Connection) -> None:

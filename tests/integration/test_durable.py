@@ -17,7 +17,7 @@ from proton import Event, Message, Timeout, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection
-from support.clients import consume, publish
+from support.clients import Holder, consume, publish
 from support.faults import FailingDisk
 from support.polling import wait_until
 
@@ -62,16 +62,14 @@ def test_accepted_messages_are_not_redelivered_and_held_ones_come_back_counted(
     running = start_server(data_dir=tmp_path)
     publish(running.url, "jobs", messages=_durable(range(50)))
     taker = BlockingConnection(running.url)
-    receiver = taker.create_receiver("jobs", credit=20)
-    for _ in range(20):
-        receiver.receive(timeout=10)
-        receiver.accept()
+    taking = Holder(taker, "jobs", credit=20)
+    taking.take(20)
+    taking.accept()
     taker.close()
     wait_until(lambda: running.queue("jobs").acknowledged == 20)
     # A consumer that takes ten and settles none, then the server stops under it.
     holder = BlockingConnection(running.url)
-    receiver = holder.create_receiver("jobs", credit=10)
-    held = [receiver.receive(timeout=10).body for _ in range(10)]
+    held = [message.body for message in Holder(holder, "jobs", credit=10).take(10)]
     assert held == [f"m{i}" for i in range(20, 30)]
     wait_until(lambda: running.queue("jobs").unacked == 10)
     running = _restart(running, tmp_path)

@@ -6,6 +6,7 @@ busy and settle as they go, so 10,000-message tests take a second, not ten.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from proton import Delivery, Event, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
+from proton.utils import BlockingConnection
 
 from sluicegate.gateway.events import delivery_of, link_of
 
@@ -207,3 +209,45 @@ def consume(
     container.timeout = IDLE_TIMEOUT
     container.run()
     return handler.result
+
+
+class _Holding(MessagingHandler):
+    """Collects deliveries unsettled and grants no credit of its own (``prefetch=0``)."""
+
+    def __init__(self) -> None:
+        super().__init__(prefetch=0, auto_accept=False)
+        self.incoming: deque[tuple[Message, Delivery]] = deque()
+
+    def on_message(self, event: Event) -> None:
+        self.incoming.append((event.message, delivery_of(event)))
+
+
+class Holder:
+    """A blocking consumer that holds what it takes and grants exactly ``credit``.
+
+    Proton's own ``create_receiver(credit=n)`` grants ``n`` twice (once as the Fetcher's
+    prefetch window, once in ``BlockingReceiver``) and tops the window up on every delivery,
+    so how many messages it holds depends on timing; a test that counts what a consumer holds
+    uses this instead.
+    """
+
+    def __init__(self, connection: BlockingConnection, address: str, credit: int) -> None:
+        self.connection = connection
+        self._handler = _Holding()
+        self.receiver = connection.create_receiver(address, credit=credit, handler=self._handler)
+        self.taken: deque[Delivery] = deque()
+
+    def take(self, count: int, timeout: float = IDLE_TIMEOUT) -> list[Message]:
+        """The next ``count`` messages, once they arrived; their deliveries stay unsettled."""
+        incoming = self._handler.incoming
+        self.connection.wait(lambda: len(incoming) >= count, timeout=timeout)
+        taken = [incoming.popleft() for _ in range(count)]
+        self.taken.extend(delivery for _, delivery in taken)
+        return [message for message, _ in taken]
+
+    def accept(self) -> None:
+        """Accept and settle every message taken and not settled yet."""
+        while self.taken:
+            delivery = self.taken.popleft()
+            delivery.update(Delivery.ACCEPTED)
+            delivery.settle()
