@@ -6,6 +6,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from support.examples import examples
 
 from sluicegate.queues.errors import NotFound, PreconditionFailed
 from sluicegate.queues.queue_type import QueueType
@@ -270,5 +271,7 @@ class ExchangeGraph(RuleBasedStateMachine):
                 assert set(routed) == self._reachable(start, key)
 
 
-ExchangeGraph.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+ExchangeGraph.TestCase.settings = settings(
+    max_examples=examples(60), stateful_step_count=25, deadline=None
+)
 TestExchangeGraph = ExchangeGraph.TestCase

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from support.examples import examples
 
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
@@ -568,7 +569,9 @@ class InboundMachine(RuleBasedStateMachine):
             assert budget.used < budget.limit
 
 
-InboundMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+InboundMachine.TestCase.settings = settings(
+    max_examples=examples(150), stateful_step_count=60, deadline=None
+)
 TestInboundMachine = InboundMachine.TestCase
 
 

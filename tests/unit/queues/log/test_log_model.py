@@ -18,6 +18,7 @@ from pathlib import Path
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from support.examples import examples
 
 from sluicegate.queues.log.placement import WriteBatch
 from sluicegate.queues.log.segments import SegmentWriter
@@ -172,5 +173,7 @@ class StoreModel(RuleBasedStateMachine):
         self.acquired = []
 
 
-StoreModel.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+StoreModel.TestCase.settings = settings(
+    max_examples=examples(40), stateful_step_count=40, deadline=None
+)
 TestStoreModel = StoreModel.TestCase

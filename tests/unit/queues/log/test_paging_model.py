@@ -17,6 +17,7 @@ from pathlib import Path
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support.examples import examples
 
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.log.segments import SegmentWriter
@@ -151,5 +152,7 @@ class PagingModel(RuleBasedStateMachine):
             assert total == 0
 
 
-PagingModel.TestCase.settings = settings(max_examples=60, stateful_step_count=50, deadline=None)
+PagingModel.TestCase.settings = settings(
+    max_examples=examples(60), stateful_step_count=50, deadline=None
+)
 test_paging_model = PagingModel.TestCase

@@ -7,6 +7,7 @@ import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from sluicegate.queues.log.damage import Resynced, resync, valid_run
 from sluicegate.queues.log.records import (
@@ -65,7 +66,7 @@ _pieces = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(pieces=st.lists(_pieces, min_size=1, max_size=12), data=st.data())
 def test_resync_finds_what_trying_every_offset_finds(
     pieces: list[bytes], data: st.DataObject
