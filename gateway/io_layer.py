@@ -75,8 +75,19 @@ class FlowIO(IOHandler):
         super().on_reactor_quiesced(event)
 
     def on_selectable_readable(self, event: Event) -> None:
-        """Read what the socket has, then look again at sessions that were waiting on the window."""
+        """Read what the socket has, then look again at sessions that were waiting on the window.
+
+        A connection whose client left while it was not read (its reads paused) is closed
+        unread: what it sent meanwhile has no one to answer, and what it holds is freed now
+        rather than when the hold ends.
+        """
         gate: Gate | None = getattr(event.selectable, "gate", None)
+        if self._epoll.left(event.selectable):
+            log.info("closing a connection whose client left while it was not read")
+            if gate is not None:
+                gate.abandon()
+            self.on_selectable_error(event)
+            return
         if gate is None:
             self._read(event)
         elif not self._read_gate(event, gate):

@@ -12,7 +12,9 @@ closed connection is not kept alive by its stale entries.
 
 epoll reports a hang-up or error even for a descriptor registered with no interest, and level
 triggered it would do so on every wait; so a selectable that wants neither reading nor writing
-(a connection whose reads are paused, say) is taken out of epoll until it wants one again.
+(a connection whose reads are paused, say) is watched edge triggered for its peer's leaving
+alone. Its peer's FIN or RST is reported once, by :meth:`EpollSelector.left`: a connection held
+unread would otherwise keep all it holds for as long as the hold lasts, after its client left.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ _MAX_EVENTS: Final = 4096
 # Stale heap entries tolerated beyond twice the live deadlines before the heap is rebuilt.
 _HEAP_SLACK: Final = 64
 _ERROR_EVENTS: Final = select.EPOLLERR | select.EPOLLHUP
+# What a selectable that wants neither reading nor writing is watched for: its peer leaving
+# (EPOLLRDHUP, and the hang-up and error epoll always reports), once.
+_LEAVING: Final = select.EPOLLRDHUP | select.EPOLLET
 
 
 class EpollSelector:
@@ -49,6 +54,8 @@ class EpollSelector:
         self._owners: dict[int, Selectable] = {}
         self._heap: list[tuple[float, int]] = []
         self._order = itertools.count()
+        # Selectables not read whose peer has left since, until the handler takes them.
+        self._left: set[Selectable] = set()
 
     @property
     def selectables(self) -> int:
@@ -63,6 +70,7 @@ class EpollSelector:
     def remove(self, selectable: Selectable) -> None:
         """Stop watching; called before the reactor closes the descriptor."""
         self._selectables.discard(selectable)
+        self._left.discard(selectable)
         self._drop_deadline(selectable)
         fd = self._fds.pop(selectable, None)
         if fd is not None and self._by_fd.get(fd) is selectable:
@@ -121,13 +129,12 @@ class EpollSelector:
         mask = (select.EPOLLIN if selectable.reading else 0) | (
             select.EPOLLOUT if selectable.writing else 0
         )
+        if not mask:
+            mask = _LEAVING
         old = self._masks.get(fd, 0)
         if mask == old:
             return
-        if not mask:
-            del self._masks[fd]
-            self._epoll.unregister(fd)
-        elif not old:
+        if not old:
             self._masks[fd] = mask
             self._epoll.register(fd, mask)
         else:
@@ -165,11 +172,24 @@ class EpollSelector:
             if selectable is None:
                 continue
             wanted = self._masks.get(fd, 0)
+            if wanted == _LEAVING:
+                # Its peer left: the handler is told as for a readable socket, through left().
+                self._left.add(selectable)
+                readable.append(selectable)
+                continue
             if mask & (select.EPOLLIN | _ERROR_EVENTS) and wanted & select.EPOLLIN:
                 readable.append(selectable)
             if mask & (select.EPOLLOUT | _ERROR_EVENTS) and wanted & select.EPOLLOUT:
                 writable.append(selectable)
         return readable, writable, self._expired(time.time())
+
+    def left(self, selectable: Selectable) -> bool:
+        """Whether ``selectable`` is reported readable because its peer left while it was not
+        read (once)."""
+        if selectable in self._left:
+            self._left.discard(selectable)
+            return True
+        return False
 
     def _expired(self, now: float) -> list[Selectable]:
         expired: list[Selectable] = []

@@ -217,9 +217,14 @@ def test_credit_of_many_links_is_no_way_past_the_budget(
         held = samples[("sluicegate_connection_reads_paused_by_memory_budget", ())]
         assert held >= 1
         assert samples[("sluicegate_connection_reads_paused", ())] >= held
-        attack.client.abort()
+        attack.client.reset()
         attack.join(10)
     assert attack.sent > 0
+    # Its client gone, the held connection is closed at once, not when the hold ends (never,
+    # here: nobody consumes what it published).
+    wait_until(lambda: server.call(lambda: _connection(server, "credit-attack")) is None)
+    assert scrape(server)[("sluicegate_connection_reads_paused", ())] == 0
+    assert server.call(lambda: stats.blocked)
 
 
 # -- a huge max-frame-size and a socket never read -----------------------------------------

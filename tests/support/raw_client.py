@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -307,6 +308,15 @@ class RawClient:
     def abort(self) -> None:
         """Drop the TCP connection without CLOSE, as a crashed client would."""
         self._sock.close()
+
+    def reset(self) -> None:
+        """Reset the TCP connection, as the kernel does for a client killed with bytes unread
+        or unsent; unlike :meth:`abort`, this reaches a peer that stopped reading, and wakes a
+        thread blocked writing to it."""
+        sock = self._sock
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
 
     # ----- writing -----
 

@@ -41,7 +41,7 @@ def selectable(sock: socket.socket, *, reading: bool = False, writing: bool = Fa
     return s
 
 
-def test_reports_readable_only_while_reading_is_wanted(
+def test_reports_readable_only_while_reading_is_wanted_and_a_peer_leaving_once(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     selector = EpollSelector()
@@ -53,11 +53,17 @@ def test_reports_readable_only_while_reading_is_wanted(
     s.reading = False
     selector.update(s)
     assert selector.select(0.05) == ([], [], [])
-    theirs.close()  # a hang-up is not reported while nothing is wanted: no busy loop
+    # The peer leaving is reported once while nothing is wanted (as readable, and left()
+    # says why), then no more: no busy loop.
+    theirs.close()
+    assert selector.select(1.0) == ([s], [], [])
+    assert selector.left(s)
+    assert not selector.left(s)
     assert selector.select(0.05) == ([], [], [])
     s.reading = True
     selector.update(s)
     assert selector.select(1.0)[0] == [s]
+    assert not selector.left(s)
     selector.remove(s)
     assert selector.selectables == 0
     selector.close()
