@@ -16,12 +16,14 @@ interpreter with the reactor.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any, Final
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -234,6 +236,28 @@ class ServerCollector(Collector):
         )
 
 
+# How often the endpoint's thread looks for a stop request: a stopping server waits this long
+# at most for it (the standard library's 0.5 s made every restart half a second longer).
+STOP_POLL_S: Final = 0.02
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape on stderr."""
+
+    def log_message(self, template: str, *args: Any) -> None:
+        return
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """A thread per scrape, so a slow scraper does not hold the others."""
+
+    daemon_threads = True
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
 class MetricsEndpoint:
     """The HTTP endpoint Prometheus scrapes, on its own daemon thread."""
 
@@ -250,10 +274,17 @@ class MetricsEndpoint:
             response: Iterable[bytes] = apps[per_object](environ, start_response)
             return response
 
-        self._server: WSGIServer
-        self._thread: threading.Thread
-        self._server, self._thread = start_http_server(port, host, CollectorRegistry())
-        self._server.set_app(route)
+        server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+        self._server: WSGIServer = make_server(
+            host.strip("[]"), port, route, server_class, handler_class=_QuietHandler
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": STOP_POLL_S},
+            name="sluicegate-metrics",
+            daemon=True,
+        )
+        self._thread.start()
         self.port: int = self._server.server_port
 
     def close(self) -> None:
