@@ -19,14 +19,12 @@ serving them at the next tick (:meth:`ClassicQueue.expire`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import Final
 
 from sluicegate.queues.arguments import DEFAULT_ARGUMENTS, QueueArguments
 from sluicegate.queues.backlog import Backlog
 from sluicegate.queues.consumers import Consumer, Consumers
-from sluicegate.queues.dead_lettering import EXPIRED, REJECTED, DeadLetter, DeadLetterer
+from sluicegate.queues.dead_lettering import EXPIRED, DeadLetter, DeadLetterer
 from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.filters.budget import ReadBudget
@@ -47,6 +45,7 @@ from sluicegate.queues.queue_type import (
     QueueStatistics,
     QueueType,
 )
+from sluicegate.queues.settlement import Outcomes, accept_all, settle_each
 from sluicegate.queues.storage import QueueStore
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
 
@@ -278,65 +277,30 @@ class ClassicQueue:
         undeliverable_here: bool = False,
         annotations: bytes | None = None,
     ) -> list[Dispatch]:
-        """Apply an outcome: accepted archives; rejected, and modified undeliverable-here,
-        dead-letter; the others requeue. A modified outcome's annotations are merged first."""
+        """Apply an outcome (:mod:`queues.settlement`); what comes back is served again."""
         state = self._consumers.by_key.get(consumer)
         if state is None:
             return _NO_DISPATCH
-        unacked = state.unacked
         if outcome is Outcome.ACCEPTED and not state.lost:
-            # The common case, kept tight: archive each delivery in place.
-            messages = self._backlog.messages
-            settled = 0
-            freed = 0
-            for seq in seqs:
-                message = unacked.pop(seq, None)
-                if message is not None:
-                    message.archive()
-                    del messages[seq]
-                    settled += 1
-                    freed += message.held
-            self._acknowledged += settled
-            self.held.total -= freed + settled * MESSAGE_OVERHEAD
+            self._acknowledged += accept_all(state, seqs, self._backlog, self.held)
             return _NO_DISPATCH
-        late: list[int] = []
-        returned: list[Message] = []
-        failed: list[Message] = []
-        lost = state.lost
-        modified = outcome is Outcome.MODIFIED
-        give_up = outcome is Outcome.REJECTED or (modified and undeliverable_here)
-        failing = modified and delivery_failed
-        for seq in seqs:
-            if seq in lost:
-                # The first settlement after a lock expired is the late one, even if the message
-                # was redelivered to this consumer since (same sequence number): ambiguous
-                # settlements never archive, the consumer's link is told instead.
-                del lost[seq]
-                late.append(seq)
-                continue
-            message = unacked.pop(seq, None)
-            if message is None:
-                continue
-            if outcome is Outcome.ACCEPTED:
-                self._acknowledged += 1
-                self._backlog.archive(message)
-                continue
-            if annotations is not None:
-                self._rewrite(message, partial(message.annotate, annotations))
-            if give_up:
-                # rejected, or modified undeliverable-here: dead-lettered (RabbitMQ 4).
-                if failing:
-                    self._rewrite(message, message.count_failed_delivery)
-                self._rejected += 1
-                self._dead_letterer.send(message, REJECTED)
-                continue
-            returned.append(message)
+        settled = settle_each(
+            state,
+            seqs,
+            Outcomes(outcome, delivery_failed, undeliverable_here, annotations),
+            self._backlog,
+            self._dead_letterer,
+            self.held,
+        )
+        self._acknowledged += settled.accepted
+        self._rejected += settled.rejected
+        returned = settled.returned
+        for message in returned:
             self._make_available(message)
-            if failing:
-                failed.append(message)
+        late = settled.late
         dispatches = _NO_DISPATCH
         try:
-            self._returned(returned, failed)
+            self._returned(returned, settled.failed)
         finally:
             if returned:
                 dispatches = self._dispatch()
@@ -461,13 +425,6 @@ class ClassicQueue:
     def _abandoned(self, messages: list[Message]) -> None:
         """Deliveries back in the queue because their consumer left them unsettled: failed."""
         self._count_failures(messages)
-
-    def _rewrite(self, message: Message, change: Callable[[], None]) -> None:
-        """Change an acquired message's bytes (annotations, delivery-count): the server's
-        count of bytes held follows."""
-        held = message.held
-        change()
-        self.held.total += message.held - held
 
     def _count_failures(self, messages: list[Message]) -> None:
         limit = self.arguments.delivery_limit
