@@ -286,6 +286,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _ignore_sigterm()
             handed = [delivery for planned in self._planned for delivery in planned.deliveries]
             self._planned.clear()
-            self._receiver.close(handed)
-            self._receiver = None
-            _default_sigterm()
+            try:
+                self._receiver.close(handed)
+            finally:
+                self._receiver = None
+                _default_sigterm()
