@@ -285,6 +285,59 @@ def _items(buf: bytes | memoryview, start: int, end: int, width: int, depth: int
     return items
 
 
+# Each scalar item's whole width (constructor included) where it can stand as a map key too,
+# else 0: what :func:`scalar_map` steps over. The empty list (0x45) is a compound.
+_SCALAR_WIDTH: Final = tuple(
+    1 + _FIXED_WIDTH[code >> 4] if code in _FIXED and code != 0x45 else 0 for code in range(256)
+)
+
+
+def scalar_map(buf: bytes | memoryview, pos: int, end: int) -> bool:
+    """Whether the value at ``pos`` (ending at ``end``) is a map that :func:`decode` reads, made
+    only of short strings, symbols and binaries and of fixed-width scalars.
+
+    The check builds no value: every message's application-properties are checked at the door
+    (wire/envelope.py) and decoding them only to drop them cost most of that check. False says
+    nothing about the value: it may still decode (nested, long or non-UTF-8 items); decode it.
+    """
+    code = buf[pos]
+    if code == 0xC1 and pos + 3 <= end:
+        count = buf[pos + 2]
+        item = pos + 3
+        stop = pos + 2 + buf[pos + 1]
+    elif code == 0xD1 and pos + 9 <= end:
+        count = _U32.unpack_from(buf, pos + 5)[0]
+        item = pos + 9
+        stop = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
+    else:
+        return False
+    if stop != end or count % 2:
+        return False
+    widths = _SCALAR_WIDTH
+    for _ in range(count):
+        if item >= end:
+            return False
+        code = buf[item]
+        width = widths[code]
+        if width:
+            item += width
+            continue
+        if code != 0xA1 and code != 0xA3 and code != 0xA0:
+            return False
+        if item + 1 >= end:
+            return False
+        start = item + 2
+        item = start + buf[item + 1]
+        if item > end:
+            return False
+        if code != 0xA0:
+            try:
+                str(buf[start:item], "utf-8")
+            except UnicodeDecodeError:
+                return False
+    return item == end
+
+
 def _array(buf: bytes | memoryview, start: int, end: int, width: int, depth: int) -> list[Value]:
     """Decode an array: one constructor shared by every element (§1.6.24)."""
     count = _count(buf, start, width)

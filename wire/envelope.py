@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, Value, decode, skip
+from sluicegate.wire.codec import Symbol, Value, decode, scalar_map, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
@@ -36,6 +36,11 @@ _SUBJECT: Final = 3
 _ABSOLUTE_EXPIRY_TIME: Final = 8
 # The message annotation naming more routing keys (RabbitMQ 4.1's sender-selected routing).
 X_CC: Final = Symbol("x-cc")
+# Headers read, by their encoded value: a publisher sends the same header (durable, priority,
+# ttl) on message after message, so one decode serves them all. Distinct headers are few; the
+# bound only keeps a publisher varying its ttl per message from growing the table.
+_HEADERS: Final[dict[bytes, Header]] = {}
+_HEADERS_MAX: Final = 256
 
 
 def _width_table() -> tuple[int, ...]:
@@ -70,9 +75,13 @@ def _end(buf: bytes | memoryview, pos: int) -> int:
     return end
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Envelope:
-    """The fields of a published message the server acts on."""
+    """The fields of a published message the server acts on; read, never changed.
+
+    Not frozen: one is made per published message, and a frozen dataclass's ``__init__`` costs
+    five times as much (it sets each field through ``object.__setattr__``).
+    """
 
     header: Header
     to: str | None = None
@@ -115,10 +124,11 @@ def read_envelope(
     for code, _, value_at, end in iter_sections(payload):
         if code == HEADER:
             if payload[value_at] != 0x45:
-                header = header_from(decode(payload, value_at)[0])
+                header = _header(bytes(payload[value_at:end]))
             annotations_at = end
         elif code == DELIVERY_ANNOTATIONS:
-            _map(payload, value_at, "delivery-annotations")
+            if not scalar_map(payload, value_at, end):
+                _map(payload, value_at, "delivery-annotations")
             annotations_at = end
         elif code == MESSAGE_ANNOTATIONS:
             annotations = _map(payload, value_at, "message-annotations")
@@ -131,12 +141,25 @@ def read_envelope(
             application_properties_size = end - value_at
             # Over the limit the message is refused by its size: its map is never decoded.
             limit = max_application_properties_size
-            if limit is None or application_properties_size <= limit:
+            if (limit is None or application_properties_size <= limit) and not scalar_map(
+                payload, value_at, end
+            ):
                 _map(payload, value_at, "application-properties")
             break
         else:
             raise DecodeError(f"unknown message section 0x{code:x}")
     return Envelope(header, to, subject, absolute, annotations_at, application_properties_size, cc)
+
+
+def _header(encoded: bytes) -> Header:
+    """The header an encoded header list gives (raising DecodeError), decoded once per kind."""
+    header = _HEADERS.get(encoded)
+    if header is None:
+        header = header_from(decode(encoded, 0)[0])
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[encoded] = header
+    return header
 
 
 def _map(payload: bytes | memoryview, pos: int, section: str) -> dict[Value, Value]:

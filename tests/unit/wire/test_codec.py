@@ -25,6 +25,7 @@ from sluicegate.wire.codec import (
     encode,
     encode_ubyte,
     encode_uint,
+    scalar_map,
     skip,
 )
 from sluicegate.wire.errors import DecodeError
@@ -495,3 +496,49 @@ def test_nan_and_signed_zero_round_trip_bit_exactly() -> None:
         decoded = decode(raw, 0)[0]
         assert isinstance(decoded, float)
         assert struct.pack(">d", decoded) == struct.pack(">d", x)
+
+
+@given(st.dictionaries(keys, scalars, max_size=8))
+def test_a_map_of_scalars_is_checked_without_decoding(value: dict[Value, Value]) -> None:
+    encoded = encode(value)
+    # Long strings and binaries (a 4-byte size) are left to the decoder.
+    assert scalar_map(encoded, 0, len(encoded)) == all(
+        len(encode(item)) <= 2 + 255 and encode(item)[0] not in (0xB0, 0xB1, 0xB3)
+        for pair in value.items()
+        for item in pair
+    )
+
+
+@given(values)
+def test_what_the_map_check_passes_decodes_as_a_map(value: Value) -> None:
+    encoded = encode(value)
+    if scalar_map(encoded, 0, len(encoded)):
+        decoded, end = decode(encoded, 0)
+        assert isinstance(decoded, dict)
+        assert end == len(encoded)
+
+
+@given(st.binary(max_size=40))
+def test_the_map_check_passes_only_maps_that_decode(data: bytes) -> None:
+    for prefix in (b"\xc1", b"\xd1"):
+        candidate = prefix + data
+        if scalar_map(candidate, 0, len(candidate)):
+            assert isinstance(decode(candidate, 0)[0], dict)
+
+
+def test_the_map_check_leaves_what_it_cannot_vouch_for_to_the_decoder() -> None:
+    unchecked: list[Value] = [
+        {"a": {"nested": 1}},
+        {"a": [1]},
+        {"a": "x" * 300},
+        [1, 2],
+        "not a map",
+    ]
+    for value in unchecked:
+        encoded = encode(value)
+        assert not scalar_map(encoded, 0, len(encoded))
+    # A key that is an empty list, and a string that is not UTF-8.
+    for encoded in (b"\xc1\x03\x02\x45\x40", b"\xc1\x05\x02\xa1\x01\xff\x40"):
+        assert not scalar_map(encoded, 0, len(encoded))
+        with pytest.raises(DecodeError):
+            decode(encoded, 0)

@@ -123,3 +123,18 @@ def test_application_properties_over_the_limit_are_measured_not_decoded() -> Non
     assert read_envelope(bytes(broken), size - 1).application_properties_size == size
     with pytest.raises(DecodeError):
         read_envelope(bytes(broken), size)
+
+
+def test_a_header_read_once_serves_every_message_that_sends_it() -> None:
+    first = bytes(ProtonMessage(body="a", durable=True, priority=7).encode())
+    second = bytes(ProtonMessage(body="b", durable=True, priority=7, subject="s").encode())
+    assert read_envelope(first).header is read_envelope(second).header
+    assert read_envelope(first).header == read_header(first)
+
+
+def test_a_malformed_header_is_refused_every_time() -> None:
+    # A header whose durable field is a string: refused, and never remembered as read.
+    payload = b"\x00\x53\x70\xc0\x04\x01\xa1\x01x" + bytes(ProtonMessage(body="x").encode())[3:]
+    for _ in range(2):
+        with pytest.raises(DecodeError):
+            read_envelope(payload)
