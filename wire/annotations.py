@@ -90,20 +90,50 @@ def stamp_stream_offset(payload: bytes, offset: int) -> tuple[bytes, str | None]
     message's ``x-stream-filter-value`` if it has one, read in the same pass.
 
     The annotations section is re-encoded (or inserted after the header and delivery
-    annotations, AMQP 1.0 §3.2); the bytes around it are copied as they are.
+    annotations, AMQP 1.0 §3.2); the bytes around it are copied as they are. The offset is the
+    section's last 8 bytes, so the section up to them is made once per distinct section.
     """
-    stamp = (encode(X_STREAM_OFFSET), b"\x81" + _LONG.pack(offset))
+    stamp = _LONG.pack(offset)
     found = _annotations(payload)
     if isinstance(found, int):
-        return payload[:found] + _encode_annotations([stamp]) + payload[found:], None
+        return b"".join((payload[:found], _OFFSET_ONLY, stamp, payload[found:])), None
     start, value_at, end = found
-    value, _ = decode(payload, value_at)
+    section = bytes(payload[value_at:end])
+    stamped = _STAMPED.get(section)
+    if stamped is None:
+        stamped = _stamped_section(section)
+        if len(section) <= _STAMPED_SECTION_MAX:
+            if len(_STAMPED) >= _STAMPED_MAX:
+                _STAMPED.clear()
+            _STAMPED[section] = stamped
+    head, filter_value = stamped
+    return b"".join((payload[:start], head, stamp, payload[end:])), filter_value
+
+
+def _stamped_section(section: bytes) -> tuple[bytes, str | None]:
+    """The message-annotations section that replaces ``section`` (the encoded map), but for
+    the offset's 8 bytes, and the filter value it holds."""
+    value, _ = decode(section, 0)
     if not isinstance(value, dict):
         raise DecodeError("the message-annotations section is not a map")
     entries = [(encode(k), encode(v)) for k, v in value.items() if k != X_STREAM_OFFSET]
-    stamped = payload[:start] + _encode_annotations([*entries, stamp]) + payload[end:]
+    encoded = _encode_annotations([*entries, _STAMP])
     filter_value = value.get(X_STREAM_FILTER_VALUE)
-    return stamped, filter_value if isinstance(filter_value, str) else None
+    return encoded[: -_LONG.size], filter_value if isinstance(filter_value, str) else None
+
+
+# The stamp's entry with a zero offset, and the section of a message without annotations up to
+# its offset.
+_STAMP: Final = (encode(X_STREAM_OFFSET), b"\x81" + bytes(_LONG.size))
+_OFFSET_ONLY: Final = _encode_annotations([_STAMP])[: -_LONG.size]
+# Stamped sections by the annotations they replace: a stream's publisher sends the same
+# annotations message after message (most often none but the x-exchange/x-routing-key the
+# router spliced in, gateway/routing.py), so each is decoded and re-encoded once. Only small
+# sections are kept (a few hundred bytes each at most), and few distinct ones: a publisher
+# varying its annotations per message empties the table now and then, never grows it.
+_STAMPED: Final[dict[bytes, tuple[bytes, str | None]]] = {}
+_STAMPED_MAX: Final = 1024
+_STAMPED_SECTION_MAX: Final = 256
 
 
 def map_entries(buf: bytes | memoryview, pos: int = 0) -> list[tuple[Value, bytes, bytes]]:

@@ -13,6 +13,7 @@ from sluicegate.wire.annotations import (
     annotations_offset,
     merge_annotations,
     modified_annotations,
+    stamp_stream_offset,
     with_routing_annotations,
 )
 from sluicegate.wire.errors import DecodeError
@@ -110,3 +111,47 @@ def test_empty_modified_annotations_are_none() -> None:
     data.put_object({})
     assert modified_annotations(data.encode()) is None
     assert modified_annotations(None) is None
+
+
+def _stamped(payload: bytes, offset: int) -> tuple[Message, str | None]:
+    stamped, filter_value = stamp_stream_offset(payload, offset)
+    decoded = Message()
+    decoded.decode(stamped)
+    return decoded, filter_value
+
+
+@given(
+    annotations=st.dictionaries(
+        st.sampled_from(["x-a", "x-stream-offset", "x-stream-filter-value", "x-b" * 100]),
+        st.text(max_size=20),
+        max_size=3,
+    ),
+    offsets=st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=3),
+)
+def test_every_stamp_carries_its_own_offset_and_the_publishers_annotations(
+    annotations: dict[str, str], offsets: list[int]
+) -> None:
+    # The same section stamped again (as a stream's publisher sends it) takes each offset.
+    payload = Message(body=b"body", annotations={symbol(k): v for k, v in annotations.items()})
+    encoded = payload.encode()
+    for offset in offsets:
+        decoded, filter_value = _stamped(encoded, offset)
+        expected = {k: v for k, v in annotations.items() if k != "x-stream-offset"}
+        assert decoded.annotations == {**expected, "x-stream-offset": offset}
+        assert filter_value == annotations.get("x-stream-filter-value")
+        assert decoded.body == b"body"
+
+
+def test_a_message_without_annotations_is_stamped_with_the_offset_alone() -> None:
+    for offset in (0, 7, 2**40):
+        decoded, filter_value = _stamped(Message(body="x", durable=True).encode(), offset)
+        assert decoded.annotations == {"x-stream-offset": offset}
+        assert decoded.durable
+        assert filter_value is None
+
+
+def test_annotations_that_are_no_map_are_refused_each_time() -> None:
+    payload = b"\x00\x53\x72\xa1\x01x\x00\x53\x77\xa1\x01x"
+    for _ in range(2):
+        with pytest.raises(DecodeError):
+            stamp_stream_offset(payload, 1)
