@@ -29,7 +29,9 @@ HEADER_SIZE: Final = RECORD_HEAD.size
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
-_ENQUEUE = struct.Struct(">QQQ")
+# An enqueue record's type and fixed fields (id, time, expiry), and a record's length and CRC.
+_ENQUEUE = struct.Struct(">BQQQ")
+_RECORD_HEAD = struct.Struct(">II")
 # An enqueue record's fixed fields and its queue name's length.
 ENQUEUE_FIELDS = struct.Struct(">QQQH")
 # Where a shared body lies: segment, offset of its bytes, length.
@@ -331,7 +333,7 @@ def enqueue_prefix(
     )
     length = len(body_head) + len(payload)
     crc = zlib.crc32(payload, zlib.crc32(body_head))
-    return U32.pack(length) + U32.pack(crc) + body_head
+    return _RECORD_HEAD.pack(length, crc) + body_head
 
 
 def encode_enqueue_shared(
@@ -363,13 +365,24 @@ def _enqueue_head(
 ) -> bytes:
     # Expiry is stored plus one, so that 0 means none.
     stored_expiry = 0 if expires is None else expires + 1
-    return (
-        bytes((kind,))
-        + _ENQUEUE.pack(message_id, timestamp, stored_expiry)
-        + _name(queue)
-        + _long_name(exchange)
-        + _long_name(routing_key)
-    )
+    key = (queue, exchange, routing_key)
+    names = _ENQUEUE_NAMES.get(key)
+    if names is None:
+        names = _name(queue) + _long_name(exchange) + _long_name(routing_key)
+        if len(names) <= _ENQUEUE_NAMES_SIZE:
+            if len(_ENQUEUE_NAMES) >= _ENQUEUE_NAMES_MAX:
+                _ENQUEUE_NAMES.clear()
+            _ENQUEUE_NAMES[key] = names
+    return _ENQUEUE.pack(kind, message_id, timestamp, stored_expiry) + names
+
+
+# The encoded queue, exchange and routing key of enqueue records, by the three names: a queue's
+# messages come through few exchanges and keys, and encoding the three per message cost a third
+# of the record's head. Only short ones are kept, in a bounded table a publisher varying its
+# routing key per message empties now and then.
+_ENQUEUE_NAMES: Final[dict[tuple[str, str, str], bytes]] = {}
+_ENQUEUE_NAMES_MAX: Final = 4096
+_ENQUEUE_NAMES_SIZE: Final = 512
 
 
 def encode_messages_changed(kind: RecordType, message_ids: list[int]) -> bytes:
