@@ -269,3 +269,27 @@ def test_by_key_binding_records_keep_their_meaning() -> None:
         binding_key("e", "q", "other", {}): {},
         binding_key("e", "q", "k", {"a": 3}, to_exchange=True): {"a": 3},
     }
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["orders", "q", "é" * 300]),
+            st.sampled_from(["", "amq.topic"]),
+            st.text(max_size=20) | st.just("k" * 600),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_enqueue_records_name_their_queue_exchange_and_key_however_often_repeated(
+    names: list[tuple[str, str, str]],
+) -> None:
+    # The same names again (their encoding kept), and names too long to keep.
+    for message_id, (queue, exchange, key) in enumerate(names + names):
+        payload = b"body"
+        record = enqueue_prefix(message_id, queue, 5, payload, exchange=exchange, routing_key=key)
+        decoded, _ = decode_record(record + payload, 0)
+        assert isinstance(decoded, Enqueued)
+        assert (decoded.message_id, decoded.queue) == (message_id, queue)
+        assert (decoded.exchange, decoded.routing_key) == (exchange, key)
