@@ -209,7 +209,7 @@ def _container(basic_type: int, ids: bytes, values: list[bytes], id_size: int) -
 class _Layout:
     """How an object with given keys is laid out: its metadata and the key order of its ids."""
 
-    __slots__ = ("id_size", "ids", "metadata", "order")
+    __slots__ = ("id_size", "ids", "metadata", "order", "small_prefix")
 
     def __init__(self, keys: tuple[str, ...]) -> None:
         names = sorted(set(keys))
@@ -233,6 +233,14 @@ class _Layout:
         self.ids = b"".join(
             index[keys[position]].to_bytes(self.id_size, "little") for position in self.order
         )
+        # Header, count and ids of the object when its values take under 256 bytes (one-byte
+        # offsets), as most application properties do: built once, not per message.
+        count = len(self.order)
+        self.small_prefix = (
+            bytes((((self.id_size - 1) << 4 | _OBJECT), count)) + self.ids
+            if count <= 0xFF
+            else None
+        )
 
 
 _layouts: dict[tuple[Any, ...], _Layout] = {}
@@ -242,7 +250,8 @@ def encode_object(mapping: Mapping[Any, Any]) -> tuple[bytes, bytes]:
     """An AMQP map as a variant object: ``(value, metadata)``; keys become strings.
 
     A value that is itself a map is stored as its string form: a variant's keys all live in
-    the top-level metadata, which this encoder builds for the outer keys only.
+    the top-level metadata, which this encoder builds for the outer keys only. Short strings,
+    what application properties mostly hold, are encoded inline: this runs once per row.
     """
     keys = tuple(mapping)
     layout = _layouts.get(keys)
@@ -251,7 +260,25 @@ def encode_object(mapping: Mapping[Any, Any]) -> tuple[bytes, bytes]:
             _layouts.clear()
         layout = _layouts[keys] = _Layout(tuple(k if type(k) is str else str(k) for k in keys))
     values = list(mapping.values())
-    encoded = [encode_value(values[position]) for position in layout.order]
+    encoded: list[bytes] = []
+    ends = [0]
+    total = 0
+    for position in layout.order:
+        value = values[position]
+        if type(value) is str:
+            raw = value.encode()
+            size = len(raw)
+            if size <= _MAX_SHORT_STRING:
+                encoded.append(_SHORT_STRING_HEADERS[size] + raw)
+                total += size + 1
+                ends.append(total)
+                continue
+        item = encode_value(value)
+        encoded.append(item)
+        total += len(item)
+        ends.append(total)
+    if total < 0x100 and layout.small_prefix is not None:
+        return b"".join((layout.small_prefix, bytes(ends), *encoded)), layout.metadata
     return _container(_OBJECT, layout.ids, encoded, layout.id_size), layout.metadata
 
 
