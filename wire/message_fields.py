@@ -122,6 +122,16 @@ class MessageFields(NamedTuple):
 # a map8 of one entry, the symbol key and a long (its eight bytes follow).
 _STREAM_OFFSET_ONLY: Final = b"\xc1\x1b\x02\xa3\x0fx-stream-offset\x81"
 _STREAM_OFFSET_KEY: Final = Symbol("x-stream-offset")
+# x-stream-offset as the last entry of a larger map, as a stream stamps it after x-exchange and
+# x-routing-key: the symbol key and a long, whose eight bytes end the map.
+_STREAM_OFFSET_ENTRY: Final = b"\xa3\x0fx-stream-offset\x81"
+_STREAM_OFFSET_ENTRY_BYTES: Final = len(_STREAM_OFFSET_ENTRY) + 8
+# The annotations before x-stream-offset, decoded, by their encoded bytes: a stream's messages
+# mostly share them (the exchange and routing key they came by), so each is decoded once. A
+# handful per stream; bounded all the same, and only immutable values are kept.
+_ANNOTATION_PREFIX_CACHE_SIZE: Final = 256
+_annotation_prefixes: dict[bytes, tuple[tuple[Field, Field], ...]] = {}
+_IMMUTABLE: Final = (str, int, float, bool, bytes, type(None))
 _new_fields: Final = tuple.__new__
 
 
@@ -176,7 +186,7 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
                     annotations = {_STREAM_OFFSET_KEY: _I64.unpack_from(buf, pos + 21)[0]}
                     pos += 29
                 else:
-                    annotations, pos = _map(buf, pos, "message-annotations")
+                    annotations, pos = _annotations(buf, pos)
             elif code == 0x73:  # properties
                 if constructor == 0xC0:
                     count, item, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
@@ -257,6 +267,30 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
             application,
         ),
     )
+
+
+def _annotations(buf: bytes, pos: int) -> tuple[dict[Field, Field] | None, int]:
+    """Message annotations; a stream's common ones (a small map ending in x-stream-offset) from
+    the cache of what comes before the offset."""
+    if buf[pos] == 0xC1:
+        end = pos + 2 + buf[pos + 1]
+        tail = end - _STREAM_OFFSET_ENTRY_BYTES
+        if tail > pos + 3 and buf.startswith(_STREAM_OFFSET_ENTRY, tail) and end <= len(buf):
+            prefix = buf[pos:tail]
+            known = _annotation_prefixes.get(prefix)
+            if known is not None:
+                annotations = dict(known)
+                annotations[_STREAM_OFFSET_KEY] = _I64.unpack_from(buf, end - 8)[0]
+                return annotations, end
+            decoded, end = _map(buf, pos, "message-annotations")
+            assert decoded is not None
+            items = tuple(decoded.items())
+            if all(type(value) in _IMMUTABLE for _, value in items[:-1]):
+                if len(_annotation_prefixes) >= _ANNOTATION_PREFIX_CACHE_SIZE:
+                    _annotation_prefixes.clear()
+                _annotation_prefixes[prefix] = items[:-1]
+            return decoded, end
+    return _map(buf, pos, "message-annotations")
 
 
 def _map(buf: bytes, pos: int, section: str) -> tuple[dict[Field, Field] | None, int]:

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Message, byte, char, decimal128, float32, int32, short, symbol, timestamp, ulong
 
+from sluicegate.wire.annotations import with_stream_offset
 from sluicegate.wire.codec import Symbol, Timestamp
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.message_fields import (
@@ -169,3 +170,26 @@ def test_a_truncated_or_damaged_message_is_a_decode_error_or_reads(data: st.Data
         encoded[position] = value
     with contextlib.suppress(DecodeError):
         read_fields(bytes(encoded[:cut]))
+
+
+@given(
+    st.dictionaries(
+        st.text(st.characters(max_codepoint=127), min_size=1, max_size=20),
+        st.one_of(st.text(max_size=30), _LONGS, st.booleans(), st.lists(st.integers(0, 9))),
+        max_size=4,
+    ),
+    st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=5),
+)
+def test_a_streams_annotations_read_the_same_from_the_cache_of_their_prefixes(
+    annotations: dict[str, Any], offsets: list[int]
+) -> None:
+    """A stream stamps x-stream-offset last; what comes before it is decoded once and reused."""
+    message = Message(body=b"b", annotations={symbol(k): v for k, v in annotations.items()})
+    for offset in offsets:
+        stamped = with_stream_offset(message.encode(), offset)
+        for _ in range(2):  # the second read finds the prefix in the cache
+            found = read_fields(stamped).message_annotations
+            assert found == {**annotations, "x-stream-offset": offset}
+            assert found is not None
+            assert list(found)[-1] == "x-stream-offset"
+            assert all(type(key) is Symbol for key in found)
