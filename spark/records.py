@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 from sluicegate.spark.options import OptionError
 from sluicegate.spark.variant import encode_object
 from sluicegate.wire.annotations import X_STREAM_OFFSET
+from sluicegate.wire.codec import Symbol
 from sluicegate.wire.message_fields import MessageFields, read_fields
 
 # The columns a read produces, in order: the body, the immutable properties a pipeline keys on,
@@ -113,26 +114,33 @@ def _body(fields: MessageFields) -> bytes | None:
 
 
 def _map_array(mappings: list[dict[Any, Any] | None], arrow_type: pa.DataType) -> pa.Array:
-    """A ``map<string,string>`` column, built flat: offsets, keys, values, and nulls."""
+    """A ``map<string,string>`` column, built flat: offsets, keys, values, and nulls.
+
+    Keys and values are gathered by the list (in C), and converted to strings in a second pass
+    only when some are not strings already: string properties, the usual case, pass untouched.
+    """
     offsets = [0]
-    keys: list[str] = []
-    values: list[str | None] = []
+    keys: list[Any] = []
+    values: list[Any] = []
     nulls: list[bool] = []
-    add_key, add_value, add_null, add_offset = (
-        keys.append,
-        values.append,
+    add_keys, add_values, add_null, add_offset = (
+        keys.extend,
+        values.extend,
         nulls.append,
         offsets.append,
     )
     for mapping in mappings:
         if mapping:
-            for key, value in mapping.items():
-                add_key(key if type(key) is str else str(key))
-                add_value(value if type(value) is str else _text(value))
+            add_keys(mapping)
+            add_values(mapping.values())
             add_null(False)
         else:
             add_null(True)
         add_offset(len(keys))
+    if not _TEXT_TYPES.issuperset(map(type, keys)):
+        keys = [key if isinstance(key, str) else str(key) for key in keys]
+    if not _TEXT_TYPES.issuperset(map(type, values)):
+        values = [value if type(value) in _TEXT_TYPES else _text(value) for value in values]
     return pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()),
         pa.array(keys, pa.string()),
@@ -140,6 +148,10 @@ def _map_array(mappings: list[dict[Any, Any] | None], arrow_type: pa.DataType) -
         type=arrow_type,
         mask=pa.array(nulls, pa.bool_()),
     )
+
+
+# What Arrow takes as a string as it is: a symbol is a ``str`` subclass.
+_TEXT_TYPES: Final = frozenset({str, Symbol})
 
 
 def _variant_array(mappings: list[dict[Any, Any] | None], arrow_type: pa.DataType) -> pa.Array:

@@ -1,0 +1,86 @@
+"""Encoded messages as Arrow rows: the string maps keep every value, whatever its AMQP type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluicegate.spark.records import BatchBuilder
+from sluicegate.wire.annotations import with_stream_offset
+from sluicegate.wire.codec import Symbol, Timestamp
+from sluicegate.wire.message_fields import Int, encode_message
+
+
+def _rows(payloads: list[bytes], *, stream: bool) -> list[dict[str, Any]]:
+    builder = BatchBuilder(stream=stream)
+    for position, payload in enumerate(payloads):
+        builder.add(payload, None if stream else position)
+    return [row for batch in builder.finish() for row in batch.to_pylist()]
+
+
+def test_property_and_annotation_values_of_every_kind_become_their_strings() -> None:
+    payload = encode_message(
+        b"body",
+        durable=True,
+        message_id="m-1",
+        application_properties={
+            "text": "eu",
+            "symbol": Symbol("sym"),
+            "long": 7,
+            "int": Int(-3),
+            "flag": True,
+            "binary": b"\x01\xff",
+            "nothing": None,
+            "when": Timestamp(1_700_000_000_123),
+        },
+        message_annotations={Symbol("x-opt-tag"): "t", Symbol("x-opt-n"): 5},
+    )
+    (row,) = _rows([payload], stream=False)
+    assert dict(row["application_properties"]) == {
+        "text": "eu",
+        "symbol": "sym",
+        "long": "7",
+        "int": "-3",
+        "flag": "True",
+        "binary": "01ff",
+        "nothing": None,
+        "when": "1700000000123",
+    }
+    assert dict(row["message_annotations"]) == {"x-opt-tag": "t", "x-opt-n": "5"}
+    assert (row["message_id"], row["offset"], row["redelivered"]) == ("m-1", 0, False)
+
+
+@given(
+    st.lists(
+        st.dictionaries(
+            st.text(max_size=8), st.one_of(st.text(max_size=8), st.integers(-(2**63), 2**63 - 1))
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_stream_rows_keep_each_messages_own_map_and_offset(
+    properties: list[dict[str, Any]],
+) -> None:
+    """Rows with maps of strings, of other values and none at all, side by side in one batch."""
+    payloads = [
+        with_stream_offset(
+            encode_message(
+                b"",
+                durable=False,
+                application_properties=mapping or None,
+                message_annotations={Symbol("x-exchange"): "", Symbol("x-routing-key"): "s"},
+            ),
+            100 + position,
+        )
+        for position, mapping in enumerate(properties)
+    ]
+    rows = _rows(payloads, stream=True)
+    assert [row["offset"] for row in rows] == [100 + i for i in range(len(properties))]
+    for row, mapping in zip(rows, properties, strict=True):
+        expected = {key: str(value) for key, value in mapping.items()} or None
+        found = row["application_properties"]
+        assert (dict(found) if found is not None else None) == expected
+        assert dict(row["message_annotations"]) == {"x-exchange": "", "x-routing-key": "s"}
