@@ -202,6 +202,9 @@ class Publishing:
             reading.pause(state.connection)
         message = routed.message
         assert message is not None
+        if len(queues) == 1:
+            self.store(pending, queues[0], message)
+            return
         # Copies first: a queue may change its copy (its x-message-ttl) when it stores it.
         copies = [message, *(message.copy() for _ in queues[1:])]
         for queue, copy in zip(queues, copies, strict=True):
