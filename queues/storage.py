@@ -34,6 +34,9 @@ class StreamEntries(Protocol):
     def size(self, index: int) -> int:
         """The message's bytes on the wire."""
 
+    def sizes(self, start: int, stop: int) -> Sequence[int]:
+        """The bytes on the wire of the messages at ``[start, stop)``."""
+
     def drop(self, index: int) -> int:
         """Archive the message (retention or a purge); return the bytes it counted."""
 

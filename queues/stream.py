@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Final
 
 from sluicegate.queues.arguments import QueueArguments
@@ -59,6 +60,9 @@ _NO_DISPATCH: Final[list[Dispatch]] = []
 # Paused readers read on per tick of the queues' clock: what one tick costs stays bounded
 # however many readers a stream has.
 _RESUMED_PER_TICK: Final = 4
+# Sizes one byte-range request sums, on the reactor: about 2 ms of C-level work, so a client
+# asking again and again cannot hold the reactor; a longer range is asked for in several parts.
+MAX_SIZES_PER_RANGE: Final = 100_000
 # RabbitMQ's x-max-age units: years, months, days, hours, minutes, seconds.
 _AGE = re.compile(r"^(\d+)(Y|M|D|h|m|s)$")
 _AGE_MS: Final = {
@@ -103,6 +107,10 @@ class MessageEntries:
     def size(self, index: int) -> int:
         """The message's bytes."""
         return self._messages[index].size
+
+    def sizes(self, start: int, stop: int) -> list[int]:
+        """The bytes of the messages at ``[start, stop)``."""
+        return [message.size for message in self._messages[start:stop]]
 
     def drop(self, index: int) -> int:
         """Archive the message."""
@@ -407,6 +415,35 @@ class StreamQueue:
         self._head = head + 1
         self.first += 1
         self._chunks.trim(self.first)
+
+    # -- sizes ----------------------------------------------------------------------------
+
+    def byte_range(
+        self, start: int, stop: int, max_bytes: int, *, at_least_one: bool
+    ) -> tuple[int, int, bool]:
+        """How far from ``start`` (towards ``stop``) the messages' sizes stay within ``max_bytes``.
+
+        Returns ``(end, bytes, capped)``: the messages of ``[start, end)`` take ``bytes``, and
+        ``end`` is ``stop`` or the first message that would go past ``max_bytes`` (or ``start
+        + 1`` if that is the first and ``at_least_one``). A range begun before the stream's
+        first offset begins at it. At most :data:`MAX_SIZES_PER_RANGE` sizes are looked at:
+        ``capped`` says the range stopped there, to be asked again from ``end``. What the Spark
+        connector plans ``maxBytesPerTrigger`` batches with (docs/spark.md), instead of reading
+        every message to measure it.
+        """
+        start = max(start, self.first)
+        stop = min(stop, self.next_offset)
+        if start >= stop:
+            return start, 0, False
+        scanned = min(stop, start + MAX_SIZES_PER_RANGE)
+        base = self.first - self._head
+        ends = list(accumulate(self.entries.sizes(start - base, scanned - base)))
+        fitting = bisect_right(ends, max_bytes)
+        if fitting == 0 and at_least_one:
+            fitting = 1
+        if fitting < len(ends):
+            return start + fitting, ends[fitting - 1] if fitting else 0, False
+        return scanned, ends[-1], scanned < stop
 
     # -- statistics -----------------------------------------------------------------------
 

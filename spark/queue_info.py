@@ -94,6 +94,36 @@ def look_up(amqp: AmqpConnection, options: ReadOptions) -> QueueInfo | None:
     return info
 
 
+def batch_end(
+    amqp: AmqpConnection, options: ReadOptions, start: int, stop: int, max_bytes: int
+) -> int:
+    """Where a ``maxBytesPerTrigger`` batch from ``start`` ends: by ``stop``, within
+    ``max_bytes`` but for a first message larger alone, as the gateway sums the stream's sizes
+    (``GET /queues/{q}/byte-range``, docs/management.md); asked again while it answers in parts.
+    """
+    endpoint = options.endpoint
+    name = queue_name(endpoint.address)
+    at, left, first = int(start), int(max_bytes), True
+    while True:
+        path = (
+            f"/queues/{path_segment(name)}/byte-range?start={at}&stop={int(stop)}&max_bytes={left}"
+            + ("&at_least_one=true" if first else "")
+        )
+        reply = amqp.request("GET", path, endpoint.connect_timeout_s)
+        body = reply.body
+        if not reply.ok or not isinstance(body, dict):
+            raise AmqpError(
+                f"{endpoint.url}: sizing a batch of stream '{name}' from offset {start} failed: "
+                f"{reply.status} {body}"
+            )
+        end, used = _offset(body.get("end")), _offset(body.get("bytes"))
+        if end is None or used is None or end < at:
+            raise AmqpError(f"{endpoint.url}: a malformed byte-range reply: {body}")
+        if body.get("capped") is not True or end >= stop or end == at:
+            return int(max(end, start))
+        at, left, first = int(end), left - int(used), False
+
+
 def _offset(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

@@ -16,9 +16,8 @@ Spark's Kafka source) a range that starts below the stream's first offset, or a 
 offsets missing, fails the query naming the offsets; otherwise it logs a warning and reads what
 is left.
 
-``maxBytesPerTrigger`` needs the size of each message before its batch is planned, which the
-gateway does not tell: the runner reads the stream ahead of the batches once (:class:`SizeScan`,
-keeping only each message's offset and size) and ends each batch by ``spark.size_index``.
+``maxBytesPerTrigger`` needs the sizes of the messages before their batch is planned: the gateway
+sums them where it keeps them and tells where the batch ends (``spark.queue_info.batch_end``).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,14 +44,13 @@ from pyspark.sql.types import StructType
 from sluicegate.clients.capi import has_transfer, link_pointer, take_transfers, unused_credit
 from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError
 from sluicegate.spark.options import OffsetKind, OffsetSpec, ReadOptions
-from sluicegate.spark.queue_info import QueueInfo, look_up, queue_name
+from sluicegate.spark.queue_info import QueueInfo, batch_end, look_up, queue_name
 from sluicegate.spark.records import (
     BATCH_ROWS,
     STREAM_OFFSET_ANNOTATION,
     BatchBuilder,
     read_columns,
 )
-from sluicegate.spark.size_index import SizeIndex
 from sluicegate.wire.annotations import read_stream_offset
 
 log = logging.getLogger("sluicegate.spark")
@@ -61,9 +59,6 @@ OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
 # Credit a range read keeps outstanding: one record batch's worth, topped up at half, so the
 # gateway always has credit while the task decodes.
 RANGE_WINDOW: Final = BATCH_ROWS
-# Most credit per drain round of the size scan: sizes are 16 bytes each in the index, but the
-# messages cross the network whole, so the scan reads little beyond the batch it plans.
-SCAN_WINDOW: Final = BATCH_ROWS
 # A range read that has waited this long for its next message asks the gateway (a drain)
 # whether the stream has anything more, rather than waiting out receiveTimeoutMs.
 QUIET_S: Final = 1.0
@@ -231,112 +226,6 @@ def _exhausted(amqp: AmqpConnection, link: Receiver, options: ReadOptions) -> bo
     return link.queued == 0
 
 
-def _measured_round(
-    amqp: AmqpConnection,
-    link: Receiver,
-    credit: int,
-    timeout: float,
-    each: Callable[[bytearray], None],
-) -> None:
-    """Grant ``credit`` with drain; hand each message to ``each`` until the gateway has no more."""
-    impl = link_pointer(link)
-    link.drain(credit)
-    while True:
-        _, payloads, _ = take_transfers(impl, credit, settle=True)
-        for payload in payloads:
-            each(payload)
-        if not link.draining() and link.queued == 0:
-            return
-        if not payloads:
-            amqp.wait(
-                lambda: has_transfer(impl) or not link.draining(),
-                timeout,
-                "a stream message or the drain's FLOW",
-            )
-
-
-class SizeScan:
-    """The runner's reader of message sizes, for ``maxBytesPerTrigger``.
-
-    One settled receiver, kept attached across polls on the runner's connection, reads the
-    stream from the first batch's start on, only as far as the batch being planned needs; each
-    message is measured (its encoded size, as ``mode=queue`` counts) and dropped, its body never
-    decoded. A start the index does not cover (a restart from a checkpoint) reads again from
-    there.
-    """
-
-    def __init__(self, options: ReadOptions) -> None:
-        self.options = options
-        self._amqp: AmqpConnection | None = None
-        self._link: Receiver | None = None
-        self._index = SizeIndex(0)
-
-    def end(self, amqp: AmqpConnection, start: int, stop: int, max_bytes: int) -> int:
-        """Where the batch from ``start`` ends: by ``stop``, within ``max_bytes`` but for one."""
-        index = self._index
-        if self._link is None or amqp is not self._amqp or not index.covers(start):
-            index = self._restart(amqp, start)
-        link = self._link
-        assert link is not None
-        index.discard_below(start)
-        while (end := index.end_within(start, stop, max_bytes)) is None:
-            credit = index.credit_hint(start, max_bytes, min(SCAN_WINDOW, stop - index.position))
-            if not self._measure(amqp, link, credit, index):
-                return stop  # nothing left below the tail to measure: the rest is empty
-        return end
-
-    def _offset(self, payload: bytes | bytearray) -> int:
-        offset = read_stream_offset(memoryview(payload))
-        if offset is None:
-            raise _not_a_stream(self.options)
-        return offset
-
-    def _measure(self, amqp: AmqpConnection, link: Receiver, credit: int, index: SizeIndex) -> int:
-        """Read up to ``credit`` messages into ``index``; how many came.
-
-        A stream hands a reader its messages in offset order, so when the last of a round is
-        as far from where the round began as the round is long, its offsets are consecutive
-        and only that one is decoded. A round with a gap (retention dropped messages before or
-        while it was read) is read again from where it began, decoding every message's offset.
-        """
-        timeout = self.options.receive_timeout_s
-        sizes: list[int] = []
-        last = bytearray()
-
-        def measure(payload: bytearray) -> None:
-            nonlocal last
-            sizes.append(len(payload))
-            last = payload
-
-        _measured_round(amqp, link, credit, timeout, measure)
-        if not sizes:
-            return 0
-        first = index.position
-        if self._offset(last) - first == len(sizes) - 1:
-            for step, size in enumerate(sizes):
-                index.record(first + step, size)
-            return len(sizes)
-        link.close()
-        link = self._link = _attach(amqp, self.options, first, settled=True)
-        received = 0
-
-        def record(payload: bytearray) -> None:
-            nonlocal received
-            index.record(self._offset(payload), len(payload))
-            received += 1
-
-        _measured_round(amqp, link, credit, timeout, record)
-        return received
-
-    def _restart(self, amqp: AmqpConnection, start: int) -> SizeIndex:
-        if self._link is not None and amqp is self._amqp and not amqp.closed:
-            self._link.close()
-        self._amqp = amqp
-        self._link = _attach(amqp, self.options, start, settled=True)
-        self._index = SizeIndex(start)
-        return self._index
-
-
 def _plan_start(options: ReadOptions, info: QueueInfo, start: int, what: str) -> int:
     """A range's start, checked against what the stream still holds (``failOnDataLoss``)."""
     first = info.first
@@ -389,7 +278,6 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.columns = read_columns(schema)
         self._amqp: AmqpConnection | None = None
         self._until: int | None = None  # Trigger.AvailableNow: the tail when the query began
-        self._sizes: SizeScan | None = None  # maxBytesPerTrigger's look-ahead, in the runner
 
     def __reduce__(
         self,
@@ -451,9 +339,7 @@ class StreamOffsetReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if rows is not None:
             end = min(end, first + rows)
         if max_bytes is not None and end > first:
-            if self._sizes is None:
-                self._sizes = SizeScan(self.options)
-            end = self._sizes.end(amqp, first, end, max_bytes)
+            end = batch_end(amqp, self.options, first, end, max_bytes)
         return {"offset": max(end, first)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:

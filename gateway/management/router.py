@@ -13,6 +13,7 @@ GET        ``/queues/{q}``                              200, queue map
 PUT        ``/queues/{q}``                              201 created, 200 existed
 DELETE     ``/queues/{q}``                              200, ``{message_count}``
 DELETE     ``/queues/{q}/messages``                     200, ``{message_count}`` (purge)
+GET        ``/queues/{q}/byte-range?...``                  200, ``{end, bytes, capped}`` (ours)
 GET        ``/exchanges[?page=&page_size=]``             200, list of exchange maps (ours)
 GET        ``/exchanges/{x}``                           200, exchange map
 PUT        ``/exchanges/{x}``                           204
@@ -61,6 +62,7 @@ from sluicegate.queues.errors import (
 from sluicegate.queues.exchanges import Binding, Exchange
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import AccessRefused, QueueInfo, QueueRegistry
+from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import is_reply_to
 from sluicegate.wire.errors import AmqpError
 
@@ -274,6 +276,10 @@ class Router:
             _allow(method, "GET")
             return Response(200, _listing(rest, self._visible(caller), self._listed_queue))
         name = rest[0]
+        if len(rest) >= 2 and rest[1] == "byte-range":
+            _allow(method, "GET")
+            caller.check("read", "queue", name)
+            return Response(200, self._byte_range(name, rest[2:]))
         if len(rest) == 2 and rest[1] == "messages":
             _allow(method, "DELETE")
             caller.check("read", "queue", name)
@@ -328,6 +334,24 @@ class Router:
         if existed:
             return Response(200, body_map)
         return Response(201, body_map, exclusive_queue=name if exclusive else None)
+
+    def _byte_range(self, name: str, rest: list[str]) -> dict[str, object]:
+        """A stream's messages from ``start`` that fit in ``max_bytes`` (a sluicegate extension,
+        docs/management.md): what a reader planning batches by bytes would otherwise read."""
+        query = dict(parse_qsl(rest[0][1:])) if rest and rest[0].startswith("?") else {}
+        try:
+            start, stop, max_bytes = (int(query[key]) for key in ("start", "stop", "max_bytes"))
+        except (KeyError, ValueError):
+            raise _Error(400, "byte-range needs integers start, stop and max_bytes") from None
+        if min(start, stop, max_bytes) < 0:
+            raise _Error(400, "start, stop and max_bytes must not be negative")
+        queue = self.registry.queue(name)
+        if not isinstance(queue, StreamQueue):
+            raise _Error(400, f"queue '{name}' is not a stream: it has no offsets")
+        end, size, capped = queue.byte_range(
+            start, stop, max_bytes, at_least_one=query.get("at_least_one") == "true"
+        )
+        return {"end": ULong(end), "bytes": ULong(size), "capped": capped}
 
     def _visible(self, caller: Caller) -> Sequence[str]:
         """The names of the queues the caller may see, sorted.

@@ -84,6 +84,10 @@ class LoggedEntries:
         """The message's bytes on the wire."""
         return self._lengths[index]
 
+    def sizes(self, start: int, stop: int) -> array[int]:
+        """The bytes on the wire of the messages at ``[start, stop)``: a slice of the array."""
+        return self._lengths[start:stop]
+
     def drop(self, index: int) -> int:
         """Settle the message in the log; an object still out for delivery keeps its body."""
         message_id = self._ids[index]

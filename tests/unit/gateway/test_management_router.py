@@ -20,9 +20,12 @@ from sluicegate.gateway.management.router import (
 )
 from sluicegate.gateway.tenancy import Tenancy
 from sluicegate.gateway.vhosts import VhostSettings
+from sluicegate.queues import stream as stream_module
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.stream import StreamQueue
+from sluicegate.wire.message_fields import encode_message
 
 QUEUE_INFO_KEYS = {
     "name",
@@ -538,3 +541,55 @@ def test_an_unpaged_listing_too_large_for_one_reply_says_to_page(router: Router)
     assert "?page=1&page_size=500" in str(refused.body)
     page = body_map(router.handle(Request("GET", "/queues?page=5&page_size=500")))
     assert page["item_count"] == 1
+
+
+def test_a_streams_byte_range_is_summed_where_the_sizes_are_kept(
+    router: Router, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put_queue(router, "events", arguments={"x-queue-type": "stream"})
+    stream = router.registry.queue("events")
+    assert isinstance(stream, StreamQueue)
+    for index in range(10):
+        stream.enqueue(Message(encode_message(b"e" * (10 * index), durable=False)))
+    sizes = list(stream.entries.sizes(0, 10))
+
+    def byte_range(query: str, caller: Caller | None = None) -> Response:
+        return router.handle(Request("GET", f"/queues/events/byte-range?{query}"), caller)
+
+    # Offsets 2, 3 and 4 fit; 5 would go past the limit.
+    limit = sum(sizes[2:5]) + sizes[5] - 1
+    assert byte_range(f"start=2&stop=10&max_bytes={limit}").body == {
+        "end": 5,
+        "bytes": sum(sizes[2:5]),
+        "capped": False,
+    }
+    assert byte_range("start=0&stop=99&max_bytes=999999").body == {
+        "end": 10,
+        "bytes": sum(sizes),
+        "capped": False,
+    }
+    # A first message larger than the limit: none fits, or it alone when asked for.
+    assert byte_range("start=3&stop=10&max_bytes=1").body == {"end": 3, "bytes": 0, "capped": False}
+    alone = byte_range("start=3&stop=10&max_bytes=1&at_least_one=true")
+    assert alone.body == {"end": 4, "bytes": sizes[3], "capped": False}
+    assert byte_range("start=10&stop=12&max_bytes=5").body == {
+        "end": 10,
+        "bytes": 0,
+        "capped": False,
+    }
+    monkeypatch.setattr(stream_module, "MAX_SIZES_PER_RANGE", 4)
+    assert byte_range("start=1&stop=10&max_bytes=999999").body == {
+        "end": 5,
+        "bytes": sum(sizes[1:5]),
+        "capped": True,
+    }
+    for query in ("start=1&stop=2", "start=a&stop=2&max_bytes=3", "start=-1&stop=2&max_bytes=3"):
+        assert byte_range(query).status == 400
+    put_queue(router, "work")
+    classic = router.handle(Request("GET", "/queues/work/byte-range?start=0&stop=1&max_bytes=1"))
+    assert classic.status == 400
+    assert (
+        byte_range("start=0&stop=1&max_bytes=1", Caller(permissions=_Patterns(configure=""))).status
+        == 403
+    )
+    assert router.handle(Request("PUT", "/queues/events/byte-range?start=0")).status == 405

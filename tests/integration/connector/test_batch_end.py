@@ -1,6 +1,6 @@
-"""The runner's size scan for ``maxBytesPerTrigger`` in stream mode, against a real gateway.
+"""Where ``maxBytesPerTrigger`` batches of a stream end, as the gateway answers, against a real one.
 
-No Spark here: :class:`spark.stream_source.SizeScan` is driven as the streaming runner drives it,
+No Spark here: :func:`spark.queue_info.batch_end` is called as the streaming runner calls it,
 batch after batch, and its ends are compared with a greedy split of the sizes read over AMQP.
 """
 
@@ -9,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from integration.conftest import RunningServer
 from support.clients import publish
 
+from sluicegate.queues import stream
 from sluicegate.spark.amqp import AmqpConnection
 from sluicegate.spark.options import ReadOptions, parse_read_options
-from sluicegate.spark.stream_source import OFFSET_SPEC, SizeScan, next_offset
+from sluicegate.spark.queue_info import batch_end
+from sluicegate.spark.stream_source import OFFSET_SPEC, next_offset
 from sluicegate.wire.annotations import read_stream_offset
 
 
@@ -81,16 +84,16 @@ def _greedy_ends(messages: list[tuple[int, int]], start: int, max_bytes: int) ->
     return ends
 
 
-def _scan_ends(amqp: AmqpConnection, scan: SizeScan, start: int, max_bytes: int) -> list[int]:
-    tail = next_offset(amqp, scan.options)
+def _ends(amqp: AmqpConnection, options: ReadOptions, start: int, max_bytes: int) -> list[int]:
+    tail = next_offset(amqp, options)
     ends: list[int] = []
     while start < tail:
-        start = scan.end(amqp, start, tail, max_bytes)
+        start = batch_end(amqp, options, start, tail, max_bytes)
         ends.append(start)
     return ends
 
 
-def test_batches_follow_the_sizes_and_a_restart_reads_again_from_its_start(
+def test_batches_follow_the_sizes_from_any_start(
     make_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
     running = _stream(make_server, tmp_path, {})
@@ -100,10 +103,11 @@ def test_batches_follow_the_sizes_and_a_restart_reads_again_from_its_start(
     amqp = AmqpConnection.open(options.endpoint)
     try:
         messages = _delivered(amqp)
-        scan = SizeScan(options)
-        assert _scan_ends(amqp, scan, 0, 50_000) == _greedy_ends(messages, 0, 50_000)
-        # Spark restarting from a checkpoint asks from an offset the scan has passed.
-        assert _scan_ends(amqp, scan, 1_234, 20_000) == _greedy_ends(messages, 1_234, 20_000)
+        assert _ends(amqp, options, 0, 50_000) == _greedy_ends(messages, 0, 50_000)
+        # Spark restarting from a checkpoint asks from an offset planned before.
+        assert _ends(amqp, options, 1_234, 20_000) == _greedy_ends(messages, 1_234, 20_000)
+        # A message larger than the limit is a batch of its own.
+        assert _ends(amqp, options, 2_990, 5) == list(range(2_991, 3_001))
     finally:
         amqp.close()
 
@@ -111,8 +115,7 @@ def test_batches_follow_the_sizes_and_a_restart_reads_again_from_its_start(
 def test_offsets_retention_dropped_hold_no_bytes(
     make_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
-    """Retention dropped the head: the first round's last offset is not where it began, so the
-    scan reads the round again offset by offset, and the batches start at the oldest kept."""
+    """Retention dropped the head: the batches start at the oldest offset kept."""
     running = _stream(make_server, tmp_path, {"x-max-length-bytes": 60_000})
     bodies = [b"z" * 300 for _ in range(1_000)]
     assert publish(running.url, "/queues/events", bodies).outcomes == ["accepted"] * 1_000
@@ -121,7 +124,25 @@ def test_offsets_retention_dropped_hold_no_bytes(
     try:
         messages = _delivered(amqp)
         assert messages[0][0] > 0  # the head is gone
-        ends = _scan_ends(amqp, SizeScan(options), 0, 5_000)
+        ends = _ends(amqp, options, 0, 5_000)
         assert ends == _greedy_ends(messages, 0, 5_000)
+    finally:
+        amqp.close()
+
+
+def test_a_range_longer_than_one_request_sums_is_asked_for_in_parts(
+    make_server: Callable[..., RunningServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway sums a bounded number of sizes per request; the connector asks on."""
+    monkeypatch.setattr(stream, "MAX_SIZES_PER_RANGE", 7)
+    running = _stream(make_server, tmp_path, {})
+    bodies = [b"q" * (50 + n % 13) for n in range(100)]
+    assert publish(running.url, "/queues/events", bodies).outcomes == ["accepted"] * 100
+    options = _options(running)
+    amqp = AmqpConnection.open(options.endpoint)
+    try:
+        messages = _delivered(amqp)
+        assert _ends(amqp, options, 0, 2_000) == _greedy_ends(messages, 0, 2_000)
+        assert _ends(amqp, options, 3, 10**9) == [100]
     finally:
         amqp.close()
