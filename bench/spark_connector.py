@@ -16,6 +16,9 @@ orders):
 4. the same stream as a streaming read (``Trigger.AvailableNow``) in micro-batches of
    ``maxRecordsPerTrigger`` rows, then of as many bytes with ``maxBytesPerTrigger``.
 
+Each streaming phase also prints its steady rate: the rows of every micro-batch but the first
+(which starts the query and Spark's Python workers) over the time Spark spent on them.
+
 It prints one line per phase: rows, seconds, rows/s, the server's CPU (percent of one core) and
 peak RSS, and the load average before and after. Figures depend on the machine and its load: to
 compare two versions, run them one after the other and compare each with the baselines of its
@@ -151,10 +154,18 @@ def stream_into_noop(spark: SparkSession, pid: int, phase: str, **options: str) 
             .start()
         )
         query.awaitTermination()
-        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        batches = [p["numInputRows"] for p in progress]
         report(
             f"{phase} ({len(batches)} batches)", sum(batches), time.monotonic() - start, server()
         )
+        # Past the first batch, which also starts Spark's Python workers and the query: the rate
+        # a long-running query keeps.
+        later = progress[1:]
+        if later:
+            rows = sum(p["numInputRows"] for p in later)
+            seconds = sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
+            report(f"  steady: batches 2-{len(progress)}", rows, seconds, None)
 
 
 # -- the baselines ----------------------------------------------------------------------------
