@@ -19,6 +19,10 @@ from urllib.parse import SplitResult, urlsplit
 # The default: a large window; the gateway hands its session at most 256 at a time, so
 # the server stays safe, and the connector holds at most this many messages in memory.
 DEFAULT_CREDIT: Final = 100_000
+# Without a ``credit`` option, ``mode=queue`` grants at least this many ``maxRecordsPerTrigger``
+# batches: one in Spark's hands and the next arriving meanwhile. A batch's credit comes back only
+# once Spark commits it, so a window of one batch leaves the link idle while Spark processes it.
+PREFETCH_BATCHES: Final = 2
 # Per connection attempt (TCP, TLS and the AMQP OPEN): a gateway on a loaded host answers in
 # well under a second; ten seconds tells a hung one from a slow one.
 DEFAULT_CONNECT_TIMEOUT_MS: Final = 10_000
@@ -384,11 +388,13 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
             raise OptionError(f"option {name} does not apply to a {mode.value} {what}")
     starting = options.text("startingOffsets")
     ending = options.text("endingOffsets")
+    max_records = options.integer("maxRecordsPerTrigger", None, 1)
+    default_credit = max(DEFAULT_CREDIT, PREFETCH_BATCHES * (max_records or 0))
     return ReadOptions(
         endpoint=endpoint,
         mode=mode,
-        credit=options.positive("credit", DEFAULT_CREDIT),
-        max_records_per_trigger=options.integer("maxRecordsPerTrigger", None, 1),
+        credit=options.positive("credit", default_credit),
+        max_records_per_trigger=max_records,
         max_bytes_per_trigger=options.integer("maxBytesPerTrigger", None, 1),
         starting_offsets=(
             OffsetSpec.parse("startingOffsets", starting)

@@ -30,6 +30,16 @@ def test_a_streaming_read_defaults_to_queue_mode_with_the_large_window() -> None
     assert options.max_records_per_trigger is None
 
 
+def test_the_default_window_holds_two_batches_of_max_records_per_trigger() -> None:
+    """One batch in Spark's hands, the next arriving: a batch's credit returns at its commit."""
+    large = parse_read_options({**BASE, "maxRecordsPerTrigger": "80000"}, streaming=True)
+    assert large.credit == 2 * 80_000
+    small = parse_read_options({**BASE, "maxRecordsPerTrigger": "1000"}, streaming=True)
+    assert small.credit == DEFAULT_CREDIT
+    given = {**BASE, "maxRecordsPerTrigger": "80000", "credit": "90000"}
+    assert parse_read_options(given, streaming=True).credit == 90_000
+
+
 def test_a_batch_read_defaults_to_browse() -> None:
     assert parse_read_options(BASE, streaming=False).mode is Mode.BROWSE
 
