@@ -30,10 +30,11 @@ def test_a_streaming_read_defaults_to_queue_mode_with_the_large_window() -> None
     assert options.max_records_per_trigger is None
 
 
-def test_the_default_window_holds_two_batches_of_max_records_per_trigger() -> None:
-    """One batch in Spark's hands, the next arriving: a batch's credit returns at its commit."""
+def test_the_default_window_holds_three_batches_of_max_records_per_trigger() -> None:
+    """One batch in Spark's hands, the next ones arriving: a batch's credit returns at its
+    commit."""
     large = parse_read_options({**BASE, "maxRecordsPerTrigger": "80000"}, streaming=True)
-    assert large.credit == 2 * 80_000
+    assert large.credit == 3 * 80_000
     small = parse_read_options({**BASE, "maxRecordsPerTrigger": "1000"}, streaming=True)
     assert small.credit == DEFAULT_CREDIT
     given = {**BASE, "maxRecordsPerTrigger": "80000", "credit": "90000"}
