@@ -57,13 +57,19 @@ _ffi.cdef(
 _c = _ffi.dlopen(cproton_ffi.__file__)
 
 
+_DELIVERY: Final = _ffi.typeof("pn_delivery_t *")
+
+
 def _view(delivery: Any) -> Any:
-    """Proton's delivery pointer as our declaration of its struct."""
-    return _ffi.cast("pn_delivery_t *", int(proton_ffi.cast("uintptr_t", delivery)))
+    """Proton's delivery pointer as our declaration of its struct: a pointer cast (cffi casts
+    between pointer types of any FFI), a fifth of the cost of going through an address."""
+    return _ffi.cast(_DELIVERY, delivery)
 
 
 def release(delivery: Any) -> None:
     """Give back the buffer of a delivery whose bytes have all been framed or read."""
+    if not ENABLED:
+        return
     view = _view(delivery)
     buffer = view.bytes
     if buffer.capacity <= KEEP or buffer.size:
@@ -73,8 +79,9 @@ def release(delivery: Any) -> None:
 
 
 def pending_bytes(delivery: Any) -> int:
-    """Bytes the delivery's buffer still holds (proton's ``pn_delivery_pending``)."""
-    return int(_view(delivery).bytes.size)
+    """Bytes the delivery's buffer still holds."""
+    pending: int = lib.pn_delivery_pending(delivery)
+    return pending
 
 
 def _layout_matches() -> bool:
