@@ -166,12 +166,14 @@ class Binding:
     by_key: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Enqueued:
     """A persistent message: its id, queue, arrival time and where its bytes lie in the record.
 
     ``payload_offset`` is relative to the start of the record, so the store can read the body
-    back with one ``pread`` without decoding anything else.
+    back with one ``pread`` without decoding anything else. Read, never changed; not frozen:
+    one is decoded per message paged in or recovered, and a frozen dataclass's ``__init__``
+    sets each field through ``object.__setattr__``, several times the cost.
     """
 
     message_id: int
