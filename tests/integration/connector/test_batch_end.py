@@ -6,7 +6,8 @@ batch after batch, and its ends are compared with a greedy split of the sizes re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -93,56 +94,54 @@ def _ends(amqp: AmqpConnection, options: ReadOptions, start: int, max_bytes: int
     return ends
 
 
-def test_batches_follow_the_sizes_from_any_start(
-    make_server: Callable[..., RunningServer], tmp_path: Path
-) -> None:
-    running = _stream(make_server, tmp_path, {})
-    bodies = [b"y" * (10 + (n * 97) % 900) for n in range(3_000)]
-    assert publish(running.url, "/queues/events", bodies).outcomes == ["accepted"] * 3_000
+@contextmanager
+def _published(
+    make_server: Callable[..., RunningServer],
+    tmp_path: Path,
+    arguments: dict[str, object],
+    bodies: list[bytes],
+) -> Iterator[tuple[AmqpConnection, ReadOptions, list[tuple[int, int]]]]:
+    """A stream holding ``bodies``, a connection to it, and what it delivers from its first."""
+    running = _stream(make_server, tmp_path, arguments)
+    outcomes = publish(running.url, "/queues/events", bodies).outcomes
+    assert outcomes == ["accepted"] * len(bodies)
     options = _options(running)
     amqp = AmqpConnection.open(options.endpoint)
     try:
-        messages = _delivered(amqp)
+        yield amqp, options, _delivered(amqp)
+    finally:
+        amqp.close()
+
+
+def test_batches_follow_the_sizes_from_any_start(
+    make_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    bodies = [b"y" * (10 + (n * 97) % 900) for n in range(3_000)]
+    with _published(make_server, tmp_path, {}, bodies) as (amqp, options, messages):
         assert _ends(amqp, options, 0, 50_000) == _greedy_ends(messages, 0, 50_000)
         # Spark restarting from a checkpoint asks from an offset planned before.
         assert _ends(amqp, options, 1_234, 20_000) == _greedy_ends(messages, 1_234, 20_000)
         # A message larger than the limit is a batch of its own.
         assert _ends(amqp, options, 2_990, 5) == list(range(2_991, 3_001))
-    finally:
-        amqp.close()
 
 
 def test_offsets_retention_dropped_hold_no_bytes(
     make_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
     """Retention dropped the head: the batches start at the oldest offset kept."""
-    running = _stream(make_server, tmp_path, {"x-max-length-bytes": 60_000})
     bodies = [b"z" * 300 for _ in range(1_000)]
-    assert publish(running.url, "/queues/events", bodies).outcomes == ["accepted"] * 1_000
-    options = _options(running)
-    amqp = AmqpConnection.open(options.endpoint)
-    try:
-        messages = _delivered(amqp)
+    retention: dict[str, object] = {"x-max-length-bytes": 60_000}
+    with _published(make_server, tmp_path, retention, bodies) as (amqp, options, messages):
         assert messages[0][0] > 0  # the head is gone
-        ends = _ends(amqp, options, 0, 5_000)
-        assert ends == _greedy_ends(messages, 0, 5_000)
-    finally:
-        amqp.close()
+        assert _ends(amqp, options, 0, 5_000) == _greedy_ends(messages, 0, 5_000)
 
 
 def test_a_range_longer_than_one_request_sums_is_asked_for_in_parts(
     make_server: Callable[..., RunningServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The gateway sums a bounded number of sizes per request; the connector asks on."""
-    monkeypatch.setattr(stream, "MAX_SIZES_PER_RANGE", 7)
-    running = _stream(make_server, tmp_path, {})
+    monkeypatch.setattr(stream, "MAX_SIZES_PER_RANGE", 7)  # the gateway runs in this process
     bodies = [b"q" * (50 + n % 13) for n in range(100)]
-    assert publish(running.url, "/queues/events", bodies).outcomes == ["accepted"] * 100
-    options = _options(running)
-    amqp = AmqpConnection.open(options.endpoint)
-    try:
-        messages = _delivered(amqp)
+    with _published(make_server, tmp_path, {}, bodies) as (amqp, options, messages):
         assert _ends(amqp, options, 0, 2_000) == _greedy_ends(messages, 0, 2_000)
         assert _ends(amqp, options, 3, 10**9) == [100]
-    finally:
-        amqp.close()
