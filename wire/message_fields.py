@@ -285,7 +285,10 @@ def _annotations(buf: bytes, pos: int) -> tuple[dict[Field, Field] | None, int]:
             decoded, end = _map(buf, pos, "message-annotations")
             assert decoded is not None
             items = tuple(decoded.items())
-            if all(type(value) in _IMMUTABLE for _, value in items[:-1]):
+            # A map naming x-stream-offset twice keeps its first place: not a stamped prefix.
+            if items[-1][0] == _STREAM_OFFSET_KEY and all(
+                type(value) in _IMMUTABLE for _, value in items[:-1]
+            ):
                 if len(_annotation_prefixes) >= _ANNOTATION_PREFIX_CACHE_SIZE:
                     _annotation_prefixes.clear()
                 _annotation_prefixes[prefix] = items[:-1]

@@ -193,3 +193,21 @@ def test_a_streams_annotations_read_the_same_from_the_cache_of_their_prefixes(
             assert found is not None
             assert list(found)[-1] == "x-stream-offset"
             assert all(type(key) is Symbol for key in found)
+
+
+def test_annotations_naming_the_offset_twice_are_never_cached_as_a_prefix() -> None:
+    """x-stream-offset, x-opt-a, then x-stream-offset again: the dict keeps the first place."""
+    offset_key = b"\xa3\x0fx-stream-offset"
+    for offset in (5, 7):
+        entries = (
+            offset_key
+            + b"\x81"
+            + (1).to_bytes(8, "big")
+            + b"\xa3\x07x-opt-a\xa1\x01x"
+            + offset_key
+            + b"\x81"
+            + offset.to_bytes(8, "big")
+        )
+        section = b"\x00Sr\xc1" + bytes((len(entries) + 1, 6)) + entries
+        found = read_fields(section + b"\x00Su\xa0\x01b").message_annotations
+        assert found == {"x-stream-offset": offset, "x-opt-a": "x"}
