@@ -217,8 +217,7 @@ def test_credit_of_many_links_is_no_way_past_the_budget(
         held = samples[("sluicegate_connection_reads_paused_by_memory_budget", ())]
         assert held >= 1
         assert samples[("sluicegate_connection_reads_paused", ())] >= held
-        attack.client.reset()
-        attack.join(10)
+        attack.client.reset(writer=attack)
     assert attack.sent > 0
     # Its client gone, the held connection is closed at once, not when the hold ends (never,
     # here: nobody consumes what it published).

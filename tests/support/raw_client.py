@@ -18,6 +18,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -309,13 +310,21 @@ class RawClient:
         """Drop the TCP connection without CLOSE, as a crashed client would."""
         self._sock.close()
 
-    def reset(self) -> None:
+    def reset(self, writer: threading.Thread | None = None, timeout: float = 10.0) -> None:
         """Reset the TCP connection, as the kernel does for a client killed with bytes unread
         or unsent; unlike :meth:`abort`, this reaches a peer that stopped reading, and wakes a
-        thread blocked writing to it."""
+        thread blocked writing to it.
+
+        That ``writer`` thread is joined before the descriptor is closed: closed under it, an
+        SSL write goes on with the descriptor's number, which the next socket opened in this
+        process reuses, and another client's connection receives the ciphertext.
+        """
         sock = self._sock
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.shutdown(socket.SHUT_RDWR)
+        if writer is not None:
+            writer.join(timeout)
+            assert not writer.is_alive(), "the writing thread did not end after the reset"
         sock.close()
 
     # ----- writing -----
