@@ -70,7 +70,7 @@ from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome, QueueTy
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.session.outgoing_link import LinkOwner
+from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
 from sluicegate.session.session import (
     UNSETTLED_DELIVERY_COST,
     LinkFlow,
@@ -609,24 +609,45 @@ class Broker(Handler):
             return
         state.refresh_window()
         senders = state.senders
-        for action in state.pure.send_pending():
-            if type(action) is tuple:
-                link, message = action
-                link_state = senders[link]
-                payload = message.read()
-                delivery = deliveries.send(
-                    c_object(link_state.sender), b"%d" % message.seq, payload
-                )
-                link.transport_sent()
-                if not link.ack_required:
-                    deliveries.settle(delivery)
-                elif len(payload) > payload_buffers.KEEP:
-                    self._unframed_delivery(state.connection, delivery)
-            elif type(action) is TransferPart:
-                self._send_part(senders[action.link], action)
-            else:
-                assert isinstance(action, LinkFlow)
-                self._send_link_flow(senders.get(action.link), action)
+        send = deliveries.send
+        settle = deliveries.settle
+        keep = payload_buffers.KEEP
+        # Whole deliveries come in runs of one link: its sender and settle mode are looked up
+        # once a run, and the transport is told of the run's deliveries at its end.
+        link: OutgoingLink | None = None
+        sender = None
+        ack = False
+        run = 0
+        try:
+            for action in state.pure.send_pending():
+                if type(action) is tuple:
+                    if action[0] is not link:
+                        if run and link is not None:
+                            link.transport_sent(run)
+                            run = 0
+                        link = action[0]
+                        sender = c_object(senders[link].sender)
+                        ack = link.ack_required
+                    message = action[1]
+                    payload = message.read()
+                    delivery = send(sender, b"%d" % message.seq, payload)
+                    run += 1
+                    if not ack:
+                        settle(delivery)
+                    elif len(payload) > keep:
+                        self._unframed_delivery(state.connection, delivery)
+                    continue
+                if run and link is not None:
+                    link.transport_sent(run)
+                    run = 0
+                if type(action) is TransferPart:
+                    self._send_part(senders[action.link], action)
+                else:
+                    assert isinstance(action, LinkFlow)
+                    self._send_link_flow(senders.get(action.link), action)
+        finally:
+            if run and link is not None:
+                link.transport_sent(run)
 
     def _send_part(self, state: OutgoingLinkState, part: TransferPart) -> None:
         """Stream part of a delivery; proton sends it as TRANSFERs with more=true until the last."""

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 # A ``pn_delivery_t *`` from cffi: opaque, compared and hashed by address.
 CDelivery: TypeAlias = Any
 _NULL: Final = ffi.NULL
+# The per-message calls, bound once.
+_from_buffer: Final = ffi.from_buffer
+_pn_delivery: Final = lib.pn_delivery
+_pn_link_send: Final = lib.pn_link_send
+_pn_link_advance: Final = lib.pn_link_advance
 
 
 def link_state(delivery: CDelivery) -> IncomingLinkState | OutgoingLinkState | Pair | None:
@@ -61,11 +66,13 @@ def receive(link: Any, delivery: CDelivery, size: int) -> memoryview:
 
 
 def send(link: Any, tag: bytes, payload: bytes | bytearray) -> CDelivery:
-    """Create a delivery on a sending link, write the whole message, and advance."""
-    tag_buffer = ffi.from_buffer(tag)
-    delivery = lib.pn_delivery(link, (len(tag), tag_buffer))
-    lib.pn_link_send(link, ffi.from_buffer(payload), len(payload))
-    lib.pn_link_advance(link)
+    """Create a delivery on a sending link, write the whole message, and advance.
+
+    cffi passes ``bytes`` to a ``char *`` as they are; other buffers need a cdata view.
+    """
+    delivery = _pn_delivery(link, (len(tag), _from_buffer(tag)))
+    _pn_link_send(link, payload if type(payload) is bytes else _from_buffer(payload), len(payload))
+    _pn_link_advance(link)
     return delivery
 
 

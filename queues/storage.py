@@ -28,6 +28,9 @@ class StreamEntries(Protocol):
     def __getitem__(self, index: int) -> Message:
         """The message at ``index``, to deliver."""
 
+    def take(self, index: int, count: int, seq: int) -> list[Message]:
+        """The ``count`` messages from ``index`` on, to deliver, numbered ``seq`` on."""
+
     def append(self, message: Message) -> int:
         """Add the newest message; return the bytes it counts against the memory budget."""
 

@@ -153,9 +153,9 @@ class OutgoingLink:
         self.flow_count = self.transport_count
         return granted_credit(credit, unsettled + sent_since)
 
-    def transport_sent(self) -> None:
-        """The transport took a whole delivery of the link."""
-        self.transport_count = (self.transport_count + 1) & SERIAL_MASK
+    def transport_sent(self, count: int = 1) -> None:
+        """The transport took ``count`` whole deliveries of the link."""
+        self.transport_count = (self.transport_count + count) & SERIAL_MASK
 
     def transport_drained(self, credit: int) -> None:
         """The transport ended a drain, advancing the delivery-count by the credit left."""

@@ -235,16 +235,20 @@ class Session:
         pending = self.outgoing_pending
         credit = self.writer_credit
         writer = self.writer
+        handed = writer.handed
+        # The writer's room, in bytes: what hands over here changes it, nothing else meanwhile.
+        room_bytes = writer.room
         frame_payload = self.frame_payload
         while pending:
-            link, item = pending[0]
+            entry = pending[0]
+            link, item = entry
             if link.detached:
                 pending.popleft()
                 continue
             if isinstance(item, Message):
                 # The writer's room is in bytes: at least one frame while there is any.
                 room = min(
-                    self.remote_incoming_window, credit.credit, -(-writer.room // frame_payload)
+                    self.remote_incoming_window, credit.credit, -(-room_bytes // frame_payload)
                 )
                 if room <= 0:
                     self._bypass(out)
@@ -256,18 +260,20 @@ class Session:
                     end = start + room * frame_payload
                     self.head_sent = end
                     self.remote_incoming_window -= room
-                    self.writer.handed(credit, room, end - start)
+                    handed(credit, room, end - start)
                     out.append(TransferPart(link, item, start, end))
                     break
                 pending.popleft()
                 link.waiting.popleft()
                 self.remote_incoming_window -= frames
-                self.writer.handed(credit, frames, size - start)
+                room_bytes = handed(credit, frames, size - start)
                 if start:
                     self.head_sent = 0
                     out.append(TransferPart(link, item, start, size))
                 else:
-                    out.append((link, item))
+                    # The entry is the transfer, (link, message): no new tuple, and no cast()
+                    # call per message to say so.
+                    out.append(entry)  # type: ignore[arg-type]
                 self._sent(link)
             elif type(item) is CreditReply:
                 pending.popleft()

@@ -20,7 +20,8 @@ So the bytes between the socket and proton are rewritten, in ATTACH frames only:
 
 Since no name proton holds ends with the suffix unless this module put it there, stripping is
 exact. Every frame's header is read (its size and performative: a few operations per frame);
-only ATTACH, DETACH and END frames, which are rare, are decoded.
+only ATTACH, DETACH and END frames, which are rare, are decoded. Until a name of the connection
+is rewritten, proton's frames are only hopped over by their sizes.
 """
 
 from __future__ import annotations
@@ -265,8 +266,18 @@ class LinkNames:
         ATTACH proton has not wholly handed over.
         """
         base = self._out_base
-        cut = len(data)
         position = self._out_next
+        if not self.renamed:
+            # No name was rewritten, so no ATTACH proton writes can carry the suffix: the
+            # frames are only hopped over, to know where the next one starts, and the output
+            # stops before a frame whose size is not whole yet.
+            end = base + len(data)
+            size_at = _U32.unpack_from
+            while position + _U32.size <= end:
+                position += size_at(data, position - base)[0]
+            self._out_next = position
+            return data if position >= end else data[: position - base]
+        cut = len(data)
         while True:
             offset = position - base
             if offset >= len(data):

@@ -97,15 +97,19 @@ class Writer:
             return 0
         return self.max_bytes - (self._handed - self._written)
 
-    def handed(self, credit: SessionCredit, frames: int, nbytes: int) -> None:
-        """Record a TRANSFER of ``frames`` frames and ``nbytes`` bytes handed to the transport."""
-        credit.spend(frames)
-        self._handed += nbytes
+    def handed(self, credit: SessionCredit, frames: int, nbytes: int) -> int:
+        """Record a TRANSFER of ``frames`` frames and ``nbytes`` bytes handed to the transport;
+        return the :attr:`room` left, which only this changes while a session hands over."""
+        credit.credit -= frames  # SessionCredit.spend, once per message sent
+        handed = self._handed = self._handed + nbytes
         self.pending.total += nbytes
         self._frames_pending += frames
-        self._ledger.append((self._handed, credit, frames))
-        if self._handed - self._written >= self.max_bytes:
+        self._ledger.append((handed, credit, frames))
+        room = self.max_bytes - (handed - self._written)
+        if room <= 0:
             self.full = True
+            return 0
+        return 0 if self.full else room
 
     def written(self, nbytes: int) -> list[SessionCredit]:
         """Record bytes written to the socket; return the sessions this unblocked."""
@@ -113,9 +117,14 @@ class Writer:
         self._written = min(self._written + nbytes, self._handed)
         self.pending.total -= self._written - before
         ledger = self._ledger
+        written = self._written
         unblocked: list[SessionCredit] = []
-        while ledger and ledger[0][0] <= self._written:
+        while ledger and ledger[0][0] <= written:
             _, credit, frames = ledger.popleft()
+            # The next transfers of the same session are acknowledged with these: one ack of
+            # their sum leaves the credit as one ack each would (its remainder carries over).
+            while ledger and ledger[0][1] is credit and ledger[0][0] <= written:
+                frames += ledger.popleft()[2]
             self._frames_pending -= frames
             if credit.ack(frames):
                 unblocked.append(credit)

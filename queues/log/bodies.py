@@ -31,6 +31,8 @@ class Bodies:
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self.cached_bytes = 0
         self.reads = 0
+        # The reader's windows must not take in bytes of batches still being written.
+        reader.durable_end = self.durable_end
 
     @property
     def cached(self) -> int:
@@ -55,6 +57,30 @@ class Bodies:
             # Other queues' messages will want it too (a fan-out read back after a restart).
             self.put(message.body_key, body)
         return body
+
+    def read_at(self, message_id: int, segment: int, offset: int, length: int) -> bytes:
+        """A body by its message's id and where it lies: from memory until written, then from
+        the segment. A stream reads on in log order, so its reads come from the reader's
+        windows; the cache is not looked in (its key alone cost as much as a window's slice)."""
+        unwritten = self.unwritten.get(message_id)
+        if unwritten is not None:
+            return unwritten[1]
+        self.reads += 1
+        return self.reader.read(segment, offset, length)
+
+    def durable_end(self, segment: int) -> int | None:
+        """Where the durable bytes of ``segment`` end, None for wherever its file ends.
+
+        Records are placed in order and batches written in order, so the first message still
+        unwritten (``unwritten`` keeps placement order) starts the bytes not yet durable: in its
+        segment they end at its record; an earlier segment is durable whole, a later one not at
+        all. Records that are not messages may lie unwritten before it; no body is there.
+        """
+        for message, _ in self.unwritten.values():
+            if message.segment == segment:
+                return message.record
+            return 0 if message.segment < segment else None
+        return None
 
     def room(self) -> int:
         """Bytes the cache may still take without evicting."""

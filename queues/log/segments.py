@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Final
@@ -24,6 +24,19 @@ CLEAN_SHUTDOWN: Final = "clean-shutdown"
 _IOV_MAX: Final = 1024
 # Zero-padded so that listing the directory sorts segments in log order.
 _DIGITS: Final = 20
+# Reading bodies back (SegmentReader). A window grows from FIRST_WINDOW_BYTES (a page: a read
+# elsewhere in the log costs what reading the body alone did) by doubling while reads follow on,
+# up to WINDOW_BYTES: some 500 messages of 200 bytes per pread, after which the system call is
+# a small share of a message's cost and a larger window would only copy more per read.
+FIRST_WINDOW_BYTES: Final = 4096
+WINDOW_BYTES: Final = 128 * 1024
+# Windows kept, one per place read at once (a stream's readers at their offsets, classic queues'
+# consumers): at most WINDOWS * WINDOW_BYTES (1 MiB) in memory. With more places than that read
+# in turn, each window still serves a session's batch of deliveries before it is replaced.
+WINDOWS: Final = 8
+# Bodies larger than this are read alone: a pread of their own costs little beside copying them,
+# and they would push the windows of small ones out.
+LARGE_READ: Final = 16 * 1024
 
 
 def segment_path(directory: Path, segment: int) -> Path:
@@ -175,17 +188,101 @@ class SegmentWriter:
         return fd
 
 
-class SegmentReader:
-    """The reading side: ``pread`` of message bodies, on the thread that owns the queues."""
+class _Window:
+    """Bytes of one segment read at once: ``data`` holds the segment's bytes ``start:end``."""
 
-    def __init__(self, directory: Path) -> None:
+    __slots__ = ("data", "end", "segment", "span", "start")
+
+    def __init__(self, segment: int, start: int, data: bytes, span: int) -> None:
+        self.segment = segment
+        self.start = start
+        self.end = start + len(data)
+        self.data = data
+        # The bytes asked for: fewer come back at the end of what is written.
+        self.span = span
+
+
+# What no segment is: the window a reader starts with, which serves nothing.
+_NO_WINDOW: Final = _Window(-1, 0, b"", 0)
+
+
+class SegmentReader:
+    """The reading side: ``pread`` of message bodies, on the thread that owns the queues.
+
+    Readers mostly read on in log order (a stream reader, a classic queue's consumers): a
+    read that follows on from the last one takes a *window* of the bytes after it, twice as
+    large each time up to :data:`WINDOW_BYTES`, and the next bodies are sliced out of it, one
+    ``pread`` for hundreds of small messages instead of one each. A read elsewhere starts again
+    with :data:`FIRST_WINDOW_BYTES`, so scattered reads cost little more than before. A window
+    holds only bytes that were there when it was read (a ``pread`` stops at the file's end)
+    and, with ``durable_end`` set, none past the first record not yet durable: segments are
+    append-only, so what a window holds stays true, and it never serves bytes read before
+    they were written. Windows go with their segment (:meth:`forget`).
+    """
+
+    def __init__(
+        self, directory: Path, durable_end: Callable[[int], int | None] | None = None
+    ) -> None:
         self.directory = directory
         self._fds: dict[int, int] = {}
+        # Where the durable bytes of a segment end, None for all the file has (a segment
+        # this run no longer writes); set by the owner of the unwritten bodies.
+        self.durable_end = durable_end
+        # The window read or used last, then the others, most recent first.
+        self._last = _NO_WINDOW
+        self._windows: list[_Window] = []
+        # System calls made to read bodies: a test's and a benchmark's count.
+        self.preads = 0
 
     def read(self, segment: int, offset: int, size: int) -> bytes:
         """The ``size`` bytes at ``offset`` of ``segment``."""
-        data = os.pread(self._fd(segment), size, offset)
-        if len(data) != size:
+        window = self._last
+        if window.segment == segment and window.start <= offset and offset + size <= window.end:
+            at = offset - window.start
+            return window.data[at : at + size]
+        return self._read(segment, offset, size)
+
+    def _read(self, segment: int, offset: int, size: int) -> bytes:
+        end = offset + size
+        windows = self._windows
+        follows: _Window | None = None
+        for window in windows:
+            if window.segment != segment or window.start > offset:
+                continue
+            if end <= window.end:
+                windows.remove(window)
+                windows.insert(0, window)
+                self._last = window
+                at = offset - window.start
+                return window.data[at : at + size]
+            if offset <= window.end + window.span:
+                follows = window
+        if size > LARGE_READ:
+            # Large bodies gain nothing from a window and would crowd the small ones out.
+            return self._exactly(segment, offset, size, self._pread(segment, offset, size))
+        span = FIRST_WINDOW_BYTES
+        if follows is not None:
+            windows.remove(follows)
+            span = min(2 * follows.span, WINDOW_BYTES)
+        asked = span
+        durable_end = self.durable_end
+        limit = None if durable_end is None else durable_end(segment)
+        if limit is not None:
+            span = min(span, limit - offset)
+        data = self._exactly(segment, offset, size, self._pread(segment, offset, max(span, size)))
+        window = self._last = _Window(segment, offset, data, asked)
+        windows.insert(0, window)
+        del windows[WINDOWS:]
+        return data[:size]
+
+    def _pread(self, segment: int, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset``: fewer where the file ends."""
+        self.preads += 1
+        return os.pread(self._fd(segment), size, offset)
+
+    @staticmethod
+    def _exactly(segment: int, offset: int, size: int, data: bytes) -> bytes:
+        if len(data) < size:
             raise OSError(f"segment {segment} ends before offset {offset + size}")
         return data
 
@@ -200,13 +297,18 @@ class SegmentReader:
         return fd
 
     def forget(self, segment: int) -> None:
-        """Close a segment about to be deleted."""
+        """Close a segment about to be deleted, and drop its windows."""
         fd = self._fds.pop(segment, None)
         if fd is not None:
             os.close(fd)
+        self._windows = [w for w in self._windows if w.segment != segment]
+        if self._last.segment == segment:
+            self._last = _NO_WINDOW
 
     def close(self) -> None:
         """Close every file."""
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        self._windows = []
+        self._last = _NO_WINDOW

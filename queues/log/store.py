@@ -10,7 +10,7 @@ placed when the batch is taken. Bodies are read back through :mod:`queues.log.bo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -335,6 +335,10 @@ class MessageStore:
         return StoredMessage(
             self, queue, message_id, segment, (offset, offset + length), (offset, length), 0
         )
+
+    def body_reader(self) -> Callable[[int, int, int, int], bytes]:
+        """What reads a stream entry's body without making its message (Bodies.read_at)."""
+        return self.bodies.read_at
 
     def settle_entry(self, message_id: int, segment: int) -> None:
         """Settle a logged message that has no object (a stream entry retention drops)."""

@@ -2,17 +2,28 @@
 
 Every message of a durable stream is logged, and a stream keeps everything until retention
 drops it, so its backlog can be far larger than memory. An entry is the message's id and where
-its body lies (segment, offset, length); a delivery gets a :class:`StoredMessage` made from
-it, whose body is read from the cache or the log as for any stored message. The objects handed
-out are remembered weakly by id: when retention drops a message still waiting in a session,
-its body is kept with it (``pinned``) before compaction may delete its segment.
+its body lies (segment, offset, length).
+
+A reader that takes every message (:meth:`LoggedEntries.take`) gets each one's body read at
+once (from memory while unwritten, the cache, or the log, sliced from one read of many) in a
+plain :class:`Message`: it owns its bytes, so retention and compaction may drop the entry and
+its segment while it still waits in a session, and nothing needs to remember it. What one take
+reads so is bounded (:data:`TAKE_BYTES`); a session holds at most one take per reader.
+
+Bodies past that bound, and the messages filtered readers look at one by one
+(:meth:`LoggedEntries.__getitem__`), are :class:`StoredMessage` objects whose body is read when
+sent. Those handed out are remembered weakly by id: when retention drops a message still waiting
+in a session, its body is kept with it (``pinned``) before compaction may delete its segment.
+The weak references are plain ones in a plain dict, without callbacks: the references of
+objects gone are swept out in one pass once they outnumber the live ones (:data:`SWEEP_AT`).
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from typing import Final, Protocol
-from weakref import WeakValueDictionary
+from weakref import ReferenceType, ref
 
 from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.message import Message
@@ -20,6 +31,15 @@ from sluicegate.queues.message import Message
 # What an entry costs in memory, for the memory budget: its id (8 bytes), segment, offset and
 # length (4 each) in arrays, and the stream's arrival timestamp (8).
 ENTRY_BYTES: Final = 28
+# Body bytes one take reads into the messages it hands out: a session's batch of 256 deliveries
+# of up to 512 bytes. A session holds at most one batch per reader (session/outgoing_link.py),
+# so this bounds what a reader's deliveries hold in memory beyond their objects; larger bodies
+# are read when sent, as before.
+TAKE_BYTES: Final = 128 * 1024
+# The fewest references to objects handed out kept before a sweep: the live ones are a few
+# sessions' batches (256 a reader), so sweeping is rare and each sweep short. Between sweeps the
+# references of objects gone stay, at most this many or as many again as the live ones.
+SWEEP_AT: Final = 1024
 
 
 class EntryStore(Protocol):
@@ -29,6 +49,9 @@ class EntryStore(Protocol):
         self, queue: str, message_id: int, segment: int, offset: int, length: int
     ) -> StoredMessage:
         """The message at a logged position, as an object."""
+
+    def body_reader(self) -> Callable[[int, int, int, int], bytes]:
+        """What reads the body of a logged message from its id, segment, offset and length."""
 
     def settle_entry(self, message_id: int, segment: int) -> None:
         """Settle a logged message that has no object."""
@@ -40,7 +63,17 @@ class EntryStore(Protocol):
 class LoggedEntries:
     """Implements :class:`queues.stream.StreamEntries` over the log."""
 
-    __slots__ = ("_handed", "_ids", "_lengths", "_offsets", "_segments", "queue", "store")
+    __slots__ = (
+        "_body",
+        "_handed",
+        "_ids",
+        "_lengths",
+        "_offsets",
+        "_segments",
+        "_sweep_at",
+        "queue",
+        "store",
+    )
 
     def __init__(self, store: EntryStore, queue: str) -> None:
         self.store = store
@@ -49,14 +82,18 @@ class LoggedEntries:
         self._segments = array("I")
         self._offsets = array("I")
         self._lengths = array("I")
-        self._handed: WeakValueDictionary[int, StoredMessage] = WeakValueDictionary()
+        # The objects handed out (or appended), by id, while they live.
+        self._handed: dict[int, ReferenceType[StoredMessage]] = {}
+        self._sweep_at = SWEEP_AT
+        self._body = store.body_reader()
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def __getitem__(self, index: int) -> Message:
         message_id = self._ids[index]
-        message = self._handed.get(message_id)
+        handed = self._handed.get(message_id)
+        message = None if handed is None else handed()
         if message is None:
             message = self.store.stored_message(
                 self.queue,
@@ -65,8 +102,42 @@ class LoggedEntries:
                 self._offsets[index],
                 self._lengths[index],
             )
-            self._handed[message_id] = message
+            self._hand(message_id, message)
         return message
+
+    def take(self, index: int, count: int, seq: int) -> list[Message]:
+        """The ``count`` messages from ``index`` on, numbered ``seq`` on, bodies read now up to
+        :data:`TAKE_BYTES`, the rest as :meth:`__getitem__` gives them."""
+        ids = self._ids
+        segments = self._segments
+        offsets = self._offsets
+        lengths = self._lengths
+        body = self._body
+        room = TAKE_BYTES
+        taken: list[Message] = []
+        for at in range(index, index + count):
+            length = lengths[at]
+            if length <= room:
+                room -= length
+                message = Message(body(ids[at], segments[at], offsets[at], length), 0, seq)
+            else:
+                message = self[at]
+                message.seq = seq
+            seq += 1
+            taken.append(message)
+        return taken
+
+    def _hand(self, message_id: int, message: StoredMessage) -> None:
+        handed = self._handed
+        handed[message_id] = ref(message)
+        if len(handed) >= self._sweep_at:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Forget the references of objects gone."""
+        live = {key: value for key, value in self._handed.items() if value() is not None}
+        self._handed = live
+        self._sweep_at = max(SWEEP_AT, 2 * len(live))
 
     def append(self, message: Message) -> int:
         """Keep the logged message's position (every message of a durable stream is logged)."""
@@ -77,7 +148,7 @@ class LoggedEntries:
         self._segments.append(stored.segment)
         self._offsets.append(stored.offset)
         self._lengths.append(stored.length)
-        self._handed[stored.message_id] = stored
+        self._hand(stored.message_id, stored)
         return ENTRY_BYTES
 
     def size(self, index: int) -> int:
@@ -91,7 +162,8 @@ class LoggedEntries:
     def drop(self, index: int) -> int:
         """Settle the message in the log; an object still out for delivery keeps its body."""
         message_id = self._ids[index]
-        message = self._handed.pop(message_id, None)
+        handed = self._handed.pop(message_id, None)
+        message = None if handed is None else handed()
         if message is not None:
             message.archive(sending=True)
         else:

@@ -13,6 +13,11 @@ from proton._data import PythonAMQPData
 from proton.reactor import Filter
 from proton.utils import BlockingConnection
 from support.clients import publish
+from support.polling import wait_until
+from support.raw_client import RawClient
+
+from sluicegate.gateway.durability import LOG_DIRECTORY
+from sluicegate.queues.log.segments import list_segments
 
 _SPEC = symbol("rabbitmq:stream-offset-spec")
 
@@ -112,6 +117,50 @@ def test_a_stream_and_its_offsets_survive_a_restart_with_retention(tmp_path: Pat
         assert first == before.first_offset + 1
         assert _read(running.url, "kept", "first", 101 - first) == _offsets(101 - first, first)
     finally:
+        running.stop()
+
+
+def test_deliveries_waiting_in_a_session_outlive_retention_and_their_segments(
+    tmp_path: Path,
+) -> None:
+    """A reader's deliveries wait for its window while retention drops their messages and
+    compaction deletes the segments they were in: they still arrive whole, in order."""
+    running = start_server(data_dir=tmp_path, log_segment_size=4096, body_cache_size=0)
+    client = RawClient.connect(running.host, running.port)
+    try:
+        _declare(running, "short", **{"x-max-length-bytes": 3000})
+        publish(running.url, "short", bodies=[f"m{i}" for i in range(20)])
+        log = tmp_path / LOG_DIRECTORY
+        first_segment = min(list_segments(log))
+        client.begin()
+        spec = {"rabbitmq:stream-offset-spec": Described(_SPEC, "first")}
+        handle = client.attach(
+            "r", "receiver", source="short", filters=spec, snd_settle_mode="settled"
+        )
+        client.wait_attach(handle)
+        client.flow(incoming_window=0)
+        client.flow(handle, link_credit=20)
+
+        def waiting() -> int:
+            (connection,) = running.server.broker.connections
+            (session,) = connection.sessions.values()
+            return session.pure.statistics().pending_deliveries
+
+        wait_until(lambda: running.call(waiting) == 20)
+        publish(running.url, "short", bodies=[f"n{i}" for i in range(300)])
+        assert (running.queue("short").first_offset or 0) > 20
+        wait_until(lambda: min(list_segments(log)) > first_segment)
+        client.flow(incoming_window=100)
+        got = []
+        for _ in range(20):
+            delivery = client.next_message()
+            assert delivery is not None
+            message = Message()
+            message.decode(delivery.payload)
+            got.append(_offset_and_body(message))
+        assert got == _offsets(20)
+    finally:
+        client.abort()
         running.stop()
 
 

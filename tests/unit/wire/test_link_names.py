@@ -140,6 +140,40 @@ PROTON = b"".join(
 )
 
 
+CLIENT_ATTACHES = b"".join(
+    [
+        attach(0, "cid-/queues/q", 0, SENDER),
+        attach(0, "cid-/queues/q", 1, SENDER),
+        attach(0, "mine~dup0001", 2, SENDER),
+    ]
+)
+
+
+def through_outbound(
+    names: LinkNames, stream: bytes, available: list[int], taken: list[int]
+) -> bytes:
+    """What the client receives of proton's ``stream``, handed over and taken in pieces."""
+    sent = bytearray()
+    popped = 0
+    for step in itertools.count():
+        if popped == len(stream):
+            break
+        # proton's pending output, from the first byte not taken; it grows while nothing is.
+        window = available[step % len(available)]
+        out = names.outbound(stream[popped : popped + window])
+        while not out:
+            assert window < 2 * len(stream), "no progress with all of proton's output"
+            window *= 2
+            out = names.outbound(stream[popped : popped + window])
+        assert len(out) <= window
+        count = max(1, min(len(out), taken[step % len(taken)]))
+        sent += out[:count]
+        names.taken(count)
+        popped += count
+    assert len(sent) == len(stream)
+    return bytes(sent)
+
+
 @given(
     available=st.lists(st.integers(min_value=1, max_value=8000), min_size=1, max_size=30),
     taken=st.lists(st.integers(min_value=0, max_value=8000), min_size=1, max_size=30),
@@ -149,25 +183,10 @@ def test_proton_replies_lose_the_suffix_at_the_same_length(
 ) -> None:
     """However much proton hands over and the socket takes, the client reads the names it sent."""
     names = LinkNames(MAX_FRAME)
-    sent = bytearray()
-    popped = 0
-    for step in range(len(PROTON)):
-        if popped == len(PROTON):
-            break
-        # proton's pending output, from the first byte not taken; it grows while nothing is.
-        window = available[step % len(available)]
-        out = names.outbound(PROTON[popped : popped + window])
-        while not out:
-            assert window < 2 * len(PROTON), "no progress with all of proton's output"
-            window *= 2
-            out = names.outbound(PROTON[popped : popped + window])
-        assert len(out) <= window
-        count = max(1, min(len(out), taken[step % len(taken)]))
-        sent += out[:count]
-        names.taken(count)
-        popped += count
-    assert len(sent) == len(PROTON)
-    received = frames(bytes(sent))
+    # The client's ATTACHes proton replies to, two of them renamed on their way in.
+    names.inbound(AMQP_HEADER + CLIENT_ATTACHES)
+    assert names.renamed == 2
+    received = frames(through_outbound(names, PROTON, available, taken))
     assert [f["name"] for f in received if f.performative == "attach"] == [
         "cid-/queues/q",
         "cid-/queues/q",
@@ -178,6 +197,29 @@ def test_proton_replies_lose_the_suffix_at_the_same_length(
     # Fields after the name survive the move into the extended header.
     assert received[2]["handle"] == 1
     assert received[2]["target"]["address"] == "/queues/q"
+
+
+@given(
+    available=st.lists(st.integers(min_value=1, max_value=8000), min_size=1, max_size=30),
+    taken=st.lists(st.integers(min_value=0, max_value=8000), min_size=1, max_size=30),
+)
+def test_frames_hopped_over_before_any_rename_keep_the_replies_after_it_found(
+    available: list[int], taken: list[int]
+) -> None:
+    """Until a name is rewritten proton's output passes as it is, and the first rename still
+    finds the reply ATTACH that follows, wherever the output was cut meanwhile."""
+    before = AMQP_HEADER + reply("cid-/queues/q", 0, RECEIVER) + transfer(0, 0, b"d" * 5000) * 3
+    after = transfer(0, 0, b"e" * 700) + reply("cid-/queues/q~dup0001", 1, RECEIVER)
+    names = LinkNames(MAX_FRAME)
+    sent = through_outbound(names, before, available, taken)
+    assert sent == before
+    names.inbound(AMQP_HEADER + attach(0, "cid-/queues/q", 0, SENDER))
+    names.inbound(attach(0, "cid-/queues/q", 1, SENDER))
+    assert names.renamed == 1
+    # proton's output goes on from where the client's bytes stopped.
+    received = frames(sent + through_outbound(names, after, available, taken))
+    assert [f["name"] for f in received if f.performative == "attach"] == ["cid-/queues/q"] * 2
+    assert [f.performative for f in received] == ["attach"] + ["transfer"] * 4 + ["attach"]
 
 
 def test_a_heartbeat_passes_at_once_both_ways() -> None:

@@ -214,6 +214,19 @@ def test_caught_up_acknowledges_a_zero_byte_transfer() -> None:
     assert writer.statistics().frames_pending == 0
 
 
+def test_handed_says_the_room_left_and_none_once_full_until_half_is_written() -> None:
+    writer = Writer(max_bytes=1000)
+    s = writer.session_credit()
+    assert writer.handed(s, 1, 600) == 400 == writer.room
+    assert writer.handed(s, 1, 500) == 0 == writer.room
+    assert writer.full
+    writer.written(200)
+    # Still full: 900 bytes wait, more than half the maximum.
+    assert writer.handed(s, 1, 0) == 0 == writer.room
+    writer.written(500)
+    assert writer.handed(s, 1, 100) == 500 == writer.room
+
+
 def test_forget_keeps_draining_the_ledger() -> None:
     writer = Writer(initial_credit=1, more_credit_after=1)
     s = writer.session_credit()
@@ -257,7 +270,8 @@ def test_ledger_model(operations: list[tuple[str, int, int, int]]) -> None:
         if operation == "handed":
             if sessions[index].blocked:
                 continue  # a blocked session does not hand over transfers
-            writer.handed(sessions[index], frames, nbytes)
+            # What the writer says is left is its room, as a session reads it after.
+            assert writer.handed(sessions[index], frames, nbytes) == writer.room
             handed += nbytes
             entries.append((handed, index, frames))
             continue

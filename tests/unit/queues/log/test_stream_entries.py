@@ -5,10 +5,13 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from sluicegate.queues.log.segments import SegmentWriter
+import pytest
+
+from sluicegate.queues.log import stream_entries
+from sluicegate.queues.log.segments import SegmentWriter, list_segments
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.log.stored import StoredMessage
-from sluicegate.queues.log.stream_entries import ENTRY_BYTES
+from sluicegate.queues.log.stream_entries import ENTRY_BYTES, SWEEP_AT, LoggedEntries
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec
 from sluicegate.queues.registry import QueueRegistry
@@ -57,24 +60,88 @@ def test_a_durable_stream_counts_a_few_bytes_a_message_and_reads_bodies_back(
     assert store.statistics().body_reads == 500
 
 
-def test_retention_keeps_the_body_of_a_message_still_out_for_delivery(tmp_path: Path) -> None:
-    store = MessageStore(tmp_path, cache_bytes=0)
+def _segments_gone(store: MessageStore, writer: SegmentWriter, taken: list[Message]) -> None:
+    """Write what retention settled: compaction deletes the segments of ``taken``."""
+    write_now(store, writer)
+    write_now(store, writer)
+    on_disk = set(list_segments(store.directory))
+    assert not {m.segment for m in taken if isinstance(m, StoredMessage)} & on_disk
+    assert min(on_disk) > 1, "the first segments were deleted"
+
+
+def test_a_reader_takes_bodies_with_its_messages_and_retention_leaves_them_whole(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path, segment_size=4096, cache_bytes=0)
     writer = SegmentWriter(tmp_path)
     queue = _stream(store, {"x-max-length-bytes": 5_000})
     _publish(store, queue, 10)
     write_now(store, writer)
-    [in_flight] = _read(queue, "reader", 1)
-    assert isinstance(in_flight, StoredMessage)
-    gc.collect()
-    reads = store.statistics().body_reads
-    _publish(store, queue, 200)
-    assert queue.first > 0, "retention dropped the head"
-    # The object a session still holds got its body before its segment may go; the entries
-    # nobody held were settled without reading theirs.
-    assert in_flight.pinned is not None
-    assert store.statistics().body_reads == reads + 1
-    assert read_stream_offset(in_flight.read()) == 0
+    in_flight = _read(queue, "reader", 10)
+    assert store.statistics().body_reads == 10
+    # Each message owns its body: nothing remembers it, retention settles its entry unread.
+    assert all(type(m) is Message for m in in_flight)
+    _publish(store, queue, 300)
+    assert queue.first > 10, "retention dropped them"
+    _segments_gone(store, writer, in_flight)
+    assert [read_stream_offset(m.read()) for m in in_flight] == list(range(10))
+    assert [m.seq for m in in_flight] == list(range(10))
+    assert store.statistics().body_reads == 10
     assert queue.held.total == (queue.next_offset - queue.first) * ENTRY_BYTES
+
+
+def test_bodies_past_what_a_take_reads_are_kept_when_retention_drops_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MessageStore(tmp_path, segment_size=4096, cache_bytes=0)
+    writer = SegmentWriter(tmp_path)
+    queue = _stream(store, {"x-max-length-bytes": 5_000})
+    _publish(store, queue, 10)
+    write_now(store, writer)
+    # One take reads at most TAKE_BYTES of bodies: here the first three bodies' worth.
+    entries = queue.entries
+    assert isinstance(entries, LoggedEntries)
+    monkeypatch.setattr(stream_entries, "TAKE_BYTES", sum(entries.size(i) for i in range(3)))
+    in_flight = _read(queue, "reader", 10)
+    assert [type(m) for m in in_flight] == [Message] * 3 + [StoredMessage] * 7
+    assert store.statistics().body_reads == 3
+    gc.collect()
+    _publish(store, queue, 300)
+    assert queue.first > 10, "retention dropped them"
+    # The objects still out got their bodies before their segment could go; entries nobody
+    # held were settled without reading theirs.
+    assert all(m.pinned is not None for m in in_flight if isinstance(m, StoredMessage))
+    assert store.statistics().body_reads == 10
+    _segments_gone(store, writer, in_flight)
+    assert [read_stream_offset(m.read()) for m in in_flight] == list(range(10))
+    assert queue.held.total == (queue.next_offset - queue.first) * ENTRY_BYTES
+
+
+def test_messages_a_filtered_reader_holds_keep_their_bodies_and_the_rest_are_forgotten(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path, segment_size=4096, cache_bytes=0)
+    writer = SegmentWriter(tmp_path)
+    queue = _stream(store, {"x-max-length-bytes": 5_000})
+    _publish(store, queue, 10)
+    write_now(store, writer)
+    wanted = ConsumerOptions(offset=OffsetSpec("first"), filter=lambda message: True)
+    queue.attach("filtered", ack_required=False, options=wanted)
+    in_flight, _ = queue.credit("filtered", 0, 10, False)
+    assert len(in_flight) == 10
+    assert all(isinstance(m, StoredMessage) for m in in_flight)
+    _publish(store, queue, 300)
+    assert all(m.pinned is not None for m in in_flight if isinstance(m, StoredMessage))
+    _segments_gone(store, writer, in_flight)
+    assert [read_stream_offset(m.read()) for m in in_flight] == list(range(10))
+    # Objects gone are not remembered for long: their references are swept out in bulk.
+    entries = queue.entries
+    assert isinstance(entries, LoggedEntries)
+    del in_flight
+    _publish(store, queue, 3 * SWEEP_AT)
+    write_now(store, writer)
+    queue.credit("filtered", 10, 3 * SWEEP_AT, False)
+    assert len(entries._handed) <= SWEEP_AT
 
 
 def test_a_durable_stream_comes_back_as_entries_after_a_restart(tmp_path: Path) -> None:
