@@ -5,10 +5,12 @@ For what an in-process server cannot show: signals, exit status, a crash, the pr
 
 from __future__ import annotations
 
+import contextlib
 import re
 import resource
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Final
@@ -51,8 +53,24 @@ def serving(
 
     The port is read from the line the server prints when ready; anything else fails the test
     with the server's stderr. At the end a server still running gets SIGTERM, then SIGKILL.
-    ``descriptors`` lowers the server's descriptor limit (RLIMIT_NOFILE) to that many.
+    ``descriptors`` lowers the server's descriptor limit (RLIMIT_NOFILE) to that many. Unless
+    the options or ``env`` name a data directory, the server gets a new empty one: its
+    default, ``sluicegate-data`` in the working directory, would carry durable queues from one
+    test to the next.
     """
+    with contextlib.ExitStack() as scratch:
+        if "--data-dir" not in options and "SLUICEGATE_DATA_DIR" not in (env or {}):
+            data_dir = scratch.enter_context(tempfile.TemporaryDirectory(prefix="sluicegate-"))
+            options = ("--data-dir", data_dir, *options)
+        yield from _serving(options, command, env, descriptors)
+
+
+def _serving(
+    options: Sequence[str],
+    command: Sequence[str],
+    env: Mapping[str, str] | None,
+    descriptors: int | None,
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
     process = subprocess.Popen(
         [*command, "--listen", "127.0.0.1:0", *options],
         stdout=subprocess.PIPE,
