@@ -56,6 +56,7 @@ from sluicegate.gateway.management.router import Router
 from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
+from sluicegate.gateway.settlement_run import SettlementRun
 from sluicegate.gateway.state import (
     ConnectionState,
     IncomingLinkState,
@@ -150,6 +151,8 @@ class Broker(Handler):
         self.pending_bytes = PendingBytes()
         # Unsettled deliveries to consumers, over every session.
         self.unsettled = Unsettled()
+        # Consecutive settlements of one consumer link, applied together.
+        self.settlements = SettlementRun()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -489,16 +492,29 @@ class Broker(Handler):
     # -- deliveries -----------------------------------------------------------------------
 
     def on_delivery(self, event: Event) -> None:
-        """A transfer from a publisher, or a consumer's settlement."""
+        """A transfer from a publisher, or a consumer's settlement (through proton's dispatch,
+        which has no other events to apply a run of settlements before)."""
         self.on_delivery_of(c_object(delivery_of(event)))
+        self.apply_settlements()
 
     def on_delivery_of(self, delivery: CDelivery) -> None:
-        """The delivery event's work, called by the reactor with proton's bare delivery."""
+        """The delivery event's work, called by the reactor with proton's bare delivery.
+
+        Consumers' settlements gather in :attr:`settlements` (``gateway/settlement_run.py``);
+        the reactor has them applied before it dispatches any other event.
+        """
+        run = self.settlements
+        if run.seqs and deliveries.link(delivery) == run.link:
+            assert run.state is not None
+            self._settled(run.state, delivery)
+            return
         state = deliveries.link_state(delivery)
+        if type(state) is OutgoingLinkState:
+            self._settled(state, delivery)
+            return
+        self.apply_settlements()
         if type(state) is IncomingLinkState:
             self.publishing.receive(state, delivery)
-        elif type(state) is OutgoingLinkState:
-            self._settled(state, delivery)
         elif state is None:
             # A link refused at attach or detached since: what still arrives is dropped.
             if deliveries.on_receiver(delivery):
@@ -512,39 +528,66 @@ class Broker(Handler):
 
     def _settled(self, state: OutgoingLinkState, delivery: CDelivery) -> None:
         outcome = _OUTCOMES.get(deliveries.remote_state(delivery))
-        if outcome is None and not deliveries.settled(delivery):
+        if outcome is None:
+            if not deliveries.settled(delivery):
+                return
+            outcome = Outcome.ACCEPTED
+        run = self.settlements
+        if outcome is Outcome.MODIFIED:
+            self.apply_settlements()
+            self._modified(state, delivery)
             return
-        seq = deliveries.tag_number(delivery)
+        if run.state is not state or run.outcome is not outcome:
+            self.apply_settlements()
+            run.start(deliveries.link(delivery), state, outcome)
+        run.seqs.append(deliveries.tag_number(delivery))
+        deliveries.settle(delivery)
+
+    def apply_settlements(self) -> None:
+        """Hand the run of settlements gathered so far to its session and queue."""
+        taken = self.settlements.take()
+        if taken is None:
+            return
+        state, outcome, seqs = taken
         try:
-            if outcome is Outcome.MODIFIED:
-                dispatches = state.session.pure.settle(
-                    state.link,
-                    [seq],
-                    outcome,
-                    deliveries.remote_failed(delivery),
-                    undeliverable_here=deliveries.remote_undeliverable(delivery),
-                    annotations=modified_annotations(deliveries.remote_annotations(delivery)),
-                )
-            else:
-                dispatches = state.session.pure.settle(
-                    state.link, [seq], outcome or Outcome.ACCEPTED, False
-                )
+            dispatches = state.session.pure.settle(state.link, seqs, outcome, False)
+        except LockExpired as error:
+            self._lock_expired(state, error)
+            return
+        if dispatches:
+            self._route(dispatches)
+
+    def _modified(self, state: OutgoingLinkState, delivery: CDelivery) -> None:
+        """A ``modified`` outcome, with its own fields: applied alone."""
+        try:
+            dispatches = state.session.pure.settle(
+                state.link,
+                [deliveries.tag_number(delivery)],
+                Outcome.MODIFIED,
+                deliveries.remote_failed(delivery),
+                undeliverable_here=deliveries.remote_undeliverable(delivery),
+                annotations=modified_annotations(deliveries.remote_annotations(delivery)),
+            )
         except InvalidAnnotations as error:
             # Nothing was settled: the message goes back when the link detaches.
             self._detach(state.sender)
             _close(state.sender, error.condition, str(error))
             return
         except LockExpired as error:
-            # The message went back when its lock expired: the late settlement changes nothing
-            # and the consumer learns why (RabbitMQ closes on its consumer timeout too).
             deliveries.settle(delivery)
-            self._route(error.dispatches)
-            self._detach(state.sender)
-            _close(state.sender, error.condition, str(error))
+            self._lock_expired(state, error)
             return
         deliveries.settle(delivery)
         if dispatches:
             self._route(dispatches)
+
+    def _lock_expired(self, state: OutgoingLinkState, error: LockExpired) -> None:
+        """A settlement came after a delivery's lock expired: the message went back then, the
+        late settlement changed nothing, and the consumer learns why (RabbitMQ closes on its
+        consumer timeout too)."""
+        self._route(error.dispatches)
+        self._detach(state.sender)
+        _close(state.sender, error.condition, str(error))
 
     # -- sending --------------------------------------------------------------------------
 
@@ -589,18 +632,14 @@ class Broker(Handler):
         for the client's window is looked at again after the next pump.
         """
         for connection in list(self._unframed):
-            waiting = connection.unframed
-            if not connection.closed:
+            framing = not connection.closed
+            if framing:
                 connection.transport.pending()
-            kept: list[CDelivery] = []
-            for delivery in waiting:
-                if not connection.closed and payload_buffers.pending_bytes(delivery):
-                    kept.append(delivery)
-                    continue
-                payload_buffers.release(delivery)
-                deliveries.let_go(delivery)
-            connection.unframed = kept
-            if not kept:
+            connection.unframed = payload_buffers.give_back(
+                connection.unframed, connection.sent, framing
+            )
+            connection.sent = []
+            if not connection.unframed:
                 self._unframed.discard(connection)
 
     def pump(self, state: SessionState) -> None:
@@ -612,6 +651,7 @@ class Broker(Handler):
         send = deliveries.send
         settle = deliveries.settle
         keep = payload_buffers.KEEP
+        sent = state.connection.sent
         # Whole deliveries come in runs of one link: its sender and settle mode are looked up
         # once a run, and the transport is told of the run's deliveries at its end.
         link: OutgoingLink | None = None
@@ -635,7 +675,7 @@ class Broker(Handler):
                     if not ack:
                         settle(delivery)
                     elif len(payload) > keep:
-                        self._unframed_delivery(state.connection, delivery)
+                        sent.append(delivery)
                     continue
                 if run and link is not None:
                     link.transport_sent(run)
@@ -648,6 +688,8 @@ class Broker(Handler):
         finally:
             if run and link is not None:
                 link.transport_sent(run)
+            if sent:
+                self._unframed.add(state.connection)
 
     def _send_part(self, state: OutgoingLinkState, part: TransferPart) -> None:
         """Stream part of a delivery; proton sends it as TRANSFERs with more=true until the last."""

@@ -10,7 +10,8 @@ one or two calls into proton's C library through cffi.
 
 A bare pointer holds no reference: code that keeps a delivery past the event that brought it
 (a publisher's transfer waiting for an fsync) takes one with :func:`hold` and gives it back
-with :func:`settle_held`, as proton's ``Wrapper`` does with ``pn_incref``/``pn_decref``.
+with :func:`settle_held` (or ``pn_decref``), as proton's ``Wrapper`` does with
+``pn_incref``/``pn_decref``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def link_state(delivery: CDelivery) -> IncomingLinkState | OutgoingLinkState | P
         return None
     state: IncomingLinkState | OutgoingLinkState | Pair | None = ffi.from_handle(handle).get(RECORD)
     return state
+
+
+def link(delivery: CDelivery) -> Any:
+    """The delivery's ``pn_link_t *``, to compare with another."""
+    return lib.pn_delivery_link(delivery)
 
 
 def on_receiver(delivery: CDelivery) -> bool:
@@ -85,11 +91,6 @@ def tag_number(delivery: CDelivery) -> int:
 def hold(delivery: CDelivery) -> None:
     """Keep the delivery alive past the event that brought it."""
     lib.pn_incref(delivery)
-
-
-def let_go(delivery: CDelivery) -> None:
-    """The delivery held with :func:`hold` may go."""
-    lib.pn_decref(delivery)
 
 
 def settle_held(delivery: CDelivery, state: int, condition: Condition | None = None) -> None:

@@ -6,7 +6,7 @@ keeps the capacity of the largest message it carried for as long as it lives, an
 per-connection pool of settled deliveries keeps it after that. An unsettled delivery of a 4 KiB
 message then costs 8 KiB (the buffer doubles from 64 bytes), that is a second copy of every
 message a consumer has not settled yet (issue 16, finding 5). Proton's API has no call to
-release it, so this module swaps the delivery's emptied buffer for an empty one, through the
+release it, so this module frees the bytes of the delivery's emptied buffer, through the
 layout of ``pn_delivery_t`` and ``pn_buffer_t`` in proton 0.40 (``c/src/core/engine-internal.h``
 and ``buffer.c``; pyproject.toml pins proton below 0.41). At import the layout is checked on a
 scratch delivery, through proton's public API; if it does not match, nothing is ever swapped
@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-import cproton_ffi
 from cffi import FFI
 from cproton import ffi as proton_ffi
 from cproton import lib
@@ -50,11 +49,8 @@ _ffi.cdef(
         bool updated; bool settled; bool work; bool tpwork; bool done; bool referenced;
         bool aborted;
     } pn_delivery_t;
-    pn_buffer_t *pn_buffer(size_t capacity);
-    void pn_buffer_free(pn_buffer_t *buf);
     """
 )
-_c = _ffi.dlopen(cproton_ffi.__file__)
 
 
 _DELIVERY: Final = _ffi.typeof("pn_delivery_t *")
@@ -74,14 +70,50 @@ def release(delivery: Any) -> None:
     buffer = view.bytes
     if buffer.capacity <= KEEP or buffer.size:
         return
-    view.bytes = _c.pn_buffer(0)
-    _c.pn_buffer_free(buffer)
+    _empty(buffer)
 
 
-def pending_bytes(delivery: Any) -> int:
-    """Bytes the delivery's buffer still holds."""
-    pending: int = lib.pn_delivery_pending(delivery)
-    return pending
+def _empty(buffer: Any) -> None:
+    """Free a ``pn_buffer_t``'s bytes: it is then as ``pn_buffer(0)`` makes it, and proton
+    allocates again if the delivery is reused (``pn_buffer_ensure``). Proton allocates them
+    with the C library's ``malloc`` (``pni_mem_suballocate``), freed with its ``free``, which
+    cproton exports: a compiled call, where one through libffi cost five times as much."""
+    lib.free(buffer.bytes)
+    buffer.bytes = _ffi.NULL
+    buffer.capacity = 0
+    buffer.start = 0
+
+
+def give_back(held: list[Any], sent: list[Any], framing: bool) -> list[Any]:
+    """Give back the buffers of unsettled deliveries proton has framed; return those it has
+    not, held (``pn_incref``) until it has.
+
+    ``held`` are deliveries kept from earlier passes; ``sent`` are deliveries handed to proton
+    since the last call, not held: nothing freed them since (proton frees an unsettled
+    delivery only with its connection, and the calls come in the same reactor pass). While
+    ``framing`` (the connection is open) a delivery whose bytes proton still has waits; else
+    it is let go as it is. One loop for all, reading proton's delivery struct directly: per
+    delivery it cost several calls through cffi.
+    """
+    waiting: list[Any] = []
+    for delivery in held:
+        if framing and lib.pn_delivery_pending(delivery):
+            waiting.append(delivery)
+            continue
+        release(delivery)
+        lib.pn_decref(delivery)
+    if not ENABLED:
+        return waiting
+    cast, delivery_type, incref, keep = _ffi.cast, _DELIVERY, lib.pn_incref, KEEP
+    for delivery in sent:
+        buffer = cast(delivery_type, delivery).bytes
+        if buffer.size:
+            if framing:
+                incref(delivery)
+                waiting.append(delivery)
+        elif buffer.capacity > keep:
+            _empty(buffer)
+    return waiting
 
 
 def _layout_matches() -> bool:

@@ -6,7 +6,9 @@ time through ``getattr``. A message end to end costs three ``PN_DELIVERY`` event
 quiver), and that plumbing was about half the server's CPU (``docs/performance.md``).
 Deliveries concern only the broker, never the IO handler, so they go straight from the
 collector to :meth:`Broker.on_delivery_of` as proton's bare ``pn_delivery_t`` (see
-``gateway/deliveries.py``); every other event takes proton's own path unchanged.
+``gateway/deliveries.py``); every other event takes proton's own path unchanged, after the
+broker has applied the consumers' settlements gathered from the deliveries before it
+(``gateway/settlement_run.py``).
 """
 
 from __future__ import annotations
@@ -42,12 +44,15 @@ class BrokerContainer(Container):
         """Proton's ``Reactor.process`` with deliveries short-circuited (same yield and end)."""
         self.mark()
         collector = c_object(self._collector)
-        on_delivery = self._broker.on_delivery_of
+        broker = self._broker
+        on_delivery = broker.on_delivery_of
+        settlements = broker.settlements
         delivery_type = Event.DELIVERY
         previous: object = PN_EVENT_NONE
         while True:
             if self._yield:
                 self._yield = False
+                broker.apply_settlements()
                 return True
             impl = pn_collector_peek(collector)
             if impl != _NULL and pn_event_type(impl) == PN_DELIVERY:
@@ -55,6 +60,8 @@ class BrokerContainer(Container):
                 previous = self._previous = delivery_type
                 pn_collector_pop(collector)
                 continue
+            if settlements.seqs:
+                broker.apply_settlements()
             event = self._collector.peek()
             if event:
                 handler = event.handler or self._handler

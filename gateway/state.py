@@ -64,6 +64,7 @@ class ConnectionState:
         "permissions",
         "publishers",
         "selectable",
+        "sent",
         "sessions",
         "temporary",
         "transport",
@@ -96,6 +97,9 @@ class ConnectionState:
         # Unsettled deliveries (``pn_delivery_t *``, held) whose payload buffers proton still
         # has to frame before they can be given back (gateway/payload_buffers.py).
         self.unframed: list[object] = []
+        # Unsettled deliveries handed to proton in this reactor pass, not held: the flush that
+        # pumped them gives their buffers back or holds them (Broker._give_back_buffers).
+        self.sent: list[object] = []
         self.closed = False
         # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
         self.user: User | None = None

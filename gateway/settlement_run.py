@@ -1,0 +1,59 @@
+"""A consumer's settlements of one outcome, gathered over consecutive delivery events and
+applied to its queue in one call.
+
+A client settling a range of deliveries sends one DISPOSITION (first..last), and proton raises
+one delivery event for each delivery in it: the Spark connector's ``mode=queue`` accepts
+100,000 at a time. Taken one by one, each delivery looked its link's state up, went through
+the session and the queue with a list of one, and logged its settlement alone. A run keeps the
+sequence numbers of consecutive events of one link with one outcome that has no fields of its
+own (accepted, released, rejected); the broker hands them to the session at once when an event
+of anything else comes, and before any other event is dispatched (``gateway/reactor.py``), so
+every other handler (a detach, a closed connection, a FLOW, the flush that pumps sessions)
+sees the settlements applied, as it did when they were applied one at a time.
+
+The run holds plain sequence numbers, no proton objects: each delivery is settled in proton
+as its event is handled, as before. It holds at most the deliveries of one link, which the
+client has settled and which its session counts as unsettled until the run is applied.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from cproton import ffi
+
+from sluicegate.gateway.state import OutgoingLinkState
+from sluicegate.queues.queue_type import Outcome
+
+_NULL: Final = ffi.NULL
+
+
+class SettlementRun:
+    """Sequence numbers a consumer link's deliveries were settled with, one outcome, in order."""
+
+    __slots__ = ("link", "outcome", "seqs", "state")
+
+    def __init__(self) -> None:
+        # The run's ``pn_link_t *``: an event of the same link continues the run, known
+        # without looking its state up. A link lives at least as long as the run: nothing
+        # frees one between two delivery events.
+        self.link: Any = _NULL
+        self.state: OutgoingLinkState | None = None
+        self.outcome = Outcome.ACCEPTED
+        self.seqs: list[int] = []
+
+    def start(self, link: Any, state: OutgoingLinkState, outcome: Outcome) -> None:
+        """A new run, of ``state``'s link (``link``, proton's) with ``outcome``."""
+        self.link = link
+        self.state = state
+        self.outcome = outcome
+
+    def take(self) -> tuple[OutgoingLinkState, Outcome, list[int]] | None:
+        """What the run gathered, which ends it; None if nothing."""
+        state, seqs = self.state, self.seqs
+        if not seqs or state is None:
+            return None
+        self.link = _NULL
+        self.state = None
+        self.seqs = []
+        return state, self.outcome, seqs
