@@ -14,18 +14,17 @@ from support.raw_client import RawClient
 
 from sluicegate.gateway.definitions import BindingDefinition, ExchangeDefinition, QueueDefinition
 
-_SETTINGS: dict[str, object] = {
-    "queues": (
-        QueueDefinition("runs", arguments={"x-dead-letter-exchange": "runs-dlx"}),
-        QueueDefinition("runs-dead"),
-    ),
-    "exchanges": (ExchangeDefinition("runs-dlx", "fanout"),),
-    "bindings": (BindingDefinition("runs-dlx", "runs-dead"),),
-}
-
 
 def _start(data_dir: Path) -> RunningServer:
-    return start_server(data_dir=data_dir, **_SETTINGS)
+    return start_server(
+        data_dir=data_dir,
+        queues=(
+            QueueDefinition("runs", arguments={"x-dead-letter-exchange": "runs-dlx"}),
+            QueueDefinition("runs-dead"),
+        ),
+        exchanges=(ExchangeDefinition("runs-dlx", "fanout"),),
+        bindings=(BindingDefinition("runs-dlx", "runs-dead"),),
+    )
 
 
 def _receive_all(client: RawClient, count: int) -> int:
