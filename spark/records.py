@@ -13,7 +13,11 @@ long")``): only those are built, which saves the Python and the JVM side the wor
 from __future__ import annotations
 
 import json
-from operator import attrgetter
+from collections.abc import Mapping
+from functools import cached_property
+from itertools import accumulate, chain
+from operator import attrgetter, methodcaller, not_
+from types import MappingProxyType
 from typing import Any, Final
 
 import pyarrow as pa
@@ -32,7 +36,7 @@ from pyspark.sql.types import (
 )
 
 from sluicegate.spark.options import OptionError
-from sluicegate.spark.variant import encode_object
+from sluicegate.spark.variant import encode_object, encode_string_objects
 from sluicegate.wire.annotations import X_STREAM_OFFSET
 from sluicegate.wire.codec import Symbol
 from sluicegate.wire.message_fields import MessageFields, read_fields
@@ -113,57 +117,95 @@ def _body(fields: MessageFields) -> bytes | None:
     return json.dumps(value, default=_text).encode()
 
 
-def _map_array(mappings: list[dict[Any, Any] | None], arrow_type: pa.DataType) -> pa.Array:
-    """A ``map<string,string>`` column, built flat: offsets, keys, values, and nulls.
+# A row without a map, as the flat lists take it: no entries (shared, never changed).
+_NO_ENTRIES: Final[Mapping[Any, Any]] = MappingProxyType({})
+_VALUES: Final = methodcaller("values")
 
-    Keys and values are gathered by the list (in C), and converted to strings in a second pass
-    only when some are not strings already: string properties, the usual case, pass untouched.
+
+class _FlatMaps:
+    """The maps of a batch's rows laid end to end, as Arrow takes a map column: where each
+    row's entries end, the keys, the values, and which rows have none (a null map).
+
+    Gathered by C loops over the rows, the keys and values converted to strings only when
+    some are not strings already: string properties, the usual case, pass untouched.
     """
-    offsets = [0]
-    keys: list[Any] = []
-    values: list[Any] = []
-    nulls: list[bool] = []
-    add_keys, add_values, add_null, add_offset = (
-        keys.extend,
-        values.extend,
-        nulls.append,
-        offsets.append,
-    )
-    for mapping in mappings:
-        if mapping:
-            add_keys(mapping)
-            add_values(mapping.values())
-            add_null(False)
-        else:
-            add_null(True)
-        add_offset(len(keys))
-    if not _TEXT_TYPES.issuperset(map(type, keys)):
-        keys = [key if isinstance(key, str) else str(key) for key in keys]
-    if not _TEXT_TYPES.issuperset(map(type, values)):
-        values = [value if type(value) in _TEXT_TYPES else _text(value) for value in values]
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.array(keys, pa.string()),
-        pa.array(values, pa.string()),
-        type=arrow_type,
-        mask=pa.array(nulls, pa.bool_()),
-    )
+
+    def __init__(self, mappings: list[Mapping[Any, Any] | None]) -> None:
+        present = [mapping or _NO_ENTRIES for mapping in mappings]
+        self.offsets = list(accumulate(map(len, present), initial=0))
+        self.keys: list[Any] = list(chain.from_iterable(present))
+        self.values: list[Any] = list(chain.from_iterable(map(_VALUES, present)))
+        self.nulls = list(map(not_, mappings))
+
+    @cached_property
+    def text_values(self) -> bool:
+        return _TEXT_TYPES.issuperset(map(type, self.values))
+
+    @cached_property
+    def text_keys(self) -> bool:
+        return _TEXT_TYPES.issuperset(map(type, self.keys))
+
+    @cached_property
+    def value_array(self) -> pa.Array:
+        values = self.values
+        if not self.text_values:
+            values = [value if type(value) in _TEXT_TYPES else _text(value) for value in values]
+        return pa.array(values, pa.string())
+
+    def map_array(self, arrow_type: pa.DataType) -> pa.Array:
+        """A ``map<string,string>`` column."""
+        keys = self.keys
+        if not self.text_keys:
+            keys = [key if isinstance(key, str) else str(key) for key in keys]
+        return pa.MapArray.from_arrays(
+            pa.array(self.offsets, pa.int32()),
+            pa.array(keys, pa.string()),
+            self.value_array,
+            type=arrow_type,
+            mask=pa.array(self.nulls, pa.bool_()),
+        )
+
+    def shared_keys(self) -> tuple[str, ...] | None:
+        """The keys, if every row has the same string keys in the same order."""
+        offsets = self.offsets
+        rows = len(offsets) - 1
+        count = offsets[1] if rows else 0
+        if not count or not self.text_keys:
+            return None
+        keys = self.keys
+        first = keys[:count]
+        if offsets != list(range(0, count * rows + 1, count)) or keys != first * rows:
+            return None
+        return tuple(first)
 
 
 # What Arrow takes as a string as it is: a symbol is a ``str`` subclass.
 _TEXT_TYPES: Final = frozenset({str, Symbol})
 
 
-def _variant_array(mappings: list[dict[Any, Any] | None], arrow_type: pa.DataType) -> pa.Array:
-    """A ``variant`` column: the struct of value and metadata binaries Spark takes."""
+def _variant_array(
+    mappings: list[Mapping[Any, Any] | None], flat: _FlatMaps, arrow_type: pa.DataType
+) -> pa.Array:
+    """A ``variant`` column: the struct of value and metadata binaries Spark takes.
+
+    Rows of one layout of string values, a stream's usual rows, are encoded column-wise.
+    """
+    fields = list(arrow_type)
+    keys = flat.shared_keys()
+    if keys is not None and flat.text_values:
+        encoded = encode_string_objects(keys, flat.value_array)
+        if encoded is not None:
+            column, shared = encoded
+            repeated = pa.repeat(pa.scalar(shared, pa.binary()), len(mappings))
+            return pa.StructArray.from_arrays([column, repeated], fields=fields)
     values: list[bytes] = []
     metadata: list[bytes] = []
     nulls: list[bool] = []
     for mapping in mappings:
         if mapping:
-            value, keys = encode_object(mapping)
+            value, keys_metadata = encode_object(mapping)
             values.append(value)
-            metadata.append(keys)
+            metadata.append(keys_metadata)
             nulls.append(False)
         else:
             values.append(b"")
@@ -171,22 +213,9 @@ def _variant_array(mappings: list[dict[Any, Any] | None], arrow_type: pa.DataTyp
             nulls.append(True)
     return pa.StructArray.from_arrays(
         [pa.array(values, pa.binary()), pa.array(metadata, pa.binary())],
-        fields=list(arrow_type),
+        fields=fields,
         mask=pa.array(nulls, pa.bool_()),
     )
-
-
-def _without_offset(annotations: dict[Any, Any] | None) -> dict[Any, Any] | None:
-    """The annotations but ``x-stream-offset``, which is the ``offset`` column already.
-
-    A stream stamps every message with it: as a map entry it would make every row's map
-    non-empty, and maps are what Spark converts slowest.
-    """
-    if annotations and STREAM_OFFSET_ANNOTATION in annotations:
-        if len(annotations) == 1:
-            return None
-        return {k: v for k, v in annotations.items() if k != STREAM_OFFSET_ANNOTATION}
-    return annotations
 
 
 def _texts(values: list[Any]) -> list[str | None]:
@@ -203,6 +232,9 @@ def _bodies(rows: list[MessageFields]) -> list[bytes | None]:
 
 
 _BODY: Final = attrgetter("body")
+_PROPERTIES: Final = attrgetter("application_properties")
+_OTHER_ANNOTATIONS: Final = attrgetter("other_annotations")
+_PROPERTY_COLUMNS: Final = frozenset({"application_properties", "application_properties_typed"})
 
 
 class BatchBuilder:
@@ -237,9 +269,7 @@ class BatchBuilder:
         message at or beyond ``below`` is not added (it belongs to the next range).
         """
         fields = read_fields(payload)
-        annotations = fields.message_annotations
-        found = annotations.get(STREAM_OFFSET_ANNOTATION) if annotations else None
-        stream_offset = found if type(found) is int else None
+        stream_offset = fields.stream_offset
         if offset is None:
             if stream_offset is None or (below is not None and stream_offset >= below):
                 return stream_offset
@@ -250,20 +280,20 @@ class BatchBuilder:
             self._cut()
         return stream_offset
 
-    def _column(self, name: str, arrow_type: pa.DataType) -> pa.Array:
+    def _column(self, name: str, arrow_type: pa.DataType, properties: _FlatMaps | None) -> pa.Array:
         rows = self._rows
         if name == "body":
             return pa.array(_bodies(rows), arrow_type)
         if name == "offset":
             return pa.array(self._offsets, arrow_type)
         if name == "application_properties":
-            return _map_array([row.application_properties for row in rows], arrow_type)
+            assert properties is not None
+            return properties.map_array(arrow_type)
         if name == "message_annotations":
-            return _map_array(
-                [_without_offset(row.message_annotations) for row in rows], arrow_type
-            )
+            return _FlatMaps(list(map(_OTHER_ANNOTATIONS, rows))).map_array(arrow_type)
         if name == "application_properties_typed":
-            return _variant_array([row.application_properties for row in rows], arrow_type)
+            assert properties is not None
+            return _variant_array(list(map(_PROPERTIES, rows)), properties, arrow_type)
         if name == "redelivered":
             if self.stream:
                 return pa.array([False] * len(rows), arrow_type)
@@ -278,7 +308,12 @@ class BatchBuilder:
     def _cut(self) -> None:
         if not self._rows:
             return
-        arrays = [self._column(field.name, field.type) for field in self.schema]
+        properties = (
+            _FlatMaps(list(map(_PROPERTIES, self._rows)))
+            if _PROPERTY_COLUMNS.intersection(self.columns)
+            else None
+        )
+        arrays = [self._column(field.name, field.type, properties) for field in self.schema]
         self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
         self._rows = []
         self._offsets = []

@@ -26,10 +26,13 @@ from decimal import Decimal
 from itertools import accumulate
 from typing import Any, Final
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from sluicegate.wire.codec import Described, Symbol, Timestamp, Value
 from sluicegate.wire.message_fields import Byte, Float32, Int, Short
 
-__all__ = ["VariantError", "decode_variant", "encode_object"]
+__all__ = ["VariantError", "decode_variant", "encode_object", "encode_string_objects"]
 
 _PRIMITIVE: Final = 0
 _SHORT_STRING: Final = 1
@@ -246,6 +249,15 @@ class _Layout:
 _layouts: dict[tuple[Any, ...], _Layout] = {}
 
 
+def _layout(keys: tuple[Any, ...]) -> _Layout:
+    layout = _layouts.get(keys)
+    if layout is None:
+        if len(_layouts) >= _LAYOUT_CACHE_SIZE:
+            _layouts.clear()
+        layout = _layouts[keys] = _Layout(tuple(k if type(k) is str else str(k) for k in keys))
+    return layout
+
+
 def encode_object(mapping: Mapping[Any, Any]) -> tuple[bytes, bytes]:
     """An AMQP map as a variant object: ``(value, metadata)``; keys become strings.
 
@@ -253,12 +265,7 @@ def encode_object(mapping: Mapping[Any, Any]) -> tuple[bytes, bytes]:
     the top-level metadata, which this encoder builds for the outer keys only. Short strings,
     what application properties mostly hold, are encoded inline: this runs once per row.
     """
-    keys = tuple(mapping)
-    layout = _layouts.get(keys)
-    if layout is None:
-        if len(_layouts) >= _LAYOUT_CACHE_SIZE:
-            _layouts.clear()
-        layout = _layouts[keys] = _Layout(tuple(k if type(k) is str else str(k) for k in keys))
+    layout = _layout(tuple(mapping))
     values = list(mapping.values())
     encoded: list[bytes] = []
     ends = [0]
@@ -280,6 +287,47 @@ def encode_object(mapping: Mapping[Any, Any]) -> tuple[bytes, bytes]:
     if total < 0x100 and layout.small_prefix is not None:
         return b"".join((layout.small_prefix, bytes(ends), *encoded)), layout.metadata
     return _container(_OBJECT, layout.ids, encoded, layout.id_size), layout.metadata
+
+
+# Every byte value as a one-byte binary, and every short string's header: Arrow takes them by
+# index to build a column's headers and offsets.
+_BYTES: Final = pa.array([bytes((value,)) for value in range(0x100)], pa.binary())
+_SHORT_STRING_HEADER_ARRAY: Final = pa.array(_SHORT_STRING_HEADERS, pa.binary())
+
+
+def encode_string_objects(
+    keys: tuple[str, ...], strings: pa.Array
+) -> tuple[pa.Array, bytes] | None:
+    """Rows of the same string ``keys`` in that order whose values are all strings (``strings``
+    holds them row after row), as variant values and their one metadata: what
+    :func:`encode_object` makes of each row, built with a few Arrow calls per key instead of
+    Python per row.
+
+    The rows of one stream mostly look so. None when some row is not in the form built here
+    (a string over 63 bytes, 256 bytes of values or more): the caller encodes rows one by one.
+    """
+    layout = _layout(keys)
+    if layout.small_prefix is None:
+        return None
+    table = pa.FixedSizeListArray.from_arrays(strings.cast(pa.binary()), len(keys))
+    columns = [pc.list_element(table, position) for position in layout.order]
+    lengths = [pc.binary_length(column) for column in columns]
+    if max(pc.max(length).as_py() for length in lengths) > _MAX_SHORT_STRING:
+        return None
+    # Each value takes its header byte and its bytes; the offsets are where each one ends.
+    ends = []
+    end = None
+    for length in lengths:
+        end = pc.add(length, 1) if end is None else pc.add(pc.add(end, length), 1)
+        ends.append(end)
+    if pc.max(end).as_py() >= 0x100:
+        return None
+    parts = [pa.scalar(layout.small_prefix + b"\x00", pa.binary())]
+    parts.extend(_BYTES.take(end) for end in ends)
+    for column, length in zip(columns, lengths, strict=True):
+        parts.append(_SHORT_STRING_HEADER_ARRAY.take(length))
+        parts.append(column)
+    return pc.binary_join_element_wise(*parts, b""), layout.metadata
 
 
 # -- reading (the sink) ----------------------------------------------------------------------

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Mapping
 from decimal import Context, Decimal
+from types import MappingProxyType
 from typing import Final, NamedTuple, TypeAlias, cast
 
+from sluicegate.wire.annotations import X_STREAM_OFFSET
 from sluicegate.wire.codec import Described, Symbol, Timestamp, Value, decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import section_code
@@ -116,23 +119,56 @@ class MessageFields(NamedTuple):
     content_type: str | None
     creation_time: Timestamp | None
     application_properties: dict[Field, Field] | None
+    # What a stream's reader takes apart: x-stream-offset when it is a long (or a uint, ulong),
+    # and the annotations but x-stream-offset, read-only (shared by messages that carry the same).
+    stream_offset: int | None
+    other_annotations: Mapping[Field, Field] | None
 
 
 # x-stream-offset as the only message annotation, as a stream stamps a message without others:
 # a map8 of one entry, the symbol key and a long (its eight bytes follow).
 _STREAM_OFFSET_ONLY: Final = b"\xc1\x1b\x02\xa3\x0fx-stream-offset\x81"
-_STREAM_OFFSET_KEY: Final = Symbol("x-stream-offset")
+_STREAM_OFFSET_KEY: Final = X_STREAM_OFFSET
 # x-stream-offset as the last entry of a larger map, as a stream stamps it after x-exchange and
 # x-routing-key: the symbol key and a long, whose eight bytes end the map.
 _STREAM_OFFSET_ENTRY: Final = b"\xa3\x0fx-stream-offset\x81"
 _STREAM_OFFSET_ENTRY_BYTES: Final = len(_STREAM_OFFSET_ENTRY) + 8
-# The annotations before x-stream-offset, decoded, by their encoded bytes: a stream's messages
-# mostly share them (the exchange and routing key they came by), so each is decoded once. A
-# handful per stream; bounded all the same, and only immutable values are kept.
-_ANNOTATION_PREFIX_CACHE_SIZE: Final = 256
-_annotation_prefixes: dict[bytes, tuple[tuple[Field, Field], ...]] = {}
+_OFFSET_BYTES: Final = 8
+
+
+class _Known(NamedTuple):
+    """Message annotations decoded once for every message that carries the same bytes: the
+    entries to copy into each message's dict (all but a stamped x-stream-offset), and the
+    read-only view those messages share as their ``other_annotations``."""
+
+    entries: dict[Field, Field]
+    view: Mapping[Field, Field] | None
+
+
+# Small annotation maps by their encoded bytes, up to a stamped x-stream-offset: a stream's or
+# a queue's messages mostly carry the same ones (the exchange and routing key they came by,
+# spliced in by the gateway), so each is decoded once. A handful per queue; bounded all the
+# same (emptied when full), and only maps of immutable values are kept.
+_ANNOTATION_CACHE_SIZE: Final = 256
+_annotation_cache: dict[bytes, _Known] = {}
 _IMMUTABLE: Final = (str, int, float, bool, bytes, type(None))
 _new_fields: Final = tuple.__new__
+
+
+class _Lead(NamedTuple):
+    """The bytes a message starts with, its header (if any) then its message annotations (up
+    to a stamped offset's eight bytes), and what they decode to. The next messages of a queue
+    or stream mostly start with the same bytes, and skip decoding them."""
+
+    prefix: bytes
+    durable: bool
+    delivery_count: int
+    annotations: _Known
+    stamped: bool
+
+
+# The last message's lead: a single entry, the bound of this cache.
+_last_lead: _Lead | None = None
 
 
 def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
@@ -141,14 +177,18 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
     The sections a sender writes in the usual way (small lists and maps, described by small
     ulongs) are walked inline, with section codes and constructors as literals (the per-message
     path of a client reading 50,000 messages a second); anything else goes through
-    :func:`_value` and the codec.
+    :func:`_value` and the codec. A stream's message that starts with the same bytes as the
+    last one up to its offset (its header and stamped annotations) takes their decoded values.
     """
+    global _last_lead
     buf = payload if type(payload) is bytes else bytes(payload)
     size = len(buf)
     pos = 0
     delivery_count = 0
     durable = False
     annotations: dict[Field, Field] | None = None
+    others: Mapping[Field, Field] | None = None
+    stream_offset: int | None = None
     message_id: Field = None
     correlation_id: Field = None
     subject: Field = None
@@ -157,8 +197,24 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
     application: dict[Field, Field] | None = None
     body: Field = None
     body_section: str | None = None
+    # Where a header that starts the message ends: stamped annotations right after it (or
+    # starting the message) make the prefix the next message may share.
+    header_end = -1
+    lead = _last_lead
+    if lead is not None and buf.startswith(lead.prefix):
+        pos = len(lead.prefix) + _OFFSET_BYTES if lead.stamped else len(lead.prefix)
+        if pos <= size:
+            annotations = lead.annotations.entries.copy()
+            others = lead.annotations.view
+            if lead.stamped:
+                stream_offset = _I64.unpack_from(buf, pos - _OFFSET_BYTES)[0]
+                annotations[_STREAM_OFFSET_KEY] = stream_offset
+            durable, delivery_count = lead.durable, lead.delivery_count
+        else:
+            pos = 0
     try:
         while pos < size:
+            start = pos
             if buf[pos] != 0x00:
                 raise DecodeError("a message section is not a described value")
             if buf[pos + 1] == 0x53:
@@ -168,26 +224,7 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
                 descriptor, pos = decode(buf, pos + 1)
                 code = section_code(descriptor)
             constructor = buf[pos]
-            if code == 0x70:  # header
-                if constructor == 0xC0 and buf[pos + 2] <= _DELIVERY_COUNT:
-                    # delivery-count left out: zero (§3.2.1).
-                    durable = buf[pos + 2] > 0 and buf[pos + 3] == 0x41
-                    pos += 2 + buf[pos + 1]
-                else:
-                    value, pos = _value(buf, pos)
-                    if not isinstance(value, list):
-                        raise DecodeError("the header section is not a list")
-                    durable = bool(value[0]) if value else False
-                    if len(value) > _DELIVERY_COUNT:
-                        found = value[_DELIVERY_COUNT]
-                        delivery_count = found if isinstance(found, int) else 0
-            elif code == 0x72:  # message-annotations
-                if buf.startswith(_STREAM_OFFSET_ONLY, pos):
-                    annotations = {_STREAM_OFFSET_KEY: _I64.unpack_from(buf, pos + 21)[0]}
-                    pos += 29
-                else:
-                    annotations, pos = _annotations(buf, pos)
-            elif code == 0x73:  # properties
+            if code == 0x73:  # properties
                 if constructor == 0xC0:
                     count, item, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
                 elif constructor == 0xD0:
@@ -238,6 +275,32 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
                 # A body of several data sections is their concatenation (§3.2.6).
                 body = section if body_section is None else bytes(body) + section  # type: ignore[arg-type]
                 body_section = "data"
+            elif code == 0x70:  # header
+                if constructor == 0xC0 and buf[pos + 2] <= _DELIVERY_COUNT:
+                    # delivery-count left out: zero (§3.2.1).
+                    durable = buf[pos + 2] > 0 and buf[pos + 3] == 0x41
+                    pos += 2 + buf[pos + 1]
+                else:
+                    value, pos = _value(buf, pos)
+                    if not isinstance(value, list):
+                        raise DecodeError("the header section is not a list")
+                    durable = bool(value[0]) if value else False
+                    if len(value) > _DELIVERY_COUNT:
+                        found = value[_DELIVERY_COUNT]
+                        delivery_count = found if isinstance(found, int) else 0
+                if start == 0:
+                    header_end = pos
+            elif code == 0x72:  # message-annotations
+                annotations, others, stream_offset, known, pos = _annotations(buf, pos)
+                if known is not None and (start == 0 or start == header_end):
+                    stamped = stream_offset is not None
+                    _last_lead = _Lead(
+                        buf[: pos - _OFFSET_BYTES if stamped else pos],
+                        durable,
+                        delivery_count,
+                        known,
+                        stamped,
+                    )
             elif code == 0x77 or code == 0x76:  # amqp-value, amqp-sequence
                 body, pos = _value(buf, pos)
                 body_section = "amqp-value" if code == 0x77 else "amqp-sequence"
@@ -265,35 +328,103 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
             content_type if isinstance(content_type, str) else None,
             created if isinstance(created, Timestamp) else None,
             application,
+            stream_offset,
+            others,
         ),
     )
 
 
-def _annotations(buf: bytes, pos: int) -> tuple[dict[Field, Field] | None, int]:
-    """Message annotations; a stream's common ones (a small map ending in x-stream-offset) from
-    the cache of what comes before the offset."""
+# Annotations that are a stamped x-stream-offset alone.
+_OFFSET_ALONE: Final = _Known({}, None)
+
+
+def _annotations(
+    buf: bytes, pos: int
+) -> tuple[dict[Field, Field] | None, Mapping[Field, Field] | None, int | None, _Known | None, int]:
+    """Message annotations, the others and the stream offset (see :class:`MessageFields`),
+    what they share with other messages' if they are common ones, and where they end.
+
+    A map8 whose bytes were seen before (up to a stamped offset: x-stream-offset, a long, as
+    its last entry) comes from the cache.
+    """
+    offset: int | None
+    if buf.startswith(_STREAM_OFFSET_ONLY, pos):
+        offset = _I64.unpack_from(buf, pos + 21)[0]
+        return {_STREAM_OFFSET_KEY: offset}, None, offset, _OFFSET_ALONE, pos + 29
     if buf[pos] == 0xC1:
         end = pos + 2 + buf[pos + 1]
-        tail = end - _STREAM_OFFSET_ENTRY_BYTES
-        if tail > pos + 3 and buf.startswith(_STREAM_OFFSET_ENTRY, tail) and end <= len(buf):
-            prefix = buf[pos:tail]
-            known = _annotation_prefixes.get(prefix)
-            if known is not None:
-                annotations = dict(known)
-                annotations[_STREAM_OFFSET_KEY] = _I64.unpack_from(buf, end - 8)[0]
-                return annotations, end
-            decoded, end = _map(buf, pos, "message-annotations")
-            assert decoded is not None
-            items = tuple(decoded.items())
-            # A map naming x-stream-offset twice keeps its first place: not a stamped prefix.
-            if items[-1][0] == _STREAM_OFFSET_KEY and all(
-                type(value) in _IMMUTABLE for _, value in items[:-1]
-            ):
-                if len(_annotation_prefixes) >= _ANNOTATION_PREFIX_CACHE_SIZE:
-                    _annotation_prefixes.clear()
-                _annotation_prefixes[prefix] = items[:-1]
-            return decoded, end
-    return _map(buf, pos, "message-annotations")
+        if end <= len(buf):
+            tail = end - _STREAM_OFFSET_ENTRY_BYTES
+            offset = None
+            if tail > pos + 3 and buf.startswith(_STREAM_OFFSET_ENTRY, tail):
+                offset = _I64.unpack_from(buf, end - _OFFSET_BYTES)[0]
+                encoded = buf[pos:tail]
+            else:
+                encoded = buf[pos:end]
+            known = _annotation_cache.get(encoded)
+            if known is None:
+                decoded, end = _map(buf, pos, "message-annotations")
+                assert decoded is not None
+                shared = (
+                    _unstamped(decoded) if offset is None else _stamped(buf, pos, tail, decoded)
+                )
+                if shared is None:
+                    others, found = _split(decoded)
+                    return decoded, others, found, None, end
+                if len(_annotation_cache) >= _ANNOTATION_CACHE_SIZE:
+                    _annotation_cache.clear()
+                known = _annotation_cache[encoded] = shared
+            annotations = known.entries.copy()
+            if offset is not None:
+                annotations[_STREAM_OFFSET_KEY] = offset
+            return annotations, known.view, offset, known, end
+    general, end = _map(buf, pos, "message-annotations")
+    others, found = _split(general)
+    return general, others, found, None, end
+
+
+def _unstamped(decoded: dict[Field, Field]) -> _Known | None:
+    """Annotations without x-stream-offset, to share, if they are immutable."""
+    if _STREAM_OFFSET_KEY in decoded or not all(
+        isinstance(value, _IMMUTABLE) for value in decoded.values()
+    ):
+        return None
+    entries = dict(decoded)
+    return _Known(entries, MappingProxyType(entries))
+
+
+def _stamped(buf: bytes, pos: int, tail: int, decoded: dict[Field, Field]) -> _Known | None:
+    """The entries of a small annotations map before its x-stream-offset, to share, if the
+    offset is its last entry (starting at ``tail``, named nowhere before) and they are immutable.
+    """
+    if not decoded or next(reversed(decoded)) != _STREAM_OFFSET_KEY:
+        return None  # not named, or named twice (the first place is kept)
+    item = pos + 3
+    try:
+        for _ in range(buf[pos + 2] - 2):
+            item = skip(buf, item)
+    except (DecodeError, IndexError):
+        return None
+    if item != tail:
+        return None  # the bytes that look like the offset's entry belong to another value
+    entries = dict(decoded)
+    del entries[_STREAM_OFFSET_KEY]
+    if not all(isinstance(value, _IMMUTABLE) for value in entries.values()):
+        return None
+    return _Known(entries, MappingProxyType(entries) if entries else None)
+
+
+def _split(
+    annotations: dict[Field, Field] | None,
+) -> tuple[Mapping[Field, Field] | None, int | None]:
+    """The annotations but x-stream-offset, and the offset if it is a long, uint or ulong."""
+    if not annotations or _STREAM_OFFSET_KEY not in annotations:
+        return annotations, None
+    found = annotations[_STREAM_OFFSET_KEY]
+    offset = found if type(found) is int else None
+    if len(annotations) == 1:
+        return None, offset
+    return {k: v for k, v in annotations.items() if k != _STREAM_OFFSET_KEY}, offset
 
 
 def _map(buf: bytes, pos: int, section: str) -> tuple[dict[Field, Field] | None, int]:
