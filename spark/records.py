@@ -3,8 +3,9 @@
 Spark moves a ``pyarrow.RecordBatch`` to the JVM without looking at each value, about twice as fast
 as Python tuples (docs/spark.md), so the readers build columns and yield batches. Each message is
 decoded once, by ``wire/message_fields.py`` (several times faster than ``proton.Message``), and its
-values are appended to plain lists, one per column; maps are built flat (offsets, keys, values) and
-handed to Arrow in one call per batch.
+fields are kept per row and taken column by column when a batch is cut; maps are built flat
+(offsets, keys, values) and handed to Arrow in one call per batch, and string properties that
+share one layout (a stream's usual rows) become variants column-wise in Arrow.
 
 A read may name fewer columns than :data:`SCHEMA` (``spark.read.schema("body binary, offset
 long")``): only those are built, which saves the Python and the JVM side the work of the others.
@@ -131,6 +132,7 @@ class _FlatMaps:
     """
 
     def __init__(self, mappings: list[Mapping[Any, Any] | None]) -> None:
+        self.mappings = mappings
         present = [mapping or _NO_ENTRIES for mapping in mappings]
         self.offsets = list(accumulate(map(len, present), initial=0))
         self.keys: list[Any] = list(chain.from_iterable(present))
@@ -166,26 +168,24 @@ class _FlatMaps:
         )
 
     def shared_keys(self) -> tuple[str, ...] | None:
-        """The keys, if every row has the same string keys in the same order."""
-        offsets = self.offsets
-        rows = len(offsets) - 1
-        count = offsets[1] if rows else 0
+        """The keys, if every row has the same string keys in the same order.
+
+        The keys laid end to end repeating the first row's is enough: a row's keys are
+        distinct, so no row can hold more of them than the first, hence none holds fewer.
+        """
+        rows = len(self.nulls)
+        count = self.offsets[1] if rows else 0
         if not count or not self.text_keys:
             return None
-        keys = self.keys
-        first = keys[:count]
-        if offsets != list(range(0, count * rows + 1, count)) or keys != first * rows:
-            return None
-        return tuple(first)
+        first = self.keys[:count]
+        return tuple(first) if self.keys == first * rows else None
 
 
 # What Arrow takes as a string as it is: a symbol is a ``str`` subclass.
 _TEXT_TYPES: Final = frozenset({str, Symbol})
 
 
-def _variant_array(
-    mappings: list[Mapping[Any, Any] | None], flat: _FlatMaps, arrow_type: pa.DataType
-) -> pa.Array:
+def _variant_array(flat: _FlatMaps, arrow_type: pa.DataType) -> pa.Array:
     """A ``variant`` column: the struct of value and metadata binaries Spark takes.
 
     Rows of one layout of string values, a stream's usual rows, are encoded column-wise.
@@ -196,12 +196,12 @@ def _variant_array(
         encoded = encode_string_objects(keys, flat.value_array)
         if encoded is not None:
             column, shared = encoded
-            repeated = pa.repeat(pa.scalar(shared, pa.binary()), len(mappings))
+            repeated = pa.repeat(pa.scalar(shared, pa.binary()), len(flat.nulls))
             return pa.StructArray.from_arrays([column, repeated], fields=fields)
     values: list[bytes] = []
     metadata: list[bytes] = []
     nulls: list[bool] = []
-    for mapping in mappings:
+    for mapping in flat.mappings:
         if mapping:
             value, keys_metadata = encode_object(mapping)
             values.append(value)
@@ -290,10 +290,13 @@ class BatchBuilder:
             assert properties is not None
             return properties.map_array(arrow_type)
         if name == "message_annotations":
+            # But x-stream-offset, the offset column already: a stream stamps it on every
+            # message, it would make every row's map non-empty, and maps are what Spark
+            # converts slowest.
             return _FlatMaps(list(map(_OTHER_ANNOTATIONS, rows))).map_array(arrow_type)
         if name == "application_properties_typed":
             assert properties is not None
-            return _variant_array(list(map(_PROPERTIES, rows)), properties, arrow_type)
+            return _variant_array(properties, arrow_type)
         if name == "redelivered":
             if self.stream:
                 return pa.array([False] * len(rows), arrow_type)

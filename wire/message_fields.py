@@ -273,7 +273,12 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
                         raise DecodeError("a data section does not hold binary")
                     section = value
                 # A body of several data sections is their concatenation (§3.2.6).
-                body = section if body_section is None else bytes(body) + section  # type: ignore[arg-type]
+                if body_section is None:
+                    body = section
+                elif body_section == "data":
+                    body = bytes(body) + section  # type: ignore[arg-type]
+                else:
+                    raise DecodeError(f"a data section after an {body_section} body")
                 body_section = "data"
             elif code == 0x70:  # header
                 if constructor == 0xC0 and buf[pos + 2] <= _DELIVERY_COUNT:

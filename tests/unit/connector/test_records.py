@@ -8,9 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluicegate.spark.records import BatchBuilder
+from sluicegate.spark.variant import encode_object
 from sluicegate.wire.annotations import with_stream_offset
 from sluicegate.wire.codec import Symbol, Timestamp
-from sluicegate.wire.message_fields import Int, encode_message
+from sluicegate.wire.message_fields import Int, encode_message, read_fields
 
 
 def _rows(payloads: list[bytes], *, stream: bool) -> list[dict[str, Any]]:
@@ -84,3 +85,29 @@ def test_stream_rows_keep_each_messages_own_map_and_offset(
         found = row["application_properties"]
         assert (dict(found) if found is not None else None) == expected
         assert dict(row["message_annotations"]) == {"x-exchange": "", "x-routing-key": "s"}
+
+
+@given(st.data())
+def test_each_rows_typed_properties_are_its_own_encoding(data: st.DataObject) -> None:
+    """Rows of one layout of string values (encoded column-wise) alone or among rows of other
+    layouts, other types and no properties: every row holds what encode_object makes of it."""
+    keys = data.draw(st.lists(st.text(max_size=6), min_size=1, max_size=4, unique=True))
+    alike: st.SearchStrategy[dict[str, object] | None] = st.lists(
+        st.text(max_size=70), min_size=len(keys), max_size=len(keys)
+    ).map(lambda values: dict(zip(keys, values, strict=True)))
+    other: st.SearchStrategy[dict[str, object] | None] = st.none() | st.dictionaries(
+        st.text(max_size=6), st.text(max_size=8) | st.integers(-5, 5), max_size=4
+    )
+    rows = alike if data.draw(st.booleans()) else alike | other
+    properties = data.draw(st.lists(rows, min_size=1, max_size=12))
+    payloads = [
+        encode_message(b"", durable=False, application_properties=mapping or None)
+        for mapping in properties
+    ]
+    for row, payload in zip(_rows(payloads, stream=False), payloads, strict=True):
+        mapping = read_fields(payload).application_properties
+        typed = row["application_properties_typed"]
+        if mapping:
+            assert (typed["value"], typed["metadata"]) == encode_object(mapping)
+        else:
+            assert typed is None

@@ -7,11 +7,12 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.variant_utils import VariantUtils as _VariantUtils
 
-from sluicegate.spark.variant import decode_variant, encode_object
+from sluicegate.spark.variant import decode_variant, encode_object, encode_string_objects
 from sluicegate.wire.codec import Symbol, Timestamp
 from sluicegate.wire.message_fields import Byte, Float32, Int, Short
 
@@ -89,3 +90,27 @@ def test_a_key_repeated_keeps_its_last_value_and_layouts_are_shared() -> None:
     second = encode_object({"b": 2, "a": "y"})
     assert first[1] is second[1]  # one metadata for the same keys
     assert VariantUtils.to_python(*second) == {"a": "y", "b": 2}
+
+
+@given(
+    st.lists(st.text(max_size=12), min_size=1, max_size=6, unique=True),
+    st.data(),
+)
+def test_rows_of_string_values_encode_column_wise_as_row_by_row(
+    keys: list[str], data: st.DataObject
+) -> None:
+    """The column-wise encoder makes each row's bytes exactly, or leaves the rows to
+    encode_object (a value over 63 bytes, 256 bytes of values or more)."""
+    rows = data.draw(
+        st.lists(st.lists(st.text(max_size=70), min_size=len(keys), max_size=len(keys)), min_size=1)
+    )
+    strings = pa.array([value for row in rows for value in row], pa.string())
+    encoded = encode_string_objects(tuple(keys), strings)
+    expected = [encode_object(dict(zip(keys, row, strict=True))) for row in rows]
+    sizes = [[len(value.encode()) for value in row] for row in rows]
+    fits = all(max(row) <= 63 and sum(row) + len(row) < 256 for row in sizes)
+    assert (encoded is not None) == fits
+    if encoded is not None:
+        values, metadata = encoded
+        assert values.to_pylist() == [value for value, _ in expected]
+        assert all(metadata == keys_metadata for _, keys_metadata in expected)

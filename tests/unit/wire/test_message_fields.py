@@ -211,3 +211,8 @@ def test_annotations_naming_the_offset_twice_are_never_cached_as_a_prefix() -> N
         section = b"\x00Sr\xc1" + bytes((len(entries) + 1, 6)) + entries
         found = read_fields(section + b"\x00Su\xa0\x01b").message_annotations
         assert found == {"x-stream-offset": offset, "x-opt-a": "x"}
+
+
+def test_a_data_section_after_an_amqp_value_body_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError, match="a data section after an amqp-sequence body"):
+        read_fields(b"\x00Sv\xc0\x03\x01\xa1\x00\x00Su\xa0\x00")

@@ -1,0 +1,180 @@
+"""Messages that repeat an earlier one's header and annotations read exactly as if decoded alone.
+
+``read_fields`` keeps the last message's leading bytes (header, message annotations up to a
+stamped x-stream-offset) and small annotation maps by their bytes; every sequence of messages,
+malformed ones included, must read as each message does with those caches empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluicegate.wire import message_fields
+from sluicegate.wire.annotations import with_stream_offset
+from sluicegate.wire.codec import Described, Symbol
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.message_fields import encode_message, read_fields
+from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, Header, encode_header, sections
+
+_OFFSET_KEY = b"\xa3\x0fx-stream-offset"
+# Past every section code: read_fields reads annotations wherever they are.
+_EVERY_SECTION = 0x100
+
+
+def _typed(value: Any) -> Any:
+    """A decoded value with every type spelled out: a symbol and a string compare equal."""
+    if isinstance(value, tuple):
+        return tuple(_typed(item) for item in value)
+    if isinstance(value, list):
+        return [_typed(item) for item in value]
+    if hasattr(value, "items"):
+        return [(_typed(key), _typed(item)) for key, item in value.items()]
+    if isinstance(value, Described):
+        return ("described", _typed(value.descriptor), _typed(value.value))
+    return (type(value).__name__, value)
+
+
+def _read(payload: bytes) -> Any:
+    try:
+        return _typed(read_fields(payload))
+    except DecodeError as error:
+        return f"DecodeError: {error}"
+
+
+def _alone(payload: bytes) -> Any:
+    """What ``payload`` reads as with nothing remembered of earlier messages."""
+    message_fields._annotation_cache.clear()
+    message_fields._last_lead = None
+    return _read(payload)
+
+
+_HEADERS = st.one_of(
+    st.just(b""),
+    st.builds(
+        Header,
+        durable=st.booleans(),
+        priority=st.integers(0, 9),
+        delivery_count=st.integers(0, 3),
+        first_acquirer=st.booleans(),
+    ).map(encode_header),
+)
+_ANNOTATION_VALUES = st.one_of(
+    st.text(max_size=6),
+    st.text(max_size=4).map(Symbol),
+    st.integers(-(2**63), 2**63 - 1),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(0, 3), max_size=2),  # mutable: never shared between messages
+)
+_ANNOTATIONS = st.dictionaries(
+    st.sampled_from(["x-exchange", "x-routing-key", "x-opt-a", "x-stream-offset"]).map(Symbol),
+    _ANNOTATION_VALUES,
+    max_size=3,
+)
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> list[tuple[bytes, bool]]:
+    """A few messages whose headers and annotations come from a small pool, as a queue's or
+    stream's do, some stamped with an offset, some cut short or with a byte changed (each
+    with whether it is whole)."""
+    headers = draw(st.lists(_HEADERS, min_size=1, max_size=2))
+    annotations = draw(st.lists(st.none() | _ANNOTATIONS, min_size=1, max_size=3))
+    messages = []
+    for _ in range(draw(st.integers(1, 8))):
+        payload = draw(st.sampled_from(headers)) + encode_message(
+            draw(st.binary(max_size=8)),
+            durable=False,
+            message_id=draw(st.none() | st.text(max_size=5)),
+            application_properties=draw(
+                st.none() | st.dictionaries(st.text(max_size=3), _ANNOTATION_VALUES, max_size=2)
+            ),
+            message_annotations=draw(st.sampled_from(annotations)),
+        )
+        if draw(st.booleans()):
+            payload = with_stream_offset(payload, draw(st.integers(0, 2**63 - 1)))
+        damage = draw(st.sampled_from(["none", "none", "cut", "flip"]))
+        if damage == "cut":
+            payload = payload[: draw(st.integers(0, len(payload)))]
+        elif damage == "flip":
+            at = draw(st.integers(0, len(payload) - 1))
+            payload = payload[:at] + bytes((draw(st.integers(0, 255)),)) + payload[at + 1 :]
+        messages.append((payload, damage == "none"))
+    return messages
+
+
+def _check_annotations(payload: bytes) -> None:
+    """The annotations as the codec decodes their section, the offset and the others apart."""
+    fields = read_fields(payload)
+    found = [
+        value
+        for code, value, _, _ in sections(payload, until=_EVERY_SECTION)
+        if code == MESSAGE_ANNOTATIONS
+    ]
+    annotations = found[-1] if found else None
+    assert annotations is None or isinstance(annotations, dict)
+    assert fields.message_annotations == annotations
+    if not annotations or "x-stream-offset" not in annotations:
+        assert (fields.stream_offset, fields.other_annotations) == (None, annotations)
+        return
+    offset = annotations["x-stream-offset"]
+    assert fields.stream_offset == (offset if type(offset) is int else None)
+    others = {k: v for k, v in annotations.items() if k != "x-stream-offset"}
+    assert fields.other_annotations == (others or None)
+
+
+@given(_messages())
+def test_a_sequence_of_messages_reads_as_each_message_alone(
+    messages: list[tuple[bytes, bool]],
+) -> None:
+    expected = [_alone(payload) for payload, _ in messages]
+    message_fields._annotation_cache.clear()
+    message_fields._last_lead = None
+    assert [_read(payload) for payload, _ in messages] == expected
+    assert [_read(payload) for payload, _ in messages] == expected  # every cache warm
+    for payload, whole in messages:
+        if whole:
+            _check_annotations(payload)
+
+
+def test_the_offset_and_the_other_annotations_apart() -> None:
+    payload = with_stream_offset(
+        encode_message(b"", durable=True, message_annotations={Symbol("x-exchange"): "amq"}), 7
+    )
+    for _ in range(2):  # decoded, then from the last message's lead
+        fields = read_fields(payload)
+        assert fields.stream_offset == 7
+        assert fields.message_annotations == {"x-exchange": "amq", "x-stream-offset": 7}
+        assert fields.other_annotations == {"x-exchange": "amq"}
+    unstamped = read_fields(encode_message(b"", durable=True))
+    assert (unstamped.stream_offset, unstamped.other_annotations) == (None, None)
+
+
+def test_bytes_that_look_like_a_stamped_offset_inside_a_value_are_not_one() -> None:
+    """x-opt-a, x-stream-offset 2, then x-opt-a again with a binary that ends in what a stamped
+    offset looks like: the dict ends with x-stream-offset, which is 2 whatever those bytes say,
+    and the map is never cached as a stamped one."""
+    for offset in (5, 6):
+        value = _OFFSET_KEY + b"\x81" + offset.to_bytes(8, "big")
+        opt_a = b"\xa3\x07x-opt-a"
+        entries = (
+            (opt_a + b"\x55\x01" + _OFFSET_KEY + b"\x55\x02" + opt_a + b"\xa0")
+            + bytes((len(value),))
+            + value
+        )
+        section = b"\x00Sr\xc1" + bytes((len(entries) + 1, 6)) + entries
+        fields = read_fields(section + b"\x00Su\xa0\x01b")
+        assert fields.message_annotations == {"x-opt-a": value, "x-stream-offset": 2}
+        assert list(fields.message_annotations or ())[-1] == "x-stream-offset"
+        assert fields.stream_offset == 2
+
+
+def test_a_message_cut_inside_the_offset_of_a_known_lead_is_a_decode_error() -> None:
+    payload = with_stream_offset(encode_message(b"", durable=True), 7)
+    read_fields(payload)
+    cut = payload[: payload.index(b"\x00Su") - 3]
+    assert _read(cut) == _alone(cut)
+    assert str(_read(cut)).startswith("DecodeError")
