@@ -77,9 +77,11 @@ from sluicegate.session.session import (
     LinkFlow,
     TransferPart,
     Unsettled,
+    resume,
     route,
 )
 from sluicegate.session.session import Session as PureSession
+from sluicegate.session.waiting import Waiting, WaitingTotal
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.annotations import InvalidAnnotations, modified_annotations
 from sluicegate.wire.errors import AmqpError
@@ -153,18 +155,27 @@ class Broker(Handler):
         self.unsettled = Unsettled()
         # Consecutive settlements of one consumer link, applied together.
         self.settlements = SettlementRun()
+        # What deliveries waiting in every connection's sessions hold (session/waiting.py).
+        self.waiting = WaitingTotal()
 
     # -- connections ----------------------------------------------------------------------
 
     def accept(self, state: ConnectionState) -> None:
-        """A client connected: its writer counts toward the server's outbound bytes."""
+        """A client connected: its writer and its sessions' waiting deliveries count toward the
+        server's outbound bytes."""
         state.writer.pending = self.pending_bytes
+        state.waiting = Waiting(self.config.max_outgoing_pending_size, self.waiting)
         self.connections.add(state)
 
     def outbound_bytes(self) -> int:
-        """What consumers make the server hold beyond the queued messages: bytes handed to
-        proton and not yet written, and the bookkeeping of unsettled deliveries."""
-        return self.pending_bytes.total + self.unsettled.count * UNSETTLED_DELIVERY_COST
+        """What consumers make the server hold beyond the queued messages: deliveries waiting in
+        sessions, bytes handed to proton and not yet written, and the bookkeeping of unsettled
+        deliveries."""
+        return (
+            self.waiting.total
+            + self.pending_bytes.total
+            + self.unsettled.count * UNSETTLED_DELIVERY_COST
+        )
 
     def on_connection_remote_open(self, event: Event) -> None:
         """Answer OPEN with our identity and let the connection into its virtual host.
@@ -267,6 +278,7 @@ class Broker(Handler):
             max_queue_credit=self.config.max_queue_credit,
             max_frame_size=min(remote, max_frame_size) if remote else max_frame_size,
             unsettled=self.unsettled,
+            waiting=connection.waiting,
         )
         state = SessionState(connection, session, pure)
         connection.sessions[pure.writer_credit] = state
@@ -310,6 +322,7 @@ class Broker(Handler):
             self.management.consumer_left(
                 registry, queue, self.queue_links.consumers(registry, queue.name)
             )
+        self._resume(connection)
 
     # -- links ----------------------------------------------------------------------------
 
@@ -445,6 +458,7 @@ class Broker(Handler):
                 registry, queue, self.queue_links.consumers(registry, queue.name)
             )
             self._delete_temporary(connection, state.link)
+            self._resume(connection)
         elif isinstance(state, IncomingLinkState):
             self.publishing.detach(state)
             self._delete_temporary(state.connection, state)
@@ -596,6 +610,13 @@ class Broker(Handler):
         for pure in route(dispatches):
             self._dirty.add(states[pure])
 
+    def _resume(self, connection: ConnectionState) -> None:
+        """Once enough has left a connection's sessions, make its deferred credit requests."""
+        if connection.waiting.resumable and not connection.closed:
+            states = self._states
+            for pure in resume(connection.waiting):
+                self._dirty.add(states[pure])
+
     def mark(self, session: SessionState) -> None:
         """Have a session pumped at the next flush."""
         self._dirty.add(session)
@@ -621,7 +642,9 @@ class Broker(Handler):
         self.publishing.flush()
         dirty = self._dirty
         while dirty:
-            self.pump(dirty.pop())
+            state = dirty.pop()
+            self.pump(state)
+            self._resume(state.connection)
         if self._unframed:
             self._give_back_buffers()
 

@@ -30,6 +30,7 @@ from sluicegate.queues.log.placement import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SI
 from sluicegate.session.account import DEFAULT_ACCOUNT_LIMIT
 from sluicegate.session.memory_budget import DEFAULT_MEMORY_BUDGET
 from sluicegate.session.session import DEFAULT_MAX_QUEUE_CREDIT
+from sluicegate.session.waiting import DEFAULT_MAX_OUTGOING_PENDING
 from sluicegate.writer.credit import DEFAULT_INITIAL_CREDIT, DEFAULT_MORE_CREDIT_AFTER
 
 # RabbitMQ's DEFAULT_MAX_LINK_CREDIT: 170 * 1.5 = 255 stays below the queue batch of 256.
@@ -102,6 +103,9 @@ class ServerConfig:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_link_credit: int = DEFAULT_MAX_LINK_CREDIT
     max_queue_credit: int = DEFAULT_MAX_QUEUE_CREDIT
+    # Bytes of deliveries waiting in one connection's sessions at which they stop asking queues
+    # for more (session/waiting.py).
+    max_outgoing_pending_size: int = DEFAULT_MAX_OUTGOING_PENDING
     # Bytes of message bodies all queues may hold in memory before publishers are blocked.
     memory_budget: int = DEFAULT_MEMORY_BUDGET
     # Routed copies a connection may have in flight (not yet stored) before its reads pause.
@@ -172,6 +176,7 @@ class ServerConfig:
             "max_attach_data_size",
             "max_link_credit",
             "max_queue_credit",
+            "max_outgoing_pending_size",
             "memory_budget",
             "account_limit",
             "log_segment_size",

@@ -32,6 +32,7 @@ from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.session import TRANSFER_FRAME_OVERHEAD
 from sluicegate.session.session import Session as PureSession
+from sluicegate.session.waiting import Waiting
 from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
@@ -71,6 +72,7 @@ class ConnectionState:
         "unframed",
         "user",
         "vhost",
+        "waiting",
         "writer",
     )
 
@@ -89,6 +91,9 @@ class ConnectionState:
         self.writer = writer
         # Work this connection caused that is not finished; reads pause while it is too high.
         self.account = account
+        # What its sessions hold for its consumers and have not sent (the broker gives it the
+        # configured limit and the server's total when it accepts the connection).
+        self.waiting = Waiting()
         self.sessions: dict[SessionCredit, SessionState] = {}
         # Its publishers' links, forgotten with it whether or not they were detached first.
         self.publishers: set[IncomingLinkState] = set()

@@ -31,6 +31,7 @@ from sluicegate.queues.queue_type import (
     QueueType,
 )
 from sluicegate.session.outgoing_link import CreditReq, LinkOwner, OutgoingLink
+from sluicegate.session.waiting import WAITING_DELIVERY_COST, Waiting
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd, serial_add
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
@@ -102,6 +103,8 @@ class SessionStatistics:
     credit_requests_in_flight: int
     stashed_credit_reqs: int
     links: int
+    # What its waiting deliveries are charged to its connection (session/waiting.py).
+    pending_bytes: int = 0
 
 
 class Session:
@@ -115,6 +118,7 @@ class Session:
         max_frame_size: int = 65536,
         remote_incoming_window: int = 0,
         unsettled: Unsettled | None = None,
+        waiting: Waiting | None = None,
     ) -> None:
         if max_queue_credit <= 0:
             raise ValueError("max_queue_credit must be positive")
@@ -129,6 +133,10 @@ class Session:
         self.links: dict[int, OutgoingLink] = {}
         # Shared with the server's other sessions (the memory budget reads the count).
         self.unsettled = Unsettled() if unsettled is None else unsettled
+        # Shared with the connection's other sessions: what their waiting deliveries hold.
+        self.waiting = Waiting() if waiting is None else waiting
+        # This session's part of it.
+        self.pending_bytes = 0
 
     # -- links ----------------------------------------------------------------------------
 
@@ -161,6 +169,9 @@ class Session:
         # taking them out here cost a walk over every link's entries per DETACH.
         unsent = list(link.waiting)
         link.waiting.clear()
+        self.waiting.deferred.pop(link, None)
+        if unsent:
+            self._uncharge(sum(m.held for m in unsent) + len(unsent) * WAITING_DELIVERY_COST)
         return link.queue.detach(link, unsent)
 
     def end(self) -> list[Dispatch]:
@@ -169,6 +180,7 @@ class Session:
         for link in list(self.links.values()):
             dispatches.extend(self.detach_link(link))
         self.outgoing_pending.clear()
+        self._uncharge(self.pending_bytes)
         self.writer.forget(self.writer_credit)
         return dispatches
 
@@ -228,6 +240,9 @@ class Session:
         """A queue dispatched a message to one of this session's links."""
         self.outgoing_pending.append((link, message))
         link.waiting.append(message)
+        cost = message.held + WAITING_DELIVERY_COST
+        self.pending_bytes += cost
+        self.waiting.charge(cost)
 
     def send_pending(self) -> list[Action]:
         """Hand over what the window and the writer allow, in order (RabbitMQ's send_pending)."""
@@ -239,6 +254,9 @@ class Session:
         # The writer's room, in bytes: what hands over here changes it, nothing else meanwhile.
         room_bytes = writer.room
         frame_payload = self.frame_payload
+        # What the deliveries sent held, given back to the connection's charge at once (before
+        # a credit reply, which may ask for more; a top-up meanwhile sees the charge as it was).
+        sent_held = sent = 0
         while pending:
             entry = pending[0]
             link, item = entry
@@ -265,6 +283,8 @@ class Session:
                     break
                 pending.popleft()
                 link.waiting.popleft()
+                sent_held += item.held
+                sent += 1
                 self.remote_incoming_window -= frames
                 room_bytes = handed(credit, frames, size - start)
                 if start:
@@ -277,10 +297,18 @@ class Session:
                 self._sent(link)
             elif type(item) is CreditReply:
                 pending.popleft()
+                if sent:
+                    self._uncharge(sent_held + sent * WAITING_DELIVERY_COST)
+                    sent_held = sent = 0
                 self._credit_reply(link, item, out)
             else:
                 pending.popleft()
                 out.append(cast(LinkFlow, item))
+        if sent:
+            self._uncharge(sent_held + sent * WAITING_DELIVERY_COST)
+        if self.pending_bytes and not self.outgoing_pending:
+            # Nothing waits: nothing is charged, whatever a message's bytes became meanwhile.
+            self._uncharge(self.pending_bytes)
         return out
 
     # -- internals ------------------------------------------------------------------------
@@ -310,15 +338,33 @@ class Session:
                 out.append(cast(LinkFlow, item))
         self.outgoing_pending = kept
 
+    def _uncharge(self, nbytes: int) -> None:
+        self.pending_bytes -= nbytes
+        self.waiting.charge(-nbytes)
+
     def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
-        queue_ctl = link.queue_flow_ctl
-        queue_ctl.credit = credit
+        """Ask the queue for a batch, or defer the request while the connection's waiting
+        deliveries are over its limit (session/waiting.py): it is in flight either way."""
+        link.queue_flow_ctl.credit = credit
         link.credit_req_in_flight = True
-        messages, reply = link.queue.credit(link, queue_ctl.delivery_count, credit, drain)
+        if not self.waiting.defer(link, drain):
+            self.ask_queue(link, drain)
+
+    def ask_queue(self, link: OutgoingLink, drain: bool) -> None:
+        """Request the credit the link's queue flow control holds; the batch and the reply
+        join ``outgoing_pending``."""
+        queue_ctl = link.queue_flow_ctl
+        messages, reply = link.queue.credit(link, queue_ctl.delivery_count, queue_ctl.credit, drain)
         pending = self.outgoing_pending
+        held = 0
         for message in messages:
             pending.append((link, message))
-        link.waiting.extend(messages)
+            held += message.held
+        if messages:
+            link.waiting.extend(messages)
+            cost = held + len(messages) * WAITING_DELIVERY_COST
+            self.pending_bytes += cost
+            self.waiting.charge(cost)
         pending.append((link, reply))
 
     def _sent(self, link: OutgoingLink) -> None:
@@ -395,6 +441,7 @@ class Session:
             credit_requests_in_flight=sum(1 for link in links if link.credit_req_in_flight),
             stashed_credit_reqs=sum(1 for link in links if link.stashed_credit_req is not None),
             links=len(links),
+            pending_bytes=self.pending_bytes,
         )
 
 
@@ -407,5 +454,17 @@ def route(dispatches: list[Dispatch]) -> set[LinkOwner]:
             continue
         session = link.session
         session.deliver(link, message)
+        touched.add(session)
+    return touched
+
+
+def resume(waiting: Waiting) -> set[LinkOwner]:
+    """Make a connection's deferred credit requests, oldest first, until its waiting deliveries
+    reach the limit again; return the sessions to pump."""
+    touched: set[LinkOwner] = set()
+    while (deferred := waiting.next_deferred()) is not None:
+        link, drain = deferred
+        session = cast(Session, link.session)
+        session.ask_queue(link, drain)
         touched.add(session)
     return touched

@@ -1,0 +1,121 @@
+"""What one connection's sessions hold for its consumers and have not sent: charged and capped.
+
+A queue hands a session a batch of at most ``max_queue_credit`` deliveries per consumer link, and
+they wait in ``outgoing_pending`` until the writer and the client's window let them go. A client
+that opens 64 sessions of 256 links, grants credit on each and never reads would so make the
+server hold 16,384 batches. Most are references to messages their queue holds, but a durable
+stream's reader gets each batch's bodies read into messages of its own (up to 128 KiB a batch,
+queues/log/stream_entries.py), and a pre-settled consumer of a durable classic queue gets each
+message's body kept with it until it is sent: some 2 GiB for one connection.
+
+So every delivery waiting in a session is charged to its connection (its bytes held in memory
+plus :data:`WAITING_DELIVERY_COST`) and to the server's total, which the memory budget counts.
+Once a connection's charge reaches its limit (``max_outgoing_pending_size``) its sessions stop
+asking queues for credit: each request is deferred, in order, and made once the charge is back
+at half the limit, so a connection holds at most its limit plus one batch of one link
+(docs/outbound-flow-control.md). The reactor keeps serving everyone else meanwhile; the client
+that stopped reading is the only one that waits.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Final
+
+from sluicegate.session.outgoing_link import OutgoingLink
+
+# What a delivery waiting in a session costs beyond its message's bytes: its entry in
+# outgoing_pending (a tuple and two deque slots) and a message object of its own (a durable
+# stream's reader gets fresh ones), about 250 bytes measured with 4,096 readers' batches.
+WAITING_DELIVERY_COST: Final = 256
+# Twice the writer's buffer (4 MiB): a connection over it has more ready than its writer may
+# hand proton at once, so deferring its credit requests never leaves its socket idle.
+DEFAULT_MAX_OUTGOING_PENDING: Final = 8 * 1024 * 1024
+
+
+class WaitingTotal:
+    """Bytes waiting in every connection's sessions: the memory budget counts them."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingStatistics:
+    """A connection's waiting deliveries for metrics and tests."""
+
+    bytes: int
+    limit: int
+    resume_at: int
+    paused: bool
+    pauses: int
+    deferred: int
+
+
+class Waiting:
+    """One connection's charge for the deliveries waiting in its sessions, against its limit."""
+
+    __slots__ = ("bytes", "deferred", "limit", "paused", "pauses", "resume_at", "server")
+
+    def __init__(
+        self, limit: int = DEFAULT_MAX_OUTGOING_PENDING, server: WaitingTotal | None = None
+    ) -> None:
+        if limit <= 0:
+            raise ValueError(f"max_outgoing_pending_size must be positive, got {limit}")
+        self.limit = limit
+        self.resume_at = limit // 2
+        self.server = WaitingTotal() if server is None else server
+        self.bytes = 0
+        # Over the limit: credit requests wait in ``deferred`` until the bytes are at resume_at.
+        self.paused = False
+        self.pauses = 0
+        # Links whose credit request waits, oldest first, with the request's drain flag: O(1)
+        # to take the oldest and to forget a link that detaches.
+        self.deferred: OrderedDict[OutgoingLink, bool] = OrderedDict()
+
+    def charge(self, nbytes: int) -> None:
+        """Deliveries worth ``nbytes`` joined (or, negative, left) the connection's sessions."""
+        self.bytes += nbytes
+        self.server.total += nbytes
+
+    def defer(self, link: OutgoingLink, drain: bool) -> bool:
+        """True if the link's credit request must wait (it is then kept, in order)."""
+        if not self.paused:
+            if self.bytes < self.limit:
+                return False
+            self.paused = True
+            self.pauses += 1
+        self.deferred[link] = drain
+        return True
+
+    @property
+    def resumable(self) -> bool:
+        """Paused, and enough has left the sessions for the deferred requests to go on."""
+        return self.paused and self.bytes <= self.resume_at
+
+    def next_deferred(self) -> tuple[OutgoingLink, bool] | None:
+        """The oldest deferred request, while the bytes stay under the limit; None pauses again
+        (or ends the pause once none is left)."""
+        if not self.deferred:
+            self.paused = False
+            return None
+        if self.bytes >= self.limit:
+            self.paused = True
+            self.pauses += 1
+            return None
+        self.paused = False
+        return self.deferred.popitem(last=False)
+
+    def statistics(self) -> WaitingStatistics:
+        """Counts for metrics and tests."""
+        return WaitingStatistics(
+            bytes=self.bytes,
+            limit=self.limit,
+            resume_at=self.resume_at,
+            paused=self.paused,
+            pauses=self.pauses,
+            deferred=len(self.deferred),
+        )
