@@ -8,7 +8,8 @@ A reader that takes every message (:meth:`LoggedEntries.take`) gets each one's b
 once (from memory while unwritten, the cache, or the log, sliced from one read of many) in a
 plain :class:`Message`: it owns its bytes, so retention and compaction may drop the entry and
 its segment while it still waits in a session, and nothing needs to remember it. What one take
-reads so is bounded (:data:`TAKE_BYTES`); a session holds at most one take per reader.
+reads so is bounded (:data:`TAKE_BYTES`); a session holds at most one take per reader, charged
+to its connection (session/waiting.py).
 
 Bodies past that bound, and the messages filtered readers look at one by one
 (:meth:`LoggedEntries.__getitem__`), are :class:`StoredMessage` objects whose body is read when
@@ -33,7 +34,8 @@ from sluicegate.queues.message import Message
 ENTRY_BYTES: Final = 28
 # Body bytes one take reads into the messages it hands out: a session's batch of 256 deliveries
 # of up to 512 bytes. A session holds at most one batch per reader (session/outgoing_link.py),
-# so this bounds what a reader's deliveries hold in memory beyond their objects; larger bodies
+# so this bounds what a reader's deliveries hold in memory beyond their objects, and a connection
+# over max_outgoing_pending_size of them asks for no more (session/waiting.py); larger bodies
 # are read when sent, as before.
 TAKE_BYTES: Final = 128 * 1024
 # The fewest references to objects handed out kept before a sweep: the live ones are a few

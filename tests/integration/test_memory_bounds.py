@@ -20,6 +20,7 @@ import pytest
 from integration.conftest import RunningServer, Scheme
 from integration.test_metrics import scrape
 from support.clients import consume, publish
+from support.frames import described, encode_frame, symbol_map
 from support.polling import wait_until
 from support.prober import ROUND_TIMEOUT, Prober
 from support.process import serving
@@ -28,9 +29,12 @@ from support.raw_client import ConnectionClosedError, RawClient
 from sluicegate.clients.pump import TLS_OUTPUT_LOW
 from sluicegate.gateway.io_layer import READ_BATCH
 from sluicegate.gateway.state import ConnectionState
+from sluicegate.queues.log.stream_entries import TAKE_BYTES
+from sluicegate.session.waiting import WAITING_DELIVERY_COST, WaitingStatistics
 
 KiB: Final = 1024
 MiB: Final = 1024 * KiB
+_OFFSET_SPEC: Final = proton.symbol("rabbitmq:stream-offset-spec")
 
 
 def _payload(body: bytes) -> bytes:
@@ -370,3 +374,156 @@ def test_attach_data_is_charged_to_its_connection_and_capped(
         close = client.wait_for("close", timeout=30)
         assert close["error"]["condition"] == proton.symbol("amqp:resource-limit-exceeded")
     wait_until(lambda: server.call(lambda: _connection(server, "attach-data")) is None)
+
+
+# -- consumer links that never read --------------------------------------------------------
+
+
+def _stream_readers(sessions: int, per_session: int, address: str) -> tuple[bytes, bytes]:
+    """One write attaching ``sessions`` x ``per_session`` readers of ``address`` from its first
+    offset, and one write granting each of them 100,000 credit."""
+    first = {"rabbitmq:stream-offset-spec": proton.Described(_OFFSET_SPEC, "first")}
+    links = [
+        (channel, channel * per_session + n)
+        for channel in range(sessions)
+        for n in range(per_session)
+    ]
+    attaches = b"".join(
+        encode_frame(
+            channel,
+            described(
+                "attach",
+                name=f"reader-{handle}",
+                handle=proton.uint(handle),
+                role=True,
+                source=described("source", address=address, filter=symbol_map(first)),
+                target=described("target"),
+            ),
+        )
+        for channel, handle in links
+    )
+    flows = b"".join(
+        encode_frame(
+            channel,
+            described(
+                "flow",
+                next_incoming_id=proton.uint(0),
+                incoming_window=proton.uint(2**31),
+                next_outgoing_id=proton.uint(0),
+                outgoing_window=proton.uint(2**31),
+                handle=proton.uint(handle),
+                delivery_count=proton.uint(0),
+                link_credit=proton.uint(100_000),
+            ),
+        )
+        for channel, handle in links
+    )
+    return attaches, flows
+
+
+def test_readers_that_never_read_hold_at_most_the_outgoing_pending_bound(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """2,048 readers of a durable stream with credit, on a socket never read: each would hold
+    a batch of 256 deliveries (128 KiB of bodies read for it, the rest as log positions), some
+    384 MiB charged; the connection holds its max_outgoing_pending_size plus one batch, and the
+    rest stays in the stream. Nothing of it stays once the client is gone."""
+    limit = 2 * MiB
+    server = make_server(max_outgoing_pending_size=limit)
+    server.call(
+        lambda: server.server.registry.declare_queue(
+            "never-read", {"x-queue-type": "stream"}, durable=True
+        )
+    )
+    assert (
+        publish(server.url, "/queues/never-read", [b"r" * KiB] * 300).outcomes == ["accepted"] * 300
+    )
+    sessions, per_session = 8, 256
+    attaches, flows = _stream_readers(sessions, per_session, "/queues/never-read")
+    # One batch: the bodies a take reads at once, and every delivery's own cost.
+    batch = TAKE_BYTES + server.server.config.max_queue_credit * WAITING_DELIVERY_COST
+
+    def waiting() -> WaitingStatistics:
+        state = _connection(server, "never-reads")
+        assert state is not None
+        return state.waiting.statistics()
+
+    with _probing(server, "probe-never-read") as prober:
+        client = RawClient.connect(
+            server.host, server.port, container_id="never-reads", rcvbuf=16 * KiB
+        )
+        with client:
+            for channel in range(sessions):
+                client.begin(channel)
+            client.send_raw(attaches)
+            replies = 0
+            while replies < sessions * per_session:
+                frame = client.next_frame(30)
+                assert frame is not None, f"{replies} attaches answered"
+                replies += frame.performative == "attach"
+            # Credit on every link, and from now on nothing is read.
+            client.send_raw(flows)
+            wait_until(lambda: server.call(waiting).paused, timeout=30)
+            for _ in range(3):
+                _more_rounds(prober, 1)
+                held = server.call(waiting)
+                # Paused: over its limit at a credit request, and not yet back at half of it.
+                assert held.paused
+                assert held.resume_at < held.bytes <= limit + batch
+                # Every other link waits for its credit request: a few dozen links' batches
+                # fill the writer's 4 MiB and the socket's buffers, and a dozen wait here.
+                assert held.deferred >= sessions * per_session - 64
+            assert server.call(lambda: server.server.broker.outbound_bytes()) >= held.bytes
+            client.reset()
+    wait_until(lambda: server.call(lambda: server.server.broker.waiting.total) == 0)
+    assert server.call(lambda: _connection(server, "never-reads")) is None
+
+
+def test_deferred_credit_requests_are_made_as_the_client_reads(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """64 readers on one connection whose sessions may hold 256 KiB, about one batch: the bound
+    pauses it over and over, and each deferred request is made as the client reads, so every
+    reader gets the whole stream; once it has, nothing is charged or deferred."""
+    server = make_server(max_outgoing_pending_size=256 * KiB)
+    server.call(lambda: server.server.registry.declare_queue("read-on", {"x-queue-type": "stream"}))
+    count = 300
+    assert (
+        publish(server.url, "/queues/read-on", [b"o" * KiB] * count).outcomes
+        == ["accepted"] * count
+    )
+    first = {"rabbitmq:stream-offset-spec": proton.Described(_OFFSET_SPEC, "first")}
+    with RawClient.connect(server.host, server.port, container_id="reads-on") as client:
+        handles = []
+        for channel in range(2):
+            client.begin(channel)
+            handles += [
+                client.attach(
+                    f"r{channel}-{n}",
+                    "receiver",
+                    source="/queues/read-on",
+                    channel=channel,
+                    filters=first,
+                    snd_settle_mode="settled",
+                )
+                for n in range(32)
+            ]
+        for handle in handles:
+            assert client.wait_attach(handle).error is None
+        for handle in handles:
+            client.flow(handle, link_credit=count)
+        received = dict.fromkeys(handles, 0)
+        for _ in range(len(handles) * count):
+            delivery = client.next_message(timeout=30)
+            assert delivery is not None, f"{sum(received.values())} messages arrived"
+            received[delivery.handle] += 1
+        assert set(received.values()) == {count}
+
+        def waiting() -> WaitingStatistics:
+            state = _connection(server, "reads-on")
+            assert state is not None
+            return state.waiting.statistics()
+
+        held = server.call(waiting)
+        assert held.pauses > 1
+        assert (held.bytes, held.deferred, held.paused) == (0, 0, False)

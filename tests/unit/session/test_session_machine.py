@@ -20,7 +20,8 @@ from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
 from sluicegate.session.outgoing_link import OutgoingLink
-from sluicegate.session.session import Action, LinkFlow, Session, TransferPart, route
+from sluicegate.session.session import Action, LinkFlow, Session, TransferPart, resume, route
+from sluicegate.session.waiting import WAITING_DELIVERY_COST, Waiting
 from sluicegate.wire.codec import Described, encode
 from sluicegate.wire.serial import serial_diff
 from sluicegate.writer.writer import Writer
@@ -29,6 +30,8 @@ MAX_QUEUE_CREDIT = 8
 MAX_FRAME_SIZE = 512  # 448 payload bytes per frame: messages of 1 to 4 frames
 WRITER_CREDIT = 8
 WRITER_MORE_AFTER = 4
+# A few deliveries' worth: the connection's bound defers credit requests now and then.
+WAITING_LIMIT = 3000
 
 
 class RecordingQueue(ClassicQueue):
@@ -65,6 +68,7 @@ class SpySession(Session):
             max_queue_credit=MAX_QUEUE_CREDIT,
             max_frame_size=MAX_FRAME_SIZE,
             remote_incoming_window=0,
+            waiting=Waiting(WAITING_LIMIT),
         )
         self.replies: Counter[int] = Counter()
 
@@ -146,6 +150,12 @@ class SessionMachine(RuleBasedStateMachine):
         assert count == len(link.waiting)
         return count
 
+    def resume(self) -> None:
+        """What the gateway does after a pump or a detach: make the deferred credit requests
+        once enough has left."""
+        if self.session.waiting.resumable:
+            assert resume(self.session.waiting) <= {self.session}
+
     def quiescent(self, client: ClientLink) -> bool:
         link = client.link
         return (
@@ -183,6 +193,7 @@ class SessionMachine(RuleBasedStateMachine):
         # Its entries stay in outgoing_pending until they come up, never to be sent.
         assert not link.waiting
         assert link.handle not in self.session.links
+        self.resume()
 
     # -- rules: the client --
 
@@ -212,10 +223,14 @@ class SessionMachine(RuleBasedStateMachine):
         requests_before = self.queue.requests[id(link)]
         in_flight = link.credit_req_in_flight
         self.session.client_flow(link, base & 0xFFFFFFFF, credit, drain, echo)
-        # Either exactly one credit request, or (while one is in flight) a stash.
+        # Either exactly one credit request (deferred while the connection's waiting deliveries
+        # are over its bound), or (while one is in flight) a stash.
         if in_flight:
             assert self.queue.requests[id(link)] == requests_before
             assert link.stashed_credit_req is not None
+        elif link in self.session.waiting.deferred:
+            assert self.queue.requests[id(link)] == requests_before
+            assert self.session.waiting.paused
         else:
             assert self.queue.requests[id(link)] == requests_before + 1
 
@@ -329,6 +344,7 @@ class SessionMachine(RuleBasedStateMachine):
                 assert last.link_credit == 0
                 assert last.delivery_count == client.link.client_flow_ctl.delivery_count
                 client.closed = True
+        self.resume()
         return out
 
     def receive_transfer(self, link: OutgoingLink, message: Message) -> None:
@@ -374,7 +390,10 @@ class SessionMachine(RuleBasedStateMachine):
             link = client.link
             outstanding = self.queue.requests[id(link)] - self.session.replies[id(link)]
             assert outstanding in (0, 1), f"{outstanding} credit requests in flight"
-            assert link.credit_req_in_flight == (outstanding == 1)
+            # A deferred request is in flight too, but has not reached the queue.
+            deferred = link in self.session.waiting.deferred
+            assert not (deferred and outstanding)
+            assert link.credit_req_in_flight == (outstanding == 1 or deferred)
 
     @invariant()
     def queue_credit_bounded(self) -> None:
@@ -401,6 +420,20 @@ class SessionMachine(RuleBasedStateMachine):
                     assert self.queue.available == 0, "credit and ready messages, but idle"
                 if client.latest_drain or client.latest_echo:
                     assert client.answered, "a drain or echo FLOW went unanswered"
+
+    @invariant()
+    def waiting_deliveries_charged(self) -> None:
+        """Every delivery waiting is charged, exactly; a pause lasts only while they hold
+        more than half the limit."""
+        waiting = self.session.waiting
+        charged = sum(
+            item.held + WAITING_DELIVERY_COST
+            for link, item in self.session.outgoing_pending
+            if isinstance(item, Message) and not link.detached
+        )
+        assert self.session.pending_bytes == waiting.bytes == waiting.server.total == charged
+        assert not waiting.resumable, "deferred credit requests with room for them"
+        assert waiting.paused or not waiting.deferred
 
     @invariant()
     def closed_links_stay_silent(self) -> None:
