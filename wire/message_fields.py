@@ -261,7 +261,7 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
                     raise DecodeError("the properties run past their section")
                 pos = end
             elif code == 0x74:  # application-properties
-                application, pos = _map(buf, pos, "application-properties")
+                application, pos = _application_properties(buf, pos)
             elif code == 0x75:  # data
                 if constructor == 0xA0:
                     end = pos + 2 + buf[pos + 1]
@@ -432,8 +432,8 @@ def _split(
     return {k: v for k, v in annotations.items() if k != _STREAM_OFFSET_KEY}, offset
 
 
-def _map(buf: bytes, pos: int, section: str) -> tuple[dict[Field, Field] | None, int]:
-    """An annotations or application-properties map, its string and symbol keys inline."""
+def _map_head(buf: bytes, pos: int, section: str) -> tuple[int, int, int] | None:
+    """A map's number of entries, where its first starts and where it ends; None if null."""
     constructor = buf[pos]
     if constructor == 0xC1:
         count, item, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
@@ -441,17 +441,34 @@ def _map(buf: bytes, pos: int, section: str) -> tuple[dict[Field, Field] | None,
         count, item = _U32.unpack_from(buf, pos + 5)[0], pos + 9
         end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
     elif constructor == 0x40:
-        return None, pos + 1
+        return None
     else:
         raise DecodeError(f"the {section} section is not a map")
     if count % 2:
         raise DecodeError("a map has an odd number of items")
     if end > len(buf):
         raise DecodeError(f"the {section} run past the end of the message")
+    return count // 2, item, end
+
+
+def _map(buf: bytes, pos: int, section: str) -> tuple[dict[Field, Field] | None, int]:
+    """An annotations map, or application properties without their known keys."""
+    head = _map_head(buf, pos, section)
+    if head is None:
+        return None, pos + 1
+    entries, item, end = head
     result: dict[Field, Field] = {}
+    item = _entries(buf, item, entries, result)
+    if item > end:
+        raise DecodeError(f"the {section} run past their section")
+    return result, end
+
+
+def _entries(buf: bytes, item: int, entries: int, result: dict[Field, Field]) -> int:
+    """Add a map's next ``entries`` to ``result``, string and symbol keys inline; where they end."""
     key: Field
     value: Field
-    for _ in range(count // 2):
+    for _ in range(entries):
         code = buf[item]
         if code == 0xA1 or code == 0xA3:
             key_end = item + 2 + buf[item + 1]
@@ -484,9 +501,65 @@ def _map(buf: bytes, pos: int, section: str) -> tuple[dict[Field, Field] | None,
         else:
             value, item = _value(buf, item)
         result[key] = value
+    return item
+
+
+class _Keys(NamedTuple):
+    """The leading keys of an application-properties map: each as encoded (a str8 or sym8),
+    its size and what it decodes to; and all the map's keys, to tell when they change."""
+
+    encoded: tuple[tuple[bytes, int, Field], ...]
+    names: tuple[Field, ...]
+
+
+# The keys of the last application-properties map (at most _KEYS_KEPT of them as encoded, so
+# one small map's worth): a queue's or stream's next message mostly names the same keys in the
+# same order, and they are compared as bytes rather than decoded.
+_KEYS_KEPT: Final = 64
+_last_keys = _Keys((), ())
+
+
+def _application_properties(buf: bytes, pos: int) -> tuple[dict[Field, Field] | None, int]:
+    """Application properties: a map as :func:`_map` reads it, the keys the last message's map
+    named in the same order matched by their bytes."""
+    global _last_keys
+    head = _map_head(buf, pos, "application-properties")
+    if head is None:
+        return None, pos + 1
+    entries, item, end = head
+    result: dict[Field, Field] = {}
+    for encoded, size, key in _last_keys.encoded[:entries]:
+        if not buf.startswith(encoded, item):
+            break
+        item += size
+        if buf[item] == 0xA1:
+            value_end = item + 2 + buf[item + 1]
+            result[key] = buf[item + 2 : value_end].decode()
+            item = value_end
+        else:
+            result[key], item = _value(buf, item)
+    if len(result) < entries:
+        item = _entries(buf, item, entries - len(result), result)
+        names = tuple(result)
+        if names != _last_keys.names:
+            _last_keys = _Keys(_encoded_keys(names), names)
     if item > end:
-        raise DecodeError(f"the {section} run past their section")
+        raise DecodeError("the application-properties run past their section")
     return result, end
+
+
+def _encoded_keys(names: tuple[Field, ...]) -> tuple[tuple[bytes, int, Field], ...]:
+    """The leading string and symbol keys of ``names`` as a str8 or sym8 encodes them."""
+    encoded = []
+    for name in names[:_KEYS_KEPT]:
+        if not isinstance(name, str):
+            break
+        raw = name.encode()
+        if len(raw) > 0xFF:
+            break
+        key = bytes((0xA3 if type(name) is Symbol else 0xA1, len(raw))) + raw
+        encoded.append((key, len(key), name))
+    return tuple(encoded)
 
 
 def _value(buf: bytes, pos: int) -> tuple[Field, int]:

@@ -1,8 +1,10 @@
-"""Messages that repeat an earlier one's header and annotations read exactly as if decoded alone.
+"""Messages that repeat an earlier one's header, annotations or property keys read exactly as if
+decoded alone.
 
 ``read_fields`` keeps the last message's leading bytes (header, message annotations up to a
-stamped x-stream-offset) and small annotation maps by their bytes; every sequence of messages,
-malformed ones included, must read as each message does with those caches empty.
+stamped x-stream-offset), small annotation maps by their bytes and the last application
+properties' keys; every sequence of messages, malformed ones included, must read as each message
+does with those caches empty.
 """
 
 from __future__ import annotations
@@ -44,10 +46,15 @@ def _read(payload: bytes) -> Any:
         return f"DecodeError: {error}"
 
 
-def _alone(payload: bytes) -> Any:
-    """What ``payload`` reads as with nothing remembered of earlier messages."""
+def _forget() -> None:
     message_fields._annotation_cache.clear()
     message_fields._last_lead = None
+    message_fields._last_keys = message_fields._Keys((), ())
+
+
+def _alone(payload: bytes) -> Any:
+    """What ``payload`` reads as with nothing remembered of earlier messages."""
+    _forget()
     return _read(payload)
 
 
@@ -69,6 +76,15 @@ _ANNOTATION_VALUES = st.one_of(
     st.none(),
     st.lists(st.integers(0, 3), max_size=2),  # mutable: never shared between messages
 )
+# Application property keys as publishers name them, a symbol now and then, one too long for a
+# str8.
+_PROPERTY_KEYS = st.lists(
+    st.sampled_from(["", "a", "b", "region", "k" * 300])
+    | st.text(max_size=3)
+    | st.just("b").map(Symbol),
+    max_size=4,
+    unique=True,
+)
 _ANNOTATIONS = st.dictionaries(
     st.sampled_from(["x-exchange", "x-routing-key", "x-opt-a", "x-stream-offset"]).map(Symbol),
     _ANNOTATION_VALUES,
@@ -83,15 +99,14 @@ def _messages(draw: st.DrawFn) -> list[tuple[bytes, bool]]:
     with whether it is whole)."""
     headers = draw(st.lists(_HEADERS, min_size=1, max_size=2))
     annotations = draw(st.lists(st.none() | _ANNOTATIONS, min_size=1, max_size=3))
+    layouts = draw(st.lists(_PROPERTY_KEYS, min_size=1, max_size=2))
     messages = []
     for _ in range(draw(st.integers(1, 8))):
         payload = draw(st.sampled_from(headers)) + encode_message(
             draw(st.binary(max_size=8)),
             durable=False,
             message_id=draw(st.none() | st.text(max_size=5)),
-            application_properties=draw(
-                st.none() | st.dictionaries(st.text(max_size=3), _ANNOTATION_VALUES, max_size=2)
-            ),
+            application_properties=draw(_properties(layouts)),
             message_annotations=draw(st.sampled_from(annotations)),
         )
         if draw(st.booleans()):
@@ -126,13 +141,21 @@ def _check_annotations(payload: bytes) -> None:
     assert fields.other_annotations == (others or None)
 
 
+@st.composite
+def _properties(draw: st.DrawFn, layouts: list[list[str]]) -> dict[str, object] | None:
+    """Properties with one of a few layouts' keys in their order, or the first of them."""
+    keys = draw(st.sampled_from(layouts))
+    if draw(st.booleans()):
+        keys = keys[: draw(st.integers(0, len(keys)))]
+    return {key: draw(_ANNOTATION_VALUES) for key in keys} or None
+
+
 @given(_messages())
 def test_a_sequence_of_messages_reads_as_each_message_alone(
     messages: list[tuple[bytes, bool]],
 ) -> None:
     expected = [_alone(payload) for payload, _ in messages]
-    message_fields._annotation_cache.clear()
-    message_fields._last_lead = None
+    _forget()
     assert [_read(payload) for payload, _ in messages] == expected
     assert [_read(payload) for payload, _ in messages] == expected  # every cache warm
     for payload, whole in messages:
@@ -178,3 +201,11 @@ def test_a_message_cut_inside_the_offset_of_a_known_lead_is_a_decode_error() -> 
     cut = payload[: payload.index(b"\x00Su") - 3]
     assert _read(cut) == _alone(cut)
     assert str(_read(cut)).startswith("DecodeError")
+
+
+def test_a_property_key_sent_as_a_symbol_then_as_a_string_keeps_each_type() -> None:
+    for key in (Symbol("b"), "b", Symbol("b"), "b"):
+        payload = encode_message(b"", durable=False, application_properties={key: "v"})
+        properties = read_fields(payload).application_properties
+        assert properties == {"b": "v"}
+        assert [type(name) for name in properties] == [type(key)]
