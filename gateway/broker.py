@@ -729,14 +729,9 @@ class Broker(Handler):
             if not part.link.ack_required:
                 delivery.settle()
             else:
-                self._unframed_delivery(state.session.connection, c_object(delivery))
-
-    def _unframed_delivery(self, connection: ConnectionState, delivery: CDelivery) -> None:
-        """Give the delivery's payload buffer back once proton has framed it (an unsettled
-        delivery lives until the client settles it: gateway/payload_buffers.py)."""
-        deliveries.hold(delivery)
-        connection.unframed.append(delivery)
-        self._unframed.add(connection)
+                # Its buffer goes back once proton has framed it (an unsettled delivery lives
+                # until the client settles it: gateway/payload_buffers.py).
+                state.session.connection.sent.append(c_object(delivery))
 
     def _send_link_flow(self, state: OutgoingLinkState | None, flow: LinkFlow) -> None:
         """Send a drain completion; proton can send no other FLOW for a sending link."""

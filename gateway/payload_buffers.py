@@ -16,7 +16,7 @@ and a warning says so.
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from cffi import FFI
 from cproton import ffi as proton_ffi
@@ -26,6 +26,8 @@ log = logging.getLogger("sluicegate")
 
 # Buffers up to this capacity are left alone: a small message's buffer costs less than a swap.
 KEEP: Final = 256
+# A delivery (``pn_delivery_t *``) held until proton has framed its bytes, and its buffer.
+Held: TypeAlias = tuple[Any, Any]
 
 _ffi = FFI()
 _ffi.cdef(
@@ -84,33 +86,39 @@ def _empty(buffer: Any) -> None:
     buffer.start = 0
 
 
-def give_back(held: list[Any], sent: list[Any], framing: bool) -> list[Any]:
+def give_back(held: list[Held], sent: list[Any], framing: bool) -> list[Held]:
     """Give back the buffers of unsettled deliveries proton has framed; return those it has
-    not, held (``pn_incref``) until it has.
+    not, held (``pn_incref``) with their buffer until it has.
 
-    ``held`` are deliveries kept from earlier passes; ``sent`` are deliveries handed to proton
-    since the last call, not held: nothing freed them since (proton frees an unsettled
-    delivery only with its connection, and the calls come in the same reactor pass). While
-    ``framing`` (the connection is open) a delivery whose bytes proton still has waits; else
-    it is let go as it is. One loop for all, reading proton's delivery struct directly: per
-    delivery it cost several calls through cffi.
+    ``held`` come from earlier calls; ``sent`` are deliveries handed to proton since the last
+    call, not held: nothing freed them since (proton frees an unsettled delivery only with
+    its connection, and the calls come in the same reactor pass). While ``framing`` (the
+    connection is open) a delivery whose bytes proton still has waits; else it is let go as
+    it is. Proton frames no more than its output buffer takes, so a delivery often waits a
+    pass or two: its buffer, whose place in the delivery only this module changes, is kept
+    with it and looked at directly, one attribute read where a look through proton's API and
+    the delivery cost several calls through cffi.
     """
-    waiting: list[Any] = []
-    for delivery in held:
-        if framing and lib.pn_delivery_pending(delivery):
-            waiting.append(delivery)
-            continue
-        release(delivery)
-        lib.pn_decref(delivery)
     if not ENABLED:
-        return waiting
-    cast, delivery_type, incref, keep = _ffi.cast, _DELIVERY, lib.pn_incref, KEEP
+        return []
+    waiting: list[Held] = []
+    decref, incref, keep = lib.pn_decref, lib.pn_incref, KEEP
+    for entry in held:
+        buffer = entry[1]
+        if buffer.size:
+            if framing:
+                waiting.append(entry)
+                continue
+        elif buffer.capacity > keep:
+            _empty(buffer)
+        decref(entry[0])
+    cast, delivery_type = _ffi.cast, _DELIVERY
     for delivery in sent:
         buffer = cast(delivery_type, delivery).bytes
         if buffer.size:
             if framing:
                 incref(delivery)
-                waiting.append(delivery)
+                waiting.append((delivery, buffer))
         elif buffer.capacity > keep:
             _empty(buffer)
     return waiting

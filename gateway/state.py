@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 
 from sluicegate.gateway.auth import Permissions, User
+from sluicegate.gateway.payload_buffers import Held
 from sluicegate.gateway.proton_internals import Selectable
 from sluicegate.gateway.routing import PublishTarget, Router
 from sluicegate.gateway.tenancy import VirtualHost
@@ -99,9 +100,10 @@ class ConnectionState:
         self.publishers: set[IncomingLinkState] = set()
         # The inbound session, from its first publishing link on (session/inbound.py).
         self.inbound: Inbound | None = None
-        # Unsettled deliveries (``pn_delivery_t *``, held) whose payload buffers proton still
-        # has to frame before they can be given back (gateway/payload_buffers.py).
-        self.unframed: list[object] = []
+        # Unsettled deliveries (``pn_delivery_t *``, held, with their buffers) whose payload
+        # buffers proton still has to frame before they can be given back
+        # (gateway/payload_buffers.py).
+        self.unframed: list[Held] = []
         # Unsettled deliveries handed to proton in this reactor pass, not held: the flush that
         # pumped them gives their buffers back or holds them (Broker._give_back_buffers).
         self.sent: list[object] = []
