@@ -692,7 +692,7 @@ class Broker(Handler):
                         sender = c_object(senders[link].sender)
                         ack = link.ack_required
                     message = action[1]
-                    payload = message.read()
+                    payload = message.send()
                     delivery = send(sender, b"%d" % message.seq, payload)
                     run += 1
                     if not ack:

@@ -109,6 +109,11 @@ class Message:
         """The bytes to send: a stored message reads them from the log (a read, maybe a disk's)."""
         return self.payload
 
+    def send(self) -> bytes:
+        """The bytes to send now, as one whole delivery: :meth:`read`, after which a stored
+        message's body need not stay in memory."""
+        return self.payload
+
     def acquire(self) -> None:
         """Handed to a consumer that settles it later (a stored message logs it)."""
         self.state = ACQUIRED

@@ -429,6 +429,11 @@ class MessageStore:
         """A message's stored bytes: from memory if not yet written or cached, else the disk."""
         return self.bodies.read(message)
 
+    def sent_body(self, message: StoredMessage) -> bytes:
+        """A message's stored bytes as it is sent to the consumer holding it: they leave the
+        cache (Bodies.take)."""
+        return self.bodies.take(message)
+
     # -- batches --------------------------------------------------------------------------
 
     @property

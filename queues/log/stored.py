@@ -21,6 +21,10 @@ class MessageJournal(Protocol):
     def body(self, message: StoredMessage) -> bytes:
         """The stored bytes of ``message``."""
 
+    def sent_body(self, message: StoredMessage) -> bytes:
+        """The stored bytes of ``message``, about to be sent to the one consumer holding it:
+        nothing else reads them before it comes back."""
+
     def acquired(self, message: Message) -> None:
         """``message`` went to a consumer."""
 
@@ -112,7 +116,18 @@ class StoredMessage(Message):
     def read(self) -> bytes:
         """The wire bytes, read through the store (memory, the cache, or the segment file),
         with the delivery-count raised after failures."""
-        body = self.pinned if self.pinned is not None else self.journal.body(self)
+        return self._wire(self.pinned if self.pinned is not None else self.journal.body(self))
+
+    def send(self) -> bytes:
+        """The wire bytes to send now. An acquired message is held by one consumer: once sent
+        it is read again only if it comes back (released, modified, its consumer gone), so
+        its body leaves the store's cache, which keeps room for the bodies not sent yet."""
+        if self.pinned is not None:
+            return self._wire(self.pinned)
+        journal = self.journal
+        return self._wire(journal.sent_body(self) if self.state == ACQUIRED else journal.body(self))
+
+    def _wire(self, body: bytes) -> bytes:
         if self.delivery_count:
             body = with_delivery_count(body, self.delivery_count)
         return body if self.annotations is None else merge_annotations(body, self.annotations)

@@ -13,6 +13,7 @@ from sluicegate.queues.log.segments import SegmentWriter, segment_path
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.sections import read_header
 
 # (exchange, routing key, expiry) of each message: runs of the same names, a change of
 # routing key and of exchange, one with no routing at all.
@@ -117,3 +118,33 @@ def test_a_shared_body_in_a_run_of_the_same_names_is_read_from_its_holder(
     assert [m.read() for m in read] == [_payload(0), body, body, _payload(3)]
     assert read[2].shared
     assert (read[2].offset, read[2].length) == (read[1].offset, read[1].length)
+
+
+def test_a_body_sent_to_its_consumer_leaves_the_cache_and_is_read_again_if_it_comes_back(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path)
+    store.declare_queue("q", {})
+    pager = store.pager("q")
+    tail = None
+    for i in range(6):
+        tail = pager.append(tail, store.enqueue("q", _payload(i), 0)) or tail
+    write_now(store, SegmentWriter(tmp_path))  # the bodies move to the cache
+    assert isinstance(tail, DiskPage)
+    read = store.page_in(tail, None)
+    assert store.statistics().cached_bodies == 6
+    for message in read:
+        message.acquire()
+    assert [m.send() for m in read] == [_payload(i) for i in range(6)]
+    assert store.statistics().cached_bodies == 0
+    assert store.statistics().body_reads == 0
+    released, failed = read[1], read[4]
+    released.release()
+    failed.count_failed_delivery()
+    failed.release()
+    # Back in the queue: read from the log again, whole, the failed one counted.
+    assert released.send() == _payload(1)
+    again = failed.send()
+    assert read_header(again).delivery_count == 1
+    assert again.endswith(_payload(4))
+    assert store.statistics().body_reads == 2
