@@ -83,6 +83,16 @@ class ServerCollector(Collector):
             sum(1 for account in stats.accounts if account.paused),
         )
         yield _gauge(
+            "sluicegate_connection_outgoing_pending_paused",
+            "Connections whose consumers get nothing more from queues until their sessions send.",
+            sum(1 for waiting in stats.waiting if waiting.paused),
+        )
+        yield _gauge(
+            "sluicegate_deferred_credit_requests",
+            "Consumer links whose credit request waits for their connection's sessions to send.",
+            sum(waiting.deferred for waiting in stats.waiting),
+        )
+        yield _gauge(
             "sluicegate_connection_account_debt",
             "Routed copies published and not yet stored, summed over connections.",
             sum(account.debt for account in stats.accounts),
@@ -214,6 +224,11 @@ class ServerCollector(Collector):
             "sluicegate_session_outgoing_pending_max",
             "The longest outgoing_pending of any session.",
             max(pending, default=0),
+        )
+        yield _gauge(
+            "sluicegate_session_outgoing_pending_bytes",
+            "What deliveries waiting in outgoing_pending hold (bytes in memory, 256 more each).",
+            sum(session.pending_bytes for session in sessions),
         )
         yield _gauge(
             "sluicegate_credit_requests_in_flight",

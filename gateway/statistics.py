@@ -23,6 +23,7 @@ from sluicegate.session.account import AccountStatistics
 from sluicegate.session.incoming_link import IncomingLinkStatistics
 from sluicegate.session.memory_budget import BudgetStatistics
 from sluicegate.session.session import SessionStatistics
+from sluicegate.session.waiting import WaitingStatistics
 from sluicegate.writer.writer import WriterStatistics
 
 # Queues, or connections, read per turn of the reactor: a few milliseconds of work.
@@ -39,6 +40,8 @@ class ServerStatistics:
     sessions: list[SessionStatistics]
     writers: list[WriterStatistics]
     accounts: list[AccountStatistics]
+    # What each connection's sessions hold for its consumers (session/waiting.py).
+    waiting: list[WaitingStatistics]
     # Connections whose socket is not read, and those of them the memory budget holds.
     reads_paused: int
     reads_paused_by_budget: int
@@ -96,6 +99,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
     sessions: list[SessionStatistics] = []
     writers: list[WriterStatistics] = []
     accounts: list[AccountStatistics] = []
+    waiting: list[WaitingStatistics] = []
     reads_paused = reads_paused_by_budget = 0
     connections = [state for state in broker.connections if not state.closed]
     for start in range(0, len(connections), SLICE):
@@ -105,6 +109,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
             sessions.extend(session.pure.statistics() for session in connection.sessions.values())
             writers.append(connection.writer.statistics())
             accounts.append(connection.account.statistics())
+            waiting.append(connection.waiting.statistics())
             reads_paused += connection.reads_paused
             inbound = connection.inbound
             reads_paused_by_budget += inbound is not None and inbound.budget_paused
@@ -116,6 +121,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         sessions=sessions,
         writers=writers,
         accounts=accounts,
+        waiting=waiting,
         reads_paused=reads_paused,
         reads_paused_by_budget=reads_paused_by_budget,
         budget=broker.publishing.budget.statistics(),

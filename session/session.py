@@ -283,7 +283,8 @@ class Session:
                     break
                 pending.popleft()
                 link.waiting.popleft()
-                sent_held += item.held
+                # A plain message holds its size; a stored one may hold nothing of it.
+                sent_held += size if type(item) is Message else item.held
                 sent += 1
                 self.remote_incoming_window -= frames
                 room_bytes = handed(credit, frames, size - start)

@@ -139,8 +139,10 @@ class StoredMessage(Message):
 
     @property
     def held(self) -> int:
-        """Nothing counts against the memory budget: the store bounds its own cache."""
-        return 0
+        """The body kept with it until it is sent (:attr:`pinned`), else nothing: the store
+        bounds its own cache. A session charges what it holds waiting to its connection."""
+        pinned = self.pinned
+        return 0 if pinned is None else len(pinned)
 
     def acquire(self) -> None:
         """Handed to a consumer: logged."""

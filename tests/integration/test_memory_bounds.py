@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Final
 
 import proton
@@ -463,17 +464,23 @@ def test_readers_that_never_read_hold_at_most_the_outgoing_pending_bound(
                 replies += frame.performative == "attach"
             # Credit on every link, and from now on nothing is read.
             client.send_raw(flows)
-            wait_until(lambda: server.call(waiting).paused, timeout=30)
+            # Every other link's FLOW finds its connection over its bound: its request waits.
+            # A few dozen links' batches fill the writer's 4 MiB and the socket's buffers, and
+            # a dozen wait here.
+            links = sessions * per_session
+            wait_until(lambda: server.call(waiting).deferred >= links - 64, timeout=30)
             for _ in range(3):
                 _more_rounds(prober, 1)
                 held = server.call(waiting)
                 # Paused: over its limit at a credit request, and not yet back at half of it.
                 assert held.paused
                 assert held.resume_at < held.bytes <= limit + batch
-                # Every other link waits for its credit request: a few dozen links' batches
-                # fill the writer's 4 MiB and the socket's buffers, and a dozen wait here.
-                assert held.deferred >= sessions * per_session - 64
+                assert held.deferred >= links - 64
             assert server.call(lambda: server.server.broker.outbound_bytes()) >= held.bytes
+            # The hold is visible.
+            samples = scrape(server)
+            assert samples[("sluicegate_connection_outgoing_pending_paused", ())] == 1
+            assert samples[("sluicegate_deferred_credit_requests", ())] == held.deferred
             client.reset()
     wait_until(lambda: server.call(lambda: server.server.broker.waiting.total) == 0)
     assert server.call(lambda: _connection(server, "never-reads")) is None
@@ -527,3 +534,59 @@ def test_deferred_credit_requests_are_made_as_the_client_reads(
         held = server.call(waiting)
         assert held.pauses > 1
         assert (held.bytes, held.deferred, held.paused) == (0, 0, False)
+
+
+def test_bodies_kept_for_presettled_consumers_of_a_durable_queue_are_charged(
+    make_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """A durable queue hands a pre-settled consumer each logged message with its body read and
+    kept until it is sent (the message is settled in the log as it is handed out): 64 such
+    links that never read are charged those bodies, so their connection holds its bound, not
+    12,000 bodies. The messages are recovered after a restart, so each is a log position whose
+    body is read only then."""
+    limit = 2 * MiB
+    body = 4 * KiB
+    count = 12_000
+    first = make_server(data_dir=tmp_path)
+    first.call(lambda: first.server.registry.declare_queue("kept-bodies", durable=True))
+    durable = [proton.Message(body=b"k" * body, durable=True)] * count
+    assert (
+        publish(first.url, "/queues/kept-bodies", messages=durable).outcomes == ["accepted"] * count
+    )
+    first.stop()
+    server = make_server(data_dir=tmp_path, max_outgoing_pending_size=limit)
+    # One batch of the largest message: its bodies and every delivery's own cost.
+    batch = server.server.config.max_queue_credit * (2 * body + WAITING_DELIVERY_COST)
+
+    def held() -> tuple[WaitingStatistics, int]:
+        state = _connection(server, "kept-bodies")
+        assert state is not None
+        waiting = sum(s.pure.statistics().pending_deliveries for s in state.sessions.values())
+        return state.waiting.statistics(), waiting
+
+    with (
+        _probing(server, "probe-kept-bodies") as prober,
+        RawClient.connect(
+            server.host, server.port, container_id="kept-bodies", rcvbuf=16 * KiB
+        ) as client,
+    ):
+        client.begin()
+        handles = [
+            client.attach(
+                f"k{n}", "receiver", source="/queues/kept-bodies", snd_settle_mode="settled"
+            )
+            for n in range(64)
+        ]
+        for handle in handles:
+            assert client.wait_attach(handle).error is None
+        for handle in handles:
+            client.flow(handle, link_credit=1000)
+        wait_until(lambda: server.call(held)[0].paused, timeout=30)
+        _more_rounds(prober, 3)
+        waiting, deliveries = server.call(held)
+        assert waiting.bytes >= deliveries * body
+        assert deliveries * body <= limit + batch
+        # The rest is still in the queue.
+        assert server.queue("kept-bodies").ready >= count - deliveries - 8 * MiB // body
+        client.reset()
+    wait_until(lambda: server.call(lambda: server.server.broker.waiting.total) == 0)

@@ -18,6 +18,7 @@ from support.raw_client import RawClient
 from sluicegate.gateway.statistics import SLICE, ServerStatistics, gathering
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.session.session import UNSETTLED_DELIVERY_COST
+from sluicegate.session.waiting import WAITING_DELIVERY_COST
 from sluicegate.wire.annotations import routing_annotations
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -136,6 +137,11 @@ def test_outgoing_pending_while_the_client_window_is_closed(
     assert samples[("sluicegate_session_outgoing_pending_max", ())] == 16
     assert samples[("sluicegate_credit_requests_in_flight", ())] == 1
     assert samples[("sluicegate_sessions_remote_window_closed", ())] == 1
+    # Charged to the connection: each message's bytes and what the delivery itself costs.
+    waiting = 15 * (stored_size(b"z", "m-window") + WAITING_DELIVERY_COST)
+    assert samples[("sluicegate_session_outgoing_pending_bytes", ())] == waiting
+    assert samples[("sluicegate_connection_outgoing_pending_paused", ())] == 0
+    assert samples[("sluicegate_deferred_credit_requests", ())] == 0
 
 
 def test_every_metric_is_documented(make_server: Callable[..., RunningServer]) -> None:
