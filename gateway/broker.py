@@ -56,7 +56,7 @@ from sluicegate.gateway.management.router import Router
 from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
-from sluicegate.gateway.settlement_run import SettlementRun
+from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.state import (
     ConnectionState,
     IncomingLinkState,
@@ -519,6 +519,10 @@ class Broker(Handler):
         """
         run = self.settlements
         if run.seqs and deliveries.link(delivery) == run.link:
+            if deliveries.remote_state(delivery) == run.remote:
+                run.seqs.append(deliveries.tag_number(delivery))
+                deliveries.settle(delivery)
+                return
             assert run.state is not None
             self._settled(run.state, delivery)
             return
@@ -541,11 +545,13 @@ class Broker(Handler):
                 self.publishing.other_link(link, wrapped)
 
     def _settled(self, state: OutgoingLinkState, delivery: CDelivery) -> None:
-        outcome = _OUTCOMES.get(deliveries.remote_state(delivery))
+        remote = deliveries.remote_state(delivery)
+        outcome = _OUTCOMES.get(remote)
         if outcome is None:
             if not deliveries.settled(delivery):
                 return
             outcome = Outcome.ACCEPTED
+            remote = NO_OUTCOME
         run = self.settlements
         if outcome is Outcome.MODIFIED:
             self.apply_settlements()
@@ -553,7 +559,7 @@ class Broker(Handler):
             return
         if run.state is not state or run.outcome is not outcome:
             self.apply_settlements()
-            run.start(deliveries.link(delivery), state, outcome)
+            run.start(deliveries.link(delivery), state, outcome, remote)
         run.seqs.append(deliveries.tag_number(delivery))
         deliveries.settle(delivery)
 

@@ -26,12 +26,15 @@ from sluicegate.gateway.state import OutgoingLinkState
 from sluicegate.queues.queue_type import Outcome
 
 _NULL: Final = ffi.NULL
+# The run's outcome code when its deliveries were settled with none (which counts as accepted):
+# no code proton reports, so each such delivery takes the full path, which checks it is settled.
+NO_OUTCOME: Final = -1
 
 
 class SettlementRun:
     """Sequence numbers a consumer link's deliveries were settled with, one outcome, in order."""
 
-    __slots__ = ("link", "outcome", "seqs", "state")
+    __slots__ = ("link", "outcome", "remote", "seqs", "state")
 
     def __init__(self) -> None:
         # The run's ``pn_link_t *``: an event of the same link continues the run, known
@@ -40,13 +43,18 @@ class SettlementRun:
         self.link: Any = _NULL
         self.state: OutgoingLinkState | None = None
         self.outcome = Outcome.ACCEPTED
+        # Proton's code of the outcome the run's deliveries came with: a delivery of the link
+        # with the same code joins the run at once.
+        self.remote = NO_OUTCOME
         self.seqs: list[int] = []
 
-    def start(self, link: Any, state: OutgoingLinkState, outcome: Outcome) -> None:
-        """A new run, of ``state``'s link (``link``, proton's) with ``outcome``."""
+    def start(self, link: Any, state: OutgoingLinkState, outcome: Outcome, remote: int) -> None:
+        """A new run, of ``state``'s link (``link``, proton's) with ``outcome`` (proton's code
+        ``remote``, or :data:`NO_OUTCOME`)."""
         self.link = link
         self.state = state
         self.outcome = outcome
+        self.remote = remote
 
     def take(self) -> tuple[OutgoingLinkState, Outcome, list[int]] | None:
         """What the run gathered, which ends it; None if nothing."""

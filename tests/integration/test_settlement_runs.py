@@ -98,3 +98,22 @@ def test_a_range_accepted_and_the_link_detached_in_one_write_stays_accepted(
         assert all(m.delivery_count == 1 for m in back)
     finally:
         running.stop()
+
+
+def test_a_range_settled_with_no_outcome_is_accepted_and_unsettled_ones_change_nothing(
+    tmp_path: Path,
+) -> None:
+    running = _start(tmp_path)
+    try:
+        publish(running.url, "/queues/runs", messages=[Message(body=f"m{i}") for i in range(20)])
+        with RawClient.connect(running.host, running.port) as client:
+            _receive_all(client, 20)
+            with client.corked():
+                client.disposition(0, 9, settled=False, state=None)
+                client.disposition(10, 19, state=None)
+            wait_until(lambda: running.queue("runs").acknowledged == 10)
+            assert running.queue("runs").unacked == 10
+            client.disposition(0, 9, state="accepted")
+            wait_until(lambda: running.queue("runs").acknowledged == 20)
+    finally:
+        running.stop()
