@@ -174,10 +174,12 @@ def through_outbound(
     return bytes(sent)
 
 
-@given(
-    available=st.lists(st.integers(min_value=1, max_value=8000), min_size=1, max_size=30),
-    taken=st.lists(st.integers(min_value=0, max_value=8000), min_size=1, max_size=30),
-)
+# How much of its output proton hands over at each call, and how much of it the socket takes.
+_AVAILABLE = st.lists(st.integers(min_value=1, max_value=8000), min_size=1, max_size=30)
+_TAKEN = st.lists(st.integers(min_value=0, max_value=8000), min_size=1, max_size=30)
+
+
+@given(available=_AVAILABLE, taken=_TAKEN)
 def test_proton_replies_lose_the_suffix_at_the_same_length(
     available: list[int], taken: list[int]
 ) -> None:
@@ -199,10 +201,7 @@ def test_proton_replies_lose_the_suffix_at_the_same_length(
     assert received[2]["target"]["address"] == "/queues/q"
 
 
-@given(
-    available=st.lists(st.integers(min_value=1, max_value=8000), min_size=1, max_size=30),
-    taken=st.lists(st.integers(min_value=0, max_value=8000), min_size=1, max_size=30),
-)
+@given(available=_AVAILABLE, taken=_TAKEN)
 def test_frames_hopped_over_before_any_rename_keep_the_replies_after_it_found(
     available: list[int], taken: list[int]
 ) -> None:

@@ -60,6 +60,17 @@ def test_a_durable_stream_counts_a_few_bytes_a_message_and_reads_bodies_back(
     assert store.statistics().body_reads == 500
 
 
+def _ten_written(tmp_path: Path) -> tuple[MessageStore, SegmentWriter, StreamQueue]:
+    """A durable stream of 5,000 bytes at most over 4 KiB segments, with no body cache, and
+    ten messages written to its log."""
+    store = MessageStore(tmp_path, segment_size=4096, cache_bytes=0)
+    writer = SegmentWriter(tmp_path)
+    queue = _stream(store, {"x-max-length-bytes": 5_000})
+    _publish(store, queue, 10)
+    write_now(store, writer)
+    return store, writer, queue
+
+
 def _segments_gone(store: MessageStore, writer: SegmentWriter, taken: list[Message]) -> None:
     """Write what retention settled: compaction deletes the segments of ``taken``."""
     write_now(store, writer)
@@ -72,11 +83,7 @@ def _segments_gone(store: MessageStore, writer: SegmentWriter, taken: list[Messa
 def test_a_reader_takes_bodies_with_its_messages_and_retention_leaves_them_whole(
     tmp_path: Path,
 ) -> None:
-    store = MessageStore(tmp_path, segment_size=4096, cache_bytes=0)
-    writer = SegmentWriter(tmp_path)
-    queue = _stream(store, {"x-max-length-bytes": 5_000})
-    _publish(store, queue, 10)
-    write_now(store, writer)
+    store, writer, queue = _ten_written(tmp_path)
     in_flight = _read(queue, "reader", 10)
     assert store.statistics().body_reads == 10
     # Each message owns its body: nothing remembers it, retention settles its entry unread.
@@ -93,11 +100,7 @@ def test_a_reader_takes_bodies_with_its_messages_and_retention_leaves_them_whole
 def test_bodies_past_what_a_take_reads_are_kept_when_retention_drops_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = MessageStore(tmp_path, segment_size=4096, cache_bytes=0)
-    writer = SegmentWriter(tmp_path)
-    queue = _stream(store, {"x-max-length-bytes": 5_000})
-    _publish(store, queue, 10)
-    write_now(store, writer)
+    store, writer, queue = _ten_written(tmp_path)
     # One take reads at most TAKE_BYTES of bodies: here the first three bodies' worth.
     entries = queue.entries
     assert isinstance(entries, LoggedEntries)
@@ -120,11 +123,7 @@ def test_bodies_past_what_a_take_reads_are_kept_when_retention_drops_them(
 def test_messages_a_filtered_reader_holds_keep_their_bodies_and_the_rest_are_forgotten(
     tmp_path: Path,
 ) -> None:
-    store = MessageStore(tmp_path, segment_size=4096, cache_bytes=0)
-    writer = SegmentWriter(tmp_path)
-    queue = _stream(store, {"x-max-length-bytes": 5_000})
-    _publish(store, queue, 10)
-    write_now(store, writer)
+    store, writer, queue = _ten_written(tmp_path)
     wanted = ConsumerOptions(offset=OffsetSpec("first"), filter=lambda message: True)
     queue.attach("filtered", ack_required=False, options=wanted)
     in_flight, _ = queue.credit("filtered", 0, 10, False)
