@@ -81,11 +81,11 @@ from sluicegate.session.session import (
     route,
 )
 from sluicegate.session.session import Session as PureSession
-from sluicegate.session.waiting import Waiting, WaitingTotal
+from sluicegate.session.waiting import Waiting
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.annotations import InvalidAnnotations, modified_annotations
 from sluicegate.wire.errors import AmqpError
-from sluicegate.writer.writer import PendingBytes
+from sluicegate.writer.writer import ServerBytes
 
 log = logging.getLogger("sluicegate")
 
@@ -150,13 +150,13 @@ class Broker(Handler):
         self.publishing.close_connection = self.close_for_error
         self.publishing.outbound = self.outbound_bytes
         # Bytes every connection's writer handed to proton and that are not written yet.
-        self.pending_bytes = PendingBytes()
+        self.pending_bytes = ServerBytes()
         # Unsettled deliveries to consumers, over every session.
         self.unsettled = Unsettled()
         # Consecutive settlements of one consumer link, applied together.
         self.settlements = SettlementRun()
         # What deliveries waiting in every connection's sessions hold (session/waiting.py).
-        self.waiting = WaitingTotal()
+        self.waiting = ServerBytes()
 
     # -- connections ----------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluicegate.session.outgoing_link import OutgoingLink
+from sluicegate.writer.writer import ServerBytes
 
 # What a delivery waiting in a session costs beyond its message's bytes: its entry in
 # outgoing_pending (a tuple and two deque slots) and a message object of its own (a durable
@@ -32,15 +33,6 @@ WAITING_DELIVERY_COST: Final = 256
 # Twice the writer's buffer (4 MiB): a connection over it has more ready than its writer may
 # hand proton at once, so deferring its credit requests never leaves its socket idle.
 DEFAULT_MAX_OUTGOING_PENDING: Final = 8 * 1024 * 1024
-
-
-class WaitingTotal:
-    """Bytes waiting in every connection's sessions: the memory budget counts them."""
-
-    __slots__ = ("total",)
-
-    def __init__(self) -> None:
-        self.total = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +53,13 @@ class Waiting:
     __slots__ = ("bytes", "deferred", "limit", "paused", "pauses", "resume_at", "server")
 
     def __init__(
-        self, limit: int = DEFAULT_MAX_OUTGOING_PENDING, server: WaitingTotal | None = None
+        self, limit: int = DEFAULT_MAX_OUTGOING_PENDING, server: ServerBytes | None = None
     ) -> None:
         if limit <= 0:
             raise ValueError(f"max_outgoing_pending_size must be positive, got {limit}")
         self.limit = limit
         self.resume_at = limit // 2
-        self.server = WaitingTotal() if server is None else server
+        self.server = ServerBytes() if server is None else server
         self.bytes = 0
         # Over the limit: credit requests wait in ``deferred`` until the bytes are at resume_at.
         self.paused = False

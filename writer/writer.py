@@ -44,9 +44,10 @@ class WriterStatistics:
     full: bool = False
 
 
-class PendingBytes:
-    """Bytes handed and not yet written over every connection: the server's memory budget
-    counts them."""
+class ServerBytes:
+    """A byte count over every connection, which the server's memory budget reads: the bytes
+    writers handed and have not yet written, or the deliveries waiting in sessions
+    (session/waiting.py)."""
 
     __slots__ = ("total",)
 
@@ -62,7 +63,7 @@ class Writer:
         initial_credit: int = DEFAULT_INITIAL_CREDIT,
         more_credit_after: int = DEFAULT_MORE_CREDIT_AFTER,
         max_bytes: int = DEFAULT_MAX_BYTES,
-        pending: PendingBytes | None = None,
+        pending: ServerBytes | None = None,
     ) -> None:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive, got {max_bytes}")
@@ -71,7 +72,7 @@ class Writer:
         self.max_bytes = max_bytes
         self._resume_bytes = max_bytes // 2
         # Shared with the server's other writers (the memory budget reads the total).
-        self.pending = PendingBytes() if pending is None else pending
+        self.pending = ServerBytes() if pending is None else pending
         # Handed bytes reached max_bytes: no session hands more until half are written.
         self.full = False
         self._ledger: deque[tuple[int, SessionCredit, int]] = deque()
