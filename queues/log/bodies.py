@@ -2,11 +2,13 @@
 
 A body waits in memory (with its message, by id) until the batch holding it is durable; then it
 moves to a bounded cache for consumers that read close behind publishers; after that it is read
-back from its segment with ``pread``. A page read back puts its bodies in the cache while it has
-room, and a body sent to the one consumer holding its message leaves it (:meth:`Bodies.take`):
-the cache holds the bodies still to be sent, not those of the deliveries a consumer keeps
-unsettled (300,000 of them, in the Spark connector's ``mode=queue``). The cache is keyed by
-where the body lies, so the queues sharing one body (a fan-out) share one cache entry.
+back from its segment with ``pread``. A page read back leaves its bodies on its messages
+(``StoredMessage.loaded``), counted in the cache's bytes, evicting cached bodies for them: those
+are about to be sent, while a cached one may wait for a consumer far behind. A body sent to the
+one consumer holding its message leaves the cache (:meth:`Bodies.take`): the cache holds the
+bodies still to be sent, not those of the deliveries a consumer keeps unsettled (300,000 of
+them, in the Spark connector's ``mode=queue``). Cached bodies are keyed by where the body lies,
+so the queues sharing one body (a fan-out) share one cache entry.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class Bodies:
 
     def read(self, message: StoredMessage) -> bytes:
         """A message's stored bytes: from memory if not yet written or cached, else the disk."""
+        loaded = message.loaded
+        if loaded is not None:
+            return loaded
         unwritten = self.unwritten.get(message.message_id)
         if unwritten is not None:
             return unwritten[1]
@@ -64,6 +69,11 @@ class Bodies:
     def take(self, message: StoredMessage) -> bytes:
         """A message's stored bytes, as :meth:`read`, taken out of the cache unless other
         messages share them: its one consumer has them now."""
+        loaded = message.loaded
+        if loaded is not None:
+            message.loaded = None
+            self.cached_bytes -= len(loaded)
+            return loaded
         if not message.shared:
             body = self._cache.pop(message.body_key, None)
             if body is not None:
@@ -99,6 +109,47 @@ class Bodies:
         """Bytes the cache may still take without evicting."""
         return self.cache_bytes - self.cached_bytes
 
+    def load(self, pairs: list[tuple[StoredMessage, memoryview | bytes]]) -> None:
+        """Leave each body read with its page on its message, as far as the cache makes room,
+        evicting the newest cached bodies first (the oldest are the next to be paged in).
+
+        A body the cache holds moves to its message; the others are copied out of the page.
+        """
+        cache = self._cache
+        pop = cache.pop
+        room = self.cache_bytes - self.cached_bytes
+        copied = 0
+        unplaced: list[tuple[StoredMessage, memoryview | bytes]] = []
+        for message, body in pairs:
+            cached = pop((message.segment << 32) | message.offset, None)
+            if cached is not None:
+                message.loaded = cached
+            elif len(body) <= room - copied:
+                message.loaded = bytes(body)
+                copied += len(body)
+            else:
+                unplaced.append((message, body))
+        self.cached_bytes += copied
+        if not unplaced:
+            return
+        needed = sum(len(body) for _, body in unplaced)
+        while self.cache_bytes - self.cached_bytes < needed and cache:
+            _, evicted = cache.popitem()
+            self.cached_bytes -= len(evicted)
+        room = self.cache_bytes - self.cached_bytes
+        for message, body in unplaced:
+            if len(body) <= room:
+                message.loaded = bytes(body)
+                room -= len(body)
+        self.cached_bytes = self.cache_bytes - room
+
+    def unload(self, message: StoredMessage) -> None:
+        """Drop the body read with ``message``'s page (:attr:`StoredMessage.loaded`)."""
+        loaded = message.loaded
+        if loaded is not None:
+            message.loaded = None
+            self.cached_bytes -= len(loaded)
+
     def put(self, key: int, body: bytes) -> None:
         """Cache a body read back with its page (the caller checked the room)."""
         if key not in self._cache:
@@ -107,7 +158,9 @@ class Bodies:
 
     def forget(self, message: StoredMessage) -> None:
         """A settled message's body leaves the cache, unless other messages share it."""
-        if not message.shared:
+        if message.loaded is not None:
+            self.unload(message)
+        elif not message.shared:
             body = self._cache.pop(message.body_key, None)
             if body is not None:
                 self.cached_bytes -= len(body)

@@ -10,6 +10,7 @@ acquisition loses nothing: a delivery held across it comes back with its exact c
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Final
 
 from sluicegate.queues.log.ledger import SegmentLedger
@@ -24,31 +25,52 @@ from sluicegate.queues.log.records import (
 _IDS_PER_RECORD: Final = 65536
 
 
+class _Run:
+    """Consecutive changes of one kind: their ids and their messages' segments, one list each
+    (a change costs two appends, no tuple)."""
+
+    __slots__ = ("ids", "kind", "segments")
+
+    def __init__(self, kind: RecordType) -> None:
+        self.kind = kind
+        self.ids: list[int] = []
+        self.segments: list[int] = []
+
+
 class StateChanges:
     """The buffer of changes, and the live messages' delivery counts."""
 
     __slots__ = ("acquired", "buffer", "counts")
 
     def __init__(self) -> None:
-        # (record type, message id, the message's segment), in order.
-        self.buffer: list[tuple[RecordType, int, int]] = []
+        # Runs of changes, in order; a run holds at most _IDS_PER_RECORD, one record's worth.
+        self.buffer: list[_Run] = []
         self.counts: dict[int, int] = {}
         # The messages a consumer holds: a crash gives each one more failed delivery.
         self.acquired: set[int] = set()
 
+    def _add(self, kind: RecordType, message_id: int, segment: int) -> None:
+        buffer = self.buffer
+        run = buffer[-1] if buffer else None
+        if run is None or run.kind is not kind or len(run.ids) >= _IDS_PER_RECORD:
+            run = _Run(kind)
+            buffer.append(run)
+        run.ids.append(message_id)
+        run.segments.append(segment)
+
     def acquire(self, message_id: int, segment: int) -> None:
         """A consumer holds the message ``message_id``."""
-        self.buffer.append((RecordType.ACQUIRE, message_id, segment))
+        self._add(RecordType.ACQUIRE, message_id, segment)
         self.acquired.add(message_id)
 
     def give_back(self, message_id: int, segment: int) -> None:
         """The message came back to its queue without a failed delivery."""
-        self.buffer.append((RecordType.RETURN, message_id, segment))
+        self._add(RecordType.RETURN, message_id, segment)
         self.acquired.discard(message_id)
 
     def settle(self, message_id: int, segment: int) -> None:
         """The message is archived: its count goes with it."""
-        self.buffer.append((RecordType.SETTLE, message_id, segment))
+        self._add(RecordType.SETTLE, message_id, segment)
         if self.counts:
             self.counts.pop(message_id, None)
         self.acquired.discard(message_id)
@@ -57,7 +79,7 @@ class StateChanges:
         """The message's failed-delivery count is now ``delivery_count``; it is back in its
         queue (a count record ends an acquisition, also at recovery)."""
         self.counts[message_id] = delivery_count
-        self.buffer.append((RecordType.DELIVERY_COUNTS, message_id, segment))
+        self._add(RecordType.DELIVERY_COUNTS, message_id, segment)
         self.acquired.discard(message_id)
 
     def snapshot(self) -> list[bytes]:
@@ -74,26 +96,20 @@ class StateChanges:
         ]
 
     def place(self, placement: Placement, ledger: SegmentLedger) -> None:
-        """Encode the buffered changes, consecutive ones of a kind in one record, in order."""
-        changes = self.buffer
-        if not changes:
+        """Encode the buffered changes, one record a run, in order."""
+        runs = self.buffer
+        if not runs:
             return
         self.buffer = []
-        start = 0
-        while start < len(changes):
-            kind = changes[start][0]
-            end = start + 1
-            while end < len(changes) and changes[end][0] is kind and end - start < _IDS_PER_RECORD:
-                end += 1
-            run = changes[start:end]
+        for run in runs:
+            kind = run.kind
             if kind is RecordType.DELIVERY_COUNTS:
                 counts = self.counts
-                pairs = [(c[1], counts[c[1]]) for c in run if c[1] in counts]
+                pairs = [(i, counts[i]) for i in run.ids if i in counts]
                 if pairs:
                     placement.append([encode_delivery_counts(pairs)])
-            else:
-                segment, _ = placement.append([encode_messages_changed(kind, [c[1] for c in run])])
-                if kind is RecordType.SETTLE:
-                    for _, _, message_segment in run:
-                        ledger.settled(message_segment, segment)
-            start = end
+                continue
+            segment, _ = placement.append([encode_messages_changed(kind, run.ids)])
+            if kind is RecordType.SETTLE:
+                for message_segment, settled in Counter(run.segments).items():
+                    ledger.settled(message_segment, segment, settled)

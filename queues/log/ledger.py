@@ -32,9 +32,10 @@ class SegmentLedger:
         """A message was enqueued in ``segment``."""
         self._live[segment] += 1
 
-    def settled(self, message_segment: int, record_segment: int) -> None:
-        """A message of ``message_segment`` was settled by a record in ``record_segment``."""
-        self._live[message_segment] -= 1
+    def settled(self, message_segment: int, record_segment: int, count: int = 1) -> None:
+        """``count`` messages of ``message_segment`` were settled by a record in
+        ``record_segment``."""
+        self._live[message_segment] -= count
         if message_segment != record_segment:
             self._refs[record_segment].add(message_segment)
 

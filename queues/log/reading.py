@@ -2,9 +2,8 @@
 
 A page is read with one ``pread`` of its span; every record in it is checked (its CRC, its
 type, its id and queue) before its message is made. Messages whose batch is not written yet
-are the ones still in memory. Small bodies go to the cache while it has room, so delivering
-them reads nothing more; the cache is not churned for them, since a large credit may page in
-far ahead.
+are the ones still in memory. The bodies stay on their messages, counted in the body cache,
+so delivering them reads nothing more (:mod:`queues.log.bodies`).
 """
 
 from __future__ import annotations
@@ -92,7 +91,8 @@ class PageReader:
         ``ttl`` (the queue's ``x-message-ttl``) counts from each message's arrival. A page's
         records mostly repeat one queue, exchange and routing key: once a record's names are
         decoded, the next records that start with the same bytes (:class:`RoutedRecords`) are
-        checked without decoding them again.
+        checked without decoding them again. The bodies stay on their messages as far as the
+        body cache makes room for them, older cached bodies going first.
         """
         first, ids, offsets = page.first_id, page.ids, page.offsets
         count = len(offsets)
@@ -107,18 +107,19 @@ class PageReader:
             buffer = bodies.reader.read_upto(page.segment, page.start, stop - page.start)
             self.reads += 1
         failures = page.failures or {}
-        room = bodies.room()
-        put = bodies.put
         routed = RoutedRecords(buffer, page.start)
+        at = routed.at
         journal, queue, segment = self.journal, page.queue, page.segment
         messages: list[StoredMessage] = []
+        read: list[tuple[StoredMessage, memoryview | bytes]] = []
+        keep = read.append
         for index in range(count):
             message_id = first + ids[index]
             if index >= written:
                 message = pending[message_id][0]
             else:
                 offset = offsets[index]
-                found = routed.at(offset, message_id)
+                found = at(offset, message_id)
                 if found is None:
                     message, body = self._read(
                         page, routed, offset, message_id, failures.get(index, 0)
@@ -133,20 +134,21 @@ class PageReader:
                         (offset, body_offset + body_length),
                         (body_offset, body_length),
                         timestamp,
-                        delivery_count=failures.get(index, 0),
+                        delivery_count=failures.get(index, 0) if failures else 0,
                         expires=expires,
                         exchange=routed.exchange,
                         routing_key=routed.routing_key,
                     )
                     body = routed.body
-                if body is not None and len(body) <= room:
-                    put(message.body_key, bytes(body))
-                    room -= len(body)
+                if body is not None:
+                    keep((message, body))
             if ttl is not None:
                 deadline = message.timestamp + ttl
                 if message.expires is None or deadline < message.expires:
                     message.expires = deadline
             messages.append(message)
+        if read:
+            bodies.load(read)
         return messages
 
     def _read(

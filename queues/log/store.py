@@ -347,6 +347,7 @@ class MessageStore:
     def paged_entry(self, message: Message) -> StoredMessage | None:
         """``message`` if a page can hold it as a record's position: logged, ready, unpinned."""
         if type(message) is StoredMessage and message.journal is self and message.pinned is None:
+            self.bodies.unload(message)
             return message
         return None
 

@@ -50,6 +50,7 @@ class StoredMessage(Message):
         "archived",
         "journal",
         "length",
+        "loaded",
         "message_id",
         "offset",
         "pinned",
@@ -107,6 +108,9 @@ class StoredMessage(Message):
         # The body, read while its segment still exists, of a message settled before it is
         # sent (a pre-settled delivery waiting in its session).
         self.pinned: bytes | None = None
+        # The body read with its page, counted in the store's body cache (queues.log.bodies)
+        # until it is sent to the consumer holding it or the message is settled.
+        self.loaded: bytes | None = None
 
     @property
     def body_key(self) -> int:

@@ -131,12 +131,15 @@ def test_a_body_sent_to_its_consumer_leaves_the_cache_and_is_read_again_if_it_co
         tail = pager.append(tail, store.enqueue("q", _payload(i), 0)) or tail
     write_now(store, SegmentWriter(tmp_path))  # the bodies move to the cache
     assert isinstance(tail, DiskPage)
+    total = sum(len(_payload(i)) for i in range(6))
+    assert store.statistics().cached_bytes == total
     read = store.page_in(tail, None)
-    assert store.statistics().cached_bodies == 6
+    # The cached bodies moved onto their messages, still counted in the cache's bytes.
+    assert (store.statistics().cached_bodies, store.statistics().cached_bytes) == (0, total)
     for message in read:
         message.acquire()
     assert [m.send() for m in read] == [_payload(i) for i in range(6)]
-    assert store.statistics().cached_bodies == 0
+    assert store.statistics().cached_bytes == 0
     assert store.statistics().body_reads == 0
     released, failed = read[1], read[4]
     released.release()
@@ -148,3 +151,49 @@ def test_a_body_sent_to_its_consumer_leaves_the_cache_and_is_read_again_if_it_co
     assert read_header(again).delivery_count == 1
     assert again.endswith(_payload(4))
     assert store.statistics().body_reads == 2
+
+
+def test_bodies_read_with_a_page_stay_within_the_cache_and_leave_it_when_sent_or_settled(
+    tmp_path: Path,
+) -> None:
+    sizes = [len(_payload(i)) for i in range(8)]
+    # Room for the first three bodies of the page only.
+    store = MessageStore(tmp_path, cache_bytes=sum(sizes[:3]))
+    store.declare_queue("q", {})
+    store.declare_queue("other", {})
+    pager = store.pager("q")
+    tail = None
+    for i in range(8):
+        tail = pager.append(tail, store.enqueue("q", _payload(i), 0)) or tail
+    write_now(store, SegmentWriter(tmp_path))
+    # The cache now holds bodies of another queue, written later: the page-in evicts them.
+    store.enqueue("other", b"z" * sizes[0], 0)
+    write_now(store, SegmentWriter(tmp_path))
+    assert isinstance(tail, DiskPage)
+    read = store.page_in(tail, None)
+    assert [m.loaded is not None for m in read] == [True] * 3 + [False] * 5
+    assert store.statistics().cached_bytes == store.bodies.cache_bytes
+    assert store.statistics().cached_bodies == 0
+    for message in read:
+        message.acquire()
+    read[0].archive()  # settled before it was sent: its body leaves the cache
+    assert store.statistics().cached_bytes == sum(sizes[1:3])
+    assert [m.send() for m in read[1:]] == [_payload(i) for i in range(1, 8)]
+    assert store.statistics().cached_bytes == 0
+    assert store.statistics().body_reads == 5
+
+
+def test_a_restored_stream_keeps_no_body_of_its_pages(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path)
+    store.declare_queue("s", {"x-queue-type": "stream"})
+    pager = store.pager("s")
+    tail = None
+    for i in range(4):
+        tail = pager.append(tail, store.enqueue("s", _payload(i), 0)) or tail
+    write_now(store, SegmentWriter(tmp_path))
+    store.close()
+    again = MessageStore(tmp_path)
+    entries = again.stream_entries("s")
+    for message in again.iter_recovered_messages("s"):
+        entries.append(message)
+    assert again.statistics().cached_bytes == 0
