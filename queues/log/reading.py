@@ -109,6 +109,7 @@ class PageReader:
         failures = page.failures or {}
         routed = RoutedRecords(buffer, page.start)
         at = routed.at
+        exchange = routing_key = ""
         journal, queue, segment = self.journal, page.queue, page.segment
         messages: list[StoredMessage] = []
         read: list[tuple[StoredMessage, memoryview | bytes]] = []
@@ -124,6 +125,7 @@ class PageReader:
                     message, body = self._read(
                         page, routed, offset, message_id, failures.get(index, 0)
                     )
+                    exchange, routing_key = routed.exchange, routed.routing_key
                 else:
                     timestamp, expires, body_offset, body_length = found
                     message = StoredMessage(
@@ -134,10 +136,10 @@ class PageReader:
                         (offset, body_offset + body_length),
                         (body_offset, body_length),
                         timestamp,
-                        delivery_count=failures.get(index, 0) if failures else 0,
-                        expires=expires,
-                        exchange=routed.exchange,
-                        routing_key=routed.routing_key,
+                        failures.get(index, 0) if failures else 0,
+                        expires,
+                        exchange,
+                        routing_key,
                     )
                     body = routed.body
                 if body is not None:

@@ -71,7 +71,6 @@ class StoredMessage(Message):
         span: tuple[int, int],
         body: tuple[int, int],
         timestamp: int,
-        *,
         delivery_count: int = 0,
         expires: int | None = None,
         exchange: str = "",
