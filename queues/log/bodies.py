@@ -24,6 +24,25 @@ from sluicegate.queues.log.stored import StoredMessage
 DEFAULT_CACHE_BYTES: Final = 16 * 1024 * 1024
 
 
+class LoadedBodies:
+    """What is left of the bodies one page-in left on its messages (``StoredMessage.loaded``).
+
+    Each message refers to it. A body sent or settled leaves its message and the cache's
+    bytes at once; when the last message goes (its queue deleted while a session still held
+    it unsent, say), what is left comes off the cache's bytes too, so no body is counted
+    after nothing holds it.
+    """
+
+    __slots__ = ("bodies", "left")
+
+    def __init__(self, bodies: Bodies) -> None:
+        self.bodies = bodies
+        self.left = 0
+
+    def __del__(self) -> None:
+        self.bodies.cached_bytes -= self.left
+
+
 class Bodies:
     """The unwritten bodies, the cache of written ones, and reads from the segments."""
 
@@ -71,8 +90,7 @@ class Bodies:
         messages share them: its one consumer has them now."""
         loaded = message.loaded
         if loaded is not None:
-            message.loaded = None
-            self.cached_bytes -= len(loaded)
+            self.unload(message)
             return loaded
         if not message.shared:
             body = self._cache.pop(message.body_key, None)
@@ -118,37 +136,47 @@ class Bodies:
         cache = self._cache
         pop = cache.pop
         room = self.cache_bytes - self.cached_bytes
-        copied = 0
+        holder = LoadedBodies(self)
+        moved = copied = 0
         unplaced: list[tuple[StoredMessage, memoryview | bytes]] = []
         for message, body in pairs:
             cached = pop((message.segment << 32) | message.offset, None)
             if cached is not None:
                 message.loaded = cached
+                message.loaded_with = holder
+                moved += len(cached)
             elif len(body) <= room - copied:
                 message.loaded = bytes(body)
+                message.loaded_with = holder
                 copied += len(body)
             else:
                 unplaced.append((message, body))
         self.cached_bytes += copied
-        if not unplaced:
-            return
-        needed = sum(len(body) for _, body in unplaced)
-        while self.cache_bytes - self.cached_bytes < needed and cache:
-            _, evicted = cache.popitem()
-            self.cached_bytes -= len(evicted)
-        room = self.cache_bytes - self.cached_bytes
-        for message, body in unplaced:
-            if len(body) <= room:
-                message.loaded = bytes(body)
-                room -= len(body)
-        self.cached_bytes = self.cache_bytes - room
+        if unplaced:
+            needed = sum(len(body) for _, body in unplaced)
+            while self.cache_bytes - self.cached_bytes < needed and cache:
+                _, evicted = cache.popitem()
+                self.cached_bytes -= len(evicted)
+            room = self.cache_bytes - self.cached_bytes
+            for message, body in unplaced:
+                if len(body) <= room:
+                    message.loaded = bytes(body)
+                    message.loaded_with = holder
+                    room -= len(body)
+                    copied += len(body)
+            self.cached_bytes = self.cache_bytes - room
+        holder.left = moved + copied
 
     def unload(self, message: StoredMessage) -> None:
         """Drop the body read with ``message``'s page (:attr:`StoredMessage.loaded`)."""
         loaded = message.loaded
         if loaded is not None:
+            size = len(loaded)
             message.loaded = None
-            self.cached_bytes -= len(loaded)
+            holder = message.loaded_with
+            if holder is not None:
+                holder.left -= size
+            self.cached_bytes -= size
 
     def put(self, key: int, body: bytes) -> None:
         """Cache a body read back with its page (the caller checked the room)."""

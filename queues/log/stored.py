@@ -8,11 +8,14 @@ records (:mod:`queues.log.records`, ``ENQUEUE_SHARED``).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
 from sluicegate.wire.annotations import merge_annotations, merged_map
 from sluicegate.wire.sections import with_delivery_count
+
+if TYPE_CHECKING:
+    from sluicegate.queues.log.bodies import LoadedBodies
 
 
 class MessageJournal(Protocol):
@@ -51,6 +54,7 @@ class StoredMessage(Message):
         "journal",
         "length",
         "loaded",
+        "loaded_with",
         "message_id",
         "offset",
         "pinned",
@@ -110,6 +114,8 @@ class StoredMessage(Message):
         # The body read with its page, counted in the store's body cache (queues.log.bodies)
         # until it is sent to the consumer holding it or the message is settled.
         self.loaded: bytes | None = None
+        # What counts it (queues.log.bodies.LoadedBodies), with the other bodies of its page.
+        self.loaded_with: LoadedBodies | None = None
 
     @property
     def body_key(self) -> int:

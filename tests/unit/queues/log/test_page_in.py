@@ -197,3 +197,24 @@ def test_a_restored_stream_keeps_no_body_of_its_pages(tmp_path: Path) -> None:
     for message in again.iter_recovered_messages("s"):
         entries.append(message)
     assert again.statistics().cached_bytes == 0
+
+
+def test_bodies_of_paged_in_messages_dropped_unsent_leave_the_cache_with_them(
+    tmp_path: Path,
+) -> None:
+    """A deleted queue's deliveries still waiting in a session are dropped unsent: their
+    bodies stop counting against the cache when the messages go."""
+    store = MessageStore(tmp_path)
+    store.declare_queue("q", {})
+    pager = store.pager("q")
+    tail = None
+    for i in range(6):
+        tail = pager.append(tail, store.enqueue("q", _payload(i), 0)) or tail
+    write_now(store, SegmentWriter(tmp_path))
+    assert isinstance(tail, DiskPage)
+    read = store.page_in(tail, None)
+    read[0].acquire()
+    read[0].send()
+    assert store.statistics().cached_bytes == sum(len(_payload(i)) for i in range(1, 6))
+    del read
+    assert store.statistics().cached_bytes == 0
