@@ -30,11 +30,12 @@ if TYPE_CHECKING:
 # A ``pn_delivery_t *`` from cffi: opaque, compared and hashed by address.
 CDelivery: TypeAlias = Any
 _NULL: Final = ffi.NULL
-# The per-message calls, bound once.
-_from_buffer: Final = ffi.from_buffer
-_pn_delivery: Final = lib.pn_delivery
-_pn_link_send: Final = lib.pn_link_send
-_pn_link_advance: Final = lib.pn_link_advance
+# The per-message calls of an outgoing transfer, made by ``Broker.pump`` itself: create the
+# delivery with its tag (a ``(size, from_buffer(bytes))`` pair), write the whole message (cffi
+# passes ``bytes`` to a ``char *`` as they are, other buffers need ``from_buffer``), advance.
+from_buffer: Final = ffi.from_buffer
+new_delivery: Final = lib.pn_delivery
+write: Final = lib.pn_link_send
 
 
 def link_state(delivery: CDelivery) -> IncomingLinkState | OutgoingLinkState | Pair | None:
@@ -69,17 +70,6 @@ def receive(link: Any, delivery: CDelivery, size: int) -> memoryview:
         if size > payload_buffers.KEEP:
             payload_buffers.release(delivery)
     return memoryview(buffer)
-
-
-def send(link: Any, tag: bytes, payload: bytes | bytearray) -> CDelivery:
-    """Create a delivery on a sending link, write the whole message, and advance.
-
-    cffi passes ``bytes`` to a ``char *`` as they are; other buffers need a cdata view.
-    """
-    delivery = _pn_delivery(link, (len(tag), _from_buffer(tag)))
-    _pn_link_send(link, payload if type(payload) is bytes else _from_buffer(payload), len(payload))
-    _pn_link_advance(link)
-    return delivery
 
 
 def tag_number(delivery: CDelivery) -> int:

@@ -49,6 +49,12 @@ READ_BATCH: Final = 256 * 1024
 READ_FRAMES: Final = 64
 # Bytes per recv: the frame count is checked between reads, so this bounds the overshoot.
 READ_CHUNK: Final = 16 * 1024
+# Bytes written to one connection per writability. Proton frames at most the client's
+# max-frame-size per ``pending()`` (32 KiB for proton's own clients), so a busy consumer's output
+# took a full pass of the reactor per 32 KiB while the socket would take more; this writes on
+# until the socket is full, proton has nothing framed, or the batch is used up, so that one
+# connection does not hold the others up for long.
+WRITE_BATCH: Final = 256 * 1024
 
 
 class FlowIO(IOHandler):
@@ -173,7 +179,8 @@ class FlowIO(IOHandler):
         connection.close()
 
     def on_selectable_writable(self, event: Event) -> None:
-        """Write as proton does, counting the bytes that reached the socket."""
+        """Write what proton has framed, up to :data:`WRITE_BATCH`, counting the bytes that
+        reached the socket."""
         selectable = event.selectable
         gate: Gate | None = getattr(selectable, "gate", None)
         if gate is not None:
@@ -182,21 +189,29 @@ class FlowIO(IOHandler):
         transport = transport_of(selectable)
         if not transport:
             return
-        pending = transport.pending()
-        if pending > 0:
-            state: ConnectionState | None = getattr(selectable, "sg", None)
+        state: ConnectionState | None = getattr(selectable, "sg", None)
+        first = pending = transport.pending()
+        left = WRITE_BATCH
+        while pending > 0 and left > 0:
             data = output(state, transport, pending)
+            if not data:
+                break
             try:
-                written = selectable.send(data) if data else 0
+                written = selectable.send(data)
+            except BlockingIOError:
+                break
             except OSError as error:
                 log.debug("send failed: %r", error)
                 transport.close_head()
-                written = 0
-            if written:
-                taken(state, transport, written)
-                if state is not None:
-                    self._written(state, written, transport.pending())
-        if transport.pending() != pending:
+                break
+            taken(state, transport, written)
+            pending = transport.pending()
+            if state is not None:
+                self._written(state, written, pending)
+            if written < len(data):
+                break
+            left -= written
+        if transport.pending() != first:
             self.update(transport, selectable, reactor_now(selectable))
 
     def _read_gate(self, event: Event, gate: Gate) -> bool:
