@@ -14,7 +14,7 @@ so the queues sharing one body (a fan-out) share one cache entry.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from sluicegate.queues.log.segments import SegmentReader
@@ -99,15 +99,34 @@ class Bodies:
                 return body
         return self.read(message)
 
-    def read_at(self, message_id: int, segment: int, offset: int, length: int) -> bytes:
-        """A body by its message's id and where it lies: from memory until written, then from
-        the segment. A stream reads on in log order, so its reads come from the reader's
-        windows; the cache is not looked in (its key alone cost as much as a window's slice)."""
-        unwritten = self.unwritten.get(message_id)
-        if unwritten is not None:
-            return unwritten[1]
-        self.reads += 1
-        return self.reader.read(segment, offset, length)
+    def read_at(
+        self,
+        ids: Sequence[int],
+        segments: Sequence[int],
+        offsets: Sequence[int],
+        lengths: Sequence[int],
+    ) -> list[bytes]:
+        """Bodies by their messages' ids and where they lie: from memory until written, then
+        from the segments. A stream reads on in log order, so its reads come from the reader's
+        windows; the cache is not looked in (its key alone cost as much as a window's slice).
+        With nothing unwritten, as when a reader is behind its publishers, the segments are
+        read without a look at each id."""
+        read = self.reader.read
+        if not self.unwritten:
+            self.reads += len(lengths)
+            return list(map(read, segments, offsets, lengths))
+        unwritten = self.unwritten
+        bodies: list[bytes] = []
+        for message_id, segment, offset, length in zip(
+            ids, segments, offsets, lengths, strict=True
+        ):
+            held = unwritten.get(message_id)
+            if held is None:
+                self.reads += 1
+                bodies.append(read(segment, offset, length))
+            else:
+                bodies.append(held[1])
+        return bodies
 
     def durable_end(self, segment: int) -> int | None:
         """Where the durable bytes of ``segment`` end, None for wherever its file ends.

@@ -10,7 +10,7 @@ placed when the batch is taken. Bodies are read back through :mod:`queues.log.bo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +51,7 @@ from sluicegate.queues.log.segments import (
     write_clean_shutdown,
 )
 from sluicegate.queues.log.stored import StoredMessage
-from sluicegate.queues.log.stream_entries import LoggedEntries
+from sluicegate.queues.log.stream_entries import BodyReader, LoggedEntries
 from sluicegate.queues.log.topology import LoggedTopology
 from sluicegate.queues.message import Message
 from sluicegate.queues.paging import Pager
@@ -336,8 +336,8 @@ class MessageStore:
             self, queue, message_id, segment, (offset, offset + length), (offset, length), 0
         )
 
-    def body_reader(self) -> Callable[[int, int, int, int], bytes]:
-        """What reads a stream entry's body without making its message (Bodies.read_at)."""
+    def body_reader(self) -> BodyReader:
+        """What reads stream entries' bodies without making their messages (Bodies.read_at)."""
         return self.bodies.read_at
 
     def settle_entry(self, message_id: int, segment: int) -> None:

@@ -22,8 +22,9 @@ objects gone are swept out in one pass once they outnumber the live ones (:data:
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
-from typing import Final, Protocol
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import Final, Protocol, TypeAlias
 from weakref import ReferenceType, ref
 
 from sluicegate.queues.log.stored import StoredMessage
@@ -44,6 +45,13 @@ TAKE_BYTES: Final = 128 * 1024
 SWEEP_AT: Final = 1024
 
 
+# Reads the bodies of logged messages from their ids, segments, offsets and lengths (columns
+# of equal length), in that order.
+BodyReader: TypeAlias = Callable[
+    [Sequence[int], Sequence[int], Sequence[int], Sequence[int]], list[bytes]
+]
+
+
 class EntryStore(Protocol):
     """What a stream's entries need of the store."""
 
@@ -52,8 +60,9 @@ class EntryStore(Protocol):
     ) -> StoredMessage:
         """The message at a logged position, as an object."""
 
-    def body_reader(self) -> Callable[[int, int, int, int], bytes]:
-        """What reads the body of a logged message from its id, segment, offset and length."""
+    def body_reader(self) -> BodyReader:
+        """What reads the bodies of logged messages from their ids, segments, offsets and
+        lengths."""
 
     def settle_entry(self, message_id: int, segment: int) -> None:
         """Settle a logged message that has no object."""
@@ -110,18 +119,30 @@ class LoggedEntries:
     def take(self, index: int, count: int, seq: int) -> list[Message]:
         """The ``count`` messages from ``index`` on, numbered ``seq`` on, bodies read now up to
         :data:`TAKE_BYTES`, the rest as :meth:`__getitem__` gives them."""
-        ids = self._ids
-        segments = self._segments
-        offsets = self._offsets
-        lengths = self._lengths
-        body = self._body
+        stop = index + count
+        lengths = self._lengths[index:stop]
+        if sum(lengths) <= TAKE_BYTES:
+            # Every body fits (a batch of small messages): read them all in one call.
+            bodies = self._body(
+                self._ids[index:stop],
+                self._segments[index:stop],
+                self._offsets[index:stop],
+                lengths,
+            )
+            return list(map(Message, bodies, repeat(0, count), range(seq, seq + count)))
         room = TAKE_BYTES
         taken: list[Message] = []
-        for at in range(index, index + count):
-            length = lengths[at]
+        for at in range(index, stop):
+            length = lengths[at - index]
             if length <= room:
                 room -= length
-                message = Message(body(ids[at], segments[at], offsets[at], length), 0, seq)
+                (body,) = self._body(
+                    self._ids[at : at + 1],
+                    self._segments[at : at + 1],
+                    self._offsets[at : at + 1],
+                    lengths[at - index : at - index + 1],
+                )
+                message = Message(body, 0, seq)
             else:
                 message = self[at]
                 message.seq = seq

@@ -158,3 +158,18 @@ def test_a_durable_stream_comes_back_as_entries_after_a_restart(tmp_path: Path) 
     assert (queue.first, queue.next_offset) == (0, 3000)
     taken = _read(queue, "reader", 3000)
     assert [read_stream_offset(m.read()) for m in taken] == list(range(3000))
+
+
+def test_one_take_reads_written_bodies_from_the_log_and_unwritten_ones_from_memory(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path, cache_bytes=0)
+    writer = SegmentWriter(tmp_path)
+    queue = _stream(store)
+    _publish(store, queue, 6)
+    write_now(store, writer)
+    _publish(store, queue, 6)  # not written yet: their bodies are in memory only
+    taken = _read(queue, "reader", 12)
+    assert [read_stream_offset(m.read()) for m in taken] == list(range(12))
+    assert [m.seq for m in taken] == list(range(12))
+    assert store.statistics().body_reads == 6
