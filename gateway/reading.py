@@ -3,9 +3,10 @@ which the memory budget holds (session/inbound.py).
 
 The reactor selects a socket for reading when ``selectable.reading`` is true, which proton's
 ``IOHandler.update`` recomputes from the transport after every read, write and tick. This
-module's :func:`update` runs proton's and then forces ``reading`` off while the connection's
-account is paused; the selector picks the flag up when it handles the ``selectable_updated``
-event that ``update`` queued, so a paused socket is simply never read. The kernel's receive
+module's :func:`watch` does what proton's does and then forces ``reading`` off while the
+connection's account is paused; the selector picks the flag up (at once from the IO handler,
+else when it handles the ``selectable_updated`` event that :func:`update` queues), so a paused
+socket is simply never read. The kernel's receive
 buffer then fills and TCP closes its window on the client, which blocks in ``send``.
 
 While the socket is not read the client's frames, heartbeats included, do not arrive, so the
@@ -17,17 +18,36 @@ heartbeat monitor when it blocks a reader).
 
 from __future__ import annotations
 
-from proton import Transport
-from proton.handlers import IOHandler
+from proton import ProtonException, Transport
 
 from sluicegate.gateway import timeouts
-from sluicegate.gateway.proton_internals import Selectable, reactor_now, transport_of
+from sluicegate.gateway.proton_internals import (
+    Selectable,
+    forget_transport,
+    reactor_now,
+    transport_of,
+)
 from sluicegate.gateway.state import ConnectionState
 
 
 def update(transport: Transport, selectable: Selectable, now: float) -> None:
     """Proton's ``IOHandler.update``, keeping a paused connection's socket unread."""
-    IOHandler.update(transport, selectable, now)
+    watch(transport, selectable, now)
+    selectable.update()
+
+
+def watch(transport: Transport, selectable: Selectable, now: float) -> None:
+    """Set what the socket is to be selected for and when it next times out, as proton's
+    ``IOHandler.update`` does, but leave telling the selector to the caller."""
+    try:
+        selectable.reading = transport.capacity() > 0
+    except ProtonException:
+        _closed(transport, selectable)
+    try:
+        selectable.writing = transport.pending() > 0
+    except ProtonException:
+        _closed(transport, selectable)
+    selectable.deadline = transport.tick(now)
     state: ConnectionState | None = getattr(selectable, "sg", None)
     if state is not None and state.reads_paused:
         selectable.reading = False
@@ -40,6 +60,13 @@ def update(transport: Transport, selectable: Selectable, now: float) -> None:
             selectable.writing = True
         if not gate.readable:
             selectable.reading = False
+
+
+def _closed(transport: Transport, selectable: Selectable) -> None:
+    """A closed transport's socket is done with (proton's ``IOHandler.update``)."""
+    if transport.closed:
+        selectable.terminate()
+        forget_transport(transport)
 
 
 def pause(state: ConnectionState) -> None:
