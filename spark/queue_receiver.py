@@ -22,7 +22,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections import deque
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Any, Final
 
 from proton import Receiver
@@ -42,6 +43,19 @@ IN_FLIGHT_MAX_S: Final = 2.0
 TAKE_PER_PASS: Final = 10_000
 
 
+def batch_head(
+    payloads: list[bytes], max_rows: int | None, max_bytes: int | None
+) -> tuple[int, int]:
+    """How many of the first ``payloads`` make a batch, and their bytes: at most ``max_rows``,
+    the longest run within ``max_bytes``, and at least one (if any)."""
+    rows = len(payloads) if max_rows is None else min(max_rows, len(payloads))
+    if max_bytes is None:
+        return rows, sum(map(len, payloads[:rows]))
+    ends = list(accumulate(map(len, payloads[:rows])))
+    rows = min(rows, max(1, bisect_right(ends, max_bytes)))
+    return rows, ends[rows - 1] if rows else 0
+
+
 class QueueReceiver:
     """A connection and receiver link held open across micro-batches by the streaming runner.
 
@@ -54,8 +68,10 @@ class QueueReceiver:
         self.credit = credit
         self.epoch = uuid.uuid4().hex
         self._lock = threading.Lock()
-        # (pn_delivery_t *, encoded message) in arrival order.
-        self._buffer: deque[tuple[Any, bytearray]] = deque()
+        # The pn_delivery_t * and encoded messages that arrived, in arrival order: two lists,
+        # so that a batch is taken from their heads by slicing, not message by message.
+        self._deliveries: list[Any] = []
+        self._payloads: list[bytes] = []
         self._buffered_bytes = 0
         self._stopping = threading.Event()
         # Trigger.AvailableNow: credit is only granted with the drain flag, and the query ends
@@ -100,7 +116,8 @@ class QueueReceiver:
     def _collect(self) -> int:
         """Move every complete transfer from proton into the buffer; how many came."""
         deliveries, payloads, dropped = take_transfers(self._impl, TAKE_PER_PASS, settle=False)
-        self._buffer.extend(zip(deliveries, payloads, strict=True))
+        self._deliveries.extend(deliveries)
+        self._payloads.extend(payloads)
         self._buffered_bytes += sum(map(len, payloads))
         if dropped:
             self._grant(dropped)  # an aborted transfer spent credit but carries no message
@@ -116,8 +133,9 @@ class QueueReceiver:
 
     def take(
         self, max_rows: int | None, max_bytes: int | None, timeout: float
-    ) -> list[tuple[Any, bytearray]]:
-        """Up to ``max_rows`` buffered messages and ``max_bytes`` of them (at least one).
+    ) -> tuple[list[Any], list[bytes]]:
+        """Up to ``max_rows`` buffered messages and ``max_bytes`` of them (at least one, if
+        any arrived): their deliveries and their encoded messages.
 
         While draining (Trigger.AvailableNow) the batch is filled first: it waits (up to
         ``timeout``) until the buffer holds a whole batch or the gateway has answered the
@@ -129,7 +147,7 @@ class QueueReceiver:
             with self._lock:
                 if self._failure is not None:
                     raise AmqpError(f"{self.endpoint.url}: connection lost: {self._failure}")
-                full = (max_rows is not None and len(self._buffer) >= max_rows) or (
+                full = (max_rows is not None and len(self._payloads) >= max_rows) or (
                     max_bytes is not None and self._buffered_bytes >= max_bytes
                 )
                 if full or not self._draining or not lib.pn_link_draining(self._impl):
@@ -141,19 +159,13 @@ class QueueReceiver:
                 )
             time.sleep(POLL_S / 5)
 
-    def _take(self, max_rows: int | None, max_bytes: int | None) -> list[tuple[Any, bytearray]]:
-        taken: list[tuple[Any, bytearray]] = []
-        size = 0
-        buffer = self._buffer
-        rows = len(buffer) if max_rows is None else min(max_rows, len(buffer))
-        while len(taken) < rows:
-            size += len(buffer[0][1])
-            if max_bytes is not None and size > max_bytes and taken:
-                size -= len(buffer[0][1])
-                break
-            taken.append(buffer.popleft())
+    def _take(self, max_rows: int | None, max_bytes: int | None) -> tuple[list[Any], list[bytes]]:
+        payloads = self._payloads
+        rows, size = batch_head(payloads, max_rows, max_bytes)
+        deliveries, taken = self._deliveries[:rows], payloads[:rows]
+        del self._deliveries[:rows], payloads[:rows]
         self._buffered_bytes -= size
-        return taken
+        return deliveries, taken
 
     def accept(self, deliveries: list[Any]) -> None:
         """Settle deliveries ``accepted`` and give their credit back to the gateway."""
@@ -207,10 +219,11 @@ class QueueReceiver:
             if self._collect():
                 last = time.monotonic()
         update, settle = lib.pn_delivery_update, lib.pn_delivery_settle
-        for delivery, _ in self._buffer:
+        for delivery in self._deliveries:
             update(delivery, lib.PN_RELEASED)
             settle(delivery)
-        self._buffer.clear()
+        self._deliveries.clear()
+        self._payloads.clear()
         self._buffered_bytes = 0
         for delivery in handed:
             lib.pn_disposition_set_failed(lib.pn_delivery_local(delivery), True)

@@ -53,7 +53,6 @@ from sluicegate.spark.records import BatchBuilder, read_columns
 
 # The offset of a query that has read nothing yet: no connection has an empty epoch.
 INITIAL_OFFSET: Final[dict[str, Any]] = {"epoch": "", "seq": 0}
-_SIZE = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class _Planned:
     first: int
     end: int
     deliveries: list[Any]
-    payloads: list[bytearray]
+    payloads: list[bytes]
 
 
 def _partitions(planned: _Planned, parts: int) -> list[QueuePartition]:
@@ -84,7 +83,7 @@ def _partitions(planned: _Planned, parts: int) -> list[QueuePartition]:
     result = []
     for lo, hi in pairwise(bounds):
         chunk = planned.payloads[lo:hi]
-        sizes = b"".join(_SIZE.pack(len(payload)) for payload in chunk)
+        sizes = struct.pack(f"<{len(chunk)}I", *map(len, chunk))
         result.append(QueuePartition(planned.first + lo, sizes, b"".join(chunk)))
     return result
 
@@ -144,11 +143,13 @@ def _default_sigterm() -> None:
 def decode_partition(partition: QueuePartition, columns: tuple[str, ...]) -> list[pa.RecordBatch]:
     """A task's messages as record batches; a row's ``offset`` is its seq."""
     builder = BatchBuilder(columns)
-    payloads = memoryview(partition.payloads)
-    sizes = [size for (size,) in _SIZE.iter_unpack(partition.sizes)]
+    payloads = partition.payloads
+    ends = list(accumulate(struct.unpack(f"<{len(partition.sizes) // 4}I", partition.sizes)))
     seq = partition.first
-    for start, end in zip(accumulate(sizes, initial=0), accumulate(sizes), strict=False):
+    start = 0
+    for end in ends:
         builder.add(payloads[start:end], seq)
+        start = end
         seq += 1
     return builder.finish()
 
@@ -224,19 +225,12 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             rows = limit.max_rows
         elif isinstance(limit, ReadMaxBytes):
             max_bytes = limit.max_bytes
-        taken = receiver.take(rows, max_bytes, self.options.receive_timeout_s)
-        if not taken:
+        deliveries, payloads = receiver.take(rows, max_bytes, self.options.receive_timeout_s)
+        if not payloads:
             return start
         first = self._seq + 1
-        self._seq += len(taken)
-        self._planned.append(
-            _Planned(
-                first,
-                self._seq,
-                [delivery for delivery, _ in taken],
-                [payload for _, payload in taken],
-            )
-        )
+        self._seq += len(payloads)
+        self._planned.append(_Planned(first, self._seq, deliveries, payloads))
         return {"epoch": receiver.epoch, "seq": self._seq}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[QueuePartition]:

@@ -181,6 +181,22 @@ class _FlatMaps:
         return tuple(first) if self.keys == first * rows else None
 
 
+def _shared_map_array(
+    mappings: list[Mapping[Any, Any] | None], arrow_type: pa.DataType
+) -> pa.Array:
+    """A ``map<string,string>`` column whose rows mostly share a few mapping objects, as a
+    stream's or a queue's messages share their annotations (``wire/message_fields.py`` decodes
+    each distinct map once): each distinct object is converted once, and rows take it by index.
+    """
+    ids = list(map(id, mappings))
+    distinct = dict(zip(ids, mappings, strict=True))
+    if len(distinct) * 2 > len(ids):
+        return _FlatMaps(mappings).map_array(arrow_type)
+    position = {key: index for index, key in enumerate(distinct)}
+    indices = pa.array(list(map(position.__getitem__, ids)), pa.int32())
+    return _FlatMaps(list(distinct.values())).map_array(arrow_type).take(indices)
+
+
 # What Arrow takes as a string as it is: a symbol is a ``str`` subclass.
 _TEXT_TYPES: Final = frozenset({str, Symbol})
 
@@ -293,7 +309,7 @@ class BatchBuilder:
             # But x-stream-offset, the offset column already: a stream stamps it on every
             # message, it would make every row's map non-empty, and maps are what Spark
             # converts slowest.
-            return _FlatMaps(list(map(_OTHER_ANNOTATIONS, rows))).map_array(arrow_type)
+            return _shared_map_array(list(map(_OTHER_ANNOTATIONS, rows)), arrow_type)
         if name == "application_properties_typed":
             assert properties is not None
             return _variant_array(properties, arrow_type)

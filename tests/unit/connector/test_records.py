@@ -111,3 +111,32 @@ def test_each_rows_typed_properties_are_its_own_encoding(data: st.DataObject) ->
             assert (typed["value"], typed["metadata"]) == encode_object(mapping)
         else:
             assert typed is None
+
+
+@given(st.lists(st.integers(-1, 3), min_size=1, max_size=30))
+def test_rows_sharing_annotations_and_rows_with_their_own_each_show_theirs(
+    choices: list[int],
+) -> None:
+    """A map column built once per distinct annotations object (mostly shared, as a stream's
+    are) or row by row (mostly distinct): each row shows its own message's annotations."""
+    shared: list[dict[Symbol, object]] = [
+        {},
+        {Symbol("x-exchange"): "", Symbol("x-routing-key"): "s"},
+        {Symbol("x-opt-a"): 1, Symbol("x-opt-b"): b"\x01"},
+        {Symbol("x-opt-a"): 2},
+    ]
+    annotations: list[dict[Symbol, object]] = [
+        {Symbol("x-opt-row"): position} if choice < 0 else shared[choice]
+        for position, choice in enumerate(choices)
+    ]
+    payloads = [
+        with_stream_offset(encode_message(b"", durable=False, message_annotations=mapping), i)
+        for i, mapping in enumerate(annotations)
+    ]
+    for row, mapping in zip(_rows(payloads, stream=True), annotations, strict=True):
+        found = row["message_annotations"]
+        expected = {
+            str(key): value.hex() if isinstance(value, bytes) else str(value)
+            for key, value in mapping.items()
+        }
+        assert (dict(found) if found is not None else {}) == expected
