@@ -34,13 +34,10 @@ def take_transfers(link: Any, limit: int, settle: bool) -> tuple[list[Any], list
     message; AMQP 1.0 §2.6.14).
 
     Each message is received into one scratch buffer and copied out once, as the ``bytes`` a
-    decoder reads without copying again.
+    decoder reads without copying again. A receiver's current delivery is always the one to
+    read (``pn_delivery_readable`` holds for it), so the loop asks only whether it came whole.
     """
-    current, readable, partial = (
-        lib.pn_link_current,
-        lib.pn_delivery_readable,
-        lib.pn_delivery_partial,
-    )
+    current, partial = lib.pn_link_current, lib.pn_delivery_partial
     pending, recv, advance = lib.pn_delivery_pending, lib.pn_link_recv, lib.pn_link_advance
     aborted, settle_delivery = lib.pn_delivery_aborted, lib.pn_delivery_settle
     unpack = ffi.unpack
@@ -51,7 +48,7 @@ def take_transfers(link: Any, limit: int, settle: bool) -> tuple[list[Any], list
     dropped = 0
     taken = 0
     delivery = current(link)
-    while taken < limit and delivery != ffi.NULL and readable(delivery) and not partial(delivery):
+    while taken < limit and delivery != ffi.NULL and not partial(delivery):
         size = pending(delivery)
         if size > scratch_size:
             scratch_size = max(SCRATCH_BYTES, 2 * size)

@@ -179,6 +179,7 @@ def read_range(
         link = _attach(amqp, options, part.start, settled=True)
         impl = link_pointer(link)
         builder = BatchBuilder(columns, stream=True)
+        add, end = builder.add, part.end
         expected = part.start  # the next offset the range needs
         last_arrival = time.monotonic()
         while expected < part.end:
@@ -188,12 +189,13 @@ def read_range(
                 link.flow(wanted - unused)
             _, payloads, dropped = take_transfers(impl, RANGE_WINDOW, settle=True)
             for payload in payloads:
-                offset = builder.add(payload, None, below=part.end)
+                offset = add(payload, None, end)
                 if offset is None:
                     raise _not_a_stream(options)
-                if offset > expected:
-                    _lost(options, where, expected, offset)
-                expected = max(expected, offset + 1)
+                if offset >= expected:
+                    if offset > expected:
+                        _lost(options, where, expected, offset)
+                    expected = offset + 1
             yield from builder.full_batches()
             if payloads or dropped:
                 last_arrival = time.monotonic()

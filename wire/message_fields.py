@@ -161,6 +161,8 @@ class _Lead(NamedTuple):
     or stream mostly start with the same bytes, and skip decoding them."""
 
     prefix: bytes
+    # Where a message that starts with the prefix goes on: past a stamped offset's bytes.
+    skipped: int
     durable: bool
     delivery_count: int
     annotations: _Known
@@ -202,16 +204,15 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
     header_end = -1
     lead = _last_lead
     if lead is not None and buf.startswith(lead.prefix):
-        pos = len(lead.prefix) + _OFFSET_BYTES if lead.stamped else len(lead.prefix)
-        if pos <= size:
-            annotations = lead.annotations.entries.copy()
-            others = lead.annotations.view
-            if lead.stamped:
+        _, skipped, lead_durable, lead_count, lead_annotations, lead_stamped = lead
+        if skipped <= size:
+            pos = skipped
+            annotations = lead_annotations.entries.copy()
+            others = lead_annotations.view
+            if lead_stamped:
                 stream_offset = _I64.unpack_from(buf, pos - _OFFSET_BYTES)[0]
                 annotations[_STREAM_OFFSET_KEY] = stream_offset
-            durable, delivery_count = lead.durable, lead.delivery_count
-        else:
-            pos = 0
+            durable, delivery_count = lead_durable, lead_count
     try:
         while pos < size:
             start = pos
@@ -235,7 +236,7 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
                 else:
                     raise DecodeError("the properties section is not a list")
                 index = 0
-                for index in range(min(count, _CREATION_TIME + 1)):
+                for index in range(count if count <= _CREATION_TIME else _CREATION_TIME + 1):
                     field = buf[item]
                     if field == 0x40:
                         item += 1
@@ -301,6 +302,7 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
                     stamped = stream_offset is not None
                     _last_lead = _Lead(
                         buf[: pos - _OFFSET_BYTES if stamped else pos],
+                        pos,
                         durable,
                         delivery_count,
                         known,
@@ -329,9 +331,9 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
             annotations,
             message_id,
             correlation_id,
-            subject if isinstance(subject, str) else None,
-            content_type if isinstance(content_type, str) else None,
-            created if isinstance(created, Timestamp) else None,
+            None if subject is None or not isinstance(subject, str) else subject,
+            None if content_type is None or not isinstance(content_type, str) else content_type,
+            None if created is None or not isinstance(created, Timestamp) else created,
             application,
             stream_offset,
             others,
@@ -506,9 +508,10 @@ def _entries(buf: bytes, item: int, entries: int, result: dict[Field, Field]) ->
 
 class _Keys(NamedTuple):
     """The leading keys of an application-properties map: each as encoded (a str8 or sym8),
-    its size and what it decodes to; and all the map's keys, to tell when they change."""
+    that followed by a str8's constructor (the usual value), its size and what it decodes to;
+    and all the map's keys, to tell when they change."""
 
-    encoded: tuple[tuple[bytes, int, Field], ...]
+    encoded: tuple[tuple[bytes, bytes, int, Field], ...]
     names: tuple[Field, ...]
 
 
@@ -521,23 +524,32 @@ _last_keys = _Keys((), ())
 
 def _application_properties(buf: bytes, pos: int) -> tuple[dict[Field, Field] | None, int]:
     """Application properties: a map as :func:`_map` reads it, the keys the last message's map
-    named in the same order matched by their bytes."""
+    named in the same order matched by their bytes (with a string value's constructor: one
+    comparison for the key and the kind of value)."""
     global _last_keys
-    head = _map_head(buf, pos, "application-properties")
-    if head is None:
-        return None, pos + 1
-    entries, item, end = head
+    if buf[pos] == 0xC1:
+        count, item, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
+        if count % 2:
+            raise DecodeError("a map has an odd number of items")
+        if end > len(buf):
+            raise DecodeError("the application-properties run past the end of the message")
+        entries = count >> 1
+    else:
+        head = _map_head(buf, pos, "application-properties")
+        if head is None:
+            return None, pos + 1
+        entries, item, end = head
     result: dict[Field, Field] = {}
-    for encoded, size, key in _last_keys.encoded[:entries]:
-        if not buf.startswith(encoded, item):
-            break
-        item += size
-        if buf[item] == 0xA1:
-            value_end = item + 2 + buf[item + 1]
-            result[key] = buf[item + 2 : value_end].decode()
+    for text_entry, encoded, size, key in _last_keys.encoded[:entries]:
+        if buf.startswith(text_entry, item):
+            item += size + 1
+            value_end = item + 1 + buf[item]
+            result[key] = buf[item + 1 : value_end].decode()
             item = value_end
+        elif buf.startswith(encoded, item):
+            result[key], item = _value(buf, item + size)
         else:
-            result[key], item = _value(buf, item)
+            break
     if len(result) < entries:
         item = _entries(buf, item, entries - len(result), result)
         names = tuple(result)
@@ -548,7 +560,7 @@ def _application_properties(buf: bytes, pos: int) -> tuple[dict[Field, Field] | 
     return result, end
 
 
-def _encoded_keys(names: tuple[Field, ...]) -> tuple[tuple[bytes, int, Field], ...]:
+def _encoded_keys(names: tuple[Field, ...]) -> tuple[tuple[bytes, bytes, int, Field], ...]:
     """The leading string and symbol keys of ``names`` as a str8 or sym8 encodes them."""
     encoded = []
     for name in names[:_KEYS_KEPT]:
@@ -558,7 +570,7 @@ def _encoded_keys(names: tuple[Field, ...]) -> tuple[tuple[bytes, int, Field], .
         if len(raw) > 0xFF:
             break
         key = bytes((0xA3 if type(name) is Symbol else 0xA1, len(raw))) + raw
-        encoded.append((key, len(key), name))
+        encoded.append((key + b"\xa1", key, len(key), name))
     return tuple(encoded)
 
 
