@@ -43,14 +43,20 @@ def _read(queue: StreamQueue, reader: str, count: int) -> list[Message]:
     return taken
 
 
-def test_a_durable_stream_counts_a_few_bytes_a_message_and_reads_bodies_back(
-    tmp_path: Path,
-) -> None:
+def _logged(tmp_path: Path, count: int) -> tuple[MessageStore, SegmentWriter, StreamQueue]:
+    """A durable stream with no body cache and ``count`` messages written to its log."""
     store = MessageStore(tmp_path, cache_bytes=0)
     writer = SegmentWriter(tmp_path)
     queue = _stream(store)
-    _publish(store, queue, 500)
+    _publish(store, queue, count)
     write_now(store, writer)
+    return store, writer, queue
+
+
+def test_a_durable_stream_counts_a_few_bytes_a_message_and_reads_bodies_back(
+    tmp_path: Path,
+) -> None:
+    store, _, queue = _logged(tmp_path, 500)
     gc.collect()
     assert queue.held.total == 500 * ENTRY_BYTES
     taken = _read(queue, "reader", 500)
@@ -163,11 +169,7 @@ def test_a_durable_stream_comes_back_as_entries_after_a_restart(tmp_path: Path) 
 def test_one_take_reads_written_bodies_from_the_log_and_unwritten_ones_from_memory(
     tmp_path: Path,
 ) -> None:
-    store = MessageStore(tmp_path, cache_bytes=0)
-    writer = SegmentWriter(tmp_path)
-    queue = _stream(store)
-    _publish(store, queue, 6)
-    write_now(store, writer)
+    store, _, queue = _logged(tmp_path, 6)
     _publish(store, queue, 6)  # not written yet: their bodies are in memory only
     taken = _read(queue, "reader", 12)
     assert [read_stream_offset(m.read()) for m in taken] == list(range(12))
