@@ -120,17 +120,23 @@ def test_a_shared_body_in_a_run_of_the_same_names_is_read_from_its_holder(
     assert (read[2].offset, read[2].length) == (read[1].offset, read[1].length)
 
 
+def _one_page(store: MessageStore, tmp_path: Path, queue: str, count: int) -> DiskPage:
+    """``count`` messages of ``queue`` in one page, written (their bodies then cached)."""
+    pager = store.pager(queue)
+    tail = None
+    for i in range(count):
+        tail = pager.append(tail, store.enqueue(queue, _payload(i), 0)) or tail
+    write_now(store, SegmentWriter(tmp_path))
+    assert isinstance(tail, DiskPage)
+    return tail
+
+
 def test_a_body_sent_to_its_consumer_leaves_the_cache_and_is_read_again_if_it_comes_back(
     tmp_path: Path,
 ) -> None:
     store = MessageStore(tmp_path)
     store.declare_queue("q", {})
-    pager = store.pager("q")
-    tail = None
-    for i in range(6):
-        tail = pager.append(tail, store.enqueue("q", _payload(i), 0)) or tail
-    write_now(store, SegmentWriter(tmp_path))  # the bodies move to the cache
-    assert isinstance(tail, DiskPage)
+    tail = _one_page(store, tmp_path, "q", 6)
     total = sum(len(_payload(i)) for i in range(6))
     assert store.statistics().cached_bytes == total
     read = store.page_in(tail, None)
@@ -161,15 +167,10 @@ def test_bodies_read_with_a_page_stay_within_the_cache_and_leave_it_when_sent_or
     store = MessageStore(tmp_path, cache_bytes=sum(sizes[:3]))
     store.declare_queue("q", {})
     store.declare_queue("other", {})
-    pager = store.pager("q")
-    tail = None
-    for i in range(8):
-        tail = pager.append(tail, store.enqueue("q", _payload(i), 0)) or tail
-    write_now(store, SegmentWriter(tmp_path))
+    tail = _one_page(store, tmp_path, "q", 8)
     # The cache now holds bodies of another queue, written later: the page-in evicts them.
     store.enqueue("other", b"z" * sizes[0], 0)
     write_now(store, SegmentWriter(tmp_path))
-    assert isinstance(tail, DiskPage)
     read = store.page_in(tail, None)
     assert [m.loaded is not None for m in read] == [True] * 3 + [False] * 5
     assert store.statistics().cached_bytes == store.bodies.cache_bytes
@@ -186,11 +187,7 @@ def test_bodies_read_with_a_page_stay_within_the_cache_and_leave_it_when_sent_or
 def test_a_restored_stream_keeps_no_body_of_its_pages(tmp_path: Path) -> None:
     store = MessageStore(tmp_path)
     store.declare_queue("s", {"x-queue-type": "stream"})
-    pager = store.pager("s")
-    tail = None
-    for i in range(4):
-        tail = pager.append(tail, store.enqueue("s", _payload(i), 0)) or tail
-    write_now(store, SegmentWriter(tmp_path))
+    _one_page(store, tmp_path, "s", 4)
     store.close()
     again = MessageStore(tmp_path)
     entries = again.stream_entries("s")
@@ -206,13 +203,7 @@ def test_bodies_of_paged_in_messages_dropped_unsent_leave_the_cache_with_them(
     bodies stop counting against the cache when the messages go."""
     store = MessageStore(tmp_path)
     store.declare_queue("q", {})
-    pager = store.pager("q")
-    tail = None
-    for i in range(6):
-        tail = pager.append(tail, store.enqueue("q", _payload(i), 0)) or tail
-    write_now(store, SegmentWriter(tmp_path))
-    assert isinstance(tail, DiskPage)
-    read = store.page_in(tail, None)
+    read = store.page_in(_one_page(store, tmp_path, "q", 6), None)
     read[0].acquire()
     read[0].send()
     assert store.statistics().cached_bytes == sum(len(_payload(i)) for i in range(1, 6))
