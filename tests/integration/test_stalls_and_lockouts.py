@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import multiprocessing
 import os
 import socket
 import ssl
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 from integration.conftest import RunningServer, Scheme
@@ -746,3 +747,82 @@ def test_a_flood_of_byte_range_requests_does_not_stall_other_clients() -> None:
     assert flood.statuses == {"200"}
     # Every reply stopped at the bound, to be asked again from its end.
     assert flood.widest == MAX_SIZES_PER_RANGE
+
+
+# Messages of the stream the fast readers read, and the credit each keeps open: enough for the
+# gateway's writes to a reader to go on for many of its passes.
+FAST_READER_STREAM: Final = 50_000
+FAST_READER_CREDIT: Final = 5_000
+
+
+def _read_stream_again_and_again(url: str, address: str, stopping: Any, received: Any) -> None:
+    """A process: read the whole stream from offset 0 as fast as proton takes it, settled, with
+    credit topped up at once, then again, until ``stopping`` is set; count in ``received``."""
+    from sluicegate.clients.capi import link_pointer, take_transfers
+    from sluicegate.spark.amqp import AmqpConnection
+    from sluicegate.spark.options import Endpoint
+
+    host, port = url.removeprefix("amqp://").split(":")
+    while not stopping.is_set():
+        amqp = AmqpConnection.open(Endpoint(host, int(port), address, 30.0, 1))
+        spec = "rabbitmq:stream-offset-spec"
+        link = amqp.receiver(address, settled=True, filters={spec: (spec, 0)}, timeout=30)
+        impl = link_pointer(link)
+        link.flow(FAST_READER_CREDIT)
+        read = 0
+        while read < FAST_READER_STREAM and not stopping.is_set():
+            _, payloads, _ = take_transfers(impl, FAST_READER_CREDIT, settle=True)
+            if payloads:
+                read += len(payloads)
+                link.flow(len(payloads))
+                with received.get_lock():
+                    received.value += len(payloads)
+            else:
+                amqp.pump(0.01)
+        amqp.close()
+
+
+@pytest.mark.slow
+def test_readers_that_take_all_they_can_do_not_stall_other_clients() -> None:
+    """Consumers' output is written until a socket is full, proton has nothing framed or
+    WRITE_BATCH went, then the next connection's turn comes: four readers in their own
+    processes, each reading a stream as fast as it can with credit always open, hold nobody
+    up, and the prober is served while they read on. (On loopback their sockets fill before
+    WRITE_BATCH is used up, so this shows the loop ends, not which of its bounds ended it.)
+    """
+    context = multiprocessing.get_context("spawn")
+    with serving() as (_, port):
+        url = f"amqp://127.0.0.1:{port}"
+        with ManagementClient(url) as management:
+            declared = {"durable": True, "arguments": {"x-queue-type": "stream"}}
+            assert management.request("PUT", "/queues/fast", declared).status == 201
+        publish(url, "/queues/fast", [b"f" * 200] * FAST_READER_STREAM)
+        stopping = context.Event()
+        received = context.Value("q", 0)
+        readers = [
+            context.Process(
+                target=_read_stream_again_and_again,
+                args=(url, "/queues/fast", stopping, received),
+                daemon=True,
+            )
+            for _ in range(4)
+        ]
+        for reader in readers:
+            reader.start()
+        try:
+            wait_until(lambda: received.value >= FAST_READER_STREAM, timeout=120)
+            before = received.value
+            with Prober(url) as prober:
+                prober.wait_rounds(8, timeout=60)
+            during = received.value - before
+            assert all(reader.is_alive() for reader in readers), "a reader failed"
+        finally:
+            stopping.set()
+            for reader in readers:
+                reader.join(30)
+    seen = prober.seen
+    assert seen.failures == []
+    assert len(seen.rounds) >= 8
+    assert seen.worst < PROBE_BOUND, seen.rounds
+    # The readers were reading all along: a window's worth and more while the prober ran.
+    assert during > FAST_READER_CREDIT
