@@ -130,19 +130,28 @@ class LoggedEntries:
                 lengths,
             )
             return list(map(Message, bodies, repeat(0, count), range(seq, seq + count)))
+        # The rest: bodies are read while they fit, in order, in one call; a body that does
+        # not fit is left to its message object, and a smaller one after it may still fit.
         room = TAKE_BYTES
-        taken: list[Message] = []
-        for at in range(index, stop):
-            length = lengths[at - index]
+        fits: list[int] = []
+        for at, length in enumerate(lengths, index):
             if length <= room:
                 room -= length
-                (body,) = self._body(
-                    self._ids[at : at + 1],
-                    self._segments[at : at + 1],
-                    self._offsets[at : at + 1],
-                    lengths[at - index : at - index + 1],
-                )
-                message = Message(body, 0, seq)
+                fits.append(at)
+        ids, segments, offsets = self._ids, self._segments, self._offsets
+        read = iter(
+            self._body(
+                [ids[at] for at in fits],
+                [segments[at] for at in fits],
+                [offsets[at] for at in fits],
+                [lengths[at - index] for at in fits],
+            )
+        )
+        picked = set(fits)
+        taken: list[Message] = []
+        for at in range(index, stop):
+            if at in picked:
+                message = Message(next(read), 0, seq)
             else:
                 message = self[at]
                 message.seq = seq
