@@ -23,6 +23,7 @@ import struct
 import uuid
 from collections.abc import Mapping
 from decimal import Decimal
+from functools import cache
 from itertools import accumulate
 from typing import Any, Final
 
@@ -289,10 +290,19 @@ def encode_object(mapping: Mapping[Any, Any]) -> tuple[bytes, bytes]:
     return _container(_OBJECT, layout.ids, encoded, layout.id_size), layout.metadata
 
 
-# Every byte value as a one-byte binary, and every short string's header: Arrow takes them by
-# index to build a column's headers and offsets.
-_BYTES: Final = pa.array([bytes((value,)) for value in range(0x100)], pa.binary())
-_SHORT_STRING_HEADER_ARRAY: Final = pa.array(_SHORT_STRING_HEADERS, pa.binary())
+@cache
+def _lookup_arrays() -> tuple[pa.Array, pa.Array]:
+    """Every byte value as a one-byte binary, and every short string's header: Arrow takes them
+    by index to build a column's headers and offsets.
+
+    Built on first use, not at import: Arrow's first ``pa.array`` of Python objects imports
+    pandas (~0.3 s), and the processes that only import this module (Spark's streaming runner
+    and planner, which start each query) should not pay for it.
+    """
+    return (
+        pa.array([bytes((value,)) for value in range(0x100)], pa.binary()),
+        pa.array(_SHORT_STRING_HEADERS, pa.binary()),
+    )
 
 
 def encode_string_objects(
@@ -322,10 +332,11 @@ def encode_string_objects(
         ends.append(end)
     if pc.max(end).as_py() >= 0x100:
         return None
+    byte_values, short_string_headers = _lookup_arrays()
     parts = [pa.scalar(layout.small_prefix + b"\x00", pa.binary())]
-    parts.extend(_BYTES.take(end) for end in ends)
+    parts.extend(byte_values.take(end) for end in ends)
     for column, length in zip(columns, lengths, strict=True):
-        parts.append(_SHORT_STRING_HEADER_ARRAY.take(length))
+        parts.append(short_string_headers.take(length))
         parts.append(column)
     return pc.binary_join_element_wise(*parts, b""), layout.metadata
 
