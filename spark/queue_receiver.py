@@ -75,8 +75,10 @@ class QueueReceiver:
         self._buffered_bytes = 0
         self._stopping = threading.Event()
         # Trigger.AvailableNow: credit is only granted with the drain flag, and the query ends
-        # at the first drain that leaves nothing to read.
+        # once it has read what arrived before a drain found the queue empty.
         self._draining = False
+        # Whether the gateway answered a drain with credit it had nothing to send for.
+        self._found_empty = False
         self._failure: BaseException | None = None
         self._amqp = AmqpConnection.open(endpoint)
         try:
@@ -116,6 +118,10 @@ class QueueReceiver:
     def _collect(self) -> int:
         """Move every complete transfer from proton into the buffer; how many came."""
         deliveries, payloads, dropped = take_transfers(self._impl, TAKE_PER_PASS, settle=False)
+        if lib.pn_link_drained(self._impl) > 0:
+            # AMQP 1.0 §2.6.7: a sender with nothing to send advances its delivery-count past
+            # the credit; everything it had sent before arrived before this answer.
+            self._found_empty = True
         self._deliveries.extend(deliveries)
         self._payloads.extend(payloads)
         self._buffered_bytes += sum(map(len, payloads))
@@ -139,8 +145,11 @@ class QueueReceiver:
 
         While draining (Trigger.AvailableNow) the batch is filled first: it waits (up to
         ``timeout``) until the buffer holds a whole batch or the gateway has answered the
-        drain, so the query reads in batches of the limit rather than of whatever had arrived,
-        and an empty answer means the queue is empty (which ends the query).
+        drain, so the query reads in batches of the limit rather than of whatever had arrived.
+        Nothing is returned (which ends the query) once the buffer is empty and some drain found
+        the queue empty: every message that was there when the query started has been read.
+        Waiting for the answer to the drain the last settlement armed would cost the time the
+        gateway takes to process that batch's settlements, which arrived before it.
         """
         deadline = time.monotonic() + timeout
         while True:
@@ -150,7 +159,12 @@ class QueueReceiver:
                 full = (max_rows is not None and len(self._payloads) >= max_rows) or (
                     max_bytes is not None and self._buffered_bytes >= max_bytes
                 )
-                if full or not self._draining or not lib.pn_link_draining(self._impl):
+                if (
+                    full
+                    or not self._draining
+                    or not lib.pn_link_draining(self._impl)
+                    or (self._found_empty and not self._payloads)
+                ):
                     return self._take(max_rows, max_bytes)
             if time.monotonic() >= deadline:
                 raise TimeoutError(

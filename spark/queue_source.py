@@ -265,10 +265,11 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         receiver.accept(settled)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Drain the queue: the query ends at the first drain that finds it empty.
+        """Drain the queue: the query ends once it has read what arrived before a drain found
+        the queue empty (``QueueReceiver.take``).
 
         A queue has no offsets to stop at, so what a producer publishes while the query runs
-        is read too; a producer faster than the query keeps it running.
+        is read too, until then; a producer faster than the query keeps it running.
         """
         self._available_now = True
         if self._receiver is not None:

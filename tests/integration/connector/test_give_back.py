@@ -20,6 +20,7 @@ from support.clients import consume, publish
 from support.polling import wait_until
 
 from sluicegate.spark.options import parse_read_options
+from sluicegate.spark.queue_receiver import QueueReceiver
 from sluicegate.spark.queue_source import INITIAL_OFFSET, QueuePartition, QueueStreamReader
 from sluicegate.spark.records import COLUMNS
 
@@ -93,6 +94,27 @@ def test_a_batch_is_decoded_by_its_tasks_and_settled_by_the_commit(server: Runni
         assert (stats.acknowledged, stats.ready, stats.unacked) == (3_000, 0, 0)
     finally:
         reader.stop()
+
+
+def test_an_available_now_read_ends_without_waiting_for_the_drain_its_commit_armed(
+    server: RunningServer,
+) -> None:
+    """Once a drain found the queue empty and the buffer is read, ``take`` returns nothing at
+    once: the commit's settlement grants credit with the drain flag again, and the gateway
+    answers that drain only after it has processed the settlements sent before it."""
+    publish(server.url, "/queues/drained", _bodies(5_000))
+    options = parse_read_options({"url": server.url, "address": "/queues/drained"}, streaming=True)
+    receiver = QueueReceiver(options.endpoint, 6_000)
+    try:
+        receiver.drain()
+        # More than there is: it returns when the gateway answers the drain, 1,000 credit unused.
+        deliveries, payloads = receiver.take(6_000, None, 30)
+        assert len(payloads) == 5_000
+        receiver.accept(deliveries)
+        assert receiver.take(6_000, None, 0) == ([], [])
+        _acknowledged(server, "drained", 5_000)
+    finally:
+        receiver.close([])
 
 
 def test_a_stop_releases_what_spark_never_had_and_counts_what_it_did(
