@@ -28,7 +28,6 @@ from itertools import accumulate
 from typing import Any, Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sluicegate.wire.codec import Described, Symbol, Timestamp, Value
 from sluicegate.wire.message_fields import Byte, Float32, Int, Short
@@ -316,6 +315,11 @@ def encode_string_objects(
     The rows of one stream mostly look so. None when some row is not in the form built here
     (a string over 63 bytes, 256 bytes of values or more): the caller encodes rows one by one.
     """
+    # Imported here, not with the module: the processes that start each query (Spark's
+    # streaming runner and planner) import this module but never encode, and pyarrow.compute
+    # takes ~0.1 s to import.
+    import pyarrow.compute as pc
+
     layout = _layout(keys)
     if layout.small_prefix is None:
         return None
