@@ -140,8 +140,11 @@ def _default_sigterm() -> None:
     _sigterm_ignored = False
 
 
-def decode_partition(partition: QueuePartition, columns: tuple[str, ...]) -> list[pa.RecordBatch]:
-    """A task's messages as record batches; a row's ``offset`` is its seq."""
+def decode_partition(
+    partition: QueuePartition, columns: tuple[str, ...]
+) -> Iterator[pa.RecordBatch]:
+    """A task's messages as record batches, each yielded as soon as it is cut, so that Spark
+    takes one while the next is decoded; a row's ``offset`` is its seq."""
     builder = BatchBuilder(columns)
     payloads = partition.payloads
     ends = list(accumulate(struct.unpack(f"<{len(partition.sizes) // 4}I", partition.sizes)))
@@ -151,7 +154,9 @@ def decode_partition(partition: QueuePartition, columns: tuple[str, ...]) -> lis
         builder.add(payloads[start:end], seq)
         start = end
         seq += 1
-    return builder.finish()
+        if builder.rows == 0:
+            yield from builder.full_batches()
+    yield from builder.finish()
 
 
 class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -249,7 +254,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Decode one slice of a batch, in an executor."""
         if not isinstance(partition, QueuePartition):
             return iter(())
-        return iter(decode_partition(partition, self.columns))
+        return decode_partition(partition, self.columns)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Settle ``accepted`` every message of the batches up to ``end`` (if not yet done)."""
