@@ -8,12 +8,14 @@ the wrappers make, minus the wrappers. Everything else uses the Python API.
 
 from __future__ import annotations
 
+from array import array
+from itertools import accumulate
 from typing import Any, Final
 
 from cproton_ffi import ffi, lib
 from proton import Link
 
-__all__ = ["ffi", "lib", "link_pointer", "take_transfers"]
+__all__ = ["ffi", "lib", "link_pointer", "receive_transfers", "take_transfers"]
 
 
 def link_pointer(link: Link) -> Any:
@@ -21,50 +23,80 @@ def link_pointer(link: Link) -> Any:
     return link._impl
 
 
-# The scratch buffer a pass of :func:`take_transfers` receives into, made at its first message:
-# most messages fit; a larger one grows it (to twice its size) for the rest of that pass.
-SCRATCH_BYTES: Final = 64 * 1024
+# What pn_link_recv returns for an aborted delivery (proton's error.h; cffi does not export it).
+PN_ABORTED: Final = -11
+# The scratch buffer a pass of :func:`receive_transfers` receives into, made at its first
+# message and copied into the caller's buffer whenever it fills: one copy per message, one
+# allocation per pass. A larger message passes through it in several pieces.
+SCRATCH_BYTES: Final = 256 * 1024
+# recv overwrites what it uses of the scratch buffer: clearing it first would be wasted.
+_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
 
-def take_transfers(link: Any, limit: int, settle: bool) -> tuple[list[Any], list[bytes], int]:
-    """Up to ``limit`` complete transfers waiting on a receiver, oldest first.
+def receive_transfers(
+    link: Any, limit: int, settle: bool, data: bytearray, sizes: array[int]
+) -> tuple[list[Any], int]:
+    """Up to ``limit`` transfers waiting complete on a receiver, oldest first, their encoded
+    messages appended back to back to ``data`` and their lengths to ``sizes``.
 
-    Returns their ``pn_delivery_t *`` (settled already if ``settle``), their encoded messages,
-    and how many aborted transfers were dropped on the way (each spent a credit and carries no
-    message; AMQP 1.0 §2.6.14).
+    Returns their ``pn_delivery_t *`` (settled already if ``settle``) and how many aborted
+    transfers were dropped on the way (each spent a credit and carries no message; AMQP 1.0
+    §2.6.14).
 
-    Each message is received into one scratch buffer and copied out once, as the ``bytes`` a
-    decoder reads without copying again. A receiver's current delivery is always the one to
-    read (``pn_delivery_readable`` holds for it), so the loop asks only whether it came whole.
+    Three C calls a message. Proton appends a transfer to the newest delivery until it is
+    complete and starts no other before, so of the ``pn_link_queued`` deliveries waiting only
+    the newest may be partial; the one to read is always the receiver's current delivery; and
+    ``pn_link_recv`` itself says when a message ended (``PN_EOS``) or was aborted
+    (``PN_ABORTED``, before any byte is read).
     """
-    current, partial = lib.pn_link_current, lib.pn_delivery_partial
-    pending, recv, advance = lib.pn_delivery_pending, lib.pn_link_recv, lib.pn_link_advance
-    aborted, settle_delivery = lib.pn_delivery_aborted, lib.pn_delivery_settle
-    unpack = ffi.unpack
-    scratch_size = 0
-    scratch = ffi.NULL
+    current, recv, advance = lib.pn_link_current, lib.pn_link_recv, lib.pn_link_advance
+    settle_delivery = lib.pn_delivery_settle
+    queued = lib.pn_link_queued(link)
     deliveries: list[Any] = []
-    payloads: list[bytes] = []
     dropped = 0
-    taken = 0
-    delivery = current(link)
-    while taken < limit and delivery != ffi.NULL and not partial(delivery):
-        size = pending(delivery)
-        if size > scratch_size:
-            scratch_size = max(SCRATCH_BYTES, 2 * size)
-            scratch = ffi.new("char[]", scratch_size)
-        received = recv(link, scratch, size) if size else 0
+    if not queued:
+        return deliveries, dropped
+    newest = queued - 1
+    scratch = _uncleared("char[]", SCRATCH_BYTES)
+    used = 0
+    for index in range(min(queued, limit)):
+        delivery = current(link)
+        if index == newest and lib.pn_delivery_partial(delivery):
+            break
+        size = 0
+        while (received := recv(link, scratch + used, SCRATCH_BYTES - used)) > 0:
+            size += received
+            used += received
+            if used < SCRATCH_BYTES:
+                break  # the whole message: the delivery is complete and the buffer had room
+            data += ffi.buffer(scratch, used)
+            used = 0
         advance(link)
-        if aborted(delivery):
+        if received == PN_ABORTED:
             settle_delivery(delivery)
             dropped += 1
         else:
             if settle:
                 settle_delivery(delivery)
             deliveries.append(delivery)
-            payloads.append(unpack(scratch, received) if received > 0 else b"")
-            taken += 1
-        delivery = current(link)
+            sizes.append(size)
+    if used:
+        data += ffi.buffer(scratch, used)
+    return deliveries, dropped
+
+
+def take_transfers(link: Any, limit: int, settle: bool) -> tuple[list[Any], list[bytes], int]:
+    """:func:`receive_transfers` with each encoded message as its own ``bytes``, the form a
+    decoder reads without copying again: deliveries, messages, aborted transfers dropped."""
+    received = bytearray()
+    sizes = array("I")
+    deliveries, dropped = receive_transfers(link, limit, settle, received, sizes)
+    data = bytes(received)
+    payloads = []
+    start = 0
+    for end in accumulate(sizes):
+        payloads.append(data[start:end])
+        start = end
     return deliveries, payloads, dropped
 
 

@@ -22,13 +22,16 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from array import array
 from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Final
 
 from proton import Receiver
 
-from sluicegate.clients.capi import lib, link_pointer, take_transfers, unused_credit
+from sluicegate.clients.capi import lib, link_pointer, receive_transfers, unused_credit
 from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError
 from sluicegate.spark.options import Endpoint
 
@@ -44,16 +47,26 @@ TAKE_PER_PASS: Final = 10_000
 
 
 def batch_head(
-    payloads: list[bytes], max_rows: int | None, max_bytes: int | None
+    sizes: Sequence[int], max_rows: int | None, max_bytes: int | None
 ) -> tuple[int, int]:
-    """How many of the first ``payloads`` make a batch, and their bytes: at most ``max_rows``,
-    the longest run within ``max_bytes``, and at least one (if any)."""
-    rows = len(payloads) if max_rows is None else min(max_rows, len(payloads))
+    """How many of the first messages, of ``sizes`` bytes each, make a batch, and their bytes:
+    at most ``max_rows``, the longest run within ``max_bytes``, and at least one (if any)."""
+    rows = len(sizes) if max_rows is None else min(max_rows, len(sizes))
     if max_bytes is None:
-        return rows, sum(map(len, payloads[:rows]))
-    ends = list(accumulate(map(len, payloads[:rows])))
+        return rows, sum(sizes[:rows])
+    ends = list(accumulate(sizes[:rows]))
     rows = min(rows, max(1, bisect_right(ends, max_bytes)))
     return rows, ends[rows - 1] if rows else 0
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Messages taken from the buffer: their deliveries, and their encoded messages back to
+    back in ``data``, ``sizes`` bytes each."""
+
+    deliveries: list[Any]
+    data: bytes
+    sizes: array[int]
 
 
 class QueueReceiver:
@@ -68,11 +81,12 @@ class QueueReceiver:
         self.credit = credit
         self.epoch = uuid.uuid4().hex
         self._lock = threading.Lock()
-        # The pn_delivery_t * and encoded messages that arrived, in arrival order: two lists,
-        # so that a batch is taken from their heads by slicing, not message by message.
+        # The pn_delivery_t * and encoded messages that arrived, in arrival order: the messages
+        # back to back in one buffer with their sizes beside, so that a batch is taken from the
+        # heads by slicing, not message by message.
         self._deliveries: list[Any] = []
-        self._payloads: list[bytes] = []
-        self._buffered_bytes = 0
+        self._data = bytearray()
+        self._sizes = array("I")
         self._stopping = threading.Event()
         # Trigger.AvailableNow: credit is only granted with the drain flag, and the query ends
         # once it has read what arrived before a drain found the queue empty.
@@ -117,17 +131,17 @@ class QueueReceiver:
 
     def _collect(self) -> int:
         """Move every complete transfer from proton into the buffer; how many came."""
-        deliveries, payloads, dropped = take_transfers(self._impl, TAKE_PER_PASS, settle=False)
+        deliveries, dropped = receive_transfers(
+            self._impl, TAKE_PER_PASS, False, self._data, self._sizes
+        )
         if lib.pn_link_drained(self._impl) > 0:
             # AMQP 1.0 §2.6.7: a sender with nothing to send advances its delivery-count past
             # the credit; everything it had sent before arrived before this answer.
             self._found_empty = True
         self._deliveries.extend(deliveries)
-        self._payloads.extend(payloads)
-        self._buffered_bytes += sum(map(len, payloads))
         if dropped:
             self._grant(dropped)  # an aborted transfer spent credit but carries no message
-        return len(payloads) + dropped
+        return len(deliveries) + dropped
 
     def _grant(self, credit: int) -> None:
         if self._draining:
@@ -137,11 +151,9 @@ class QueueReceiver:
 
     # -- what the reader calls ----------------------------------------------------------
 
-    def take(
-        self, max_rows: int | None, max_bytes: int | None, timeout: float
-    ) -> tuple[list[Any], list[bytes]]:
+    def take(self, max_rows: int | None, max_bytes: int | None, timeout: float) -> Batch:
         """Up to ``max_rows`` buffered messages and ``max_bytes`` of them (at least one, if
-        any arrived): their deliveries and their encoded messages.
+        any arrived).
 
         While draining (Trigger.AvailableNow) the batch is filled first: it waits (up to
         ``timeout``) until the buffer holds a whole batch or the gateway has answered the
@@ -156,14 +168,14 @@ class QueueReceiver:
             with self._lock:
                 if self._failure is not None:
                     raise AmqpError(f"{self.endpoint.url}: connection lost: {self._failure}")
-                full = (max_rows is not None and len(self._payloads) >= max_rows) or (
-                    max_bytes is not None and self._buffered_bytes >= max_bytes
+                full = (max_rows is not None and len(self._sizes) >= max_rows) or (
+                    max_bytes is not None and len(self._data) >= max_bytes
                 )
                 if (
                     full
                     or not self._draining
                     or not lib.pn_link_draining(self._impl)
-                    or (self._found_empty and not self._payloads)
+                    or (self._found_empty and not self._sizes)
                 ):
                     return self._take(max_rows, max_bytes)
             if time.monotonic() >= deadline:
@@ -173,13 +185,14 @@ class QueueReceiver:
                 )
             time.sleep(POLL_S / 5)
 
-    def _take(self, max_rows: int | None, max_bytes: int | None) -> tuple[list[Any], list[bytes]]:
-        payloads = self._payloads
-        rows, size = batch_head(payloads, max_rows, max_bytes)
-        deliveries, taken = self._deliveries[:rows], payloads[:rows]
-        del self._deliveries[:rows], payloads[:rows]
-        self._buffered_bytes -= size
-        return deliveries, taken
+    def _take(self, max_rows: int | None, max_bytes: int | None) -> Batch:
+        rows, size = batch_head(self._sizes, max_rows, max_bytes)
+        batch = Batch(
+            self._deliveries[:rows], bytes(memoryview(self._data)[:size]), self._sizes[:rows]
+        )
+        # Deleting from a bytearray's head moves its start, not its bytes.
+        del self._deliveries[:rows], self._data[:size], self._sizes[:rows]
+        return batch
 
     def accept(self, deliveries: list[Any]) -> None:
         """Settle deliveries ``accepted`` and give their credit back to the gateway."""
@@ -237,8 +250,8 @@ class QueueReceiver:
             update(delivery, lib.PN_RELEASED)
             settle(delivery)
         self._deliveries.clear()
-        self._payloads.clear()
-        self._buffered_bytes = 0
+        self._data.clear()
+        del self._sizes[:]
         for delivery in handed:
             lib.pn_disposition_set_failed(lib.pn_delivery_local(delivery), True)
             update(delivery, lib.PN_MODIFIED)

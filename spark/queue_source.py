@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import signal
 import struct
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
+from pickle import PickleBuffer
 from typing import Any, Final
 
 import pyarrow as pa
@@ -48,7 +50,7 @@ from pyspark.sql.types import StructType
 from sluicegate.spark.amqp import AmqpConnection
 from sluicegate.spark.options import ReadOptions
 from sluicegate.spark.queue_info import look_up
-from sluicegate.spark.queue_receiver import QueueReceiver
+from sluicegate.spark.queue_receiver import Batch, QueueReceiver
 from sluicegate.spark.records import BatchBuilder, read_columns
 
 # The offset of a query that has read nothing yet: no connection has an empty epoch.
@@ -58,33 +60,44 @@ INITIAL_OFFSET: Final[dict[str, Any]] = {"epoch": "", "seq": 0}
 @dataclass(frozen=True)
 class QueuePartition(InputPartition):
     """Encoded messages for one task: ``first`` is the seq of the first; ``sizes`` little-endian
-    u32s, one per message, cut ``payloads`` apart."""
+    u32s, one per message, cut ``payloads`` apart.
+
+    In the runner ``payloads`` is a view of its batch, which pickling copies once, straight
+    into the pickle (pickle protocol 5's in-band ``PickleBuffer``); the task gets ``bytes``.
+    """
 
     first: int
     sizes: bytes
-    payloads: bytes
+    payloads: bytes | memoryview
+
+    def __reduce__(self) -> tuple[type[QueuePartition], tuple[int, bytes, PickleBuffer]]:
+        return (QueuePartition, (self.first, self.sizes, PickleBuffer(self.payloads)))
 
 
 @dataclass
 class _Planned:
-    """A batch handed to Spark and not yet committed: its last seq and what it holds."""
+    """A batch handed to Spark and not yet committed: its seqs and what it holds."""
 
     first: int
     end: int
-    deliveries: list[Any]
-    payloads: list[bytes]
+    batch: Batch
 
 
 def _partitions(planned: _Planned, parts: int) -> list[QueuePartition]:
     """A planned batch in at most ``parts`` nearly equal, contiguous slices."""
-    count = len(planned.payloads)
+    sizes, data = planned.batch.sizes, memoryview(planned.batch.data)
+    count = len(sizes)
     parts = max(1, min(parts, count))
     bounds = [count * i // parts for i in range(parts + 1)]
     result = []
+    start = 0
     for lo, hi in pairwise(bounds):
-        chunk = planned.payloads[lo:hi]
-        sizes = struct.pack(f"<{len(chunk)}I", *map(len, chunk))
-        result.append(QueuePartition(planned.first + lo, sizes, b"".join(chunk)))
+        chunk = sizes[lo:hi]
+        end = start + sum(chunk)
+        if sys.byteorder == "big":
+            chunk.byteswap()
+        result.append(QueuePartition(planned.first + lo, chunk.tobytes(), data[start:end]))
+        start = end
     return result
 
 
@@ -230,12 +243,12 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             rows = limit.max_rows
         elif isinstance(limit, ReadMaxBytes):
             max_bytes = limit.max_bytes
-        deliveries, payloads = receiver.take(rows, max_bytes, self.options.receive_timeout_s)
-        if not payloads:
+        batch = receiver.take(rows, max_bytes, self.options.receive_timeout_s)
+        if not batch.sizes:
             return start
         first = self._seq + 1
-        self._seq += len(payloads)
-        self._planned.append(_Planned(first, self._seq, deliveries, payloads))
+        self._seq += len(batch.sizes)
+        self._planned.append(_Planned(first, self._seq, batch))
         return {"epoch": receiver.epoch, "seq": self._seq}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[QueuePartition]:
@@ -266,7 +279,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         settled: list[Any] = []
         planned = self._planned
         while planned and planned[0].end <= last:
-            settled.extend(planned.popleft().deliveries)
+            settled.extend(planned.popleft().batch.deliveries)
         receiver.accept(settled)
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -284,7 +297,9 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Give back what was not committed (see the module docstring) and close."""
         if self._receiver is not None:
             _ignore_sigterm()
-            handed = [delivery for planned in self._planned for delivery in planned.deliveries]
+            handed = [
+                delivery for planned in self._planned for delivery in planned.batch.deliveries
+            ]
             self._planned.clear()
             try:
                 self._receiver.close(handed)

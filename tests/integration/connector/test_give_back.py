@@ -108,10 +108,10 @@ def test_an_available_now_read_ends_without_waiting_for_the_drain_its_commit_arm
     try:
         receiver.drain()
         # More than there is: it returns when the gateway answers the drain, 1,000 credit unused.
-        deliveries, payloads = receiver.take(6_000, None, 30)
-        assert len(payloads) == 5_000
-        receiver.accept(deliveries)
-        assert receiver.take(6_000, None, 0) == ([], [])
+        batch = receiver.take(6_000, None, 30)
+        assert len(batch.sizes) == 5_000
+        receiver.accept(batch.deliveries)
+        assert not receiver.take(6_000, None, 0).sizes
         _acknowledged(server, "drained", 5_000)
     finally:
         receiver.close([])
