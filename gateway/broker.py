@@ -515,15 +515,12 @@ class Broker(Handler):
     def on_delivery_of(self, delivery: CDelivery) -> None:
         """The delivery event's work, called by the reactor with proton's bare delivery.
 
-        Consumers' settlements gather in :attr:`settlements` (``gateway/settlement_run.py``);
-        the reactor has them applied before it dispatches any other event.
+        Consumers' settlements gather in :attr:`settlements` (``gateway/settlement_run.py``),
+        which takes the events that continue its run itself; the reactor has them applied
+        before it dispatches any other event.
         """
         run = self.settlements
         if run.seqs and deliveries.link(delivery) == run.link:
-            if deliveries.remote_state(delivery) == run.remote:
-                run.seqs.append(deliveries.tag_number(delivery))
-                deliveries.settle(delivery)
-                return
             assert run.state is not None
             self._settled(run.state, delivery)
             return

@@ -59,6 +59,8 @@ class BrokerContainer(Container):
                 on_delivery(pn_event_delivery(impl))
                 previous = self._previous = delivery_type
                 pn_collector_pop(collector)
+                if settlements.seqs:
+                    settlements.extend(collector)
                 continue
             if settlements.seqs:
                 broker.apply_settlements()

@@ -20,7 +20,18 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from cproton import ffi
+from cproton import (
+    PN_DELIVERY,
+    ffi,
+    lib,
+    pn_collector_peek,
+    pn_collector_pop,
+    pn_delivery_link,
+    pn_delivery_remote_state,
+    pn_delivery_settle,
+    pn_event_delivery,
+    pn_event_type,
+)
 
 from sluicegate.gateway.state import OutgoingLinkState
 from sluicegate.queues.queue_type import Outcome
@@ -55,6 +66,29 @@ class SettlementRun:
         self.state = state
         self.outcome = outcome
         self.remote = remote
+
+    def extend(self, collector: Any) -> None:
+        """Take the events waiting in proton's ``collector`` (a ``pn_collector_t *``) that
+        continue the run: deliveries of its link settled with its outcome, each settled in
+        proton and popped. It stops at the first other event, left for the reactor.
+
+        A client settling 100,000 deliveries in one DISPOSITION makes 100,000 such events in a
+        row: here each costs its calls into proton and no call of ours (the tag is read as
+        ``gateway/deliveries.py``'s ``tag_number`` reads it).
+        """
+        link, remote, append = self.link, self.remote, self.seqs.append
+        # cproton's own ``pn_delivery_tag`` converts the tag to Python; the C one does not.
+        unpack, tag_of = ffi.unpack, lib.pn_delivery_tag
+        while (event := pn_collector_peek(collector)) != _NULL and pn_event_type(
+            event
+        ) == PN_DELIVERY:
+            delivery = pn_event_delivery(event)
+            if pn_delivery_link(delivery) != link or pn_delivery_remote_state(delivery) != remote:
+                return
+            tag = tag_of(delivery)
+            append(int(unpack(tag.start, tag.size)))
+            pn_delivery_settle(delivery)
+            pn_collector_pop(collector)
 
     def take(self) -> tuple[OutgoingLinkState, Outcome, list[int]] | None:
         """What the run gathered, which ends it; None if nothing."""
