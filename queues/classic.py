@@ -29,6 +29,7 @@ from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.log.stored import acquire_all
 from sluicegate.queues.message import ARCHIVED, AVAILABLE, Message
 from sluicegate.queues.ordering import Cursor, Ordering, PriorityLanes
 from sluicegate.queues.overflow import Limits
@@ -498,8 +499,8 @@ class ClassicQueue:
         if ack_required:
             for message in taken:
                 size_taken += message.size
-                message.acquire()
                 unacked[message.seq] = message
+            acquire_all(taken)
         else:
             for message in taken:
                 size_taken += message.size

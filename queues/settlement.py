@@ -21,6 +21,7 @@ from sluicegate.queues.backlog import Backlog
 from sluicegate.queues.consumers import Consumer
 from sluicegate.queues.dead_lettering import REJECTED, DeadLetterer
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.log.stored import archive_all
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome
 
@@ -63,17 +64,16 @@ def accept_all(consumer: Consumer, seqs: list[int], backlog: Backlog, held: Held
     locks expired; each is archived in place. How many were."""
     unacked = consumer.unacked
     messages = backlog.messages
-    settled = 0
-    freed = 0
+    accepted: list[Message] = []
+    keep = accepted.append
     for seq in seqs:
         message = unacked.pop(seq, None)
         if message is not None:
-            message.archive()
             del messages[seq]
-            settled += 1
-            freed += message.held
-    held.total -= freed + settled * MESSAGE_OVERHEAD
-    return settled
+            keep(message)
+    archive_all(accepted)
+    held.total -= sum(message.held for message in accepted) + len(accepted) * MESSAGE_OVERHEAD
+    return len(accepted)
 
 
 def settle_each(

@@ -205,12 +205,18 @@ class Bodies:
 
     def forget(self, message: StoredMessage) -> None:
         """A settled message's body leaves the cache, unless other messages share it."""
-        if message.loaded is not None:
-            self.unload(message)
-        elif not message.shared:
-            body = self._cache.pop(message.body_key, None)
-            if body is not None:
-                self.cached_bytes -= len(body)
+        self.forget_all((message,))
+
+    def forget_all(self, messages: Iterable[StoredMessage]) -> None:
+        """:meth:`forget` for each of ``messages`` (a consumer accepts thousands at once)."""
+        cache = self._cache
+        for message in messages:
+            if message.loaded is not None:
+                self.unload(message)
+            elif cache and not message.shared:
+                body = cache.pop((message.segment << 32) | message.offset, None)
+                if body is not None:
+                    self.cached_bytes -= len(body)
 
     def written(self, messages: Iterable[StoredMessage]) -> None:
         """Their batch is durable: the bodies of the live ones move to the cache."""

@@ -58,10 +58,29 @@ class StateChanges:
         run.ids.append(message_id)
         run.segments.append(segment)
 
+    def _extend(self, kind: RecordType, ids: list[int], segments: list[int]) -> None:
+        """:meth:`_add` for each of ``ids`` (of ``segments``), a run's worth at a time."""
+        buffer = self.buffer
+        start = 0
+        while start < len(ids):
+            run = buffer[-1] if buffer else None
+            if run is None or run.kind is not kind or len(run.ids) >= _IDS_PER_RECORD:
+                run = _Run(kind)
+                buffer.append(run)
+            stop = start + _IDS_PER_RECORD - len(run.ids)
+            run.ids.extend(ids[start:stop])
+            run.segments.extend(segments[start:stop])
+            start = stop
+
     def acquire(self, message_id: int, segment: int) -> None:
         """A consumer holds the message ``message_id``."""
         self._add(RecordType.ACQUIRE, message_id, segment)
         self.acquired.add(message_id)
+
+    def acquire_all(self, ids: list[int], segments: list[int]) -> None:
+        """:meth:`acquire` for each of ``ids``, in order (of ``segments``)."""
+        self._extend(RecordType.ACQUIRE, ids, segments)
+        self.acquired.update(ids)
 
     def give_back(self, message_id: int, segment: int) -> None:
         """The message came back to its queue without a failed delivery."""
@@ -74,6 +93,15 @@ class StateChanges:
         if self.counts:
             self.counts.pop(message_id, None)
         self.acquired.discard(message_id)
+
+    def settle_all(self, ids: list[int], segments: list[int]) -> None:
+        """:meth:`settle` for each of ``ids``, in order (of ``segments``)."""
+        self._extend(RecordType.SETTLE, ids, segments)
+        counts = self.counts
+        if counts:
+            for message_id in ids:
+                counts.pop(message_id, None)
+        self.acquired.difference_update(ids)
 
     def count(self, message_id: int, segment: int, delivery_count: int) -> None:
         """The message's failed-delivery count is now ``delivery_count``; it is back in its

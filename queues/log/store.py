@@ -381,10 +381,25 @@ class MessageStore:
             self._changes.settle(message.message_id, message.segment)
             self.bodies.forget(message)
 
+    def settled_all(self, messages: list[StoredMessage]) -> None:
+        """:meth:`settled` for each of ``messages`` (none sending), in one run of changes."""
+        for message in messages:
+            message.archived = True
+        self._changes.settle_all(
+            [message.message_id for message in messages], [message.segment for message in messages]
+        )
+        self.bodies.forget_all(messages)
+
     def acquired(self, message: Message) -> None:
         """A persistent message went to a consumer."""
         if type(message) is StoredMessage:
             self._changes.acquire(message.message_id, message.segment)
+
+    def acquired_all(self, messages: list[StoredMessage]) -> None:
+        """:meth:`acquired` for each of ``messages``, in one run of changes."""
+        self._changes.acquire_all(
+            [message.message_id for message in messages], [message.segment for message in messages]
+        )
 
     def returned(self, message: Message, failed: bool) -> None:
         """A persistent message came back to its queue, after a failed attempt or not.

@@ -8,6 +8,8 @@ records (:mod:`queues.log.records`, ``ENQUEUE_SHARED``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import methodcaller
 from typing import TYPE_CHECKING, Protocol
 
 from sluicegate.queues.message import ACQUIRED, ARCHIVED, AVAILABLE, Message
@@ -30,6 +32,12 @@ class MessageJournal(Protocol):
 
     def acquired(self, message: Message) -> None:
         """``message`` went to a consumer."""
+
+    def acquired_all(self, messages: list[StoredMessage]) -> None:
+        """:meth:`acquired` for each of ``messages``, this journal's, in order."""
+
+    def settled_all(self, messages: list[StoredMessage]) -> None:
+        """:meth:`settled` (not sending) for each of ``messages``, this journal's, in order."""
 
     def settled(self, message: Message, sending: bool = False) -> None:
         """``message`` is archived; ``sending``: keep its body until it is sent."""
@@ -189,3 +197,46 @@ class StoredMessage(Message):
         """Count a failed attempt; the header is rewritten each time the body is read."""
         self.delivery_count += 1
         self.journal.returned(self, True)
+
+
+def acquire_all(messages: list[Message]) -> None:
+    """:meth:`Message.acquire` for each of ``messages``, in order, with the changes of each
+    run of one store's messages logged in one call: a consumer's credit takes thousands."""
+    _change_all(messages, ACQUIRED, True, methodcaller("acquire"), _log_acquired)
+
+
+def archive_all(messages: list[Message]) -> None:
+    """:meth:`Message.archive` for each of ``messages``, in order, as :func:`acquire_all`
+    does: a consumer accepts thousands of deliveries in one DISPOSITION."""
+    _change_all(messages, ARCHIVED, False, methodcaller("archive"), _log_settled)
+
+
+def _log_acquired(journal: MessageJournal, run: list[StoredMessage]) -> None:
+    journal.acquired_all(run)
+
+
+def _log_settled(journal: MessageJournal, run: list[StoredMessage]) -> None:
+    journal.settled_all(run)
+
+
+def _change_all(
+    messages: list[Message],
+    state: int,
+    again: bool,
+    each: Callable[[Message], None],
+    log: Callable[[MessageJournal, list[StoredMessage]], None],
+) -> None:
+    """Put stored messages in ``state`` (``again``: also those in it already, as their own
+    method does), logging each run of one journal's with ``log``; others change by ``each``."""
+    run: list[StoredMessage] = []
+    for message in messages:
+        if type(message) is not StoredMessage:
+            each(message)
+        elif again or message.state != state:
+            if run and message.journal is not run[0].journal:
+                log(run[0].journal, run)
+                run = []
+            message.state = state
+            run.append(message)
+    if run:
+        log(run[0].journal, run)

@@ -23,7 +23,8 @@ from support.examples import examples
 from sluicegate.queues.log.placement import WriteBatch
 from sluicegate.queues.log.segments import SegmentWriter
 from sluicegate.queues.log.store import MessageStore, write_now
-from sluicegate.queues.log.stored import StoredMessage
+from sluicegate.queues.log.stored import StoredMessage, acquire_all, archive_all
+from sluicegate.queues.message import ACQUIRED, ARCHIVED, Message
 from sluicegate.wire.codec import Described, encode
 from sluicegate.wire.sections import read_header
 
@@ -86,6 +87,33 @@ class StoreModel(RuleBasedStateMachine):
         message = self.acquired.pop(index % len(self.acquired))
         self.store.settled(message)
         self.settling.add(message.message_id)
+
+    @precondition(lambda self: self.ready)
+    @rule(count=st.integers(1, 6))
+    def consume_many(self, count: int) -> None:
+        """A consumer's credit takes several at once (ClassicQueue._take)."""
+        taken: list[Message] = list(self.ready[:count])
+        del self.ready[:count]
+        acquire_all(taken)
+        assert all(message.state == ACQUIRED for message in taken)
+        self.acquired.extend(self.stored(taken))
+
+    @precondition(lambda self: self.acquired)
+    @rule(indexes=st.lists(st.integers(0, 10), min_size=1, max_size=6))
+    def accept_many(self, indexes: list[int]) -> None:
+        """One DISPOSITION accepts several (queues.settlement.accept_all), one maybe twice."""
+        chosen = {index % len(self.acquired) for index in indexes}
+        accepted: list[Message] = [self.acquired[index] for index in sorted(chosen)]
+        self.acquired = [m for i, m in enumerate(self.acquired) if i not in chosen]
+        archive_all(accepted + accepted[:1])
+        assert all(message.state == ARCHIVED for message in accepted)
+        self.settling.update(message.message_id for message in self.stored(accepted))
+
+    @staticmethod
+    def stored(messages: list[Message]) -> list[StoredMessage]:
+        stored = [message for message in messages if isinstance(message, StoredMessage)]
+        assert len(stored) == len(messages)
+        return stored
 
     @precondition(lambda self: self.acquired)
     @rule(index=st.integers(0, 10), failed=st.booleans())
