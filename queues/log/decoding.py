@@ -262,20 +262,21 @@ def _decode_enqueue(kind: RecordType, view: memoryview, start: int, end: int) ->
 
 
 # An enqueue record's head up to its names: length, CRC, type, id, arrival, expiry plus one.
-_ENQUEUE_RECORD_HEAD: Final = struct.Struct(">IIBQQQ")
-_ROUTED: Final = RecordType.ENQUEUE_ROUTED.value
+ENQUEUE_RECORD_HEAD: Final = struct.Struct(">IIBQQQ")
+ROUTED: Final = RecordType.ENQUEUE_ROUTED.value
 
 
 class RoutedRecords:
-    """Routed enqueue records of one buffer read from the log, each checked by its CRC, type and
-    id, whose queue, exchange and routing key are encoded as in the last one decoded in full.
+    """Routed enqueue records of one buffer read from the log, and the queue, exchange and
+    routing key encoded as in the last one decoded in full.
 
     Those names are a run of length-prefixed fields, so a record whose bytes at the same place
-    start with the same run names the same three: it is read without decoding them again, the
-    names of a page's records being mostly one queue's, one exchange's and one key's.
+    start with the same run names the same three: it can be read without decoding them again
+    (``queues/log/reading.py``), once its CRC, type and id are checked, the names of a page's
+    records being mostly one queue's, one exchange's and one key's.
     """
 
-    __slots__ = ("base", "body", "buffer", "exchange", "names", "routing_key", "view")
+    __slots__ = ("base", "buffer", "exchange", "names", "routing_key", "view")
 
     def __init__(self, buffer: bytes, base: int) -> None:
         self.buffer = buffer
@@ -286,44 +287,13 @@ class RoutedRecords:
         self.names = b""
         self.exchange = ""
         self.routing_key = ""
-        # The body of the record :meth:`at` found last.
-        self.body: memoryview = self.view[:0]
-
-    def at(self, offset: int, message_id: int) -> tuple[int, int | None, int, int] | None:
-        """The record at ``offset`` of the segment: its arrival, expiry, and where its body lies
-        in the segment (the body itself in :attr:`body`); None unless it is whole, right,
-        message ``message_id``'s and has the names of the last record :meth:`learn` took."""
-        names = self.names
-        if not names:
-            return None
-        buffer = self.buffer
-        pos = offset - self.base
-        names_at = pos + _ENQUEUE_RECORD_HEAD.size
-        if names_at > len(buffer):
-            return None
-        length, crc, kind, record_id, timestamp, stored_expiry = _ENQUEUE_RECORD_HEAD.unpack_from(
-            buffer, pos
-        )
-        body_at = names_at + len(names)
-        end = pos + 8 + length
-        if (
-            kind != _ROUTED
-            or record_id != message_id
-            or not body_at <= end <= len(buffer)
-            or not buffer.startswith(names, names_at)
-            or zlib.crc32(self.view[pos + 8 : end]) != crc
-        ):
-            return None
-        self.body = self.view[body_at:end]
-        expires = stored_expiry - 1 if stored_expiry else None
-        return timestamp, expires, self.base + body_at, end - body_at
 
     def learn(self, offset: int, record: Enqueued) -> None:
         """``record``, at ``offset``, was decoded in full and found right: if it is a routed
         record holding its body, the next ones with its names take the short way."""
         pos = offset - self.base
-        if self.buffer[pos + HEADER_SIZE - 1] == _ROUTED and record.body_segment is None:
-            names_at = pos + _ENQUEUE_RECORD_HEAD.size
+        if self.buffer[pos + HEADER_SIZE - 1] == ROUTED and record.body_segment is None:
+            names_at = pos + ENQUEUE_RECORD_HEAD.size
             self.names = self.buffer[names_at : pos + record.payload_offset]
             self.exchange = record.exchange
             self.routing_key = record.routing_key

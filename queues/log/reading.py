@@ -8,8 +8,15 @@ so delivering them reads nothing more (:mod:`queues.log.bodies`).
 
 from __future__ import annotations
 
+import zlib
+
 from sluicegate.queues.log.bodies import Bodies
-from sluicegate.queues.log.decoding import RoutedRecords, decode_record
+from sluicegate.queues.log.decoding import (
+    ENQUEUE_RECORD_HEAD,
+    ROUTED,
+    RoutedRecords,
+    decode_record,
+)
 from sluicegate.queues.log.paged import DiskPage, PageStore
 from sluicegate.queues.log.records import Enqueued
 from sluicegate.queues.log.recovery import (
@@ -91,8 +98,8 @@ class PageReader:
         ``ttl`` (the queue's ``x-message-ttl``) counts from each message's arrival. A page's
         records mostly repeat one queue, exchange and routing key: once a record's names are
         decoded, the next records that start with the same bytes (:class:`RoutedRecords`) are
-        checked without decoding them again. The bodies stay on their messages as far as the
-        body cache makes room for them, older cached bodies going first.
+        checked without decoding them again (:func:`_routed_run`). The bodies stay on their
+        messages as far as the body cache makes room for them, older cached bodies going first.
         """
         first, ids, offsets = page.first_id, page.ids, page.offsets
         count = len(offsets)
@@ -108,47 +115,25 @@ class PageReader:
             self.reads += 1
         failures = page.failures or {}
         routed = RoutedRecords(buffer, page.start)
-        at = routed.at
-        exchange = routing_key = ""
-        journal, queue, segment = self.journal, page.queue, page.segment
         messages: list[StoredMessage] = []
         read: list[tuple[StoredMessage, memoryview | bytes]] = []
-        keep = read.append
-        for index in range(count):
-            message_id = first + ids[index]
-            if index >= written:
-                message = pending[message_id][0]
-            else:
-                offset = offsets[index]
-                found = at(offset, message_id)
-                if found is None:
-                    message, body = self._read(
-                        page, routed, offset, message_id, failures.get(index, 0)
-                    )
-                    exchange, routing_key = routed.exchange, routed.routing_key
-                else:
-                    timestamp, expires, body_offset, body_length = found
-                    message = StoredMessage(
-                        journal,
-                        queue,
-                        message_id,
-                        segment,
-                        (offset, body_offset + body_length),
-                        (body_offset, body_length),
-                        timestamp,
-                        failures.get(index, 0) if failures else 0,
-                        expires,
-                        exchange,
-                        routing_key,
-                    )
-                    body = routed.body
+        index = 0
+        while index < written:
+            index = _routed_run(self.journal, page, routed, index, written, messages, read)
+            if index < written:
+                message, body = self._read(
+                    page, routed, offsets[index], first + ids[index], failures.get(index, 0)
+                )
+                messages.append(message)
                 if body is not None:
-                    keep((message, body))
-            if ttl is not None:
+                    read.append((message, body))
+                index += 1
+        messages.extend(pending[first + ids[index]][0] for index in range(written, count))
+        if ttl is not None:
+            for message in messages:
                 deadline = message.timestamp + ttl
                 if message.expires is None or deadline < message.expires:
                     message.expires = deadline
-            messages.append(message)
         if read:
             bodies.load(read)
         return messages
@@ -191,3 +176,67 @@ class PageReader:
             shared=shared,
         )
         return message, None if shared else record.payload
+
+
+def _routed_run(
+    journal: PageStore,
+    page: DiskPage,
+    routed: RoutedRecords,
+    index: int,
+    stop: int,
+    messages: list[StoredMessage],
+    read: list[tuple[StoredMessage, memoryview | bytes]],
+) -> int:
+    """Make the messages of the page's records from ``index`` on, up to ``stop``, that have
+    the names ``routed`` knows, each whole, right (its CRC, type and id) and holding its body;
+    append them to ``messages`` and with their bodies to ``read``. Return the index of the
+    first record that is not such, to decode in full.
+
+    The loop of a page-in, kept in one frame: a page holds up to thousands of records.
+    """
+    names = routed.names
+    if not names:
+        return index
+    buffer, view, base = routed.buffer, routed.view, routed.base
+    size = len(buffer)
+    head_size, names_size = ENQUEUE_RECORD_HEAD.size, len(names)
+    unpack, startswith, crc32 = ENQUEUE_RECORD_HEAD.unpack_from, buffer.startswith, zlib.crc32
+    first, ids, offsets, failures = page.first_id, page.ids, page.offsets, page.failures
+    queue, segment = page.queue, page.segment
+    exchange, routing_key = routed.exchange, routed.routing_key
+    add, keep = messages.append, read.append
+    while index < stop:
+        offset = offsets[index]
+        message_id = first + ids[index]
+        pos = offset - base
+        names_at = pos + head_size
+        if names_at > size:
+            return index
+        length, crc, kind, record_id, timestamp, stored_expiry = unpack(buffer, pos)
+        body_at = names_at + names_size
+        end = pos + 8 + length
+        if (
+            kind != ROUTED
+            or record_id != message_id
+            or not body_at <= end <= size
+            or not startswith(names, names_at)
+            or crc32(view[pos + 8 : end]) != crc
+        ):
+            return index
+        message = StoredMessage(
+            journal,
+            queue,
+            message_id,
+            segment,
+            (offset, base + end),
+            (base + body_at, end - body_at),
+            timestamp,
+            failures.get(index, 0) if failures else 0,
+            stored_expiry - 1 if stored_expiry else None,
+            exchange,
+            routing_key,
+        )
+        add(message)
+        keep((message, view[body_at:end]))
+        index += 1
+    return index
