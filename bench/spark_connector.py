@@ -183,8 +183,7 @@ class _Ready(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         builder = BatchBuilder()
-        for offset in range(BASELINE_BATCH):
-            builder.add(self.sample, offset)
+        builder.add_numbered([self.sample] * BASELINE_BATCH, 0)
         batch = builder.finish()[0]
         for _ in range(self.rows // 2 // BASELINE_BATCH):
             yield batch

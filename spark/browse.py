@@ -48,9 +48,8 @@ def browse(options: ReadOptions, columns: tuple[str, ...]) -> Iterator[pa.Record
             while True:
                 _, payloads, dropped = take_transfers(impl, BROWSE_WINDOW, settle=True)
                 received += len(payloads) + dropped
-                for payload in payloads:
-                    position += 1
-                    builder.add(payload, position)
+                builder.add_numbered(payloads, position + 1)
+                position += len(payloads)
                 if not link.draining() and link.queued == 0:
                     break
                 if not payloads and not dropped:

@@ -51,7 +51,7 @@ from sluicegate.spark.amqp import AmqpConnection
 from sluicegate.spark.options import ReadOptions
 from sluicegate.spark.queue_info import look_up
 from sluicegate.spark.queue_receiver import Batch, QueueReceiver
-from sluicegate.spark.records import BatchBuilder, read_columns
+from sluicegate.spark.records import BATCH_ROWS, BatchBuilder, read_columns
 
 # The offset of a query that has read nothing yet: no connection has an empty epoch.
 INITIAL_OFFSET: Final[dict[str, Any]] = {"epoch": "", "seq": 0}
@@ -160,15 +160,14 @@ def decode_partition(
     takes one while the next is decoded; a row's ``offset`` is its seq."""
     builder = BatchBuilder(columns)
     payloads = partition.payloads
-    ends = list(accumulate(struct.unpack(f"<{len(partition.sizes) // 4}I", partition.sizes)))
-    seq = partition.first
-    start = 0
-    for end in ends:
-        builder.add(payloads[start:end], seq)
-        start = end
-        seq += 1
-        if builder.rows == 0:
-            yield from builder.full_batches()
+    sizes = struct.unpack(f"<{len(partition.sizes) // 4}I", partition.sizes)
+    bounds = list(accumulate(sizes, initial=0))
+    for row in range(0, len(sizes), BATCH_ROWS):
+        edges = bounds[row : row + BATCH_ROWS + 1]
+        builder.add_numbered(
+            (payloads[start:end] for start, end in pairwise(edges)), partition.first + row
+        )
+        yield from builder.full_batches()
     yield from builder.finish()
 
 

@@ -2,10 +2,11 @@
 
 Spark moves a ``pyarrow.RecordBatch`` to the JVM without looking at each value, about twice as fast
 as Python tuples (docs/spark.md), so the readers build columns and yield batches. Each message is
-decoded once, by ``wire/message_fields.py`` (several times faster than ``proton.Message``), and its
-fields are kept per row and taken column by column when a batch is cut; maps are built flat
-(offsets, keys, values) and handed to Arrow in one call per batch, and string properties that
-share one layout (a stream's usual rows) become variants column-wise in Arrow.
+decoded once, by ``wire/message_fields.py`` (several times faster than ``proton.Message``),
+straight into one list per column (``FieldColumns``: no object per row, and the fields a read
+does not ask for skipped); the application properties are laid end to end (offsets, keys,
+values) and handed to Arrow in one call per batch, and string properties that share one layout
+(a stream's usual rows) become variants column-wise in Arrow.
 
 A read may name fewer columns than :data:`SCHEMA` (``spark.read.schema("body binary, offset
 long")``): only those are built, which saves the Python and the JVM side the work of the others.
@@ -14,10 +15,10 @@ long")``): only those are built, which saves the Python and the JVM side the wor
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cached_property
-from itertools import accumulate, chain
-from operator import attrgetter, methodcaller, not_
+from itertools import accumulate, chain, islice, pairwise
+from operator import eq, methodcaller
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -40,7 +41,7 @@ from sluicegate.spark.options import OptionError
 from sluicegate.spark.variant import encode_object, encode_string_objects
 from sluicegate.wire.annotations import X_STREAM_OFFSET
 from sluicegate.wire.codec import Symbol
-from sluicegate.wire.message_fields import MessageFields, read_fields
+from sluicegate.wire.message_fields import COLUMN_FIELDS, FieldColumns
 
 # The columns a read produces, in order: the body, the immutable properties a pipeline keys on,
 # the application's properties (as strings, and typed), the broker's annotations, what the
@@ -103,12 +104,11 @@ def _text(value: object) -> str | None:
     return str(value)
 
 
-def _body(fields: MessageFields) -> bytes | None:
+def _body(value: object) -> bytes | None:
     """The body as bytes: data sections as they are, an amqp-value string as UTF-8, others JSON.
 
     JSON keeps maps and lists readable with Spark's ``from_json``.
     """
-    value = fields.body
     if value is None or (isinstance(value, bytes) and type(value) is bytes):
         return value
     if isinstance(value, str):
@@ -124,20 +124,37 @@ _VALUES: Final = methodcaller("values")
 
 
 class _FlatMaps:
-    """The maps of a batch's rows laid end to end, as Arrow takes a map column: where each
-    row's entries end, the keys, the values, and which rows have none (a null map).
+    """Maps laid end to end, as Arrow takes a map column: where each row's entries end (after
+    a leading 0), the keys, the values; a row without entries is a null map.
 
-    Gathered by C loops over the rows, the keys and values converted to strings only when
-    some are not strings already: string properties, the usual case, pass untouched.
+    The keys and values are converted to strings only when some are not strings already:
+    string properties, the usual case, pass untouched.
     """
 
-    def __init__(self, mappings: list[Mapping[Any, Any] | None]) -> None:
-        self.mappings = mappings
+    def __init__(self, ends: list[int], keys: list[Any], values: list[Any]) -> None:
+        self.offsets = ends
+        self.keys = keys
+        self.values = values
+        self.nulls = list(map(eq, ends, islice(ends, 1, None)))
+
+    @classmethod
+    def of(cls, mappings: list[Mapping[Any, Any] | None]) -> _FlatMaps:
+        """The maps of ``mappings`` (None: a null map), gathered by C loops over the rows."""
         present = [mapping or _NO_ENTRIES for mapping in mappings]
-        self.offsets = list(accumulate(map(len, present), initial=0))
-        self.keys: list[Any] = list(chain.from_iterable(present))
-        self.values: list[Any] = list(chain.from_iterable(map(_VALUES, present)))
-        self.nulls = list(map(not_, mappings))
+        return cls(
+            list(accumulate(map(len, present), initial=0)),
+            list(chain.from_iterable(present)),
+            list(chain.from_iterable(map(_VALUES, present))),
+        )
+
+    @property
+    def mappings(self) -> list[dict[Any, Any] | None]:
+        """Each row's map (None where it has no entries)."""
+        keys, values = self.keys, self.values
+        return [
+            dict(zip(keys[start:end], values[start:end], strict=True)) if end > start else None
+            for start, end in pairwise(self.offsets)
+        ]
 
     @cached_property
     def text_values(self) -> bool:
@@ -191,10 +208,10 @@ def _shared_map_array(
     ids = list(map(id, mappings))
     distinct = dict(zip(ids, mappings, strict=True))
     if len(distinct) * 2 > len(ids):
-        return _FlatMaps(mappings).map_array(arrow_type)
+        return _FlatMaps.of(mappings).map_array(arrow_type)
     position = {key: index for index, key in enumerate(distinct)}
     indices = pa.array(list(map(position.__getitem__, ids)), pa.int32())
-    return _FlatMaps(list(distinct.values())).map_array(arrow_type).take(indices)
+    return _FlatMaps.of(list(distinct.values())).map_array(arrow_type).take(indices)
 
 
 # What Arrow takes as a string as it is: a symbol is a ``str`` subclass.
@@ -239,26 +256,20 @@ def _texts(values: list[Any]) -> list[str | None]:
     return [value if value is None or type(value) is str else _text(value) for value in values]
 
 
-def _bodies(rows: list[MessageFields]) -> list[bytes | None]:
-    bodies = list(map(_BODY, rows))
-    return [
-        body if body is None or type(body) is bytes else _body(row)
-        for body, row in zip(bodies, rows, strict=True)
-    ]
+def _bodies(values: list[Any]) -> list[bytes | None]:
+    """Bodies as bytes: most are a data section's already and pass as they are."""
+    return [value if value is None or type(value) is bytes else _body(value) for value in values]
 
 
-_BODY: Final = attrgetter("body")
-_PROPERTIES: Final = attrgetter("application_properties")
-_OTHER_ANNOTATIONS: Final = attrgetter("other_annotations")
 _PROPERTY_COLUMNS: Final = frozenset({"application_properties", "application_properties_typed"})
 
 
 class BatchBuilder:
-    """Decoded messages, turned into record batches of at most ``BATCH_ROWS`` column by column.
+    """Encoded messages, decoded into record batches of at most ``BATCH_ROWS`` column by column.
 
     ``stream`` rows take their offset from each message's ``x-stream-offset`` and are never
-    ``redelivered`` (offsets identify them); other rows get the offset they are added with, and
-    are ``redelivered`` when the gateway counted an earlier delivery (``delivery_count > 0``).
+    ``redelivered`` (offsets identify them); other rows are numbered, and are ``redelivered``
+    when the gateway counted an earlier delivery (``delivery_count > 0``).
     """
 
     def __init__(self, columns: tuple[str, ...] = COLUMNS, *, stream: bool = False) -> None:
@@ -268,40 +279,46 @@ class BatchBuilder:
             StructType([StructField(name, _TYPES[name]) for name in columns]), timezone="UTC"
         )
         self._batches: list[pa.RecordBatch] = []
-        self._rows: list[MessageFields] = []
-        self._offsets: list[int] = []
+        # The typed properties column is built from the same fields as the string map.
+        fields = {
+            "application_properties" if name in _PROPERTY_COLUMNS else name for name in columns
+        }
+        self._rows = FieldColumns(COLUMN_FIELDS.intersection(fields))
 
     @property
     def rows(self) -> int:
         """Rows added since the last batch was cut."""
         return len(self._rows)
 
-    def add(
-        self, payload: bytes | bytearray | memoryview, offset: int | None, below: int | None = None
-    ) -> int | None:
-        """Decode one encoded message into a row; return its ``x-stream-offset`` if it has one.
+    def add_stream(
+        self, payloads: Iterable[bytes | bytearray | memoryview], below: int | None = None
+    ) -> list[int | None]:
+        """Decode a stream's messages into rows; return each one's ``x-stream-offset``.
 
-        ``offset`` None takes the row's offset from that annotation (a stream read), and then a
-        message at or beyond ``below`` is not added (it belongs to the next range).
+        A message without one, or at or beyond ``below`` (it belongs to the next range), is
+        not added.
         """
-        fields = read_fields(payload)
-        stream_offset = fields.stream_offset
-        if offset is None:
-            if stream_offset is None or (below is not None and stream_offset >= below):
-                return stream_offset
-            offset = stream_offset
-        self._rows.append(fields)
-        self._offsets.append(offset)
-        if len(self._rows) >= BATCH_ROWS:
-            self._cut()
-        return stream_offset
+        assert self.stream
+        found = self._rows.add_stream(payloads, below)
+        self._cut_full()
+        return found
 
-    def _column(self, name: str, arrow_type: pa.DataType, properties: _FlatMaps | None) -> pa.Array:
-        rows = self._rows
+    def add_numbered(self, payloads: Iterable[bytes | bytearray | memoryview], first: int) -> None:
+        """Decode messages into rows whose offsets count up from ``first``."""
+        self._rows.add_numbered(payloads, first)
+        self._cut_full()
+
+    def _cut_full(self) -> None:
+        while len(self._rows) >= BATCH_ROWS:
+            self._cut(self._rows.split(BATCH_ROWS))
+
+    def _column(
+        self, name: str, arrow_type: pa.DataType, rows: FieldColumns, properties: _FlatMaps | None
+    ) -> pa.Array:
         if name == "body":
-            return pa.array(_bodies(rows), arrow_type)
+            return pa.array(_bodies(rows.body), arrow_type)
         if name == "offset":
-            return pa.array(self._offsets, arrow_type)
+            return pa.array(rows.offset, arrow_type)
         if name == "application_properties":
             assert properties is not None
             return properties.map_array(arrow_type)
@@ -309,33 +326,33 @@ class BatchBuilder:
             # But x-stream-offset, the offset column already: a stream stamps it on every
             # message, it would make every row's map non-empty, and maps are what Spark
             # converts slowest.
-            return _shared_map_array(list(map(_OTHER_ANNOTATIONS, rows)), arrow_type)
+            return _shared_map_array(rows.other_annotations, arrow_type)
         if name == "application_properties_typed":
             assert properties is not None
             return _variant_array(properties, arrow_type)
         if name == "redelivered":
             if self.stream:
                 return pa.array([False] * len(rows), arrow_type)
-            return pa.array([row.delivery_count > 0 for row in rows], arrow_type)
-        values = list(map(attrgetter(name), rows))
+            return pa.array([count > 0 for count in rows.delivery_count], arrow_type)
+        if name == "delivery_count":
+            return pa.array(rows.delivery_count, arrow_type)
+        values = getattr(rows, name)
         if name in ("message_id", "correlation_id"):
             return pa.array(_texts(values), arrow_type)
         if name == "creation_time":
             return pa.array([None if t is None else t * 1000 for t in values], arrow_type)
         return pa.array(values, arrow_type)
 
-    def _cut(self) -> None:
-        if not self._rows:
+    def _cut(self, rows: FieldColumns) -> None:
+        if not len(rows):
             return
         properties = (
-            _FlatMaps(list(map(_PROPERTIES, self._rows)))
+            _FlatMaps(rows.property_ends, rows.property_keys, rows.property_values)
             if _PROPERTY_COLUMNS.intersection(self.columns)
             else None
         )
-        arrays = [self._column(field.name, field.type, properties) for field in self.schema]
+        arrays = [self._column(field.name, field.type, rows, properties) for field in self.schema]
         self._batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
-        self._rows = []
-        self._offsets = []
 
     def full_batches(self) -> list[pa.RecordBatch]:
         """The batches of ``BATCH_ROWS`` rows built so far (the partial one stays)."""
@@ -344,6 +361,6 @@ class BatchBuilder:
 
     def finish(self) -> list[pa.RecordBatch]:
         """Every batch built so far, including the last partial one; the builder starts over."""
-        self._cut()
+        self._cut(self._rows.split(len(self._rows)))
         batches, self._batches = self._batches, []
         return batches

@@ -179,7 +179,6 @@ def read_range(
         link = _attach(amqp, options, part.start, settled=True)
         impl = link_pointer(link)
         builder = BatchBuilder(columns, stream=True)
-        add, end = builder.add, part.end
         expected = part.start  # the next offset the range needs
         last_arrival = time.monotonic()
         while expected < part.end:
@@ -188,8 +187,7 @@ def read_range(
             if unused <= wanted // 2:
                 link.flow(wanted - unused)
             _, payloads, dropped = take_transfers(impl, RANGE_WINDOW, settle=True)
-            for payload in payloads:
-                offset = add(payload, None, end)
+            for offset in builder.add_stream(payloads, part.end):
                 if offset is None:
                     raise _not_a_stream(options)
                 if offset >= expected:

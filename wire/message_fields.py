@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from decimal import Context, Decimal
 from types import MappingProxyType
 from typing import Final, NamedTuple, TypeAlias, cast
@@ -31,8 +31,10 @@ from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import section_code
 
 __all__ = [
+    "COLUMN_FIELDS",
     "Byte",
     "EncodeError",
+    "FieldColumns",
     "Float32",
     "Int",
     "MessageFields",
@@ -193,9 +195,9 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
     stream_offset: int | None = None
     message_id: Field = None
     correlation_id: Field = None
-    subject: Field = None
-    content_type: Field = None
-    created: Field = None
+    subject: str | None = None
+    content_type: str | None = None
+    created: Timestamp | None = None
     application: dict[Field, Field] | None = None
     body: Field = None
     body_section: str | None = None
@@ -226,41 +228,9 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
                 code = section_code(descriptor)
             constructor = buf[pos]
             if code == 0x73:  # properties
-                if constructor == 0xC0:
-                    count, item, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
-                elif constructor == 0xD0:
-                    count, item = _U32.unpack_from(buf, pos + 5)[0], pos + 9
-                    end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
-                elif constructor == 0x45 or constructor == 0x40:
-                    count, item, end = 0, pos + 1, pos + 1
-                else:
-                    raise DecodeError("the properties section is not a list")
-                index = 0
-                for index in range(count if count <= _CREATION_TIME else _CREATION_TIME + 1):
-                    field = buf[item]
-                    if field == 0x40:
-                        item += 1
-                    elif field == 0xA1 and index == _MESSAGE_ID:
-                        next_item = item + 2 + buf[item + 1]
-                        message_id = buf[item + 2 : next_item].decode()
-                        item = next_item
-                    elif index in _WANTED_PROPERTIES:
-                        value, item = _value(buf, item)
-                        if index == _MESSAGE_ID:
-                            message_id = value
-                        elif index == _SUBJECT:
-                            subject = value
-                        elif index == _CORRELATION_ID:
-                            correlation_id = value
-                        elif index == _CONTENT_TYPE:
-                            content_type = value
-                        else:
-                            created = value
-                    else:
-                        item = skip(buf, item)
-                if item > end or end > size:
-                    raise DecodeError("the properties run past their section")
-                pos = end
+                message_id, correlation_id, subject, content_type, created, pos = _properties(
+                    buf, pos
+                )
             elif code == 0x74:  # application-properties
                 application, pos = _application_properties(buf, pos)
             elif code == 0x75:  # data
@@ -331,14 +301,277 @@ def read_fields(payload: bytes | bytearray | memoryview) -> MessageFields:
             annotations,
             message_id,
             correlation_id,
-            None if subject is None or not isinstance(subject, str) else subject,
-            None if content_type is None or not isinstance(content_type, str) else content_type,
-            None if created is None or not isinstance(created, Timestamp) else created,
+            subject,
+            content_type,
+            created,
             application,
             stream_offset,
             others,
         ),
     )
+
+
+def _properties(
+    buf: bytes, pos: int
+) -> tuple[Field, Field, str | None, str | None, Timestamp | None, int]:
+    """The properties a reader keeps (message-id, correlation-id, subject, content-type,
+    creation-time; a subject or content-type that is not a string and a creation-time that is
+    not a timestamp are None) and where the section ends."""
+    message_id: Field = None
+    correlation_id: Field = None
+    subject: Field = None
+    content_type: Field = None
+    created: Field = None
+    constructor = buf[pos]
+    if constructor == 0xC0:
+        count, item, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
+    elif constructor == 0xD0:
+        count, item = _U32.unpack_from(buf, pos + 5)[0], pos + 9
+        end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
+    elif constructor == 0x45 or constructor == 0x40:
+        count, item, end = 0, pos + 1, pos + 1
+    else:
+        raise DecodeError("the properties section is not a list")
+    for index in range(count if count <= _CREATION_TIME else _CREATION_TIME + 1):
+        field = buf[item]
+        if field == 0x40:
+            item += 1
+        elif field == 0xA1 and index == _MESSAGE_ID:
+            next_item = item + 2 + buf[item + 1]
+            message_id = buf[item + 2 : next_item].decode()
+            item = next_item
+        elif index in _WANTED_PROPERTIES:
+            value, item = _value(buf, item)
+            if index == _MESSAGE_ID:
+                message_id = value
+            elif index == _SUBJECT:
+                subject = value
+            elif index == _CORRELATION_ID:
+                correlation_id = value
+            elif index == _CONTENT_TYPE:
+                content_type = value
+            else:
+                created = value
+        else:
+            item = skip(buf, item)
+    if item > end or end > len(buf):
+        raise DecodeError("the properties run past their section")
+    return (
+        message_id,
+        correlation_id,
+        subject if isinstance(subject, str) else None,
+        content_type if isinstance(content_type, str) else None,
+        created if isinstance(created, Timestamp) else None,
+        end,
+    )
+
+
+# The fields a reader of columns may leave out (each is skipped unread when it does): the rest,
+# the offset, delivery-count and the annotations but x-stream-offset, come with the lead.
+_PROPERTY_FIELDS: Final = (
+    "message_id",
+    "correlation_id",
+    "subject",
+    "content_type",
+    "creation_time",
+)
+COLUMN_FIELDS: Final = frozenset({"body", "application_properties", *_PROPERTY_FIELDS})
+# The sections after a lead as a sender usually writes them, by their small-ulong descriptors.
+_PROPERTIES_SECTION: Final = b"\x00\x53\x73"
+_APPLICATION_SECTION: Final = b"\x00\x53\x74"
+_DATA8_SECTION: Final = b"\x00\x53\x75\xa0"
+_DATA32_SECTION: Final = b"\x00\x53\x75\xb0"
+
+
+class FieldColumns:
+    """Many messages' fields decoded straight into one list per field (a column), for a reader
+    that builds columnar batches: no object per message, and only the fields asked for.
+
+    A message laid out as a stream's or a queue's usually are, the lead the last message
+    started with (see :class:`_Lead`) then any of properties, application properties and one
+    data section in that order, is read inline, the sections whose fields are not asked for
+    skipped by their size (their values are not checked, as :func:`read_fields` checks them);
+    any other message goes through :func:`read_fields`. Either way a column holds what
+    :func:`read_fields` gives for that field.
+
+    ``offset`` holds each row's stream offset (or its number, see :meth:`add_numbered`),
+    ``delivery_count`` and ``other_annotations`` are always filled. Application properties are
+    laid end to end: ``property_keys`` and ``property_values`` hold every row's entries in
+    order, and ``property_ends`` where each row's end (after a leading 0); a row without
+    entries (no map, or an empty one) ends where it starts.
+    """
+
+    def __init__(self, fields: Collection[str]) -> None:
+        unknown = set(fields) - COLUMN_FIELDS
+        if unknown:
+            raise ValueError(f"no column fields {sorted(unknown)}")
+        self.fields = frozenset(fields)
+        self.offset: list[int] = []
+        self.delivery_count: list[int] = []
+        self.other_annotations: list[Mapping[Field, Field] | None] = []
+        self.body: list[Field] = []
+        self.message_id: list[Field] = []
+        self.correlation_id: list[Field] = []
+        self.subject: list[str | None] = []
+        self.content_type: list[str | None] = []
+        self.creation_time: list[Timestamp | None] = []
+        self.property_ends: list[int] = [0]
+        self.property_keys: list[Field] = []
+        self.property_values: list[Field] = []
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def add_stream(
+        self, payloads: Iterable[bytes | bytearray | memoryview], below: int | None
+    ) -> list[int | None]:
+        """Add the messages of a stream whose ``x-stream-offset`` is below ``below`` (None: all)
+        as rows with that offset; return each message's offset (None: it has none, no row).
+        """
+        return self._add(payloads, None, below)
+
+    def add_numbered(self, payloads: Iterable[bytes | bytearray | memoryview], first: int) -> None:
+        """Add every message as a row, numbered from ``first`` in the offset column."""
+        self._add(payloads, first, None)
+
+    def split(self, rows: int) -> FieldColumns:
+        """The first ``rows`` rows, taken out: these columns keep the rest."""
+        head = FieldColumns(self.fields)
+        for name in _ROW_COLUMNS:
+            column = getattr(self, name)
+            setattr(head, name, column[:rows])
+            del column[:rows]
+        ends = self.property_ends
+        cut = ends[min(rows, len(ends) - 1)]
+        head.property_ends = ends[: rows + 1]
+        head.property_keys = self.property_keys[:cut]
+        head.property_values = self.property_values[:cut]
+        del self.property_keys[:cut], self.property_values[:cut]
+        self.property_ends = [end - cut for end in ends[rows:]] or [0]
+        return head
+
+    def _add(
+        self,
+        payloads: Iterable[bytes | bytearray | memoryview],
+        first: int | None,
+        below: int | None,
+    ) -> list[int | None]:
+        fields = self.fields
+        want_body = "body" in fields
+        want_properties = not fields.isdisjoint(_PROPERTY_FIELDS)
+        want_application = "application_properties" in fields
+        found: list[int | None] = []
+        note = found.append
+        add_offset = self.offset.append
+        add_count = self.delivery_count.append
+        add_annotations = self.other_annotations.append
+        add_body = self.body.append
+        add_id, add_correlation = self.message_id.append, self.correlation_id.append
+        add_subject, add_type = self.subject.append, self.content_type.append
+        add_created = self.creation_time.append
+        keys, values = self.property_keys, self.property_values
+        add_end = self.property_ends.append
+        stream = first is None
+        number = 0 if first is None else first - 1
+        body: Field
+        message_id: Field
+        correlation_id: Field
+        subject: str | None
+        content_type: str | None
+        created: Timestamp | None
+        application: dict[Field, Field] | None
+        others: Mapping[Field, Field] | None
+        # A row's application properties in the last message's layout: its keys and values.
+        property_keys: tuple[Field, ...]
+        property_values: list[Field] | tuple[()]
+        for payload in payloads:
+            number += 1
+            buf = payload if type(payload) is bytes else bytes(payload)
+            size = len(buf)
+            lead = _last_lead
+            row: MessageFields | None = None
+            if lead is not None and buf.startswith(lead.prefix) and lead.skipped <= size:
+                _, pos, _, delivery_count, known, stamped = lead
+                others = known.view
+                stream_offset = _I64.unpack_from(buf, pos - _OFFSET_BYTES)[0] if stamped else None
+            else:
+                row = read_fields(buf)
+                stream_offset = row.stream_offset
+            if stream:
+                note(stream_offset)
+                if stream_offset is None or (below is not None and stream_offset >= below):
+                    continue
+            if row is None:
+                message_id = correlation_id = subject = content_type = created = None
+                application = body = None
+                property_keys = property_values = ()
+                try:
+                    if buf.startswith(_PROPERTIES_SECTION, pos):
+                        if not want_properties:
+                            pos = skip(buf, pos + 3)
+                        elif buf[pos + 3] == 0xC0 and buf[pos + 5] == 1 and buf[pos + 6] == 0xA1:
+                            # A list of one item, a string message-id: the usual properties.
+                            end = pos + 5 + buf[pos + 4]
+                            item = pos + 8 + buf[pos + 7]
+                            message_id = buf[pos + 8 : item].decode()
+                            pos = end if item <= end else -1
+                        else:
+                            message_id, correlation_id, subject, content_type, created, pos = (
+                                _properties(buf, pos + 3)
+                            )
+                    if buf.startswith(_APPLICATION_SECTION, pos):
+                        if not want_application:
+                            pos = skip(buf, pos + 3)
+                        elif (known_values := _known_values(buf, pos + 3, _last_keys)) is None:
+                            application, pos = _application_properties(buf, pos + 3)
+                        else:
+                            property_keys, (property_values, pos) = _last_keys.names, known_values
+                    if buf.startswith(_DATA8_SECTION, pos):
+                        end = pos + 5 + buf[pos + 4]
+                        if want_body:
+                            body = buf[pos + 5 : end]
+                        pos = end
+                    elif buf.startswith(_DATA32_SECTION, pos):
+                        end = pos + 8 + _U32.unpack_from(buf, pos + 4)[0]
+                        if want_body:
+                            body = buf[pos + 8 : end]
+                        pos = end
+                    else:
+                        pos = -1
+                except (DecodeError, IndexError, struct.error, UnicodeDecodeError):
+                    pos = -1
+                if pos != size:
+                    # Another layout, or a malformed message: read_fields says which.
+                    row = read_fields(buf)
+            if row is not None:
+                body, delivery_count, others = row.body, row.delivery_count, row.other_annotations
+                message_id, correlation_id, subject, content_type, created = row[5:10]
+                application = row.application_properties
+                property_keys = ()
+            add_offset(number if first is not None else stream_offset)  # type: ignore[arg-type]
+            add_count(delivery_count)
+            add_annotations(others)
+            if want_body:
+                add_body(body)
+            if want_properties:
+                add_id(message_id)
+                add_correlation(correlation_id)
+                add_subject(subject)
+                add_type(content_type)
+                add_created(created)
+            if want_application:
+                if application:
+                    keys.extend(application)
+                    values.extend(application.values())
+                elif property_keys:
+                    keys.extend(property_keys)
+                    values.extend(property_values)
+                add_end(len(keys))
+        return found
+
+
+# The columns of one item per row (the application properties are laid out otherwise).
+_ROW_COLUMNS: Final = ("offset", "delivery_count", "other_annotations", "body", *_PROPERTY_FIELDS)
 
 
 # Annotations that are a stamped x-stream-offset alone.
@@ -558,6 +791,31 @@ def _application_properties(buf: bytes, pos: int) -> tuple[dict[Field, Field] | 
     if item > end:
         raise DecodeError("the application-properties run past their section")
     return result, end
+
+
+def _known_values(buf: bytes, pos: int, layout: _Keys) -> tuple[list[Field], int] | None:
+    """The values of application properties that name all the keys of the last message's map
+    in the same order (a map8, the keys matched as :func:`_application_properties` does), and
+    where they end; None if they do not."""
+    encoded = layout.encoded
+    count = len(encoded)
+    end = pos + 2 + buf[pos + 1]
+    if buf[pos] != 0xC1 or buf[pos + 2] != 2 * count or len(layout.names) != count:
+        return None
+    item = pos + 3
+    values: list[Field] = []
+    for text_entry, key, size, _ in encoded:
+        if buf.startswith(text_entry, item):
+            item += size + 1
+            value_end = item + 1 + buf[item]
+            values.append(buf[item + 1 : value_end].decode())
+            item = value_end
+        elif buf.startswith(key, item):
+            value, item = _value(buf, item + size)
+            values.append(value)
+        else:
+            return None
+    return (values, end) if item <= end <= len(buf) else None
 
 
 def _encoded_keys(names: tuple[Field, ...]) -> tuple[tuple[bytes, bytes, int, Field], ...]:

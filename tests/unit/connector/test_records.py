@@ -16,8 +16,10 @@ from sluicegate.wire.message_fields import Int, encode_message, read_fields
 
 def _rows(payloads: list[bytes], *, stream: bool) -> list[dict[str, Any]]:
     builder = BatchBuilder(stream=stream)
-    for position, payload in enumerate(payloads):
-        builder.add(payload, None if stream else position)
+    if stream:
+        builder.add_stream(payloads)
+    else:
+        builder.add_numbered(payloads, 0)
     return [row for batch in builder.finish() for row in batch.to_pylist()]
 
 
