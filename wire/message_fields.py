@@ -889,6 +889,8 @@ def _value(buf: bytes, pos: int) -> tuple[Field, int]:
     if code == 0x56:
         return buf[pos + 1] != 0, pos + 2
     if code == 0x98:
+        if pos + 17 > len(buf):
+            raise DecodeError("a uuid runs past the end of the message")
         return uuid.UUID(bytes=buf[pos + 1 : pos + 17]), pos + 17
     if code == 0x73:
         return _char(_U32.unpack_from(buf, pos + 1)[0]), pos + 5

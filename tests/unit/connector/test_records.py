@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluicegate.spark.records import BatchBuilder
+from sluicegate.spark import records
+from sluicegate.spark.records import COLUMNS, BatchBuilder
 from sluicegate.spark.variant import encode_object
 from sluicegate.wire.annotations import with_stream_offset
 from sluicegate.wire.codec import Symbol, Timestamp
 from sluicegate.wire.message_fields import Int, encode_message, read_fields
+
+# The annotations the gateway stores a message with.
+_ROUTED: dict[Symbol, object] = {Symbol("x-exchange"): "", Symbol("x-routing-key"): "k"}
 
 
 def _rows(payloads: list[bytes], *, stream: bool) -> list[dict[str, Any]]:
@@ -142,3 +147,47 @@ def test_rows_sharing_annotations_and_rows_with_their_own_each_show_theirs(
             for key, value in mapping.items()
         }
         assert (dict(found) if found is not None else {}) == expected
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "body": st.binary(max_size=300),
+                "message_id": st.none() | st.text(max_size=4) | st.integers(0, 9),
+                "subject": st.none() | st.text(max_size=4),
+                "application_properties": st.none()
+                | st.dictionaries(st.sampled_from(["a", "b"]), st.text(max_size=3) | st.booleans()),
+            }
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    st.lists(st.sampled_from(COLUMNS), min_size=1, unique=True),
+    st.booleans(),
+)
+def test_a_read_of_some_columns_holds_what_a_read_of_all_holds(
+    messages: list[dict[str, Any]], columns: list[str], stream: bool
+) -> None:
+    """Whichever columns a read asks for, in any order (the others are skipped unread), its
+    rows hold what a read of all of them does; batches are cut every BATCH_ROWS rows."""
+    payloads = [
+        with_stream_offset(
+            encode_message(durable=True, message_annotations=_ROUTED, **message), 40 + position
+        )
+        for position, message in enumerate(messages)
+    ]
+    with patch.object(records, "BATCH_ROWS", 3):
+        full = _rows(payloads, stream=stream)
+        builder = BatchBuilder(tuple(columns), stream=stream)
+        if stream:
+            builder.add_stream(payloads[:4])
+            builder.add_stream(payloads[4:])
+        else:
+            builder.add_numbered(payloads[:4], 0)
+            builder.add_numbered(payloads[4:], 4)
+        batches = builder.finish()
+    assert [batch.num_rows for batch in batches[:-1]] == [3] * (len(batches) - 1)
+    assert [row for batch in batches for row in batch.to_pylist()] == [
+        {name: row[name] for name in columns} for row in full
+    ]

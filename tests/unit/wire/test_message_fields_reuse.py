@@ -16,9 +16,16 @@ from hypothesis import strategies as st
 
 from sluicegate.wire import message_fields
 from sluicegate.wire.annotations import with_stream_offset
-from sluicegate.wire.codec import Described, Symbol
+from sluicegate.wire.codec import Described, Symbol, Timestamp
 from sluicegate.wire.errors import DecodeError
-from sluicegate.wire.message_fields import encode_message, read_fields
+from sluicegate.wire.message_fields import (
+    COLUMN_FIELDS,
+    FieldColumns,
+    MessageFields,
+    encode_message,
+    encode_value,
+    read_fields,
+)
 from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, Header, encode_header, sections
 
 _OFFSET_KEY = b"\xa3\x0fx-stream-offset"
@@ -92,32 +99,84 @@ _ANNOTATIONS = st.dictionaries(
 )
 
 
+_LONGS = st.integers(-(2**63), 2**63 - 1)
+# The annotations the gateway stores every message with (a queue's, and a stream's with the
+# offset it stamps).
+_ROUTED = {Symbol("x-exchange"): "", Symbol("x-routing-key"): "k"}
+_PROPERTIES = st.one_of(
+    st.fixed_dictionaries({"message_id": st.none() | st.text(max_size=5)}),
+    st.fixed_dictionaries(
+        {
+            "message_id": st.none()
+            | st.integers(0, 2**63 - 1)
+            | st.uuids()
+            | st.binary(max_size=4),
+            "correlation_id": st.none() | st.text(max_size=4),
+            "subject": st.none() | st.text(max_size=4),
+            "content_type": st.none() | st.sampled_from(["application/json", "text/plain"]),
+            "creation_time": st.none() | st.integers(0, 2**42).map(Timestamp),
+        }
+    ),
+)
+_EMPTY_DATA = b"\x00Su\xa0\x00"
+# Short bodies, and long ones (a data section of more than 255 bytes has another constructor).
+_DATA = (st.binary(max_size=8) | st.binary(min_size=256, max_size=300)).map(
+    lambda body: b"\x00Su" + encode_value(body)
+)
+# A message's body as a sender may write it (§3.2): mostly one data section, short or long,
+# else several, an amqp-value or amqp-sequence, none; and a footer now and then.
+_BODIES = st.tuples(
+    st.one_of(
+        _DATA,
+        _DATA,
+        st.lists(_DATA, min_size=2, max_size=3).map(b"".join),
+        (st.text(max_size=5) | _LONGS | st.lists(st.integers(0, 3), max_size=2)).map(
+            lambda value: b"\x00Sw" + encode_value(value)
+        ),
+        st.lists(st.integers(0, 3), max_size=2).map(lambda items: b"\x00Sv" + encode_value(items)),
+        st.just(b""),
+    ),
+    st.just(b"") | st.just(b"\x00Sx" + encode_value({Symbol("x-opt-f"): 1})),
+).map(b"".join)
+
+
 @st.composite
 def _messages(draw: st.DrawFn) -> list[tuple[bytes, bool]]:
     """A few messages whose headers and annotations come from a small pool, as a queue's or
     stream's do, some stamped with an offset, some cut short or with a byte changed (each
-    with whether it is whole)."""
-    headers = draw(st.lists(_HEADERS, min_size=1, max_size=2))
-    annotations = draw(st.lists(st.none() | _ANNOTATIONS, min_size=1, max_size=3))
+    with whether it is whole). Half the time they are laid out alike, as a queue's or a
+    stream's usually are: one header, the routing annotations (all stamped or none), one
+    data section."""
+    usual = draw(st.booleans())
+    headers = draw(st.lists(_HEADERS, min_size=1, max_size=1 if usual else 2))
+    stamps = st.just(draw(st.booleans())) if usual else st.booleans()
+    annotations = draw(
+        st.lists(
+            st.just(_ROUTED) if usual else st.none() | st.just(_ROUTED) | _ANNOTATIONS,
+            min_size=1,
+            max_size=3,
+        )
+    )
     layouts = draw(st.lists(_PROPERTY_KEYS, min_size=1, max_size=2))
     messages = []
-    for _ in range(draw(st.integers(1, 8))):
+    for _ in range(draw(st.integers(3 if usual else 1, 8))):
         payload = draw(st.sampled_from(headers)) + encode_message(
-            draw(st.binary(max_size=8)),
+            b"",
             durable=False,
-            message_id=draw(st.none() | st.text(max_size=5)),
             application_properties=draw(_properties(layouts)),
             message_annotations=draw(st.sampled_from(annotations)),
+            **draw(_PROPERTIES),
         )
-        if draw(st.booleans()):
+        payload = payload[: -len(_EMPTY_DATA)] + draw(_DATA if usual else _BODIES)
+        if draw(stamps):
             payload = with_stream_offset(payload, draw(st.integers(0, 2**63 - 1)))
         damage = draw(st.sampled_from(["none", "none", "cut", "flip"]))
         if damage == "cut":
             payload = payload[: draw(st.integers(0, len(payload)))]
-        elif damage == "flip":
+        elif damage == "flip" and payload:
             at = draw(st.integers(0, len(payload) - 1))
             payload = payload[:at] + bytes((draw(st.integers(0, 255)),)) + payload[at + 1 :]
-        messages.append((payload, damage == "none"))
+        messages.append((payload, damage == "none" or not payload))
     return messages
 
 
@@ -209,3 +268,93 @@ def test_a_property_key_sent_as_a_symbol_then_as_a_string_keeps_each_type() -> N
         properties = read_fields(payload).application_properties
         assert properties == {"b": "v"}
         assert [type(name) for name in properties] == [type(key)]
+
+
+# What every row has, whichever fields a reader of columns asks for.
+_EVERY_ROW = ("offset", "delivery_count", "other_annotations")
+
+
+def _expected(fields: MessageFields, names: set[str], offset: int | None) -> dict[str, Any]:
+    """The row ``fields`` make for a reader that asks for ``names`` (an empty map as none)."""
+    row = {name: getattr(fields, name) for name in (*names, *_EVERY_ROW[1:])}
+    if "application_properties" in names:
+        row["application_properties"] = fields.application_properties or None
+    row["offset"] = offset
+    return {name: _typed(value) for name, value in row.items()}
+
+
+def _rows(columns: FieldColumns) -> list[dict[str, Any]]:
+    """Each row of ``columns``, as :func:`_expected` spells one."""
+    rows = []
+    ends = columns.property_ends
+    for row in range(len(columns)):
+        asked = columns.fields - {"application_properties"}
+        named = {name: getattr(columns, name)[row] for name in (*asked, *_EVERY_ROW)}
+        if "application_properties" in columns.fields:
+            start, end = ends[row], ends[row + 1]
+            keys, values = columns.property_keys[start:end], columns.property_values[start:end]
+            named["application_properties"] = dict(zip(keys, values, strict=True)) or None
+        rows.append({name: _typed(value) for name, value in named.items()})
+    return rows
+
+
+@given(
+    _messages(),
+    st.sets(st.sampled_from(sorted(COLUMN_FIELDS))),
+    st.booleans(),
+    st.integers(0, 9),
+)
+def test_columns_hold_what_read_fields_gives_each_message_alone(
+    messages: list[tuple[bytes, bool]], names: set[str], stream: bool, cut: int
+) -> None:
+    """Messages read into columns one after another hold, for each field asked for, what
+    read_fields gives each message alone. A malformed message is a DecodeError, but for a
+    broken section no column asks for (skipped unread) or a stream's message without an offset
+    (skipped undecoded). Read in one call, whole messages make the same rows; the columns split
+    at any row into the same rows."""
+    alone: list[MessageFields | None] = []
+    for payload, _ in messages:
+        _forget()
+        try:
+            alone.append(read_fields(payload))
+        except DecodeError:
+            alone.append(None)
+    _forget()
+    columns = FieldColumns(names)
+    expected: list[dict[str, Any]] = []
+    for number, ((payload, _), fields) in enumerate(zip(messages, alone, strict=True)):
+        rows = len(columns)
+        try:
+            if stream:
+                found = columns.add_stream([payload], None)
+            else:
+                columns.add_numbered([payload], number)
+        except DecodeError:
+            assert fields is None
+            continue
+        if fields is None:
+            assert names != COLUMN_FIELDS or (stream and found == [None])
+            del expected[rows:]
+            expected.extend(_rows(columns)[rows:])
+            continue
+        offset: int | None = number
+        if stream:
+            assert found == [fields.stream_offset]
+            offset = fields.stream_offset
+            if offset is None:
+                assert len(columns) == rows
+                continue
+        expected.append(_expected(fields, names, offset))
+        assert _rows(columns) == expected
+    if all(whole for _, whole in messages):
+        _forget()
+        at_once = FieldColumns(names)
+        payloads = [payload for payload, _ in messages]
+        if stream:
+            at_once.add_stream(payloads, None)
+        else:
+            at_once.add_numbered(payloads, 0)
+        assert _rows(at_once) == expected
+    head = columns.split(cut)
+    assert _rows(head) + _rows(columns) == expected
+    assert len(head) == min(cut, len(expected))
