@@ -323,15 +323,13 @@ def _properties(
     content_type: Field = None
     created: Field = None
     constructor = buf[pos]
-    if constructor == 0xC0:
-        count, item, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
-    elif constructor == 0xD0:
-        count, item = _U32.unpack_from(buf, pos + 5)[0], pos + 9
-        end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
-    elif constructor == 0x45 or constructor == 0x40:
+    if constructor == 0x45 or constructor == 0x40:
         count, item, end = 0, pos + 1, pos + 1
     else:
-        raise DecodeError("the properties section is not a list")
+        head = _compound_head(buf, pos, 0xC0)
+        if head is None:
+            raise DecodeError("the properties section is not a list")
+        count, item, end = head
     for index in range(count if count <= _CREATION_TIME else _CREATION_TIME + 1):
         field = buf[item]
         if field == 0x40:
@@ -667,18 +665,26 @@ def _split(
     return {k: v for k, v in annotations.items() if k != _STREAM_OFFSET_KEY}, offset
 
 
+def _compound_head(buf: bytes, pos: int, small: int) -> tuple[int, int, int] | None:
+    """A list's or map's count of items, where its first starts and where it ends, if it has
+    the constructor ``small`` (list8, map8) or its 32-bit form; None if it has another."""
+    constructor = buf[pos]
+    if constructor == small:
+        return buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
+    if constructor == small + 0x10:
+        end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
+        return _U32.unpack_from(buf, pos + 5)[0], pos + 9, end
+    return None
+
+
 def _map_head(buf: bytes, pos: int, section: str) -> tuple[int, int, int] | None:
     """A map's number of entries, where its first starts and where it ends; None if null."""
-    constructor = buf[pos]
-    if constructor == 0xC1:
-        count, item, end = buf[pos + 2], pos + 3, pos + 2 + buf[pos + 1]
-    elif constructor == 0xD1:
-        count, item = _U32.unpack_from(buf, pos + 5)[0], pos + 9
-        end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
-    elif constructor == 0x40:
+    if buf[pos] == 0x40:
         return None
-    else:
+    head = _compound_head(buf, pos, 0xC1)
+    if head is None:
         raise DecodeError(f"the {section} section is not a map")
+    count, item, end = head
     if count % 2:
         raise DecodeError("a map has an odd number of items")
     if end > len(buf):
