@@ -95,7 +95,8 @@ def give_back(held: list[Held], sent: list[Any], framing: bool) -> list[Held]:
 
     ``held`` come from earlier calls; ``sent`` are deliveries handed to proton since the last
     call, not held: nothing freed them since (proton frees an unsettled delivery only with
-    its connection, and the calls come in the same reactor pass). While ``framing`` (the
+    its connection, and the calls come in the same reactor pass). Each carried more than
+    :data:`KEEP` bytes, so its buffer holds more than that. While ``framing`` (the
     connection is open) a delivery whose bytes proton still has waits; else it is let go as
     it is. Proton frames no more than its output buffer takes, so a delivery often waits a
     pass or two: its buffer, whose place in the delivery only this module changes, is kept
@@ -115,15 +116,17 @@ def give_back(held: list[Held], sent: list[Any], framing: bool) -> list[Held]:
         elif buffer.capacity > keep:
             _empty(buffer)
         decref(entry[0])
-    cast, delivery_type = _ffi.cast, _DELIVERY
+    cast, delivery_type, free, empty = _ffi.cast, _DELIVERY, lib.free, _NO_BUFFER
     for delivery in sent:
         buffer = cast(delivery_type, delivery).bytes
         if buffer.size:
             if framing:
                 incref(delivery)
                 waiting.append((delivery, buffer))
-        elif buffer.capacity > keep:
-            _empty(buffer)
+        else:
+            # Emptied as _empty does, in the loop: one delivery of each message sent.
+            free(buffer.bytes)
+            buffer[0] = empty
     return waiting
 
 
