@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import enum
 import struct
+import sys
 import zlib
+from array import array
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
@@ -28,6 +30,9 @@ RECORD_HEAD = struct.Struct(">IIB")
 HEADER_SIZE: Final = RECORD_HEAD.size
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
+# Ids are big-endian u64s: an array of this machine's "Q" is swapped to them where it is not.
+_LITTLE_ENDIAN: Final = sys.byteorder == "little"
+assert array("Q").itemsize == 8
 U64 = struct.Struct(">Q")
 # An enqueue record's type and fixed fields (id, time, expiry), and a record's length and CRC.
 _ENQUEUE = struct.Struct(">BQQQ")
@@ -248,7 +253,11 @@ def _arguments(arguments: Arguments) -> bytes:
 
 
 def _ids(values: tuple[int, ...] | list[int]) -> bytes:
-    return U32.pack(len(values)) + struct.pack(f">{len(values)}Q", *values)
+    # An array packs a settlement's 100,000 ids in half the time struct.pack takes for them.
+    packed = array("Q", values)
+    if _LITTLE_ENDIAN:
+        packed.byteswap()
+    return U32.pack(len(values)) + packed.tobytes()
 
 
 def encode_segment_start(segment: int, next_id: int, older: list[int]) -> bytes:
