@@ -237,6 +237,7 @@ def _routed_run(
             routing_key,
         )
         add(message)
-        keep((message, view[body_at:end]))
+        # A slice of bytes is the copy the body cache keeps (Bodies.load copies other buffers).
+        keep((message, buffer[body_at:end]))
         index += 1
     return index
