@@ -56,18 +56,20 @@ def receive_transfers(
     dropped = 0
     if not queued:
         return deliveries, dropped
+    keep, measure = deliveries.append, sizes.append
     newest = queued - 1
-    scratch = _uncleared("char[]", SCRATCH_BYTES)
+    room = SCRATCH_BYTES
+    scratch = _uncleared("char[]", room)
     used = 0
     for index in range(min(queued, limit)):
         delivery = current(link)
         if index == newest and lib.pn_delivery_partial(delivery):
             break
         size = 0
-        while (received := recv(link, scratch + used, SCRATCH_BYTES - used)) > 0:
+        while (received := recv(link, scratch + used, room - used)) > 0:
             size += received
             used += received
-            if used < SCRATCH_BYTES:
+            if used < room:
                 break  # the whole message: the delivery is complete and the buffer had room
             data += ffi.buffer(scratch, used)
             used = 0
@@ -78,8 +80,8 @@ def receive_transfers(
         else:
             if settle:
                 settle_delivery(delivery)
-            deliveries.append(delivery)
-            sizes.append(size)
+            keep(delivery)
+            measure(size)
     if used:
         data += ffi.buffer(scratch, used)
     return deliveries, dropped
