@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import struct
+from array import array
 
 import pytest
 from proton import Message
@@ -13,8 +13,7 @@ from sluicegate.wire.errors import DecodeError
 
 
 def _partition(first: int, payloads: list[bytes]) -> QueuePartition:
-    sizes = struct.pack(f"<{len(payloads)}I", *map(len, payloads))
-    return QueuePartition(first, sizes, b"".join(payloads))
+    return QueuePartition.pack(first, array("I", map(len, payloads)), b"".join(payloads))
 
 
 def _encoded(index: int) -> bytes:
