@@ -68,6 +68,8 @@ ENVELOPE_BYTES: Final = 190
 # Rows per ready-made batch of the Spark baseline.
 BASELINE_BATCH: Final = 10_000
 TICKS_PER_S: Final = procstat.TICKS_PER_S
+# Hex digits in a SHA-256 digest: an order's note is made of as many as it needs.
+SHA256_HEX: Final = 64
 REGIONS: Final = ("eu", "us", "ap")
 
 
@@ -110,14 +112,24 @@ def report(phase: str, rows: int, seconds: float, server: tuple[float, float] | 
 
 
 def orders(spark: SparkSession, count: int, body_size: int) -> DataFrame:
-    """``count`` JSON orders of about ``body_size`` bytes with four application properties."""
-    pad = "x" * max(0, body_size - 90)
+    """``count`` JSON orders of about ``body_size`` bytes with four application properties.
+
+    The note that pads an order to its size is hex digits that differ from row to row: a run of
+    one letter would let mode=queue's compressed partitions (spark/queue_source.py) shrink far
+    more than real messages do.
+    """
+    pad = max(0, body_size - 90)
+    digests = [
+        F.sha2((F.col("id") * SHA256_HEX + i).cast("string"), 256)
+        for i in range(-(-pad // SHA256_HEX))
+    ]
+    note = F.substring(F.concat(F.lit(""), *digests), 1, pad)
     body = F.to_json(
         F.struct(
             F.col("id").alias("order"),
             F.concat(F.lit("customer-"), (F.col("id") % 1000).cast("string")).alias("customer"),
             (F.col("id") % 10_000 / 100).alias("amount"),
-            F.lit(pad).alias("note"),
+            note.alias("note"),
         )
     ).cast("binary")
     properties = F.create_map(
