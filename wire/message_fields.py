@@ -506,7 +506,12 @@ class FieldColumns:
                 try:
                     if buf.startswith(_PROPERTIES_SECTION, pos):
                         if not want_properties:
-                            pos = skip(buf, pos + 3)
+                            # Skipped by its size: a list8's in its second byte.
+                            pos = (
+                                pos + 5 + buf[pos + 4]
+                                if buf[pos + 3] == 0xC0
+                                else skip(buf, pos + 3)
+                            )
                         elif buf[pos + 3] == 0xC0 and buf[pos + 5] == 1 and buf[pos + 6] == 0xA1:
                             # A list of one item, a string message-id: the usual properties.
                             end = pos + 5 + buf[pos + 4]
@@ -519,7 +524,11 @@ class FieldColumns:
                             )
                     if buf.startswith(_APPLICATION_SECTION, pos):
                         if not want_application:
-                            pos = skip(buf, pos + 3)
+                            pos = (
+                                pos + 5 + buf[pos + 4]
+                                if buf[pos + 3] == 0xC1
+                                else skip(buf, pos + 3)
+                            )
                         elif (known_values := _known_values(buf, pos + 3, _last_keys)) is None:
                             application, pos = _application_properties(buf, pos + 3)
                         else:
