@@ -388,8 +388,8 @@ class FieldColumns:
     A message laid out as a stream's or a queue's usually are, the lead the last message
     started with (see :class:`_Lead`) then any of properties, application properties and one
     data section in that order, is read inline, the sections whose fields are not asked for
-    skipped by their size (their values are not checked, as :func:`read_fields` checks them);
-    any other message goes through :func:`read_fields`. Either way a column holds what
+    skipped by their size, unchecked (where :func:`read_fields` checks every value); any
+    other message goes through :func:`read_fields`. Either way a column holds what
     :func:`read_fields` gives for that field.
 
     ``offset`` holds each row's stream offset (or its number, see :meth:`add_numbered`),
