@@ -408,15 +408,21 @@ class Session:
             # The queue spent the whole batch on messages: it may hold more, drain another round.
             self._request_credit(link, min(client.credit, self.max_queue_credit), True)
             return
-        client.delivery_count = serial_add(client.delivery_count, client.credit)
-        out.append(LinkFlow(link, client.delivery_count, 0, reply.available, True))
-        client.credit = 0
         queue_ctl.credit = 0
         queue_ctl.drain = False
         queue_ctl.delivery_count = reply.delivery_count
         link.credit_req_in_flight = False
         if link.stashed_credit_req is not None:
+            # A later client FLOW supersedes this drain. RabbitMQ answers the drain first, but
+            # proton already holds the later FLOW's credit and drain flag, and its drained FLOW
+            # would drain that credit too (gateway/drain.py): credit the queue may still have
+            # messages for, or that a client which turned drain off wants kept. The later FLOW
+            # is acted on instead, and if it drains, its answer comes when the queue has no more.
             self._pop_credit_req(link)
+            return
+        client.delivery_count = serial_add(client.delivery_count, client.credit)
+        out.append(LinkFlow(link, client.delivery_count, 0, reply.available, True))
+        client.credit = 0
 
     def _pop_credit_req(self, link: OutgoingLink) -> None:
         """The latest client FLOW applies: request credit from it (handle_credit_reply)."""

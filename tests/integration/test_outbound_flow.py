@@ -399,6 +399,33 @@ def test_drain_that_uses_up_exactly_all_the_credit_gets_its_flow(
     client.close()
 
 
+def test_a_drain_superseded_by_a_larger_one_drains_nothing_the_queue_still_has(
+    server: RunningServer, consumer: Consumer
+) -> None:
+    """A drain of 300, then, while its messages wait for the window, a drain raising the limit
+    to 500: 500 messages arrive, then one drained FLOW at 500, and 100 stay queued. The server
+    used to answer the first drain after its 300 messages, proton draining the later FLOW's 200
+    credit with it: a receiver took a queue with 300 messages left for empty."""
+    queue = new_queue()
+    fill(server, queue, [str(i) for i in range(600)])
+    client, handle = consumer(server, queue)
+    client.flow(incoming_window=0)
+    client.flow(handle, link_credit=300, drain=True)
+    assert client.expect_nothing(QUIET_S) == []
+    client.flow(handle, link_credit=500, drain=True)
+    assert client.expect_nothing(QUIET_S) == []
+    client.flow(incoming_window=10_000)
+    assert drained_flow(client, handle)["delivery_count"] == 500
+    frames = [f for f in client.received if f.performative in ("transfer", "flow")]
+    assert [f.performative for f in frames if f["handle"] is not None] == ["transfer"] * 500 + [
+        "flow"
+    ]
+    assert receive(client, 500) == [str(i) for i in range(500)]
+    assert transfers(client.expect_nothing(QUIET_S)) == []
+    assert server.queue(queue).ready == 100
+    client.close()
+
+
 # -- §8.3 window closed: order, stop link, close link -----------------------------------------
 
 

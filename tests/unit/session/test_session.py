@@ -550,8 +550,41 @@ def test_stop_link_with_window_closed() -> None:
     h.session.remote_incoming_window = 5
     out = h.pump()
     assert seqs(out) == [0]
-    assert link_flows(out) == [LinkFlow(h.link, 1, 0, 1, True), LinkFlow(h.link, 1, 0, 1, False)]
+    # The stop supersedes the drain, which is not answered: proton would drain the stop's
+    # credit with it (see test_a_later_flow_supersedes_a_drain_that_used_up_its_credit).
+    assert link_flows(out) == [LinkFlow(h.link, 1, 0, 1, False)]
     assert h.queue.statistics().ready == 1
+
+
+def test_a_later_flow_supersedes_a_drain_that_used_up_its_credit() -> None:
+    """A drain FLOW, then (while its request is in flight) a drain FLOW with more credit: the
+    first drain's credit goes on messages, and the drain is answered once, for the later FLOW,
+    when the queue has no more. Answering the first at once (RabbitMQ's order) made proton
+    drain the later FLOW's credit with it, while the queue still held messages: a receiver
+    then took a queue with 1,000 messages for empty (the connector's Trigger.AvailableNow)."""
+    h = Harness(4000, window=0)
+    h.flow(3000, drain=True)
+    assert h.send() == []
+    h.flow(5000, drain=True)  # the receiver's limit: 5,000
+    h.session.remote_incoming_window = 10_000
+    out = h.pump()
+    assert len(transfers(out)) == 4000
+    assert link_flows(out) == [LinkFlow(h.link, 5000, 0, 0, True)]
+
+
+def test_a_later_flow_without_drain_keeps_its_credit() -> None:
+    """A drain superseded by a FLOW that turns drain off: nothing is drained, and the later
+    FLOW's credit serves messages that arrive afterwards."""
+    h = Harness(2, window=0)
+    h.flow(2, drain=True)
+    h.flow(10)
+    h.session.remote_incoming_window = 10_000
+    out = h.pump()
+    assert seqs(out) == [0, 1]
+    assert link_flows(out) == []
+    assert h.link.client_flow_ctl.credit == 8
+    h.enqueue(3)
+    assert seqs(h.pump()) == [2, 3, 4]
 
 
 def test_close_link_with_window_closed() -> None:
