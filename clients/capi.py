@@ -9,7 +9,7 @@ the wrappers make, minus the wrappers. Everything else uses the Python API.
 from __future__ import annotations
 
 from array import array
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any, Final
 
 from cproton_ffi import ffi, lib
@@ -29,6 +29,11 @@ PN_ABORTED: Final = -11
 # message and copied into the caller's buffer whenever it fills: one copy per message, one
 # allocation per pass. A larger message passes through it in several pieces.
 SCRATCH_BYTES: Final = 256 * 1024
+# The mean message size from which take_transfers copies each message once from a view of the
+# pass rather than copying the pass and slicing it (measured, best of 15, per message: 0.27-0.29
+# against 0.26-0.59 us at 270 bytes, 0.5-0.9 against 0.5-0.7 us at 4 KiB, 150-200 against 57-104
+# us at 1 MiB).
+COPY_EACH_FROM: Final = 4096
 # recv overwrites what it uses of the scratch buffer: clearing it first would be wasted.
 _uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
@@ -89,17 +94,20 @@ def receive_transfers(
 
 def take_transfers(link: Any, limit: int, settle: bool) -> tuple[list[Any], list[bytes], int]:
     """:func:`receive_transfers` with each encoded message as its own ``bytes``, the form a
-    decoder reads without copying again: deliveries, messages, aborted transfers dropped."""
+    decoder reads without copying again: deliveries, messages, aborted transfers dropped.
+
+    Small messages are sliced from one copy of the pass (the fewest calls a message); larger
+    ones are copied once each from a view of it, not twice.
+    """
     received = bytearray()
     sizes = array("I")
     deliveries, dropped = receive_transfers(link, limit, settle, received, sizes)
-    data = bytes(received)
-    payloads = []
-    start = 0
-    for end in accumulate(sizes):
-        payloads.append(data[start:end])
-        start = end
-    return deliveries, payloads, dropped
+    bounds = pairwise(accumulate(sizes, initial=0))
+    if len(received) < COPY_EACH_FROM * len(sizes):
+        data = bytes(received)
+        return deliveries, [data[start:end] for start, end in bounds], dropped
+    with memoryview(received) as view:
+        return deliveries, [bytes(view[start:end]) for start, end in bounds], dropped
 
 
 def has_transfer(link: Any) -> bool:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from proton import Connection, Delivery, Sender, Transport
 
 from sluicegate.clients.capi import (
+    COPY_EACH_FROM,
     SCRATCH_BYTES,
     ffi,
     lib,
@@ -149,3 +150,23 @@ def test_a_message_that_fills_the_scratch_buffer_exactly_is_read_whole(size: int
     assert bytes(data) == b"kept" + b"".join(payloads)
     assert list(sizes) == [size, 5]
     assert lib.pn_link_current(pair.link) == ffi.NULL
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [0, 1, 300],  # sliced from one copy of the pass
+        [COPY_EACH_FROM, 0, COPY_EACH_FROM * 2],  # copied each from a view of the pass
+        [SCRATCH_BYTES * 2 + 7, 5],
+    ],
+)
+def test_take_transfers_gives_each_message_as_its_own_bytes(sizes: list[int]) -> None:
+    pair = Pair()
+    sent = [_payload(index, size) for index, size in enumerate(sizes)]
+    for payload in sent:
+        pair.send(payload)
+    pair.move()
+    deliveries, payloads, dropped = take_transfers(pair.link, 10, settle=True)
+    assert payloads == sent
+    assert all(type(payload) is bytes for payload in payloads)
+    assert (len(deliveries), dropped) == (len(sent), 0)
