@@ -149,8 +149,11 @@ def orders(spark: SparkSession, count: int, body_size: int) -> DataFrame:
     )
 
 
-def stream_into_noop(spark: SparkSession, pid: int, phase: str, **options: str) -> None:
-    """One streaming phase: read with ``options`` until nothing is left (AvailableNow)."""
+def stream_into_noop(
+    spark: SparkSession, pid: int, phase: str, expected: int, **options: str
+) -> None:
+    """One streaming phase: read with ``options`` until nothing is left (AvailableNow); says
+    so if that was not the ``expected`` rows."""
     with (
         tempfile.TemporaryDirectory(prefix="spark-bench-") as scratch,
         watched(pid) as server,
@@ -171,6 +174,8 @@ def stream_into_noop(spark: SparkSession, pid: int, phase: str, **options: str) 
         report(
             f"{phase} ({len(batches)} batches)", sum(batches), time.monotonic() - start, server()
         )
+        if sum(batches) != expected:
+            print(f"  read {sum(batches):,} rows, expected {expected:,}", flush=True)
         # Past the first batch, which also starts Spark's Python workers and the query: the rate
         # a long-running query keeps.
         later = progress[1:]
@@ -344,6 +349,7 @@ def run(server: Server, spark: SparkSession, count: int, body_size: int, baselin
         spark,
         server.pid,
         "mode=queue: streaming into noop",
+        count,
         url=url,
         address="/queues/spark-bench",
         maxRecordsPerTrigger=str(BATCH_ROWS),
@@ -367,6 +373,7 @@ def run(server: Server, spark: SparkSession, count: int, body_size: int, baselin
             spark,
             server.pid,
             phase,
+            count,
             url=url,
             address="/queues/spark-stream",
             mode="stream",
