@@ -498,8 +498,16 @@ class Broker(Handler):
                 self._credit(state.sender, state)
 
     def _credit(self, link: Link, state: OutgoingLinkState) -> None:
-        if state.drain_pending:
-            self._complete_drain(state)
+        pending = state.drain_pending
+        if pending is not None:
+            if state.link.flow_changed(link.credit, link.drain_mode):
+                # A client FLOW came in before proton could send the drained one, and proton
+                # holds its credit already: draining now would drain that credit too, while
+                # the queue may hold messages for it. The later FLOW is acted on instead.
+                state.drain_pending = None
+                state.link.drain_withdrawn(pending.drained)
+            else:
+                self._complete_drain(state)
         pure = state.session.pure
         if pure.transport_flow(state.link, link.credit, link.drain_mode, link.unsettled):
             self._dirty.add(state.session)
@@ -755,7 +763,7 @@ class Broker(Handler):
         """Send a drain completion; proton can send no other FLOW for a sending link."""
         if state is None or not flow.drain:
             return
-        state.drain_pending = True
+        state.drain_pending = flow
         self._complete_drain(state)
 
     def _complete_drain(self, state: OutgoingLinkState) -> None:
@@ -768,5 +776,5 @@ class Broker(Handler):
         sender = state.sender
         if sender.queued:
             return
-        state.drain_pending = False
+        state.drain_pending = None
         state.link.transport_drained(sender.drained() or send_drained_flow(sender))

@@ -31,7 +31,7 @@ from sluicegate.session.account import Account
 from sluicegate.session.inbound import Inbound
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.outgoing_link import OutgoingLink
-from sluicegate.session.session import TRANSFER_FRAME_OVERHEAD
+from sluicegate.session.session import TRANSFER_FRAME_OVERHEAD, LinkFlow
 from sluicegate.session.session import Session as PureSession
 from sluicegate.session.waiting import Waiting
 from sluicegate.wire.link_names import LinkNames
@@ -212,7 +212,7 @@ class OutgoingLinkState:
     link: OutgoingLink
     session: SessionState
     # A drain completed in the session whose FLOW proton must send after its queued transfers.
-    drain_pending: bool = False
+    drain_pending: LinkFlow | None = None
     # Whether the socket has taken the ATTACH reply; until then the client's credit waits.
     attach_written: bool = False
 

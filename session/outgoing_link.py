@@ -153,6 +153,20 @@ class OutgoingLink:
         self.flow_count = self.transport_count
         return granted_credit(credit, unsettled + sent_since)
 
+    def flow_changed(self, credit: int, drain: bool) -> bool:
+        """Whether the transport shows a client FLOW the session has not seen (what
+        :meth:`flow_seen` would act on), without taking it in."""
+        limit = (self.transport_count + credit) & SERIAL_MASK
+        return limit != self.seen_limit or drain != self.seen_drain
+
+    def drain_withdrawn(self, drained: int) -> None:
+        """The FLOW that completed a drain was not sent: a later client FLOW superseded the
+        drain before proton could send it, and proton would have drained that FLOW's credit
+        too. The ``drained`` credit goes back onto the delivery-count; the later FLOW's
+        credit, seen next, counts from there."""
+        client = self.client_flow_ctl
+        client.delivery_count = (client.delivery_count - drained) & SERIAL_MASK
+
     def transport_sent(self, count: int = 1) -> None:
         """The transport took ``count`` whole deliveries of the link."""
         self.transport_count = (self.transport_count + count) & SERIAL_MASK

@@ -18,7 +18,7 @@ leave its remaining frames buffered inside proton, out of the writer's count.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeAlias, cast
 
 from sluicegate.queues.message import Message
@@ -68,6 +68,9 @@ class LinkFlow:
     link_credit: int
     available: int
     drain: bool
+    # The credit a drain completion advanced the delivery-count by: taken back if the FLOW
+    # is never sent (:meth:`OutgoingLink.drain_withdrawn`).
+    drained: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,7 +424,7 @@ class Session:
             self._pop_credit_req(link)
             return
         client.delivery_count = serial_add(client.delivery_count, client.credit)
-        out.append(LinkFlow(link, client.delivery_count, 0, reply.available, True))
+        out.append(LinkFlow(link, client.delivery_count, 0, reply.available, True, client.credit))
         client.credit = 0
 
     def _pop_credit_req(self, link: OutgoingLink) -> None:

@@ -861,3 +861,28 @@ def test_a_detach_gives_back_its_own_deliveries_and_leaves_the_others_untouched(
     assert len(others) == 10
     assert transfers(h.send()) == others
     assert not h.session.outgoing_pending
+
+
+def test_a_withdrawn_drain_answer_gives_its_credit_back() -> None:
+    """The gateway withdraws a drain completion that proton could not send before a later
+    client FLOW came in (gateway/broker.py): the drained credit goes back onto the
+    delivery-count, and all of the later FLOW's credit counts."""
+    h = Harness(0)
+    h.flow(5, drain=True)
+    (flow,) = link_flows(h.send())
+    assert (flow.delivery_count, flow.drained) == (5, 5)
+    h.link.drain_withdrawn(flow.drained)
+    h.enqueue(12)
+    h.flow(10, dc=0)  # the later FLOW, as the client sent it: nothing drained, 10 credit
+    assert len(transfers(h.pump())) == 10
+
+
+def test_flow_changed_tells_a_client_flow_without_taking_it_in() -> None:
+    link = Harness(0).link
+    assert link.flow_seen(10, False, 0) == 10
+    assert not link.flow_changed(10, False)
+    link.transport_sent(3)
+    assert not link.flow_changed(7, False)  # the transport spent 3 of the same limit
+    assert link.flow_changed(8, False)  # the limit raised
+    assert link.flow_changed(7, True)  # drain turned on
+    assert link.flow_seen(8, False, 0) == 8  # still there to be acted on
