@@ -826,3 +826,74 @@ def test_readers_that_take_all_they_can_do_not_stall_other_clients() -> None:
     assert seen.worst < PROBE_BOUND, seen.rounds
     # The readers were reading all along: a window's worth and more while the prober ran.
     assert during > FAST_READER_CREDIT
+
+
+# Messages queued for the drain flood's consumer, the credit each of its FLOWs adds, and the
+# FLOWs it sends between two reads of its socket (most arrive while a drain round is in flight).
+DRAIN_FLOOD_MESSAGES: Final = 20_000
+DRAIN_FLOOD_STEP: Final = 10
+DRAIN_FLOOD_BURST: Final = 20
+# How long the flooder reads what arrived after each burst (a zero timeout reads no socket).
+FLOOD_READ_S: Final = 0.001
+
+
+@pytest.mark.slow
+def test_a_flood_of_drain_flows_does_not_stall_others_and_its_drain_still_ends() -> None:
+    """A consumer sending drain FLOWs in bursts, each raising its credit, has each stashed
+    behind the drain round in flight and superseded by the next (a stash each on the
+    reactor); its link is still served, a prober is too, and once it stops, its last FLOW's
+    drain is answered at that FLOW's limit."""
+    with serving() as (_, port):
+        url = f"amqp://127.0.0.1:{port}"
+        publish(url, "/queues/drain-flood", [b"d"] * DRAIN_FLOOD_MESSAGES)
+        client = RawClient.connect("127.0.0.1", port)
+        client.begin()
+        handle = client.attach(
+            "flooder", "receiver", source="/queues/drain-flood", snd_settle_mode="settled"
+        )
+        client.wait_attach(handle)
+        link = client.links[handle]
+        stopping = threading.Event()
+        flows = [0]
+        limits = [0]
+
+        def flood() -> None:
+            while not stopping.is_set():
+                for _ in range(DRAIN_FLOOD_BURST):
+                    credit = link.link_credit + DRAIN_FLOOD_STEP
+                    limits[0] = (link.delivery_count + credit) % 2**32
+                    client.flow(handle, link_credit=credit, drain=True)
+                flows[0] += DRAIN_FLOOD_BURST
+                while client.next_frame(FLOOD_READ_S) is not None:
+                    pass
+
+        def answered() -> bool:
+            return any(
+                frame.performative == "flow"
+                and frame["drain"]
+                and frame["link_credit"] == 0
+                and frame["delivery_count"] == limits[0]
+                for frame in client.received
+            )
+
+        flooding = threading.Thread(target=flood, name="drain-flood", daemon=True)
+        flooding.start()
+        try:
+            wait_until(lambda: flows[0] >= 1_000, timeout=60)
+            with Prober(url) as prober:
+                prober.wait_rounds(4, timeout=60)
+            assert flooding.is_alive(), "the flood ended before the prober did"
+        finally:
+            stopping.set()
+            flooding.join(60)
+        served = sum(1 for frame in client.received if frame.performative == "transfer")
+        while not answered():
+            client.wait_for("flow")
+        received = sum(1 for frame in client.received if frame.performative == "transfer")
+        client.close()
+    seen = prober.seen
+    assert seen.failures == []
+    assert seen.worst < PROBE_BOUND, seen.rounds
+    assert flows[0] >= 1_000
+    assert served > 0, "the flooding consumer's link was not served"
+    assert received <= DRAIN_FLOOD_MESSAGES
