@@ -125,11 +125,6 @@ class Pump:
         """No more bytes will move either way."""
         return bool(self.transport.closed) or self.error is not None
 
-    @property
-    def output_waiting(self) -> bool:
-        """Bytes wait for the socket, in proton or as ciphertext."""
-        return self.blocked or self.transport.pending() > 0 or bool(self._tls_out)
-
     def pump(self, timeout: float) -> bool:
         """Write what there is, wait up to ``timeout`` for input and feed it to proton.
 

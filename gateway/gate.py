@@ -80,11 +80,6 @@ class Gate:
         self.received = 0
 
     @property
-    def logging_in(self) -> bool:
-        """Whether the client has not finished its TLS handshake and SASL exchange yet."""
-        return self.sasl.phase in (Phase.HEADER, Phase.INIT, Phase.VERIFYING)
-
-    @property
     def verifying(self) -> bool:
         """Whether a password check is under way."""
         return self.sasl.phase is Phase.VERIFYING

@@ -9,12 +9,6 @@ class QueueError(AmqpError):
     """A request the queue layer refuses; ``condition`` names the AMQP error to send."""
 
 
-class MessageSizeExceeded(QueueError):
-    """A message larger than the link's or the server's max-message-size."""
-
-    condition = "amqp:link:message-size-exceeded"
-
-
 class PreconditionFailed(QueueError):
     """A declaration that conflicts with what exists, or a bad argument (RabbitMQ's 406/409)."""
 

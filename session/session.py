@@ -46,7 +46,8 @@ TRANSFER_FRAME_OVERHEAD: Final = 64
 MIN_MAX_FRAME_SIZE: Final = 512
 # What the server holds per unsettled outgoing delivery beyond the queued message: proton's
 # delivery record with its emptied buffer and tag, and the queue's entry for it, measured with
-# tests/integration/test_unsettled_cost.py; the memory budget counts it.
+# tests/integration/test_memory_bounds.py::test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message;
+# the memory budget counts it.
 UNSETTLED_DELIVERY_COST: Final = 512
 
 

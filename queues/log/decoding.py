@@ -87,9 +87,6 @@ class _Body:
         size: int = U16.unpack(self.take(2))[0]
         return self._utf8(size)
 
-    def long_name(self) -> str:
-        return self._utf8(self.u32())
-
     def _utf8(self, size: int) -> str:
         try:
             return bytes(self.take(size)).decode("utf-8")
