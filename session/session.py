@@ -45,9 +45,9 @@ TRANSFER_FRAME_OVERHEAD: Final = 64
 # AMQP 1.0 §2.7.1: the smallest max-frame-size a peer may announce.
 MIN_MAX_FRAME_SIZE: Final = 512
 # What the server holds per unsettled outgoing delivery beyond the queued message: proton's
-# delivery record with its emptied buffer and tag, and the queue's entry for it, measured with
-# tests/integration/test_memory_bounds.py::test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message;
-# the memory budget counts it.
+# delivery record with its emptied buffer and tag, and the queue's entry for it, measured by
+# test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message in
+# tests/integration/test_memory_bounds.py; the memory budget counts it.
 UNSETTLED_DELIVERY_COST: Final = 512
 
 
