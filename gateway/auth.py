@@ -132,7 +132,9 @@ class User:
     """A user: a name, a password hash (None: cannot log in with PLAIN), where it may go.
 
     ``vhosts`` holds its permissions per virtual host; ``elsewhere`` those in any virtual host
-    not listed (only the anonymous user of a server without users has any).
+    not listed (only the anonymous user of a server without users has any). ``expires_at`` is
+    when the credential it logged in with stops being valid (seconds since the epoch): set for
+    an OAuth 2 token (gateway/oauth2.py), whose connection ends then unless it is renewed.
     """
 
     name: str
@@ -140,6 +142,7 @@ class User:
     vhosts: Mapping[str, Permissions]
     limits: UserLimits = UserLimits()
     elsewhere: Permissions | None = None
+    expires_at: float | None = None
 
     def permissions(self, vhost: str) -> Permissions | None:
         """What the user may do in ``vhost``; None where it may not enter."""
@@ -233,14 +236,14 @@ def check_plain(users: Mapping[str, User], username: str, password: bytes) -> Us
     return user if user.password.verify(password) else None
 
 
-def anonymous_user(users: Mapping[str, User]) -> User | None:
+def anonymous_user(users: Mapping[str, User], *, tokens: bool = False) -> User | None:
     """Who an anonymous client is: the configured ``anonymous`` user, if there is one.
 
-    Without any users the server is in its zero-configuration state (loopback only, by
-    ``anonymous_login``) and an anonymous client may do everything everywhere. Once users are
-    configured, a client must log in as one of them unless ``[users.anonymous]`` says what an
-    anonymous client may do: None refuses anonymous logins.
+    Without any users or OAuth 2 tokens (``tokens``) the server is in its zero-configuration
+    state (loopback only, by ``anonymous_login``) and an anonymous client may do everything
+    everywhere. Once users or tokens are configured, a client must log in unless
+    ``[users.anonymous]`` says what an anonymous client may do: None refuses anonymous logins.
     """
-    if not users:
+    if not users and not tokens:
         return User(ANONYMOUS_USER, None, {}, elsewhere=EVERYTHING)
     return users.get(ANONYMOUS_USER)

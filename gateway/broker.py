@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from typing import Final, cast
 
 from proton import (
     Condition,
     Connection,
     Disposition,
+    Endpoint,
     Event,
     Handler,
     Link,
@@ -52,10 +54,11 @@ from sluicegate.gateway.limits import (
     session_ended,
 )
 from sluicegate.gateway.management.node import ManagementNode, management_caller
-from sluicegate.gateway.management.router import Router
+from sluicegate.gateway.management.router import Response, Router
 from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
+from sluicegate.gateway.renewal import renew_credential
 from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.state import (
     ConnectionState,
@@ -131,6 +134,7 @@ class Broker(Handler):
                 for vhost in tenancy.vhosts.values()
             },
             self.queue_deleted,
+            self._renew_credential,
         )
         # Consumer and publisher links by their queue, for the queue's deletion.
         self.queue_links = QueueLinks()
@@ -203,6 +207,10 @@ class Broker(Handler):
             return
         state.vhost = admission.vhost
         state.permissions = admission.permissions
+        user = state.user
+        if user is not None and user.expires_at is not None:
+            now = reactor_now(state.selectable)
+            timeouts.credential(state, now, user.expires_at - time.time())
 
     def on_connection_remote_close(self, event: Event) -> None:
         """The client closed: give back what it held and answer CLOSE."""
@@ -422,6 +430,34 @@ class Broker(Handler):
             registry, name = made
             registry.delete_queue(name)
             self.queue_deleted(registry, name)
+
+    def _renew_credential(self, state: ConnectionState, method: str, body: object) -> Response:
+        """``PUT /auth/tokens`` (gateway/renewal.py). As RabbitMQ does, the links the renewed
+        token no longer allows are detached with ``amqp:unauthorized-access``."""
+        response = renew_credential(
+            state,
+            method,
+            body,
+            self.config.oauth2,
+            wall_now=time.time(),
+            now=reactor_now(state.selectable),
+        )
+        vhost = state.vhost
+        if response.status != 204 or vhost is None:
+            return response
+        refused: list[tuple[Link, str]] = []
+        link = state.connection.link_head(Endpoint.LOCAL_ACTIVE)
+        while link is not None:
+            if isinstance(getattr(link, "sg", None), OutgoingLinkState | IncomingLinkState):
+                try:
+                    authorise_attach(state.user, state.permissions, link, vhost)
+                except AmqpError as error:
+                    refused.append((link, str(error)))
+            link = link.next(Endpoint.LOCAL_ACTIVE)
+        for gone, description in refused:
+            self._detach(gone)
+            _close(gone, "amqp:unauthorized-access", description)
+        return response
 
     def queue_deleted(self, registry: QueueRegistry, name: str) -> None:
         """Detach every link of a deleted queue with ``amqp:resource-deleted``, as RabbitMQ does.

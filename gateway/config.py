@@ -24,6 +24,7 @@ from sluicegate.gateway.definitions import (
     check_definitions,
     parse_definitions,
 )
+from sluicegate.gateway.oauth2 import OAuth2Settings, parse_oauth2
 from sluicegate.gateway.vhosts import VhostSettings, default_vhosts, parse_vhosts
 from sluicegate.queues.log.bodies import DEFAULT_CACHE_BYTES
 from sluicegate.queues.log.placement import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
@@ -119,6 +120,8 @@ class ServerConfig:
     # -- authentication, TLS and limits (docs/operations.md) --
     # Users from the config file's [users.NAME] tables; see gateway/auth.py.
     users: Mapping[str, User] = field(default_factory=dict)
+    # OAuth 2 access tokens accepted as PLAIN passwords (gateway/oauth2.py); TOML only.
+    oauth2: OAuth2Settings | None = None
     # Virtual hosts from the [vhosts.NAME] tables, the default one "/" always among them.
     vhosts: Mapping[str, VhostSettings] = field(default_factory=default_vhosts)
     # Who may log in without a password: "loopback" (only on a loopback listener), "on", "off".
@@ -309,8 +312,10 @@ def _coerce(key: str, kind: object, raw: object) -> object:
         raise ConfigError(f"{key}: expected true or false, got {raw!r}")
     if kind in ("Path", "Path | None"):
         return Path(str(raw))
-    if key in ("users", "vhosts"):
+    if key in ("users", "vhosts", "oauth2"):
         try:
+            if key == "oauth2":
+                return parse_oauth2(raw)
             return parse_users(raw) if key == "users" else parse_vhosts(raw)
         except UserError as error:
             raise ConfigError(str(error)) from None

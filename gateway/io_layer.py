@@ -326,6 +326,12 @@ class FlowIO(IOHandler):
             transport.condition = state.connection.condition = condition
             state.connection.close()
             transport.close_tail()
+        elif overdue == "credential":
+            # RabbitMQ closes an AMQP 1.0 connection whose token expired the same way.
+            self.broker.release_connection(state)
+            condition = Condition("amqp:unauthorized-access", "credential expired")
+            state.connection.condition = condition
+            state.connection.close()
         super().on_selectable_expired(event)
 
     def on_transport_closed(self, event: Event) -> None:

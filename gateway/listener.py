@@ -142,9 +142,10 @@ class Listener(Handler):
         connection.sg = state
         setattr(selectable, "sg", state)  # noqa: B010
         users = self._config.users
+        tokens = self._config.oauth2 is not None
         sasl = SaslServer(
-            anonymous_user(users) if self._anonymous else None,
-            offer_plain=any(user.password is not None for user in users.values()),
+            anonymous_user(users, tokens=tokens) if self._anonymous else None,
+            offer_plain=tokens or any(user.password is not None for user in users.values()),
         )
         timeouts.accepted(state, container.now, self._config.handshake_timeout)
         gate = Gate(state, sasl, self._logins, self._tls, address)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from sluicegate.gateway.auth import User, check_plain
+from sluicegate.gateway.oauth2 import OAuth2Settings, TokenError, looks_like_token, verify_token
 
 log = logging.getLogger("sluicegate.login")
 
@@ -121,10 +123,16 @@ class LoginQueue:
 
 
 class PasswordChecks:
-    """Checks PLAIN logins against the config's users off the reactor thread."""
+    """Checks PLAIN logins against the config's users, or its OAuth 2 keys, off the reactor."""
 
-    def __init__(self, users: Mapping[str, User], call_soon: Callable[[Callable[[], None]], None]):
+    def __init__(
+        self,
+        users: Mapping[str, User],
+        call_soon: Callable[[Callable[[], None]], None],
+        oauth2: OAuth2Settings | None = None,
+    ):
         self._users = users
+        self._oauth2 = oauth2
         self._call_soon = call_soon
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sluicegate-login")
         self._queues: list[LoginQueue] = []
@@ -154,8 +162,19 @@ class PasswordChecks:
             else:
                 return
             self._running += 1
-            future = self._pool.submit(check_plain, self._users, ticket.name, ticket.password)
+            future = self._pool.submit(self._check, ticket.name, ticket.password)
             future.add_done_callback(functools.partial(self._deliver, ticket))
+
+    def _check(self, name: str, password: bytes) -> User | None:
+        """On a worker thread: a password that is a JWT is a token where OAuth 2 is configured
+        (the user is whoever the token names, as with RabbitMQ's oauth2 backend)."""
+        if self._oauth2 is not None and looks_like_token(password):
+            try:
+                return verify_token(self._oauth2, password, time.time())
+            except TokenError as error:
+                log.info("refused a token presented as %r: %s", name, error)
+                return None
+        return check_plain(self._users, name, password)
 
     def _deliver(self, ticket: Ticket, future: Future[User | None]) -> None:
         """On the worker thread: hand the verdict to the reactor thread."""

@@ -78,7 +78,7 @@ class Server:
         self._io = FlowIO(self.broker)
         self.container.global_handler = self._io
         # PLAIN password checks, on worker threads (gateway/login.py).
-        self.logins = PasswordChecks(config.users, self._wakeup.call_soon)
+        self.logins = PasswordChecks(config.users, self._wakeup.call_soon, config.oauth2)
         self._listener: Listener | None = None
         self._metrics: MetricsEndpoint | None = None
         self._tls_listener: Listener | None = None

@@ -55,6 +55,7 @@ class ConnectionState:
         "backlog",
         "closed",
         "connection",
+        "credential_expiry",
         "deadline",
         "frames_seen",
         "fresh_links",
@@ -135,6 +136,8 @@ class ConnectionState:
         self.last_frame = 0.0
         self.frames_seen = 0
         self.deadline = 0.0
+        # When its user's OAuth 2 token expires (0: never), on the reactor's clock.
+        self.credential_expiry = 0.0
 
     @property
     def reads_paused(self) -> bool:

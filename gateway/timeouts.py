@@ -1,4 +1,4 @@
-"""A connection's two deadlines, kept by the gateway: the handshake and the idle timeout.
+"""A connection's deadlines, kept by the gateway: the handshake, the idle timeout, the credential.
 
 - ``handshake_timeout`` runs from the accept to the client's OPEN: TLS, SASL, the AMQP header and
   OPEN must all be done by then, whatever bytes the client trickles meanwhile (a client that
@@ -15,6 +15,10 @@ the time of the last frame, and an expired idle deadline re-arms itself from tha
 timeout fires within its setting plus the selector's wake-up latency, at no cost per frame beyond
 one counter read per socket read. While reads are paused (gateway/reading.py) the client's frames
 cannot arrive, so the idle timeout restarts when they resume.
+
+A connection whose user logged in with an OAuth 2 token (gateway/oauth2.py) also ends when the
+token expires, unless a fresh one came first (``credential``); the armed deadline is the earlier
+of that expiry and the idle deadline.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Literal
 
 from sluicegate.gateway.state import ConnectionState
 
-Overdue = Literal["handshake", "idle"]
+Overdue = Literal["handshake", "idle", "credential"]
 
 
 def accepted(state: ConnectionState, now: float, handshake_timeout: float) -> None:
@@ -37,7 +41,21 @@ def opened(state: ConnectionState, now: float, idle_timeout: float) -> None:
     state.idle_timeout = idle_timeout
     state.last_frame = now
     state.frames_seen = state.transport.frames_input
-    state.deadline = now + idle_timeout if idle_timeout else 0.0
+    _arm(state, now + idle_timeout if idle_timeout else 0.0)
+
+
+def credential(state: ConnectionState, now: float, expires_in: float | None) -> None:
+    """The connection's credential is valid for ``expires_in`` more seconds (None: for ever);
+    a renewal replaces the expiry it had."""
+    state.credential_expiry = 0.0 if expires_in is None else now + max(0.0, expires_in)
+    idle_due = state.last_frame + state.idle_timeout if state.idle_timeout else 0.0
+    _arm(state, idle_due)
+
+
+def _arm(state: ConnectionState, due: float) -> None:
+    """Arm the earlier of ``due`` (0: none) and the credential's expiry (0: none)."""
+    expiry = state.credential_expiry
+    state.deadline = min(due, expiry) if due and expiry else due or expiry
 
 
 def frames_read(state: ConnectionState, now: float) -> None:
@@ -52,21 +70,20 @@ def resumed(state: ConnectionState, now: float) -> None:
     """Reads resume after a pause: the silence the server imposed does not count."""
     if not state.handshake_deadline and state.idle_timeout:
         state.last_frame = now
-        state.deadline = now + state.idle_timeout
+        _arm(state, now + state.idle_timeout)
 
 
 def overdue(state: ConnectionState, now: float) -> Overdue | None:
     """Which deadline has passed at ``now``, if any; otherwise re-arm the idle deadline."""
     if state.handshake_deadline:
         return "handshake" if now >= state.handshake_deadline else None
+    if state.credential_expiry and now >= state.credential_expiry:
+        return "credential"
     timeout = state.idle_timeout
-    if not timeout:
-        return None
-    if state.reads_paused:
-        state.deadline = now + timeout
-        return None
-    due = state.last_frame + timeout
-    if now >= due:
-        return "idle"
-    state.deadline = due
+    due = 0.0
+    if timeout:
+        due = now + timeout if state.reads_paused else state.last_frame + timeout
+        if now >= due:
+            return "idle"
+    _arm(state, due)
     return None

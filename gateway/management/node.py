@@ -26,6 +26,7 @@ from proton import (
     Sender,
 )
 
+from sluicegate.gateway.auth import Access
 from sluicegate.gateway.events import link_of
 from sluicegate.gateway.limits import link_detached
 from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_value
@@ -36,6 +37,7 @@ from sluicegate.gateway.management.router import (
     Response,
     Router,
 )
+from sluicegate.gateway.renewal import PATH as RENEWAL_PATH
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -89,10 +91,23 @@ def encode_reply(response: Response, correlation_id: object) -> bytes:
     return head + AMQP_VALUE + encode_value(response.body)
 
 
+class _ConnectionPermissions:
+    """What a connection's user may do in its virtual host as of each request: a renewed
+    OAuth 2 token (gateway/renewal.py) changes it while the link pair stays."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: ConnectionState) -> None:
+        self._connection = connection
+
+    def allows(self, access: Access, name: str, /) -> bool:
+        permissions = self._connection.permissions or NOBODY
+        return permissions.allows(access, name)
+
+
 def management_caller(connection: ConnectionState) -> Caller:
     """The caller a connection's requests run as: its user's permissions in its virtual host."""
-    permissions = connection.permissions
-    return Caller(connection, permissions if permissions is not None else NOBODY)
+    return Caller(connection, _ConnectionPermissions(connection))
 
 
 class ManagementNode(Handler):
@@ -106,10 +121,13 @@ class ManagementNode(Handler):
         self,
         routers: Mapping[QueueRegistry, Router],
         on_queue_deleted: Callable[[QueueRegistry, str], None],
+        renew: Callable[[ConnectionState, str, object], Response],
     ) -> None:
         super().__init__()
         self.routers = routers
         self._on_queue_deleted = on_queue_deleted
+        # Answers PUT /auth/tokens for the caller's connection (gateway/renewal.py).
+        self._renew = renew
         # Exclusive queues by the connection that declared them: deleted when it closes.
         self._exclusive: dict[object, set[tuple[QueueRegistry, str]]] = {}
 
@@ -175,6 +193,8 @@ class ManagementNode(Handler):
         method, path = message.subject, message.address
         if not isinstance(method, str) or not isinstance(path, str):
             return Response(400, "a request needs the method in 'subject' and the path in 'to'")
+        if path == RENEWAL_PATH and isinstance(caller.owner, ConnectionState):
+            return self._renew(caller.owner, method, message.body)
         response = router.handle(Request(method, path, message.body), caller)
         registry = router.registry
         if response.deleted_queue is not None:
