@@ -41,7 +41,6 @@ from sluicegate.gateway.dynamic import (
     Declare,
     dynamic_source,
     dynamic_target,
-    replies_backlogged,
 )
 from sluicegate.gateway.events import (
     connection_of,
@@ -143,19 +142,21 @@ class Broker(Handler):
         self._states: dict[LinkOwner, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
         node = f"sluicegate@{socket.gethostname()}"
+        budget = MemoryBudget(config.memory_budget)
         self.management = ManagementNode(
             {
                 vhost.registry: Router(vhost.registry, node=node, vhost=vhost.name, quotas=vhost)
                 for vhost in tenancy.vhosts.values()
             },
             self.queue_deleted,
+            budget,
         )
         # Consumer and publisher links by their queue, for the queue's deletion.
         self.queue_links = QueueLinks()
         self.publishing = Publishing(
             config,
             registry,
-            MemoryBudget(config.memory_budget),
+            budget,
             self._route,
             self.queue_links,
             durability,
@@ -335,6 +336,7 @@ class Broker(Handler):
         for sender in state.senders:
             self.queue_links.discard(registry, sender.queue.name, sender)
         self._route(state.pure.end())
+        self.management.end_session(state)
         del self._states[state.pure]
         for queue in queues:
             registry.consumer_left(queue)
@@ -415,9 +417,9 @@ class Broker(Handler):
                 partial(authorise_reply_to, connection.user, connection.permissions),
             )
             if isinstance(queue, VolatileQueue):
-                queue.backlogged = partial(
-                    replies_backlogged, connection.waiting, self.publishing.budget
-                )
+                budget = self.publishing.budget
+                waiting = connection.waiting
+                queue.backlogged = lambda: waiting.backlogged(budget.blocked)
             try:
                 self._open_consumer(link, session, registry, queue, options, temporary)
             except Exception:

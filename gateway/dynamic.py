@@ -29,8 +29,6 @@ from proton import UNDESCRIBED, Array, Data, Described, Link, Terminus, symbol
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.volatile import VolatileQueue
-from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.session.waiting import Waiting
 from sluicegate.wire.addresses import AddressNotImplemented
 
 VOLATILE_QUEUE: Final = symbol("rabbitmq:volatile-queue")
@@ -127,14 +125,6 @@ def dynamic_source(
         "dynamic sources are served with the capability rabbitmq:volatile-queue (Direct "
         "Reply-To) or temporary-queue"
     )
-
-
-def replies_backlogged(waiting: Waiting, budget: MemoryBudget) -> bool:
-    """Whether a requester's replies are dropped (:attr:`VolatileQueue.backlogged`): its
-    connection's waiting deliveries are at their limit, or the memory budget is exhausted and
-    it holds any. Its replies then cost it replies, never another client's service."""
-    held = waiting.bytes
-    return held >= waiting.limit or (budget.blocked and held > 0)
 
 
 def dynamic_target(link: Link, declare: Declare) -> str:
