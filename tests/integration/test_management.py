@@ -10,6 +10,7 @@ from integration.conftest import RunningServer
 from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
+from support.process import serving
 
 from sluicegate.clients.management import ManagementClient
 from sluicegate.gateway.management.router import Caller, Request, Response
@@ -252,3 +253,42 @@ def test_an_internal_error_in_one_request_is_answered_500_and_the_pair_carries_o
         assert failed.status == 500
         assert "injected fault" in str(failed.body)
         assert client.request("PUT", "/queues/after-fault", {"durable": False}).status == 201
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * KiB
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_listings_never_taken_by_many_connections_keep_the_servers_rss_bounded() -> None:
+    """Issue 31's attack on a server process: ten connections of four pairs send eight listings
+    of some 650 KB each and never grant reply credit, 208 MB of replies before the bound. Each
+    connection now holds two (the second took it past its 1 MiB), so RSS grows by some 13 MB."""
+    with serving("--max-outgoing-pending-size", "1MiB") as (process, port):
+        url = f"amqp://127.0.0.1:{port}"
+        wide = {"durable": False, "arguments": {"x-wide": "w" * 2000}}
+        with ManagementClient(url) as client:
+            for index in range(300):
+                assert client.request("PUT", f"/queues/wide-{index:04d}", wide).status == 201
+        before = _rss(process.pid)
+        connections = [BlockingConnection(url, timeout=60) for _ in range(10)]
+        try:
+            for number, connection in enumerate(connections):
+                for pair in range(4):
+                    name = f"never-taken-{number}-{pair}"
+                    requests = connection.create_sender("/management", name=name)
+                    connection.create_receiver("/management", name=name, credit=0)
+                    for request in range(8):
+                        requests.send(_request(f"{pair}-{request}", "GET", "/queues"))
+            growth = _rss(process.pid) - before
+            assert growth <= 48 * MiB, f"RSS grew {growth / MiB:.0f} MiB"
+            # Another client is served meanwhile.
+            with ManagementClient(url) as other:
+                assert other.request("GET", "/queues/wide-0000").status == 200
+        finally:
+            for connection in connections:
+                connection.close()
