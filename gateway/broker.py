@@ -26,22 +26,14 @@ from proton import (
 )
 
 from sluicegate.gateway import deliveries, payload_buffers, timeouts
-from sluicegate.gateway.access import (
-    authorise_attach,
-    authorise_reply_to,
-    authorise_temporary,
-)
+from sluicegate.gateway.access import authorise_attach, authorise_reply_to, authorise_temporary
 from sluicegate.gateway.auth import Access
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.drain import send_drained_flow
 from sluicegate.gateway.durability import Durability
-from sluicegate.gateway.dynamic import (
-    Declare,
-    dynamic_source,
-    dynamic_target,
-)
+from sluicegate.gateway.dynamic import Declare, dynamic_source, dynamic_target
 from sluicegate.gateway.events import (
     connection_of,
     delivery_of,
