@@ -68,6 +68,15 @@ def authorise_temporary(
     vhost.check_queue_room(name)
 
 
+def authorise_reply_to(user: User | None, permissions: Permissions | None, name: str) -> None:
+    """Raise unless ``user`` may consume from the Direct Reply-To queue ``name``: *read* on the
+    name, as on any queue a consumer reads (no *configure*: nothing is declared, and the queue
+    takes no room under ``max_queues``)."""
+    if user is None or permissions is None:
+        raise AccessRefused("the connection has not logged in")
+    _require(user, permissions, "read", "queue", name)
+
+
 def _require(user: User, permissions: Permissions, access: Access, kind: str, name: str) -> None:
     if not permissions.allows(access, name):
         verb = "declare" if access == "configure" else access

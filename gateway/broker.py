@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from functools import partial
 from typing import Final, cast
 
 from proton import (
@@ -27,7 +28,7 @@ from proton import (
 )
 
 from sluicegate.gateway import deliveries, payload_buffers, timeouts
-from sluicegate.gateway.access import authorise_attach, authorise_temporary
+from sluicegate.gateway.access import authorise_attach, authorise_reply_to, authorise_temporary
 from sluicegate.gateway.auth import Access
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
@@ -61,6 +62,7 @@ from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.renewal import renew_credential
 from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.state import (
+    RECORD,
     ConnectionState,
     IncomingLinkState,
     OutgoingLinkState,
@@ -71,9 +73,16 @@ from sluicegate.gateway.tenancy import Tenancy, VirtualHost
 from sluicegate.queues.errors import ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_type import Dispatch, LockExpired, Outcome, QueueType
+from sluicegate.queues.queue_type import (
+    ConsumerOptions,
+    Dispatch,
+    LockExpired,
+    Outcome,
+    QueueType,
+)
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
+from sluicegate.queues.volatile import VolatileQueue
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
 from sluicegate.session.session import (
@@ -128,12 +137,14 @@ class Broker(Handler):
         self._states: dict[LinkOwner, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
         node = f"sluicegate@{socket.gethostname()}"
+        budget = MemoryBudget(config.memory_budget)
         self.management = ManagementNode(
             {
                 vhost.registry: Router(vhost.registry, node=node, vhost=vhost.name, quotas=vhost)
                 for vhost in tenancy.vhosts.values()
             },
             self.queue_deleted,
+            budget,
             self._renew_credential,
         )
         # Consumer and publisher links by their queue, for the queue's deletion.
@@ -141,7 +152,7 @@ class Broker(Handler):
         self.publishing = Publishing(
             config,
             registry,
-            MemoryBudget(config.memory_budget),
+            budget,
             self._route,
             self.queue_links,
             durability,
@@ -325,12 +336,22 @@ class Broker(Handler):
         for sender in state.senders:
             self.queue_links.discard(registry, sender.queue.name, sender)
         self._route(state.pure.end())
+        self.management.end_session(state)
         del self._states[state.pure]
         for queue in queues:
             registry.consumer_left(queue)
             self.management.consumer_left(
                 registry, queue, self.queue_links.consumers(registry, queue.name)
             )
+        # The temporary queues its links made go with them, as at a DETACH.
+        for made in list(connection.temporary):
+            if isinstance(made, IncomingLinkState):
+                if getattr(made.receiver.session, RECORD, None) is not state:
+                    continue
+                self.publishing.detach(made)
+            elif made not in state.senders:
+                continue
+            self._delete_temporary(connection, made)
         self._resume(connection)
 
     # -- links ----------------------------------------------------------------------------
@@ -359,7 +380,12 @@ class Broker(Handler):
                 self._attach_consumer(link, vhost)
             elif link.remote_target.dynamic:
                 name = dynamic_target(link, self._temporary(connection, vhost, "write"))
-                connection.temporary[self.publishing.attach(link, name)] = (vhost.registry, name)
+                try:
+                    state = self.publishing.attach(link, name)
+                except Exception:
+                    self._delete_dynamic(vhost.registry, name)
+                    raise
+                connection.temporary[state] = (vhost.registry, name)
             else:
                 self.publishing.attach(link)
         except AttachDataExceeded as error:
@@ -380,24 +406,54 @@ class Broker(Handler):
         queue: QueueType
         temporary: str | None = None
         if link.remote_source.dynamic:
-            declare = self._temporary(session.connection, vhost, "read")
-            queue, temporary = dynamic_source(link, registry, declare)
-        else:
-            address = parse_address(link.remote_source.address)
-            owner = registry.owner(address.queue)
-            if owner is not None and owner is not session.connection:
-                # RabbitMQ's wording: only the declaring connection consumes an exclusive queue.
-                raise ResourceLocked(
-                    f"cannot obtain exclusive access to locked queue '{address.queue}' "
-                    f"in vhost '{vhost.name}'"
-                )
-            queue = registry.declare(address.queue)
+            # Its options are read before its node is made: a refused attach leaves nothing.
+            options = consumer_options(link, self.filter_views, registry.clock)
+            connection = session.connection
+            declare = self._temporary(connection, vhost, "read")
+            queue, temporary = dynamic_source(
+                link,
+                registry,
+                declare,
+                partial(authorise_reply_to, connection.user, connection.permissions),
+            )
+            if isinstance(queue, VolatileQueue):
+                budget = self.publishing.budget
+                waiting = connection.waiting
+                queue.backlogged = lambda: waiting.backlogged(budget.blocked)
+            try:
+                self._open_consumer(link, session, registry, queue, options, temporary)
+            except Exception:
+                self._delete_dynamic(registry, queue.name)
+                raise
+            return
+        address = parse_address(link.remote_source.address)
+        owner = registry.owner(address.queue)
+        if owner is not None and owner is not session.connection:
+            # RabbitMQ's wording: only the declaring connection consumes an exclusive queue.
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{address.queue}' "
+                f"in vhost '{vhost.name}'"
+            )
+        queue = registry.declare(address.queue)
         options = consumer_options(
             link,
             self.filter_views,
             registry.clock,
             indexes_filter_values=isinstance(queue, StreamQueue),
         )
+        self._open_consumer(link, session, registry, queue, options, None)
+
+    def _open_consumer(
+        self,
+        link: Link,
+        session: SessionState,
+        registry: QueueRegistry,
+        queue: QueueType,
+        options: ConsumerOptions,
+        temporary: str | None,
+    ) -> None:
+        """Attach a consumer's link to its queue; ``temporary`` names the queue its dynamic
+        source made, to delete when the link detaches."""
         ack_required = link.remote_snd_settle_mode != Link.SND_SETTLED
         self._handles += 1
         pure_link = session.pure.attach_link(
@@ -422,6 +478,13 @@ class Broker(Handler):
             return vhost.registry.declare_queue(name, exclusive=True, owner=connection)
 
         return declare
+
+    def _delete_dynamic(self, registry: QueueRegistry, name: str) -> None:
+        """An attach was refused after its dynamic source or target made a node: it goes."""
+        registry.remove_volatile(name)
+        if registry.get(name) is not None:
+            registry.delete_queue(name)
+            self.queue_deleted(registry, name)
 
     def _delete_temporary(self, connection: ConnectionState, link: object) -> None:
         """A link that made a temporary queue is gone: so is the queue, as in RabbitMQ."""

@@ -28,6 +28,7 @@ from proton import UNDESCRIBED, Array, Data, Described, Link, Terminus, symbol
 
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.volatile import VolatileQueue
 from sluicegate.wire.addresses import AddressNotImplemented
 
 VOLATILE_QUEUE: Final = symbol("rabbitmq:volatile-queue")
@@ -84,13 +85,18 @@ def _echo(terminus: Terminus, address: str, capability: symbol) -> None:
 
 # Declares a temporary queue of this name for the link's connection, checking its permissions.
 Declare = Callable[[str], QueueType]
+# Raises unless the link's connection may consume from a reply queue of this name.
+Authorise = Callable[[str], None]
 
 
 def dynamic_source(
-    link: Link, registry: QueueRegistry, declare: Declare
+    link: Link, registry: QueueRegistry, declare: Declare, authorise: Authorise
 ) -> tuple[QueueType, str | None]:
     """The node a consumer's dynamic source asks for, and the name of a temporary queue made
-    for it (to delete when the link detaches), or None for a reply queue."""
+    for it (to delete when the link detaches), or None for a reply queue.
+
+    Everything that can refuse the link is checked before the node is made.
+    """
     source = link.remote_source
     capabilities = _capabilities(source)
     if VOLATILE_QUEUE in capabilities:
@@ -105,7 +111,9 @@ def dynamic_source(
                 "a Direct Reply-To source has no address, durability none, expiry policy "
                 "link-detach, timeout 0, and takes replies pre-settled"
             )
-        volatile = registry.add_volatile()
+        volatile = VolatileQueue()
+        authorise(volatile.name)
+        registry.add_volatile(volatile)
         _echo(link.source, f"/queues/{volatile.name}", VOLATILE_QUEUE)
         return volatile, None
     if TEMPORARY_QUEUE in capabilities:

@@ -223,11 +223,14 @@ class QueueRegistry(ExchangeGraph):
             return volatile
         return self.declare_queue(name)
 
-    def add_volatile(self) -> VolatileQueue:
-        """A new Direct Reply-To queue, for a requester's link (gone when it detaches)."""
-        queue = VolatileQueue()
+    def add_volatile(self, queue: VolatileQueue) -> VolatileQueue:
+        """Serve a new Direct Reply-To queue, for a requester's link (gone when it detaches)."""
         self._volatile[queue.name] = queue
         return queue
+
+    def remove_volatile(self, name: str) -> None:
+        """Forget a Direct Reply-To queue whose requester's attach was refused."""
+        self._volatile.pop(name, None)
 
     def route(
         self, exchange: str, routing_key: str, payload: bytes | memoryview = b""

@@ -7,11 +7,17 @@ null target with that ``to``). A reply goes straight to the requester while its 
 credit and is dropped otherwise: nothing is buffered, delivered at most once (pre-settled),
 never stored. Only the link that made it consumes from it, and it is gone when that link
 detaches. The name is unguessable, so only who was told it can reply.
+
+Credit alone does not bound what a requester holds: a requester that grants credit and never
+reads would have every reply wait in its session. So a reply is also dropped while the
+requester is :attr:`VolatileQueue.backlogged` (the gateway says when: its connection's waiting
+deliveries at their limit), as RabbitMQ drops replies its writer cannot send fast enough.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Final
 
 from sluicegate.queues.errors import PreconditionFailed
@@ -35,6 +41,10 @@ _NAME_BYTES: Final = 18
 _NO_DISPATCH: Final[list[Dispatch]] = []
 
 
+def _never() -> bool:
+    return False
+
+
 def is_reply_to(name: str) -> bool:
     """Whether ``name`` is a Direct Reply-To queue's (whether or not it exists)."""
     return name.startswith(REPLY_TO_PREFIX)
@@ -54,8 +64,10 @@ class VolatileQueue:
         self._delivery_count = 0
         self._published = 0
         self._delivered = 0
-        # Replies that found the requester without credit, or gone.
+        # Replies that found the requester without credit, backlogged, or gone.
         self.dropped = 0
+        # Whether the requester holds as many replies unsent as it may (set by the gateway).
+        self.backlogged: Callable[[], bool] = _never
 
     @property
     def waiting_credit(self) -> int:
@@ -108,7 +120,7 @@ class VolatileQueue:
         """Hand a reply to the requester if it has credit; drop it otherwise."""
         self._published += 1
         consumer = self._consumer
-        if consumer is None or self._credit <= 0:
+        if consumer is None or self._credit <= 0 or self.backlogged():
             self.dropped += 1
             return _NO_DISPATCH
         self._credit -= 1

@@ -83,6 +83,13 @@ class Waiting:
         self.deferred[link] = drain
         return True
 
+    def backlogged(self, budget_exhausted: bool) -> bool:
+        """Whether the connection holds as much unsent as it may: its limit, or anything at
+        all while the memory budget is exhausted. What would add to it without a queue's credit
+        (Direct Reply-To replies, management replies) is then dropped or refused, so that it
+        costs this connection, never another client's service."""
+        return self.bytes >= self.limit or (budget_exhausted and self.bytes > 0)
+
     @property
     def resumable(self) -> bool:
         """Paused, and enough has left the sessions for the deferred requests to go on."""

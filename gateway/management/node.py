@@ -7,10 +7,20 @@ correlation-id. Each link gets this object as its proton handler (flow and detac
 here); transfers reach it from the broker, as the reactor hands every delivery to the broker.
 Management is not a hot path: requests and replies are decoded and encoded with proton's
 ``Message``.
+
+Replies are what the client makes the server hold here, and it decides when it takes them. So
+each reply waiting for reply credit is charged, at its encoded size, to its connection's waiting
+deliveries (``session/waiting.py``: the connection's limit, ``max_outgoing_pending_size``, and
+the memory budget), and once sent to its writer until the socket has taken it. A request that
+comes while its connection is backlogged (at that limit, its writer full, or holding anything
+while the budget is exhausted) is refused with 503 without being carried out, and a reply whose
+body would pass the limit is refused with 400 before it is built whole
+(``gateway/management/reply_size.py``). An error inside one request is answered with 500.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, cast
@@ -30,6 +40,7 @@ from sluicegate.gateway.auth import Access
 from sluicegate.gateway.events import link_of
 from sluicegate.gateway.limits import link_detached
 from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_value
+from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
 from sluicegate.gateway.management.router import (
     NOBODY,
     Caller,
@@ -41,6 +52,8 @@ from sluicegate.gateway.renewal import PATH as RENEWAL_PATH
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.session.waiting import WAITING_DELIVERY_COST
 
 ADDRESS: Final = "/management"
 # RabbitMQ grants 8 credits on the request link and tops up once 4 are left. Here the 8 also
@@ -53,31 +66,55 @@ MAX_REQUEST_SIZE: Final = 1024 * 1024
 # What proton's Message accepts as a body.
 Body: TypeAlias = "bytes | str | dict[Any, Any] | list[Any] | int | float | None"
 _HTTP_RESPONSE: Final = {"http:response": "1.1"}
+_BACKLOGGED: Final = (
+    "the connection holds all the unsent bytes it may (max_outgoing_pending_size): take the "
+    "replies waiting, then ask again"
+)
+log = logging.getLogger("sluicegate")
 
 
 class Pair:
     """One client's link pair: the request receiver, the reply sender, replies not yet sent."""
 
-    __slots__ = ("__weakref__", "caller", "replies", "requests", "router", "sender", "tag")
+    __slots__ = (
+        "__weakref__",
+        "caller",
+        "replies",
+        "requests",
+        "router",
+        "sender",
+        "session",
+        "tag",
+    )
 
-    def __init__(self, caller: Caller, router: Router) -> None:
+    def __init__(self, caller: Caller, router: Router, session: SessionState) -> None:
         self.caller = caller
         # The router of the connection's virtual host.
         self.router = router
+        # The session of both links: its connection is charged for the replies.
+        self.session = session
         self.requests: Receiver | None = None
         self.sender: Sender | None = None
+        # Replies waiting for reply credit, each charged to the connection's waiting deliveries.
         self.replies: deque[bytes] = deque()
         self.tag = 0
 
+    def charge(self, reply: bytes, sign: int) -> None:
+        """A reply joins (1) or leaves (-1) the replies waiting, at its size and bookkeeping."""
+        self.session.connection.waiting.charge(sign * (len(reply) + WAITING_DELIVERY_COST))
 
-def _pairs(link: Link) -> dict[str, Pair]:
-    """The session's pairs by link name, kept in the gateway's record of the session."""
-    session: SessionState = link.session.sg
-    return session.management_pairs
+    def drop_replies(self) -> None:
+        """Nobody will take the waiting replies (their link or session is gone): uncharge them."""
+        replies = self.replies
+        while replies:
+            self.charge(replies.popleft(), -1)
 
 
-def encode_reply(response: Response, correlation_id: object) -> bytes:
-    """A reply as RabbitMQ sends it: subject, correlation-id, ``http:response``, amqp-value."""
+def encode_reply(response: Response, correlation_id: object, limit: int | None = None) -> bytes:
+    """A reply as RabbitMQ sends it: subject, correlation-id, ``http:response``, amqp-value.
+
+    With a ``limit``, a body that would pass it is replaced by a 400 that says so.
+    """
     message = Message(
         subject=str(response.status),
         correlation_id=correlation_id,
@@ -85,10 +122,21 @@ def encode_reply(response: Response, correlation_id: object) -> bytes:
         inferred=False,
     )
     head: bytes = message.encode()
-    if response.body is None:
+    body = response.body
+    if body is None:
         return head
     # The body may be a listing of thousands of maps (gateway/management/encoding.py).
-    return head + AMQP_VALUE + encode_value(response.body)
+    if limit is None:
+        return head + AMQP_VALUE + encode_value(body)
+    try:
+        return head + AMQP_VALUE + encode_within(body, limit)
+    except ReplyTooLarge:
+        refusal = Response(
+            400,
+            f"the reply would pass {limit} bytes, what one connection may hold unsent "
+            "(max_outgoing_pending_size): ask for smaller pages (?page=1&page_size=...)",
+        )
+        return encode_reply(refusal, correlation_id)
 
 
 class _ConnectionPermissions:
@@ -121,10 +169,13 @@ class ManagementNode(Handler):
         self,
         routers: Mapping[QueueRegistry, Router],
         on_queue_deleted: Callable[[QueueRegistry, str], None],
+        budget: MemoryBudget,
         renew: Callable[[ConnectionState, str, object], Response],
     ) -> None:
         super().__init__()
         self.routers = routers
+        # The server's memory budget: while it is exhausted, backlogged connections wait.
+        self.budget = budget
         self._on_queue_deleted = on_queue_deleted
         # Answers PUT /auth/tokens for the caller's connection (gateway/renewal.py).
         self._renew = renew
@@ -144,10 +195,11 @@ class ManagementNode(Handler):
         checked per request rather than at attach: every user may talk to the node.
         ``registry`` is the connection's virtual host's.
         """
-        pairs = _pairs(link)
+        session: SessionState = link.session.sg
+        pairs = session.management_pairs
         pair = pairs.get(link.name)
         if pair is None:
-            pair = pairs[link.name] = Pair(caller, self.routers[registry])
+            pair = pairs[link.name] = Pair(caller, self.routers[registry], session)
         link.handler = self
         link.sg = pair
         link.open()
@@ -184,9 +236,26 @@ class ManagementNode(Handler):
         except Exception as error:
             self._refuse(link, None, "amqp:decode-error", f"cannot decode the request: {error}")
             return
-        response = self.handle(message, pair.caller, pair.router)
-        pair.replies.append(encode_reply(response, message.id))
+        connection = pair.session.connection
+        limit = connection.waiting.limit
+        if self.backlogged(connection):
+            reply = encode_reply(Response(503, _BACKLOGGED), message.id)
+        else:
+            try:
+                response = self.handle(message, pair.caller, pair.router)
+                reply = encode_reply(response, message.id, limit)
+            except Exception as error:
+                log.exception("management request %s %s failed", message.subject, message.address)
+                reply = encode_reply(Response(500, f"internal error: {error!r}"), message.id)
+        pair.replies.append(reply)
+        pair.charge(reply, 1)
         self._send(pair)
+
+    def backlogged(self, connection: ConnectionState) -> bool:
+        """Whether the connection holds all it may unsent: its waiting deliveries (management
+        replies among them) at their limit or, with the memory budget exhausted, any; or its
+        writer full of bytes the socket has not taken."""
+        return connection.waiting.backlogged(self.budget.blocked) or connection.writer.full
 
     def handle(self, message: Message, caller: Caller, router: Router) -> Response:
         """Route one decoded request and apply what the router says the gateway must do."""
@@ -238,10 +307,18 @@ class ManagementNode(Handler):
             return
         if link.is_sender:
             pair.sender = None
+            pair.drop_replies()
         else:
             pair.requests = None
         if pair.sender is None and pair.requests is None:
-            _pairs(link).pop(link.name, None)
+            pair.session.management_pairs.pop(link.name, None)
+
+    @staticmethod
+    def end_session(session: SessionState) -> None:
+        """The session ended (or its connection closed): its pairs' waiting replies go."""
+        for pair in session.management_pairs.values():
+            pair.drop_replies()
+        session.management_pairs.clear()
 
     on_link_remote_detach = on_link_remote_close
 
@@ -252,13 +329,19 @@ class ManagementNode(Handler):
         """Send the replies the client has credit for, then top up the request credit."""
         sender = pair.sender
         replies = pair.replies
-        if sender is not None:
+        if sender is not None and pair.session.live:
+            writer = pair.session.connection.writer
+            credit = pair.session.pure.writer_credit
             while replies and sender.credit > 0:
                 pair.tag += 1
+                reply = replies.popleft()
+                pair.charge(reply, -1)
                 delivery = sender.delivery(str(pair.tag))
-                sender.stream(replies.popleft())
+                sender.stream(reply)
                 sender.advance()
                 delivery.settle()
+                # Proton holds it until the socket takes it: the writer counts it till then.
+                writer.handed(credit, 0, len(reply))
         requests = pair.requests
         if requests is not None and requests.credit <= REQUEST_CREDIT_LOW:
             grant = REQUEST_CREDIT - len(replies) - requests.credit

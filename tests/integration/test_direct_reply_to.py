@@ -9,7 +9,8 @@ same feature in test_rabbitmq_client.py and test_rhea.py.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Final
 
 import pytest
 from integration.conftest import RunningServer
@@ -17,8 +18,11 @@ from proton import Array, Data, Link, Message, Terminus, symbol
 from proton.reactor import AtMostOnce, ReceiverOption
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 from support.polling import wait_until
+from support.prober import ROUND_TIMEOUT, probe_once
 
 VOLATILE = symbol("rabbitmq:volatile-queue")
+KiB: Final = 1024
+MiB: Final = 1024 * KiB
 
 
 class ReplyTo(ReceiverOption):
@@ -126,3 +130,49 @@ def test_other_dynamic_sources_are_not_implemented(
         connection.create_receiver(None, dynamic=True, options=[*options, ReplyTo(capabilities)])
     # The connection carries on.
     requester(connection, credit=1)
+
+
+def test_a_requester_that_never_reads_holds_its_waiting_limit_and_no_one_else_waits(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Issue 31: a requester granting much credit and never reading had every reply wait in its
+    session, a batch of 256 at a time: with large replies it held the whole memory budget and
+    every publisher of the server waited. Its replies are now dropped once its connection's
+    waiting deliveries reach ``max_outgoing_pending_size``, as RabbitMQ drops the replies its
+    writer cannot send; the responder and everyone else go on."""
+    limit = 2 * MiB
+    reply = b"r" * (256 * KiB)
+    running = make_server(memory_budget=16 * MiB, max_outgoing_pending_size=limit)
+    greedy = BlockingConnection(running.url, timeout=30)
+    responder = BlockingConnection(running.url, timeout=30)
+    try:
+        _, address = requester(greedy, credit=100_000)
+        sender = responder.create_sender(address)
+        sent = 120  # 30 MiB of replies: far beyond the budget
+        for _ in range(sent):
+            sender.send(Message(body=reply), timeout=30)
+
+        def held() -> tuple[int, int]:
+            broker = running.server.broker
+            waiting = max(state.waiting.bytes for state in broker.connections)
+            return waiting, broker.publishing.budget.statistics().blocks
+
+        waiting, blocks = running.call(held)
+        # Its limit and one reply (the one that crossed it), with the reply's bookkeeping.
+        assert waiting <= limit + len(reply) + 4 * KiB
+        assert blocks == 0
+        stats = running.queue(address.removeprefix("/queues/"))
+        assert stats.published == sent
+        assert stats.dropped >= sent - (limit + len(reply)) // len(reply) - 2 * 16
+        # Everyone else is served: a publisher and consumer, and another requester.
+        assert probe_once(running.url, "/queues/drt-prober") < ROUND_TIMEOUT
+        other = BlockingConnection(running.url, timeout=30)
+        try:
+            receiver, other_address = requester(other, credit=1)
+            responder.create_sender(other_address).send(Message(body="served"), timeout=30)
+            assert receiver.receive(timeout=30).body == "served"
+        finally:
+            other.close()
+    finally:
+        responder.close()
+        greedy.close()

@@ -3,17 +3,21 @@ termini with the capability ``temporary-queue``, driven by proton's own client."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from integration.conftest import RunningServer
-from proton import Array, Data, Link, Message, Terminus, symbol
-from proton.reactor import LinkOption
+from proton import Array, Data, Described, Endpoint, Link, Message, Terminus, symbol
+from proton.reactor import AtMostOnce, Filter, LinkOption
 from proton.utils import BlockingConnection, LinkDetached
 from support.clients import consume, publish
 from support.polling import wait_until
 
+from sluicegate.gateway.auth import parse_users
+from sluicegate.gateway.vhosts import parse_vhosts
+
 TEMPORARY = symbol("temporary-queue")
+VOLATILE = symbol("rabbitmq:volatile-queue")
 
 
 @pytest.fixture
@@ -116,3 +120,137 @@ def test_temporary_queues_go_with_their_connection(server: RunningServer) -> Non
     assert server.call(lambda: server.server.registry.get(name)) is not None
     owner.close()
     wait_until(lambda: server.call(lambda: server.server.registry.get(name)) is None)
+
+
+class _Dynamic(LinkOption):
+    """A dynamic source as RabbitMQ's clients ask for either node (issue 31's attacker's)."""
+
+    def __init__(self, capability: symbol) -> None:
+        self.capability = capability
+
+    def apply(self, link: Link) -> None:
+        source = link.source
+        source.dynamic = True
+        source.expiry_policy = Terminus.EXPIRE_WITH_LINK
+        source.durability = Terminus.NONDURABLE
+        source.timeout = 0
+        source.capabilities.put_object(Array(Data.NULL, Data.SYMBOL, self.capability))
+
+
+# A JMS selector that does not parse: the attach is refused with amqp:invalid-field.
+_BAD_SELECTOR = Filter(
+    {symbol("bad"): Described(symbol("apache.org:selector-filter:string"), "a = = (")}
+)
+
+
+def _nodes(running: RunningServer) -> tuple[int, int]:
+    """The queues and the Direct Reply-To queues of the default virtual host."""
+    registry = running.server.registry
+    return running.call(lambda: (len(registry.queue_names()), len(registry._volatile)))
+
+
+def test_refused_dynamic_sources_leave_nothing_and_lock_no_one_out(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Issue 31: 3,000 temporary queues stayed behind attaches refused for a bad selector, for
+    good, and 20 locked a ``max_queues = 20`` vhost out; refused Direct Reply-To attaches each
+    left a reply queue. Options are now read before a node is made."""
+    running = make_server(vhosts=parse_vhosts({"/": {"max_queues": 5}}))
+    connection = BlockingConnection(running.url, timeout=30)
+    try:
+        for capability in (TEMPORARY, VOLATILE):
+            for index in range(100):
+                with pytest.raises(LinkDetached, match="invalid-field"):
+                    connection.create_receiver(
+                        None,
+                        name=f"refused-{capability}-{index}",
+                        dynamic=True,
+                        options=[AtMostOnce(), _Dynamic(capability), _BAD_SELECTOR],
+                    )
+        assert _nodes(running) == (0, 0)
+        # The vhost's five queues are all still there to take, on the same connection.
+        for index in range(5):
+            receiver = connection.create_receiver(
+                None, name=f"kept-{index}", dynamic=True, options=_Dynamic(TEMPORARY)
+            )
+            assert (receiver.link.remote_source.address or "").startswith("/queues/amq.dyn-")
+        assert _nodes(running) == (5, 0)
+    finally:
+        connection.close()
+    wait_until(lambda: _nodes(running) == (0, 0))
+
+
+def test_temporary_queues_go_with_their_session(server: RunningServer) -> None:
+    """A session's END detaches its links: the temporary queues they made go at once, not when
+    the connection closes."""
+    connection = BlockingConnection(server.url, timeout=30)
+    try:
+        assert connection.conn is not None
+        session = connection.conn.session()
+        session.open()
+        receiver = session.receiver("session-temporary")
+        _Dynamic(TEMPORARY).apply(receiver)
+        receiver.open()
+        sender = session.sender("session-temporary-target")
+        _Temporary().apply(sender)
+        sender.open()
+        connection.wait(
+            lambda: bool(receiver.remote_source.address and sender.remote_target.address),
+            timeout=30,
+        )
+        names = [
+            address.removeprefix("/queues/")
+            for address in (receiver.remote_source.address, sender.remote_target.address)
+            if address is not None
+        ]
+        registry = server.server.registry
+        assert server.call(lambda: [registry.get(name) is not None for name in names]) == [
+            True,
+            True,
+        ]
+        session.close()
+        connection.wait(lambda: bool(session.state & Endpoint.REMOTE_CLOSED), timeout=30)
+        wait_until(lambda: server.call(lambda: all(registry.get(name) is None for name in names)))
+        # The connection carries on.
+        assert publish(server.url, "/queues/after-session-end", ["on"]).outcomes == ["accepted"]
+    finally:
+        connection.close()
+
+
+def test_dynamic_sources_obey_permissions(make_server: Callable[..., RunningServer]) -> None:
+    """A temporary queue needs *configure* and *read* on its name, a Direct Reply-To queue
+    *read*; a refused attach leaves nothing, and the connection carries on."""
+    running = make_server(
+        users=parse_users(
+            {"anonymous": {"configure": "", "write": ".*", "read": "^amq\\.rabbitmq\\.reply-to\\."}}
+        )
+    )
+    connection = BlockingConnection(running.url, timeout=30)
+    try:
+        with pytest.raises(LinkDetached, match="unauthorized-access"):
+            connection.create_receiver(None, dynamic=True, options=_Dynamic(TEMPORARY))
+        receiver = connection.create_receiver(
+            None, dynamic=True, options=[AtMostOnce(), _Dynamic(VOLATILE)]
+        )
+        assert (receiver.link.remote_source.address or "").startswith(
+            "/queues/amq.rabbitmq.reply-to."
+        )
+        assert _nodes(running) == (0, 1)
+    finally:
+        connection.close()
+    wait_until(lambda: _nodes(running) == (0, 0))
+    denied = make_server(
+        users=parse_users({"anonymous": {"configure": ".*", "write": ".*", "read": "^public"}})
+    )
+    connection = BlockingConnection(denied.url, timeout=30)
+    try:
+        for capability in (TEMPORARY, VOLATILE):
+            with pytest.raises(LinkDetached, match="unauthorized-access"):
+                connection.create_receiver(
+                    None, dynamic=True, options=[AtMostOnce(), _Dynamic(capability)]
+                )
+        assert _nodes(denied) == (0, 0)
+        public = connection.create_receiver("/queues/public-q", credit=1)
+        assert public.link.remote_source.address == "/queues/public-q"
+    finally:
+        connection.close()

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import pytest
 from integration.conftest import RunningServer
 from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
+from support.process import serving
 
 from sluicegate.clients.management import ManagementClient
+from sluicegate.gateway.management.router import Caller, Request, Response
+
+KiB: Final = 1024
+MiB: Final = 1024 * KiB
 
 
 def _request(
@@ -137,3 +143,152 @@ def test_ten_thousand_exchanges_and_bindings_are_listed_page_by_page(
                 seen.extend(reply.body["items"])
                 page += 1
             assert len(seen) == total == total_count
+
+
+def _declare_wide_queues(running: RunningServer, count: int, argument_size: int) -> None:
+    """Queues whose maps are wide: each lists an argument of ``argument_size`` characters."""
+
+    def declare() -> None:
+        for index in range(count):
+            running.server.registry.declare_queue(
+                f"wide-{index:04d}", {"x-wide": "w" * argument_size}, durable=False
+            )
+
+    running.call(declare)
+
+
+def _waiting(running: RunningServer) -> tuple[list[int], int]:
+    """Each connection's charge for its unsent deliveries and replies, and the server's."""
+    broker = running.server.broker
+    return running.call(
+        lambda: ([state.waiting.bytes for state in broker.connections], broker.waiting.total)
+    )
+
+
+def test_replies_waiting_for_credit_are_charged_and_bounded_per_connection(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Issue 31: ten pairs sending eight listings each, never granting reply credit, made the
+    server hold 829 MiB that nothing counted. Replies waiting are charged to their connection's
+    unsent bytes at their encoded size; once those reach ``max_outgoing_pending_size`` further
+    requests are answered 503, not carried out; the client gets every answer when it takes them."""
+    limit = 1 * MiB
+    running = make_server(max_outgoing_pending_size=limit)
+    _declare_wide_queues(running, 300, 2000)
+    connection = BlockingConnection(running.url, timeout=30)
+    try:
+        pairs = []
+        for index in range(4):
+            requests = connection.create_sender("/management", name=f"wide-{index}")
+            replies = connection.create_receiver("/management", name=f"wide-{index}", credit=0)
+            for number in range(8):
+                requests.send(_request(f"{index}-{number}", "GET", "/queues"))
+            pairs.append(replies)
+        charged, total = _waiting(running)
+        # All 32 answered and waiting: two listings (the second took it past its limit) and
+        # 30 refusals of a few hundred bytes, each with its bookkeeping.
+        assert len(charged) == 1
+        assert limit <= charged[0] <= 2 * limit + 32 * KiB
+        assert total == charged[0]
+        # Meanwhile another client is served, listings included.
+        with ManagementClient(running.url) as other:
+            listed = other.request("GET", "/queues?page=1&page_size=10")
+            assert listed.status == 200
+        statuses: list[str] = []
+        for replies in pairs:
+            for _ in range(8):
+                replies.flow(1)
+                reply = replies.receive(timeout=30)
+                statuses.append(reply.subject or "")
+                if reply.subject == "503":
+                    assert "max_outgoing_pending_size" in str(reply.body)
+                else:
+                    assert isinstance(reply.body, list)
+                    assert len(reply.body) == 300
+        assert statuses.count("200") == 2
+        assert statuses.count("503") == 30
+        # Taken and written, nothing is charged any more, and the next listing is served.
+        wait_until(lambda: _waiting(running) == ([0], 0))
+        requests = connection.create_sender("/management", name="wide-after")
+        replies = connection.create_receiver("/management", name="wide-after", credit=1)
+        requests.send(_request("after", "GET", "/queues"))
+        assert replies.receive(timeout=30).subject == "200"
+    finally:
+        connection.close()
+    wait_until(lambda: _waiting(running) == ([], 0))
+
+
+def test_a_listing_larger_than_a_connection_may_hold_is_refused_before_it_is_built(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """A reply is encoded with its size counted: one past ``max_outgoing_pending_size`` is
+    answered 400, never held; smaller pages of the same listing are served."""
+    running = make_server(max_outgoing_pending_size=256 * KiB)
+    _declare_wide_queues(running, 300, 2000)
+    with ManagementClient(running.url) as client:
+        refused = client.request("GET", "/queues")
+        assert refused.status == 400
+        assert "smaller pages" in str(refused.body)
+        page = client.request("GET", "/queues?page=2&page_size=50")
+        assert page.status == 200
+        assert isinstance(page.body, dict)
+        assert len(page.body["items"]) == 50
+    assert _waiting(running) == ([], 0)
+
+
+def test_an_internal_error_in_one_request_is_answered_500_and_the_pair_carries_on(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """A fault injected into the router (a bug's stand-in): the request gets 500, the link
+    pair and the connection go on."""
+    running = make_server()
+    router = running.server.broker.management.routers[running.server.registry]
+
+    def broken(request: Request, rest: list[str], caller: Caller) -> Response:
+        raise RuntimeError("injected fault")
+
+    running.call(lambda: router._routes.__setitem__("exchanges", broken))
+    with ManagementClient(running.url) as client:
+        failed = client.request("GET", "/exchanges")
+        assert failed.status == 500
+        assert "injected fault" in str(failed.body)
+        assert client.request("PUT", "/queues/after-fault", {"durable": False}).status == 201
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * KiB
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_listings_never_taken_by_many_connections_keep_the_servers_rss_bounded() -> None:
+    """Issue 31's attack on a server process: ten connections of four pairs send eight listings
+    of some 650 KB each and never grant reply credit, 208 MB of replies before the bound. Each
+    connection now holds two (the second took it past its 1 MiB), so RSS grows by some 13 MB."""
+    with serving("--max-outgoing-pending-size", "1MiB") as (process, port):
+        url = f"amqp://127.0.0.1:{port}"
+        wide = {"durable": False, "arguments": {"x-wide": "w" * 2000}}
+        with ManagementClient(url) as client:
+            for index in range(300):
+                assert client.request("PUT", f"/queues/wide-{index:04d}", wide).status == 201
+        before = _rss(process.pid)
+        connections = [BlockingConnection(url, timeout=60) for _ in range(10)]
+        try:
+            for number, connection in enumerate(connections):
+                for pair in range(4):
+                    name = f"never-taken-{number}-{pair}"
+                    requests = connection.create_sender("/management", name=name)
+                    connection.create_receiver("/management", name=name, credit=0)
+                    for request in range(8):
+                        requests.send(_request(f"{pair}-{request}", "GET", "/queues"))
+            growth = _rss(process.pid) - before
+            assert growth <= 48 * MiB, f"RSS grew {growth / MiB:.0f} MiB"
+            # Another client is served meanwhile.
+            with ManagementClient(url) as other:
+                assert other.request("GET", "/queues/wide-0000").status == 200
+        finally:
+            for connection in connections:
+                connection.close()
