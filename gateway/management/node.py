@@ -175,7 +175,12 @@ class ManagementNode(Handler):
         method, path = message.subject, message.address
         if not isinstance(method, str) or not isinstance(path, str):
             return Response(400, "a request needs the method in 'subject' and the path in 'to'")
-        response = router.handle(Request(method, path, message.body), caller)
+        return self.route(Request(method, path, message.body), caller, router)
+
+    def route(self, request: Request, caller: Caller, router: Router) -> Response:
+        """Answer one request from either transport, the ``/management`` link pair or the HTTP
+        API (gateway/http/api.py), and apply what the router says the gateway must do."""
+        response = router.handle(request, caller)
         registry = router.registry
         if response.deleted_queue is not None:
             self._on_queue_deleted(registry, response.deleted_queue)
