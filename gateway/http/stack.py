@@ -6,7 +6,8 @@ Here aiohttp (a maintained HTTP/1.1 implementation on asyncio) parses requests o
 and each listener is bounded:
 
 - at most ``max_connections`` sockets open: one more is closed as soon as it is accepted, so the
-  descriptors HTTP can hold are the sum of its listeners' caps, whatever clients do;
+  descriptors HTTP can hold are the sum of its listeners' caps (and :data:`LISTEN_BACKLOG`
+  accepted sockets each, for one pass of the loop), whatever clients do;
 - ``request_timeout`` seconds from the connection (or the end of its previous response) to a
   complete request head, for the body to arrive and for the handler to answer: a client that
   trickles a byte a second is cut off, an idle keep-alive connection too;
@@ -32,9 +33,10 @@ from aiohttp.web_protocol import RequestHandler
 
 from sluicegate.gateway.http.errors import json_error
 
-# Connections the kernel may queue before accept: a burst beyond the cap is accepted and closed
-# in a few passes of the loop rather than left waiting in a long backlog.
-LISTEN_BACKLOG: Final = 128
+# Connections the kernel may queue before accept, and asyncio's accepts per readiness of the
+# listening socket: each accepted socket over the cap holds a descriptor until the next pass of
+# the loop closes it, so a listener holds at most its cap and this many (docs/http-api.md).
+LISTEN_BACKLOG: Final = 16
 # Seconds a response may take to write out after a handler returned: aiohttp's lingering read
 # of an unread body, kept short for the same reason as the request deadline.
 LINGERING_TIME: Final = 1.0
