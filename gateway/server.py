@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from proton import Condition
 
+from sluicegate.gateway import runtime_vhosts
 from sluicegate.gateway.auth import ANONYMOUS_USER, DEFAULT_VHOST
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ConfigError, ServerConfig
@@ -33,6 +34,7 @@ from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsPages
 from sluicegate.gateway.proton_internals import collector as proton_collector
 from sluicegate.gateway.reactor import BrokerContainer
+from sluicegate.gateway.runtime_vhosts import RuntimeVhosts
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.statistics import ServerStatistics, gathering, server_statistics
 from sluicegate.gateway.tenancy import Tenancy
@@ -67,6 +69,9 @@ class Server:
             fault=storage_fault,
         )
         store = self.durability.store
+        # Virtual hosts created through the HTTP API by an earlier run, and the configured ones.
+        created = runtime_vhosts.load(config.data_dir)
+        vhosts = {**created, **config.vhosts}
         # The default virtual host's registry; every virtual host's shares its clock and its
         # count of bytes held, for the memory budget.
         self.registry = QueueRegistry(store=VhostLog(store, DEFAULT_VHOST))
@@ -74,12 +79,15 @@ class Server:
             name: self.registry
             if name == DEFAULT_VHOST
             else QueueRegistry(self.registry.clock, VhostLog(store, name), self.registry.held)
-            for name in config.vhosts
+            for name in vhosts
         }
         self.durability.recover(registries)
         apply_definitions(registries, config.queues, config.exchanges, config.bindings)
-        self.tenancy = Tenancy(config.vhosts, registries, config.max_application_properties_size)
+        self.tenancy = Tenancy(vhosts, registries, config.max_application_properties_size)
         self.broker = Broker(config, self.tenancy, self.durability)
+        self.runtime_vhosts = RuntimeVhosts(
+            self.broker, store, config.data_dir, set(created) - set(config.vhosts)
+        )
         self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)
         self.container.global_handler = self._io
@@ -170,6 +178,7 @@ class Server:
         auth = BasicAuth(config.users, anonymous_allowed(config.anonymous_login, config.host))
         return HttpApi(
             self.broker,
+            self.runtime_vhosts,
             calls,
             auth,
             node=self.broker.node,

@@ -31,6 +31,7 @@ from sluicegate.gateway.http.errors import json_error
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
 from sluicegate.gateway.management.router import Caller, Request, Response, Router
+from sluicegate.gateway.runtime_vhosts import RuntimeVhosts, VhostRefused
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.tenancy import VirtualHost
 
@@ -68,6 +69,7 @@ class HttpApi:
     def __init__(
         self,
         broker: Broker,
+        vhosts: RuntimeVhosts,
         calls: ReactorCalls,
         auth: BasicAuth,
         *,
@@ -76,6 +78,7 @@ class HttpApi:
         max_request_size: int,
     ) -> None:
         self._broker = broker
+        self._vhosts = vhosts
         self._calls = calls
         self._auth = auth
         self._node = node
@@ -96,8 +99,7 @@ class HttpApi:
             segments = [unquote(part) for part in path.split("/")[2:]]
             if segments and segments[-1] == "":
                 segments.pop()
-            query = dict(parse_qsl(request.query_string))
-            job = _Job(self._broker, self._node, user, request.method, segments, query, body)
+            job = _Job(self._broker, self._vhosts, self._node, user, request, segments, body)
             answer = await self._calls.call(job.run, self._timeout)
         except _Refused as refused:
             return json_error(refused.status, refused.reason)
@@ -135,19 +137,22 @@ class _Job:
     def __init__(
         self,
         broker: Broker,
+        vhosts: RuntimeVhosts,
         node: str,
         user: User,
-        method: str,
+        request: web.BaseRequest,
         segments: list[str],
-        query: dict[str, str],
         body: object,
     ) -> None:
         self.broker = broker
+        self.vhosts = vhosts
         self.node = node
         self.user = user
-        self.method = method
+        self.method = request.method
         self.segments = segments
-        self.query = query
+        self.query = dict(parse_qsl(request.query_string))
+        # RabbitMQ's header for why a connection is closed (DELETE /api/connections/{name}).
+        self.reason = request.headers.get("X-Reason")
         self.body = body
 
     def run(self) -> _Answer:
@@ -294,12 +299,16 @@ class _Job:
         name = segments[0]
         if self.method == "GET":
             return _Answer(200, self._vhost_map(self._vhost(name)))
-        # Virtual hosts are configured ([vhosts.NAME] tables), not created at run time.
-        raise _Refused(
-            405,
-            "virtual hosts are declared in the configuration file ([vhosts.NAME] tables, "
-            "docs/configuration.md); sluicegate does not create or delete them at run time",
-        )
+        if not self._sees_everything:
+            # RabbitMQ's administrator tag; here, the anonymous user of a server without users.
+            raise _Refused(403, "creating or deleting a virtual host needs an administrator")
+        try:
+            if self.method == "PUT":
+                return _Answer(201 if self.vhosts.create(name) else 204)
+            self.vhosts.delete(name)
+        except VhostRefused as refused:
+            raise _Refused(refused.status, str(refused)) from None
+        return _Answer(204)
 
     def _vhost_map(self, vhost: VirtualHost) -> dict[str, object]:
         ready = unacked = 0
@@ -369,7 +378,7 @@ class _Job:
             return _Answer(200, self._connection_map(found))
         # RabbitMQ's forced close: the client gets CLOSE with connection-forced and the reason.
         self.broker.release_connection(found)
-        reason = self.query.get("reason") or "closed via management plugin"
+        reason = self.reason or "Closed via management plugin"
         found.connection.condition = Condition("amqp:connection:forced", reason)
         found.connection.close()
         return _Answer(204)

@@ -12,7 +12,7 @@ Management is not a hot path: requests and replies are decoded and encoded with 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final, TypeAlias, cast
 
 from proton import (
@@ -104,7 +104,7 @@ class ManagementNode(Handler):
 
     def __init__(
         self,
-        routers: Mapping[QueueRegistry, Router],
+        routers: dict[QueueRegistry, Router],
         on_queue_deleted: Callable[[QueueRegistry, str], None],
     ) -> None:
         super().__init__()

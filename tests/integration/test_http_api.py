@@ -10,6 +10,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -298,3 +299,50 @@ def test_a_user_sees_and_closes_only_its_own_connections(tenants: RunningServer)
 def test_the_api_can_be_turned_off(make_server: Any) -> None:
     running = make_server(http_api_listen="off")
     assert running.server.http_api_port == 0
+
+
+def test_vhosts_created_at_run_time_persist_across_a_restart(tmp_path: Path) -> None:
+    """PUT /api/vhosts/{name}: 201 then 204; AMQP clients enter it; its durable queue and the
+    vhost itself are there after a restart; DELETE closes its connections and removes it."""
+    running = start_server(data_dir=tmp_path)
+    try:
+        assert call(running, "PUT", "/vhosts/h-live", {"description": "ignored"})[0] == 201
+        assert call(running, "PUT", "/vhosts/h-live", {})[0] == 204
+        assert call(running, "PUT", "/queues/h-live/kept", {"durable": True})[0] == 201
+        connection = BlockingConnection(running.url, timeout=10, virtual_host="vhost:h-live")
+        try:
+            sender = connection.create_sender("/queues/kept")
+            sender.send(Message(body="survives", durable=True))
+        finally:
+            connection.close()
+        assert call(running, "GET", "/queues/h-live/kept")[1]["messages"] == 1
+    finally:
+        running.stop()
+    running = start_server(data_dir=tmp_path)
+    try:
+        assert "h-live" in [v["name"] for v in call(running, "GET", "/vhosts")[1]]
+        assert call(running, "GET", "/queues/h-live/kept")[1]["messages"] == 1
+        held = BlockingConnection(running.url, timeout=10, virtual_host="vhost:h-live")
+        wait_until(lambda: any(c["vhost"] == "h-live" for c in _connections(running)))
+        assert call(running, "DELETE", "/vhosts/h-live")[0] == 204
+        assert not any(c["vhost"] == "h-live" for c in _connections(running))
+        with contextlib.suppress(Exception):
+            held.close()  # closed by the server: connection-forced
+        assert call(running, "GET", "/vhosts/h-live")[0] == 404
+        assert call(running, "DELETE", "/vhosts/h-live")[0] == 404
+        # The default and configured virtual hosts stay.
+        assert call(running, "DELETE", "/vhosts/%2F")[0] == 403
+    finally:
+        running.stop()
+    running = start_server(data_dir=tmp_path)
+    try:
+        assert [v["name"] for v in call(running, "GET", "/vhosts")[1]] == ["/"]
+    finally:
+        running.stop()
+
+
+def test_only_an_administrator_creates_vhosts(tenants: RunningServer) -> None:
+    status, body = call(tenants, "PUT", "/vhosts/h-not-mine", {}, user="alice")
+    assert status == 403
+    assert "administrator" in body["reason"]
+    assert call(tenants, "GET", "/vhosts/h-not-mine", user="alice")[0] == 404
