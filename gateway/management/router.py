@@ -21,6 +21,7 @@ DELETE     ``/exchanges/{x}``                           204
 GET        ``/bindings?src=&dstq=|dste=&key=&page=...`` 200, list of binding maps
 POST       ``/bindings``                                204
 DELETE     ``/bindings/src={x};dstq={q};key={k};args=`` 204 (``dste={x}`` for an exchange)
+PUT        ``/auth/tokens``                             204 (OAuth 2 token renewal)
 =========  ===========================================  ===============================
 
 A listing with ``page`` or ``page_size`` in its query is paged as RabbitMQ's HTTP API pages:
@@ -246,6 +247,7 @@ class Router:
             "queues": self._queues,
             "exchanges": self._exchanges,
             "bindings": self._bindings,
+            "auth": _auth_tokens,
         }
 
     def handle(self, request: Request, caller: Caller | None = None) -> Response:
@@ -565,6 +567,21 @@ class Router:
         )
         self.registry.bind(source, destination, key, dict(arguments), to_exchange=to_exchange)
         return Response(204)
+
+
+def _auth_tokens(request: Request, rest: list[str], caller: Caller) -> Response:
+    """RabbitMQ 4.1's token renewal: a client PUTs a new OAuth 2 token (AMQP binary).
+
+    sluicegate has no OAuth backend; RabbitMQ without its OAuth plugin stores the token on the
+    connection, its internal backend ignores it, and answers 204: so does this. Passwords and
+    permissions stay those the connection logged in with.
+    """
+    if rest != ["tokens"]:
+        raise _Error(404, f"no such path: {request.path!r}")
+    _allow(request.method, "PUT")
+    if not isinstance(request.body, bytes):
+        raise _Error(400, "a token is AMQP binary")
+    return Response(204)
 
 
 def _check_binding(caller: Caller, source: str, destination: str, *, to_exchange: bool) -> None:
