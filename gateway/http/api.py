@@ -554,8 +554,17 @@ class _Job:
             return [self.user]
         return [users[self.user.name]] if self.user.name in users else []
 
+    def _configured_only(self) -> None:
+        """Users and permissions are configured: the API reads them and changes nothing."""
+        if self.method != "GET":
+            raise _Refused(
+                405,
+                "users and permissions are [users.NAME] tables of the configuration file "
+                "(docs/configuration.md): the HTTP API does not change them",
+            )
+
     def _users(self, segments: list[str]) -> _Answer:
-        self._allow("GET")
+        self._configured_only()
         users = {user.name: user for user in self._visible_users()}
         if not segments:
             return _Answer(200, [self._user_map(user) for user in users.values()])
@@ -596,7 +605,7 @@ class _Job:
         return maps
 
     def _permissions(self, segments: list[str]) -> _Answer:
-        self._allow("GET")
+        self._configured_only()
         maps = self._permission_maps(self._visible_users())
         if not segments:
             return _Answer(200, maps)

@@ -20,6 +20,7 @@ from proton import Message
 from proton.utils import BlockingConnection
 from support.clients import publish
 from support.polling import wait_until
+from support.raw_client import RawClient
 
 from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.gateway.vhosts import parse_vhosts
@@ -346,3 +347,28 @@ def test_only_an_administrator_creates_vhosts(tenants: RunningServer) -> None:
     assert status == 403
     assert "administrator" in body["reason"]
     assert call(tenants, "GET", "/vhosts/h-not-mine", user="alice")[0] == 404
+
+
+def test_a_closed_connection_gets_connection_forced_with_the_x_reason(
+    anonymous: RunningServer,
+) -> None:
+    with RawClient.connect("127.0.0.1", anonymous.port, container_id="h-raw") as client:
+        wait_until(lambda: any(c["container_id"] == "h-raw" for c in _connections(anonymous)))
+        name = next(c["name"] for c in _connections(anonymous) if c["container_id"] == "h-raw")
+        request = urllib.request.Request(
+            f"{anonymous.api_url}/connections/{quote(name, safe='')}",
+            method="DELETE",
+            headers={"X-Reason": "maintenance window"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 204
+        close = client.wait_for("close", timeout=10)
+    assert close["error"]["condition"] == "amqp:connection:forced"
+    assert close["error"]["description"] == "maintenance window"
+
+
+def test_users_and_permissions_are_read_only(anonymous: RunningServer) -> None:
+    for path in ("/users/carol", "/permissions/%2F/carol"):
+        status, body = call(anonymous, "PUT", path, {"password": "x"})
+        assert status == 405
+        assert "configuration file" in body["reason"]
