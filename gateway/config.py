@@ -67,9 +67,9 @@ DEFAULT_HTTP_MAX_CONNECTIONS: Final = 64
 # body to arrive and its answer to be made: a real client needs milliseconds, a slowloris
 # client is cut off after this.
 DEFAULT_HTTP_REQUEST_TIMEOUT: Final = 10.0
-# Request bodies are small JSON maps (a queue's arguments, a binding): RabbitMQ's own default
-# for its HTTP API's bodies is larger, but nothing the API takes needs more than this.
-DEFAULT_HTTP_MAX_REQUEST_SIZE: Final = 1024 * 1024
+# Request bodies are small JSON maps (a queue's arguments, a binding): nothing the API takes
+# needs more, and 64 connections reading one each hold at most 4 MiB.
+DEFAULT_HTTP_MAX_REQUEST_SIZE: Final = 64 * 1024
 # RabbitMQ 4's defaults: 64 sessions per connection, 256 links per session.
 DEFAULT_CHANNEL_MAX: Final = 63
 DEFAULT_MAX_LINKS_PER_SESSION: Final = 256

@@ -30,10 +30,19 @@ from sluicegate.gateway.http.basic_auth import BasicAuth
 from sluicegate.gateway.http.errors import json_error
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
-from sluicegate.gateway.management.router import Caller, Request, Response, Router
+from sluicegate.gateway.management.router import (
+    MAX_PAGE_SIZE,
+    MAX_UNPAGED,
+    Caller,
+    Request,
+    Response,
+    Router,
+)
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts, VhostRefused
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.tenancy import VirtualHost
+from sluicegate.queues.exchange_graph import PREDECLARED
+from sluicegate.queues.registry import QueueRegistry
 
 log = logging.getLogger("sluicegate.http")
 T = TypeVar("T")
@@ -220,6 +229,15 @@ class _Job:
         paging = {k: v for k, v in self.query.items() if k in ("page", "page_size")}
         if paging and len(vhosts) != 1:
             raise _Refused(400, f"pages are per virtual host: ask /api/{kind}/VHOST?page=...")
+        if len(vhosts) > 1:
+            # Each vhost's listing is capped by the router; so is their sum, for one job.
+            total = sum(_size(kind, vhost.registry) for vhost in vhosts)
+            if total > MAX_UNPAGED:
+                raise _Refused(
+                    400,
+                    f"{total} {kind} are too many for one reply (at most {MAX_UNPAGED}): "
+                    f"ask per virtual host, /api/{kind}/VHOST?page=1&page_size={MAX_PAGE_SIZE}",
+                )
         suffix = "?" + "&".join(f"{k}={quote(v)}" for k, v in paging.items()) if paging else ""
         items: list[T] = []
         for vhost in vhosts:
@@ -613,6 +631,15 @@ class _Job:
             found = [m for m in maps if m["vhost"] == segments[0] and m["user"] == segments[1]]
             return _Answer(200, found[0]) if found else _Answer(404, "Not Found")
         return _Answer(404, "Not Found")
+
+
+def _size(kind: str, registry: QueueRegistry) -> int:
+    """How many queues, exchanges or bindings a vhost holds, before any is rendered."""
+    if kind == "queues":
+        return registry.queue_count
+    if kind == "exchanges":
+        return registry.exchange_count + len(PREDECLARED)
+    return registry.binding_count
 
 
 def _exchange_shape(vhost: VirtualHost, item: dict[str, object]) -> dict[str, object]:

@@ -3,7 +3,7 @@
 A password check is a salted scrypt hash (gateway/auth.py), tens of milliseconds of CPU: HTTP
 clients send their credentials with every request, so a right password is remembered (by a
 keyed digest of it, never the password) for the process's life, up to :data:`REMEMBERED`
-of them. Checks run on worker threads (``hashlib.scrypt`` releases the GIL), :data:`CHECKS` at
+of them. Checks run on a worker thread (``hashlib.scrypt`` releases the GIL), :data:`CHECKS` at
 once; the connection cap bounds how many wait. Without configured users the server is in its
 zero-configuration state: who may log in anonymously over AMQP (``anonymous_login``) may use
 the API without credentials, as the anonymous user.
@@ -25,8 +25,10 @@ from sluicegate.gateway.auth import User, anonymous_user, check_plain
 
 # Right credentials remembered: more than the users an admin team has, few enough to be small.
 REMEMBERED: Final = 256
-# Password checks at once: WORKERS of gateway/login.py, for the same reason (two cores).
-CHECKS: Final = 2
+# Password checks at once: one, so that wrong passwords sent as fast as HTTP allows take at most
+# one core, whatever clients do (AMQP logins have their own two workers, gateway/login.py); a
+# right password is checked once (:data:`REMEMBERED`).
+CHECKS: Final = 1
 
 
 class BasicAuth:

@@ -12,7 +12,7 @@ and each listener is bounded:
   complete request head, for the body to arrive and for the handler to answer: a client that
   trickles a byte a second is cut off, an idle keep-alive connection too;
 - ``max_request_size`` bytes of body (413 beyond), aiohttp's limits on the request line and
-  headers (8 KiB each, 128 headers), no decompression of request bodies.
+  header fields (8 KiB each), :data:`MAX_HEADERS` headers, no decompression of request bodies.
 
 Handlers must not block: what touches the broker goes to the reactor thread and is awaited
 (gateway/http/reactor_calls.py).
@@ -40,6 +40,9 @@ LISTEN_BACKLOG: Final = 16
 # Seconds a response may take to write out after a handler returned: aiohttp's lingering read
 # of an unread body, kept short for the same reason as the request deadline.
 LINGERING_TIME: Final = 1.0
+# Request headers aiohttp accepts (8 KiB each at most): browsers and HTTP clients send about 15;
+# 32 keep what one socket can make the server hold before its handler runs under 256 KiB.
+MAX_HEADERS: Final = 32
 # Seconds close() waits for the loop to stop serving.
 CLOSE_TIMEOUT: Final = 5.0
 
@@ -156,6 +159,7 @@ class HttpStack:
             # From the connection to a complete request head, and between two requests.
             keepalive_timeout=bounds.request_timeout,
             lingering_time=LINGERING_TIME,
+            max_headers=MAX_HEADERS,
             auto_decompress=False,
             access_log=None,
             handler_cancellation=True,

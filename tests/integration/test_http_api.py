@@ -23,6 +23,7 @@ from support.polling import wait_until
 from support.raw_client import RawClient
 
 from sluicegate.gateway.auth import User, hash_password, parse_users
+from sluicegate.gateway.management.router import MAX_PAGE_SIZE, MAX_UNPAGED
 from sluicegate.gateway.vhosts import parse_vhosts
 
 PASSWORD = "s3cret"
@@ -372,3 +373,23 @@ def test_users_and_permissions_are_read_only(anonymous: RunningServer) -> None:
         status, body = call(anonymous, "PUT", path, {"password": "x"})
         assert status == 405
         assert "configuration file" in body["reason"]
+
+
+def test_a_listing_over_every_vhost_is_capped_and_pages_are_per_vhost(make_server: Any) -> None:
+    """More queues than one reply may hold: /api/queues is refused (400, saying to ask for
+    pages), and /api/queues/{vhost} gives them page by page."""
+    running = make_server(vhosts=parse_vhosts({"h-other": {}}))
+
+    def declare() -> None:
+        for index in range(MAX_UNPAGED + 1):
+            running.server.registry.declare_queue(f"h-many-{index:05}", {})
+
+    running.call(declare)
+    status, body = call(running, "GET", "/queues")
+    assert status == 400
+    assert "page" in body["reason"]
+    status, page = call(running, "GET", f"/queues/%2F?page=5&page_size={MAX_PAGE_SIZE}")
+    assert status == 200
+    assert page["total_count"] == MAX_UNPAGED + 1
+    assert [q["name"] for q in page["items"]] == [f"h-many-{MAX_UNPAGED:05}"]
+    assert call(running, "GET", "/queues?page=1")[0] == 400
