@@ -156,7 +156,7 @@ class Server:
             handler = (
                 MetricsPages(partial(self._snapshot, calls)).handle
                 if key == "metrics_listen"
-                else self._api(calls).handle
+                else self._api(calls, host).handle
             )
             try:
                 listening = stack.listen(host, port, handler, bounds)
@@ -173,9 +173,11 @@ class Server:
     async def _snapshot(self, calls: ReactorCalls) -> ServerStatistics:
         return await calls.run(gathering(self.broker, self.tenancy), SNAPSHOT_TIMEOUT)
 
-    def _api(self, calls: ReactorCalls) -> HttpApi:
+    def _api(self, calls: ReactorCalls, host: str) -> HttpApi:
+        """The HTTP API on ``host``: without users, open without credentials only where an
+        AMQP listener on that address would let anonymous clients in (loopback by default)."""
         config = self.config
-        auth = BasicAuth(config.users, anonymous_allowed(config.anonymous_login, config.host))
+        auth = BasicAuth(config.users, anonymous_allowed(config.anonymous_login, host))
         return HttpApi(
             self.broker,
             self.runtime_vhosts,

@@ -393,3 +393,11 @@ def test_a_listing_over_every_vhost_is_capped_and_pages_are_per_vhost(make_serve
     assert page["total_count"] == MAX_UNPAGED + 1
     assert [q["name"] for q in page["items"]] == [f"h-many-{MAX_UNPAGED:05}"]
     assert call(running, "GET", "/queues?page=1")[0] == 400
+
+
+def test_without_users_anonymous_login_off_closes_the_api(make_server: Any) -> None:
+    """Anonymous access follows ``anonymous_login`` for the API's own address (loopback here),
+    as it does for AMQP."""
+    running = make_server(anonymous_login="off")
+    assert call(running, "GET", "/overview")[0] == 401
+    assert call(running, "GET", "/overview", user="guest", password="guest")[0] == 401
