@@ -486,6 +486,9 @@ class _Job:
         name = "" if segments[1] == "amq.default" else segments[1]
         path = "/exchanges/" + quote(name, safe="")
         self._allow("GET", "PUT", "DELETE")
+        if self.method == "GET" and not name:
+            # The default exchange: RabbitMQ's HTTP API shows it, the router has no map for it.
+            return _Answer(200, _default_exchange(vhost))
         if self.method == "GET":
             return _Answer(200, _exchange_shape(vhost, _dict(self._route(vhost, "GET", path))))
         if self.method == "DELETE":
@@ -640,6 +643,19 @@ def _size(kind: str, registry: QueueRegistry) -> int:
     if kind == "exchanges":
         return registry.exchange_count + len(PREDECLARED)
     return registry.binding_count
+
+
+def _default_exchange(vhost: VirtualHost) -> dict[str, object]:
+    return {
+        "name": "",
+        "vhost": vhost.name,
+        "type": "direct",
+        "durable": True,
+        "auto_delete": False,
+        "internal": False,
+        "arguments": {},
+        "user_who_performed_action": "rmq-internal",
+    }
 
 
 def _exchange_shape(vhost: VirtualHost, item: dict[str, object]) -> dict[str, object]:

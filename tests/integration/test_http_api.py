@@ -164,6 +164,8 @@ def test_exchanges_and_bindings(anonymous: RunningServer) -> None:
     assert call(anonymous, "DELETE", "/bindings/%2F/e/h-x/q/h-bound/k")[0] == 404
     assert call(anonymous, "DELETE", "/exchanges/%2F/h-x")[0] == 204
     assert call(anonymous, "GET", "/exchanges/%2F/h-x")[0] == 404
+    status, default = call(anonymous, "GET", "/exchanges/%2F/amq.default")
+    assert (status, default["name"], default["type"]) == (200, "", "direct")
 
 
 def test_connections_are_listed_and_closed_by_name(anonymous: RunningServer) -> None:
