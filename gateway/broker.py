@@ -136,7 +136,8 @@ class Broker(Handler):
         self._handles = 0
         self._states: dict[LinkOwner, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
-        node = f"sluicegate@{socket.gethostname()}"
+        # The node name management replies and the HTTP API report.
+        node = self.node = f"sluicegate@{socket.gethostname()}"
         budget = MemoryBudget(config.memory_budget)
         self.management = ManagementNode(
             {

@@ -56,8 +56,21 @@ MIN_MAX_FRAME_SIZE: Final = 512
 ENV_PREFIX: Final = "SLUICEGATE_"
 # RabbitMQ's Prometheus port, so existing scrape configs and dashboards find sluicegate.
 DEFAULT_METRICS_LISTEN: Final = "127.0.0.1:15692"
-# Values of metrics_listen that turn the endpoint off.
+# Values of metrics_listen and http_api_listen that turn the listener off.
 METRICS_OFF: Final = frozenset({"", "off", "none", "false"})
+# RabbitMQ's management port, where rabbitmqadmin, curl scripts and client test suites look.
+DEFAULT_HTTP_API_LISTEN: Final = "127.0.0.1:15672"
+# Sockets each HTTP listener (metrics, API) may hold: a few scrapers and admin tools need a
+# handful; two listeners at 64 keep HTTP far below the 1,024 descriptors of a default ulimit,
+# whatever clients do, so the AMQP listener always has its share (docs/http-api.md).
+DEFAULT_HTTP_MAX_CONNECTIONS: Final = 64
+# Seconds for a request head to arrive (from the connection or the previous response), its
+# body to arrive and its answer to be made: a real client needs milliseconds, a slowloris
+# client is cut off after this.
+DEFAULT_HTTP_REQUEST_TIMEOUT: Final = 10.0
+# Request bodies are small JSON maps (a queue's arguments, a binding): nothing the API takes
+# needs more, and 64 connections reading one each hold at most 4 MiB.
+DEFAULT_HTTP_MAX_REQUEST_SIZE: Final = 64 * 1024
 # RabbitMQ 4's defaults: 64 sessions per connection, 256 links per session.
 DEFAULT_CHANNEL_MAX: Final = 63
 DEFAULT_MAX_LINKS_PER_SESSION: Final = 256
@@ -117,6 +130,12 @@ class ServerConfig:
     writer_buffer_size: int = DEFAULT_WRITER_BUFFER_SIZE
     shutdown_timeout: float = 5.0
     metrics_listen: str = DEFAULT_METRICS_LISTEN
+    # RabbitMQ's HTTP API (docs/http-api.md), HOST:PORT or "off".
+    http_api_listen: str = DEFAULT_HTTP_API_LISTEN
+    # Bounds of each HTTP listener, metrics and API alike (gateway/http/stack.py).
+    http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
+    http_request_timeout: float = DEFAULT_HTTP_REQUEST_TIMEOUT
+    http_max_request_size: int = DEFAULT_HTTP_MAX_REQUEST_SIZE
     # -- authentication, TLS and limits (docs/operations.md) --
     # Users from the config file's [users.NAME] tables; see gateway/auth.py.
     users: Mapping[str, User] = field(default_factory=dict)
@@ -171,8 +190,12 @@ class ServerConfig:
         except DefinitionError as error:
             raise ConfigError(str(error)) from None
         _check_host_port("listen", self.listen)
-        if self.metrics_listen.lower() not in METRICS_OFF:
-            _check_host_port("metrics_listen", self.metrics_listen)
+        for key in ("metrics_listen", "http_api_listen"):
+            if getattr(self, key).lower() not in METRICS_OFF:
+                _check_host_port(key, getattr(self, key))
+        for key in ("http_max_connections", "http_request_timeout", "http_max_request_size"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key}: must be positive, got {getattr(self, key)}")
         for key in (
             "max_message_size",
             "max_application_properties_size",
@@ -259,10 +282,19 @@ class ServerConfig:
     @property
     def metrics_address(self) -> tuple[str, int] | None:
         """Where Prometheus scrapes, or None when the endpoint is off."""
-        if self.metrics_listen.lower() in METRICS_OFF:
-            return None
-        host, _, port = self.metrics_listen.rpartition(":")
-        return host.strip("[]"), int(port)
+        return _address(self.metrics_listen)
+
+    @property
+    def http_api_address(self) -> tuple[str, int] | None:
+        """Where RabbitMQ's HTTP API listens, or None when it is off."""
+        return _address(self.http_api_listen)
+
+
+def _address(listen: str) -> tuple[str, int] | None:
+    if listen.lower() in METRICS_OFF:
+        return None
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 def _check_host_port(key: str, value: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final
 
 from proton import Event, Handler
@@ -46,7 +46,7 @@ class ExpiryTimer(Handler):
 
     def __init__(
         self,
-        registries: Sequence[QueueRegistry],
+        registries: list[QueueRegistry],
         route: Callable[[list[Dispatch]], None],
         deleted: Callable[[QueueRegistry, str], None],
     ) -> None:

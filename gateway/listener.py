@@ -139,6 +139,7 @@ class Listener(Handler):
             Account(self._config.account_limit),
             LinkNames(self._config.max_frame_size) if self._config.rabbitmq_compatible else None,
         )
+        state.name = _connection_name(sock)
         connection.sg = state
         setattr(selectable, "sg", state)  # noqa: B010
         users = self._config.users
@@ -158,6 +159,15 @@ class Listener(Handler):
         if not self._selectable.is_terminal:
             self._selectable.terminate()
             self._selectable.update()
+
+
+def _connection_name(sock: socket.socket) -> str:
+    """RabbitMQ's name for a connection: its two ends, ``PEER:PORT -> LOCAL:PORT``."""
+    try:
+        peer, local = sock.getpeername(), sock.getsockname()
+    except OSError:
+        return f"socket {sock.fileno()}"  # reset already: the next read closes it
+    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
 
 
 def anonymous_allowed(setting: str, host: str) -> bool:

@@ -1,6 +1,6 @@
 """Prometheus metrics, read from the server's ``statistics()`` when Prometheus scrapes.
 
-The collector asks the reactor thread for one snapshot per scrape (through ``Server.call``)
+The collector asks the reactor thread for a snapshot when scraped (``Server.submit_in_turns``)
 instead of having the reactor publish snapshots on a timer: values are exact at scrape time, the
 reactor does no work at all while nobody scrapes, and a scrape costs one pass over queues and
 sessions, however many messages flow. Nothing on the per-message path touches prometheus-client.
@@ -16,23 +16,29 @@ interpreter with the reactor.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Final
 
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
+from sluicegate.gateway.http.errors import json_error
+from sluicegate.gateway.http.reactor_calls import Throttled
 from sluicegate.gateway.statistics import ServerStatistics
 
 # Shorter than Prometheus's default scrape timeout (10 s), so that a stuck reactor shows as a
 # failed scrape rather than a scrape Prometheus gave up on.
 SNAPSHOT_TIMEOUT: Final = 5.0
+# Seconds from the end of one snapshot to the start of the next, whoever scrapes: Prometheus
+# scrapes every 15 s or so, and a client scraping in a loop gets the same snapshot meanwhile.
+MIN_SNAPSHOT_INTERVAL: Final = 0.5
 # Queues up to which /metrics gives each its own samples (seven families each).
 PER_QUEUE_LIMIT: Final = 1000
 # RabbitMQ's path for metrics per object whatever their number.
@@ -252,56 +258,45 @@ class ServerCollector(Collector):
         )
 
 
-class _QuietHandler(WSGIRequestHandler):
-    """No access log line per scrape on stderr."""
+class MetricsPages:
+    """``/metrics`` and ``/metrics/per-object``, served on the HTTP stack (gateway/http/stack.py).
 
-    def log_message(self, template: str, *args: Any) -> None:
-        return
+    Scrapes share snapshots (gateway/http/reactor_calls.py): one at a time and at most one per
+    :data:`MIN_SNAPSHOT_INTERVAL`, each page rendered once per snapshot, so that a hundred
+    scrapers cost the reactor what one does.
+    """
 
-
-class _ThreadingWSGIServer6(ThreadingWSGIServer):
-    address_family = socket.AF_INET6
-
-
-class MetricsEndpoint:
-    """The HTTP endpoint Prometheus scrapes, on its own daemon thread."""
-
-    def __init__(self, host: str, port: int, snapshot: Callable[[], ServerStatistics]) -> None:
-        apps = {}
+    def __init__(self, snapshot: Callable[[], Awaitable[ServerStatistics]]) -> None:
+        self._snapshots = Throttled(snapshot, MIN_SNAPSHOT_INTERVAL)
+        self._current: ServerStatistics | None = None
+        self._registries = {}
         for per_object in (False, True):
             registry = CollectorRegistry(auto_describe=False)
-            registry.register(ServerCollector(snapshot, per_object=per_object))
+            registry.register(ServerCollector(self._snapshot, per_object=per_object))
             registry.register(ProcessCollector(registry=None))
-            apps[per_object] = make_wsgi_app(registry)
+            self._registries[per_object] = registry
+        # Each page's last rendering and the snapshot it shows.
+        self._rendered: dict[bool, tuple[ServerStatistics, bytes]] = {}
 
-        def route(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            per_object = str(environ.get("PATH_INFO", "")).rstrip("/") == PER_OBJECT_PATH
-            response: Iterable[bytes] = apps[per_object](environ, start_response)
-            return response
+    def _snapshot(self) -> ServerStatistics:
+        assert self._current is not None
+        return self._current
 
-        server_class = _ThreadingWSGIServer6 if ":" in host else ThreadingWSGIServer
-        self._server: WSGIServer = make_server(
-            host.strip("[]"), port, route, server_class, handler_class=_QuietHandler
-        )
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="sluicegate-metrics", daemon=True
-        )
-        self._thread.start()
-        self.port: int = self._server.server_port
-
-    def close(self) -> None:
-        """Stop serving and release the port, at once.
-
-        ``serve_forever`` sees a stop request only when its select returns, every 0.5 s, which
-        made every server stop half a second long. A listening socket shut down for reading is
-        readable at once (Linux), so the stop is asked for and the socket shut down: the loop
-        ends now, without waking the interpreter more often the rest of the time.
-        """
-        server = self._server
-        stopper = threading.Thread(target=server.shutdown, name="sluicegate-metrics-stop")
-        stopper.start()
-        with contextlib.suppress(OSError):
-            server.socket.shutdown(socket.SHUT_RD)
-        stopper.join()
-        server.server_close()
-        self._thread.join()
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """One scrape: a fresh enough snapshot, rendered in Prometheus's text format."""
+        if request.method not in ("GET", "HEAD"):
+            return json_error(405, f"method {request.method} not allowed on the metrics endpoint")
+        per_object = request.path.rstrip("/") == PER_OBJECT_PATH
+        try:
+            stats = await self._snapshots.get()
+        except TimeoutError:
+            # A stuck reactor must not look healthy: Prometheus records up == 0.
+            return web.Response(status=500, text="the reactor did not answer\n")
+        rendered = self._rendered.get(per_object)
+        if rendered is None or rendered[0] is not stats:
+            self._current = stats
+            rendered = self._rendered[per_object] = (
+                stats,
+                generate_latest(self._registries[per_object]),
+            )
+        return web.Response(body=rendered[1], headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from sluicegate.gateway.config import ConfigError, load_config, setting_names
 from sluicegate.gateway.durability import VhostNotConfigured
+from sluicegate.gateway.runtime_vhosts import RuntimeVhostsDamaged
 from sluicegate.gateway.server import Server, StartError
 from sluicegate.queues.log.damage import LogDamaged
 from sluicegate.queues.log.recovery import LogCorrupted
@@ -60,7 +61,7 @@ def serve(config: Any) -> int:
     """Run a server with ``config`` in this process until SIGINT or SIGTERM."""
     try:
         server = Server(config)
-    except (OSError, LogCorrupted, LogDamaged, VhostNotConfigured) as error:
+    except (OSError, LogCorrupted, LogDamaged, VhostNotConfigured, RuntimeVhostsDamaged) as error:
         print(
             f"sluicegate: cannot open the data directory {config.data_dir}: {error}",
             file=sys.stderr,

@@ -10,23 +10,31 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator
+from concurrent.futures import Future
+from functools import partial
 from typing import TypeVar
 
 from proton import Condition
 
+from sluicegate.gateway import runtime_vhosts
 from sluicegate.gateway.auth import ANONYMOUS_USER, DEFAULT_VHOST
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ConfigError, ServerConfig
 from sluicegate.gateway.definitions import apply_definitions
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.expiry import tick
+from sluicegate.gateway.http.api import HttpApi
+from sluicegate.gateway.http.basic_auth import BasicAuth
+from sluicegate.gateway.http.reactor_calls import ReactorCalls
+from sluicegate.gateway.http.stack import HttpBounds, HttpStack
 from sluicegate.gateway.io_layer import FlowIO
-from sluicegate.gateway.listener import Listener
+from sluicegate.gateway.listener import Listener, anonymous_allowed
 from sluicegate.gateway.log_writer import FaultHook
 from sluicegate.gateway.login import PasswordChecks
-from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsEndpoint
+from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsPages
 from sluicegate.gateway.proton_internals import collector as proton_collector
 from sluicegate.gateway.reactor import BrokerContainer
+from sluicegate.gateway.runtime_vhosts import RuntimeVhosts
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.statistics import ServerStatistics, gathering, server_statistics
 from sluicegate.gateway.tenancy import Tenancy
@@ -61,6 +69,9 @@ class Server:
             fault=storage_fault,
         )
         store = self.durability.store
+        # Virtual hosts created through the HTTP API by an earlier run, and the configured ones.
+        created = runtime_vhosts.load(config.data_dir)
+        vhosts = {**created, **config.vhosts}
         # The default virtual host's registry; every virtual host's shares its clock and its
         # count of bytes held, for the memory budget.
         self.registry = QueueRegistry(store=VhostLog(store, DEFAULT_VHOST))
@@ -68,19 +79,23 @@ class Server:
             name: self.registry
             if name == DEFAULT_VHOST
             else QueueRegistry(self.registry.clock, VhostLog(store, name), self.registry.held)
-            for name in config.vhosts
+            for name in vhosts
         }
         self.durability.recover(registries)
         apply_definitions(registries, config.queues, config.exchanges, config.bindings)
-        self.tenancy = Tenancy(config.vhosts, registries, config.max_application_properties_size)
+        self.tenancy = Tenancy(vhosts, registries, config.max_application_properties_size)
         self.broker = Broker(config, self.tenancy, self.durability)
+        self.runtime_vhosts = RuntimeVhosts(
+            self.broker, store, config.data_dir, set(created) - set(config.vhosts)
+        )
         self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)
         self.container.global_handler = self._io
         # PLAIN password checks, on worker threads (gateway/login.py).
         self.logins = PasswordChecks(config.users, self._wakeup.call_soon, config.oauth2)
         self._listener: Listener | None = None
-        self._metrics: MetricsEndpoint | None = None
+        # The metrics endpoint and the HTTP API (gateway/http/stack.py).
+        self._http: HttpStack | None = None
         self._tls_listener: Listener | None = None
         # The amqps:// port once started, if TLS is configured.
         self.tls_port: int | None = None
@@ -93,6 +108,7 @@ class Server:
         self._deadline = 0.0
         self.port = 0
         self.metrics_port = 0
+        self.http_api_port = 0
         self.ready = threading.Event()
 
     def start(self) -> None:
@@ -106,19 +122,11 @@ class Server:
                 "anonymous_login is on, but users are configured and [users.anonymous] is not: "
                 "anonymous logins are refused"
             )
-        metrics = config.metrics_address
-        if metrics is not None:
-            try:
-                self._metrics = MetricsEndpoint(*metrics, self._scrape)
-            except OSError as error:
-                raise StartError(
-                    f"metrics_listen: cannot listen on {config.metrics_listen}: {error.strerror}"
-                ) from None
-            self.metrics_port = self._metrics.port
+        self._start_http()
         try:
             self._listener = Listener(self.container, config, self.broker, self.logins)
         except OSError as error:
-            self._close_metrics()
+            self._close_http()
             message = f"listen: cannot listen on {config.listen}: {error.strerror}"
             raise StartError(message) from None
         self.port = self._listener.port
@@ -126,13 +134,67 @@ class Server:
         self._wakeup.attach(self.container)
         self.durability.start()
 
+    def _start_http(self) -> None:
+        """Open the metrics endpoint and the HTTP API, if configured, on one bounded stack."""
+        config = self.config
+        wanted = [
+            (key, address)
+            for key, address in (
+                ("metrics_listen", config.metrics_address),
+                ("http_api_listen", config.http_api_address),
+            )
+            if address is not None
+        ]
+        if not wanted:
+            return
+        stack = self._http = HttpStack()
+        bounds = HttpBounds(
+            config.http_max_connections, config.http_request_timeout, config.http_max_request_size
+        )
+        for key, (host, port) in wanted:
+            calls = ReactorCalls(self.submit_in_turns)
+            handler = (
+                MetricsPages(partial(self._snapshot, calls)).handle
+                if key == "metrics_listen"
+                else self._api(calls, host).handle
+            )
+            try:
+                listening = stack.listen(host, port, handler, bounds)
+            except OSError as error:
+                self._close_http()
+                raise StartError(
+                    f"{key}: cannot listen on {getattr(config, key)}: {error.strerror}"
+                ) from None
+            if key == "metrics_listen":
+                self.metrics_port = listening.port
+            else:
+                self.http_api_port = listening.port
+
+    async def _snapshot(self, calls: ReactorCalls) -> ServerStatistics:
+        return await calls.run(gathering(self.broker, self.tenancy), SNAPSHOT_TIMEOUT)
+
+    def _api(self, calls: ReactorCalls, host: str) -> HttpApi:
+        """The HTTP API on ``host``: without users, open without credentials only where an
+        AMQP listener on that address would let anonymous clients in (loopback by default)."""
+        config = self.config
+        auth = BasicAuth(config.users, anonymous_allowed(config.anonymous_login, host))
+        return HttpApi(
+            self.broker,
+            self.runtime_vhosts,
+            calls,
+            auth,
+            node=self.broker.node,
+            timeout=config.http_request_timeout,
+            max_request_size=config.http_max_request_size,
+        )
+
     def _start_tls(self) -> None:
         """Open the amqps:// listener if a certificate and key are configured."""
         config = self.config
         try:
             tls = server_context(config)
         except ConfigError as error:
-            self._close_metrics()
+            self._close_http()
             raise StartError(str(error)) from None
         if tls is None:
             return
@@ -147,7 +209,7 @@ class Server:
                 tls=tls,
             )
         except OSError as error:
-            self._close_metrics()
+            self._close_http()
             message = f"tls_listen: cannot listen on {config.tls_listen}: {error.strerror}"
             raise StartError(message) from None
         self.tls_port = self._tls_listener.port
@@ -156,13 +218,10 @@ class Server:
         """Every queue's, session's and connection's counters; call on the reactor thread."""
         return server_statistics(self.broker, self.tenancy)
 
-    def _scrape(self) -> ServerStatistics:
-        return self.call_in_turns(gathering(self.broker, self.tenancy), timeout=SNAPSHOT_TIMEOUT)
-
-    def _close_metrics(self) -> None:
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
+    def _close_http(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def run(self) -> None:
         """Serve until :meth:`shutdown` has closed every connection."""
@@ -183,7 +242,7 @@ class Server:
         self.logins.close()
         self._run_shutdown_hooks()
         self._io.close()
-        self._close_metrics()
+        self._close_http()
 
     def on_shutdown(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` on the reactor thread once every connection is closed, before exit.
@@ -238,28 +297,31 @@ class Server:
         Between two steps the reactor serves its clients, so a long job (a metrics snapshot
         of many queues) never holds it for more than one step.
         """
-        done = threading.Event()
-        result: list[T] = []
-        failure: list[BaseException] = []
+        try:
+            return self.submit_in_turns(steps).result(timeout)
+        except TimeoutError:
+            raise TimeoutError("the reactor did not answer") from None
+
+    def submit_in_turns(self, steps: Generator[None, None, T]) -> Future[T]:
+        """:meth:`call_in_turns` without waiting: the future completes on the reactor thread.
+
+        The HTTP listeners' loop awaits it (gateway/http/reactor_calls.py). A server that has
+        stopped never completes it: callers wait with a timeout.
+        """
+        future: Future[T] = Future()
 
         def step() -> None:
             try:
                 next(steps)
             except StopIteration as finished:
-                result.append(finished.value)
+                future.set_result(finished.value)
             except BaseException as error:
-                failure.append(error)
+                future.set_exception(error)
             else:
                 self._wakeup.call_soon(step)
-                return
-            done.set()
 
         self._wakeup.call_soon(step)
-        if not done.wait(timeout):
-            raise TimeoutError("the reactor did not answer")
-        if failure:
-            raise failure[0]
-        return result[0]
+        return future
 
     def request_shutdown(self) -> None:
         """Ask for a graceful shutdown; safe from signal handlers and other threads."""

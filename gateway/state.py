@@ -64,6 +64,7 @@ class ConnectionState:
         "inbound",
         "last_frame",
         "link_names",
+        "name",
         "permissions",
         "publishers",
         "selectable",
@@ -89,6 +90,8 @@ class ConnectionState:
     ) -> None:
         self.connection = connection
         self.transport = transport
+        # RabbitMQ's connection name, "PEER -> LOCAL", by which the HTTP API lists and closes it.
+        self.name = ""
         self.selectable = selectable
         self.writer = writer
         # Work this connection caused that is not finished; reads pause while it is too high.

@@ -127,15 +127,22 @@ class Tenancy:
         registries: Mapping[str, QueueRegistry],
         max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
     ) -> None:
-        self.vhosts = {
-            name: VirtualHost(
-                vhost,
-                registries[name],
-                Router(registries[name], max_application_properties_size),
-            )
-            for name, vhost in settings.items()
-        }
+        self._max_application_properties_size = max_application_properties_size
+        self.vhosts: dict[str, VirtualHost] = {}
+        for vhost in settings.values():
+            self.add(vhost, registries[vhost.name])
         self._usage: dict[str, _Usage] = {}
+
+    def add(self, settings: VhostSettings, registry: QueueRegistry) -> VirtualHost:
+        """A virtual host, configured or created at run time (gateway/runtime_vhosts.py)."""
+        vhost = self.vhosts[settings.name] = VirtualHost(
+            settings, registry, Router(registry, self._max_application_properties_size)
+        )
+        return vhost
+
+    def remove(self, name: str) -> None:
+        """Forget a virtual host deleted at run time, once its connections are closed."""
+        del self.vhosts[name]
 
     @property
     def default(self) -> VirtualHost:

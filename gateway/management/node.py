@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final, TypeAlias, cast
 
 from proton import (
@@ -167,7 +167,7 @@ class ManagementNode(Handler):
 
     def __init__(
         self,
-        routers: Mapping[QueueRegistry, Router],
+        routers: dict[QueueRegistry, Router],
         on_queue_deleted: Callable[[QueueRegistry, str], None],
         budget: MemoryBudget,
         renew: Callable[[ConnectionState, str, object], Response],
@@ -264,7 +264,12 @@ class ManagementNode(Handler):
             return Response(400, "a request needs the method in 'subject' and the path in 'to'")
         if path == RENEWAL_PATH and isinstance(caller.owner, ConnectionState):
             return self._renew(caller.owner, method, message.body)
-        response = router.handle(Request(method, path, message.body), caller)
+        return self.route(Request(method, path, message.body), caller, router)
+
+    def route(self, request: Request, caller: Caller, router: Router) -> Response:
+        """Answer one request from either transport, the ``/management`` link pair or the HTTP
+        API (gateway/http/api.py), and apply what the router says the gateway must do."""
+        response = router.handle(request, caller)
         registry = router.registry
         if response.deleted_queue is not None:
             self._on_queue_deleted(registry, response.deleted_queue)

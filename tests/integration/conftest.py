@@ -62,6 +62,11 @@ class RunningServer:
         """Where the server's Prometheus endpoint listens."""
         return f"http://{self.host}:{self.server.metrics_port}/metrics"
 
+    @property
+    def api_url(self) -> str:
+        """Where the server's HTTP API listens: ``http://127.0.0.1:PORT/api``."""
+        return f"http://{self.host}:{self.server.http_api_port}/api"
+
     def call(self, function: Callable[[], T]) -> T:
         """Run ``function`` on the reactor thread."""
         return self.server.call(function)
@@ -103,6 +108,7 @@ def start_server(storage_fault: FaultHook | None = None, **settings: object) -> 
     Without a ``data_dir`` setting each server gets its own temporary one, removed at stop.
     """
     settings.setdefault("metrics_listen", "127.0.0.1:0")
+    settings.setdefault("http_api_listen", "127.0.0.1:0")
     owned = None
     if "data_dir" not in settings:
         owned = settings["data_dir"] = Path(tempfile.mkdtemp(prefix="sluicegate-test-"))

@@ -62,6 +62,9 @@ def serving(
         if "--data-dir" not in options and "SLUICEGATE_DATA_DIR" not in (env or {}):
             data_dir = scratch.enter_context(tempfile.TemporaryDirectory(prefix="sluicegate-"))
             options = ("--data-dir", data_dir, *options)
+        if "--http-api-listen" not in options and "SLUICEGATE_HTTP_API_LISTEN" not in (env or {}):
+            # RabbitMQ's port may be taken (by RabbitMQ, by another test's server).
+            options = ("--http-api-listen", "127.0.0.1:0", *options)
         yield from _serving(options, command, env, descriptors)
 
 

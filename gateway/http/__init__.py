@@ -1,0 +1,1 @@
+"""The server's HTTP listeners (Prometheus metrics, RabbitMQ's HTTP API) on one bounded stack."""
