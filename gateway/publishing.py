@@ -35,9 +35,11 @@ from sluicegate.session.inbound import (
     CloseConnection,
     CloseLink,
     Flushed,
+    Hold,
     InboundFlow,
     InboundLimits,
     Refusal,
+    Release,
     Unconfirmed,
 )
 from sluicegate.session.incoming_link import IncomingLink
@@ -80,7 +82,12 @@ class Publishing:
         self.budget = budget
         self.flow = InboundFlow(
             budget,
-            InboundLimits(config.max_link_credit, config.max_message_size, config.unfinished_limit),
+            InboundLimits(
+                config.max_link_credit,
+                config.max_message_size,
+                config.unfinished_limit,
+                config.unfinished_total_limit,
+            ),
         )
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
@@ -165,7 +172,10 @@ class Publishing:
                 partial = state.partial = bytearray()
             partial += deliveries.receive(link, delivery, deliveries.pending(delivery))
             refusal = inbound.frame(pure, len(partial))
-            if refusal is not None:
+            if isinstance(refusal, Hold):
+                for held in refusal.connections:
+                    reading.pause(cast(ConnectionState, held.owner))
+            elif refusal is not None:
                 state.partial = None
                 self._refuse(state, delivery, refusal)
             return
@@ -277,6 +287,9 @@ class Publishing:
 
     def _refuse(self, state: IncomingLinkState, delivery: CDelivery, refusal: Refusal) -> None:
         """Settle the delivery (proton drops the rest of it) and apply the refusal."""
+        if isinstance(refusal, Release):
+            deliveries.settle_as(delivery, _DISPOSITIONS[Outcome.RELEASED])
+            return
         deliveries.settle(delivery)
         if isinstance(refusal, CloseLink):
             receiver = state.receiver
