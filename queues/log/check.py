@@ -103,18 +103,20 @@ def repair(directory: Path, segment_size: int = DEFAULT_SEGMENT_SIZE) -> LogRepo
     report = check(directory, segment_size)
     if not report.state.damages:
         return report
+    largest = max_segment_file(segment_size)
+    report.left = [
+        f"NOT REPAIRED segment {damage.segment}: larger than any segment, so not read; "
+        "truncate it to its data or move it away, then repair again (nothing was changed)"
+        for damage in report.state.damages
+        if damage.file is None and _file_size(directory, damage.segment) > largest
+    ]
+    if report.left:
+        return report
     for damage in report.state.damages:
         if damage.file is not None:
             report.repaired.append(_set_aside(directory, damage.file))
-        elif _file_size(directory, damage.segment) > max_segment_file(segment_size):
-            report.left.append(
-                f"NOT REPAIRED segment {damage.segment}: larger than any segment, so not read; "
-                "truncate it to its data or move it away, then repair again"
-            )
         else:
             report.repaired.append(_cut(directory, damage))
-    if report.left:
-        return report
     remove_clean_shutdown(directory)
     store = MessageStore(directory, segment_size=segment_size, repair=True)
     writer = SegmentWriter(directory)
