@@ -12,6 +12,7 @@ connection with ``amqp:session:window-violation`` (docs/inbound-flow-control.md)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Final, cast
 from urllib.parse import quote
@@ -87,6 +88,7 @@ class Publishing:
                 config.max_message_size,
                 config.unfinished_limit,
                 config.unfinished_total_limit,
+                config.unfinished_timeout,
             ),
         )
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
@@ -316,7 +318,9 @@ class Publishing:
         held, decide who waits, and renew credit."""
         if self.durability is not None:
             self.durability.flush()
-        out = self.flow.flush(self.registry.held.total, self.outbound(), self._weigh)
+        out = self.flow.flush(
+            self.registry.held.total, self.outbound(), self._weigh, time.monotonic()
+        )
         if out is not None:
             self._apply(out)
 
@@ -331,6 +335,15 @@ class Publishing:
             receiver = cast(IncomingLinkState, link.owner).receiver
             if receiver.state & Endpoint.LOCAL_ACTIVE:
                 receiver.flow(grant)
+        for inbound in out.close:
+            connection = cast(ConnectionState, inbound.owner)
+            if not connection.closed:
+                self.close_connection(
+                    connection,
+                    "amqp:resource-limit-exceeded",
+                    f"a delivery made no progress for {self.config.unfinished_timeout:g} s "
+                    "while deliveries still arriving were at the server's cap",
+                )
 
     def _weigh(self, link: IncomingLink) -> int:
         """Bytes ready in the queues a link published to last (its target's, at first)."""

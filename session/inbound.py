@@ -53,6 +53,8 @@ class InboundLimits:
     max_unfinished_size: int
     # Bytes of unfinished deliveries all connections may have together; None: only the budget.
     max_unfinished_total: int | None = None
+    # Seconds the oldest of them may make no progress while they are at that cap; 0: forever.
+    unfinished_timeout: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,8 @@ class Flushed:
     grants: list[tuple[IncomingLink, int]] = field(default_factory=list)
     pause: list[Inbound] = field(default_factory=list)
     resume: list[Inbound] = field(default_factory=list)
+    # Connections to close: their delivery, the oldest, made no progress within the timeout.
+    close: list[Inbound] = field(default_factory=list)
 
 
 class Inbound:
@@ -186,7 +190,10 @@ class Inbound:
         """The connection ended: forget every link and what it charged."""
         for link in list(self.links):
             self.detach(link)
-        self.flow.connections.discard(self)
+        flow = self.flow
+        flow.connections.discard(self)
+        if flow.watched is self:
+            flow.watched = None
 
     # -- transfers ------------------------------------------------------------------------
 
@@ -343,6 +350,11 @@ class InboundFlow:
         self._unfinished_resume = None if total is None else int(total * DEFAULT_RESUME_RATIO)
         # Bytes read since the last flush from connections with a delivery arriving.
         self._unfinished_reading = 0
+        # While the cap is reached: the oldest arriving connection, its unfinished bytes, and
+        # since when they have not changed (its deadline is unfinished_timeout from then).
+        self.watched: Inbound | None = None
+        self._watched_bytes = 0
+        self._watched_since = 0.0
         # The holds were decided for the bytes held at this figure (None: to be decided).
         self._classified_at: int | None = None
         # They were decided with the bytes held at or above the ceiling.
@@ -408,8 +420,9 @@ class InboundFlow:
         inbound.budget_paused = True
         return Hold([inbound])
 
-    def flush(self, queued: int, outbound: int, weigh: Weigh) -> Flushed | None:
-        """The end of a batch of events: take the bytes held, decide holds, renew credit."""
+    def flush(self, queued: int, outbound: int, weigh: Weigh, now: float = 0.0) -> Flushed | None:
+        """The end of a batch of events: take the bytes held, decide holds, renew credit, and
+        close the oldest arriving connection if it held the cap without progress too long."""
         budget = self.budget
         was_blocked = budget.blocked
         budget.update(queued + outbound + budget.unfinished)
@@ -436,6 +449,11 @@ class InboundFlow:
         if out is None and (moved or (self.unfinished_full and oldest is not self._oldest)):
             out = self._hold()
         self._oldest = oldest
+        if self._overdue(oldest, now):
+            assert oldest is not None
+            if out is None:
+                out = Flushed()
+            out.close.append(oldest)
         renewals = self.renewals
         if renewals:
             if out is None:
@@ -444,6 +462,26 @@ class InboundFlow:
         return out
 
     # -- internals ------------------------------------------------------------------------
+
+    def _overdue(self, oldest: Inbound | None, now: float) -> bool:
+        """Whether ``oldest`` has kept the unfinished cap full without a byte for the timeout.
+
+        Checked at flushes, which others' traffic brings: a deadline that passes while nobody
+        else does anything hurts nobody until they do.
+        """
+        timeout = self.limits.unfinished_timeout
+        if not (timeout and self.unfinished_full and oldest is not None):
+            self.watched = None
+            return False
+        if oldest is not self.watched or oldest.unfinished != self._watched_bytes:
+            self.watched = oldest
+            self._watched_bytes = oldest.unfinished
+            self._watched_since = now
+            return False
+        if now - self._watched_since < timeout:
+            return False
+        self.watched = None
+        return True
 
     def _classify(self, weigh: Weigh) -> Flushed:
         """Decide again which links and connections the exhausted budget holds."""

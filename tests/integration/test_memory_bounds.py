@@ -109,8 +109,8 @@ class UnfinishedAttack(threading.Thread):
 
     def __init__(self, server: RunningServer, index: int, size: int) -> None:
         super().__init__(name=f"unfinished attack {index}", daemon=True)
-        name = f"unfinished-{index}"
-        self.client = RawClient.connect(server.host, server.port, container_id=name)
+        self.client_name = f"unfinished-{index}"
+        self.client = RawClient.connect(server.host, server.port, container_id=self.client_name)
         self.client.write_timeout = 120.0
         self.client.begin()
         self.handle = self.client.attach("u", "sender", target=f"/queues/unfinished-{index}")
@@ -189,6 +189,53 @@ def test_unfinished_deliveries_of_many_connections_are_capped_server_wide(
     # Everything returns: a large message of many frames is taken again.
     body = b"p" * size
     assert publish(server.url, "/queues/after-unfinished", [body]).outcomes == ["accepted"]
+
+
+@pytest.mark.slow
+def test_the_oldest_delivery_holding_the_cap_without_progress_is_closed_in_time(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Deliveries that never end keep the cap full only for ``unfinished_timeout`` each: then
+    their connections are closed, oldest first, until it is no longer full, and a large message
+    of many frames is taken while the other attackers are still connected."""
+    budget, size, connections = 8 * MiB, 900 * KiB, 10
+    server = make_server(memory_budget=budget, max_message_size=1 * MiB, unfinished_timeout=2.0)
+    flow = server.server.broker.publishing.flow
+    names = {f"unfinished-{i}" for i in range(connections)}
+
+    def attackers() -> set[str]:
+        return {
+            state.connection.remote_container
+            for state in server.server.broker.connections
+            if state.connection.remote_container in names
+        }
+
+    def begun(attack: UnfinishedAttack) -> bool:
+        state = _connection(server, attack.client_name)
+        if state is None:
+            return True  # closed already
+        inbound = state.inbound
+        return inbound is not None and any(link.received for link in inbound.links)
+
+    with _probing(server, "probe-unfinished-timeout") as prober:
+        attacks = [UnfinishedAttack(server, i, size) for i in range(connections)]
+        try:
+            for attack in attacks:
+                attack.start()
+            wait_until(lambda: server.call(lambda: all(map(begun, attacks))), timeout=60)
+            # The prober's rounds flush the inbound session: the oldest holder gets its 2 s,
+            # then goes, until the cap is no longer full (the others were released).
+            wait_until(lambda: server.call(lambda: not flow.unfinished_full), timeout=60)
+            _more_rounds(prober, 1)
+            assert len(server.call(attackers)) < connections
+            assert _unfinished(server) < budget // 4
+            body = b"p" * size
+            published = publish(server.url, "/queues/during-unfinished", [body])
+            assert published.outcomes == ["accepted"]
+        finally:
+            for attack in attacks:
+                attack.client.reset(writer=attack)
+    wait_until(lambda: server.call(attackers) == set())
 
 
 def test_a_delivery_over_max_message_size_is_refused_before_it_ends(

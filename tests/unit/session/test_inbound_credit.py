@@ -30,7 +30,9 @@ from sluicegate.session.inbound import (
     SETTLE,
     CloseConnection,
     CloseLink,
+    Flushed,
     Hold,
+    Inbound,
     InboundFlow,
     InboundLimits,
     Unconfirmed,
@@ -277,6 +279,34 @@ def test_unfinished_bytes_of_all_connections_are_capped_the_oldest_read_the_new_
     assert out.resume == [inbounds[2]]
     assert not flow.unfinished_full
     assert inbounds[3].frame(links[3], 500) is None
+
+
+def _closed(out: Flushed | None) -> list[Inbound]:
+    return [] if out is None else out.close
+
+
+def test_the_oldest_delivery_that_keeps_the_cap_full_without_progress_is_closed() -> None:
+    limits = InboundLimits(4, 1000, 1500, max_unfinished_total=1000, unfinished_timeout=60.0)
+    flow = InboundFlow(MemoryBudget(10_000), limits)
+    stuck, slow, other = (flow.connection(Account()) for _ in range(3))
+    links = [inbound.attach()[0] for inbound in (stuck, slow, other)]
+    assert stuck.frame(links[0], 600) is None
+    assert isinstance(slow.frame(links[1], 500), Hold)
+    assert _closed(flow.flush(0, 0, _nothing, now=100.0)) == []
+    assert _closed(flow.flush(0, 0, _nothing, now=159.0)) == []
+    # A byte more restarts its time; others' traffic does not.
+    assert stuck.frame(links[0], 601) is None
+    assert other.frame(links[2], 10) is RELEASE
+    assert _closed(flow.flush(0, 0, _nothing, now=159.5)) == []
+    assert _closed(flow.flush(0, 0, _nothing, now=219.0)) == []
+    assert _closed(flow.flush(0, 0, _nothing, now=219.5)) == [stuck]
+    # Closed, it leaves nothing; the next oldest is read and watched from now.
+    stuck.release()
+    assert flow.watched is None
+    out = flow.flush(0, 0, _nothing, now=220.0)
+    assert out is not None
+    assert out.resume == [slow]
+    assert out.close == []
 
 
 def test_reads_of_arriving_connections_are_charged_to_the_cap_as_they_are_read() -> None:
