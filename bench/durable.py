@@ -35,7 +35,7 @@ from proton.reactor import Container
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.server import Server
 from sluicegate.queues.log.segments import SegmentWriter, recover, segment_path
-from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.log.store import DEFAULT_SEGMENT_SIZE, MessageStore, write_now
 from sluicegate.queues.message import Message as QueueMessage
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
@@ -300,7 +300,7 @@ def damaged(body_size: int) -> None:
     }
     print(f"damaged: a segment of {len(whole) / MiB:.0f} MiB, {len(starts)} records")
     started, cpu = time.monotonic(), time.process_time()
-    recover(root / "original")
+    recover(root / "original", DEFAULT_SEGMENT_SIZE)
     elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
     print(f"  undamaged: recovered in {elapsed:.2f} s ({cpu:.2f} s CPU)")
     for name, data in faults.items():
@@ -308,7 +308,7 @@ def damaged(body_size: int) -> None:
         shutil.copytree(root / "original", directory)
         segment_path(directory, 1).write_bytes(data)
         started, cpu = time.monotonic(), time.process_time()
-        state = recover(directory).state
+        state = recover(directory, DEFAULT_SEGMENT_SIZE).state
         elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
         [damage] = state.damages
         print(

@@ -45,6 +45,13 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE: Final = 64 * 1024
 # max_unfinished_size 0: two messages of the largest size may be arriving at once.
 UNFINISHED_MESSAGES: Final = 2
+# max_unfinished_total_size 0: a quarter of the memory budget. Bytes still arriving are bytes
+# no consumer can drain; the other three quarters stay for messages that can be consumed.
+UNFINISHED_BUDGET_SHARE: Final = 4
+# The oldest delivery still arriving is always read: one that makes no progress while the cap is
+# reached keeps every other multi-frame publisher released. A minute is far more than any client
+# sending a message needs between two frames, as the idle timeout's default is.
+DEFAULT_UNFINISHED_TIMEOUT: Final = 60.0
 # Bytes a connection's writer hands to proton before it waits for the socket: a few frames of
 # the largest size in flight, whatever frame size the client announces (docs/operations.md).
 DEFAULT_WRITER_BUFFER_SIZE: Final = 4 * 1024 * 1024
@@ -114,6 +121,12 @@ class ServerConfig:
     # Bytes of multi-frame deliveries still arriving on one connection; past it, it is closed.
     # 0: twice max_message_size.
     max_unfinished_size: int = 0
+    # Bytes of multi-frame deliveries still arriving on all connections together; past it,
+    # connections with one arriving are not read (but for the oldest). 0: memory_budget / 4.
+    max_unfinished_total_size: int = 0
+    # Seconds the oldest delivery still arriving may go without a byte while those bytes are at
+    # max_unfinished_total_size; then its connection is closed. 0: no deadline.
+    unfinished_timeout: float = DEFAULT_UNFINISHED_TIMEOUT
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     max_link_credit: int = DEFAULT_MAX_LINK_CREDIT
     max_queue_credit: int = DEFAULT_MAX_QUEUE_CREDIT
@@ -215,6 +228,13 @@ class ServerConfig:
                 "max_unfinished_size: must be 0 or at least max_message_size, or no message of "
                 "that size could arrive"
             )
+        if not 0 <= self.max_unfinished_total_size <= self.memory_budget:
+            raise ConfigError(
+                "max_unfinished_total_size: must be 0 (a quarter of memory_budget) or at most "
+                "memory_budget"
+            )
+        if self.unfinished_timeout < 0:
+            raise ConfigError("unfinished_timeout: must be 0 (no deadline) or positive")
         if self.log_segment_size > MAX_SEGMENT_SIZE:
             raise ConfigError(f"log_segment_size: must be at most {MAX_SEGMENT_SIZE}")
         if self.max_frame_size < MIN_MAX_FRAME_SIZE:
@@ -268,6 +288,11 @@ class ServerConfig:
     def unfinished_limit(self) -> int:
         """Bytes of deliveries still arriving one connection may have (``max_unfinished_size``)."""
         return self.max_unfinished_size or UNFINISHED_MESSAGES * self.max_message_size
+
+    @property
+    def unfinished_total_limit(self) -> int:
+        """Bytes of deliveries still arriving all connections may have together."""
+        return self.max_unfinished_total_size or self.memory_budget // UNFINISHED_BUDGET_SHARE
 
     @property
     def host(self) -> str:

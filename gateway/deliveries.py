@@ -83,6 +83,12 @@ def hold(delivery: CDelivery) -> None:
     lib.pn_incref(delivery)
 
 
+def settle_as(delivery: CDelivery, state: int) -> None:
+    """Settle a delivery of the current event with ``state``: proton drops what is left of it."""
+    lib.pn_delivery_update(delivery, state)
+    lib.pn_delivery_settle(delivery)
+
+
 def settle_held(delivery: CDelivery, state: int, condition: Condition | None = None) -> None:
     """Settle a held delivery with ``state`` (unless the peer settled it) and let it go.
 

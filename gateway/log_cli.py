@@ -12,9 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sluicegate.gateway.config import ConfigError, parse_size
 from sluicegate.gateway.durability import LOG_DIRECTORY, DataDirLocked, lock_data_dir
 from sluicegate.queues.log.check import check, repair
+from sluicegate.queues.log.damage import LogDamaged
+from sluicegate.queues.log.recovery import LogCorrupted
 from sluicegate.queues.log.segments import list_segments
+from sluicegate.queues.log.store import DEFAULT_SEGMENT_SIZE
+from sluicegate.wire.errors import DecodeError
 
 
 def add_parser(commands: Any) -> None:
@@ -29,18 +34,37 @@ def add_parser(commands: Any) -> None:
     ):
         action = actions.add_parser(name, help=help_text)
         action.add_argument("directory", type=Path, metavar="DIR", help="data or log directory")
+        action.add_argument(
+            "--log-segment-size",
+            metavar="SIZE",
+            default=str(DEFAULT_SEGMENT_SIZE),
+            help="the server's log_segment_size (a larger segment file is refused unread)",
+        )
         action.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Check or repair the log; 0 when the server can start on it afterwards."""
+    try:
+        segment_size = parse_size("--log-segment-size", args.log_segment_size)
+    except ConfigError as error:
+        print(f"sluicegate: {error}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, segment_size)
+    except (OSError, LogCorrupted, LogDamaged, DecodeError) as error:
+        print(f"sluicegate: cannot {args.action} the log: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, segment_size: int) -> int:
     data_dir: Path = args.directory
     directory = data_dir / LOG_DIRECTORY if (data_dir / LOG_DIRECTORY).is_dir() else data_dir
     if not list_segments(directory):
         print(f"sluicegate: no log segments in {directory}", file=sys.stderr)
         return 2
     if args.action == "check":
-        report = check(directory)
+        report = check(directory, segment_size)
     else:
         try:
             lock = lock_data_dir(directory.parent)
@@ -48,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"sluicegate: {error}", file=sys.stderr)
             return 2
         try:
-            report = repair(directory)
+            report = repair(directory, segment_size)
         finally:
             lock.close()
     print("\n".join(report.lines()))
-    return 0 if report.startable or report.repaired else 1
+    return 0 if report.startable or (report.repaired and not report.left) else 1

@@ -80,7 +80,8 @@ class ServerCollector(Collector):
         )
         yield _gauge(
             "sluicegate_connection_reads_paused_by_memory_budget",
-            "Publishing connections the exhausted memory budget holds unread.",
+            "Publishing connections the memory budget (or its cap on deliveries still arriving) "
+            "holds unread.",
             stats.reads_paused_by_budget,
         )
         yield _gauge(

@@ -12,6 +12,7 @@ connection with ``amqp:session:window-violation`` (docs/inbound-flow-control.md)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Final, cast
 from urllib.parse import quote
@@ -35,9 +36,11 @@ from sluicegate.session.inbound import (
     CloseConnection,
     CloseLink,
     Flushed,
+    Hold,
     InboundFlow,
     InboundLimits,
     Refusal,
+    Release,
     Unconfirmed,
 )
 from sluicegate.session.incoming_link import IncomingLink
@@ -80,7 +83,13 @@ class Publishing:
         self.budget = budget
         self.flow = InboundFlow(
             budget,
-            InboundLimits(config.max_link_credit, config.max_message_size, config.unfinished_limit),
+            InboundLimits(
+                config.max_link_credit,
+                config.max_message_size,
+                config.unfinished_limit,
+                config.unfinished_total_limit,
+                config.unfinished_timeout,
+            ),
         )
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
@@ -165,7 +174,10 @@ class Publishing:
                 partial = state.partial = bytearray()
             partial += deliveries.receive(link, delivery, deliveries.pending(delivery))
             refusal = inbound.frame(pure, len(partial))
-            if refusal is not None:
+            if isinstance(refusal, Hold):
+                for held in refusal.connections:
+                    reading.pause(cast(ConnectionState, held.owner))
+            elif refusal is not None:
                 state.partial = None
                 self._refuse(state, delivery, refusal)
             return
@@ -277,6 +289,9 @@ class Publishing:
 
     def _refuse(self, state: IncomingLinkState, delivery: CDelivery, refusal: Refusal) -> None:
         """Settle the delivery (proton drops the rest of it) and apply the refusal."""
+        if isinstance(refusal, Release):
+            deliveries.settle_as(delivery, _DISPOSITIONS[Outcome.RELEASED])
+            return
         deliveries.settle(delivery)
         if isinstance(refusal, CloseLink):
             receiver = state.receiver
@@ -303,7 +318,9 @@ class Publishing:
         held, decide who waits, and renew credit."""
         if self.durability is not None:
             self.durability.flush()
-        out = self.flow.flush(self.registry.held.total, self.outbound(), self._weigh)
+        out = self.flow.flush(
+            self.registry.held.total, self.outbound(), self._weigh, time.monotonic()
+        )
         if out is not None:
             self._apply(out)
 
@@ -318,6 +335,15 @@ class Publishing:
             receiver = cast(IncomingLinkState, link.owner).receiver
             if receiver.state & Endpoint.LOCAL_ACTIVE:
                 receiver.flow(grant)
+        for inbound in out.close:
+            connection = cast(ConnectionState, inbound.owner)
+            if not connection.closed:
+                self.close_connection(
+                    connection,
+                    "amqp:resource-limit-exceeded",
+                    f"a delivery made no progress for {self.config.unfinished_timeout:g} s "
+                    "while deliveries still arriving were at the server's cap",
+                )
 
     def _weigh(self, link: IncomingLink) -> int:
         """Bytes ready in the queues a link published to last (its target's, at first)."""

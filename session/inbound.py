@@ -6,7 +6,9 @@ Per connection, :class:`Inbound` follows each transfer of its publishers' links:
   detaches the link with ``amqp:link:transfer-limit-exceeded``); the bytes of a delivery still
   arriving are charged to the connection and to the server's budget frame by frame, capped by
   ``max_message_size`` per delivery (``amqp:link:message-size-exceeded``) and by
-  ``max_unfinished_size`` per connection (``amqp:resource-limit-exceeded`` closes it);
+  ``max_unfinished_size`` per connection (``amqp:resource-limit-exceeded`` closes it) and by
+  ``max_unfinished_total`` over all connections (beyond it, connections with a delivery
+  arriving are not read, but for the oldest);
 - **route**: every routed copy borrows one unit of the connection's account (Syndicate); at the
   account's limit the connection's socket is no longer read;
 - **confirm**: each stored (or refused) copy repays its unit; the last one settles the delivery
@@ -30,7 +32,7 @@ from typing import Final, TypeAlias
 from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
 from sluicegate.session.incoming_link import IncomingLink
-from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
 
 # What confirm() asks of the gateway, as bits: settle the delivery; read the socket again.
 SETTLE: Final = 1
@@ -49,6 +51,10 @@ class InboundLimits:
     max_message_size: int
     # Bytes of unfinished (multi-frame) deliveries one connection may have at once.
     max_unfinished_size: int
+    # Bytes of unfinished deliveries all connections may have together; None: only the budget.
+    max_unfinished_total: int | None = None
+    # Seconds the oldest of them may make no progress while they are at that cap; 0: forever.
+    unfinished_timeout: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +79,26 @@ class Drop:
     """Settle the delivery and store nothing (it was aborted: AMQP 1.0 §2.6.14)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Stop reading these connections: the server's unfinished deliveries are at their cap."""
+
+    connections: list[Inbound]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Settle the delivery ``released`` and store nothing; the link goes on (AMQP 1.0 §3.4.4).
+
+    A delivery that begins while the server's unfinished bytes are at their cap: holding it
+    would hold what its first read brought, once per connection; released, the client may send
+    it again later.
+    """
+
+
 DROP: Final = Drop()
-Refusal: TypeAlias = CloseLink | CloseConnection | Drop
+RELEASE: Final = Release()
+Refusal: TypeAlias = CloseLink | CloseConnection | Drop | Release
 # The bytes held by the queues a link publishes to (the gateway knows its targets).
 Weigh: TypeAlias = Callable[[IncomingLink], int]
 
@@ -111,6 +135,8 @@ class Flushed:
     grants: list[tuple[IncomingLink, int]] = field(default_factory=list)
     pause: list[Inbound] = field(default_factory=list)
     resume: list[Inbound] = field(default_factory=list)
+    # Connections to close: their delivery, the oldest, made no progress within the timeout.
+    close: list[Inbound] = field(default_factory=list)
 
 
 class Inbound:
@@ -164,14 +190,22 @@ class Inbound:
         """The connection ended: forget every link and what it charged."""
         for link in list(self.links):
             self.detach(link)
-        self.flow.connections.discard(self)
+        flow = self.flow
+        flow.connections.discard(self)
+        if flow.watched is self:
+            flow.watched = None
 
     # -- transfers ------------------------------------------------------------------------
 
-    def frame(self, link: IncomingLink, received: int) -> Refusal | None:
-        """A delivery is still arriving and has ``received`` bytes so far: charge them."""
+    def frame(self, link: IncomingLink, received: int) -> Refusal | Hold | None:
+        """A delivery is still arriving and has ``received`` bytes so far: charge them.
+
+        Past the server-wide cap on unfinished bytes the connection is held (:class:`Hold`),
+        unless its delivery is the oldest arriving, and a delivery that begins is released.
+        """
         limits = self.flow.limits
-        if not link.arriving:
+        begins = not link.arriving
+        if begins:
             if not link.receive():
                 return self._no_credit(link)
             link.arriving = True
@@ -184,7 +218,8 @@ class Inbound:
                 "amqp:resource-limit-exceeded",
                 f"unfinished deliveries over {limits.max_unfinished_size} bytes",
             )
-        return None
+        held = self.flow.unfinished_charged(self, begins)
+        return self._release(link) if held is RELEASE else held
 
     def receive(self, link: IncomingLink, size: int, aborted: bool) -> Refusal | None:
         """The delivery's last frame arrived: None if its ``size`` bytes are to be stored."""
@@ -237,6 +272,14 @@ class Inbound:
         if link.wants_credit and link in self.links:
             self.flow.renewals.add(link)
 
+    def _release(self, link: IncomingLink) -> Release:
+        """Give up a delivery that began past the cap on unfinished bytes: settled released."""
+        link.arriving = False
+        self._forget_unfinished(link)
+        link.confirm()
+        self._want_credit(link)
+        return RELEASE
+
     def _no_credit(self, link: IncomingLink) -> CloseLink:
         self._forget_unfinished(link)
         return CloseLink(
@@ -280,10 +323,17 @@ class InboundFlow:
     gateway weighs them). Held links get no new credit, and a connection that still has credit
     on a held link, or a delivery arriving, is not read. Every other publisher keeps its credit
     renewals, backed by the margin above the limit up to ``ceiling``; at the ceiling no
-    publishing connection is read at all. Whatever the case, the connection whose unfinished
-    delivery is the oldest is always read, so that multi-frame messages finish and the budget
-    cannot be locked up by deliveries that wait for each other. Connections without publishing
-    links are never held: consumers keep consuming, which is what brings the bytes down.
+    publishing connection is read at all.
+
+    Bytes of deliveries still arriving are bytes no consumer can drain, so they have a cap of
+    their own, ``max_unfinished_total``, below the budget: from the moment they reach it until
+    they are back at 80 % of it, every connection with a delivery arriving is held, so that they
+    cannot take the budget's room from the publishers whose messages are consumed.
+
+    Whatever the case, the connection whose unfinished delivery is the oldest is always read, so
+    that multi-frame messages finish and the budget cannot be locked up by deliveries that wait
+    for each other. Connections without publishing links are never held: consumers keep
+    consuming, which is what brings the bytes down.
     """
 
     def __init__(self, budget: MemoryBudget, limits: InboundLimits) -> None:
@@ -294,8 +344,21 @@ class InboundFlow:
         self.arriving: dict[Inbound, None] = {}
         # Links whose credit fell to half: renewed at the next flush.
         self.renewals: set[IncomingLink] = set()
+        # The unfinished bytes reached max_unfinished_total and are not back at 80 % of it.
+        self.unfinished_full = False
+        total = limits.max_unfinished_total
+        self._unfinished_resume = None if total is None else int(total * DEFAULT_RESUME_RATIO)
+        # Bytes read since the last flush from connections with a delivery arriving.
+        self._unfinished_reading = 0
+        # While the cap is reached: the oldest arriving connection, its unfinished bytes, and
+        # since when they have not changed (its deadline is unfinished_timeout from then).
+        self.watched: Inbound | None = None
+        self._watched_bytes = 0
+        self._watched_since = 0.0
         # The holds were decided for the bytes held at this figure (None: to be decided).
         self._classified_at: int | None = None
+        # They were decided with the bytes held at or above the ceiling.
+        self._over_ceiling = False
         self._oldest: Inbound | None = None
 
     def connection(self, account: Account, owner: object = None) -> Inbound:
@@ -308,37 +371,89 @@ class InboundFlow:
         """Bytes were read from ``inbound``'s socket: connections whose reads pause now.
 
         Only connections with publishing links are charged; the charge stands until the next
-        flush counts what the bytes became. The first read that exhausts the budget pauses
-        every publishing connection but the oldest arriving one until the flush decides.
+        flush counts what the bytes became. The first read that exhausts the budget, or reaches
+        its ceiling, pauses every publishing connection but the oldest arriving one until the
+        flush decides; the first read that takes the unfinished bytes to their cap pauses every
+        connection with a delivery arriving but the oldest.
         """
         if not inbound.links:
             return []
         budget = self.budget
         budget.reading += nbytes
-        if budget.blocked or budget.current < budget.limit:
-            return []
-        budget.block()
-        self._classified_at = None
-        return self._hold(lambda _: True).pause
+        hold = False
+        if inbound.unfinished:
+            self._unfinished_reading += nbytes
+            total = self.limits.max_unfinished_total
+            if (
+                total is not None
+                and not self.unfinished_full
+                and budget.unfinished + self._unfinished_reading >= total
+            ):
+                self.unfinished_full = hold = True
+        if budget.blocked:
+            if not self._over_ceiling and budget.current >= budget.ceiling:
+                self._over_ceiling = hold = True
+        elif budget.current >= budget.limit:
+            budget.block()
+            self._classified_at = None
+            hold = True
+        return self._hold().pause if hold else []
 
-    def flush(self, queued: int, outbound: int, weigh: Weigh) -> Flushed | None:
-        """The end of a batch of events: take the bytes held, decide holds, renew credit."""
+    def unfinished_charged(self, inbound: Inbound, begins: bool) -> Hold | Release | None:
+        """A delivery of ``inbound`` grew (``begins``: it is new): apply the unfinished cap.
+
+        Reaching the cap holds every connection with a delivery arriving but the oldest; past
+        it, a delivery that begins is released and one that goes on holds its connection.
+        """
+        total = self.limits.max_unfinished_total
+        if total is None:
+            return None
+        if not self.unfinished_full:
+            if self.budget.unfinished < total:
+                return None
+            self.unfinished_full = True
+            return Hold(self._hold().pause)
+        if begins:
+            return RELEASE
+        if inbound.budget_paused or inbound is next(iter(self.arriving)):
+            return None
+        inbound.budget_paused = True
+        return Hold([inbound])
+
+    def flush(self, queued: int, outbound: int, weigh: Weigh, now: float = 0.0) -> Flushed | None:
+        """The end of a batch of events: take the bytes held, decide holds, renew credit, and
+        close the oldest arriving connection if it held the cap without progress too long."""
         budget = self.budget
         was_blocked = budget.blocked
         budget.update(queued + outbound + budget.unfinished)
+        self._unfinished_reading = 0
+        moved = False
+        resume = self._unfinished_resume
+        if self.unfinished_full and resume is not None and budget.unfinished <= resume:
+            self.unfinished_full = False
+            moved = True
+        oldest = next(iter(self.arriving), None)
         out: Flushed | None = None
         if budget.blocked:
-            oldest = next(iter(self.arriving), None)
             classified = self._classified_at
             if (
                 classified is None
                 or not was_blocked
                 or oldest is not self._oldest
+                or (budget.used >= budget.ceiling) != self._over_ceiling
                 or abs(budget.used - classified) * RECLASSIFY_SHARE >= budget.limit
             ):
-                out = self._classify(weigh, oldest)
+                out = self._classify(weigh)
         elif was_blocked:
             out = self._release()
+        if out is None and (moved or (self.unfinished_full and oldest is not self._oldest)):
+            out = self._hold()
+        self._oldest = oldest
+        if self._overdue(oldest, now):
+            assert oldest is not None
+            if out is None:
+                out = Flushed()
+            out.close.append(oldest)
         renewals = self.renewals
         if renewals:
             if out is None:
@@ -348,11 +463,31 @@ class InboundFlow:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _classify(self, weigh: Weigh, oldest: Inbound | None) -> Flushed:
+    def _overdue(self, oldest: Inbound | None, now: float) -> bool:
+        """Whether ``oldest`` has kept the unfinished cap full without a byte for the timeout.
+
+        Checked at flushes, which others' traffic brings: a deadline that passes while nobody
+        else does anything hurts nobody until they do.
+        """
+        timeout = self.limits.unfinished_timeout
+        if not (timeout and self.unfinished_full and oldest is not None):
+            self.watched = None
+            return False
+        if oldest is not self.watched or oldest.unfinished != self._watched_bytes:
+            self.watched = oldest
+            self._watched_bytes = oldest.unfinished
+            self._watched_since = now
+            return False
+        if now - self._watched_since < timeout:
+            return False
+        self.watched = None
+        return True
+
+    def _classify(self, weigh: Weigh) -> Flushed:
         """Decide again which links and connections the exhausted budget holds."""
         budget = self.budget
         self._classified_at = budget.used
-        self._oldest = oldest
+        self._over_ceiling = budget.used >= budget.ceiling
         links = [link for inbound in self.connections for link in inbound.links]
         weights = [weigh(link) for link in links]
         positive = [weight for weight in weights if weight > 0]
@@ -362,32 +497,38 @@ class InboundFlow:
             link.held = mean > 0 and 2 * weight >= mean
             if was_held and not link.held and link.wants_credit:
                 self.renewals.add(link)
-        over_ceiling = budget.used >= budget.ceiling
-        return self._hold(
-            lambda inbound: (
-                over_ceiling
-                or inbound.unfinished > 0
-                or any(link.held and link.credit > 0 for link in inbound.links)
-            )
-        )
+        return self._hold()
 
     def _release(self) -> Flushed:
-        """The budget is back under its low-water mark: nobody is held any more."""
+        """The budget is back under its low-water mark: nobody is held for it any more."""
         self._classified_at = None
-        self._oldest = None
+        self._over_ceiling = False
         for inbound in self.connections:
             for link in inbound.links:
                 link.held = False
                 if link.wants_credit:
                     self.renewals.add(link)
-        return self._hold(lambda _: False)
+        return self._hold()
 
-    def _hold(self, decide: Callable[[Inbound], bool]) -> Flushed:
-        """Hold the publishing connections ``decide`` names, but never the oldest arriving."""
+    def _holds(self, inbound: Inbound) -> bool:
+        """Whether the budget or the cap on unfinished bytes keeps ``inbound`` unread."""
+        if inbound.unfinished and self.unfinished_full:
+            return True
+        if not self.budget.blocked:
+            return False
+        return (
+            self._classified_at is None
+            or self._over_ceiling
+            or inbound.unfinished > 0
+            or any(link.held and link.credit > 0 for link in inbound.links)
+        )
+
+    def _hold(self) -> Flushed:
+        """Hold the publishing connections :meth:`_holds` names, but never the oldest arriving."""
         out = Flushed()
         oldest = next(iter(self.arriving), None)
         for inbound in self.connections:
-            hold = bool(inbound.links) and inbound is not oldest and decide(inbound)
+            hold = bool(inbound.links) and inbound is not oldest and self._holds(inbound)
             if hold != inbound.budget_paused:
                 inbound.budget_paused = hold
                 (out.pause if hold else out.resume).append(inbound)

@@ -9,24 +9,33 @@ duplicate); a dropped enqueue loses its message: the operator decides, not the s
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from sluicegate.queues.log.damage import Damage, resync
 from sluicegate.queues.log.decoding import iter_records
 from sluicegate.queues.log.records import Enqueued, MessagesChanged, RecordType
 from sluicegate.queues.log.recovery import RecoveredState
 from sluicegate.queues.log.segments import (
+    CLEAN_SHUTDOWN,
     SegmentWriter,
+    clean_shutdown_unreadable,
+    max_segment_file,
     read_clean_shutdown,
     recover,
     remove_clean_shutdown,
     segment_path,
+    sync_directory,
     truncate_segment,
 )
-from sluicegate.queues.log.store import MessageStore, write_now
+from sluicegate.queues.log.store import DEFAULT_SEGMENT_SIZE, MessageStore, write_now
 from sluicegate.wire.errors import DecodeError
+
+# What a repair appends to a stray file's name: it no longer ends like a segment.
+STRAY_SUFFIX: Final = ".stray"
 
 
 @dataclass(slots=True)
@@ -38,6 +47,10 @@ class LogReport:
     clean_shutdown: bool
     # One line per thing a repair did.
     repaired: list[str] = field(default_factory=list)
+    # Damage a repair left for the operator: it cannot cut what it cannot read.
+    left: list[str] = field(default_factory=list)
+    # The clean-shutdown marker says nothing readable: ignored, the stop taken for a crash.
+    marker_ignored: bool = False
 
     @property
     def startable(self) -> bool:
@@ -67,25 +80,45 @@ class LogReport:
         if not state.damages:
             closed = "closed cleanly" if self.clean_shutdown else "not closed cleanly (a crash)"
             lines.append(f"no damage; {closed}")
+        if self.marker_ignored:
+            lines.append(f"ignored: the {CLEAN_SHUTDOWN} marker does not say where the log ends")
         lines.extend(self.repaired)
+        lines.extend(self.left)
         return lines
 
 
-def check(directory: Path) -> LogReport:
-    """Replay the log and report; nothing is changed."""
-    state = recover(directory).state
-    return LogReport(directory, state, read_clean_shutdown(directory) is not None)
+def check(directory: Path, segment_size: int = DEFAULT_SEGMENT_SIZE) -> LogReport:
+    """Replay the log of ``segment_size`` segments and report; nothing is changed."""
+    state = recover(directory, segment_size).state
+    return LogReport(
+        directory,
+        state,
+        read_clean_shutdown(directory) is not None,
+        marker_ignored=clean_shutdown_unreadable(directory),
+    )
 
 
-def repair(directory: Path) -> LogReport:
+def repair(directory: Path, segment_size: int = DEFAULT_SEGMENT_SIZE) -> LogReport:
     """Cut every damage away and make the log startable again; report what was dropped."""
-    report = check(directory)
+    report = check(directory, segment_size)
     if not report.state.damages:
         return report
+    largest = max_segment_file(segment_size)
+    report.left = [
+        f"NOT REPAIRED segment {damage.segment}: larger than any segment, so not read; "
+        "truncate it to its data or move it away, then repair again (nothing was changed)"
+        for damage in report.state.damages
+        if damage.file is None and _file_size(directory, damage.segment) > largest
+    ]
+    if report.left:
+        return report
     for damage in report.state.damages:
-        report.repaired.append(_cut(directory, damage))
+        if damage.file is not None:
+            report.repaired.append(_set_aside(directory, damage.file))
+        else:
+            report.repaired.append(_cut(directory, damage))
     remove_clean_shutdown(directory)
-    store = MessageStore(directory, repair=True)
+    store = MessageStore(directory, segment_size=segment_size, repair=True)
     writer = SegmentWriter(directory)
     write_now(store, writer)
     writer.close()
@@ -94,6 +127,19 @@ def repair(directory: Path) -> LogReport:
         f"repaired: segment {store.segment} starts the log again, naming the segments that remain"
     )
     return report
+
+
+def _file_size(directory: Path, segment: int) -> int:
+    path = segment_path(directory, segment)
+    return path.stat().st_size if path.is_file() else 0
+
+
+def _set_aside(directory: Path, name: str) -> str:
+    """Rename a stray file so that it is not taken for a segment; nothing is deleted."""
+    aside = f"{name}{STRAY_SUFFIX}"
+    os.rename(directory / name, directory / aside)
+    sync_directory(directory)
+    return f"renamed {name!r} to {aside!r}: not a segment, nothing of it was read"
 
 
 def _cut(directory: Path, damage: Damage) -> str:
@@ -106,6 +152,8 @@ def _cut(directory: Path, damage: Damage) -> str:
     data = path.read_bytes()
     dropped = _dropped(data, damage.offset)
     truncate_segment(directory, damage.segment, damage.offset)
+    if not damage.offset:
+        return f"removed segment {damage.segment}: dropped {len(data)} bytes, {dropped}"
     return (
         f"cut segment {damage.segment} at offset {damage.offset}: dropped "
         f"{len(data) - damage.offset} bytes, {dropped}"

@@ -43,9 +43,13 @@ class Damage:
     dropped_bytes: int = 0
     # True for the last segment's end with nothing valid after it: what a crash leaves.
     torn: bool = False
+    # A file in the log directory that is not a segment (``segment`` is then -1).
+    file: str | None = None
 
     def describe(self) -> str:
         """One line naming the segment, the offset and what follows."""
+        if self.file is not None:
+            return f"file {self.file!r}: {self.reason}"
         if self.offset is None:
             return f"segment {self.segment}: {self.reason}"
         return (

@@ -14,16 +14,15 @@ from typing import Final
 
 from sluicegate.queues.log.ledger import SegmentLedger
 from sluicegate.queues.log.records import encode_segment_start
+
+# MAX_SEGMENT_SIZE lives with the files it bounds; placement is where its users look for it.
+from sluicegate.queues.log.segments import MAX_SEGMENT_SIZE as MAX_SEGMENT_SIZE
 from sluicegate.queues.log.segments import SegmentWriter, sync_directory
 from sluicegate.queues.log.stored import StoredMessage
 
 # Large enough that rolling (an fsync and a topology snapshot) is rare, small enough that
 # compaction frees disk in useful steps and recovery reads one segment at a time in memory.
 DEFAULT_SEGMENT_SIZE: Final = 16 * 1024 * 1024
-# Offsets within a segment are u32s in pages and recovery: a segment ends within one record
-# (or one fan-out: a body and its references) past its size, so 2 GiB segments keep them
-# under 4 GiB.
-MAX_SEGMENT_SIZE: Final = 2 * 1024 * 1024 * 1024
 
 
 @dataclass(slots=True)

@@ -284,8 +284,21 @@ class Recovery:
                 break
             pos = end
             count += 1
+        if not count and not last and pos == size:
+            # Shorter than its header: a segment the writer moved past was fsynced whole first.
+            self._damaged(number, 0, "the segment has no header (it is empty)", 0, size, last)
         state.valid_length[number] = pos
         state.records[number] = count
+
+    def oversized(self, number: int, size: int, limit: int) -> None:
+        """A segment file too large to be one, not read: everything in it is in doubt."""
+        self.ledger.open_segment(number)
+        state = self.state
+        state.sizes[number] = size
+        state.valid_length[number] = 0
+        state.records[number] = 0
+        reason = f"the file is {size} bytes, more than any segment ({limit}); not read"
+        state.damages.append(Damage(number, 0, reason, 0, size))
 
     def _damaged(
         self, number: int, pos: int, reason: str, following: int, size: int, last: bool
@@ -293,13 +306,20 @@ class Recovery:
         torn = last and following == 0
         self.state.damages.append(Damage(number, pos, reason, following, size - pos, torn))
 
-    def finish(self, present: list[int], clean: CleanShutdown | None) -> None:
-        """After the last segment: note the segments that should exist and do not.
+    def finish(
+        self, present: list[int], clean: CleanShutdown | None, strays: list[str] | None = None
+    ) -> None:
+        """After the last segment: note the segments that should exist and do not, and the
+        files named like segments that are not (``strays``: a copy or a misnamed segment,
+        whatever it holds would be lost or replayed twice, so it is refused).
 
         The newest header names every older segment then on disk, less those compaction
         deleted since; a clean shutdown names the last segment and its length.
         """
         damages = self.state.damages
+        for name in strays or ():
+            reason = "named like a segment but not a segment name the server writes; not read"
+            damages.append(Damage(-1, None, reason, file=name))
         header = self._header
         if header is not None and header.older is not None:
             on_disk = set(present)

@@ -9,12 +9,14 @@ only the last segment can ever end torn (see :mod:`queues.log.recovery`).
 from __future__ import annotations
 
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Final
 
+from sluicegate.queues.log.records import MAX_RECORD_SIZE
 from sluicegate.queues.log.recovery import CleanShutdown, Recovery
 
 SUFFIX: Final = ".seg"
@@ -24,6 +26,18 @@ CLEAN_SHUTDOWN: Final = "clean-shutdown"
 _IOV_MAX: Final = 1024
 # Zero-padded so that listing the directory sorts segments in log order.
 _DIGITS: Final = 20
+# The only names read as segments: what segment_path writes, in ASCII digits. Any other name
+# with the suffix (``2.seg`` beside ``00000000000000000002.seg``, ``².seg``, which
+# ``str.isdigit`` accepts) is a stray, reported, never read.
+_NAME: Final = re.compile(rf"[0-9]{{{_DIGITS}}}{re.escape(SUFFIX)}", re.ASCII)
+# A marker the server wrote: two numbers in ASCII digits.
+_MARKER: Final = re.compile(rb"([0-9]{1,20}) ([0-9]{1,20})\n?", re.ASCII)
+# The longest marker the server writes: two 20-digit numbers, a space and a newline.
+_MARKER_BYTES: Final = 42
+# Offsets within a segment are u32s in pages and recovery: a segment ends within one record
+# (or one fan-out: a body and its references) past its size, so 2 GiB segments keep them
+# under 4 GiB.
+MAX_SEGMENT_SIZE: Final = 2 * 1024 * 1024 * 1024
 # Reading bodies back (SegmentReader). A window grows from FIRST_WINDOW_BYTES (a page: a read
 # elsewhere in the log costs what reading the body alone did) by doubling while reads follow on,
 # up to WINDOW_BYTES: some 500 messages of 200 bytes per pread, after which the system call is
@@ -44,30 +58,56 @@ def segment_path(directory: Path, segment: int) -> Path:
     return directory / f"{segment:0{_DIGITS}d}{SUFFIX}"
 
 
+def scan(directory: Path) -> tuple[list[int], list[str]]:
+    """Segment numbers present in ``directory``, oldest first, and the stray names: files with
+    the segment suffix whose names are not what the server writes."""
+    if not directory.is_dir():
+        return [], []
+    numbers: list[int] = []
+    strays: list[str] = []
+    for path in directory.iterdir():
+        name = path.name
+        if _NAME.fullmatch(name):
+            numbers.append(int(name.removesuffix(SUFFIX)))
+        elif name.endswith(SUFFIX):
+            strays.append(name)
+    return sorted(numbers), sorted(strays)
+
+
 def list_segments(directory: Path) -> list[int]:
     """Segment numbers present in ``directory``, oldest first."""
-    if not directory.is_dir():
-        return []
-    return sorted(
-        int(path.stem)
-        for path in directory.iterdir()
-        if path.suffix == SUFFIX and path.stem.isdigit()
-    )
+    return scan(directory)[0]
 
 
-def read_segments(directory: Path) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(number, contents, is_last)`` for each segment, oldest first."""
+def max_segment_file(segment_size: int) -> int:
+    """The largest segment file a log of ``segment_size`` segments holds: a segment ends within
+    one record past its size (placement.py). A larger one, such as a sparse file, is refused
+    unread rather than read into memory."""
+    return segment_size + MAX_RECORD_SIZE
+
+
+def read_segments(directory: Path, max_file: int) -> Iterator[tuple[int, bytes, bool, int]]:
+    """Yield ``(number, contents, is_last, file_size)`` for each segment, oldest first; a file
+    over ``max_file`` bytes yields no contents."""
     numbers = list_segments(directory)
     for index, number in enumerate(numbers):
-        yield number, segment_path(directory, number).read_bytes(), index == len(numbers) - 1
+        with segment_path(directory, number).open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            data = file.read() if size <= max_file else b""
+        yield number, data, index == len(numbers) - 1, size
 
 
-def recover(directory: Path) -> Recovery:
+def recover(directory: Path, segment_size: int) -> Recovery:
     """Replay every segment of ``directory``, noting what is damaged; change nothing."""
     recovery = Recovery()
-    for number, data, last in read_segments(directory):
-        recovery.segment(number, data, last)
-    recovery.finish(list_segments(directory), read_clean_shutdown(directory))
+    max_file = max_segment_file(segment_size)
+    for number, data, last, size in read_segments(directory, max_file):
+        if size > max_file:
+            recovery.oversized(number, size, max_file)
+        else:
+            recovery.segment(number, data, last)
+    numbers, strays = scan(directory)
+    recovery.finish(numbers, read_clean_shutdown(directory), strays)
     return recovery
 
 
@@ -93,16 +133,25 @@ def write_clean_shutdown(directory: Path, end: CleanShutdown) -> None:
 
 
 def read_clean_shutdown(directory: Path) -> CleanShutdown | None:
-    """Where the last clean shutdown left the log's end, if the last stop was one."""
+    """Where the last clean shutdown left the log's end, if the last stop was one.
+
+    A marker that is not what the server writes says nothing: the stop is taken for a crash,
+    which trusts nothing but the segments (:func:`clean_shutdown_unreadable` reports it).
+    """
     try:
-        text = (directory / CLEAN_SHUTDOWN).read_text()
+        with (directory / CLEAN_SHUTDOWN).open("rb") as file:
+            text = file.read(_MARKER_BYTES)
     except FileNotFoundError:
         return None
-    try:
-        segment, length = (int(field) for field in text.split())
-    except ValueError:
-        raise OSError(f"{directory / CLEAN_SHUTDOWN} does not say where the log ends") from None
-    return CleanShutdown(segment, length)
+    match = _MARKER.fullmatch(text)
+    if match is None:
+        return None
+    return CleanShutdown(int(match[1]), int(match[2]))
+
+
+def clean_shutdown_unreadable(directory: Path) -> bool:
+    """True if a clean-shutdown marker is there but does not say where the log ends."""
+    return (directory / CLEAN_SHUTDOWN).exists() and read_clean_shutdown(directory) is None
 
 
 def remove_clean_shutdown(directory: Path) -> None:
@@ -114,7 +163,15 @@ def remove_clean_shutdown(directory: Path) -> None:
 
 
 def truncate_segment(directory: Path, segment: int, length: int) -> None:
-    """Cut a segment's torn tail off, durably."""
+    """Cut a segment's torn tail off, durably.
+
+    Cut to nothing (its header torn), the segment is removed: left empty, it would lie before
+    the next segment opened, where an empty segment is damage (queues/log/recovery.py).
+    """
+    if not length:
+        segment_path(directory, segment).unlink()
+        sync_directory(directory)
+        return
     fd = os.open(segment_path(directory, segment), os.O_WRONLY)
     try:
         os.ftruncate(fd, length)

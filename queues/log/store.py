@@ -100,7 +100,7 @@ class MessageStore:
         repair: bool = False,
     ) -> None:
         self.directory = directory
-        recovery = recover(directory)
+        recovery = recover(directory, segment_size)
         self.recovered: RecoveredState = recovery.state
         if self.recovered.refused and not repair:
             raise LogDamaged(self.recovered.refused, self.recovered.later_segments())

@@ -104,6 +104,140 @@ def test_unfinished_deliveries_are_charged_as_they_arrive_and_capped_per_connect
     assert server.call(lambda: server.server.broker.publishing.flow.arriving) == {}
 
 
+class UnfinishedAttack(threading.Thread):
+    """One connection that begins a delivery of ``size`` bytes and never ends it."""
+
+    def __init__(self, server: RunningServer, index: int, size: int) -> None:
+        super().__init__(name=f"unfinished attack {index}", daemon=True)
+        self.client_name = f"unfinished-{index}"
+        self.client = RawClient.connect(server.host, server.port, container_id=self.client_name)
+        self.client.write_timeout = 120.0
+        self.client.begin()
+        self.handle = self.client.attach("u", "sender", target=f"/queues/unfinished-{index}")
+        self.client.wait_credit(self.handle)
+        self.payload = b"u" * size
+        self.delivery_id = -1
+
+    def run(self) -> None:
+        try:
+            self.delivery_id = self.client.send(self.handle, self.payload, finish=False)
+        except (OSError, ConnectionClosedError):
+            return  # the test reset the socket while the server held the writes back
+
+    def outcome(self) -> str | None:
+        """The outcome the server gave the delivery so far (once :meth:`run` has ended)."""
+        client = self.client
+        while client.next_frame(timeout=0.5) is not None:
+            pass
+        state = client.sessions[0].outcomes.get(self.delivery_id)
+        return None if state is None else state.name
+
+
+def _unfinished_settled(server: RunningServer, attacks: list[UnfinishedAttack]) -> bool:
+    """Every attacker's delivery has begun, and is held, released or the oldest arriving."""
+    flow = server.server.broker.publishing.flow
+    oldest = next(iter(flow.arriving), None)
+    names = {f"unfinished-{i}" for i in range(len(attacks))}
+    for state in server.server.broker.connections:
+        inbound = state.inbound
+        if state.connection.remote_container not in names or inbound is None:
+            continue
+        begun = any(link.received for link in inbound.links)
+        if not begun or not (inbound.budget_paused or not inbound.unfinished or inbound is oldest):
+            return False
+    return True
+
+
+@pytest.mark.slow
+def test_unfinished_deliveries_of_many_connections_are_capped_server_wide(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """40 connections each begin a 900 KiB delivery and never end it: 36 MiB no consumer could
+    drain against an 8 MiB budget. The server-wide cap (a quarter of the budget) holds what
+    arrived first, releases what begins past it, and the prober goes on being served."""
+    budget, largest, size, connections = 8 * MiB, 1 * MiB, 900 * KiB, 40
+    server = make_server(memory_budget=budget, max_message_size=largest)
+    stats = server.server.broker.publishing.budget
+    flow = server.server.broker.publishing.flow
+    cap = budget // 4
+    # The cap, what the oldest delivery (always read) adds until it ends, and one read.
+    bound = cap + largest + READ_BATCH
+    with _probing(server, "probe-unfinished-total") as prober:
+        attacks = [UnfinishedAttack(server, i, size) for i in range(connections)]
+        for attack in attacks:
+            attack.start()
+        wait_until(lambda: server.call(lambda: _unfinished_settled(server, attacks)), timeout=60)
+        assert cap <= _unfinished(server) <= bound
+        _more_rounds(prober, 5)
+        held = server.call(lambda: sum(1 for inbound in flow.connections if inbound.budget_paused))
+        assert held >= 1
+        assert _unfinished(server) <= bound
+        # Bytes still arriving do not exhaust the budget: the prober's room is intact (the rest
+        # of released deliveries, read to be dropped, may block it for a batch at a time).
+        wait_until(lambda: server.call(lambda: not stats.blocked))
+        assert server.call(lambda: stats.used) <= bound + 64 * KiB
+        # Who began past the cap was released (and sent the rest of it to be dropped unread).
+        outcomes = [attack.outcome() for attack in attacks if not attack.is_alive()]
+        assert set(outcomes) <= {"released", None}
+        assert outcomes.count("released") >= connections - bound // size - held
+        for attack in attacks:
+            attack.client.reset(writer=attack)
+    wait_until(lambda: _unfinished(server) == 0)
+    assert server.call(lambda: flow.arriving) == {}
+    assert not server.call(lambda: flow.unfinished_full)
+    assert server.call(lambda: [i for i in flow.connections if i.budget_paused]) == []
+    # Everything returns: a large message of many frames is taken again.
+    body = b"p" * size
+    assert publish(server.url, "/queues/after-unfinished", [body]).outcomes == ["accepted"]
+
+
+@pytest.mark.slow
+def test_the_oldest_delivery_holding_the_cap_without_progress_is_closed_in_time(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Deliveries that never end keep the cap full only for ``unfinished_timeout`` each: then
+    their connections are closed, oldest first, until it is no longer full, and a large message
+    of many frames is taken while the other attackers are still connected."""
+    budget, size, connections = 8 * MiB, 900 * KiB, 10
+    server = make_server(memory_budget=budget, max_message_size=1 * MiB, unfinished_timeout=2.0)
+    flow = server.server.broker.publishing.flow
+    names = {f"unfinished-{i}" for i in range(connections)}
+
+    def attackers() -> set[str]:
+        return {
+            state.connection.remote_container
+            for state in server.server.broker.connections
+            if state.connection.remote_container in names
+        }
+
+    def begun(attack: UnfinishedAttack) -> bool:
+        state = _connection(server, attack.client_name)
+        if state is None:
+            return True  # closed already
+        inbound = state.inbound
+        return inbound is not None and any(link.received for link in inbound.links)
+
+    with _probing(server, "probe-unfinished-timeout") as prober:
+        attacks = [UnfinishedAttack(server, i, size) for i in range(connections)]
+        try:
+            for attack in attacks:
+                attack.start()
+            wait_until(lambda: server.call(lambda: all(map(begun, attacks))), timeout=60)
+            # The prober's rounds flush the inbound session: the oldest holder gets its 2 s,
+            # then goes, until the cap is no longer full (the others were released).
+            wait_until(lambda: server.call(lambda: not flow.unfinished_full), timeout=60)
+            _more_rounds(prober, 1)
+            assert len(server.call(attackers)) < connections
+            assert _unfinished(server) < budget // 4
+            body = b"p" * size
+            published = publish(server.url, "/queues/during-unfinished", [body])
+            assert published.outcomes == ["accepted"]
+        finally:
+            for attack in attacks:
+                attack.client.reset(writer=attack)
+    wait_until(lambda: server.call(attackers) == set())
+
+
 def test_a_delivery_over_max_message_size_is_refused_before_it_ends(
     make_server: Callable[..., RunningServer],
 ) -> None:

@@ -25,10 +25,14 @@ from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
 from sluicegate.session.inbound import (
     DROP,
+    RELEASE,
     RESUME,
     SETTLE,
     CloseConnection,
     CloseLink,
+    Flushed,
+    Hold,
+    Inbound,
     InboundFlow,
     InboundLimits,
     Unconfirmed,
@@ -239,6 +243,97 @@ def test_unfinished_bytes_are_capped_per_delivery_and_per_connection() -> None:
     assert inbound not in flow.connections
 
 
+TOTAL_LIMITS = InboundLimits(
+    max_link_credit=4, max_message_size=1000, max_unfinished_size=1500, max_unfinished_total=2000
+)
+
+
+def test_unfinished_bytes_of_all_connections_are_capped_the_oldest_read_the_new_released() -> None:
+    flow = InboundFlow(MemoryBudget(10_000), TOTAL_LIMITS)
+    inbounds = [flow.connection(Account()) for _ in range(4)]
+    links = [inbound.attach()[0] for inbound in inbounds]
+    assert inbounds[0].frame(links[0], 900) is None
+    assert inbounds[1].frame(links[1], 900) is None
+    # The third delivery takes the bytes to the cap: every arriving connection but the oldest
+    # is held, at once.
+    held = inbounds[2].frame(links[2], 800)
+    assert isinstance(held, Hold)
+    assert set(held.connections) == {inbounds[1], inbounds[2]}
+    assert [inbound.paused for inbound in inbounds] == [False, True, True, False]
+    # A delivery that begins past the cap is released: it holds nothing, its credit is used.
+    assert inbounds[3].frame(links[3], 500) is RELEASE
+    assert (links[3].unfinished, links[3].unconfirmed, links[3].credit) == (0, 0, 3)
+    assert not links[3].arriving
+    assert flow.budget.unfinished == 2600
+    # The oldest goes on and ends; the next oldest is read, the others are still held.
+    assert inbounds[0].frame(links[0], 1000) is None
+    assert inbounds[0].receive(links[0], 1000, aborted=False) is None
+    out = flow.flush(0, 0, _nothing)
+    assert out is not None
+    assert out.resume == [inbounds[1]]
+    assert [inbound.paused for inbound in inbounds] == [False, False, True, False]
+    # Back at 80 % of the cap, nobody is held for it.
+    inbounds[1].release()
+    out = flow.flush(0, 0, _nothing)
+    assert out is not None
+    assert out.resume == [inbounds[2]]
+    assert not flow.unfinished_full
+    assert inbounds[3].frame(links[3], 500) is None
+
+
+def _closed(out: Flushed | None) -> list[Inbound]:
+    return [] if out is None else out.close
+
+
+def test_the_oldest_delivery_that_keeps_the_cap_full_without_progress_is_closed() -> None:
+    limits = InboundLimits(4, 1000, 1500, max_unfinished_total=1000, unfinished_timeout=60.0)
+    flow = InboundFlow(MemoryBudget(10_000), limits)
+    stuck, slow, other = (flow.connection(Account()) for _ in range(3))
+    links = [inbound.attach()[0] for inbound in (stuck, slow, other)]
+    assert stuck.frame(links[0], 600) is None
+    assert isinstance(slow.frame(links[1], 500), Hold)
+    assert _closed(flow.flush(0, 0, _nothing, now=100.0)) == []
+    assert _closed(flow.flush(0, 0, _nothing, now=159.0)) == []
+    # A byte more restarts its time; others' traffic does not.
+    assert stuck.frame(links[0], 601) is None
+    assert other.frame(links[2], 10) is RELEASE
+    assert _closed(flow.flush(0, 0, _nothing, now=159.5)) == []
+    assert _closed(flow.flush(0, 0, _nothing, now=219.0)) == []
+    assert _closed(flow.flush(0, 0, _nothing, now=219.5)) == [stuck]
+    # Closed, it leaves nothing; the next oldest is read and watched from now.
+    stuck.release()
+    assert flow.watched is None
+    out = flow.flush(0, 0, _nothing, now=220.0)
+    assert out is not None
+    assert out.resume == [slow]
+    assert out.close == []
+
+
+def test_reads_of_arriving_connections_are_charged_to_the_cap_as_they_are_read() -> None:
+    flow = InboundFlow(MemoryBudget(10_000), TOTAL_LIMITS)
+    inbounds = [flow.connection(Account()) for _ in range(3)]
+    links = [inbound.attach()[0] for inbound in inbounds]
+    for inbound, link in zip(inbounds, links, strict=True):
+        assert inbound.frame(link, 500) is None
+    assert flow.charge_read(inbounds[1], 400) == []
+    # This read reaches the cap before proton's events are handled: both held at once.
+    assert set(flow.charge_read(inbounds[2], 100)) == {inbounds[1], inbounds[2]}
+    assert flow.unfinished_full
+
+
+def test_the_read_that_reaches_the_ceiling_holds_every_publisher_at_once() -> None:
+    budget = MemoryBudget(8000)
+    flow = InboundFlow(budget, LIMITS)
+    inbounds = [flow.connection(Account()) for _ in range(3)]
+    for inbound in inbounds:
+        inbound.attach()
+    assert set(flow.charge_read(inbounds[0], 8000)) == set(inbounds)
+    flow.flush(8000, 0, _nothing)
+    # Blocked below the ceiling: publishers whose queues do not hold the budget are read.
+    assert not any(inbound.paused for inbound in inbounds)
+    assert set(flow.charge_read(inbounds[1], budget.ceiling - 8000)) == set(inbounds)
+
+
 def test_a_transfer_without_credit_closes_its_link_even_mid_delivery() -> None:
     flow = _flow()
     inbound = flow.connection(Account())
@@ -344,7 +439,10 @@ MAX_LINK_CREDIT = 6
 ACCOUNT_LIMIT = 12
 BUDGET = 4000
 QUEUES = 3
-MACHINE_LIMITS = InboundLimits(MAX_LINK_CREDIT, max_message_size=400, max_unfinished_size=600)
+# Two connections of up to 600 unfinished bytes each against a server-wide 250: reached often.
+MACHINE_LIMITS = InboundLimits(
+    MAX_LINK_CREDIT, max_message_size=400, max_unfinished_size=600, max_unfinished_total=250
+)
 
 
 @dataclass
@@ -432,9 +530,17 @@ class InboundMachine(RuleBasedStateMachine):
             publisher.client_credit -= 1
             publisher.sending = 0
         if frames > 1:
+            begins = publisher.sending == 0
             publisher.sending += size // frames
             refusal = inbound.frame(link, publisher.sending)
-            if refusal is not None:
+            if isinstance(refusal, Hold):
+                assert self.flow.unfinished_full
+                assert all(held.budget_paused for held in refusal.connections)
+            elif refusal is RELEASE:
+                assert begins, "only a delivery that begins past the cap is released"
+                assert self.flow.unfinished_full
+                publisher.sending = None
+            elif refusal is not None:
                 self._refused(publisher, refusal)
             return
         total = publisher.sending + size
@@ -491,7 +597,7 @@ class InboundMachine(RuleBasedStateMachine):
             publisher.client_credit += grant
         for inbound in out.pause:
             assert inbound.budget_paused
-            assert blocked or was_blocked
+            assert blocked or was_blocked or self.flow.unfinished_full
         for inbound in out.resume:
             assert not inbound.budget_paused
         oldest = next(iter(self.flow.arriving), None)
@@ -541,15 +647,20 @@ class InboundMachine(RuleBasedStateMachine):
             assert inbound.unfinished <= MACHINE_LIMITS.max_unfinished_size
             total += inbound.unfinished
         assert self.flow.budget.unfinished == total
+        # Past the server-wide cap only the oldest arriving connection's deliveries grow.
+        limits = MACHINE_LIMITS
+        assert limits.max_unfinished_total is not None
+        assert total <= limits.max_unfinished_total + limits.max_unfinished_size
         assert list(self.flow.arriving) == [
             inbound for inbound in self.flow.arriving if inbound.unfinished
         ]
 
     @invariant()
     def only_publishers_wait_for_the_budget_and_only_while_it_is_exhausted(self) -> None:
+        flow = self.flow
         for inbound in self.connections:
             if inbound.budget_paused:
-                assert self.flow.budget.blocked
+                assert flow.budget.blocked or (flow.unfinished_full and inbound.unfinished)
                 assert inbound.links
 
     @invariant()

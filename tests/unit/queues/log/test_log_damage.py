@@ -10,6 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.examples import examples
 
 from sluicegate.queues.log.check import check, repair
 from sluicegate.queues.log.damage import LogDamaged
@@ -182,3 +185,75 @@ def test_repair_cuts_the_damage_says_what_it_dropped_and_the_log_opens(tmp_path:
     }
     assert _recovered(tmp_path) == [m.message_id for m in messages if m.message_id not in lost]
     assert check(tmp_path).startable
+
+
+# -- any tampering (issue 31) ----------------------------------------------------------------
+
+_STRAYS = ("1.seg", "02.seg", "\u00b2.seg", "7.seg", "0000.seg", "x.seg")
+_TAMPERING = st.one_of(
+    st.tuples(st.just("empty"), st.integers(0, 99)),
+    st.tuples(st.just("delete"), st.integers(0, 99)),
+    st.tuples(st.just("stray"), st.integers(0, 99), st.sampled_from(_STRAYS)),
+    st.tuples(st.just("cut"), st.integers(0, 99), st.integers(0, 3000)),
+    st.tuples(st.just("flip"), st.integers(0, 99), st.integers(0, 3000)),
+    st.tuples(st.just("zeros"), st.integers(0, 99), st.integers(1, 3000)),
+    st.tuples(st.just("marker"), st.binary(max_size=50)),
+)
+
+
+def _tamper(directory: Path, tampering: tuple[object, ...]) -> None:
+    kind = tampering[0]
+    if kind == "marker":
+        (directory / CLEAN_SHUTDOWN).write_bytes(bytes(tampering[1]))  # type: ignore[call-overload]
+        return
+    segments = list_segments(directory)
+    if not segments:
+        return
+    path = segment_path(directory, segments[int(tampering[1]) % len(segments)])  # type: ignore[call-overload]
+    data = path.read_bytes()
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "delete":
+        path.unlink()
+    elif kind == "stray":
+        (directory / str(tampering[2])).write_bytes(data)
+    elif kind == "cut":
+        path.write_bytes(data[: int(tampering[2]) % (len(data) + 1)])  # type: ignore[call-overload]
+    elif kind == "flip" and data:
+        _flip(path, int(tampering[2]) % len(data))  # type: ignore[call-overload]
+    elif kind == "zeros":
+        path.write_bytes(data + bytes(int(tampering[2])))  # type: ignore[call-overload]
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(tamperings=st.lists(_TAMPERING, min_size=1, max_size=4), clean=st.booleans())
+def test_whatever_is_done_to_the_log_no_message_comes_back_twice_or_is_lost_silently(
+    tmp_path_factory: pytest.TempPathFactory,
+    tamperings: list[tuple[object, ...]],
+    clean: bool,
+) -> None:
+    """``check`` reports any directory without raising; the store opens only a log whose
+    losses a crash explains (the last segment's messages), else refuses; ``repair`` makes it
+    startable; and no message is ever recovered twice."""
+    directory = tmp_path_factory.mktemp("tampered")
+    messages = _log(directory, clean=clean)
+    last = list_segments(directory)[-1]
+    for tampering in tamperings:
+        _tamper(directory, tampering)
+    report = check(directory)
+    assert report.lines()
+    if report.startable:
+        ids = _recovered(directory)
+        # Startable by itself: only what a crash could have torn off is gone.
+        lost = {m.message_id for m in messages} - set(ids)
+        assert lost <= {m.message_id for m in messages if m.segment == last}
+    else:
+        with pytest.raises(LogDamaged):
+            MessageStore(directory, segment_size=_SEGMENT)
+        repaired = repair(directory)
+        assert repaired.repaired
+        assert check(directory).startable, check(directory).lines()
+        ids = _recovered(directory)
+    assert len(ids) == len(set(ids))
+    assert ids == sorted(ids)
+    assert set(ids) <= {m.message_id for m in messages}
