@@ -14,7 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sluicegate.gateway.auth import DEFAULT_VHOST, Permissions, User
-from sluicegate.gateway.config import DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
+from sluicegate.gateway.config import (
+    DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+    DEFAULT_MAX_CC_KEYS,
+    DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+)
 from sluicegate.gateway.routing import Router
 from sluicegate.gateway.vhosts import VhostSettings, requested_vhost
 from sluicegate.queues.errors import NotFound, QueueError
@@ -126,12 +130,19 @@ class Tenancy:
         settings: Mapping[str, VhostSettings],
         registries: Mapping[str, QueueRegistry],
         max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+        max_message_annotations_size: int = DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+        max_cc_keys: int = DEFAULT_MAX_CC_KEYS,
     ) -> None:
         self.vhosts = {
             name: VirtualHost(
                 vhost,
                 registries[name],
-                Router(registries[name], max_application_properties_size),
+                Router(
+                    registries[name],
+                    max_application_properties_size,
+                    max_message_annotations_size,
+                    max_cc_keys,
+                ),
             )
             for name, vhost in settings.items()
         }

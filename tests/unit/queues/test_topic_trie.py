@@ -1,0 +1,55 @@
+"""The topic trie matches exactly the binding keys the word-by-word matcher matches, each once,
+and its work per routing key does not grow with the number of bindings that cannot match."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluicegate.queues.exchanges import topic_matches
+from sluicegate.queues.topic_trie import TopicTrie
+
+# Few distinct words, so that patterns and keys meet often.
+_WORDS = st.sampled_from(["a", "b", "c", "", "*", "#"])
+_KEYS = st.lists(_WORDS, min_size=1, max_size=6).map(".".join)
+
+
+@settings(max_examples=300)
+@given(st.lists(_KEYS, max_size=12, unique=True), st.lists(_KEYS, max_size=6), _KEYS)
+def test_the_trie_matches_what_topic_matching_matches(
+    bound: list[str], removed: list[str], routing_key: str
+) -> None:
+    trie = TopicTrie()
+    for key in bound:
+        trie.add(key)
+    kept = list(bound)
+    for key in removed:
+        if key in kept:
+            trie.remove(key)
+            kept.remove(key)
+    found = trie.match(routing_key)
+    assert len(found) == len(set(found))
+    assert sorted(found) == sorted(k for k in kept if topic_matches(k, routing_key))
+
+
+def test_removing_every_key_leaves_an_empty_trie() -> None:
+    trie = TopicTrie()
+    keys = ["a.#", "a.#.b", "#", "a.b", "a", "*.#.*"]
+    for key in keys:
+        trie.add(key)
+    for key in keys:
+        trie.remove(key)
+    assert trie.match("a.b") == []
+    trie.add("a.b")
+    assert trie.match("a.b") == ["a.b"]
+
+
+def test_many_hash_patterns_visit_each_state_once() -> None:
+    """Chains of ``#`` against a long key of one word: without visiting each (node, word) once,
+    the walk would branch at every ``#`` for every word (exponential)."""
+    trie = TopicTrie()
+    for depth in range(1, 21):
+        trie.add(".".join(["#"] * depth + ["b"]))
+    routing_key = ".".join(["a"] * 200)
+    assert trie.match(routing_key) == []
+    assert len(trie.match(routing_key + ".b")) == 20
