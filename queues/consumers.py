@@ -172,9 +172,9 @@ class Consumers:
     def offer(self, message: Message, give: Give) -> list[Dispatch]:
         """A new message: copies to waiting browsers, then the first waiting taker that wants it.
 
-        A filter runs on the queue's read budget, as in a walk: with the budget spent, or a
-        cursor behind the message (messages before it not read yet), the message is left for
-        that consumer's walk at the queue's next tick (``deferred``), so a publisher's burst
+        A taker's filter runs on the queue's read budget, as in a walk: with the budget spent,
+        or a cursor behind the message (messages before it not read yet), the message is left
+        for that consumer's walk at the queue's next tick (``deferred``), so a publisher's burst
         costs filtered consumers a budget per tick, not an evaluation per message each.
         """
         dispatches: list[Dispatch] = []
@@ -182,9 +182,10 @@ class Consumers:
             for state in self.browsers:
                 if not state.waiting:
                     continue
-                if state.filter is None:
-                    state.cursor.position = message.seq + 1
-                elif not self._reads(state, message):
+                # A browser is served only here and at its credit requests (no walk at the
+                # next tick would find a message left for it): its filter reads each one now.
+                state.cursor.position = message.seq + 1
+                if state.filter is not None and not state.filter(message):
                     continue
                 dispatches.append((state.key, give(state, message)))
                 if state.credit == 0:

@@ -115,3 +115,33 @@ def test_comparing_long_strings_is_charged_by_their_length() -> None:
     selected(long)
     assert views.work - after_short >= 60_000 // COMPARED_CHARS_PER_UNIT
     assert views.work - after_short > after_short
+
+
+def test_new_messages_are_offered_to_filtered_consumers_within_the_budget() -> None:
+    """Each published message was evaluated at once by every waiting filtered consumer, on no
+    budget: a burst of messages under a 50 ms LIKE held the reactor for all of them. Past the
+    budget a new message is left for the consumer's walk at the next tick, in order."""
+    queue = ClassicQueue("q", parse_arguments(None), clock=Clock(1_000))
+    views = ViewCache()
+    selector = "p LIKE '%" + "_" * 3999 + "b'"
+    options = ConsumerOptions(filter=parse_selector(selector, views, queue.clock), views=views)
+    queue.attach("like", ack_required=True, options=options)
+    assert queue.credit("like", 0, 5, False)[0] == []
+    dispatched: list[Dispatch] = []
+    for n in range(10):
+        dispatched += queue.enqueue(_long_message(n, 60_000))
+    matching = Message(
+        b"\x00\x53\x74" + encode({"p": "a" * 59_999 + "b"}) + encode(Described(0x77, "match"))
+    )
+    dispatched += queue.enqueue(matching)
+    assert dispatched == []
+    # The first message spent the budget; the others wait for the walk.
+    assert views.statistics().decodes == 1
+    assert queue.next_deadline() == queue.clock.now
+    ticks = 0
+    while not dispatched:
+        ticks += 1
+        assert ticks <= 11, "no progress"
+        dispatched = queue.expire()
+        assert views.statistics().decodes <= 1 + ticks
+    assert [(key, m.seq) for key, m in dispatched] == [("like", matching.seq)]
