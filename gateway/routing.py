@@ -217,9 +217,8 @@ class Router:
         """
         reached = {id(queue): queue for queue in queues}
         try:
-            for key in cc:
-                for queue in self.registry.route(exchange, key, payload):
-                    reached.setdefault(id(queue), queue)
+            for queue in self.registry.route_keys(exchange, cc, payload):
+                reached.setdefault(id(queue), queue)
         except AmqpError as error:
             return _refused(Outcome.REJECTED, error.condition, str(error))
         return Routed(list(reached.values()), message)

@@ -118,3 +118,39 @@ def test_message_annotations_over_the_limit_are_rejected_unread(server: RunningS
     assert server.queue("big-annotations").ready == 1
     assert prober.seen.failures == []
     assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
+
+
+def test_x_cc_keys_through_a_headers_exchange_read_the_headers_once(
+    server: RunningServer,
+) -> None:
+    """A headers exchange bound onward to a topic exchange: every x-cc key is routed through it,
+    and each routing read the message's 60 KB of application-properties again (some 50 ms each,
+    256 keys: seconds per message). The headers are read once per message now."""
+
+    def declare() -> None:
+        registry = server.server.registry
+        registry.declare_exchange("cc-headers", "headers")
+        registry.declare_exchange("cc-onward", "topic")
+        registry.bind(
+            "cc-headers", "cc-onward", "", {"x-match": "any", "region": "eu"}, to_exchange=True
+        )
+        for q in range(_QUEUES):
+            registry.declare_queue(f"cc-headers-{q}")
+            registry.bind("cc-onward", f"cc-headers-{q}", f"k.{q}")
+
+    server.call(declare)
+    properties: dict[str, object] = {f"p{i:05d}": i for i in range(3_500)}
+    properties["region"] = "eu"
+    keys = [f"k.{n % _QUEUES}.{n}" for n in range(DEFAULT_MAX_CC_KEYS - _QUEUES)]
+    keys += [f"k.{q}" for q in range(_QUEUES)]
+    messages = [
+        Message(body=f"m{i}", properties=properties, annotations=_cc(keys)) for i in range(5)
+    ]
+    with Prober(server.url) as prober:
+        prober.wait_rounds(2, timeout=60)
+        published = publish(server.url, "/exchanges/cc-headers/k.0", messages=messages)
+        prober.wait_rounds(len(prober.seen.rounds) + 2, timeout=60)
+    assert published.outcomes == ["accepted"] * 5
+    assert [server.queue(f"cc-headers-{q}").ready for q in range(_QUEUES)] == [5] * _QUEUES
+    assert prober.seen.failures == []
+    assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
