@@ -139,32 +139,6 @@ def exchange_settings(
     )
 
 
-def topic_matches(binding_key: str, routing_key: str) -> bool:
-    """AMQP 0-9-1 topic matching: ``*`` is one word, ``#`` zero or more words."""
-    return _match(binding_key.split("."), 0, routing_key.split("."), 0)
-
-
-def _match(pattern: list[str], p: int, words: list[str], w: int) -> bool:
-    # Iterative glob matching with one backtrack point, the last ``#`` seen.
-    star_p = -1
-    star_w = 0
-    while w < len(words):
-        if p < len(pattern) and pattern[p] == "#":
-            star_p, star_w = p, w
-            p += 1
-        elif p < len(pattern) and pattern[p] in ("*", words[w]):
-            p += 1
-            w += 1
-        elif star_p >= 0:
-            star_w += 1
-            p, w = star_p + 1, star_w
-        else:
-            return False
-    while p < len(pattern) and pattern[p] == "#":
-        p += 1
-    return p == len(pattern)
-
-
 class _Routes:
     """Destinations of one kind (queues or exchanges), by what selects them.
 

@@ -6,8 +6,31 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.queues.exchanges import topic_matches
 from sluicegate.queues.topic_trie import TopicTrie
+
+
+def topic_matches(binding_key: str, routing_key: str) -> bool:
+    """The oracle: AMQP 0-9-1 topic matching of one binding key, word by word, backtracking
+    to the last ``#`` (what topic exchanges did per binding before the trie)."""
+    pattern, words = binding_key.split("."), routing_key.split(".")
+    p = w = 0
+    star_p, star_w = -1, 0
+    while w < len(words):
+        if p < len(pattern) and pattern[p] == "#":
+            star_p, star_w = p, w
+            p += 1
+        elif p < len(pattern) and pattern[p] in ("*", words[w]):
+            p += 1
+            w += 1
+        elif star_p >= 0:
+            star_w += 1
+            p, w = star_p + 1, star_w
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "#":
+        p += 1
+    return p == len(pattern)
+
 
 # Few distinct words, so that patterns and keys meet often.
 _WORDS = st.sampled_from(["a", "b", "c", "", "*", "#"])
