@@ -3,9 +3,11 @@ and its work per routing key does not grow with the number of bindings that cann
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.topic_trie import TopicTrie
 
 
@@ -76,3 +78,24 @@ def test_many_hash_patterns_visit_each_state_once() -> None:
     routing_key = ".".join(["a"] * 200)
     assert trie.match(routing_key) == []
     assert len(trie.match(routing_key + ".b")) == 20
+
+
+def test_a_match_past_its_states_is_refused_not_run() -> None:
+    """Bindings made to be slow: a ``#`` then 100 ``*`` against a routing key of 5,000 words
+    would visit millions of states (seconds); the match is refused past MAX_STATES."""
+    trie = TopicTrie()
+    for n in range(50):
+        trie.add(".".join(["#", *["*"] * 100, f"z{n}"]))
+    with pytest.raises(ResourceLimitExceeded, match="topic matching"):
+        trie.match(".".join(["a"] * 5000))
+    # Ordinary keys still match: the bound is far above what they take up.
+    assert trie.match(".".join(["a"] * 100 + ["z7"])) == ["#." + ".".join(["*"] * 100) + ".z7"]
+
+
+def test_ordinary_bindings_stay_far_below_the_bound() -> None:
+    trie = TopicTrie()
+    for n in range(10_000):
+        trie.add(f"#.w{n}.#")
+        trie.add(f"w{n}.*.#")
+    words = [f"w{n}" for n in range(0, 10_000, 500)]
+    assert len(trie.match(".".join(words))) == 21
