@@ -20,10 +20,10 @@ from sluicegate.queues.errors import ResourceLimitExceeded
 
 _HASH: Final = "#"
 _STAR: Final = "*"
-# States one match may take up (once visited, again when reached another way): 1-3 us each
-# (measured on a loaded machine), so some 20-70 ms of the reactor; a routing key of 20 words
-# takes up a few hundred in 10,000 bindings of ``#.WORD.#``.
-MAX_STATES: Final = 20_000
+# States one match may take up (once visited, again when reached another way): 1-7 us each
+# (measured on a loaded machine), so some 5-35 ms of the reactor; a routing key of 20 words
+# takes up a few hundred in 20,000 bindings of ``#.WORD.#`` and ``WORD.*.#``.
+MAX_STATES: Final = 5_000
 
 
 class _Node:
