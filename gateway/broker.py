@@ -56,6 +56,7 @@ from sluicegate.gateway.limits import (
 )
 from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.management.router import Response, Router
+from sluicegate.gateway.modified_outcomes import ModifiedAnnotations
 from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
@@ -96,7 +97,7 @@ from sluicegate.session.session import (
 from sluicegate.session.session import Session as PureSession
 from sluicegate.session.waiting import Waiting
 from sluicegate.wire.addresses import parse_address
-from sluicegate.wire.annotations import InvalidAnnotations, modified_annotations
+from sluicegate.wire.annotations import InvalidAnnotations
 from sluicegate.wire.errors import AmqpError
 from sluicegate.writer.writer import ServerBytes
 
@@ -172,6 +173,10 @@ class Broker(Handler):
         self.unsettled = Unsettled()
         # Consecutive settlements of one consumer link, applied together.
         self.settlements = SettlementRun()
+        # The annotations of consumers' modified outcomes, checked once per range.
+        self.modified_annotations = ModifiedAnnotations(
+            config.max_message_annotations_size, self.publishing.budget, registry.held
+        )
         # What deliveries waiting in every connection's sessions hold (session/waiting.py).
         self.waiting = ServerBytes()
 
@@ -692,10 +697,14 @@ class Broker(Handler):
                 Outcome.MODIFIED,
                 deliveries.remote_failed(delivery),
                 undeliverable_here=deliveries.remote_undeliverable(delivery),
-                annotations=modified_annotations(deliveries.remote_annotations(delivery)),
+                annotations=self.modified_annotations.checked(
+                    deliveries.remote_annotations(delivery)
+                ),
             )
         except InvalidAnnotations as error:
-            # Nothing was settled: the message goes back when the link detaches.
+            # Nothing was settled: the message goes back when the link detaches. Proton lets
+            # go of the delivery and its copy of the annotations.
+            deliveries.settle(delivery)
             self._detach(state.sender)
             _close(state.sender, error.condition, str(error))
             return
@@ -752,6 +761,7 @@ class Broker(Handler):
                     )
                 failures.clear()
         self.publishing.flush()
+        self.modified_annotations.forget()
         dirty = self._dirty
         while dirty:
             state = dirty.pop()

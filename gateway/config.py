@@ -43,6 +43,13 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 # message can cost the reactor (a few milliseconds at most) and the memory of its decoded view.
 # Azure Service Bus caps a message's properties at the same 64 KiB; headers rarely need 1 KiB.
 DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE: Final = 64 * 1024
+# Message annotations are decoded at publish (x-cc), by dead-lettering and by streams, and a
+# consumer's ``modified`` outcome adds them to every message of a range: the same bound as
+# application properties; RabbitMQ's own annotations take a few hundred bytes.
+DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE: Final = 64 * 1024
+# Each ``x-cc`` routing key is routed like the message's own: the bound keeps one publish
+# from costing more than a few hundred routings (RabbitMQ's clients name a handful).
+DEFAULT_MAX_CC_KEYS: Final = 256
 # max_unfinished_size 0: two messages of the largest size may be arriving at once.
 UNFINISHED_MESSAGES: Final = 2
 # max_unfinished_total_size 0: a quarter of the memory budget. Bytes still arriving are bytes
@@ -118,6 +125,11 @@ class ServerConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     # Encoded bytes of a message's application-properties section; larger is rejected.
     max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
+    # Encoded bytes of a message's (or a modified outcome's) message-annotations; larger is
+    # refused.
+    max_message_annotations_size: int = DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE
+    # Distinct routing keys one message's x-cc may name; more is rejected.
+    max_cc_keys: int = DEFAULT_MAX_CC_KEYS
     # Bytes of multi-frame deliveries still arriving on one connection; past it, it is closed.
     # 0: twice max_message_size.
     max_unfinished_size: int = 0
@@ -212,6 +224,8 @@ class ServerConfig:
         for key in (
             "max_message_size",
             "max_application_properties_size",
+            "max_message_annotations_size",
+            "max_cc_keys",
             "max_attach_data_size",
             "max_link_credit",
             "max_queue_credit",

@@ -16,7 +16,11 @@ from typing import Final
 
 from proton import Condition
 
-from sluicegate.gateway.config import DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
+from sluicegate.gateway.config import (
+    DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+    DEFAULT_MAX_CC_KEYS,
+    DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+)
 from sluicegate.queues.errors import AccessRefused
 from sluicegate.queues.exchanges import Unroutable
 from sluicegate.queues.message import Message
@@ -93,9 +97,13 @@ class Router:
         self,
         registry: QueueRegistry,
         max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+        max_message_annotations_size: int = DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+        max_cc_keys: int = DEFAULT_MAX_CC_KEYS,
     ) -> None:
         self.registry = registry
         self.max_application_properties_size = max_application_properties_size
+        self.max_message_annotations_size = max_message_annotations_size
+        self.max_cc_keys = max_cc_keys
 
     def resolve(self, address: str | None) -> PublishTarget:
         """The target a publisher attaches to; raises for an exchange that does not exist."""
@@ -115,7 +123,9 @@ class Router:
     def route(self, target: PublishTarget, payload: bytes | memoryview) -> Routed:
         """Read a message's envelope and decide where it goes."""
         try:
-            envelope = read_envelope(payload, self.max_application_properties_size)
+            envelope = read_envelope(
+                payload, self.max_application_properties_size, self.max_message_annotations_size
+            )
         except DecodeError as error:
             return _refused(Outcome.REJECTED, error.condition, f"malformed message: {error}")
         limit = self.max_application_properties_size
@@ -125,6 +135,21 @@ class Router:
                 "amqp:link:message-size-exceeded",
                 f"application-properties of {envelope.application_properties_size} bytes exceed "
                 f"max_application_properties_size {limit}",
+            )
+        limit = self.max_message_annotations_size
+        if envelope.message_annotations_size > limit:
+            return _refused(
+                Outcome.REJECTED,
+                "amqp:link:message-size-exceeded",
+                f"message-annotations of {envelope.message_annotations_size} bytes exceed "
+                f"max_message_annotations_size {limit}",
+            )
+        if len(envelope.cc) > self.max_cc_keys:
+            return _refused(
+                Outcome.REJECTED,
+                "amqp:resource-limit-exceeded",
+                f"'x-cc' names {len(envelope.cc)} distinct routing keys, more than "
+                f"max_cc_keys {self.max_cc_keys}",
             )
         expires = envelope.expires(self.registry.clock.now)
         queue = target.queue
@@ -192,9 +217,8 @@ class Router:
         """
         reached = {id(queue): queue for queue in queues}
         try:
-            for key in cc:
-                for queue in self.registry.route(exchange, key, payload):
-                    reached.setdefault(id(queue), queue)
+            for queue in self.registry.route_keys(exchange, cc, payload):
+                reached.setdefault(id(queue), queue)
         except AmqpError as error:
             return _refused(Outcome.REJECTED, error.condition, str(error))
         return Routed(list(reached.values()), message)

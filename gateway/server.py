@@ -83,7 +83,13 @@ class Server:
         }
         self.durability.recover(registries)
         apply_definitions(registries, config.queues, config.exchanges, config.bindings)
-        self.tenancy = Tenancy(vhosts, registries, config.max_application_properties_size)
+        self.tenancy = Tenancy(
+            vhosts,
+            registries,
+            config.max_application_properties_size,
+            config.max_message_annotations_size,
+            config.max_cc_keys,
+        )
         self.broker = Broker(config, self.tenancy, self.durability)
         self.runtime_vhosts = RuntimeVhosts(
             self.broker, store, config.data_dir, set(created) - set(config.vhosts)

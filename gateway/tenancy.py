@@ -14,7 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sluicegate.gateway.auth import DEFAULT_VHOST, Permissions, User
-from sluicegate.gateway.config import DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
+from sluicegate.gateway.config import (
+    DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+    DEFAULT_MAX_CC_KEYS,
+    DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+)
 from sluicegate.gateway.routing import Router
 from sluicegate.gateway.vhosts import VhostSettings, requested_vhost
 from sluicegate.queues.errors import NotFound, QueueError
@@ -126,8 +130,14 @@ class Tenancy:
         settings: Mapping[str, VhostSettings],
         registries: Mapping[str, QueueRegistry],
         max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+        max_message_annotations_size: int = DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+        max_cc_keys: int = DEFAULT_MAX_CC_KEYS,
     ) -> None:
-        self._max_application_properties_size = max_application_properties_size
+        self._router_limits = (
+            max_application_properties_size,
+            max_message_annotations_size,
+            max_cc_keys,
+        )
         self.vhosts: dict[str, VirtualHost] = {}
         for vhost in settings.values():
             self.add(vhost, registries[vhost.name])
@@ -136,7 +146,7 @@ class Tenancy:
     def add(self, settings: VhostSettings, registry: QueueRegistry) -> VirtualHost:
         """A virtual host, configured or created at run time (gateway/runtime_vhosts.py)."""
         vhost = self.vhosts[settings.name] = VirtualHost(
-            settings, registry, Router(registry, self._max_application_properties_size)
+            settings, registry, Router(registry, *self._router_limits)
         )
         return vhost
 

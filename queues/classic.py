@@ -258,6 +258,10 @@ class ClassicQueue:
         if expires is not None:
             deadlines.watch(message, expires)
         dispatches = consumers.offer(message, self._give) if waiting else _NO_DISPATCH
+        if consumers.deferred:
+            consumers.deferred = False
+            self._walks_paused = True
+            self._deadlines.join()
         self._order.add(message)
         if message.state != AVAILABLE:
             return dispatches

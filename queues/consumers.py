@@ -76,6 +76,7 @@ class Consumers:
         "browsers",
         "browsing",
         "by_key",
+        "deferred",
         "filtered",
         "rotation",
         "single_active",
@@ -93,6 +94,9 @@ class Consumers:
         self.browsers: list[Consumer] = []
         # Filtered consumers that acquire: each sees messages released behind its cursor.
         self.filtered: list[Consumer] = []
+        # A new message was left for a filtered consumer's walk (see offer): the queue must
+        # walk again at its next tick.
+        self.deferred = False
 
     def add(self, state: Consumer) -> None:
         """A consumer attached; on a single-active-consumer queue it waits if another is active."""
@@ -166,32 +170,53 @@ class Consumers:
                 return
 
     def offer(self, message: Message, give: Give) -> list[Dispatch]:
-        """A new message: copies to waiting browsers, then the first waiting taker that wants it."""
+        """A new message: copies to waiting browsers, then the first waiting taker that wants it.
+
+        A taker's filter runs on the queue's read budget, as in a walk: with the budget spent,
+        or a cursor behind the message (messages before it not read yet), the message is left
+        for that consumer's walk at the queue's next tick (``deferred``), so a publisher's burst
+        costs filtered consumers a budget per tick, not an evaluation per message each.
+        """
         dispatches: list[Dispatch] = []
         if self.browsing:
             for state in self.browsers:
                 if not state.waiting:
                     continue
+                # A browser is served only here and at its credit requests (no walk at the
+                # next tick would find a message left for it): its filter reads each one now.
                 state.cursor.position = message.seq + 1
-                if state.filter is None or state.filter(message):
-                    dispatches.append((state.key, give(state, message)))
-                    if state.credit == 0:
-                        self.leave(state)
+                if state.filter is not None and not state.filter(message):
+                    continue
+                dispatches.append((state.key, give(state, message)))
+                if state.credit == 0:
+                    self.leave(state)
         if not self.waiting:
             return dispatches
         for _, group in self.rotation:
             for index, state in enumerate(group):
-                accept = state.filter
-                if accept is not None:
-                    state.cursor.position = message.seq + 1
-                    if not accept(message):
-                        continue
+                if state.filter is not None and not self._reads(state, message):
+                    continue
                 del group[index]
                 give(state, message)
                 self.served(state, group)
                 dispatches.append((state.key, message))
                 return dispatches
         return dispatches
+
+    def _reads(self, state: Consumer, message: Message) -> bool:
+        """Whether a filtered consumer's filter takes a new message, read now within the
+        budget; False also when it is left for the consumer's walk."""
+        cursor = state.cursor
+        budget = cursor.budget
+        accept = state.filter
+        assert accept is not None
+        if cursor.position != message.seq or (budget is not None and budget.spent):
+            self.deferred = True
+            return False
+        cursor.position = message.seq + 1
+        if budget is None:
+            return accept(message)
+        return budget.passes(accept, message, cursor.views)
 
     def dispatch(self, fetch: Fetch, backlog: Backlog) -> list[Dispatch]:
         """Hand ``backlog``'s ready messages to waiting consumers, one each in turn, by priority."""

@@ -272,18 +272,42 @@ class ExchangeGraph:
             targets = [queues[q] for q in found.route(routing_key) if q in queues]
             if targets or found.settings.alternate_exchange is None:
                 return targets
-        return self._route_through(found, routing_key, payload)
+        return self._route_through(found, routing_key, payload, [])
+
+    def route_keys(
+        self, exchange: str, routing_keys: Iterable[str], payload: bytes | memoryview = b""
+    ) -> list[QueueType]:
+        """The queues any of ``routing_keys`` reaches through ``exchange``, each once (a
+        message's ``x-cc`` keys): a headers exchange on the way reads the message's headers
+        once for all the keys, not once per key."""
+        found = self._exchanges.get(exchange) if exchange != DEFAULT_EXCHANGE else None
+        if found is None or found.plain:
+            reached = {id(q): q for key in routing_keys for q in self.route(exchange, key, payload)}
+            return list(reached.values())
+        headers: list[Headers] = []
+        reached = {
+            id(q): q
+            for key in routing_keys
+            for q in self._route_through(found, key, payload, headers)
+        }
+        return list(reached.values())
 
     def _route_through(
-        self, start: Exchange, routing_key: str, payload: bytes | memoryview
+        self,
+        start: Exchange,
+        routing_key: str,
+        payload: bytes | memoryview,
+        read_headers: list[Headers],
     ) -> list[QueueType]:
         """Follow exchange-to-exchange bindings and alternate exchanges, each exchange once.
 
         As in RabbitMQ, an exchange whose bindings take the message nowhere (no queue and no
         exchange) passes it to its alternate exchange; a queue reached several ways gets one
-        copy, and a cycle of bindings ends where it meets an exchange already visited.
+        copy, and a cycle of bindings ends where it meets an exchange already visited. The
+        message's headers are read into ``read_headers`` the first time a headers exchange
+        needs them, and read from there by the next routings of the same message.
         """
-        headers: Headers | None = None
+        headers: Headers | None = read_headers[0] if read_headers else None
         seen = {start.name}
         pending = [start]
         reached: dict[str, None] = {}
@@ -293,6 +317,7 @@ class ExchangeGraph:
             if exchange.type is ExchangeType.HEADERS:
                 if headers is None:
                     headers = routing_headers(payload)
+                    read_headers.append(headers)
                 queues, onward = exchange.route_headers(headers)
             elif exchange.plain:
                 queues, onward = exchange.route(routing_key), ()

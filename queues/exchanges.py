@@ -2,11 +2,12 @@
 
 An exchange routes to the queues and exchanges bound to it: ``fanout`` to all, ``direct`` to
 those bound with exactly the routing key, ``topic`` to those whose binding key matches the
-dot-separated routing key, ``*`` standing for one word and ``#`` for zero or more, ``headers`` to
+dot-separated routing key, ``*`` standing for one word and ``#`` for zero or more (matched over a
+trie of the binding keys, :mod:`queues.topic_trie`), ``headers`` to
 those whose binding arguments match the message's headers (:mod:`queues.headers`),
 ``x-local-random`` (built into RabbitMQ 4.0) to one of its queues picked at random. Direct
-routing is one dict lookup; topic routing matches each distinct binding key once per message,
-headers routing each distinct set of binding arguments.
+routing is one dict lookup; topic routing walks the trie once per routing key, headers routing
+matches each distinct set of binding arguments.
 
 A binding is identified by its source, destination (a queue, or an exchange for an
 exchange-to-exchange binding), binding key and arguments, as in RabbitMQ: two bindings that
@@ -23,6 +24,7 @@ from typing import Final, cast
 
 from sluicegate.queues.errors import NotImplementedByServer, PreconditionFailed
 from sluicegate.queues.headers import Headers, HeadersMatch, headers_match
+from sluicegate.queues.topic_trie import TopicTrie
 from sluicegate.wire.codec import Value, encode_canonical
 
 
@@ -137,32 +139,6 @@ def exchange_settings(
     )
 
 
-def topic_matches(binding_key: str, routing_key: str) -> bool:
-    """AMQP 0-9-1 topic matching: ``*`` is one word, ``#`` zero or more words."""
-    return _match(binding_key.split("."), 0, routing_key.split("."), 0)
-
-
-def _match(pattern: list[str], p: int, words: list[str], w: int) -> bool:
-    # Iterative glob matching with one backtrack point, the last ``#`` seen.
-    star_p = -1
-    star_w = 0
-    while w < len(words):
-        if p < len(pattern) and pattern[p] == "#":
-            star_p, star_w = p, w
-            p += 1
-        elif p < len(pattern) and pattern[p] in ("*", words[w]):
-            p += 1
-            w += 1
-        elif star_p >= 0:
-            star_w += 1
-            p, w = star_p + 1, star_w
-        else:
-            return False
-    while p < len(pattern) and pattern[p] == "#":
-        p += 1
-    return p == len(pattern)
-
-
 class _Routes:
     """Destinations of one kind (queues or exchanges), by what selects them.
 
@@ -171,15 +147,21 @@ class _Routes:
     route to the same one.
     """
 
-    __slots__ = ("by_selector", "everywhere")
+    __slots__ = ("by_selector", "everywhere", "topics")
 
-    def __init__(self) -> None:
+    def __init__(self, topics: TopicTrie | None) -> None:
         self.by_selector: dict[str | bytes, dict[str, int]] = {}
         # Every destination, for fanout routing and for "routes anywhere at all".
         self.everywhere: dict[str, int] = {}
+        # A topic exchange's binding keys, matched once per routing key.
+        self.topics = topics
 
     def add(self, selector: str | bytes, destination: str) -> None:
-        destinations = self.by_selector.setdefault(selector, {})
+        destinations = self.by_selector.get(selector)
+        if destinations is None:
+            destinations = self.by_selector[selector] = {}
+            if self.topics is not None:
+                self.topics.add(cast(str, selector))
         destinations[destination] = destinations.get(destination, 0) + 1
         self.everywhere[destination] = self.everywhere.get(destination, 0) + 1
 
@@ -188,6 +170,8 @@ class _Routes:
         _decrement(destinations, destination)
         if not destinations:
             del self.by_selector[selector]
+            if self.topics is not None:
+                self.topics.remove(cast(str, selector))
         _decrement(self.everywhere, destination)
 
     def route(self, kind: ExchangeType, routing_key: str) -> Iterable[str]:
@@ -197,10 +181,13 @@ class _Routes:
             return self.everywhere
         if kind is ExchangeType.LOCAL_RANDOM:
             return (random.choice(list(self.everywhere)),) if self.everywhere else ()
+        topics = self.topics
+        if topics is None:
+            return ()
+        by_selector = self.by_selector
         found: dict[str, int] = {}
-        for key, destinations in self.by_selector.items():
-            if topic_matches(cast(str, key), routing_key):
-                found.update(destinations)
+        for key in topics.match(routing_key):
+            found.update(by_selector[key])
         return found
 
     def route_headers(self, patterns: dict[bytes, HeadersMatch], headers: Headers) -> list[str]:
@@ -228,8 +215,9 @@ class Exchange:
         self.name = name
         self.settings = settings
         self.bindings: dict[BindingKey, Binding] = {}
-        self._queues = _Routes()
-        self._exchanges = _Routes()
+        topic = settings.type is ExchangeType.TOPIC
+        self._queues = _Routes(TopicTrie() if topic else None)
+        self._exchanges = _Routes(TopicTrie() if topic else None)
         # A headers exchange's compiled binding arguments, by their identity.
         self._patterns: dict[bytes, HeadersMatch] = {}
         # Routes by routing key to queues only: the registry's one-step path.

@@ -194,14 +194,26 @@ class InvalidAnnotations(AmqpError):
     condition = "amqp:invalid-field"
 
 
-def modified_annotations(encoded: bytes | None) -> bytes | None:
+class AnnotationsTooLarge(InvalidAnnotations):
+    """A ``modified`` outcome whose annotations are larger than a message may carry."""
+
+    condition = "amqp:link:message-size-exceeded"
+
+
+def modified_annotations(encoded: bytes | None, limit: int | None = None) -> bytes | None:
     """The annotations of a consumer's ``modified`` outcome, checked; None when there are none.
 
     They must be a map with symbol keys starting with ``x-``: AMQP 1.0 §3.2.10 reserves every
-    other symbolic key, and RabbitMQ takes only those.
+    other symbolic key, and RabbitMQ takes only those; and at most ``limit`` bytes encoded (the
+    server's ``max_message_annotations_size``), measured before anything is decoded.
     """
     if encoded is None:
         return None
+    if limit is not None and len(encoded) > limit:
+        raise AnnotationsTooLarge(
+            f"modified outcome: message-annotations of {len(encoded)} bytes exceed "
+            f"max_message_annotations_size {limit}"
+        )
     try:
         entries = map_entries(encoded)
     except DecodeError as error:

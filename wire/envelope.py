@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, Value, decode, scalar_map, skip
+from sluicegate.wire.codec import Symbol, Value, decode, encode, scalar_map, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
@@ -36,6 +36,9 @@ _SUBJECT: Final = 3
 _ABSOLUTE_EXPIRY_TIME: Final = 8
 # The message annotation naming more routing keys (RabbitMQ 4.1's sender-selected routing).
 X_CC: Final = Symbol("x-cc")
+# Its key, encoded: annotations of scalars without these bytes are checked, never decoded (a
+# value that holds them only costs the decode).
+_X_CC_ENCODED: Final = encode(X_CC)
 # Headers read, by their encoded value: a publisher sends the same header (durable, priority,
 # ttl) on message after message, so one decode serves them all. Distinct headers are few; the
 # bound only keeps a publisher varying its ttl per message from growing the table.
@@ -95,6 +98,8 @@ class Envelope:
     application_properties_size: int = 0
     # More routing keys from the ``x-cc`` message annotation (RabbitMQ 4.1).
     cc: tuple[str, ...] = ()
+    # Encoded bytes of the message-annotations section's map (0: none).
+    message_annotations_size: int = 0
 
     def expires(self, now: int) -> int | None:
         """When the message expires by its own ttl or absolute-expiry-time, if ever."""
@@ -107,12 +112,16 @@ class Envelope:
 
 
 def read_envelope(
-    payload: bytes | memoryview, max_application_properties_size: int | None = None
+    payload: bytes | memoryview,
+    max_application_properties_size: int | None = None,
+    max_message_annotations_size: int | None = None,
 ) -> Envelope:
     """Read the header and the routing/expiry properties; raise DecodeError if malformed.
 
-    Application-properties larger than ``max_application_properties_size`` are measured, not
-    decoded: the publish is refused.
+    Application-properties larger than ``max_application_properties_size``, and
+    message-annotations larger than ``max_message_annotations_size``, are measured, not
+    decoded: the publish is refused. Annotations of scalars only, without an ``x-cc`` key, are
+    checked without building a value.
     """
     header = DEFAULT_HEADER
     to: str | None = None
@@ -121,6 +130,7 @@ def read_envelope(
     annotations_at: int | None = 0
     application_properties_size = 0
     cc: tuple[str, ...] = ()
+    annotations_size = 0
     for code, _, value_at, end in iter_sections(payload):
         if code == HEADER:
             if payload[value_at] != 0x45:
@@ -131,10 +141,16 @@ def read_envelope(
                 _map(payload, value_at, "delivery-annotations")
             annotations_at = end
         elif code == MESSAGE_ANNOTATIONS:
-            annotations = _map(payload, value_at, "message-annotations")
             annotations_at = None
-            if X_CC in annotations:
-                cc = _cc(annotations[X_CC])
+            annotations_size = end - value_at
+            limit = max_message_annotations_size
+            if (limit is None or annotations_size <= limit) and (
+                not scalar_map(payload, value_at, end)
+                or _X_CC_ENCODED in bytes(payload[value_at:end])
+            ):
+                annotations = _map(payload, value_at, "message-annotations")
+                if X_CC in annotations:
+                    cc = _cc(annotations[X_CC])
         elif code == PROPERTIES:
             to, subject, absolute = _properties(payload, value_at, end)
         elif code == APPLICATION_PROPERTIES:
@@ -148,7 +164,16 @@ def read_envelope(
             break
         else:
             raise DecodeError(f"unknown message section 0x{code:x}")
-    return Envelope(header, to, subject, absolute, annotations_at, application_properties_size, cc)
+    return Envelope(
+        header,
+        to,
+        subject,
+        absolute,
+        annotations_at,
+        application_properties_size,
+        cc,
+        annotations_size,
+    )
 
 
 def _header(encoded: bytes) -> Header:
@@ -177,11 +202,12 @@ class InvalidCc(DecodeError):
 
 
 def _cc(value: Value) -> tuple[str, ...]:
+    """The distinct routing keys of ``x-cc``, in order: a key named twice routes once."""
     if not isinstance(value, list) or not all(
         isinstance(key, str) and not isinstance(key, Symbol) for key in value
     ):
         raise InvalidCc(f"bad value for 'x-cc' message-annotation: {value!r}")
-    return tuple(str(key) for key in value)
+    return tuple(dict.fromkeys(str(key) for key in value))
 
 
 def _string(payload: bytes | memoryview, item: int, end: int) -> str | None:

@@ -4,7 +4,9 @@ A filtered consumer skips what it does not match, and a filter that matches noth
 the whole backlog in one credit request: with 100,000 messages and a few such consumers, seconds
 of the reactor. So every walk that runs filters draws on a :class:`ReadBudget`: a unit per step
 that costs O(1) (a stream chunk skipped, a digest compared), :data:`EVALUATION_COST` per message
-a filter reads, plus the bytes the filter decoded (queues.filters.view). When the budget is
+a filter reads, plus the bytes the filter decoded (queues.filters.view) and the work its
+evaluation measured (the nodes called, the characters compared and matched: the view cache's
+``work``, queues.filters.expression), so one evaluation costs what it did. When the budget is
 spent, the walk stops where it is and the queue goes on at the next tick of its clock, after
 the reactor has served other clients.
 """
@@ -45,9 +47,16 @@ class ReadBudget:
 
     def passes(self, accept: MessageFilter, message: Message, views: ViewCache | None) -> bool:
         """Run a filter on a message and charge what it cost."""
-        decoded = views.decoded_bytes if views is not None else 0
+        if views is None:
+            passed = accept(message)
+            self.units -= EVALUATION_COST
+            return passed
+        decoded, work = views.decoded_bytes, views.work
         passed = accept(message)
-        self.units -= EVALUATION_COST
-        if views is not None:
-            self.units -= (views.decoded_bytes - decoded) // DECODED_BYTES_PER_UNIT
+        self.units -= (
+            EVALUATION_COST
+            + (views.decoded_bytes - decoded) // DECODED_BYTES_PER_UNIT
+            + views.work
+            - work
+        )
         return passed

@@ -18,6 +18,10 @@ they share these nodes and their semantics:
 A parser builds a tree of :class:`Node`; :func:`compile_node` turns it into nested closures over
 a message's :class:`~queues.filters.view.FilterView`. Evaluation costs one call per node, plus
 the comparisons of the values it reads: O(size of the expression x size of the fields it reads).
+Each evaluation adds that cost to its :class:`~queues.filters.view.ViewCache`'s ``work``, in
+the units of the read budget (queues.filters.budget): a unit per :data:`NODES_PER_UNIT` nodes,
+per :data:`COMPARED_CHARS_PER_UNIT` characters or bytes compared, and what a LIKE's match costs
+(:meth:`~queues.filters.like.LikePattern.cost`), so the budget measures what was really done.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ from sluicegate.queues.filters.view import (
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
 from sluicegate.wire.codec import Value
+
+# A node's call is some 0.1-0.2 us and a budget unit some 2 us (queues.filters.budget).
+NODES_PER_UNIT: Final = 16
+# Comparing strings or binaries runs in C (memcmp): a unit per this many characters or bytes,
+# so two 60,000-character strings compared cost some 120 units.
+COMPARED_CHARS_PER_UNIT: Final = 1024
 
 # What an expression evaluates to; None is SQL's NULL or unknown.
 Scalar: TypeAlias = "bool | int | float | str | bytes | None"
@@ -141,6 +151,16 @@ def children(node: Node) -> tuple[Node, ...]:
     if isinstance(node, Like):
         return (node.value,)
     return ()
+
+
+def node_count(node: Node) -> int:
+    """The nodes of an expression: each evaluation calls each at most once."""
+    count = 0
+    pending = [node]
+    while pending:
+        count += 1
+        pending.extend(children(pending.pop()))
+    return count
 
 
 def parts_read(node: Node) -> int:
@@ -295,8 +315,19 @@ def _unary(op: str, operand: Expression) -> Expression:
     return sign
 
 
-def compile_node(node: Node, clock: Clock) -> Expression:
-    """The node as a function of a message's view."""
+def _compared(left: Scalar, right: Scalar) -> int:
+    """Units of comparing two values: strings and binaries by their length, the rest free."""
+    size = 0
+    if isinstance(left, str | bytes):
+        size += len(left)
+    if isinstance(right, str | bytes):
+        size += len(right)
+    return size // COMPARED_CHARS_PER_UNIT
+
+
+def compile_node(node: Node, clock: Clock, views: ViewCache) -> Expression:
+    """The node as a function of a message's view; what it costs beyond its nodes is added to
+    ``views.work``."""
     if isinstance(node, Literal):
         value = node.value
         return lambda view: value
@@ -305,32 +336,47 @@ def compile_node(node: Node, clock: Clock) -> Expression:
     if isinstance(node, Utc):
         return lambda view: clock.now
     if isinstance(node, Logical):
-        return _logical(node.op, [compile_node(n, clock) for n in node.operands])
+        return _logical(node.op, [compile_node(n, clock, views) for n in node.operands])
     if isinstance(node, Unary):
-        return _unary(node.op, compile_node(node.operand, clock))
+        return _unary(node.op, compile_node(node.operand, clock, views))
     if isinstance(node, Binary):
         op = node.op
-        left = compile_node(node.left, clock)
-        right = compile_node(node.right, clock)
-        combine = compare if op in ("=", "<>", "<", ">", "<=", ">=") else arithmetic
-        return lambda view: combine(op, left(view), right(view))
+        left = compile_node(node.left, clock, views)
+        right = compile_node(node.right, clock, views)
+        if op not in ("=", "<>", "<", ">", "<=", ">="):
+            return lambda view: arithmetic(op, left(view), right(view))
+
+        def comparison(view: FilterView) -> Scalar:
+            a, b = left(view), right(view)
+            views.work += _compared(a, b)
+            return compare(op, a, b)
+
+        return comparison
     if isinstance(node, In):
-        subject = compile_node(node.value, clock)
-        options = [compile_node(n, clock) for n in node.options]
+        subject = compile_node(node.value, clock, views)
+        options = [compile_node(n, clock, views) for n in node.options]
 
         def member(view: FilterView) -> Scalar:
             value = subject(view)
             if value is None:
                 return None
-            return any(equal(value, option(view)) for option in options)
+            for option in options:
+                other = option(view)
+                views.work += _compared(value, other)
+                if equal(value, other):
+                    return True
+            return False
 
         return member
-    subject = compile_node(node.value, clock)
+    subject = compile_node(node.value, clock, views)
     pattern = node.pattern
 
     def like(view: FilterView) -> Scalar:
         value = subject(view)
-        return pattern(value) if isinstance(value, str) else None
+        if not isinstance(value, str):
+            return None
+        views.work += pattern.cost(value)
+        return pattern(value)
 
     return like
 
@@ -342,15 +388,20 @@ class ExpressionFilter:
     the server's :class:`~queues.filters.view.ViewCache`.
     """
 
-    __slots__ = ("_expression", "_parts", "_views", "text")
+    __slots__ = ("_expression", "_nodes_cost", "_parts", "_views", "text")
 
     def __init__(self, text: str, node: Node, views: ViewCache, clock: Clock) -> None:
         self.text = text
-        self._expression = compile_node(node, clock)
+        self._expression = compile_node(node, clock, views)
         self._parts = parts_read(node)
+        self._nodes_cost = node_count(node) // NODES_PER_UNIT
         self._views = views
 
     def __call__(self, message: Message) -> bool:
         """True only when the expression is true for the message (not false, not unknown)."""
-        view = self._views.view(message, self._parts)
-        return not view.malformed and self._expression(view) is True
+        views = self._views
+        view = views.view(message, self._parts)
+        if view.malformed:
+            return False
+        views.work += self._nodes_cost
+        return self._expression(view) is True

@@ -226,7 +226,16 @@ class ViewStatistics:
 class ViewCache:
     """Decoded views of messages, least recently used first, up to ``budget`` estimated bytes."""
 
-    __slots__ = ("_views", "budget", "cost", "decoded_bytes", "decodes", "evictions", "hits")
+    __slots__ = (
+        "_views",
+        "budget",
+        "cost",
+        "decoded_bytes",
+        "decodes",
+        "evictions",
+        "hits",
+        "work",
+    )
 
     def __init__(self, budget: int = DEFAULT_VIEW_BUDGET) -> None:
         self.budget = budget
@@ -234,6 +243,9 @@ class ViewCache:
         self.cost = 0
         # Readers that must bound their work compare this before and after a filter runs.
         self.decoded_bytes = 0
+        # Units of the read budget the filters evaluated over these views spent beyond decoding
+        # (queues.filters.expression): readers compare it before and after, as decoded_bytes.
+        self.work = 0
         self.decodes = 0
         self.hits = 0
         self.evictions = 0

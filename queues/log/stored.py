@@ -156,10 +156,15 @@ class StoredMessage(Message):
 
     @property
     def held(self) -> int:
-        """The body kept with it until it is sent (:attr:`pinned`), else nothing: the store
-        bounds its own cache. A session charges what it holds waiting to its connection."""
+        """The body kept with it until it is sent (:attr:`pinned`), and the annotations
+        consumers added (kept in memory beside the body, perhaps shared by the messages of one
+        ``modified`` range: each is charged them, an upper bound); the store bounds its own
+        cache. A session charges what it holds waiting to its connection."""
         pinned = self.pinned
-        return 0 if pinned is None else len(pinned)
+        annotations = self.annotations
+        return (0 if pinned is None else len(pinned)) + (
+            0 if annotations is None else len(annotations)
+        )
 
     def acquire(self) -> None:
         """Handed to a consumer: logged."""

@@ -225,3 +225,44 @@ def test_filtered_consumers_attaching_to_a_long_queue_do_not_stall_others(
     assert got == ["us"]
     assert prober.seen.failures == []
     assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
+
+
+@pytest.mark.slow
+def test_an_expensive_like_is_charged_its_cost_and_others_are_served(
+    server: RunningServer,
+) -> None:
+    """Issue 31: three consumers with a LIKE of 4,000 ``_`` that matches none of 60 messages of
+    60,000-character properties, published after they attached. Each evaluation takes some
+    50 ms; offered each new message without a budget, and charged a flat 8 units in their walks,
+    they held a prober 10.4 s. Charged its real cost on the queue's budget, a reactor pass runs
+    one such evaluation: the prober is served, and the message that matches still reaches one
+    of the consumers."""
+    address = "/queues/like-cost"
+    messages = 60
+    selector = Selector("p LIKE '%" + "_" * 3999 + "b'")
+    connection = BlockingConnection(server.url)
+    try:
+        receivers = [
+            connection.create_receiver(address, credit=10, name=f"like-{n}", options=selector)
+            for n in range(3)
+        ]
+        with Prober(server.url) as prober:
+            prober.wait_rounds(2, timeout=60)
+            publish(
+                server.url,
+                address,
+                messages=[
+                    Message(body=f"m{n}", properties={"p": "a" * 60_000}) for n in range(messages)
+                ]
+                + [Message(body="match", properties={"p": "a" * 59_999 + "b"})],
+            )
+            wait_until(lambda: server.queue("like-cost").unacked == 1, timeout=120)
+            prober.wait_rounds(len(prober.seen.rounds) + 3, timeout=60)
+        got = [body for receiver in receivers for body in _drain(receiver)]
+        assert got == ["match"]
+    finally:
+        connection.close()
+    seen = prober.seen
+    assert seen.failures == []
+    assert seen.worst < PROBE_BOUND, seen.rounds
+    assert server.queue("like-cost").ready == messages

@@ -74,8 +74,12 @@ MESSAGE_FORMAT: Final = 0  # §2.7.5: format 0 is the standard AMQP message of p
 
 Role = Literal["sender", "receiver"]
 # An outcome for disposition(); modified carries (delivery-failed, undeliverable-here).
+# A modified outcome: delivery-failed, undeliverable-here and perhaps message-annotations.
 Outcome = (
-    Literal["accepted", "released", "rejected"] | tuple[Literal["modified"], bool, bool] | None
+    Literal["accepted", "released", "rejected"]
+    | tuple[Literal["modified"], bool, bool]
+    | tuple[Literal["modified"], bool, bool, dict[symbol, object]]
+    | None
 )
 
 
@@ -184,7 +188,14 @@ def _outcome(state: Outcome) -> Described | None:
     if state is None:
         return None
     if isinstance(state, tuple):
-        _, failed, undeliverable = state
+        failed, undeliverable = state[1], state[2]
+        if len(state) == 4:
+            return described(
+                "modified",
+                delivery_failed=failed,
+                undeliverable_here=undeliverable,
+                message_annotations=state[3],  # type: ignore[arg-type]
+            )
         return described("modified", delivery_failed=failed, undeliverable_here=undeliverable)
     return described(state)
 

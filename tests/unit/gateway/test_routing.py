@@ -84,3 +84,18 @@ def test_absolute_expiry_time_wins_when_sooner() -> None:
     routed = router.route(router.resolve("q"), header + later + _BODY)
     assert routed.message is not None
     assert routed.message.expires == 15_000
+
+
+def test_a_topic_match_past_its_bound_is_rejected_and_the_next_routed() -> None:
+    """Bindings made to be slow and a subject of 5,000 words: rejected with
+    amqp:resource-limit-exceeded instead of seconds of matching; other keys route as before."""
+    router = _router()
+    for n in range(50):
+        router.registry.bind("t", "q", ".".join(["#", *["*"] * 100, f"z{n}"]))
+    routed = router.route(
+        router.resolve("/exchanges/t"), _properties(subject=".".join(["a"] * 5000)) + _BODY
+    )
+    assert routed.outcome is Outcome.REJECTED
+    assert routed.condition is not None
+    assert routed.condition.name == "amqp:resource-limit-exceeded"
+    assert [q.name for q in router.route(router.resolve("/exchanges/t/a.b"), _BODY).queues] == ["q"]

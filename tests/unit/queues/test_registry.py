@@ -11,10 +11,10 @@ from sluicegate.queues.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
-from sluicegate.queues.exchanges import topic_matches
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome, QueueType
 from sluicegate.queues.registry import AccessRefused, QueueRegistry
+from sluicegate.queues.topic_trie import TopicTrie
 from sluicegate.wire.codec import Described, Symbol, encode
 from sluicegate.wire.deaths import deaths_of
 from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, sections
@@ -119,7 +119,9 @@ def test_arguments_parse_rabbitmq_names() -> None:
     ],
 )
 def test_topic_matching(binding_key: str, routing_key: str, matches: bool) -> None:
-    assert topic_matches(binding_key, routing_key) is matches
+    trie = TopicTrie()
+    trie.add(binding_key)
+    assert trie.match(routing_key) == ([binding_key] if matches else [])
 
 
 def names(queues: list[QueueType]) -> list[str]:

@@ -9,7 +9,7 @@ from proton import Message as ProtonMessage
 from proton import decimal32, decimal64, decimal128
 
 from sluicegate.wire.annotations import annotations_offset
-from sluicegate.wire.codec import MAX_DEPTH, Described, Value, encode
+from sluicegate.wire.codec import MAX_DEPTH, Described, Symbol, Value, encode
 from sluicegate.wire.envelope import read_envelope
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import read_header
@@ -123,6 +123,28 @@ def test_application_properties_over_the_limit_are_measured_not_decoded() -> Non
     assert read_envelope(bytes(broken), size - 1).application_properties_size == size
     with pytest.raises(DecodeError):
         read_envelope(bytes(broken), size)
+
+
+def test_message_annotations_over_the_limit_are_measured_not_decoded() -> None:
+    """As application-properties: a map past the limit is refused by its size, unread."""
+    entries: dict[Value, Value] = {Symbol(f"x-{i}"): [i] for i in range(1000)}
+    payload = b"\x00\x53\x72" + encode(entries) + encode(Described(0x77, "x"))
+    size = len(encode(entries))
+    assert read_envelope(payload, None, size).message_annotations_size == size
+    broken = bytearray(payload)
+    # The first value (after the section's 3 bytes, the map's 9 and the key "x-0"'s 5).
+    broken[3 + 9 + 5] = 0x0F
+    assert read_envelope(bytes(broken), None, size - 1).message_annotations_size == size
+    with pytest.raises(DecodeError):
+        read_envelope(bytes(broken), None, size)
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c.d", ""]), max_size=10))
+def test_x_cc_keys_are_read_once_each_in_order(keys: list[str]) -> None:
+    """A key named twice routes once; scalar annotations beside x-cc do not hide it."""
+    entries: dict[Value, Value] = {Symbol("x-a"): 1, Symbol("x-cc"): list(keys)}
+    payload = b"\x00\x53\x72" + encode(entries) + encode(Described(0x77, "x"))
+    assert read_envelope(payload).cc == tuple(dict.fromkeys(keys))
 
 
 def test_a_header_read_once_serves_every_message_that_sends_it() -> None:
