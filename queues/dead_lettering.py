@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Final, NamedTuple, Protocol
 
 from sluicegate.queues.errors import NotFound
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueType
 from sluicegate.queues.topology_log import TopologyLog
@@ -33,6 +34,12 @@ REJECTED: Final = "rejected"
 EXPIRED: Final = "expired"
 DELIVERY_LIMIT: Final = "delivery_limit"
 MAXLEN: Final = "maxlen"
+
+# Dead letters one pass of the reactor routes: the rest wait for the next pass, after other
+# clients' events. A letter's copies are one per queue its exchange routes to, so a pass does
+# at most this many routings and record_death calls (about 10 ms of work at 512), whatever the
+# topology or a queue that dead-letters what it takes at once (x-message-ttl 0) feeds back.
+LETTERS_PER_PASS: Final = 512
 
 
 class Holder(Protocol):
@@ -179,29 +186,39 @@ class DeadLetterRouter:
         # Dead letters that failed, for the gateway to log (it empties the list).
         self.failures: list[DeadLetterFailure] = []
 
-    def route_all(self) -> list[Dispatch]:
-        """Deliver every pending dead letter to its dead-letter exchange's queues.
+    def route_all(self, room: int | None = None) -> list[Dispatch]:
+        """Deliver pending dead letters to their dead-letter exchange's queues, a batch a call.
 
         Each copy carries the death in its annotations; a message that would loop back to a
         queue it already died in, with no rejection on the way, is dropped (RabbitMQ's rule).
+        At most :data:`LETTERS_PER_PASS` letters are taken, and none once the copies made
+        hold ``room`` bytes (the memory budget's headroom; None: no limit): the rest, and
+        the letters the copies make in turn (a queue that expires them at once), wait in the
+        outbox for the next call, so one event never loops, and what a fan-out makes is
+        counted by the budget before more is made.
         """
         dispatches: list[Dispatch] = []
         pending = self.outbox
-        while pending:
-            batch = pending[:]
-            pending.clear()
-            for letter in batch:
-                try:
-                    left = self._deliver(letter, dispatches)
-                except Exception as error:
-                    self._failed(letter, error)
-                    continue
-                if left is None:
-                    letter.stored()
-                else:
-                    # At-least-once: still held in its queue, to be sent again.
-                    assert letter.retry is not None
-                    letter.retry(letter._replace(done=left))
+        batch = pending[:LETTERS_PER_PASS]
+        del pending[:LETTERS_PER_PASS]
+        made = 0
+        for taken, letter in enumerate(batch):
+            if room is not None and made >= room:
+                # Back at the head of the outbox, in their order.
+                pending[:0] = batch[taken:]
+                break
+            try:
+                left, size = self._deliver(letter, dispatches)
+            except Exception as error:
+                self._failed(letter, error)
+                continue
+            made += size
+            if left is None:
+                letter.stored()
+            else:
+                # At-least-once: still held in its queue, to be sent again.
+                assert letter.retry is not None
+                letter.retry(letter._replace(done=left))
         return dispatches
 
     def _failed(self, letter: DeadLetter, error: Exception) -> None:
@@ -216,13 +233,16 @@ class DeadLetterRouter:
         )
         self.failures.append(DeadLetterFailure(letter.queue, described, repr(error), kept))
 
-    def _deliver(self, letter: DeadLetter, dispatches: list[Dispatch]) -> frozenset[str] | None:
+    def _deliver(
+        self, letter: DeadLetter, dispatches: list[Dispatch]
+    ) -> tuple[frozenset[str] | None, int]:
         """Store a copy in each queue the dead-letter exchange routes ``letter`` to.
 
         A message that cannot be decoded or annotated raises: it stays in its queue. A
         missing exchange, one that routes it nowhere, or a queue that refuses its copy drops it,
         as in RabbitMQ, unless the letter is at-least-once: then the queues that took it are
-        returned, for it to be sent again to the others (None: delivered, or dropped).
+        returned, for it to be sent again to the others (None: delivered, or dropped). The
+        second value is the bytes the copies hold, as the memory budget counts them.
         """
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
@@ -231,18 +251,14 @@ class DeadLetterRouter:
             targets = self._route(letter.exchange, routing_key, payload)
         except NotFound:
             targets = []
-        targets = [
-            q
-            for q in targets
-            if q.name not in letter.done and not is_cycle(payload, q.name, letter.reason)
-        ]
+        targets = [q for q in targets if q.name not in letter.done]
         if not targets:
             if letter.done:
-                return None
+                return None, 0
             if letter.retry is not None:
-                return letter.done
+                return letter.done, 0
             self.dropped += 1
-            return None
+            return None, 0
         death = Death(
             letter.queue,
             letter.reason,
@@ -251,8 +267,14 @@ class DeadLetterRouter:
             self.clock.now,
         )
         payload = record_death(payload, death)
+        targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
+        if not targets:
+            # A fully automatic loop: dropped, at-least-once or not (RabbitMQ's rule).
+            self.dropped += 1
+            return None, 0
         done = set(letter.done)
         refused = False
+        size = 0
         for queue in targets:
             copy = Message(
                 payload,
@@ -271,8 +293,9 @@ class DeadLetterRouter:
                     self.dropped += 1
                 refused = True
                 continue
+            size += len(payload) + MESSAGE_OVERHEAD
             done.add(queue.name)
-        return frozenset(done) if refused and letter.retry is not None else None
+        return (frozenset(done) if refused and letter.retry is not None else None), size
 
     def _log(self, queue: QueueType, copy: Message) -> Message:
         """The copy as ``queue`` stores it: logged when it is persistent and ``queue`` durable.
