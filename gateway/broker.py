@@ -649,9 +649,10 @@ class Broker(Handler):
         """Route a batch of every virtual host's pending dead letters, within the budget.
 
         Their copies are held like a publisher's messages: while the memory budget is blocked
-        none are made (the letters wait, their messages held at their place, counted), and a
-        pass makes at most the budget's headroom (queues/dead_lettering.py). Letters left for
-        later make the expiry timer come back at the next pass of the reactor.
+        no copy that grows what it counts is made (the letters wait, their messages held at
+        their place, counted), and a pass grows it by at most its headroom
+        (queues/dead_lettering.py). Letters left past a pass's batch make the expiry timer come
+        back at the next pass of the reactor; those waiting for room, at its next interval.
         """
         budget = self.publishing.budget
         left = False
@@ -662,12 +663,11 @@ class Broker(Handler):
             room = 0
             if not budget.blocked:
                 used = self.registry.held.total + self.outbound_bytes() + budget.unfinished
-                room = budget.limit - used
-            if room <= 0:
-                continue
+                room = max(0, budget.limit - used)
             self._route(registry.route_dead_letters(room))
-            left = left or bool(registry.dead_letters)
-            failures = registry.dead_letter_router.failures
+            router = registry.dead_letter_router
+            left = left or (bool(router.outbox) and not router.waiting)
+            failures = router.failures
             for failure in failures:
                 log.error(
                     "dead-lettering %s of queue '%s' failed (%s): %s",

@@ -154,6 +154,13 @@ Route = Callable[[str, str, bytes], list[QueueType]]
 Persists = Callable[[QueueType, Message], bool]
 
 
+class _Wait:
+    """A dead letter whose copies the memory budget has no room for yet."""
+
+
+_WAIT: Final = _Wait()
+
+
 class DeadLetterFailure(NamedTuple):
     """A dead letter that could not be routed: where it came from, which message, and why."""
 
@@ -183,6 +190,8 @@ class DeadLetterRouter:
         self.outbox: list[DeadLetter] = []
         # Dead letters lost because their exchange was missing or routed them nowhere.
         self.dropped = 0
+        # Whether the last call stopped at a letter the budget had no room for.
+        self.waiting = False
         # Dead letters that failed, for the gateway to log (it empties the list).
         self.failures: list[DeadLetterFailure] = []
 
@@ -191,34 +200,38 @@ class DeadLetterRouter:
 
         Each copy carries the death in its annotations; a message that would loop back to a
         queue it already died in, with no rejection on the way, is dropped (RabbitMQ's rule).
-        At most :data:`LETTERS_PER_PASS` letters are taken, and none once the copies made
-        hold ``room`` bytes (the memory budget's headroom; None: no limit): the rest, and
-        the letters the copies make in turn (a queue that expires them at once), wait in the
-        outbox for the next call, so one event never loops, and what a fan-out makes is
-        counted by the budget before more is made.
+        At most :data:`LETTERS_PER_PASS` letters are taken, and they stop at the first whose
+        copies would grow the bytes held past ``room`` (the memory budget's headroom; None: no
+        limit; a letter to one queue moves its message and grows nothing): the rest, and the
+        letters the copies make in turn (a queue that expires them at once), wait in the
+        outbox for the next call, so one event never loops and a fan-out never grows the
+        server past its budget.
         """
         dispatches: list[Dispatch] = []
+        self.waiting = False
         pending = self.outbox
         batch = pending[:LETTERS_PER_PASS]
         del pending[:LETTERS_PER_PASS]
-        made = 0
         for taken, letter in enumerate(batch):
-            if room is not None and made >= room:
-                # Back at the head of the outbox, in their order.
-                pending[:0] = batch[taken:]
-                break
             try:
-                left, size = self._deliver(letter, dispatches)
+                left = self._deliver(letter, dispatches, room)
             except Exception as error:
                 self._failed(letter, error)
                 continue
-            made += size
-            if left is None:
+            if isinstance(left, _Wait):
+                # Back at the head of the outbox, in their order, until the budget has room.
+                pending[:0] = batch[taken:]
+                self.waiting = True
+                break
+            grown, done = left
+            if room is not None:
+                room -= grown
+            if done is None:
                 letter.stored()
             else:
                 # At-least-once: still held in its queue, to be sent again.
                 assert letter.retry is not None
-                letter.retry(letter._replace(done=left))
+                letter.retry(letter._replace(done=done))
         return dispatches
 
     def _failed(self, letter: DeadLetter, error: Exception) -> None:
@@ -234,15 +247,17 @@ class DeadLetterRouter:
         self.failures.append(DeadLetterFailure(letter.queue, described, repr(error), kept))
 
     def _deliver(
-        self, letter: DeadLetter, dispatches: list[Dispatch]
-    ) -> tuple[frozenset[str] | None, int]:
+        self, letter: DeadLetter, dispatches: list[Dispatch], room: int | None
+    ) -> tuple[int, frozenset[str] | None] | _Wait:
         """Store a copy in each queue the dead-letter exchange routes ``letter`` to.
 
         A message that cannot be decoded or annotated raises: it stays in its queue. A
         missing exchange, one that routes it nowhere, or a queue that refuses its copy drops it,
         as in RabbitMQ, unless the letter is at-least-once: then the queues that took it are
-        returned, for it to be sent again to the others (None: delivered, or dropped). The
-        second value is the bytes the copies hold, as the memory budget counts them.
+        returned, for it to be sent again to the others (None: delivered, or dropped), after
+        the bytes by which the copies grow what the memory budget counts (the original leaves
+        its queue once they are stored). Copies that would grow it past ``room`` are not made:
+        :data:`_WAIT`.
         """
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
@@ -254,11 +269,11 @@ class DeadLetterRouter:
         targets = [q for q in targets if q.name not in letter.done]
         if not targets:
             if letter.done:
-                return None, 0
+                return 0, None
             if letter.retry is not None:
-                return letter.done, 0
+                return 0, letter.done
             self.dropped += 1
-            return None, 0
+            return 0, None
         death = Death(
             letter.queue,
             letter.reason,
@@ -271,10 +286,13 @@ class DeadLetterRouter:
         if not targets:
             # A fully automatic loop: dropped, at-least-once or not (RabbitMQ's rule).
             self.dropped += 1
-            return None, 0
+            return 0, None
+        cost = len(payload) + MESSAGE_OVERHEAD
+        grown = (len(targets) - (letter.holder is not None and not letter.done)) * cost
+        if room is not None and grown > 0 and grown > room:
+            return _WAIT
         done = set(letter.done)
         refused = False
-        size = 0
         for queue in targets:
             copy = Message(
                 payload,
@@ -293,9 +311,8 @@ class DeadLetterRouter:
                     self.dropped += 1
                 refused = True
                 continue
-            size += len(payload) + MESSAGE_OVERHEAD
             done.add(queue.name)
-        return (frozenset(done) if refused and letter.retry is not None else None), size
+        return grown, (frozenset(done) if refused and letter.retry is not None else None)
 
     def _log(self, queue: QueueType, copy: Message) -> Message:
         """The copy as ``queue`` stores it: logged when it is persistent and ``queue`` durable.
