@@ -11,6 +11,7 @@ Management is not a hot path: requests and replies are decoded and encoded with 
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, cast
@@ -39,6 +40,8 @@ from sluicegate.gateway.management.router import (
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
+
+log = logging.getLogger("sluicegate")
 
 ADDRESS: Final = "/management"
 # RabbitMQ grants 8 credits on the request link and tops up once 4 are left. Here the 8 also
@@ -175,7 +178,12 @@ class ManagementNode(Handler):
         method, path = message.subject, message.address
         if not isinstance(method, str) or not isinstance(path, str):
             return Response(400, "a request needs the method in 'subject' and the path in 'to'")
-        response = router.handle(Request(method, path, message.body), caller)
+        try:
+            response = router.handle(Request(method, path, message.body), caller)
+        except Exception:
+            # A bug, not the client's fault: this request fails, its connection goes on.
+            log.exception("internal error answering %s %s", method, path)
+            return Response(500, "internal error")
         registry = router.registry
         if response.deleted_queue is not None:
             self._on_queue_deleted(registry, response.deleted_queue)
