@@ -3,8 +3,10 @@
 A queue hands each message it gives up on (rejected, expired, past its delivery limit, pushed
 out by overflow) to its :class:`DeadLetterer`, which puts a :class:`DeadLetter` in the server's
 outbox when the queue has ``x-dead-letter-exchange``, or drops it. The registry's
-:class:`DeadLetterRouter` empties the outbox: each copy carries the death in its message
-annotations (``x-opt-deaths``) and goes to the queues the dead-letter exchange routes it to. A
+:class:`DeadLetterRouter` empties the outbox, a bounded batch a call (what a queue that
+dead-letters at once, x-message-ttl 0, feeds back waits for the next call): each copy carries the
+death in its message annotations (``x-opt-deaths``) and goes to the queues the dead-letter
+exchange routes it to, unless that closes a loop of automatic deaths (RabbitMQ 4's rule). A
 persistent copy for a durable queue is logged by an explicit call to the store before the queue
 takes it.
 
