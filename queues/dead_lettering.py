@@ -290,7 +290,7 @@ class DeadLetterRouter:
             self.dropped += 1
             return 0, None
         cost = len(payload) + MESSAGE_OVERHEAD
-        grown = (len(targets) - (letter.holder is not None and not letter.done)) * cost
+        grown = (len(targets) - (letter.holder is not None)) * cost
         if room is not None and grown > 0 and grown > room:
             return _WAIT
         done = set(letter.done)
