@@ -90,6 +90,8 @@ class ExpiryTimer(Handler):
         A failure (a bug in one queue's expiry, say) is logged and the timer goes on: left
         disarmed, no TTL, x-expires, consumer timeout or dead-letter retry would ever run again.
         """
+        # This task has fired: nothing is armed until :meth:`soon` or :meth:`_rearm` arms one.
+        self._task = None
         self._hurried = False
         try:
             self._expire()
@@ -110,8 +112,8 @@ class ExpiryTimer(Handler):
 
     def _rearm(self) -> None:
         container = self._container
-        if container is None:
-            return
+        if container is None or self._task is not None:
+            return  # stopped, or armed by :meth:`soon` meanwhile: one task at a time
         now = self.registries[0].clock.now
         due = any(
             deadline is not None and deadline <= now
