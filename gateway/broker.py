@@ -744,22 +744,7 @@ class Broker(Handler):
 
     def flush(self) -> None:
         """Renew publisher credit and pump every session that has something new to send."""
-        for vhost in self.tenancy.vhosts.values():
-            if vhost.registry.dead_letters:
-                self._route(vhost.registry.route_dead_letters())
-                failures = vhost.registry.dead_letter_router.failures
-                for failure in failures:
-                    log.error(
-                        "dead-lettering %s of queue '%s' failed (%s): %s",
-                        failure.message,
-                        failure.queue,
-                        failure.error,
-                        "it stays at its place in its queue, not delivered, until the queue is "
-                        "purged or deleted or the server restarts"
-                        if failure.kept
-                        else "it is lost (purged, or refused at publish)",
-                    )
-                failures.clear()
+        self._route_dead_letters()
         self.publishing.flush()
         self.modified_annotations.forget()
         dirty = self._dirty
@@ -769,6 +754,44 @@ class Broker(Handler):
             self._resume(state.connection)
         if self._unframed:
             self._give_back_buffers()
+
+    def _route_dead_letters(self) -> None:
+        """Route a batch of every virtual host's pending dead letters, within the budget.
+
+        Their copies are held like a publisher's messages: while the memory budget is blocked
+        no copy that grows what it counts is made (the letters wait, their messages held at
+        their place, counted), and a pass grows it by at most its headroom
+        (queues/dead_lettering.py). Letters left past a pass's batch make the expiry timer come
+        back at the next pass of the reactor; those waiting for room, at its next interval.
+        """
+        budget = self.publishing.budget
+        left = False
+        for vhost in self.tenancy.vhosts.values():
+            registry = vhost.registry
+            if not registry.dead_letters:
+                continue
+            room = 0
+            if not budget.blocked:
+                used = self.registry.held.total + self.outbound_bytes() + budget.unfinished
+                room = max(0, budget.limit - used)
+            self._route(registry.route_dead_letters(room))
+            router = registry.dead_letter_router
+            left = left or (bool(router.outbox) and not router.waiting)
+            failures = router.failures
+            for failure in failures:
+                log.error(
+                    "dead-lettering %s of queue '%s' failed (%s): %s",
+                    failure.message,
+                    failure.queue,
+                    failure.error,
+                    "it stays at its place in its queue, not delivered, until the queue is "
+                    "purged or deleted or the server restarts"
+                    if failure.kept
+                    else "it is lost (purged, or refused at publish)",
+                )
+            failures.clear()
+        if left:
+            self.expiry.soon()
 
     def _give_back_buffers(self) -> None:
         """Free the payload buffers of unsettled deliveries proton has framed since.

@@ -56,6 +56,8 @@ class ExpiryTimer(Handler):
         self._deleted = deleted
         self._container: Container | None = None
         self._task: Task | None = None
+        # Armed to fire at the next pass (:meth:`soon`).
+        self._hurried = False
 
     def start(self, container: Container) -> None:
         """Arm the first timer; the queues' x-expires countdowns start now."""
@@ -71,8 +73,34 @@ class ExpiryTimer(Handler):
             self._task.cancel()
             self._task = None
 
+    def soon(self) -> None:
+        """Fire at the next pass of the reactor, not an interval later: work is left over
+        (dead letters past a pass's batch)."""
+        container = self._container
+        if container is None or self._hurried:
+            return
+        if self._task is not None:
+            self._task.cancel()
+        self._hurried = True
+        self._task = container.schedule(0.0, self)
+
     def on_timer_task(self, event: Event) -> None:
-        """Expire what is due, then re-arm."""
+        """Expire what is due, then re-arm, whatever happened.
+
+        A failure (a bug in one queue's expiry, say) is logged and the timer goes on: left
+        disarmed, no TTL, x-expires, consumer timeout or dead-letter retry would ever run again.
+        """
+        # This task has fired: nothing is armed until :meth:`soon` or :meth:`_rearm` arms one.
+        self._task = None
+        self._hurried = False
+        try:
+            self._expire()
+        except Exception:
+            log.exception("internal error in the expiry timer; it goes on")
+        finally:
+            self._rearm()
+
+    def _expire(self) -> None:
         tick(self.registries[0])
         for registry in self.registries:
             dispatches = registry.expire()
@@ -81,7 +109,14 @@ class ExpiryTimer(Handler):
             for name in registry.expire_unused():
                 log.info("queue '%s' deleted: unused for its x-expires", name)
                 self._deleted(registry, name)
-        if self._container is not None:
-            due = registry.next_deadline()
-            delay = 0.0 if due is not None and due <= registry.clock.now else EXPIRY_INTERVAL
-            self._task = self._container.schedule(delay, self)
+
+    def _rearm(self) -> None:
+        container = self._container
+        if container is None or self._task is not None:
+            return  # stopped, or armed by :meth:`soon` meanwhile: one task at a time
+        now = self.registries[0].clock.now
+        due = any(
+            deadline is not None and deadline <= now
+            for deadline in (registry.next_deadline() for registry in self.registries)
+        )
+        self._task = container.schedule(0.0 if due else EXPIRY_INTERVAL, self)

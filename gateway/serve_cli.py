@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
@@ -17,6 +19,8 @@ from sluicegate.gateway.runtime_vhosts import RuntimeVhostsDamaged
 from sluicegate.gateway.server import Server, StartError
 from sluicegate.queues.log.damage import LogDamaged
 from sluicegate.queues.log.recovery import LogCorrupted
+
+log = logging.getLogger("sluicegate")
 
 _FLAG_HELP: Final = {
     "listen": "AMQP address to listen on, HOST:PORT (port 0: any)",
@@ -80,6 +84,15 @@ def serve(config: Any) -> int:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         server.request_shutdown()
+        if not watchdog:
+            watchdog.append(
+                threading.Thread(
+                    target=_watch_shutdown, args=(server,), name="shutdown-watchdog", daemon=True
+                )
+            )
+            watchdog[0].start()
+
+    watchdog: list[threading.Thread] = []
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
@@ -89,3 +102,26 @@ def serve(config: Any) -> int:
         print(f"sluicegate listening on amqps://{host}:{server.tls_port}", flush=True)
     server.run()
     return server.exit_status
+
+
+# How long past ``shutdown_timeout`` the watchdog waits for the reactor to stop serving: the
+# reactor's select timeout (0.5 s, the most it overruns its own deadline) twice over, so a
+# reactor that is only slow always gets there first.
+WATCHDOG_MARGIN: Final = 1.0
+
+
+def _watch_shutdown(server: Server) -> None:
+    """End the process if the reactor has not stopped serving within ``shutdown_timeout``.
+
+    The reactor acts on SIGTERM only between two events; one stuck in a loop (a bug, or work a
+    client made unbounded) would otherwise make SIGTERM a no-op that only SIGKILL ends. What
+    the log has fsynced is kept; the server's own shutdown would have written the rest.
+    """
+    if server.finishing.wait(server.config.shutdown_timeout + WATCHDOG_MARGIN):
+        return
+    log.error(
+        "shutdown: the reactor did not stop within shutdown_timeout (%s s); exiting now",
+        server.config.shutdown_timeout,
+    )
+    logging.shutdown()
+    os._exit(1)

@@ -106,6 +106,9 @@ class Server:
         # The amqps:// port once started, if TLS is configured.
         self.tls_port: int | None = None
         self._stopping = False
+        # Set once the reactor has stopped serving, as the shutdown hooks start: a process
+        # watchdog (gateway/serve_cli.py) waits for it.
+        self.finishing = threading.Event()
         self._shutdown_hooks: list[Callable[[], None]] = []
         # The log writes and fsyncs the last settlements once no client can act any more.
         self.on_shutdown(self.durability.close)
@@ -246,6 +249,7 @@ class Server:
         container.stop()
         container.process()
         self.logins.close()
+        self.finishing.set()
         self._run_shutdown_hooks()
         self._io.close()
         self._close_http()

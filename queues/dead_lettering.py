@@ -3,8 +3,10 @@
 A queue hands each message it gives up on (rejected, expired, past its delivery limit, pushed
 out by overflow) to its :class:`DeadLetterer`, which puts a :class:`DeadLetter` in the server's
 outbox when the queue has ``x-dead-letter-exchange``, or drops it. The registry's
-:class:`DeadLetterRouter` empties the outbox: each copy carries the death in its message
-annotations (``x-opt-deaths``) and goes to the queues the dead-letter exchange routes it to. A
+:class:`DeadLetterRouter` empties the outbox, a bounded batch a call (what a queue that
+dead-letters at once, x-message-ttl 0, feeds back waits for the next call): each copy carries the
+death in its message annotations (``x-opt-deaths``) and goes to the queues the dead-letter
+exchange routes it to, unless that closes a loop of automatic deaths (RabbitMQ 4's rule). A
 persistent copy for a durable queue is logged by an explicit call to the store before the queue
 takes it.
 
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from typing import Final, NamedTuple, Protocol
 
 from sluicegate.queues.errors import NotFound
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueType
 from sluicegate.queues.topology_log import TopologyLog
@@ -33,6 +36,12 @@ REJECTED: Final = "rejected"
 EXPIRED: Final = "expired"
 DELIVERY_LIMIT: Final = "delivery_limit"
 MAXLEN: Final = "maxlen"
+
+# Dead letters one pass of the reactor routes: the rest wait for the next pass, after other
+# clients' events. A letter's copies are one per queue its exchange routes to, so a pass does
+# at most this many routings and record_death calls (about 10 ms of work at 512), whatever the
+# topology or a queue that dead-letters what it takes at once (x-message-ttl 0) feeds back.
+LETTERS_PER_PASS: Final = 512
 
 
 class Holder(Protocol):
@@ -147,6 +156,13 @@ Route = Callable[[str, str, bytes], list[QueueType]]
 Persists = Callable[[QueueType, Message], bool]
 
 
+class _Wait:
+    """A dead letter whose copies the memory budget has no room for yet."""
+
+
+_WAIT: Final = _Wait()
+
+
 class DeadLetterFailure(NamedTuple):
     """A dead letter that could not be routed: where it came from, which message, and why."""
 
@@ -176,32 +192,48 @@ class DeadLetterRouter:
         self.outbox: list[DeadLetter] = []
         # Dead letters lost because their exchange was missing or routed them nowhere.
         self.dropped = 0
+        # Whether the last call stopped at a letter the budget had no room for.
+        self.waiting = False
         # Dead letters that failed, for the gateway to log (it empties the list).
         self.failures: list[DeadLetterFailure] = []
 
-    def route_all(self) -> list[Dispatch]:
-        """Deliver every pending dead letter to its dead-letter exchange's queues.
+    def route_all(self, room: int | None = None) -> list[Dispatch]:
+        """Deliver pending dead letters to their dead-letter exchange's queues, a batch a call.
 
         Each copy carries the death in its annotations; a message that would loop back to a
         queue it already died in, with no rejection on the way, is dropped (RabbitMQ's rule).
+        At most :data:`LETTERS_PER_PASS` letters are taken, and they stop at the first whose
+        copies would grow the bytes held past ``room`` (the memory budget's headroom; None: no
+        limit; a letter to one queue moves its message and grows nothing): the rest, and the
+        letters the copies make in turn (a queue that expires them at once), wait in the
+        outbox for the next call, so one event never loops and a fan-out never grows the
+        server past its budget.
         """
         dispatches: list[Dispatch] = []
+        self.waiting = False
         pending = self.outbox
-        while pending:
-            batch = pending[:]
-            pending.clear()
-            for letter in batch:
-                try:
-                    left = self._deliver(letter, dispatches)
-                except Exception as error:
-                    self._failed(letter, error)
-                    continue
-                if left is None:
-                    letter.stored()
-                else:
-                    # At-least-once: still held in its queue, to be sent again.
-                    assert letter.retry is not None
-                    letter.retry(letter._replace(done=left))
+        batch = pending[:LETTERS_PER_PASS]
+        del pending[:LETTERS_PER_PASS]
+        for taken, letter in enumerate(batch):
+            try:
+                left = self._deliver(letter, dispatches, room)
+            except Exception as error:
+                self._failed(letter, error)
+                continue
+            if isinstance(left, _Wait):
+                # Back at the head of the outbox, in their order, until the budget has room.
+                pending[:0] = batch[taken:]
+                self.waiting = True
+                break
+            grown, done = left
+            if room is not None:
+                room -= grown
+            if done is None:
+                letter.stored()
+            else:
+                # At-least-once: still held in its queue, to be sent again.
+                assert letter.retry is not None
+                letter.retry(letter._replace(done=done))
         return dispatches
 
     def _failed(self, letter: DeadLetter, error: Exception) -> None:
@@ -216,13 +248,18 @@ class DeadLetterRouter:
         )
         self.failures.append(DeadLetterFailure(letter.queue, described, repr(error), kept))
 
-    def _deliver(self, letter: DeadLetter, dispatches: list[Dispatch]) -> frozenset[str] | None:
+    def _deliver(
+        self, letter: DeadLetter, dispatches: list[Dispatch], room: int | None
+    ) -> tuple[int, frozenset[str] | None] | _Wait:
         """Store a copy in each queue the dead-letter exchange routes ``letter`` to.
 
         A message that cannot be decoded or annotated raises: it stays in its queue. A
         missing exchange, one that routes it nowhere, or a queue that refuses its copy drops it,
         as in RabbitMQ, unless the letter is at-least-once: then the queues that took it are
-        returned, for it to be sent again to the others (None: delivered, or dropped).
+        returned, for it to be sent again to the others (None: delivered, or dropped), after
+        the bytes by which the copies grow what the memory budget counts (the original leaves
+        its queue once they are stored). Copies that would grow it past ``room`` are not made:
+        :data:`_WAIT`.
         """
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
@@ -231,18 +268,14 @@ class DeadLetterRouter:
             targets = self._route(letter.exchange, routing_key, payload)
         except NotFound:
             targets = []
-        targets = [
-            q
-            for q in targets
-            if q.name not in letter.done and not is_cycle(payload, q.name, letter.reason)
-        ]
+        targets = [q for q in targets if q.name not in letter.done]
         if not targets:
             if letter.done:
-                return None
+                return 0, None
             if letter.retry is not None:
-                return letter.done
+                return 0, letter.done
             self.dropped += 1
-            return None
+            return 0, None
         death = Death(
             letter.queue,
             letter.reason,
@@ -251,6 +284,15 @@ class DeadLetterRouter:
             self.clock.now,
         )
         payload = record_death(payload, death)
+        targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
+        if not targets:
+            # A fully automatic loop: dropped, at-least-once or not (RabbitMQ's rule).
+            self.dropped += 1
+            return 0, None
+        cost = len(payload) + MESSAGE_OVERHEAD
+        grown = (len(targets) - (letter.holder is not None)) * cost
+        if room is not None and grown > 0 and grown > room:
+            return _WAIT
         done = set(letter.done)
         refused = False
         for queue in targets:
@@ -272,7 +314,7 @@ class DeadLetterRouter:
                 refused = True
                 continue
             done.add(queue.name)
-        return frozenset(done) if refused and letter.retry is not None else None
+        return grown, (frozenset(done) if refused and letter.retry is not None else None)
 
     def _log(self, queue: QueueType, copy: Message) -> Message:
         """The copy as ``queue`` stores it: logged when it is persistent and ``queue`` durable.

@@ -54,6 +54,10 @@ class ExchangeGraph:
         self._exchanges: dict[str, Exchange] = {}
         # Bindings of every exchange, kept as they come and go so a limit costs O(1).
         self.binding_count = 0
+        # The exchanges bound to each destination (name, is it an exchange), with how many
+        # bindings each: deleting a queue or exchange looks only at them, so a cascade of
+        # auto-delete exchanges costs its length, not its length times every exchange.
+        self._sources: dict[tuple[str, bool], dict[str, int]] = {}
         # Exchanges whose bindings to logged queues are logged: the durable ones.
         self._logged_exchanges: set[str] = set(PREDECLARED)
         for name, kind in PREDECLARED.items():
@@ -112,27 +116,38 @@ class ExchangeGraph:
             return
         if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange '{name}' in use")
+        self._drop(exchange)
+        self.remove_destination(name, to_exchange=True)
+
+    def _drop(self, exchange: Exchange) -> None:
+        """Forget an exchange and its bindings as a source; bindings to it are not looked at."""
+        name = exchange.name
         del self._exchanges[name]
         self.binding_count -= len(exchange.bindings)
+        for binding in exchange.bindings.values():
+            self._unindex(binding)
         if name in self._logged_exchanges and self.store is not None:
             self._logged_exchanges.discard(name)
             self.store.delete_exchange(name)
-        self.remove_destination(name, to_exchange=True)
 
     def remove_destination(self, name: str, *, to_exchange: bool) -> None:
         """Remove every binding to a deleted queue or exchange, then auto-delete the emptied.
 
-        The log needs no record per binding: recovery drops the bindings of whatever a
-        deletion record names.
+        An auto-delete exchange emptied so is deleted in turn, and so on down a chain a client
+        built: with a work list, not by recursion, so a chain of any length cannot exhaust the
+        stack half-way (and leave the graph half-deleted). The log needs no record per
+        binding: recovery drops the bindings of whatever a deletion record names.
         """
-        emptied = []
-        for exchange in list(self._exchanges.values()):
-            removed = exchange.unbind_destination(name, to_exchange=to_exchange)
-            if removed:
+        gone = [(name, to_exchange)]
+        while gone:
+            destination, is_exchange = gone.pop()
+            for source in self._sources.pop((destination, is_exchange), {}):
+                exchange = self._exchanges[source]
+                removed = exchange.unbind_destination(destination, to_exchange=is_exchange)
                 self.binding_count -= len(removed)
-                emptied.append(exchange)
-        for exchange in emptied:
-            self._auto_delete(exchange)
+                if exchange.settings.auto_delete and not exchange.bindings:
+                    self._drop(exchange)
+                    gone.append((exchange.name, True))
 
     def exchange(self, name: str) -> Exchange:
         """Return the exchange called ``name``, or raise ``amqp:not-found``."""
@@ -191,6 +206,8 @@ class ExchangeGraph:
         if not exchange.bind(binding):
             return binding
         self.binding_count += 1
+        sources = self._sources.setdefault((destination, to_exchange), {})
+        sources[source] = sources.get(source, 0) + 1
         if (
             self.store is not None
             and source in self._logged_exchanges
@@ -216,10 +233,23 @@ class ExchangeGraph:
             return False
         exchange.unbind(binding.key)
         self.binding_count -= 1
+        self._unindex(binding)
         if self.store is not None:
             self.store.unbind(source, destination, binding_key, logged, to_exchange=to_exchange)
         self._auto_delete(exchange)
         return True
+
+    def _unindex(self, binding: Binding) -> None:
+        """``binding`` is gone: its source counts one binding less to its destination."""
+        destination = (binding.destination, binding.to_exchange)
+        sources = self._sources[destination]
+        left = sources[binding.source] - 1
+        if left:
+            sources[binding.source] = left
+        else:
+            del sources[binding.source]
+            if not sources:
+                del self._sources[destination]
 
     def _auto_delete(self, exchange: Exchange) -> None:
         """Delete an auto-delete exchange whose last binding as a source just went.

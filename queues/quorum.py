@@ -63,6 +63,11 @@ _WEIGHT: Final = 2
 # (ms). RabbitMQ's worker waits 3 minutes for a confirm from other nodes; here a queue takes
 # or refuses at once, so the wait only spaces the tries while the topology is wrong.
 DEAD_LETTER_RETRY_MS: Final = 5_000
+# What a kept dead letter costs beyond its message, which the held bytes count already: the
+# letter itself, its place in the queue's list and what routing it again keeps alive. Measured
+# with 100,000 letters of 100-byte bodies kept for a missing exchange on CPython 3.11: RSS grew
+# 30 MiB more than the held bytes did without it (315 bytes a letter), rounded up.
+KEPT_LETTER_OVERHEAD: Final = 320
 
 
 class QuorumOrder:
@@ -277,6 +282,7 @@ class QuorumQueue(ClassicQueue):
         unsettled in the log), and sent again after a while."""
         self._kept.append(letter)
         self._kept_bytes += letter.message.size
+        self.held.total += KEPT_LETTER_OVERHEAD
         if self._retry_at is None:
             self._retry_at = self.clock.now + DEAD_LETTER_RETRY_MS
             self.timed.add(self)
@@ -297,6 +303,7 @@ class QuorumQueue(ClassicQueue):
             self._retry_at = None
             kept = self._kept
             self.dead_letters.extend(kept)
+            self.held.total -= len(kept) * KEPT_LETTER_OVERHEAD
             kept.clear()
             self._kept_bytes = 0
         return dispatches

@@ -356,9 +356,10 @@ class QueueRegistry(ExchangeGraph):
 
     # -- dead letters ---------------------------------------------------------------------
 
-    def route_dead_letters(self) -> list[Dispatch]:
-        """Deliver every pending dead letter to its dead-letter exchange's queues."""
-        return self.dead_letter_router.route_all()
+    def route_dead_letters(self, room: int | None = None) -> list[Dispatch]:
+        """Deliver a batch of pending dead letters to their dead-letter exchange's queues,
+        their copies holding about ``room`` bytes at most (None: no limit)."""
+        return self.dead_letter_router.route_all(room)
 
     # -- time -----------------------------------------------------------------------------
 

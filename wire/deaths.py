@@ -50,17 +50,22 @@ def deaths_of(payload: bytes) -> list[dict[Value, Value]]:
 
 
 def is_cycle(payload: bytes, target_queue: str, reason: str) -> bool:
-    """True when dead-lettering to ``target_queue`` would loop with no client involved.
+    """True when dead-lettering to ``target_queue`` closes a loop no client took part in.
 
-    RabbitMQ drops a message that comes back to a queue it died in before, unless one of its
-    deaths was a rejection (a consumer decided, so the loop makes progress).
+    ``payload`` already carries this death (:func:`record_death`). As RabbitMQ 4 does
+    (``mc:is_death_cycle``): the message died in ``target_queue`` before, and no death since,
+    that one included, was a rejection. A rejection anywhere in the loop is a consumer's choice
+    and lets it go on; one long ago does not shield the fully automatic loops after it.
     """
     if reason == "rejected":
         return False
-    deaths = deaths_of(payload)
-    if any(entry.get(Symbol("reason")) == Symbol("rejected") for entry in deaths):
-        return False
-    return any(entry.get(Symbol("queue")) == target_queue for entry in deaths)
+    key_queue, rejected = Symbol("queue"), Symbol("rejected")
+    for entry in deaths_of(payload):
+        if entry.get(Symbol("reason")) == rejected:
+            return False
+        if entry.get(key_queue) == target_queue:
+            return True
+    return False
 
 
 def record_death(payload: bytes, death: Death) -> bytes:

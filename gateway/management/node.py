@@ -55,6 +55,8 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.waiting import WAITING_DELIVERY_COST
 
+log = logging.getLogger("sluicegate")
+
 ADDRESS: Final = "/management"
 # RabbitMQ grants 8 credits on the request link and tops up once 4 are left. Here the 8 also
 # count replies still waiting for the client's reply credit, so a client that sends requests
@@ -70,7 +72,6 @@ _BACKLOGGED: Final = (
     "the connection holds all the unsent bytes it may (max_outgoing_pending_size): take the "
     "replies waiting, then ask again"
 )
-log = logging.getLogger("sluicegate")
 
 
 class Pair:

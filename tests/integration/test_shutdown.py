@@ -8,9 +8,12 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import pytest
 from integration.conftest import RunningServer
@@ -86,3 +89,39 @@ def test_a_failing_shutdown_hook_makes_the_exit_status_1(
     running.server.request_shutdown()
     running.thread.join(timeout=30)
     assert running.server.exit_status == 1
+
+
+# A server whose reactor loops for ever once serving (its expiry timer never returns): how a
+# dead-letter loop held it before issue 31's fixes, when SIGTERM did nothing and only SIGKILL
+# ended it.
+_STUCK_SERVER: Final = """
+import sys
+from sluicegate.gateway.expiry import ExpiryTimer
+from sluicegate.gateway.cli import main
+
+def stuck(self, event):
+    while True:
+        pass
+
+ExpiryTimer.on_timer_task = stuck
+sys.exit(main(["serve", *sys.argv[1:]]))
+"""
+
+
+def test_sigterm_ends_a_server_whose_reactor_is_stuck_within_its_shutdown_timeout(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "SLUICEGATE_SHUTDOWN_TIMEOUT": "1"}
+    options = ("--data-dir", str(tmp_path), "--metrics-listen", "off")
+    command = (sys.executable, "-c", _STUCK_SERVER)
+    with serving(*options, command=command, env=env) as (process, _):
+        time.sleep(0.5)
+        assert process.poll() is None
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        # shutdown_timeout (1 s) and the watchdog's margin (1 s); generous for a busy machine.
+        assert process.wait(timeout=15) == 1
+        took = time.monotonic() - sent
+        assert process.stderr is not None
+        assert "did not stop within shutdown_timeout" in process.stderr.read()
+    assert took >= 1.0

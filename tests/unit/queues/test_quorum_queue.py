@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sluicegate.queues.arguments import parse_arguments
+from sluicegate.queues.dead_lettering import LETTERS_PER_PASS
 from sluicegate.queues.errors import PreconditionFailed, ResourceLimitExceeded
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, Outcome
-from sluicegate.queues.quorum import DEAD_LETTER_RETRY_MS, QuorumQueue
+from sluicegate.queues.quorum import DEAD_LETTER_RETRY_MS, KEPT_LETTER_OVERHEAD, QuorumQueue
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.annotations import annotations_offset
 from sluicegate.wire.codec import Described, Symbol, Value, decode, encode
@@ -265,3 +266,41 @@ def test_at_least_once_dead_letters_are_sent_again_until_a_queue_takes_them() ->
     assert registry.queue("dead").statistics().ready == 1
     # Sent, it no longer counts: the source takes a message again.
     queue.enqueue(_message("third"))
+
+
+def test_kept_dead_letters_count_in_the_held_bytes_and_are_sent_again_in_batches() -> None:
+    clock = Clock(1_000)
+    registry = QueueRegistry(clock)
+    queue = registry.declare_queue(
+        "source",
+        {
+            "x-queue-type": "quorum",
+            "x-message-ttl": 10,
+            "x-dead-letter-exchange": "missing",
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+        },
+    )
+    count = LETTERS_PER_PASS * 2
+    for index in range(count):
+        queue.enqueue(_message(str(index)))
+    queued = registry.held.total
+    clock.now += 10
+    registry.expire()
+    while registry.dead_letters:
+        registry.route_dead_letters()
+    held = registry.held.total
+    # Every letter is kept, its message still counted, and the letter too.
+    assert held == queued + count * KEPT_LETTER_OVERHEAD
+    clock.now += DEAD_LETTER_RETRY_MS
+    registry.expire()
+    # Sent again, a pass at a time: never all of them in one call.
+    passes = 0
+    while registry.dead_letters:
+        before = len(registry.dead_letters)
+        registry.route_dead_letters()
+        assert before - len(registry.dead_letters) <= LETTERS_PER_PASS
+        passes += 1
+    assert passes == 2
+    # Kept again, counted again, no more and no less.
+    assert registry.held.total == held

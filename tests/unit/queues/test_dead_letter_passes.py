@@ -1,0 +1,199 @@
+"""Work a client can make dead-lettering and exchange deletion do is bounded per call.
+
+Pure registries: RabbitMQ 4's cycle rule (a loop is broken unless a rejection lies inside it),
+a pass that routes a bounded batch and waits for the memory budget's room, and an auto-delete
+cascade of any length deleted without recursion.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from sluicegate.queues.dead_lettering import LETTERS_PER_PASS
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Clock, Outcome
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.deaths import Death, deaths_of, is_cycle, record_death
+
+_BODY = encode(Described(0x77, "m"))
+
+
+def _died(payload: bytes, *deaths: tuple[str, str]) -> bytes:
+    """``payload`` with ``deaths`` recorded, oldest first."""
+    for queue, reason in deaths:
+        payload = record_death(payload, Death(queue, reason, "", ("k",), 0))
+    return payload
+
+
+@pytest.mark.parametrize(
+    ("deaths", "target", "cycle"),
+    [
+        # Back to a queue it expired in, with nothing but automatic deaths since.
+        ((("a", "expired"), ("b", "expired")), "a", True),
+        # Rejected long ago, then a fully automatic loop: broken all the same.
+        ((("b", "rejected"), ("a", "expired"), ("b", "expired")), "a", True),
+        # The rejection lies inside the loop: a consumer's choice, it goes on.
+        ((("a", "expired"), ("b", "rejected")), "a", False),
+        ((("a", "rejected"), ("b", "expired")), "a", False),
+        # Never died in the target.
+        ((("a", "expired"), ("b", "maxlen")), "c", False),
+        # A second death in the same queue moves its entry to the front (count 2).
+        ((("a", "expired"), ("b", "rejected"), ("a", "expired")), "a", True),
+    ],
+)
+def test_a_loop_is_broken_unless_a_rejection_lies_inside_it(
+    deaths: tuple[tuple[str, str], ...], target: str, cycle: bool
+) -> None:
+    payload = _died(_BODY, *deaths)
+    assert is_cycle(payload, target, deaths[-1][1]) is cycle
+    # A rejection now is always a consumer's choice.
+    assert is_cycle(payload, target, "rejected") is False
+
+
+def _ping_pong(ttl: int) -> QueueRegistry:
+    """Queues ``a`` and ``b`` dead-lettering to each other, both with ``ttl``."""
+    registry = QueueRegistry(Clock(1_000))
+    for name, other in (("a", "b"), ("b", "a")):
+        registry.declare_queue(
+            name,
+            {
+                "x-message-ttl": ttl,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": other,
+            },
+        )
+    return registry
+
+
+def test_a_ttl_0_loop_after_one_rejection_ends_in_a_few_bounded_passes() -> None:
+    # The hostile case: b's consumer rejects once, then a and b expire it to each other at
+    # once (x-message-ttl 0). It looped inside one call for ever.
+    registry = _ping_pong(0)
+    registry.queue("b").enqueue(Message(_died(_BODY, ("b", "rejected"))))
+    passes = 0
+    while registry.dead_letters:
+        passes += 1
+        registry.route_dead_letters()
+        assert passes <= 2
+    # b expires it to a; a's expiry back to b closes a loop with no rejection inside (b's own
+    # rejection came before it expired there): dropped.
+    assert passes == 2
+    assert sum(s.ready for s in registry.statistics()) == 0
+    assert registry.dead_letters_dropped == 1
+
+
+def test_a_rejection_in_the_loop_keeps_the_message_going_one_pass_at_a_time() -> None:
+    # b rejects, a expires at once, back in b (where its consumer may reject again).
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_queue(
+        "a", {"x-message-ttl": 0, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "b"}
+    )
+    b = registry.declare_queue(
+        "b", {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "a"}
+    )
+    b.enqueue(Message(_BODY, routing_key="b"))
+    b.attach("c", ack_required=True)
+    delivery_count = 0
+    for _ in range(3):
+        registry.route_dead_letters()
+        assert not registry.dead_letters
+        [message], reply = b.credit("c", delivery_count, 1, False)
+        delivery_count = reply.delivery_count
+        b.settle("c", [message.seq], Outcome.REJECTED, False)
+        # One call routes b's rejection to a, whose expiry waits for the next call.
+        registry.route_dead_letters()
+        assert len(registry.dead_letters) == 1
+    registry.route_dead_letters()
+    [message], _ = b.credit("c", delivery_count, 1, False)
+    counts = {
+        (d[Symbol("queue")], d[Symbol("reason")]): d[Symbol("count")]
+        for d in deaths_of(message.payload)
+    }
+    assert counts == {("b", Symbol("rejected")): 3, ("a", Symbol("expired")): 3}
+
+
+def test_a_pass_routes_a_bounded_batch_and_the_rest_waits_in_order() -> None:
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_queue("dead")
+    work = registry.declare_queue(
+        "work",
+        {"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"},
+    )
+    total = LETTERS_PER_PASS * 2 + 5
+    for index in range(total):
+        work.enqueue(Message(encode(Described(0x77, str(index)))))
+    registry.clock.now += 10
+    registry.expire()
+    assert len(registry.dead_letters) == total
+    routed = []
+    while registry.dead_letters:
+        before = len(registry.dead_letters)
+        registry.route_dead_letters()
+        routed.append(before - len(registry.dead_letters))
+    assert routed == [LETTERS_PER_PASS, LETTERS_PER_PASS, 5]
+    dead = registry.queue("dead")
+    dead.attach("d", ack_required=False)
+    messages, _ = dead.credit("d", 0, total, False)
+    assert [
+        m.payload.endswith(encode(Described(0x77, str(i)))) for i, m in enumerate(messages)
+    ] == [True] * total
+
+
+def _fanout_back(registry: QueueRegistry) -> None:
+    """Two queues dead-lettering to a fanout exchange bound to both: each rejection doubles."""
+    registry.declare_exchange("fx", "fanout")
+    for name in ("q1", "q2"):
+        registry.declare_queue(name, {"x-dead-letter-exchange": "fx"})
+        registry.bind("fx", name)
+
+
+def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_never_does() -> None:
+    registry = QueueRegistry(Clock(1_000))
+    _fanout_back(registry)
+    q1 = registry.queue("q1")
+    for _ in range(3):
+        q1.enqueue(Message(_BODY))
+    q1.attach("c", ack_required=True)
+    messages, _ = q1.credit("c", 0, 3, False)
+    q1.settle("c", [m.seq for m in messages], Outcome.REJECTED, False)
+    held = registry.held.total
+    # Two copies of a held message grow the count by one copy: room for one letter, not two.
+    copy = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0))) + MESSAGE_OVERHEAD
+    registry.route_dead_letters(room=copy + copy // 2)
+    assert len(registry.dead_letters) == 2
+    assert registry.dead_letter_router.waiting
+    assert registry.held.total - held <= copy + copy // 2
+    registry.route_dead_letters(room=0)
+    assert len(registry.dead_letters) == 2
+    assert registry.held.total - held <= copy + copy // 2
+    # A letter to one queue moves its message: it goes even with no room at all.
+    registry.unbind("fx", "q2")
+    registry.route_dead_letters(room=0)
+    assert not registry.dead_letters
+    assert not registry.dead_letter_router.waiting
+
+
+def test_a_long_auto_delete_cascade_is_deleted_without_recursion() -> None:
+    registry = QueueRegistry()
+    registry.declare_queue("end")
+    registry.declare_exchange("kept", "fanout")
+    length = sys.getrecursionlimit() * 2
+    for index in range(length):
+        registry.declare_exchange(f"x{index}", "fanout", auto_delete=True)
+        registry.bind("kept", f"x{index}", to_exchange=True)
+    for index in range(length - 1):
+        registry.bind(f"x{index}", f"x{index + 1}", to_exchange=True)
+    registry.bind(f"x{length - 1}", "end")
+    registry.delete_queue("end")
+    assert [e.name for e in registry.exchanges() if e.name.startswith(("x", "kept"))] == ["kept"]
+    assert registry.binding_count == 0
+    # The graph is whole: binding and deleting again works as before.
+    registry.declare_queue("again")
+    registry.bind("kept", "again")
+    assert [q.name for q in registry.route("kept", "")] == ["again"]
+    registry.delete_exchange("kept")
+    assert registry.binding_count == 0
