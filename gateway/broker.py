@@ -56,6 +56,7 @@ from sluicegate.gateway.management.router import Router
 from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
+from sluicegate.gateway.settle_modes import refuse_unhonoured, state_settle_modes
 from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.state import (
     ConnectionState,
@@ -336,9 +337,12 @@ class Broker(Handler):
         connection = session.connection
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
+        state_settle_modes(link)
         try:
             link_attached(session, link, self.config)
-            if self.management.is_management(link):
+            management = self.management.is_management(link)
+            refuse_unhonoured(link, management)
+            if management:
                 assert connection.vhost is not None
                 self.management.attach(
                     link, management_caller(connection), connection.vhost.registry
