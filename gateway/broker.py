@@ -125,7 +125,8 @@ class Broker(Handler):
         self._handles = 0
         self._states: dict[LinkOwner, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
-        node = f"sluicegate@{socket.gethostname()}"
+        # Named as RabbitMQ names its nodes: clients show and compare queue leaders by it.
+        node = f"rabbit@{socket.gethostname()}"
         self.management = ManagementNode(
             {
                 vhost.registry: Router(vhost.registry, node=node, vhost=vhost.name, quotas=vhost)

@@ -83,9 +83,8 @@ def encode_reply(response: Response, correlation_id: object) -> bytes:
         inferred=False,
     )
     head: bytes = message.encode()
-    if response.body is None:
-        return head
-    # The body may be a listing of thousands of maps (gateway/management/encoding.py).
+    # The body may be a listing of thousands of maps (gateway/management/encoding.py). A reply
+    # without one (204) carries amqp-value null, as RabbitMQ's does.
     return head + AMQP_VALUE + encode_value(response.body)
 
 
