@@ -38,6 +38,8 @@ def filter_value_of(value: object) -> str | None:
     None for a message without one. An empty string is none too: RabbitMQ's streams file a
     message tagged ``""`` with the unfiltered ones, so ``match-unfiltered`` readers get it."""
     return value if isinstance(value, str) and value else None
+
+
 _LONG = struct.Struct(">q")
 
 

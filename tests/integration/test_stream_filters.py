@@ -176,16 +176,15 @@ def test_filter_entries_without_descriptors_are_read_by_their_key(server: Runnin
         "/queues/plain-filters",
         messages=[_tagged(f"m{i}", v) for i, v in enumerate(_VALUES)],
     )
-    plain = Filter(
-        {
-            symbol("rabbitmq:stream-offset-spec"): "first",
-            symbol("rabbitmq:stream-filter"): ["apple"],
-            symbol("rabbitmq:stream-match-unfiltered"): True,
-        }
-    )
+    entries: dict[symbol, object] = {
+        symbol("rabbitmq:stream-offset-spec"): "first",
+        symbol("rabbitmq:stream-filter"): ["apple"],
+        symbol("rabbitmq:stream-match-unfiltered"): True,
+    }
+    plain = Filter(cast(dict[symbol, Described], entries))
     assert _read(server.url, "/queues/plain-filters", plain, 4) == (["m0", "m1", "m4", "m6"], 3)
     # Other keys without a descriptor are still no filter: not echoed, not applied.
-    other = Filter({**_FIRST, symbol("my-filter"): "apple"})
+    other = Filter(cast(dict[symbol, Described], {**_FIRST, symbol("my-filter"): "apple"}))
     assert _read(server.url, "/queues/plain-filters", other, len(_VALUES))[1] == 1
 
 
