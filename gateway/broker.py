@@ -65,7 +65,7 @@ from sluicegate.gateway.state import (
     SessionState,
     forget,
 )
-from sluicegate.gateway.tenancy import Tenancy, VirtualHost
+from sluicegate.gateway.tenancy import NotAllowed, Tenancy, VirtualHost
 from sluicegate.queues.errors import ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
@@ -184,14 +184,28 @@ class Broker(Handler):
         """Answer OPEN with our identity and let the connection into its virtual host.
 
         Proton negotiates frame size and channels. A connection refused here (a server or
-        vhost limit, a virtual host it may not enter) gets its OPEN and then a CLOSE saying why.
+        vhost limit, a virtual host it may not enter) gets its OPEN and then a CLOSE saying why,
+        but for one refused its virtual host with ``rabbitmq_compatible`` on: that one is
+        dropped without OPEN or CLOSE, the reason logged, as RabbitMQ's reader drops it (its
+        OPEN handling fails the handshake, ``rabbit_amqp_reader``). RabbitMQ's Python client
+        takes a CLOSE for a lost connection and reconnects from its handler without end; a
+        connection dropped before OPEN makes it raise.
         """
         connection = connection_of(event)
-        connection.properties = self._open_properties
-        connection.open()
         state: ConnectionState = connection.sg
         self.handshakes.finished(state)
         transport = state.transport
+        if self.config.rabbitmq_compatible:
+            try:
+                self.tenancy.check_entry(state.user, connection.remote_hostname)
+            except NotAllowed as error:
+                log.warning("dropping a connection at its OPEN: %s", error)
+                self.release_connection(state)
+                transport.close_tail()
+                transport.close_head()
+                return
+        connection.properties = self._open_properties
+        connection.open()
         # Proton announces the idle timeout in the OPEN it encodes now; from then on
         # gateway/timeouts.py enforces it, counting whole frames only.
         transport.pending()

@@ -142,13 +142,11 @@ class Tenancy:
         """The default virtual host, ``/``."""
         return self.vhosts[DEFAULT_VHOST]
 
-    def admit(self, user: User | None, hostname: str | None) -> Admission:
-        """Let a logged-in connection into the virtual host its OPEN's hostname names.
-
-        Raises :class:`NotAllowed` for a connection without a user (its first bytes were no
-        AMQP or SASL header, so SASL never ran), an unknown virtual host or one without
-        permissions, :class:`QuotaExceeded` over the vhost's or the user's connection limit.
-        """
+    def check_entry(
+        self, user: User | None, hostname: str | None
+    ) -> tuple[VirtualHost, Permissions]:
+        """The virtual host the OPEN's hostname names and the user's permissions in it; raise
+        :class:`NotAllowed` for no user, an unknown virtual host or one without permissions."""
         if user is None:
             raise NotAllowed("the connection has not logged in")
         name = requested_vhost(hostname)
@@ -158,6 +156,18 @@ class Tenancy:
         permissions = user.permissions(name)
         if permissions is None:
             raise NotAllowed(f"access to vhost '{name}' refused for user '{user.name}'")
+        return vhost, permissions
+
+    def admit(self, user: User | None, hostname: str | None) -> Admission:
+        """Let a logged-in connection into the virtual host its OPEN's hostname names.
+
+        Raises :class:`NotAllowed` for a connection without a user (its first bytes were no
+        AMQP or SASL header, so SASL never ran), an unknown virtual host or one without
+        permissions, :class:`QuotaExceeded` over the vhost's or the user's connection limit.
+        """
+        vhost, permissions = self.check_entry(user, hostname)
+        name = vhost.name
+        assert user is not None
         limit = vhost.settings.max_connections
         if limit is not None and vhost.connections >= limit:
             raise QuotaExceeded(
