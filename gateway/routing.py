@@ -5,8 +5,9 @@ per message), an exchange with a fixed routing key or the message's subject as k
 (RabbitMQ 4's ``/exchanges/NAME[/KEY]``), or the null target, where each message's ``to``
 names its destination. Each message's envelope (header and the few properties routing and
 expiry need) is read here, never its body; a malformed header is refused before anything stores
-the message. Unroutable messages are ``released``, or ``rejected`` when their exchange says so
-(``x-unroutable = reject``): never silently lost.
+the message. Unroutable messages are ``released`` (a ``to`` naming no queue too, as in RabbitMQ),
+or ``rejected`` when their exchange says so (``x-unroutable = reject``): never silently lost. A
+message to a link's exchange deleted since is released and the link detached.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Final
 from proton import Condition
 
 from sluicegate.gateway.config import DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE
-from sluicegate.queues.errors import AccessRefused
+from sluicegate.queues.errors import AccessRefused, NotFound
 from sluicegate.queues.exchanges import Unroutable
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome, QueueType
@@ -50,6 +51,8 @@ class Routed:
     message: Message | None
     outcome: Outcome = Outcome.ACCEPTED
     condition: Condition | None = None
+    # The link's own exchange is gone: the link is detached with ``condition`` (RabbitMQ's).
+    detach: bool = False
 
 
 def _message(
@@ -150,9 +153,8 @@ class Router:
             if isinstance(address, QueueAddress):
                 found = self.registry.get(address.queue)
                 if found is None:
-                    return _refused(
-                        Outcome.REJECTED, "amqp:not-found", f"no queue '{address.queue}'"
-                    )
+                    # RabbitMQ routes it through the default exchange to no queue: released.
+                    return Routed(_NO_QUEUES, None, Outcome.RELEASED)
                 message = _message(payload, envelope, expires, "", address.queue)
                 return self._with_cc([found], "", envelope.cc, payload, message)
             assert isinstance(address, ExchangeAddress)
@@ -165,6 +167,13 @@ class Router:
             routing_key = envelope.subject or ""
         try:
             queues = self.registry.route(exchange, routing_key, payload)
+        except NotFound as error:
+            if target.exchange is None:
+                return _refused(Outcome.REJECTED, error.condition, str(error))
+            # The exchange the link attached to was deleted since: as RabbitMQ, the message is
+            # released and the link detached with amqp:not-found.
+            condition = Condition(error.condition, str(error))
+            return Routed(_NO_QUEUES, None, Outcome.RELEASED, condition, detach=True)
         except AmqpError as error:
             return _refused(Outcome.REJECTED, error.condition, str(error))
         message = _message(payload, envelope, expires, exchange, routing_key)
