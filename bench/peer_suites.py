@@ -53,6 +53,7 @@ def config_text(suite: Path) -> str:
         f'tls_cert_file = "{certs / "server_localhost_certificate.pem"}"',
         f'tls_key_file = "{certs / "server_localhost_key.pem"}"',
         'metrics_listen = "off"',
+        "attach_declares_queues = false",
         "",
     ]
     lines += [f'[vhosts."{vhost}"]' for vhost in VHOSTS]

@@ -402,7 +402,7 @@ class Broker(Handler):
                     f"cannot obtain exclusive access to locked queue '{address.queue}' "
                     f"in vhost '{vhost.name}'"
                 )
-            queue = registry.declare(address.queue)
+            queue = registry.declare(address.queue, create=self.config.attach_declares_queues)
         options = consumer_options(
             link,
             self.filter_views,

@@ -96,9 +96,13 @@ class Router:
         self,
         registry: QueueRegistry,
         max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+        *,
+        declares: bool = True,
     ) -> None:
         self.registry = registry
         self.max_application_properties_size = max_application_properties_size
+        # A publisher attaching to a missing queue declares it (``attach_declares_queues``).
+        self.declares = declares
 
     def resolve(self, address: str | None) -> PublishTarget:
         """The target a publisher attaches to; raises for an exchange that does not exist."""
@@ -106,7 +110,7 @@ class Router:
             return PublishTarget()
         parsed = parse_target(address)
         if isinstance(parsed, QueueAddress):
-            return PublishTarget(queue=self.registry.declare(parsed.queue))
+            return PublishTarget(queue=self.registry.declare(parsed.queue, create=self.declares))
         self._publishable(parsed.exchange)
         return PublishTarget(exchange=parsed.exchange, routing_key=parsed.routing_key)
 

@@ -72,7 +72,12 @@ class Server:
         }
         self.durability.recover(registries)
         apply_definitions(registries, config.queues, config.exchanges, config.bindings)
-        self.tenancy = Tenancy(config.vhosts, registries, config.max_application_properties_size)
+        self.tenancy = Tenancy(
+            config.vhosts,
+            registries,
+            config.max_application_properties_size,
+            attach_declares_queues=config.attach_declares_queues,
+        )
         self.broker = Broker(config, self.tenancy, self.durability)
         self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)

@@ -126,12 +126,18 @@ class Tenancy:
         settings: Mapping[str, VhostSettings],
         registries: Mapping[str, QueueRegistry],
         max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+        *,
+        attach_declares_queues: bool = True,
     ) -> None:
         self.vhosts = {
             name: VirtualHost(
                 vhost,
                 registries[name],
-                Router(registries[name], max_application_properties_size),
+                Router(
+                    registries[name],
+                    max_application_properties_size,
+                    declares=attach_declares_queues,
+                ),
             )
             for name, vhost in settings.items()
         }
