@@ -3,9 +3,10 @@
 ``python -m bench.peer_suites go PATH`` runs the test suite of a checkout of
 ``rabbitmq-amqp-go-client`` (its own command, ``go test ./pkg/rabbitmqamqp/``, with Go and the
 suite's modules already set up by the caller); ``python -m bench.peer_suites python PATH`` runs
-the ``tests/`` of a checkout of ``rabbitmq-amqp-python-client`` with this interpreter, which must
-have that client installed. Arguments after ``--`` go to the suite's command (``-- -k stream``,
-``-- -ginkgo.focus=Stream``).
+the ``tests/`` of a checkout of ``rabbitmq-amqp-python-client`` with ``--python`` (this
+interpreter by default), which must have pytest, pytest-asyncio, requests and pyjwt, and
+python-qpid-proton for the checkout's own client. Arguments after ``--`` go to the suite's
+command (``-- -k stream``, ``-- -ginkgo.focus=Stream``, ``-- --ignore=tests/test_amqp_091.py``).
 
 The server is what the suites' CI starts (their ``.ci/ubuntu/rabbitmq.conf`` and, for Go,
 ``definitions.json``): AMQP on 127.0.0.1:5672, TLS on 127.0.0.1:5671 with the checkout's
@@ -40,7 +41,7 @@ EVERYTHING: Final = 'configure = ".*"\nwrite = ".*"\nread = ".*"\n'
 START_TIMEOUT: Final = 30.0
 COMMANDS: Final[dict[str, list[str]]] = {
     "go": ["go", "test", "-count=1", "-timeout", "90m", "./pkg/rabbitmqamqp/"],
-    "python": [sys.executable, "-m", "pytest", "tests", "-p", "no:cacheprovider"],
+    "python": ["-m", "pytest", "-p", "no:cacheprovider"],
 }
 
 
@@ -82,7 +83,7 @@ def _wait_listening(server: subprocess.Popen[bytes]) -> None:
     raise SystemExit(f"sluicegate did not listen on {HOST}:{AMQP_PORT} in {START_TIMEOUT} s")
 
 
-def run(kind: str, suite: Path, extra: Sequence[str]) -> int:
+def run(kind: str, suite: Path, extra: Sequence[str], python: str = sys.executable) -> int:
     """Start sluicegate, run the suite's command in its checkout, stop sluicegate."""
     with tempfile.TemporaryDirectory(prefix="sluicegate-peer-") as work:
         config = Path(work) / "sluicegate.toml"
@@ -93,7 +94,10 @@ def run(kind: str, suite: Path, extra: Sequence[str]) -> int:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             _wait_listening(server)
-            return subprocess.call([*COMMANDS[kind], *extra], cwd=suite)
+            command = COMMANDS[kind] if kind == "go" else [python, *COMMANDS[kind]]
+            if kind == "python" and not any(arg.startswith("tests") for arg in extra):
+                command.append("tests")
+            return subprocess.call([*command, *extra], cwd=suite)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
@@ -105,9 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peer_suites", description=__doc__)
     parser.add_argument("kind", choices=sorted(COMMANDS), help="which client's suite")
     parser.add_argument("suite", type=Path, help="the checkout of the client's repository")
+    parser.add_argument(
+        "--python", default=sys.executable, help="the interpreter of the Python suite"
+    )
     parser.add_argument("extra", nargs="*", help="after --: arguments for the suite's command")
     args = parser.parse_args(argv)
-    return run(args.kind, args.suite, args.extra)
+    return run(args.kind, args.suite, args.extra, args.python)
 
 
 if __name__ == "__main__":
