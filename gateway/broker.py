@@ -61,6 +61,7 @@ from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.renewal import renew_credential
+from sluicegate.gateway.settle_modes import refuse_unhonoured, state_settle_modes
 from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.state import (
     RECORD,
@@ -70,7 +71,7 @@ from sluicegate.gateway.state import (
     SessionState,
     forget,
 )
-from sluicegate.gateway.tenancy import Tenancy, VirtualHost
+from sluicegate.gateway.tenancy import NotAllowed, Tenancy, VirtualHost
 from sluicegate.queues.errors import ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
@@ -137,8 +138,9 @@ class Broker(Handler):
         self._handles = 0
         self._states: dict[LinkOwner, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
-        # The node name management replies and the HTTP API report.
-        node = self.node = f"sluicegate@{socket.gethostname()}"
+        # Named as RabbitMQ names its nodes: clients show and compare queue leaders by it, and
+        # the HTTP API reports it.
+        node = self.node = f"rabbit@{socket.gethostname()}"
         budget = MemoryBudget(config.memory_budget)
         self.management = ManagementNode(
             {
@@ -203,14 +205,28 @@ class Broker(Handler):
         """Answer OPEN with our identity and let the connection into its virtual host.
 
         Proton negotiates frame size and channels. A connection refused here (a server or
-        vhost limit, a virtual host it may not enter) gets its OPEN and then a CLOSE saying why.
+        vhost limit, a virtual host it may not enter) gets its OPEN and then a CLOSE saying why,
+        but for one refused its virtual host with ``rabbitmq_compatible`` on: that one is
+        dropped without OPEN or CLOSE, the reason logged, as RabbitMQ's reader drops it (its
+        OPEN handling fails the handshake, ``rabbit_amqp_reader``). RabbitMQ's Python client
+        takes a CLOSE for a lost connection and reconnects from its handler without end; a
+        connection dropped before OPEN makes it raise.
         """
         connection = connection_of(event)
-        connection.properties = self._open_properties
-        connection.open()
         state: ConnectionState = connection.sg
         self.handshakes.finished(state)
         transport = state.transport
+        if self.config.rabbitmq_compatible:
+            try:
+                self.tenancy.check_entry(state.user, connection.remote_hostname)
+            except NotAllowed as error:
+                log.warning("dropping a connection at its OPEN: %s", error)
+                self.release_connection(state)
+                transport.close_tail()
+                transport.close_head()
+                return
+        connection.properties = self._open_properties
+        connection.open()
         # Proton announces the idle timeout in the OPEN it encodes now; from then on
         # gateway/timeouts.py enforces it, counting whole frames only.
         transport.pending()
@@ -371,9 +387,12 @@ class Broker(Handler):
         connection = session.connection
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
+        state_settle_modes(link)
         try:
             link_attached(session, link, self.config)
-            if self.management.is_management(link):
+            management = self.management.is_management(link)
+            refuse_unhonoured(link, management)
+            if management:
                 assert connection.vhost is not None
                 self.management.attach(
                     link, management_caller(connection), connection.vhost.registry
@@ -440,7 +459,7 @@ class Broker(Handler):
                 f"cannot obtain exclusive access to locked queue '{address.queue}' "
                 f"in vhost '{vhost.name}'"
             )
-        queue = registry.declare(address.queue)
+        queue = registry.declare(address.queue, create=self.config.attach_declares_queues)
         options = consumer_options(
             link,
             self.filter_views,

@@ -200,6 +200,10 @@ class ServerConfig:
     # Advertise product "RabbitMQ" in OPEN, which RabbitMQ's AMQP 1.0 clients require, and let
     # clients repeat link names as RabbitMQ does (gateway/feeding.py).
     rabbitmq_compatible: bool = True
+    # Attaching a publisher or consumer to /queues/NAME declares NAME when it does not exist;
+    # false refuses the link with amqp:not-found, as RabbitMQ 4 does (its clients' suites
+    # expect that refusal).
+    attach_declares_queues: bool = True
     # Declared at start, in this order (gateway/definitions.py): [[queues]], [[exchanges]],
     # [[bindings]] tables of the configuration file.
     queues: tuple[QueueDefinition, ...] = ()

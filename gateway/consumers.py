@@ -8,6 +8,7 @@ The source's filter set (AMQP 1.0 §3.5.8) names each filter by its descriptor: 
 (``rabbitmq:stream-offset-spec``). A consumer gets every filter it names, on every queue type;
 one that is malformed or beyond the limits checked here refuses the link with
 ``amqp:invalid-field`` (RabbitMQ leaves such a filter out of the echo and delivers unfiltered).
+A ``rabbitmq:stream-*`` entry without a descriptor is read by its key, as RabbitMQ reads it.
 Filters this server does not know are left out of the source echoed in the ATTACH reply, as
 RabbitMQ does, so the client can see which took effect. ``distribution-mode = copy`` makes a
 browser, and the link property ``rabbitmq:priority`` a consumer priority.
@@ -44,6 +45,7 @@ from sluicegate.wire.codec import Symbol, Value
 PRIORITY: Final = symbol("rabbitmq:priority")
 STREAM_OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
 _OFFSET_KEYWORDS: Final = frozenset({"first", "last", "next"})
+_STREAM_PREFIX: Final = "rabbitmq:stream-"
 # Each filter type by its descriptor's code and its name.
 _KINDS: Final[dict[object, str]] = {
     PROPERTIES_FILTER: "properties",
@@ -116,6 +118,14 @@ def _kind(descriptor: object) -> str | None:
     return None
 
 
+def _undescribed_kind(key: object) -> str | None:
+    """A ``rabbitmq:stream-*`` entry whose value has no descriptor (rhea, under RabbitMQ's JS
+    client, sends them so): RabbitMQ takes the key for its descriptor, and so does this."""
+    if isinstance(key, str) and key.startswith(_STREAM_PREFIX):
+        return _KINDS.get(str(key))
+    return None
+
+
 def consumer_options(
     link: Link, views: ViewCache, clock: Clock, *, indexes_filter_values: bool = False
 ) -> ConsumerOptions:
@@ -137,13 +147,13 @@ def consumer_options(
     if requested.next() is not None:
         entries = requested.get_object()
         for key, entry in entries.items() if isinstance(entries, dict) else ():
-            if not isinstance(entry, Described):
-                continue
-            kind = _kind(entry.descriptor)
+            if isinstance(entry, Described):
+                kind, value = _kind(entry.descriptor), entry.value
+            else:
+                kind, value = _undescribed_kind(key), entry
             if kind is None:
                 continue
             served[key] = entry
-            value = entry.value
             if kind == "offset":
                 offset = _offset_spec(value)
             elif kind == "properties":

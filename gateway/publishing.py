@@ -208,6 +208,12 @@ class Publishing:
             )
             inbound.settled(pending)
             self._settle(pending)
+            if routed.detach:
+                assert condition is not None
+                receiver = state.receiver
+                self.detach(state)
+                receiver.condition = condition
+                receiver.close()
             return
         state.queues = queues
         if pause:

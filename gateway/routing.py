@@ -5,8 +5,9 @@ per message), an exchange with a fixed routing key or the message's subject as k
 (RabbitMQ 4's ``/exchanges/NAME[/KEY]``), or the null target, where each message's ``to``
 names its destination. Each message's envelope (header and the few properties routing and
 expiry need) is read here, never its body; a malformed header is refused before anything stores
-the message. Unroutable messages are ``released``, or ``rejected`` when their exchange says so
-(``x-unroutable = reject``): never silently lost.
+the message. Unroutable messages are ``released`` (a ``to`` naming no queue too, as in RabbitMQ),
+or ``rejected`` when their exchange says so (``x-unroutable = reject``): never silently lost. A
+message to a link's exchange deleted since is released and the link detached.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sluicegate.gateway.config import (
     DEFAULT_MAX_CC_KEYS,
     DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
 )
-from sluicegate.queues.errors import AccessRefused
+from sluicegate.queues.errors import AccessRefused, NotFound
 from sluicegate.queues.exchanges import Unroutable
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome, QueueType
@@ -54,6 +55,8 @@ class Routed:
     message: Message | None
     outcome: Outcome = Outcome.ACCEPTED
     condition: Condition | None = None
+    # The link's own exchange is gone: the link is detached with ``condition`` (RabbitMQ's).
+    detach: bool = False
 
 
 def _message(
@@ -99,11 +102,15 @@ class Router:
         max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
         max_message_annotations_size: int = DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
         max_cc_keys: int = DEFAULT_MAX_CC_KEYS,
+        *,
+        declares: bool = True,
     ) -> None:
         self.registry = registry
         self.max_application_properties_size = max_application_properties_size
         self.max_message_annotations_size = max_message_annotations_size
         self.max_cc_keys = max_cc_keys
+        # A publisher attaching to a missing queue declares it (``attach_declares_queues``).
+        self.declares = declares
 
     def resolve(self, address: str | None) -> PublishTarget:
         """The target a publisher attaches to; raises for an exchange that does not exist."""
@@ -111,7 +118,7 @@ class Router:
             return PublishTarget()
         parsed = parse_target(address)
         if isinstance(parsed, QueueAddress):
-            return PublishTarget(queue=self.registry.declare(parsed.queue))
+            return PublishTarget(queue=self.registry.declare(parsed.queue, create=self.declares))
         self._publishable(parsed.exchange)
         return PublishTarget(exchange=parsed.exchange, routing_key=parsed.routing_key)
 
@@ -175,9 +182,8 @@ class Router:
             if isinstance(address, QueueAddress):
                 found = self.registry.get(address.queue)
                 if found is None:
-                    return _refused(
-                        Outcome.REJECTED, "amqp:not-found", f"no queue '{address.queue}'"
-                    )
+                    # RabbitMQ routes it through the default exchange to no queue: released.
+                    return Routed(_NO_QUEUES, None, Outcome.RELEASED)
                 message = _message(payload, envelope, expires, "", address.queue)
                 return self._with_cc([found], "", envelope.cc, payload, message)
             assert isinstance(address, ExchangeAddress)
@@ -190,6 +196,13 @@ class Router:
             routing_key = envelope.subject or ""
         try:
             queues = self.registry.route(exchange, routing_key, payload)
+        except NotFound as error:
+            if target.exchange is None:
+                return _refused(Outcome.REJECTED, error.condition, str(error))
+            # The exchange the link attached to was deleted since: as RabbitMQ, the message is
+            # released and the link detached with amqp:not-found.
+            condition = Condition(error.condition, str(error))
+            return Routed(_NO_QUEUES, None, Outcome.RELEASED, condition, detach=True)
         except AmqpError as error:
             return _refused(Outcome.REJECTED, error.condition, str(error))
         message = _message(payload, envelope, expires, exchange, routing_key)

@@ -89,6 +89,7 @@ class Server:
             config.max_application_properties_size,
             config.max_message_annotations_size,
             config.max_cc_keys,
+            attach_declares_queues=config.attach_declares_queues,
         )
         self.broker = Broker(config, self.tenancy, self.durability)
         self.runtime_vhosts = RuntimeVhosts(

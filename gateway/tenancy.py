@@ -132,12 +132,15 @@ class Tenancy:
         max_application_properties_size: int = DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
         max_message_annotations_size: int = DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
         max_cc_keys: int = DEFAULT_MAX_CC_KEYS,
+        *,
+        attach_declares_queues: bool = True,
     ) -> None:
         self._router_limits = (
             max_application_properties_size,
             max_message_annotations_size,
             max_cc_keys,
         )
+        self._declares = attach_declares_queues
         self.vhosts: dict[str, VirtualHost] = {}
         for vhost in settings.values():
             self.add(vhost, registries[vhost.name])
@@ -146,7 +149,7 @@ class Tenancy:
     def add(self, settings: VhostSettings, registry: QueueRegistry) -> VirtualHost:
         """A virtual host, configured or created at run time (gateway/runtime_vhosts.py)."""
         vhost = self.vhosts[settings.name] = VirtualHost(
-            settings, registry, Router(registry, *self._router_limits)
+            settings, registry, Router(registry, *self._router_limits, declares=self._declares)
         )
         return vhost
 
@@ -159,13 +162,11 @@ class Tenancy:
         """The default virtual host, ``/``."""
         return self.vhosts[DEFAULT_VHOST]
 
-    def admit(self, user: User | None, hostname: str | None) -> Admission:
-        """Let a logged-in connection into the virtual host its OPEN's hostname names.
-
-        Raises :class:`NotAllowed` for a connection without a user (its first bytes were no
-        AMQP or SASL header, so SASL never ran), an unknown virtual host or one without
-        permissions, :class:`QuotaExceeded` over the vhost's or the user's connection limit.
-        """
+    def check_entry(
+        self, user: User | None, hostname: str | None
+    ) -> tuple[VirtualHost, Permissions]:
+        """The virtual host the OPEN's hostname names and the user's permissions in it; raise
+        :class:`NotAllowed` for no user, an unknown virtual host or one without permissions."""
         if user is None:
             raise NotAllowed("the connection has not logged in")
         name = requested_vhost(hostname)
@@ -175,6 +176,18 @@ class Tenancy:
         permissions = user.permissions(name)
         if permissions is None:
             raise NotAllowed(f"access to vhost '{name}' refused for user '{user.name}'")
+        return vhost, permissions
+
+    def admit(self, user: User | None, hostname: str | None) -> Admission:
+        """Let a logged-in connection into the virtual host its OPEN's hostname names.
+
+        Raises :class:`NotAllowed` for a connection without a user (its first bytes were no
+        AMQP or SASL header, so SASL never ran), an unknown virtual host or one without
+        permissions, :class:`QuotaExceeded` over the vhost's or the user's connection limit.
+        """
+        vhost, permissions = self.check_entry(user, hostname)
+        name = vhost.name
+        assert user is not None
         limit = vhost.settings.max_connections
         if limit is not None and vhost.connections >= limit:
             raise QuotaExceeded(

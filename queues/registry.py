@@ -208,8 +208,9 @@ class QueueRegistry(ExchangeGraph):
         if self.store is not None:
             queue.restore(self.store)
 
-    def declare(self, name: str) -> QueueType:
-        """The queue a link attaches to: the existing one, or a new one with defaults.
+    def declare(self, name: str, *, create: bool = True) -> QueueType:
+        """The queue a link attaches to: the existing one, or a new one with defaults (with
+        ``create``; without, a missing queue raises :class:`NotFound`, RabbitMQ's answer).
 
         A Direct Reply-To queue is never declared so: it exists while its requester's link does.
         """
@@ -221,6 +222,8 @@ class QueueRegistry(ExchangeGraph):
             if volatile is None:
                 raise NotFound(f"no queue '{name}'")
             return volatile
+        if not create:
+            raise NotFound(f"no queue '{name}'")
         return self.declare_queue(name)
 
     def add_volatile(self, queue: VolatileQueue) -> VolatileQueue:

@@ -31,6 +31,15 @@ X_ROUTING_KEY: Final = Symbol("x-routing-key")
 X_STREAM_OFFSET: Final = Symbol("x-stream-offset")
 # A publisher's tag for stream filtering (RabbitMQ 4.1's x-stream-filter-value, a string).
 X_STREAM_FILTER_VALUE: Final = Symbol("x-stream-filter-value")
+
+
+def filter_value_of(value: object) -> str | None:
+    """A message's stream filter value from its annotation's value: a non-empty string, or
+    None for a message without one. An empty string is none too: RabbitMQ's streams file a
+    message tagged ``""`` with the unfiltered ones, so ``match-unfiltered`` readers get it."""
+    return value if isinstance(value, str) and value else None
+
+
 _LONG = struct.Struct(">q")
 
 
@@ -118,8 +127,7 @@ def _stamped_section(section: bytes) -> tuple[bytes, str | None]:
         raise DecodeError("the message-annotations section is not a map")
     entries = [(encode(k), encode(v)) for k, v in value.items() if k != X_STREAM_OFFSET]
     encoded = _encode_annotations([*entries, _STAMP])
-    filter_value = value.get(X_STREAM_FILTER_VALUE)
-    return encoded[: -_LONG.size], filter_value if isinstance(filter_value, str) else None
+    return encoded[: -_LONG.size], filter_value_of(value.get(X_STREAM_FILTER_VALUE))
 
 
 # The stamp's entry with a zero offset, and the section of a message without annotations up to

@@ -124,10 +124,9 @@ def encode_reply(response: Response, correlation_id: object, limit: int | None =
     )
     head: bytes = message.encode()
     body = response.body
-    if body is None:
-        return head
-    # The body may be a listing of thousands of maps (gateway/management/encoding.py).
-    if limit is None:
+    # The body may be a listing of thousands of maps (gateway/management/encoding.py). A reply
+    # without one (204) carries amqp-value null, as RabbitMQ's does.
+    if limit is None or body is None:
         return head + AMQP_VALUE + encode_value(body)
     try:
         return head + AMQP_VALUE + encode_within(body, limit)

@@ -81,6 +81,20 @@ class UInt(int):
     __slots__ = ()
 
 
+class Utf8Array(list[str]):
+    """Strings the reply encodes as an AMQP array of utf8, not a list: RabbitMQ's type for a
+    queue's ``replicas``, which its Go client reads as ``[]string`` (a list panics it)."""
+
+    __slots__ = ()
+
+
+class Arguments(dict[str, object]):
+    """``x-*`` arguments as RabbitMQ echoes them: it keeps them as AMQP 0-9-1 field-table
+    values, so the reply encodes each after that round trip (gateway/management/encoding.py)."""
+
+    __slots__ = ()
+
+
 # What request and reply bodies hold once decoded: AMQP's types as Python values.
 Body: TypeAlias = object
 
@@ -413,9 +427,9 @@ class Router:
             "auto_delete": settings.auto_delete,
             "exclusive": settings.exclusive,
             "type": queue_type,
-            "arguments": dict(settings.raw_arguments),
+            "arguments": Arguments(settings.raw_arguments),
             "leader": self.node,
-            "replicas": [self.node],
+            "replicas": Utf8Array([self.node]),
             "message_count": ULong(info.statistics.ready),
             "consumer_count": UInt(consumers),
             **_stream_offsets(info.statistics),
@@ -478,7 +492,7 @@ class Router:
             "durable": settings.durable,
             "auto_delete": settings.auto_delete,
             "internal": settings.internal,
-            "arguments": dict(settings.arguments),
+            "arguments": Arguments(settings.arguments),
         }
 
     # -- bindings -------------------------------------------------------------------------
@@ -692,7 +706,7 @@ def _binding_map(binding: Binding, vhost: str) -> dict[str, object]:
         "destination_type": kind,
         f"destination_{kind}": binding.destination,
         "binding_key": binding.binding_key,
-        "arguments": dict(binding.arguments),
+        "arguments": Arguments(binding.arguments),
         "location": location,
     }
 

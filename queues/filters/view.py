@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluicegate.queues.message import Message
-from sluicegate.wire.annotations import X_STREAM_FILTER_VALUE
+from sluicegate.wire.annotations import X_STREAM_FILTER_VALUE, filter_value_of
 from sluicegate.wire.codec import Value, decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
@@ -191,7 +191,7 @@ def _item_at(payload: bytes | memoryview, pos: int) -> tuple[Value, int]:
 
 def _filter_value(payload: bytes | memoryview, pos: int, end: int) -> str | None:
     """Find ``x-stream-filter-value`` in the annotations map at ``pos`` (up to ``end``), if it
-    is a string; decode only the keys."""
+    is a non-empty string; decode only the keys."""
     code = payload[pos]
     if code == 0xC1:
         count, item = payload[pos + 2], pos + 3
@@ -205,8 +205,7 @@ def _filter_value(payload: bytes | memoryview, pos: int, end: int) -> str | None
         if item > end:
             raise DecodeError("an annotation runs past the message-annotations section")
         if key == X_STREAM_FILTER_VALUE:
-            value, _ = decode(payload, value_pos)
-            return value if isinstance(value, str) else None
+            return filter_value_of(decode(payload, value_pos)[0])
     return None
 
 

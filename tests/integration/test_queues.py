@@ -4,7 +4,7 @@ expiry, filters, browse, exchanges, overflow, single active consumer."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 from integration.conftest import RunningServer
@@ -433,6 +433,39 @@ def test_attach_to_a_missing_exchange_is_refused(server: RunningServer) -> None:
             connection.create_sender("/exchanges/no-such-exchange")
     finally:
         connection.close()
+
+
+def test_attach_to_a_missing_queue_declares_it_by_default(server: RunningServer) -> None:
+    connection = BlockingConnection(server.url)
+    try:
+        connection.create_sender("/queues/declared-by-publisher")
+        connection.create_receiver("/queues/declared-by-consumer")
+    finally:
+        connection.close()
+    assert server.call(lambda: server.server.registry.get("declared-by-publisher")) is not None
+    assert server.call(lambda: server.server.registry.get("declared-by-consumer")) is not None
+
+
+def test_without_attach_declares_queues_a_missing_queue_is_not_found(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """RabbitMQ 4 refuses a publisher or consumer of a queue that does not exist."""
+    running = make_server(attach_declares_queues=False)
+    connection = BlockingConnection(running.url)
+    try:
+        with pytest.raises(LinkDetached, match="amqp:not-found"):
+            connection.create_sender("/queues/never-declared")
+        with pytest.raises(LinkDetached, match="amqp:not-found"):
+            connection.create_receiver("/queues/never-declared")
+        running.call(lambda: running.server.registry.declare_queue("declared-first"))
+        sender = connection.create_sender("/queues/declared-first")
+        sender.send(Message(body="x"))
+        receiver = connection.create_receiver("/queues/declared-first", credit=1)
+        assert receiver.receive(timeout=10).body == "x"
+        receiver.accept()
+    finally:
+        connection.close()
+    assert running.call(lambda: running.server.registry.get("never-declared")) is None
 
 
 # -- overflow -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import cast
 import proton
 import pytest
 from integration.conftest import RunningServer
-from proton import Timeout
+from proton import Array, Data, Timeout
 from proton.utils import BlockingConnection, LinkDetached
 from rabbitmq_amqp_python_client import (
     AddressHelper,
@@ -272,8 +272,12 @@ def test_a_quorum_queue_declared_and_used_as_rabbitmqs_getting_started_does(
     assert not info.is_exclusive
     assert not info.is_auto_delete
     assert info.leader
-    # The client types members as a string; RabbitMQ sends the list of replicas.
-    assert cast(object, info.members) == [info.leader]
+    # The client types members as a string; RabbitMQ sends its replicas as an array of utf8.
+    # (an Array of the proton layer the client vendors, not of proton's own)
+    members = cast(Array, info.members)
+    assert type(members).__name__ == "Array"
+    assert members.type == Data.STRING
+    assert list(members.elements) == [info.leader]
     assert info.arguments["x-queue-type"] == "quorum"
     assert info.arguments["x-quorum-initial-group-size"] == 3
     # The client's own spelling, which RabbitMQ keeps and ignores, as sluicegate does.
@@ -504,9 +508,13 @@ def test_queue_info_reports_type_leader_members_and_counts_as_rabbitmq_does(
     info = management.queue_info(spec.name)
     unacked = 0 if stream else server.queue(spec.name).unacked
     assert info.queue_type == expected_type
-    assert info.leader == f"sluicegate@{socket.gethostname()}"
-    # The client types members as a string; RabbitMQ sends the list of replicas.
-    assert cast(object, info.members) == [info.leader]
+    assert info.leader == f"rabbit@{socket.gethostname()}"
+    # The client types members as a string; RabbitMQ sends its replicas as an array of utf8.
+    # (an Array of the proton layer the client vendors, not of proton's own)
+    members = cast(Array, info.members)
+    assert type(members).__name__ == "Array"
+    assert members.type == Data.STRING
+    assert list(members.elements) == [info.leader]
     assert info.message_count == 5 - unacked
     assert info.consumer_count == consumers
     assert info.is_durable

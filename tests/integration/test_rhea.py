@@ -359,7 +359,7 @@ def test_rhea_declares_reads_and_deletes_each_queue_type_over_management(
     assert body["type"] == queue_type
     assert body["durable"] is True
     assert body["replicas"] == [body["leader"]]
-    assert body["leader"].startswith("sluicegate@")
+    assert body["leader"].startswith("rabbit@")
     assert body["message_count"] == 3
     assert body["consumer_count"] == 0
     assert body["arguments"]["x-queue-type"] == queue_type

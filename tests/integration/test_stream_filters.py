@@ -164,3 +164,51 @@ def test_a_filtered_read_of_a_long_stream_does_not_stall_others(server: RunningS
         prober.wait_rounds(2, timeout=60)
     assert prober.seen.failures == []
     assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
+
+
+def test_filter_entries_without_descriptors_are_read_by_their_key(server: RunningServer) -> None:
+    """rhea (under RabbitMQ's JS client) sends the rabbitmq:stream-* entries as plain values;
+    RabbitMQ takes each key for its descriptor. Read otherwise, the reader starts at ``next``
+    and gets nothing of what is already in the stream."""
+    _declare(server, "plain-filters")
+    publish(
+        server.url,
+        "/queues/plain-filters",
+        messages=[_tagged(f"m{i}", v) for i, v in enumerate(_VALUES)],
+    )
+    entries: dict[symbol, object] = {
+        symbol("rabbitmq:stream-offset-spec"): "first",
+        symbol("rabbitmq:stream-filter"): ["apple"],
+        symbol("rabbitmq:stream-match-unfiltered"): True,
+    }
+    plain = Filter(cast(dict[symbol, Described], entries))
+    assert _read(server.url, "/queues/plain-filters", plain, 4) == (["m0", "m1", "m4", "m6"], 3)
+    # Other keys without a descriptor are still no filter: not echoed, not applied.
+    other = Filter(cast(dict[symbol, Described], {**_FIRST, symbol("my-filter"): "apple"}))
+    assert _read(server.url, "/queues/plain-filters", other, len(_VALUES))[1] == 1
+
+
+@pytest.mark.parametrize("queue_type", ["stream", "classic"])
+def test_an_empty_filter_value_is_unfiltered(server: RunningServer, queue_type: str) -> None:
+    """RabbitMQ files a message tagged ``""`` with the unfiltered ones: a match-unfiltered
+    reader gets it, a reader of values only does not."""
+    name = f"empty-value-{queue_type}"
+    server.call(lambda: server.server.registry.declare_queue(name, {"x-queue-type": queue_type}))
+    messages = [_tagged("empty", ""), _tagged("none", None), _tagged("x", "x")]
+    address = f"/queues/{name}"
+    with_unfiltered = _filters(
+        {
+            "rabbitmq:stream-filter": ("rabbitmq:stream-filter", ["x"]),
+            "rabbitmq:stream-match-unfiltered": ("rabbitmq:stream-match-unfiltered", True),
+        }
+    )
+    only_x = _filters({"rabbitmq:stream-filter": ("rabbitmq:stream-filter", ["x"])})
+    if queue_type == "stream":
+        publish(server.url, address, messages=messages)
+        assert _read(server.url, address, with_unfiltered, 3)[0] == ["empty", "none", "x"]
+        assert _read(server.url, address, only_x, 1)[0] == ["x"]
+        return
+    # A classic queue's consumer takes what it reads: one reader per publication.
+    publish(server.url, address, messages=messages)
+    assert _read(server.url, address, only_x, 1)[0] == ["x"]
+    assert _read(server.url, address, with_unfiltered, 2)[0] == ["empty", "none"]

@@ -9,11 +9,13 @@ and the raw client where a frame must be looked at.
 from __future__ import annotations
 
 import functools
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Final
 
 import pytest
 from integration.conftest import RunningServer
@@ -33,10 +35,11 @@ from rabbitmq_amqp_python_client import (
     ValidationCodeException,
 )
 from rabbitmq_amqp_python_client import Message as RabbitMessage
+from rabbitmq_amqp_python_client.qpid.proton import ConnectionException as RabbitConnectionException
 from support.clients import publish
 from support.polling import wait_until
 from support.rabbitmq import Accepting, Enough
-from support.raw_client import RawClient
+from support.raw_client import ConnectionClosedError, RawClient
 
 from sluicegate.clients.management import ManagementClient
 from sluicegate.gateway.auth import User, hash_password, parse_users
@@ -314,24 +317,34 @@ def test_each_virtual_host_is_its_own_namespace(tenants: RunningServer) -> None:
     assert _ready(tenants, "orders", "tenant-a") == 2
 
 
+# RabbitMQ's Python client waits this long at least before it reconnects.
+RECONNECT_DELAY: Final = 5.0
+_REFUSED_AT_OPEN: Final = {
+    ("admin", "no-such-vhost"): "virtual host 'no-such-vhost' does not exist",
+    ("alice", "tenant-b"): "access to vhost 'tenant-b' refused for user 'alice'",
+    ("alice", "/"): "access to vhost '/' refused for user 'alice'",
+}
+
+
 def test_open_is_refused_for_an_unknown_virtual_host_or_one_without_permissions(
     tenants: RunningServer,
 ) -> None:
-    """Issue 19 scenario 5: RabbitMQ 4 refuses ``vhost:no-such-vhost`` at OPEN."""
-    cases = {
-        ("admin", "no-such-vhost"): "virtual host 'no-such-vhost' does not exist",
-        ("alice", "tenant-b"): "access to vhost 'tenant-b' refused for user 'alice'",
-        ("alice", "/"): "access to vhost '/' refused for user 'alice'",
-    }
-    for (user, vhost), description in cases.items():
-        with RawClient.connect(
-            tenants.host, tenants.port, plain=(user, PASSWORD), hostname=f"vhost:{vhost}"
-        ) as client:
-            close = client.wait_for("close")
-        assert close["error"]["condition"] == "amqp:not-allowed"
-        assert close["error"]["description"] == description
-        with pytest.raises(ConnectionException, match="amqp:not-allowed"):
+    """Issue 19 scenario 5: RabbitMQ 4 refuses ``vhost:no-such-vhost`` at OPEN, by dropping the
+    connection without OPEN or CLOSE (``rabbit_amqp_reader``): RabbitMQ's Python client raises
+    then, where a CLOSE would have it reconnect without end."""
+    for user, vhost in _REFUSED_AT_OPEN:
+        with pytest.raises(ConnectionClosedError):
+            RawClient.connect(
+                tenants.host, tenants.port, plain=(user, PASSWORD), hostname=f"vhost:{vhost}"
+            )
+        with pytest.raises(ConnectionException):
             _proton(tenants, user, vhost)
+        started = time.monotonic()
+        with pytest.raises(RabbitConnectionException), rabbitmq_client(tenants, user, vhost):
+            pass
+        # Raised at once: no reconnection (the client waits 5 s or more before each).
+        assert time.monotonic() - started < RECONNECT_DELAY
+    wait_until(lambda: tenants.call(lambda: len(tenants.server.broker.connections)) == 0)
     # A plain hostname (what most clients send) means the default virtual host.
     with RawClient.connect(
         tenants.host, tenants.port, plain=("limited", PASSWORD), hostname="localhost"
@@ -339,6 +352,21 @@ def test_open_is_refused_for_an_unknown_virtual_host_or_one_without_permissions(
         client.begin()
         assert tenants.call(lambda: tenants.server.tenancy.default.connections) == 1
     wait_until(lambda: tenants.call(lambda: tenants.server.tenancy.default.connections) == 0)
+
+
+def test_without_rabbitmq_compatibility_the_refusal_is_an_open_and_a_close_saying_why(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    running = make_server(users=_users(), vhosts=_vhosts(), rabbitmq_compatible=False)
+    for (user, vhost), description in _REFUSED_AT_OPEN.items():
+        with RawClient.connect(
+            running.host, running.port, plain=(user, PASSWORD), hostname=f"vhost:{vhost}"
+        ) as client:
+            close = client.wait_for("close")
+        assert close["error"]["condition"] == "amqp:not-allowed"
+        assert close["error"]["description"] == description
+        with pytest.raises(ConnectionException, match="amqp:not-allowed"):
+            _proton(running, user, vhost)
 
 
 # -- quotas ----------------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""Run RabbitMQ's own AMQP 1.0 client suites against a sluicegate configured as they expect.
+
+``python -m bench.peer_suites go PATH`` runs the test suite of a checkout of
+``rabbitmq-amqp-go-client`` (its own command, ``go test ./pkg/rabbitmqamqp/``, with Go and the
+suite's modules already set up by the caller); ``python -m bench.peer_suites python PATH`` runs
+the ``tests/`` of a checkout of ``rabbitmq-amqp-python-client`` with ``--python`` (this
+interpreter by default), which must have pytest, pytest-asyncio, requests and pyjwt, and
+python-qpid-proton for the checkout's own client. Arguments after ``--`` go to the suite's
+command (``-- -k stream``, ``-- -ginkgo.focus=Stream``, ``-- --ignore=tests/test_amqp_091.py``).
+
+The server is what the suites' CI starts (their ``.ci/ubuntu/rabbitmq.conf`` and, for Go,
+``definitions.json``): AMQP on 127.0.0.1:5672, TLS on 127.0.0.1:5671 with the checkout's
+``.ci/certs`` server certificate, user ``guest``/``guest`` in ``/``, ``vhost_user_1`` and ``tls``,
+``user_1``/``user_1`` in ``vhost_user_1``, ANONYMOUS logins as guest from loopback. Nothing of
+the suites is kept here: the checkout is the caller's, the config a temporary file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from sluicegate.gateway.auth import hash_password
+
+HOST: Final = "127.0.0.1"
+AMQP_PORT: Final = 5672  # the suites dial amqp://localhost with no port
+TLS_PORT: Final = 5671
+# The suites' CI creates these (Go: .ci/ubuntu/definitions.json; Python: its tests' vhosts).
+VHOSTS: Final = ("vhost_user_1", "tls")
+EVERYTHING: Final = 'configure = ".*"\nwrite = ".*"\nread = ".*"\n'
+# A started server listens within seconds; a slower start is a failure to report.
+START_TIMEOUT: Final = 30.0
+COMMANDS: Final[dict[str, list[str]]] = {
+    "go": ["go", "test", "-count=1", "-timeout", "90m", "./pkg/rabbitmqamqp/"],
+    "python": ["-m", "pytest", "-p", "no:cacheprovider"],
+}
+
+
+def config_text(suite: Path) -> str:
+    """The TOML of a sluicegate set up as the suite's CI sets up RabbitMQ."""
+    certs = suite / ".ci" / "certs"
+    lines = [
+        f'listen = "{HOST}:{AMQP_PORT}"',
+        f'tls_listen = "{HOST}:{TLS_PORT}"',
+        f'tls_cert_file = "{certs / "server_localhost_certificate.pem"}"',
+        f'tls_key_file = "{certs / "server_localhost_key.pem"}"',
+        'metrics_listen = "off"',
+        "attach_declares_queues = false",
+        "",
+    ]
+    lines += [f'[vhosts."{vhost}"]' for vhost in VHOSTS]
+    guest = [f'password_hash = "{hash_password("guest")}"']
+    lines += ["", "[users.guest]", *guest]
+    for vhost in ("/", *VHOSTS):
+        lines += [f'[users.guest.permissions."{vhost}"]', EVERYTHING]
+    lines += ["[users.user_1]", f'password_hash = "{hash_password("user_1")}"']
+    lines += ['[users.user_1.permissions."vhost_user_1"]', EVERYTHING]
+    lines += ["[users.anonymous]"]
+    for vhost in ("/", *VHOSTS):
+        lines += [f'[users.anonymous.permissions."{vhost}"]', EVERYTHING]
+    return "\n".join(lines) + "\n"
+
+
+def _wait_listening(server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"sluicegate exited with {server.returncode} before listening")
+        try:
+            socket.create_connection((HOST, AMQP_PORT), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"sluicegate did not listen on {HOST}:{AMQP_PORT} in {START_TIMEOUT} s")
+
+
+def run(kind: str, suite: Path, extra: Sequence[str], python: str = sys.executable) -> int:
+    """Start sluicegate, run the suite's command in its checkout, stop sluicegate."""
+    with tempfile.TemporaryDirectory(prefix="sluicegate-peer-") as work:
+        config = Path(work) / "sluicegate.toml"
+        config.write_text(config_text(suite.resolve()))
+        log = (Path(work) / "server.log").open("wb")
+        command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
+        env = {**os.environ, "SLUICEGATE_DATA_DIR": str(Path(work) / "data")}
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            _wait_listening(server)
+            command = COMMANDS[kind] if kind == "go" else [python, *COMMANDS[kind]]
+            if kind == "python" and not any(arg.startswith("tests") for arg in extra):
+                command.append("tests")
+            return subprocess.call([*command, *extra], cwd=suite)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+            log.close()
+            sys.stderr.write((Path(work) / "server.log").read_text()[-4000:])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.peer_suites", description=__doc__)
+    parser.add_argument("kind", choices=sorted(COMMANDS), help="which client's suite")
+    parser.add_argument("suite", type=Path, help="the checkout of the client's repository")
+    parser.add_argument(
+        "--python", default=sys.executable, help="the interpreter of the Python suite"
+    )
+    parser.add_argument("extra", nargs="*", help="after --: arguments for the suite's command")
+    args = parser.parse_args(argv)
+    return run(args.kind, args.suite, args.extra, args.python)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
