@@ -100,7 +100,10 @@ def _arguments(value: dict[str, object]) -> bytes:
 
 _ENCODERS: Final[dict[type, Callable[[object], bytes]]] = {
     type(None): lambda value: b"\x40",
-    bool: lambda value: b"\x41" if value else b"\x42",
+    # RabbitMQ's replies carry {boolean, B}, which its generator writes 0x56 0x01/0x00, not the
+    # one-byte true/false: RabbitMQ's JavaScript client (rhea) reads 0x56 as 1/0 and compares
+    # durable, auto_delete and exclusive with 1.
+    bool: lambda value: b"\x56\x01" if value else b"\x56\x00",
     int: _long,  # type: ignore[dict-item]
     ULong: _ulong,  # type: ignore[dict-item]
     ulong: _ulong,  # type: ignore[dict-item]

@@ -75,3 +75,11 @@ def test_a_reply_far_beyond_what_proton_data_holds() -> None:
     message.decode(encoded[: encoded.index(b"\x00\x53\x77")])
     assert (message.subject, message.correlation_id) == ("200", "request-1")
     assert encoded.index(b"\x00\x53\x77") + 3 + len(encode_value(body)) == len(encoded)
+
+
+def test_booleans_are_written_as_rabbitmq_writes_them() -> None:
+    # RabbitMQ's {boolean, B} is 0x56 and a byte; rhea reads it as 1 or 0, and RabbitMQ's
+    # JavaScript client compares a queue's durable, auto_delete and exclusive with 1.
+    assert encode_value(True) == b"\x56\x01"
+    assert encode_value(False) == b"\x56\x00"
+    assert encode_value({"durable": True}).endswith(b"durable\x56\x01")
