@@ -235,6 +235,13 @@ def parse_arguments(arguments: Mapping[str, object] | None) -> QueueArguments:
         elif name == "x-consumer-timeout":
             timeout = _non_negative(name, value)
             values["consumer_timeout"] = timeout or None
+        elif name == "x-queue-mode" and value == "default":
+            # What every queue here does: kept and ignored, as RabbitMQ 4 keeps it.
+            extra.append((name, value))
+        elif name == "x-queue-mode" and value != "lazy":
+            raise PreconditionFailed(
+                f"invalid arg 'x-queue-mode': {value!r} is neither 'default' nor 'lazy'"
+            )
         elif name in _REFUSED:
             raise NotImplementedByServer(f"invalid arg '{name}': {_REFUSED[name]}")
         else:

@@ -63,6 +63,7 @@ def test_exclusive_queue_belongs_to_its_owner() -> None:
             "x-max-priority",
         ),
         ({"x-queue-mode": "lazy"}, NotImplementedByServer, "x-queue-mode"),
+        ({"x-queue-mode": "eager"}, PreconditionFailed, "x-queue-mode"),
         ({"x-queue-type": "jms"}, NotImplementedByServer, "x-queue-type"),
     ],
 )
@@ -321,3 +322,8 @@ def test_the_timer_visits_only_queues_with_deadlines() -> None:
     assert timed.statistics().expired == 1
     assert registry.timed == set()
     assert registry.next_deadline() is None
+
+
+def test_the_default_queue_mode_is_kept_and_changes_nothing() -> None:
+    # RabbitMQ's JavaScript client sends x-queue-mode "default" for a classic queue's mode.
+    assert parse_arguments({"x-queue-mode": "default"}).extra == (("x-queue-mode", "default"),)
