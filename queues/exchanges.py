@@ -5,7 +5,9 @@ those bound with exactly the routing key, ``topic`` to those whose binding key m
 dot-separated routing key, ``*`` standing for one word and ``#`` for zero or more (matched over a
 trie of the binding keys, :mod:`queues.topic_trie`), ``headers`` to
 those whose binding arguments match the message's headers (:mod:`queues.headers`),
-``x-local-random`` (built into RabbitMQ 4.0) to one of its queues picked at random. Direct
+``x-local-random`` (built into RabbitMQ 4.0) to one of its queues picked at random,
+``x-consistent-hash`` (RabbitMQ's plugin) to one destination picked by a hash of the routing
+key on a ring where each binding has as many points as its binding key says. Direct
 routing is one dict lookup; topic routing walks the trie once per routing key, headers routing
 matches each distinct set of binding arguments.
 
@@ -16,13 +18,15 @@ differ only by their arguments are two bindings.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import random
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, cast
 
-from sluicegate.queues.errors import NotImplementedByServer, PreconditionFailed
+from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.headers import Headers, HeadersMatch, headers_match
 from sluicegate.queues.topic_trie import TopicTrie
 from sluicegate.wire.codec import Value, encode_canonical
@@ -38,6 +42,16 @@ class ExchangeType(enum.Enum):
     # One bound queue, picked at random per message: RabbitMQ's request-reply load spreading,
     # where every queue is local on a single node.
     LOCAL_RANDOM = "x-local-random"
+    # One destination per routing key, by a hash ring weighted by the binding keys: RabbitMQ's
+    # consistent-hash exchange plugin, for spreading keys over queues stably.
+    CONSISTENT_HASH = "x-consistent-hash"
+
+
+# Points a consistent-hash binding may put on its exchange's ring (its binding key), and all
+# its bindings together: the ring is rebuilt when a binding changes and searched per message,
+# so what a client can make it hold is capped. RabbitMQ's guides use weights of 1 to 20.
+MAX_HASH_WEIGHT: Final = 1000
+MAX_HASH_POINTS: Final = 20_000
 
 
 class Unroutable(enum.Enum):
@@ -111,8 +125,6 @@ def exchange_settings(
     try:
         kind = ExchangeType(type_name)
     except ValueError:
-        if type_name == "x-consistent-hash":
-            raise NotImplementedByServer(f"exchange type '{type_name}' is not supported") from None
         raise PreconditionFailed(f"invalid exchange type '{type_name}'") from None
     alternate: str | None = None
     unroutable = Unroutable.RELEASE
@@ -147,7 +159,7 @@ class _Routes:
     route to the same one.
     """
 
-    __slots__ = ("by_selector", "everywhere", "topics")
+    __slots__ = ("by_selector", "everywhere", "ring", "topics")
 
     def __init__(self, topics: TopicTrie | None) -> None:
         self.by_selector: dict[str | bytes, dict[str, int]] = {}
@@ -155,6 +167,9 @@ class _Routes:
         self.everywhere: dict[str, int] = {}
         # A topic exchange's binding keys, matched once per routing key.
         self.topics = topics
+        # A consistent-hash exchange's ring (sorted points, their destinations), made on the
+        # first message after its bindings change.
+        self.ring: tuple[list[int], list[str]] | None = None
 
     def add(self, selector: str | bytes, destination: str) -> None:
         destinations = self.by_selector.get(selector)
@@ -164,6 +179,7 @@ class _Routes:
                 self.topics.add(cast(str, selector))
         destinations[destination] = destinations.get(destination, 0) + 1
         self.everywhere[destination] = self.everywhere.get(destination, 0) + 1
+        self.ring = None
 
     def remove(self, selector: str | bytes, destination: str) -> None:
         destinations = self.by_selector[selector]
@@ -173,6 +189,30 @@ class _Routes:
             if self.topics is not None:
                 self.topics.remove(cast(str, selector))
         _decrement(self.everywhere, destination)
+        self.ring = None
+
+    def points(self) -> int:
+        """The points a consistent-hash exchange's bindings put on its ring."""
+        return sum(
+            int(weight) * sum(destinations.values())
+            for weight, destinations in self.by_selector.items()
+        )
+
+    def _hashed(self, routing_key: str) -> Iterable[str]:
+        ring = self.ring
+        if ring is None:
+            points = sorted(
+                (_hash(f"{destination}\0{point}"), destination)
+                for weight, destinations in self.by_selector.items()
+                for destination, count in destinations.items()
+                for point in range(int(weight) * count)
+            )
+            ring = self.ring = ([p for p, _ in points], [d for _, d in points])
+        hashes, names = ring
+        if not hashes:
+            return ()
+        at = bisect.bisect_left(hashes, _hash(routing_key))
+        return (names[at % len(names)],)
 
     def route(self, kind: ExchangeType, routing_key: str) -> Iterable[str]:
         if kind is ExchangeType.DIRECT:
@@ -181,6 +221,8 @@ class _Routes:
             return self.everywhere
         if kind is ExchangeType.LOCAL_RANDOM:
             return (random.choice(list(self.everywhere)),) if self.everywhere else ()
+        if kind is ExchangeType.CONSISTENT_HASH:
+            return self._hashed(routing_key)
         topics = self.topics
         if topics is None:
             return ()
@@ -196,6 +238,11 @@ class _Routes:
             if patterns[cast(bytes, identity)].matches(headers):
                 found.update(destinations)
         return list(found)
+
+
+def _hash(text: str) -> int:
+    """A hash that is the same in every process and after a restart (``hash()`` is not)."""
+    return zlib.crc32(text.encode())
 
 
 def _decrement(counts: dict[str, int], name: str) -> None:
@@ -235,6 +282,12 @@ class Exchange:
         kind = self.settings.type
         if kind is ExchangeType.HEADERS:
             headers_match(arguments)
+        elif kind is ExchangeType.CONSISTENT_HASH:
+            if not queue_type:
+                raise PreconditionFailed(
+                    "an x-consistent-hash exchange binds queues only: its ring picks one of them"
+                )
+            self._check_weight(binding_key)
         elif kind is ExchangeType.LOCAL_RANDOM:
             if binding_key:
                 raise PreconditionFailed(
@@ -245,6 +298,24 @@ class Exchange:
                     "an x-local-random exchange binds only classic queues, not "
                     + (f"a {queue_type} queue" if queue_type else "exchanges")
                 )
+
+    def _check_weight(self, binding_key: str) -> None:
+        """A consistent-hash binding's key is its weight, an integer (RabbitMQ's rule), and the
+        ring it adds to stays within its bound."""
+        if not binding_key.isascii() or not binding_key.isdigit() or not binding_key.strip("0"):
+            raise PreconditionFailed(
+                f"binding key '{binding_key}' must be a positive integer: a consistent-hash "
+                "binding's key is its weight"
+            )
+        weight = int(binding_key)
+        if weight > MAX_HASH_WEIGHT:
+            raise PreconditionFailed(
+                f"binding key {weight} is over the {MAX_HASH_WEIGHT} points a binding may have"
+            )
+        if self._queues.points() + self._exchanges.points() + weight > MAX_HASH_POINTS:
+            raise PreconditionFailed(
+                f"exchange '{self.name}' would have over {MAX_HASH_POINTS} points on its ring"
+            )
 
     def bind(self, binding: Binding) -> bool:
         """Add a binding; False if it existed."""

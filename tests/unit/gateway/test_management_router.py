@@ -496,7 +496,8 @@ def test_exchange_arguments_rabbitmq_does_not_know_are_kept_and_listed(router: R
     info = body_map(router.handle(Request("GET", "/exchanges/spread")))
     assert (info["type"], info["arguments"]) == ("x-local-random", {"test": "kept"})
     plugin = {"type": "x-consistent-hash"}
-    assert router.handle(Request("PUT", "/exchanges/hashed", plugin)).status == 501
+    assert router.handle(Request("PUT", "/exchanges/hashed", plugin)).status == 204
+    assert body_map(router.handle(Request("GET", "/exchanges/hashed")))["type"] == plugin["type"]
 
 
 def _names(page: dict[str, object]) -> list[object]:

@@ -170,8 +170,8 @@ def test_exchange_declarations() -> None:
         registry.declare_exchange("amq.mine", "direct")
     with pytest.raises(AccessRefused):
         registry.delete_exchange("amq.topic")
-    with pytest.raises(NotImplementedByServer):
-        registry.declare_exchange("h", "x-consistent-hash")
+    with pytest.raises(PreconditionFailed, match="invalid exchange type"):
+        registry.declare_exchange("h", "x-no-such-plugin")
     with pytest.raises(NotFound):
         registry.bind("e", "no-such-queue", "k")
     registry.declare_queue("q")
@@ -327,3 +327,49 @@ def test_the_timer_visits_only_queues_with_deadlines() -> None:
 def test_the_default_queue_mode_is_kept_and_changes_nothing() -> None:
     # RabbitMQ's JavaScript client sends x-queue-mode "default" for a classic queue's mode.
     assert parse_arguments({"x-queue-mode": "default"}).extra == (("x-queue-mode", "default"),)
+
+
+def test_a_consistent_hash_exchange_spreads_keys_by_weight_and_keeps_them() -> None:
+    registry = QueueRegistry()
+    registry.declare_exchange("h", "x-consistent-hash")
+    for name, weight in (("light", "1"), ("heavy", "3")):
+        registry.declare_queue(name)
+        registry.bind("h", name, weight)
+    keys = [f"order-{n}" for n in range(4000)]
+    first = {key: [q.name for q in registry.route("h", key)] for key in keys}
+    assert all(len(names) == 1 for names in first.values())
+    heavy = sum(names == ["heavy"] for names in first.values())
+    assert 2400 < heavy < 3600
+    # The same key goes to the same queue; a new queue takes keys only for itself.
+    assert first == {key: [q.name for q in registry.route("h", key)] for key in keys}
+    registry.declare_queue("new")
+    registry.bind("h", "new", "2")
+    moved = {key for key in keys if [q.name for q in registry.route("h", key)] != first[key]}
+    assert moved
+    assert all([q.name for q in registry.route("h", key)] == ["new"] for key in moved)
+
+
+@pytest.mark.parametrize(
+    ("key", "match"),
+    [("0", "positive"), ("x", "positive"), ("\u0661", "positive"), ("1001", "1000")],
+)
+def test_a_consistent_hash_binding_key_is_a_bounded_weight(key: str, match: str) -> None:
+    registry = QueueRegistry()
+    registry.declare_exchange("h", "x-consistent-hash")
+    registry.declare_queue("q")
+    with pytest.raises(PreconditionFailed, match=match):
+        registry.bind("h", "q", key)
+
+
+def test_a_consistent_hash_ring_is_bounded_and_binds_queues_only() -> None:
+    registry = QueueRegistry()
+    registry.declare_exchange("h", "x-consistent-hash")
+    registry.declare_exchange("other", "fanout")
+    for n in range(20):
+        registry.declare_queue(f"q{n}")
+        registry.bind("h", f"q{n}", "1000")
+    registry.declare_queue("one-more")
+    with pytest.raises(PreconditionFailed, match="20000 points"):
+        registry.bind("h", "one-more", "1")
+    with pytest.raises(PreconditionFailed, match="queues only"):
+        registry.bind("h", "other", "1", to_exchange=True)
