@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
+import weakref
 from typing import Final, cast
 
 from proton import (
@@ -41,6 +43,7 @@ from sluicegate.gateway.events import (
     transport_of,
 )
 from sluicegate.gateway.expiry import ExpiryTimer
+from sluicegate.gateway.heap_trim import HeapTrimmer
 from sluicegate.gateway.identity import open_properties
 from sluicegate.gateway.limits import (
     AttachDataExceeded,
@@ -158,6 +161,11 @@ class Broker(Handler):
         self.settlements = SettlementRun()
         # What deliveries waiting in every connection's sessions hold (session/waiting.py).
         self.waiting = ServerBytes()
+        # Gives the heap's freed pages back after large releases (gateway/heap_trim.py).
+        self.trimmer = HeapTrimmer()
+        # Every connection's record, open or closed, until it is freed: what a closed
+        # connection leaves behind shows here (tests/integration/test_connection_leaks.py).
+        self.records: weakref.WeakSet[ConnectionState] = weakref.WeakSet()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -167,6 +175,7 @@ class Broker(Handler):
         state.writer.pending = self.pending_bytes
         state.waiting = Waiting(self.config.max_outgoing_pending_size, self.waiting)
         self.connections.add(state)
+        self.records.add(state)
 
     def outbound_bytes(self) -> int:
         """What consumers make the server hold beyond the queued messages: deliveries waiting in
@@ -218,13 +227,14 @@ class Broker(Handler):
         state: ConnectionState | None = getattr(transport_of(event).connection, "sg", None)
         if state is not None:
             self.release_connection(state)
-            forget(state.connection)
+            forget(state)
 
     def release_connection(self, state: ConnectionState) -> None:
         """End every session of a connection once, returning its messages to their queues."""
         if state.closed:
             return
         state.closed = True
+        held = self.outbound_bytes()
         self.connections.discard(state)
         self.handshakes.finished(state)
         for session in list(state.sessions.values()):
@@ -233,12 +243,17 @@ class Broker(Handler):
         for link in list(state.temporary):
             self._delete_temporary(state, link)
         self.management.release(state)
+        state.fresh_links.clear()
         if state.vhost is not None:
             assert state.user is not None
             self.tenancy.leave(state.user, state.vhost)
         state.writer.close()
         if state in self._unframed:
             self._give_back_buffers()
+        # What it held (its unsettled deliveries in proton above all) is freed with its record.
+        released = held - self.outbound_bytes()
+        if released > 0:
+            weakref.finalize(state, self.trimmer.freed, released).atexit = False
 
     def close_for_error(self, state: ConnectionState, condition: str, description: str) -> None:
         """Close a connection that broke a limit: what it held goes back first.
@@ -318,6 +333,9 @@ class Broker(Handler):
             self.queue_links.discard(registry, sender.queue.name, sender)
         self._route(state.pure.end())
         del self._states[state.pure]
+        # Its links' records point back at it: emptied, they hold it no more (a cycle would
+        # keep the connection's proton objects until a full collection, gateway/state.py).
+        state.senders.clear()
         for queue in queues:
             registry.consumer_left(queue)
             self.management.consumer_left(
@@ -334,6 +352,8 @@ class Broker(Handler):
         if session is None:
             return  # frames pipelined after a refused OPEN or BEGIN
         connection = session.connection
+        if connection.closed:
+            return  # frames read in the same pass as the CLOSE or the error that ended it
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         try:
@@ -634,8 +654,11 @@ class Broker(Handler):
         self._dirty.add(session)
 
     def flush(self) -> None:
-        """Renew publisher credit and pump every session that has something new to send."""
+        """Renew publisher credit, pump every session that has something new to send, and
+        give the heap back after a large release."""
+        held = 0
         for vhost in self.tenancy.vhosts.values():
+            held += vhost.registry.held.total
             if vhost.registry.dead_letters:
                 self._route(vhost.registry.route_dead_letters())
                 failures = vhost.registry.dead_letter_router.failures
@@ -659,6 +682,7 @@ class Broker(Handler):
             self._resume(state.connection)
         if self._unframed:
             self._give_back_buffers()
+        self.trimmer.flush(held, time.monotonic())
 
     def _give_back_buffers(self) -> None:
         """Free the payload buffers of unsettled deliveries proton has framed since.

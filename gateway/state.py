@@ -10,6 +10,15 @@ Python's collector cannot see the C edge, so the cycle is never freed, and with 
 the connection held. :func:`forget` takes the records off every endpoint of a connection once
 its transport has closed; from then on only the broker's own maps refer to the state, and they
 drop it in ``Broker.release_connection``.
+
+Cycles among our own records would hold a closed connection too, all its proton objects with it
+(its unsettled deliveries: 160 MiB for 200,000), until a full collection, which an idle server
+never runs (issue 31). Each is cut where its connection, session or link ends: a session's
+links (``Broker._end_session``), the links whose ATTACH reply waits (``release_connection``),
+a publisher's pure link and the connection's inbound session (``Publishing.detach`` and
+``release``), and the selectable's record and gate once proton is done with the socket
+(:func:`forget_selectable`). tests/integration/test_connection_leaks.py checks, with the
+collector off, that nothing of a closed connection outlives it.
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ if TYPE_CHECKING:
 
 # The attribute under which an endpoint's record is kept (``link.sg``, ``session.sg``, ...).
 RECORD: Final = "sg"
+# The attribute under which a socket's selectable keeps its gate (gateway/gate.py).
+GATE: Final = "gate"
 
 
 class ConnectionState:
@@ -217,12 +228,13 @@ class OutgoingLinkState:
     attach_written: bool = False
 
 
-def forget(connection: Connection) -> None:
+def forget(state: ConnectionState) -> None:
     """Take the records off a finished connection and all its sessions and links.
 
     Called once its transport has closed: no frame can arrive for its endpoints any more, and
     handlers of the events still queued for them find no record and do nothing.
     """
+    connection = state.connection
     endpoints: list[Endpoint] = [connection]
     session = connection.session_head(0)
     while session is not None:
@@ -234,6 +246,17 @@ def forget(connection: Connection) -> None:
         link = link.next(0)
     for endpoint in endpoints:
         forget_endpoint(endpoint)
+
+
+def forget_selectable(selectable: Selectable) -> None:
+    """Take the connection's record and gate off a socket's selectable proton is done with.
+
+    Both point back at the selectable through the connection's record: left, the three would
+    hold the connection and its proton objects until a full collection.
+    """
+    for name in (RECORD, GATE):
+        if hasattr(selectable, name):
+            delattr(selectable, name)
 
 
 def forget_endpoint(endpoint: Endpoint) -> None:
