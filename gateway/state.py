@@ -75,6 +75,7 @@ class ConnectionState:
         "last_frame",
         "link_names",
         "permissions",
+        "pooled",
         "publishers",
         "selectable",
         "sent",
@@ -118,6 +119,10 @@ class ConnectionState:
         # Unsettled deliveries handed to proton in this reactor pass, not held: the flush that
         # pumped them gives their buffers back or holds them (Broker._give_back_buffers).
         self.sent: list[object] = []
+        # The most that one of its ended sessions released of unsettled deliveries (counted as
+        # the memory budget counts them): proton pools the deliveries' structs for reuse until
+        # the connection goes, then frees them (gateway/heap_trim.py trims after that).
+        self.pooled = 0
         self.closed = False
         # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
         self.user: User | None = None
@@ -246,6 +251,16 @@ def forget(state: ConnectionState) -> None:
         link = link.next(0)
     for endpoint in endpoints:
         forget_endpoint(endpoint)
+
+
+def forget_session(session: Session) -> None:
+    """Take the records off an ended session and its links, before proton frees them."""
+    forget_endpoint(session)
+    link = session.connection.link_head(0)
+    while link is not None:
+        if link.session == session:
+            forget_endpoint(link)
+        link = link.next(0)
 
 
 def forget_selectable(selectable: Selectable) -> None:

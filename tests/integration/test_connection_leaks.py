@@ -146,6 +146,64 @@ def test_nothing_of_a_closed_connection_survives(
     assert consume(server.url, f"/queues/leak-{ending}", 2).bodies == ["kept", "after"]
 
 
+def _proton_endpoints(server: RunningServer) -> tuple[int, int]:
+    """Sessions and links proton keeps of the server's only connection."""
+
+    def count() -> tuple[int, int]:
+        (state,) = server.server.broker.connections
+        sessions = links = 0
+        session = state.connection.session_head(0)
+        while session is not None:
+            sessions += 1
+            session = session.next(0)
+        link = state.connection.link_head(0)
+        while link is not None:
+            links += 1
+            link = link.next(0)
+        return sessions, links
+
+    return server.call(count)
+
+
+def test_an_ended_session_leaves_nothing_while_its_connection_stays(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """A session the client ends, with a delivery unsettled and a publisher attached: its
+    records die (collector off), proton forgets the session and its links, and the unsettled
+    message is back in its queue; the connection goes on serving."""
+    server = make_server()
+    queue = "/queues/session-end"
+    with _collector_off():
+        client = RawClient.connect(server.host, server.port, container_id="session-end")
+        client.begin(0)
+        kept = client.begin(1)
+        publisher = client.attach("p", "sender", target=queue, channel=1)
+        client.wait_credit(publisher)
+        client.wait_outcomes([client.send(publisher, _payload("kept"))], channel=kept.channel)
+        consumer = client.attach("c", "receiver", source=queue, channel=1)
+        client.wait_attach(consumer)
+        client.flow(consumer, link_credit=10)
+        assert client.next_message() is not None  # left unsettled
+
+        def records() -> list[weakref.ref[object]]:
+            (state,) = server.server.broker.connections
+            (session,) = [s for s in state.sessions.values() if s.senders]
+            objects: list[object] = [session, session.pure, *session.senders.values()]
+            objects += [p for p in state.publishers if p.receiver.session == session.session]
+            return [weakref.ref(o) for o in objects]
+
+        refs = server.call(records)
+        assert len(refs) == 4
+        assert _proton_endpoints(server) == (2, 2)
+        client.end(kept.channel)
+        client.wait_for("end")
+        wait_until(lambda: not _alive(server, refs))
+        wait_until(lambda: _proton_endpoints(server) == (1, 0))
+        assert server.queue("session-end").ready == 1
+        client.close()
+    assert consume(server.url, queue, 1).bodies == ["kept"]
+
+
 def _rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
