@@ -155,7 +155,7 @@ def _proton_endpoints(server: RunningServer) -> tuple[int, int]:
         session = state.connection.session_head(0)
         while session is not None:
             sessions += 1
-            session = session.next(0)
+            session = session.next(0)  # type: ignore[no-untyped-call]
         link = state.connection.link_head(0)
         while link is not None:
             links += 1
