@@ -66,6 +66,7 @@ from sluicegate.gateway.state import (
     OutgoingLinkState,
     SessionState,
     forget,
+    forget_endpoint,
     forget_session,
 )
 from sluicegate.gateway.tenancy import Tenancy, VirtualHost
@@ -472,8 +473,17 @@ class Broker(Handler):
         """A DETACH: release what the link held and answer it."""
         link = link_of(event)
         link_detached(link)
+        held = self.outbound_bytes()
         self._detach(link)
         link.close()
+        session: SessionState | None = getattr(link.session, "sg", None)
+        if session is not None:
+            connection = session.connection
+            connection.pooled = max(connection.pooled, held - self.outbound_bytes())
+        # Unless freed, proton keeps a detached link and every delivery it sent until its
+        # session ends (80 MiB for 100,000 unsettled): freed as an ended session is.
+        forget_endpoint(link)
+        link.free()
 
     on_link_remote_detach = on_link_remote_close
 

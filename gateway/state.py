@@ -17,8 +17,11 @@ never runs (issue 31). Each is cut where its connection, session or link ends: a
 links (``Broker._end_session``), the links whose ATTACH reply waits (``release_connection``),
 a publisher's pure link and the connection's inbound session (``Publishing.detach`` and
 ``release``), and the selectable's record and gate once proton is done with the socket
-(:func:`forget_selectable`). tests/integration/test_connection_leaks.py checks, with the
-collector off, that nothing of a closed connection outlives it.
+(:func:`forget_selectable`). An ended session and a detached link are freed in proton, their
+records taken off first (:func:`forget_session`, ``Broker.on_link_remote_close``): proton would
+keep them, with every delivery they sent, as long as the connection (or the session) lives.
+tests/integration/test_connection_leaks.py checks, with the collector off, that nothing of a
+closed connection, an ended session or a detached link outlives it.
 """
 
 from __future__ import annotations

@@ -204,6 +204,47 @@ def test_an_ended_session_leaves_nothing_while_its_connection_stays(
     assert consume(server.url, queue, 1).bodies == ["kept"]
 
 
+def test_a_detached_link_leaves_nothing_while_its_session_stays(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """A consumer link the client detaches with a delivery unsettled, and a publisher: their
+    records die (collector off), proton forgets the links, the message is back in its queue,
+    and the session goes on serving."""
+    server = make_server()
+    queue = "/queues/link-detach"
+    with _collector_off():
+        client = RawClient.connect(server.host, server.port, container_id="link-detach")
+        client.begin()
+        publisher = client.attach("p", "sender", target=queue)
+        client.wait_credit(publisher)
+        client.wait_outcomes([client.send(publisher, _payload("kept"))])
+        consumer = client.attach("c", "receiver", source=queue)
+        client.wait_attach(consumer)
+        client.flow(consumer, link_credit=10)
+        assert client.next_message() is not None  # left unsettled
+
+        def records() -> list[weakref.ref[object]]:
+            (state,) = server.server.broker.connections
+            (session,) = state.sessions.values()
+            objects: list[object] = [*session.senders.values(), *state.publishers]
+            return [weakref.ref(o) for o in objects]
+
+        refs = server.call(records)
+        assert len(refs) == 2
+        assert _proton_endpoints(server) == (1, 2)
+        for handle in (consumer, publisher):
+            client.detach(handle)
+            client.wait_for("detach")
+        wait_until(lambda: not _alive(server, refs))
+        wait_until(lambda: _proton_endpoints(server) == (1, 0))
+        assert server.queue("link-detach").ready == 1
+        again = client.attach("c2", "receiver", source=queue)
+        client.flow(again, link_credit=10)
+        message = client.next_message()
+        assert message is not None
+        client.close()
+
+
 def _rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
