@@ -67,6 +67,6 @@ class HeapTrimmer:
         self.released = 0
         self._peak = held
         self._last = now
-        self.trims += 1
         if self._trim is not None:
             self._trim(0)
+            self.trims += 1
