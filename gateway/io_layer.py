@@ -34,7 +34,7 @@ from sluicegate.gateway.proton_internals import (
     transport_of,
 )
 from sluicegate.gateway.selector import EpollSelector
-from sluicegate.gateway.state import ConnectionState
+from sluicegate.gateway.state import ConnectionState, forget_selectable
 
 log = logging.getLogger("sluicegate.io")
 
@@ -296,6 +296,11 @@ class FlowIO(IOHandler):
         elif not selectable.is_terminal:
             selectable.writing = gate.wants_write
             selectable.update()
+
+    def on_selectable_final(self, event: Event) -> None:
+        """The socket is closed and out of the selector: what it held of its connection goes."""
+        super().on_selectable_final(event)
+        forget_selectable(event.selectable)
 
     def on_selectable_expired(self, event: Event) -> None:
         """Drop a client past its handshake or idle timeout (gateway/timeouts.py)."""

@@ -74,6 +74,16 @@ class ServerCollector(Collector):
         )
         yield _gauge("sluicegate_connections", "Open client connections.", stats.connections)
         yield _gauge(
+            "sluicegate_connection_records",
+            "Connection records in memory: the open connections and closed ones not yet freed.",
+            stats.connection_records,
+        )
+        yield CounterMetricFamily(
+            "sluicegate_heap_trims",
+            "Times the server gave freed heap memory back to the system (malloc_trim).",
+            value=stats.heap_trims,
+        )
+        yield _gauge(
             "sluicegate_connection_reads_paused",
             "Connections whose socket is not read: held by the memory budget or their account.",
             stats.reads_paused,

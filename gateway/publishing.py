@@ -147,6 +147,9 @@ class Publishing:
         inbound = connection.inbound
         if inbound is not None and inbound.detach(state.link) and not connection.closed:
             reading.resume(connection)
+        # The pure link and its record point at each other; nothing reads its owner once it
+        # is detached (gateway/state.py: no cycle may hold a closed connection).
+        state.link.owner = None
         # What still arrives on the link until the client sees its DETACH is discarded.
         forget_endpoint(state.receiver)
 
@@ -157,6 +160,9 @@ class Publishing:
         inbound = connection.inbound
         if inbound is not None:
             inbound.release()
+            # Its owner is the connection: unlinked here, the two make no cycle. Confirmations
+            # still to come (an fsync) reach the connection through ``Unconfirmed.inbound``.
+            connection.inbound = None
 
     # -- transfers ------------------------------------------------------------------------
 

@@ -77,9 +77,10 @@ def serve(config: Any) -> int:
         print(f"sluicegate: {error}", file=sys.stderr)
         return 1
     # What start-up made (modules, the recovered topology) lives as long as the process: the
-    # collector leaves it alone from now on. Its thresholds stay Python's: collected every
-    # 50,000 allocations, a closed connection's cycles outlived it long enough that 1,000
-    # connections left 19 MiB behind (tests/integration/test_connection_leaks.py).
+    # collector leaves it alone from now on. Its thresholds stay Python's, but nothing relies
+    # on it: a closed connection, an ended session or a detached link is freed by reference
+    # counting as it ends (gateway/state.py), since an idle server runs no collection at all
+    # and its cycles held every unsettled delivery (tests/integration/test_connection_leaks.py).
     gc.freeze()
 
     def stop(signum: int, frame: FrameType | None) -> None:

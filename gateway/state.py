@@ -10,6 +10,18 @@ Python's collector cannot see the C edge, so the cycle is never freed, and with 
 the connection held. :func:`forget` takes the records off every endpoint of a connection once
 its transport has closed; from then on only the broker's own maps refer to the state, and they
 drop it in ``Broker.release_connection``.
+
+Cycles among our own records would hold a closed connection too, all its proton objects with it
+(its unsettled deliveries: 160 MiB for 200,000), until a full collection, which an idle server
+never runs (issue 31). Each is cut where its connection, session or link ends: a session's
+links (``Broker._end_session``), the links whose ATTACH reply waits (``release_connection``),
+a publisher's pure link and the connection's inbound session (``Publishing.detach`` and
+``release``), and the selectable's record and gate once proton is done with the socket
+(:func:`forget_selectable`). An ended session and a detached link are freed in proton, their
+records taken off first (:func:`forget_session`, ``Broker.on_link_remote_close``): proton would
+keep them, with every delivery they sent, as long as the connection (or the session) lives.
+tests/integration/test_connection_leaks.py checks, with the collector off, that nothing of a
+closed connection, an ended session or a detached link outlives it.
 """
 
 from __future__ import annotations
@@ -43,6 +55,8 @@ if TYPE_CHECKING:
 
 # The attribute under which an endpoint's record is kept (``link.sg``, ``session.sg``, ...).
 RECORD: Final = "sg"
+# The attribute under which a socket's selectable keeps its gate (gateway/gate.py).
+GATE: Final = "gate"
 
 
 class ConnectionState:
@@ -66,6 +80,7 @@ class ConnectionState:
         "link_names",
         "name",
         "permissions",
+        "pooled",
         "publishers",
         "selectable",
         "sent",
@@ -111,6 +126,10 @@ class ConnectionState:
         # Unsettled deliveries handed to proton in this reactor pass, not held: the flush that
         # pumped them gives their buffers back or holds them (Broker._give_back_buffers).
         self.sent: list[object] = []
+        # The most that one of its ended sessions released of unsettled deliveries (counted as
+        # the memory budget counts them): proton pools the deliveries' structs for reuse until
+        # the connection goes, then frees them (gateway/heap_trim.py trims after that).
+        self.pooled = 0
         self.closed = False
         # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
         self.user: User | None = None
@@ -223,12 +242,13 @@ class OutgoingLinkState:
     attach_written: bool = False
 
 
-def forget(connection: Connection) -> None:
+def forget(state: ConnectionState) -> None:
     """Take the records off a finished connection and all its sessions and links.
 
     Called once its transport has closed: no frame can arrive for its endpoints any more, and
     handlers of the events still queued for them find no record and do nothing.
     """
+    connection = state.connection
     endpoints: list[Endpoint] = [connection]
     session = connection.session_head(0)
     while session is not None:
@@ -240,6 +260,27 @@ def forget(connection: Connection) -> None:
         link = link.next(0)
     for endpoint in endpoints:
         forget_endpoint(endpoint)
+
+
+def forget_session(session: Session) -> None:
+    """Take the records off an ended session and its links, before proton frees them."""
+    forget_endpoint(session)
+    link = session.connection.link_head(0)
+    while link is not None:
+        if link.session == session:
+            forget_endpoint(link)
+        link = link.next(0)
+
+
+def forget_selectable(selectable: Selectable) -> None:
+    """Take the connection's record and gate off a socket's selectable proton is done with.
+
+    Both point back at the selectable through the connection's record: left, the three would
+    hold the connection and its proton objects until a full collection.
+    """
+    for name in (RECORD, GATE):
+        if hasattr(selectable, name):
+            delattr(selectable, name)
 
 
 def forget_endpoint(endpoint: Endpoint) -> None:

@@ -52,6 +52,10 @@ class ServerStatistics:
     # What queues deleted since the start had counted.
     deleted_published: int
     deleted_delivered: int
+    # Connection records alive, open or closed and not yet freed (Broker.records), and the
+    # times the heap was given back to the system (gateway/heap_trim.py).
+    connection_records: int
+    heap_trims: int
 
     @property
     def queues(self) -> list[QueueStatistics]:
@@ -129,4 +133,6 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         filter_views=broker.filter_views.statistics(),
         deleted_published=sum(registry.deleted_published for registry in registries),
         deleted_delivered=sum(registry.deleted_delivered for registry in registries),
+        connection_records=len(broker.records),
+        heap_trims=broker.trimmer.trims,
     )

@@ -623,6 +623,27 @@ class RawClient:
         finally:
             self.abort()
 
+    def discard_incoming(self, seconds: float) -> int:
+        """Read for ``seconds`` and throw away what arrives, undecoded; return its size.
+
+        A consumer that takes deliveries as fast as the server sends them, however many, at
+        no cost to the test. Frames cannot be read afterwards (one may have been cut in two):
+        only :meth:`send_raw` and :meth:`abort` make sense then.
+        """
+        self._buffer.clear()
+        deadline = time.monotonic() + seconds
+        received = 0
+        while (remaining := deadline - time.monotonic()) > 0:
+            self._sock.settimeout(remaining)
+            try:
+                chunk = self._sock.recv(RECV_SIZE)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            received += len(chunk)
+        return received
+
     def _heartbeat(self) -> None:
         """Send an empty frame when the peer's idle-time-out (§2.4.5) would otherwise expire."""
         # Half the peer's timeout, as proton does, leaves room for scheduling delays.
