@@ -7,18 +7,26 @@ the ``tests/`` of a checkout of ``rabbitmq-amqp-python-client`` with ``--python`
 interpreter by default), which must have pytest, pytest-asyncio, requests and pyjwt, and
 python-qpid-proton for the checkout's own client. Arguments after ``--`` go to the suite's
 command (``-- -k stream``, ``-- -ginkgo.focus=Stream``, ``-- --ignore=tests/test_amqp_091.py``).
+``python -m bench.peer_suites js PATH`` runs ``npx vitest run`` in a checkout of
+``rabbitmq-amqp-js-client`` whose ``node_modules`` the caller installed (its package.json takes
+rhea from GitHub, which is out of reach here: ``npm install --no-save rhea@3`` and the rest
+from the npm registry).
 
 The server is what the suites' CI starts (their ``.ci/ubuntu/rabbitmq.conf`` and, for Go,
-``definitions.json``): AMQP on 127.0.0.1:5672, TLS on 127.0.0.1:5671 with the checkout's
-``.ci/certs`` server certificate, user ``guest``/``guest`` in ``/``, ``vhost_user_1`` and ``tls``,
-``user_1``/``user_1`` in ``vhost_user_1``, ANONYMOUS logins as guest from loopback. Nothing of
-the suites is kept here: the checkout is the caller's, the config a temporary file.
+``definitions.json``; the JavaScript suite's ``conf/``): AMQP on 127.0.0.1:5672, RabbitMQ's HTTP
+API on 127.0.0.1:15672, TLS on 127.0.0.1:5671 with the checkout's ``.ci/certs`` server
+certificate (Go and Python), user ``guest``/``guest`` in ``/``, ``vhost_user_1`` and ``tls``,
+``user_1``/``user_1`` in ``vhost_user_1``, ANONYMOUS logins as guest from loopback, and for the
+JavaScript suite ``test-user``/``test-password``; OAuth 2 tokens signed with the key of the
+suite's ``advanced.config``. Nothing of the suites is kept here: the checkout is the caller's,
+the config a temporary file.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -42,21 +50,56 @@ START_TIMEOUT: Final = 30.0
 COMMANDS: Final[dict[str, list[str]]] = {
     "go": ["go", "test", "-count=1", "-timeout", "90m", "./pkg/rabbitmqamqp/"],
     "python": ["-m", "pytest", "-p", "no:cacheprovider"],
+    "js": ["npx", "vitest", "run"],
 }
+# The JavaScript suite's user (its CI's RABBITMQ_DEFAULT_USER), handed to it in its environment.
+JS_USER: Final = ("test-user", "test-password")
+# Where the suites' CI keeps RabbitMQ's advanced.config, with the OAuth 2 signing key.
+ADVANCED_CONFIGS: Final = (".ci/ubuntu/advanced.config", "conf/advanced.config")
 
 
-def config_text(suite: Path) -> str:
+def oauth2_lines(suite: Path) -> list[str]:
+    """An ``[oauth2]`` table with the symmetric key of the suite's advanced.config, if any."""
+    for name in ADVANCED_CONFIGS:
+        path = suite / name
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        fields = {
+            key: re.search(rf'<<"{key}">>\s*=>\s*<<"([^"]+)">>', text)
+            for key in ("alg", "k", "kid")
+        }
+        server = re.search(r'resource_server_id\s*,\s*<<"([^"]+)">>', text)
+        if not all(fields.values()):
+            continue
+        alg, key, kid = (match.group(1) for match in fields.values() if match is not None)
+        return [
+            "[oauth2]",
+            f'resource_server_id = "{server.group(1) if server else "rabbitmq"}"',
+            f'[oauth2.signing_keys."{kid}"]',
+            f'alg = "{alg}"',
+            f'key = "{key}"',
+            "",
+        ]
+    return []
+
+
+def config_text(suite: Path, kind: str = "go") -> str:
     """The TOML of a sluicegate set up as the suite's CI sets up RabbitMQ."""
     certs = suite / ".ci" / "certs"
     lines = [
         f'listen = "{HOST}:{AMQP_PORT}"',
-        f'tls_listen = "{HOST}:{TLS_PORT}"',
-        f'tls_cert_file = "{certs / "server_localhost_certificate.pem"}"',
-        f'tls_key_file = "{certs / "server_localhost_key.pem"}"',
         'metrics_listen = "off"',
+        f'http_api_listen = "{HOST}:15672"',
         "attach_declares_queues = false",
-        "",
     ]
+    if (certs / "server_localhost_certificate.pem").is_file():
+        lines += [
+            f'tls_listen = "{HOST}:{TLS_PORT}"',
+            f'tls_cert_file = "{certs / "server_localhost_certificate.pem"}"',
+            f'tls_key_file = "{certs / "server_localhost_key.pem"}"',
+        ]
+    lines += ["", *oauth2_lines(suite)]
     lines += [f'[vhosts."{vhost}"]' for vhost in VHOSTS]
     guest = [f'password_hash = "{hash_password("guest")}"']
     lines += ["", "[users.guest]", *guest]
@@ -64,6 +107,9 @@ def config_text(suite: Path) -> str:
         lines += [f'[users.guest.permissions."{vhost}"]', EVERYTHING]
     lines += ["[users.user_1]", f'password_hash = "{hash_password("user_1")}"']
     lines += ['[users.user_1.permissions."vhost_user_1"]', EVERYTHING]
+    if kind == "js":
+        lines += [f"[users.{JS_USER[0]}]", f'password_hash = "{hash_password(JS_USER[1])}"']
+        lines += [EVERYTHING]
     lines += ["[users.anonymous]"]
     for vhost in ("/", *VHOSTS):
         lines += [f'[users.anonymous.permissions."{vhost}"]', EVERYTHING]
@@ -87,17 +133,23 @@ def run(kind: str, suite: Path, extra: Sequence[str], python: str = sys.executab
     """Start sluicegate, run the suite's command in its checkout, stop sluicegate."""
     with tempfile.TemporaryDirectory(prefix="sluicegate-peer-") as work:
         config = Path(work) / "sluicegate.toml"
-        config.write_text(config_text(suite.resolve()))
+        config.write_text(config_text(suite.resolve(), kind))
         log = (Path(work) / "server.log").open("wb")
         command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
         env = {**os.environ, "SLUICEGATE_DATA_DIR": str(Path(work) / "data")}
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             _wait_listening(server)
-            command = COMMANDS[kind] if kind == "go" else [python, *COMMANDS[kind]]
+            command = [python, *COMMANDS[kind]] if kind == "python" else COMMANDS[kind]
             if kind == "python" and not any(arg.startswith("tests") for arg in extra):
                 command.append("tests")
-            return subprocess.call([*command, *extra], cwd=suite)
+            suite_env = dict(os.environ)
+            if kind == "js":
+                user, password = JS_USER
+                suite_env.update(
+                    RABBITMQ_HOSTNAME=HOST, RABBITMQ_USER=user, RABBITMQ_PASSWORD=password
+                )
+            return subprocess.call([*command, *extra], cwd=suite, env=suite_env)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)

@@ -119,11 +119,15 @@ def _signing_key(where: str, table: object) -> SigningKey:
     algorithm = table.get("alg")
     if algorithm in _SYMMETRIC:
         secret = table.get("key")
-        try:
-            # RabbitMQ's symmetric keys are written base64-encoded.
-            decoded = base64.b64decode(secret, validate=True) if isinstance(secret, str) else b""
-        except (binascii.Error, ValueError):
-            decoded = b""
+        decoded = b""
+        if isinstance(secret, str):
+            # RabbitMQ's symmetric keys are a JWK's "k": base64url, often unpadded; plain
+            # base64 is read too.
+            text = secret.replace("-", "+").replace("_", "/")
+            try:
+                decoded = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+            except (binascii.Error, ValueError):
+                decoded = b""
         if not decoded:
             raise UserError(f"{where}.key: expected the shared secret, base64-encoded")
         return SigningKey(str(algorithm), decoded)

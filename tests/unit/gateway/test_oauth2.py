@@ -195,3 +195,11 @@ def test_only_compact_jwts_are_taken_for_tokens() -> None:
     assert not looks_like_token(b"correct horse")
     assert not looks_like_token(b"eyJ" + b"a" * 20_000 + b".b.c")
     assert not looks_like_token(b"eyJ.a b.c")
+
+
+def test_a_shared_secret_may_be_written_as_a_jwks_base64url() -> None:
+    secret = bytes(range(200, 248))
+    url = base64.urlsafe_b64encode(secret).decode().rstrip("=")
+    assert "-" in url or "_" in url
+    settings = parse_oauth2({"signing_keys": {"k": {"alg": "HS256", "key": url}}})
+    assert settings.keys["k"].key == secret
