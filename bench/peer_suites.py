@@ -15,7 +15,8 @@ from the npm registry).
 The server is what the suites' CI starts (their ``.ci/ubuntu/rabbitmq.conf`` and, for Go,
 ``definitions.json``; the JavaScript suite's ``conf/``): AMQP on 127.0.0.1:5672, RabbitMQ's HTTP
 API on 127.0.0.1:15672, TLS on 127.0.0.1:5671 with the checkout's ``.ci/certs`` server
-certificate (Go and Python), user ``guest``/``guest`` in ``/``, ``vhost_user_1`` and ``tls``,
+certificate (Go and Python) and its CA for client certificates (SASL EXTERNAL as
+``O=client,CN=localhost``), user ``guest``/``guest`` in ``/``, ``vhost_user_1`` and ``tls``,
 ``user_1``/``user_1`` in ``vhost_user_1``, ANONYMOUS logins as guest from loopback, and for the
 JavaScript suite ``test-user``/``test-password``; OAuth 2 tokens signed with the key of the
 suite's ``advanced.config``. Nothing of the suites is kept here: the checkout is the caller's,
@@ -54,6 +55,8 @@ COMMANDS: Final[dict[str, list[str]]] = {
 }
 # The JavaScript suite's user (its CI's RABBITMQ_DEFAULT_USER), handed to it in its environment.
 JS_USER: Final = ("test-user", "test-password")
+# The subject of the suites' .ci/certs/client_localhost_certificate.pem, as RabbitMQ names users.
+CERTIFICATE_USER: Final = "O=client,CN=localhost"
 # Where the suites' CI keeps RabbitMQ's advanced.config, with the OAuth 2 signing key.
 ADVANCED_CONFIGS: Final = (".ci/ubuntu/advanced.config", "conf/advanced.config")
 
@@ -98,6 +101,7 @@ def config_text(suite: Path, kind: str = "go") -> str:
             f'tls_listen = "{HOST}:{TLS_PORT}"',
             f'tls_cert_file = "{certs / "server_localhost_certificate.pem"}"',
             f'tls_key_file = "{certs / "server_localhost_key.pem"}"',
+            f'tls_ca_file = "{certs / "ca_certificate.pem"}"',
         ]
     lines += ["", *oauth2_lines(suite)]
     lines += [f'[vhosts."{vhost}"]' for vhost in VHOSTS]
@@ -107,6 +111,10 @@ def config_text(suite: Path, kind: str = "go") -> str:
         lines += [f'[users.guest.permissions."{vhost}"]', EVERYTHING]
     lines += ["[users.user_1]", f'password_hash = "{hash_password("user_1")}"']
     lines += ['[users.user_1.permissions."vhost_user_1"]', EVERYTHING]
+    # The suites' client certificate's user (SASL EXTERNAL), in / and tls, as their CI has it.
+    lines += [f'[users."{CERTIFICATE_USER}"]', 'password_hash = ""']
+    for vhost in ("/", "tls"):
+        lines += [f'[users."{CERTIFICATE_USER}".permissions."{vhost}"]', EVERYTHING]
     if kind == "js":
         lines += [f"[users.{JS_USER[0]}]", f'password_hash = "{hash_password(JS_USER[1])}"']
         lines += [EVERYTHING]

@@ -98,6 +98,12 @@ class TlsChannel:
         self.handshake_done = True
         return True
 
+    def peer_certificate(self) -> dict[str, object] | None:
+        """The peer's certificate as :meth:`ssl.SSLObject.getpeercert` gives it, if the peer
+        sent one that the context verified; None otherwise."""
+        certificate = self._tls.getpeercert() if self.handshake_done else None
+        return dict(certificate) if certificate else None
+
     def encrypt(self, plaintext: bytes | bytearray | memoryview) -> None:
         """Take bytes for the peer; their ciphertext waits in :meth:`ciphertext`."""
         self._tls.write(plaintext)

@@ -209,9 +209,13 @@ def parse_users(raw: object) -> dict[str, User]:
         if unknown:
             raise UserError(f"{key}.{sorted(unknown)[0]}: unknown key")
         stored = table.get("password_hash")
-        password = None if stored is None else PasswordHash.parse(f"{key}.password_hash", stored)
-        if password is None and name != ANONYMOUS_USER:
-            raise UserError(f"{key}.password_hash: required (make one with `sluicegate passwd`)")
+        if stored is None and name != ANONYMOUS_USER:
+            raise UserError(
+                f'{key}.password_hash: required (make one with `sluicegate passwd`, or "" for a '
+                "user that logs in only with a client certificate)"
+            )
+        # "": no password, as RabbitMQ's clear_password leaves a user: SASL EXTERNAL only.
+        password = PasswordHash.parse(f"{key}.password_hash", stored) if stored else None
         limits = UserLimits(
             *(parse_limit(f"{key}.{limit}", table.get(limit, -1)) for limit in _LIMIT_KEYS)
         )

@@ -174,6 +174,9 @@ class ServerConfig:
     tls_listen: str = "127.0.0.1:5671"
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    # CA certificates client certificates must chain to (SASL EXTERNAL); none: not asked for.
+    tls_ca_file: Path | None = None
+    tls_fail_if_no_peer_cert: bool = False
     # 0: no limit (RabbitMQ's default too); over it a connection is closed at OPEN. Only
     # connections that have sent their OPEN count.
     max_connections: int = 0
@@ -273,7 +276,7 @@ class ServerConfig:
             )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ConfigError("tls_key_file: tls_cert_file and tls_key_file go together")
-        for key in ("tls_cert_file", "tls_key_file"):
+        for key in ("tls_cert_file", "tls_key_file", "tls_ca_file"):
             path: Path | None = getattr(self, key)
             if path is not None and not path.is_file():
                 raise ConfigError(f"{key}: no such file {str(path)!r}")

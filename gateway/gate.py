@@ -31,6 +31,7 @@ from sluicegate.gateway.proton_internals import Selectable, reactor_now, transpo
 from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
+from sluicegate.gateway.tls import certificate_subject
 
 log = logging.getLogger("sluicegate.gate")
 
@@ -76,8 +77,15 @@ class Gate:
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False
         self._tls = None if tls is None else TlsChannel(tls, server_side=True)
+        if self._tls is not None and tls is not None and tls.verify_mode != ssl.CERT_NONE:
+            sasl.peer_subject = self.peer_subject
         # Bytes the last read took from the socket (the memory budget charges them).
         self.received = 0
+
+    def peer_subject(self) -> str | None:
+        """The subject of the client's verified certificate (SASL EXTERNAL), if it sent one."""
+        certificate = None if self._tls is None else self._tls.peer_certificate()
+        return None if certificate is None else certificate_subject(certificate)
 
     @property
     def verifying(self) -> bool:

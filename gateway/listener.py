@@ -147,6 +147,7 @@ class Listener(Handler):
         sasl = SaslServer(
             anonymous_user(users, tokens=tokens) if self._anonymous else None,
             offer_plain=tokens or any(user.password is not None for user in users.values()),
+            users=users,
         )
         timeouts.accepted(state, container.now, self._config.handshake_timeout)
         gate = Gate(state, sasl, self._logins, self._tls, address)

@@ -16,6 +16,7 @@ This class only turns bytes into bytes and a verdict; it never touches a socket 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
@@ -87,10 +88,15 @@ class SaslServer:
     ``anonymous`` is the user of an anonymous login, or None where ANONYMOUS is not allowed.
     A PLAIN login asks its caller to check the password (a step with ``verify``): checking a
     salted scrypt hash takes tens of milliseconds, too long for the reactor thread.
+    ``peer_subject`` gives the subject of the client's verified TLS certificate, if it sent
+    one: EXTERNAL is then offered, and logs in as the user of that name in ``users``, as
+    RabbitMQ's rabbitmq_auth_mechanism_ssl does.
     """
 
     anonymous: User | None
     offer_plain: bool = True
+    users: Mapping[str, User] = field(default_factory=dict)
+    peer_subject: Callable[[], str | None] | None = None
     phase: Phase = Phase.HEADER
     user: User | None = None
     # Why the login failed, for the server's log; never sent to the client.
@@ -101,7 +107,9 @@ class SaslServer:
     def mechanisms(self) -> list[str]:
         """The mechanisms offered, strongest first."""
         offered = ["PLAIN"] if self.offer_plain else []
-        return offered + (["ANONYMOUS"] if self.anonymous is not None else [])
+        offered += ["ANONYMOUS"] if self.anonymous is not None else []
+        subject = self.peer_subject() if self.peer_subject is not None else None
+        return offered + (["EXTERNAL"] if subject is not None else [])
 
     def feed(self, data: bytes) -> Step:
         """Take bytes from the client; what to write back and what proton gets."""
@@ -167,6 +175,8 @@ class SaslServer:
             if self.anonymous is None:
                 self.failure = "ANONYMOUS is not allowed here"
             return self.verified(self.anonymous)
+        if mechanism == "EXTERNAL":
+            return self.verified(self._external())
         credentials = self._plain(mechanism, response)
         if credentials is None:
             return self._fail(SaslCode.AUTH, self.failure)
@@ -213,6 +223,18 @@ class SaslServer:
             return None, b""
         # proton decodes binary as a memoryview into its own buffer: copy it out.
         return str(mechanism), bytes(response) if isinstance(response, memoryview | bytes) else b""
+
+    def _external(self) -> User | None:
+        """The user a verified client certificate names; the response (an authorization
+        identity) is not read: the certificate alone says who the client is."""
+        subject = self.peer_subject() if self.peer_subject is not None else None
+        if subject is None:
+            self.failure = "EXTERNAL without a verified client certificate"
+            return None
+        user = self.users.get(subject)
+        if user is None:
+            self.failure = f"no user {subject!r} for the client certificate"
+        return user
 
     def _plain(self, mechanism: str, response: bytes) -> tuple[str, bytes] | None:
         if mechanism != "PLAIN" or not self.offer_plain:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from integration.conftest import RunningServer
 from proton import ConnectionException, Message, SSLDomain, symbol, ubyte
-from proton.utils import BlockingConnection
+from proton.utils import BlockingConnection, LinkDetached
 from support.certificates import self_signed
 from support.clients import publish
 from support.frames import (
@@ -363,3 +363,89 @@ def test_a_password_check_does_not_hold_up_other_clients(
         for client in result:
             client.abort()
     assert threads[0].startswith("sluicegate-login")
+
+
+# RabbitMQ names a certificate's user by its subject, last RDN first (RFC 4514).
+CLIENT_SUBJECT = "O=client,CN=localhost"
+
+
+def _external_server(
+    make_server: Callable[..., RunningServer], tmp_path: Path, certificate: tuple[Path, Path]
+) -> tuple[RunningServer, Path, Path]:
+    cert, key = certificate
+    client_cert, client_key = self_signed(
+        tmp_path, "client", "DNS:client", subject="/CN=localhost/O=client"
+    )
+    users = {
+        **_users(),
+        **parse_users(
+            {CLIENT_SUBJECT: {"password_hash": "", "configure": "", "write": "", "read": "^inbox-"}}
+        ),
+    }
+    running = make_server(
+        users=users,
+        tls_cert_file=cert,
+        tls_key_file=key,
+        tls_listen="127.0.0.1:0",
+        tls_ca_file=client_cert,
+    )
+    return running, client_cert, client_key
+
+
+def _external(running: RunningServer, server_cert: Path, client: tuple[Path, Path]) -> Any:
+    domain = _client_domain(server_cert)
+    domain.set_credentials(str(client[0]), str(client[1]), None)
+    return _connect(
+        f"amqps://localhost:{running.server.tls_port}", ssl_domain=domain, allowed_mechs="EXTERNAL"
+    )
+
+
+def test_external_logs_in_as_the_user_its_certificate_names(
+    make_server: Callable[..., RunningServer], tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    running, client_cert, client_key = _external_server(make_server, tmp_path, certificate)
+    connection = _external(running, certificate[0], (client_cert, client_key))
+    try:
+        names = running.call(
+            lambda: [c.user.name for c in running.server.broker.connections if c.user]
+        )
+        assert names == [CLIENT_SUBJECT]
+        running.call(lambda: running.server.registry.declare_queue("inbox-x"))
+        connection.create_receiver("/queues/inbox-x", credit=1)
+        with pytest.raises(LinkDetached, match="unauthorized-access"):
+            connection.create_sender("/queues/orders")
+    finally:
+        connection.close()
+
+
+def test_external_without_a_user_for_the_certificate_or_without_one_is_refused(
+    make_server: Callable[..., RunningServer], tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    running, _, _ = _external_server(make_server, tmp_path, certificate)
+    # A certificate the server's CAs do not vouch for: no EXTERNAL for it.
+    stranger = self_signed(tmp_path, "stranger", "DNS:x", subject="/CN=localhost/O=client")
+    with pytest.raises(ConnectionException, match=r"unauthorized-access|SSL"):
+        _external(running, certificate[0], stranger)
+    # No certificate at all: EXTERNAL is not offered; PLAIN still works on the same listener.
+    with pytest.raises(ConnectionException):
+        _connect(
+            f"amqps://localhost:{running.server.tls_port}",
+            ssl_domain=_client_domain(certificate[0]),
+            allowed_mechs="EXTERNAL",
+        )
+    _connect(
+        f"amqps://localhost:{running.server.tls_port}",
+        ssl_domain=_client_domain(certificate[0]),
+        user="root",
+        password="root-pw",
+        allowed_mechs="PLAIN",
+    ).close()
+    # The certificate's user has no password: PLAIN never logs it in.
+    with pytest.raises(ConnectionException, match="unauthorized-access"):
+        _connect(
+            f"amqps://localhost:{running.server.tls_port}",
+            ssl_domain=_client_domain(certificate[0]),
+            user=CLIENT_SUBJECT,
+            password="",
+            allowed_mechs="PLAIN",
+        )

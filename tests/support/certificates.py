@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 
-def self_signed(directory: Path, name: str, alt_names: str) -> tuple[Path, Path]:
-    """``(certificate, key)`` for ``CN=name`` with ``alt_names`` (``DNS:x,IP:y``), one day long.
+def self_signed(
+    directory: Path, name: str, alt_names: str, subject: str | None = None
+) -> tuple[Path, Path]:
+    """``(certificate, key)`` for ``CN=name`` (or ``subject``, openssl's ``/CN=a/O=b`` form) with
+    ``alt_names`` (``DNS:x,IP:y``), one day long.
 
     Skips the test where the openssl binary is missing.
     """
@@ -31,7 +34,7 @@ def self_signed(directory: Path, name: str, alt_names: str) -> tuple[Path, Path]
             "-days",
             "1",
             "-subj",
-            f"/CN={name}",
+            subject or f"/CN={name}",
             "-addext",
             f"subjectAltName={alt_names}",
             "-keyout",

@@ -37,6 +37,7 @@ def test_the_config_loads_with_the_suites_users_and_oauth2_key(
     assert set(config.oauth2.keys) == {"token-key"}
     assert {"guest", "user_1", "anonymous"} <= set(config.users)
     assert ("test-user" in config.users) is (kind == "js")
+    assert config.users["O=client,CN=localhost"].password is None
     assert config.http_api_listen == "127.0.0.1:15672"
     assert not config.attach_declares_queues
 

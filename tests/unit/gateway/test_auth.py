@@ -17,6 +17,7 @@ from sluicegate.gateway.auth import (
 )
 from sluicegate.gateway.config import ConfigError, load_config
 from sluicegate.gateway.sasl import AMQP_HEADER, SASL_HEADER, Phase, SaslServer
+from sluicegate.gateway.tls import certificate_subject
 
 
 def test_a_hash_verifies_its_password_only() -> None:
@@ -100,10 +101,14 @@ def _server(anonymous: bool = True) -> SaslServer:
 
 
 def _plain_init(response: bytes) -> bytes:
+    return _sasl_init_frame("PLAIN", response)
+
+
+def _sasl_init_frame(mechanism: str, response: bytes) -> bytes:
     from proton import Data, Described, symbol, ulong
 
     data = Data()
-    data.put_object(Described(ulong(0x41), [symbol("PLAIN"), response]))
+    data.put_object(Described(ulong(0x41), [symbol(mechanism), response]))
     body = data.encode()
     return (8 + len(body)).to_bytes(4, "big") + b"\x02\x01\x00\x00" + body
 
@@ -150,3 +155,36 @@ def test_a_malformed_sasl_frame_fails_the_login(garbage: bytes) -> None:
     assert server.phase is Phase.FAILED
     assert server.user is None
     assert server.feed(AMQP_HEADER).passthrough == b""
+
+
+def test_a_certificate_subject_is_named_as_rabbitmq_names_its_user() -> None:
+    certificate = {
+        "subject": (
+            (("commonName", "localhost"),),
+            (("organizationName", "client, inc"),),
+            (("organizationalUnitName", "a"), ("userId", "u+1")),
+        )
+    }
+    assert certificate_subject(certificate) == "OU=a+UID=u\\+1,O=client\\, inc,CN=localhost"
+    assert certificate_subject({}) is None
+
+
+def test_external_logs_in_as_the_certificate_subjects_user_only() -> None:
+    users = parse_users({"O=client,CN=localhost": {"password_hash": ""}})
+    subject: list[str | None] = ["O=client,CN=localhost"]
+    sasl = SaslServer(None, users=users, peer_subject=lambda: subject[0])
+    assert sasl.mechanisms == ["PLAIN", "EXTERNAL"]
+    step = sasl.feed(SASL_HEADER + _sasl_init_frame("EXTERNAL", b""))
+    assert sasl.phase is Phase.DONE
+    assert sasl.user is not None
+    assert sasl.user.name == "O=client,CN=localhost"
+    assert step.output.endswith(b"\x00")  # sasl-outcome code ok
+    subject[0] = "O=other,CN=localhost"
+    stranger = SaslServer(None, users=users, peer_subject=lambda: subject[0])
+    stranger.feed(SASL_HEADER + _sasl_init_frame("EXTERNAL", b""))
+    assert (stranger.phase, stranger.user) == (Phase.FAILED, None)
+    subject[0] = None
+    without = SaslServer(None, users=users, peer_subject=lambda: subject[0])
+    assert "EXTERNAL" not in without.mechanisms
+    without.feed(SASL_HEADER + _sasl_init_frame("EXTERNAL", b""))
+    assert without.phase is Phase.FAILED
