@@ -380,6 +380,16 @@ class Broker(Handler):
         self.tenancy.end_session(connection.user)
         self._dirty.discard(state)
         queues = [sender.link.queue for sender in state.senders.values()]
+        # The temporary queues its links made, found before its links are let go.
+        temporary = [
+            made
+            for made in connection.temporary
+            if made in state.senders
+            or (
+                isinstance(made, IncomingLinkState)
+                and getattr(made.receiver.session, RECORD, None) is state
+            )
+        ]
         for publisher in [p for p in connection.publishers if p.receiver.session == state.session]:
             self.publishing.detach(publisher)
         registry = connection.vhost.registry
@@ -396,14 +406,8 @@ class Broker(Handler):
             self.management.consumer_left(
                 registry, queue, self.queue_links.consumers(registry, queue.name)
             )
-        # The temporary queues its links made go with them, as at a DETACH.
-        for made in list(connection.temporary):
-            if isinstance(made, IncomingLinkState):
-                if getattr(made.receiver.session, RECORD, None) is not state:
-                    continue
-                self.publishing.detach(made)
-            elif made not in state.senders:
-                continue
+        # They go with their links, as at a DETACH (the publishers were detached above).
+        for made in temporary:
             self._delete_temporary(connection, made)
         self._resume(connection)
 

@@ -180,6 +180,13 @@ def run(args: argparse.Namespace) -> int:
     except (ConnectionException, Timeout, OSError) as error:
         shown = _redacted(args.url)
         reason = str(error).replace(args.url, shown)
+        if args.vhost is not None and isinstance(error, ConnectionException):
+            # RabbitMQ's way, which the server follows: a connection into a virtual host that
+            # does not exist, or that its user may not enter, is closed without a word.
+            reason += (
+                f" (the server closes a connection into a virtual host it lacks or the user may "
+                f"not enter: does virtual host '{args.vhost}' exist?)"
+            )
         print(f"sluicegate: cannot reach {shown}: {reason}", file=sys.stderr)
         return 2
     if not reply.ok:

@@ -357,7 +357,9 @@ def test_rhea_declares_reads_and_deletes_each_queue_type_over_management(
     body = info["body"]
     assert body["name"] == name
     assert body["type"] == queue_type
-    assert body["durable"] is True
+    # RabbitMQ writes {boolean, true} as 0x56 0x01, which rhea reads as 1 (RabbitMQ's JS client
+    # compares durable, auto_delete and exclusive with 1).
+    assert (body["durable"], body["auto_delete"], body["exclusive"]) == (1, 0, 0)
     assert body["replicas"] == [body["leader"]]
     assert body["leader"].startswith("rabbit@")
     assert body["message_count"] == 3
