@@ -42,7 +42,7 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 
 _SERVE = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
-_SERVE += ["--metrics-listen", "off"]
+_SERVE += ["--metrics-listen", "off", "--http-api-listen", "off"]
 _LISTENING = re.compile(r"^sluicegate listening on amqp://127\.0\.0\.1:(\d+)$")
 MiB = 1024 * 1024
 
@@ -58,6 +58,7 @@ def throughput(count: int, body_size: int, credit: int, link_credit: int) -> Non
         listen="127.0.0.1:0",
         data_dir=data_dir,
         metrics_listen="off",
+        http_api_listen="off",
         max_link_credit=link_credit,
     )
     server = Server(config)

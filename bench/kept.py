@@ -39,7 +39,8 @@ class Server:
 
     def __init__(self, root: Path, data_dir: Path, *options: str) -> None:
         command = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
-        command += ["--metrics-listen", "off", "--data-dir", str(data_dir), *options]
+        command += ["--metrics-listen", "off", "--http-api-listen", "off"]
+        command += ["--data-dir", str(data_dir), *options]
         self.process = subprocess.Popen(
             command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

@@ -138,7 +138,9 @@ def start_sluicegate(
     metrics_port = free_port() if metrics else None
     metrics_listen = "off" if metrics_port is None else f"127.0.0.1:{metrics_port}"
     command = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
-    command += ["--data-dir", str(data_dir), "--metrics-listen", metrics_listen, *options]
+    command += ["--data-dir", str(data_dir), "--metrics-listen", metrics_listen]
+    # No benchmark asks the HTTP API, and its default port would be shared by every server.
+    command += ["--http-api-listen", "off", *options]
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
