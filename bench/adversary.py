@@ -80,13 +80,12 @@ def main(args: argparse.Namespace, out: TextIO = sys.stderr) -> int:
         say(f"BREACH seed={seed} {breach}")
         if 0 <= breach.step < len(steps):
             say(f"  step {breach.step}: {steps[breach.step].describe()}")
-        shrunk, seen = shrink(
-            steps, breach, limits, seconds=args.shrink_minutes * 60, log=say
-        )
+        shrunk, seen = shrink(steps, breach, limits, seconds=args.shrink_minutes * 60, log=say)
         name = f"breach-{seen.invariant}-seed{seed}-{int(time.time())}.json"
         path = args.output / name
         plan.save(path, shrunk, seed=seed, budget=limits.budget, breach=str(seen))
-        say(f"  reproduction ({len(shrunk)} steps, {seen}): python -m bench adversary --replay {path}")
+        say(f"  reproduction ({len(shrunk)} steps, {seen}):")
+        say(f"  python -m bench adversary --replay {path}")
         for step in shrunk:
             say(f"    {step.describe()}")
 

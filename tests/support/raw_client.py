@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Final, Literal, Self
+from typing import Any, Final, Literal, Self
 
 from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, uint, ulong
 from proton._data import PythonAMQPData
@@ -425,7 +425,9 @@ class RawClient:
         rcv_modes = {"first": 0, "second": 1}  # §2.8.3
         ours: dict[str, PythonAMQPData] = {}
         if capabilities:
-            ours["capabilities"] = Array(UNDESCRIBED, Data.SYMBOL, *map(symbol, capabilities))
+            # proton types an Array's descriptor as data; UNDESCRIBED is its own sentinel.
+            undescribed: Any = UNDESCRIBED
+            ours["capabilities"] = Array(undescribed, Data.SYMBOL, *map(symbol, capabilities))
         if expiry_policy is not None:
             ours["expiry_policy"] = symbol(expiry_policy)
         source_node = described(
@@ -801,8 +803,10 @@ class RawClient:
         session = self._by_remote_channel.get(frame.channel)
         if session is None:
             return
+        # §2.6.1: a name is unique per direction, so a link pair (management's) shares one.
+        ours = "sender" if frame["role"] else "receiver"
         for link in self.links.values():
-            if link.channel == session.channel and link.name == frame["name"]:
+            if link.channel == session.channel and link.name == frame["name"] and link.role == ours:
                 link.attach_reply = frame
                 link.remote_handle = frame["handle"]
                 session.remote_handles[frame["handle"]] = link

@@ -9,19 +9,21 @@ the slot is emptied and a later ``connect`` fills it again. Only the invariants 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import random
-import socket
+import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from proton import Described, symbol, ubyte, uint, ulong
 from proton._data import PythonAMQPData
 
-from ..frames import AMQP_FRAME, FRAME_HEADER, ProtocolError, described, encode, encode_frame
-from ..raw_client import AmqpError, LinkState, PeerClosedError, RawClient
-from .steps import Params, Step
+from support.adversary.steps import Params, Step
+from support.frames import AMQP_FRAME, FRAME_HEADER, ProtocolError, described, encode, encode_frame
+from support.raw_client import AmqpError, LinkState, PeerClosedError, RawClient
 
 __all__ = ["Fleet"]
 
@@ -37,6 +39,7 @@ CONNECT_S: Final = 2.0
 PUMP_FRAMES: Final = 2000
 # Delivery ids remembered per session for dispositions (older ones are settled or forgotten).
 RECEIVED_KEPT: Final = 512
+LONG_SUBJECT: Final = "a" * 60_000  # for LIKE patterns: their cost grows with it
 LEARNED_KEPT: Final = 16  # dynamic and reply-to addresses the server answered with
 STREAM_OFFSET: Final = "rabbitmq:stream-offset-spec"
 SELECTOR: Final = "apache.org:selector-filter:string"
@@ -64,6 +67,7 @@ _SELECTORS: Final = {
     "selector-deep": "(" * 40 + "subject = 'a'" + ")" * 40,
     "selector-long": " OR ".join(f"subject = 'v{i}'" for i in range(400)),
     "selector-bad": "subject = = 'a' AND",
+    "selector-like": "subject LIKE '" + "%a" * 40 + "%b'",
 }
 # Errors that end a connection, not the adversary: the server closed it, or stopped reading.
 _GONE: Final = (OSError, PeerClosedError, ProtocolError, ConnectionError)
@@ -91,7 +95,11 @@ def message(
         parts.append(
             _section(
                 HEADER,
-                [None, None if priority is None else ubyte(priority), None if ttl is None else uint(ttl)],
+                [
+                    None,
+                    None if priority is None else ubyte(priority),
+                    None if ttl is None else uint(ttl),
+                ],
             )
         )
     if annotations:
@@ -220,7 +228,7 @@ class Fleet:
         channel = int(p["channel"] or 0)
         if channel in slot.client.sessions:
             return
-        try:
+        with contextlib.suppress(TimeoutError):  # unanswered: later steps find out
             slot.client.begin(
                 channel,
                 incoming_window=int(p["incoming_window"] or 0),
@@ -228,8 +236,6 @@ class Fleet:
                 handle_max=None if p["handle_max"] is None else int(p["handle_max"]),
                 timeout=ANSWER_S,
             )
-        except TimeoutError:
-            pass
 
     def _end(self, slot: Slot, step: Step) -> None:
         channel = int(step.params["channel"] or 0)
@@ -324,7 +330,9 @@ class Fleet:
             slot.client.flow(handle, link_credit=int(p["credit"]), drain=bool(p["drain"]))
         return handle
 
-    def _consume(self, slot: Slot, step: Step, filters: dict[str, PythonAMQPData] | None = None) -> None:
+    def _consume(
+        self, slot: Slot, step: Step, filters: dict[str, PythonAMQPData] | None = None
+    ) -> None:
         p = step.params
         filters = dict(filters or {})
         if p["stream_offset"] is not None:
@@ -338,14 +346,13 @@ class Fleet:
             distribution="copy" if p["copy"] else None,
         )
         if handle is not None:
-            try:
+            with contextlib.suppress(TimeoutError):  # refused or slow: later steps find out
                 slot.client.wait_attach(handle, timeout=ANSWER_S)
-            except TimeoutError:
-                pass
 
     def _consume_filtered(self, slot: Slot, step: Step) -> None:
         kind = str(step.params["filter"])
         value: PythonAMQPData
+        filters: dict[str, PythonAMQPData]
         if kind in _SELECTORS:
             filters = {"jms-selector": Described(symbol(SELECTOR), _SELECTORS[kind])}
         elif kind == "sql":
@@ -373,23 +380,25 @@ class Fleet:
             slot, step, "sender", self._address(p["address"], len(slot.client.links))
         )
         if handle is not None:
-            try:
+            # Refused, or no credit yet: later steps may publish anyway.
+            with contextlib.suppress(TimeoutError):
                 slot.client.wait_credit(handle, timeout=ANSWER_S)
-            except TimeoutError:
-                pass  # refused, or no credit yet: later steps may publish anyway
 
     def _dynamic(self, slot: Slot, step: Step) -> None:
         p = step.params
         capability = p["capability"]
-        handle = self._attach(
-            slot,
-            step,
-            "receiver" if p["receiver"] else "sender",
-            None,
-            dynamic=True,
-            capabilities=() if capability is None else (str(capability),),
-            expiry_policy=None if p["expiry_policy"] is None else str(p["expiry_policy"]),
-        )
+        handle = None
+        with slot.client.corked():
+            for _ in range(int(p.get("repeat") or 1)):
+                handle = self._attach(
+                    slot,
+                    step,
+                    "receiver" if p["receiver"] else "sender",
+                    None,
+                    dynamic=True,
+                    capabilities=() if capability is None else (str(capability),),
+                    expiry_policy=None if p["expiry_policy"] is None else str(p["expiry_policy"]),
+                )
         self._learn(slot, handle)
 
     def _direct_reply_to(self, slot: Slot, step: Step) -> None:
@@ -431,7 +440,12 @@ class Fleet:
         senders = [link for link in slot.links("sender") if link.handle != _mgmt(slot, 0)]
         return senders[pick % len(senders)] if senders else None
 
-    def _publish(self, slot: Slot, step: Step, annotations: dict[PythonAMQPData, PythonAMQPData] | None = None) -> None:
+    def _publish(
+        self,
+        slot: Slot,
+        step: Step,
+        annotations: dict[PythonAMQPData, PythonAMQPData] | None = None,
+    ) -> None:
         p = step.params
         pick = int(p["pick"] or 0)
         link = self._sender(slot, pick)
@@ -439,8 +453,10 @@ class Fleet:
             return
         payload = message(
             int(p["body"] or 0),
-            to=self._address(p["to"], pick) if link.attach_reply is None or _null_target(link) else None,
-            subject=None if p["subject"] is None else str(p["subject"]),
+            to=self._address(p["to"], pick)
+            if link.attach_reply is None or _null_target(link)
+            else None,
+            subject=LONG_SUBJECT if p["subject"] == "long" else _opt_str(p["subject"]),
             ttl=0 if p["ttl0"] else None,
             priority=None if p["priority"] is None else int(p["priority"]),
             annotations=annotations,
@@ -456,15 +472,15 @@ class Fleet:
         kind = step.params["cc"]
         cc: PythonAMQPData
         if kind == "keys":
-            cc = ["k", "a.b", "adv-q1", "adv-q2"]
+            cc = _amqp_list(["k", "a.b", "adv-q1", "adv-q2"])
         elif kind == "many-keys":
-            cc = [f"adv-q{i % 5}.{i}" for i in range(2000)] + ["#"]
+            cc = _amqp_list([*(f"adv-q{i % 5}.{i}" for i in range(2000)), "#"])
         elif kind == "not-a-list":
             cc = "adv-q3"
         elif kind == "empty":
-            cc = []
+            cc = _amqp_list([])
         else:
-            cc = [1, "k", None, b"adv-q0"]
+            cc = _amqp_list([1, "k", None, b"adv-q0"])
         self._publish(slot, step, {symbol("x-cc"): cc})
 
     def _publish_annotated(self, slot: Slot, step: Step) -> None:
@@ -526,7 +542,9 @@ class Fleet:
 
     def _disposition(self, slot: Slot, step: Step) -> None:
         p = step.params
-        channels = sorted(c for c, ids in slot.received.items() if ids and c in slot.client.sessions)
+        channels = sorted(
+            c for c, ids in slot.received.items() if ids and c in slot.client.sessions
+        )
         if not channels:
             return
         pick = int(p["pick"] or 0)
@@ -535,7 +553,9 @@ class Fleet:
         first = ids[pick % len(ids)]
         last = (first + int(p["span"] or 0)) % 2**32
         size = p["annotation_bytes"]
-        annotations = None if size is None else {symbol("x-opt-adversary"): "m" * int(size)}
+        annotations: dict[PythonAMQPData, PythonAMQPData] | None = None
+        if size is not None:
+            annotations = {symbol("x-opt-adversary"): "m" * int(size)}
         state: Described | None
         outcome = p["outcome"]
         if outcome == "modified":
@@ -578,7 +598,9 @@ class Fleet:
             return None
         name = f"adv-management-{len(client.links)}"
         paired = {"paired": True}
-        sender = client.attach(name, "sender", target="/management", channel=channel, properties=paired)
+        sender = client.attach(
+            name, "sender", target="/management", channel=channel, properties=paired
+        )
         receiver = client.attach(
             name, "receiver", source="/management", channel=channel, properties=paired
         )
@@ -594,19 +616,40 @@ class Fleet:
             return
         sender, receiver = pair
         method, path, body = _request(p)
-        with slot.client.corked():
-            for _ in range(int(p["count"] or 1)):
-                slot.requests += 1
-                payload = message(
-                    0,
-                    to=path,
-                    subject=method,
-                    message_id=ulong(slot.requests),
-                    reply_to="$me",
-                    value=body,
-                )
-                slot.client.send(sender, payload, settled=True)
-            if p["collect"]:
+        self._requests(
+            slot,
+            sender,
+            receiver,
+            [(method, path, body)] * int(p["count"] or 1),
+            bool(p["collect"]),
+        )
+
+    def _requests(
+        self,
+        slot: Slot,
+        sender: int,
+        receiver: int,
+        requests: Sequence[tuple[str, str, PythonAMQPData]],
+        collect: bool,
+    ) -> None:
+        """Send ``requests`` as the request link's credit allows, pumping for more credit."""
+        for method, path, body in requests:
+            if slot.client.links[sender].link_credit <= 0:
+                try:
+                    slot.client.wait_credit(sender, timeout=ANSWER_S)
+                except TimeoutError:
+                    return
+            slot.requests += 1
+            payload = message(
+                0,
+                to=path,
+                subject=method,
+                message_id=ulong(slot.requests),
+                reply_to="$me",
+                value=body,
+            )
+            slot.client.send(sender, payload, settled=True)
+            if collect:
                 slot.client.flow(receiver, link_credit=100)
 
     _manage_queue = _manage
@@ -615,6 +658,145 @@ class Fleet:
     _manage_delete = _manage
     _manage_read = _manage
     _manage_uncollected = _manage
+
+    def _manage_cycle(self, slot: Slot, step: Step) -> None:
+        """Two queues dead-lettering into each other through two exchanges, fed by a third
+        queue whose consumer rejects (so the dead letters carry a rejection), in one step."""
+        p = step.params
+        pair = self._management_pair(slot, collect=True)
+        if pair is None:
+            return
+        feed, first, second = str(p["feed"]), str(p["queue"]), str(p["other_queue"])
+        into_first, into_second = str(p["exchange"]), str(p["other_exchange"])
+        looping: dict[PythonAMQPData, PythonAMQPData] = {}
+        if p["ttl"] is not None:
+            looping["x-message-ttl"] = ulong(int(p["ttl"]))
+        if p["max_length"] is not None:
+            looping["x-max-length"] = ulong(int(p["max_length"]))
+        requests: list[tuple[str, str, PythonAMQPData]] = [
+            *(("DELETE", f"/queues/{_quote(q)}", None) for q in (feed, first, second)),
+            ("PUT", f"/exchanges/{_quote(into_first)}", _exchange_body("fanout")),
+            ("PUT", f"/exchanges/{_quote(into_second)}", _exchange_body("fanout")),
+            ("PUT", f"/queues/{_quote(feed)}", _queue_body({"x-dead-letter-exchange": into_first})),
+            (
+                "PUT",
+                f"/queues/{_quote(first)}",
+                _queue_body(looping | {"x-dead-letter-exchange": into_second}),
+            ),
+            (
+                "PUT",
+                f"/queues/{_quote(second)}",
+                _queue_body(looping | {"x-dead-letter-exchange": into_first}),
+            ),
+            ("POST", "/bindings", _binding(into_first, first, queue=True)),
+            ("POST", "/bindings", _binding(into_second, second, queue=True)),
+        ]
+        self._requests(slot, *pair, requests, collect=True)
+        channel = slot.client.links[pair[0]].channel
+        name = f"adv-{step.slot}-{len(slot.client.links)}"
+        target = slot.client.attach(name, "sender", target=f"/queues/{feed}", channel=channel)
+        try:
+            slot.client.wait_credit(target, timeout=ANSWER_S)
+        except TimeoutError:
+            return
+        count = min(int(p["messages"] or 1), slot.client.links[target].link_credit)
+        for _ in range(count):
+            slot.client.send(target, message(100), settled=True)
+        if not p["reject"]:
+            return
+        name = f"adv-{step.slot}-{len(slot.client.links)}"
+        source = slot.client.attach(name, "receiver", source=f"/queues/{feed}", channel=channel)
+        slot.client.flow(source, link_credit=count)
+        deadline = time.monotonic() + ANSWER_S
+        rejected_count = 0
+        while rejected_count < count and time.monotonic() < deadline:
+            got = slot.client.next_message(max(0.0, deadline - time.monotonic()))
+            if got is None:
+                return
+            if got.handle != source:
+                continue  # a management reply
+            rejected_count += 1
+            rejected = described("rejected", error=_error().encode())
+            disposition = described(
+                "disposition", role=True, first=uint(got.delivery_id), settled=True, state=rejected
+            )
+            slot.client.send_raw(encode_frame(slot.client.sessions[channel].channel, disposition))
+
+    def _manage_chain(self, slot: Slot, step: Step) -> None:
+        """``length`` exchanges, each bound to the next, then the head deleted (a cascade)."""
+        p = step.params
+        pair = self._management_pair(slot, collect=True)
+        if pair is None:
+            return
+        length, prefix = int(p["length"] or 1), str(p["prefix"])
+        names = [f"{prefix}-{i}" for i in range(length)]
+        body = _exchange_body("fanout") | {"auto_delete": bool(p["auto_delete"])}
+        requests: list[tuple[str, str, PythonAMQPData]] = [
+            ("PUT", f"/exchanges/{name}", body) for name in names
+        ]
+        requests += [
+            ("POST", "/bindings", _binding(a, b, queue=False)) for a, b in itertools.pairwise(names)
+        ]
+        requests.append(("DELETE", f"/exchanges/{names[0]}", None))
+        self._requests(slot, *pair, requests, collect=True)
+
+    def _topic_cc(self, slot: Slot, step: Step) -> None:
+        """Bind many keys on a topic exchange, then publish messages with many x-cc keys."""
+        p = step.params
+        pair = self._management_pair(slot, collect=True)
+        if pair is None:
+            return
+        exchange = str(p["exchange"])
+        requests: list[tuple[str, str, PythonAMQPData]] = [
+            ("PUT", f"/exchanges/{exchange}", _exchange_body("topic"))
+        ]
+        for i in range(int(p["bindings"] or 1)):
+            binding = _binding(exchange, f"adv-q{i % 5}", queue=True)
+            requests.append(("POST", "/bindings", binding | {"binding_key": f"*.{i}.#"}))
+        self._requests(slot, *pair, requests, collect=True)
+        channel = slot.client.links[pair[0]].channel
+        name = f"adv-{step.slot}-{len(slot.client.links)}"
+        target = slot.client.attach(
+            name, "sender", target=f"/exchanges/{exchange}/k", channel=channel
+        )
+        try:
+            slot.client.wait_credit(target, timeout=ANSWER_S)
+        except TimeoutError:
+            return
+        keys = _amqp_list(f"a.{i}.b.c" for i in range(int(p["keys"] or 1)))
+        payload = message(10, annotations={symbol("x-cc"): keys})
+        for _ in range(min(int(p["messages"] or 1), slot.client.links[target].link_credit)):
+            slot.client.send(target, payload, settled=False)
+
+    def _churn(self, slot: Slot, step: Step) -> None:
+        """Open connections (with links) and leave them at once, as a crashing fleet would."""
+        p = step.params
+        for index in range(int(p["connections"] or 1)):
+            try:
+                client = RawClient.connect(
+                    self.host, self.port, container_id=f"adv-churn-{index}", timeout=CONNECT_S
+                )
+            except (*_GONE, TimeoutError):
+                continue
+            try:
+                client.write_timeout = WRITE_S
+                if p["links"]:
+                    client.begin(0, timeout=ANSWER_S)
+                with client.corked():
+                    for link in range(int(p["links"] or 0)):
+                        client.attach(
+                            f"churn-{link}", "receiver", source=f"/queues/adv-q{link % 5}"
+                        )
+                        client.attach(f"churn-{link}", "sender", target=f"/queues/adv-q{link % 5}")
+                if p["how"] == "close":
+                    client.close(timeout=ANSWER_S)
+                elif p["how"] == "reset":
+                    client.reset()
+                else:
+                    client.abort()
+            except (*_GONE, TimeoutError):
+                client.abort()
+            self.dropped += 1
 
 
 def _mgmt(slot: Slot, index: int) -> int | None:
@@ -632,6 +814,35 @@ def _within(delivery_id: int, first: int, last: int) -> bool:
 
 def _error() -> AmqpError:
     return AmqpError("amqp:internal-error", "adversary")
+
+
+def _opt_str(value: int | str | bool | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _amqp_list(items: Iterable[PythonAMQPData]) -> PythonAMQPData:
+    return list(items)
+
+
+def _exchange_body(kind: str) -> dict[PythonAMQPData, PythonAMQPData]:
+    return {
+        "type": kind,
+        "durable": False,
+        "auto_delete": False,
+        "internal": False,
+        "arguments": {},
+    }
+
+
+def _queue_body(
+    arguments: dict[PythonAMQPData, PythonAMQPData],
+) -> dict[PythonAMQPData, PythonAMQPData]:
+    return {"durable": False, "exclusive": False, "auto_delete": False, "arguments": arguments}
+
+
+def _binding(source: str, destination: str, *, queue: bool) -> dict[PythonAMQPData, PythonAMQPData]:
+    kind = "destination_queue" if queue else "destination_exchange"
+    return {"source": source, kind: destination, "binding_key": "", "arguments": {}}
 
 
 def _quote(name: str) -> str:

@@ -21,14 +21,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from .actions import Fleet
-from .steps import Step
-from .watch import LedgerProber, ServerProcess
+from support.adversary.actions import Fleet
+from support.adversary.steps import Step
+from support.adversary.watch import LedgerProber, ServerProcess
 
 __all__ = ["Breach", "Limits", "Result", "run", "shrink"]
 
 MiB: Final = 1024 * 1024
 WARM_ROUNDS: Final = 3  # prober rounds before the base RSS is read: proton's first use warms up
+WARM_S: Final = 30.0  # for each of them: a first connection on a loaded machine, not a limit
 # sluicegate's default --shutdown-timeout (5 s) plus the interpreter's exit, on a loaded machine.
 GRACE_S: Final = 15.0
 DRAIN_S: Final = 5.0  # the final drain's wait for each message the prober has not seen yet
@@ -89,7 +90,7 @@ def run(
     try:
         prober.start()
         for _ in range(WARM_ROUNDS):
-            served = prober.served_after(time.monotonic(), limits.prober_s * 10)
+            served = prober.served_after(time.monotonic(), WARM_S)
             if served is None or served.error is not None:
                 raise RuntimeError(f"the prober is not served before any step: {served}")
         result.base_rss = result.peak_rss = server.rss()
@@ -123,6 +124,7 @@ def _check(
     index: int, server: ServerProcess, prober: LedgerProber, limits: Limits, result: Result
 ) -> Breach | None:
     moment = time.monotonic()
+    cpu = server.cpu_seconds()
     if server.process.poll() is not None:
         return Breach("server-died", index, f"exit status {server.process.returncode}")
     errors = server.new_errors()
@@ -132,10 +134,19 @@ def _check(
     result.peak_rss = max(result.peak_rss, rss)
     bound = result.base_rss + limits.budget + limits.rss_margin
     if rss > bound:
-        return Breach("rss", index, f"RSS {rss / MiB:.0f} MiB > base + budget + margin {bound / MiB:.0f} MiB")
+        return Breach(
+            "rss", index, f"RSS {rss / MiB:.0f} MiB > base + budget + margin {bound / MiB:.0f} MiB"
+        )
     served = prober.served_after(moment, limits.prober_s)
     if served is None:
-        return Breach("prober", index, f"no prober round ended within {limits.prober_s:g} s")
+        # The server's CPU meanwhile tells a busy server (near the wait) from a held prober (0).
+        busy = server.cpu_seconds() - cpu
+        return Breach(
+            "prober",
+            index,
+            f"no prober round ended within {limits.prober_s:g} s (prober {prober.phase}, "
+            f"server CPU {busy:.2f} s meanwhile, RSS {rss / MiB:.0f} MiB)",
+        )
     result.worst_round_s = max(result.worst_round_s, served.seconds)
     if served.error is not None:
         return Breach("prober-failed", index, served.error)
@@ -148,7 +159,10 @@ def _finish(server: ServerProcess, prober: LedgerProber, limits: Limits) -> Brea
     prober.stop()
     if prober.is_alive():
         return Breach("prober", -1, "the prober's last round did not end")
-    lost = prober.drain(DRAIN_S)
+    try:
+        lost = prober.drain(DRAIN_S)
+    except Exception as error:  # proton's Timeout and ConnectionException, among others
+        return Breach("prober-failed", -1, f"the final drain failed: {error!r}")
     if lost:
         return Breach("lost", -1, f"{len(lost)} accepted messages never came back: {lost[:5]}")
     took = server.terminate(limits.grace_s)

@@ -59,7 +59,9 @@ class Step:
         return f"{self.action}@{self.slot}({shown})"
 
 
-def _choice(rng: random.Random, values: Sequence[int | str | bool | None]) -> int | str | bool | None:
+def _choice(
+    rng: random.Random, values: Sequence[int | str | bool | None]
+) -> int | str | bool | None:
     return values[rng.randrange(len(values))]
 
 
@@ -132,6 +134,7 @@ def _filtered(rng: random.Random) -> Params:
                 "selector-deep",
                 "selector-long",
                 "selector-bad",
+                "selector-like",
                 "sql",
                 "properties",
                 "application-properties",
@@ -154,7 +157,7 @@ def _publish(rng: random.Random) -> Params:
         "settled": rng.random() < 0.3,
         "ttl0": rng.random() < 0.15,
         "to": _address(rng),
-        "subject": _choice(rng, (None, "a", "b")),
+        "subject": _choice(rng, (None, "a", "b", "long")),
         "priority": _choice(rng, (None, 0, 9, 255)),
         "overrun": rng.random() < 0.1,
     }
@@ -173,7 +176,7 @@ def _publish_annotated(rng: random.Random) -> Params:
 def _unfinished(rng: random.Random) -> Params:
     return {
         "pick": rng.randrange(1 << 16),
-        "frames": _choice(rng, (1, 2, 20)),
+        "frames": _choice(rng, (1, 2, 20, 100)),
         "chunk": _choice(rng, (100, 4000, 60_000)),
         "aborted": rng.random() < 0.2,
         "finish_later": rng.random() < 0.3,
@@ -200,9 +203,7 @@ def _disposition(rng: random.Random) -> Params:
     return {
         "pick": rng.randrange(1 << 16),
         "span": _choice(rng, SPANS),
-        "outcome": _choice(
-            rng, ("accepted", "released", "rejected", "modified", "received", None)
-        ),
+        "outcome": _choice(rng, ("accepted", "released", "rejected", "modified", "received", None)),
         "delivery_failed": rng.random() < 0.5,
         "undeliverable_here": rng.random() < 0.3,
         "annotation_bytes": _choice(rng, (None, None, 50, 5000, 500_000)),
@@ -228,15 +229,59 @@ def _management(requests: Sequence[str], collect: float) -> Callable[[random.Ran
             "max_length": _choice(rng, (None, None, 0, 1, 10)),
             "overflow": _choice(rng, (None, "drop-head", "reject-publish", "reject-publish-dlx")),
             "expires": _choice(rng, (None, None, 1, 1000)),
-            "count": _choice(rng, (1, 1, 3, 30)),
+            "count": _choice(rng, (1, 1, 3, 30, 300)),
             "collect": rng.random() < collect,
         }
 
     return draw
 
 
+def _cycle(rng: random.Random) -> Params:
+    """A dead-letter cycle: two queues dead-lettering into each other, fed by a third."""
+    return {
+        "feed": _queue(rng),
+        "queue": _queue(rng),
+        "other_queue": _queue(rng),
+        "exchange": _exchange(rng),
+        "other_exchange": _exchange(rng),
+        "ttl": _choice(rng, (0, 0, 1, None)),
+        "reject": rng.random() < 0.6,  # the feed's consumer rejects: x-death says "rejected"
+        "max_length": _choice(rng, (None, None, 0, 1)),
+        "messages": _choice(rng, (1, 1, 10)),
+    }
+
+
+def _chain(rng: random.Random) -> Params:
+    """Exchanges bound one to the next, auto-deleted or not, then the head deleted."""
+    return {
+        "length": _choice(rng, (3, 50, 1500)),
+        "auto_delete": rng.random() < 0.7,
+        "prefix": f"adv-chain{rng.randrange(3)}",
+    }
+
+
+def _topic(rng: random.Random) -> Params:
+    """Many topic bindings on one exchange, then messages naming many keys in x-cc."""
+    return {
+        "exchange": _exchange(rng),
+        "bindings": _choice(rng, (10, 300, 1000)),
+        "keys": _choice(rng, (10, 256, 5000)),
+        "messages": _choice(rng, (1, 3)),
+    }
+
+
+def _churn(rng: random.Random) -> Params:
+    """Connections opened and left at once, with a session and links or without."""
+    return {
+        "connections": _choice(rng, (5, 20, 50)),
+        "links": _choice(rng, (0, 1, 10)),
+        "how": _choice(rng, ("drop", "close", "reset")),
+    }
+
+
 def _dynamic(rng: random.Random) -> Params:
     return _link_options(rng) | {
+        "repeat": _choice(rng, (1, 1, 10, 100)),
         "receiver": rng.random() < 0.7,
         "capability": _choice(rng, ("temporary-queue", None, "bogus")),
         "expiry_policy": _choice(rng, (None, "link-detach", "never")),
@@ -252,7 +297,11 @@ def _reply_to(rng: random.Random) -> Params:
 
 
 def _detach(rng: random.Random) -> Params:
-    return {"pick": rng.randrange(1 << 16), "closed": rng.random() < 0.7, "error": rng.random() < 0.2}
+    return {
+        "pick": rng.randrange(1 << 16),
+        "closed": rng.random() < 0.7,
+        "error": rng.random() < 0.2,
+    }
 
 
 def _end(rng: random.Random) -> Params:
@@ -295,6 +344,10 @@ ACTIONS: Final[dict[str, Callable[[random.Random], Params]]] = {
     "manage-delete": _management(("delete-queue", "delete-exchange", "purge"), 1.0),
     "manage-read": _management(("list-queues", "get-queue", "bad-path"), 1.0),
     "manage-uncollected": _management(("list-queues", "get-queue", "declare-queue"), 0.0),
+    "manage-cycle": _cycle,
+    "manage-chain": _chain,
+    "topic-cc": _topic,
+    "churn": _churn,
     "dynamic": _dynamic,
     "direct-reply-to": _reply_to,
     "detach": _detach,
@@ -327,6 +380,10 @@ DEFAULT_WEIGHTS: Final[Mapping[str, int]] = {
     "manage-delete": 1,
     "manage-read": 1,
     "manage-uncollected": 1,
+    "manage-cycle": 1,
+    "manage-chain": 1,
+    "topic-cc": 1,
+    "churn": 1,
     "dynamic": 2,
     "direct-reply-to": 2,
     "detach": 4,

@@ -10,6 +10,8 @@ the end every accepted message must have come back.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -87,6 +89,12 @@ class ServerProcess:
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS")
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server has used (user + system), from /proc/PID/stat."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def new_errors(self) -> list[str]:
         """Lines of the log written since the last call that report an internal error."""
         self._log.flush()
@@ -151,6 +159,7 @@ class LedgerProber(threading.Thread):
         self.rounds: deque[Round] = deque(maxlen=ROUNDS_KEPT)
         self.ledger = Ledger()
         self.count = 0
+        self.phase = "starting"  # what the round under way is waiting for, for breach reports
         self._links: tuple[BlockingConnection, BlockingSender, BlockingReceiver] | None = None
         self._stopping = threading.Event()
         self._changed = threading.Condition()
@@ -171,6 +180,7 @@ class LedgerProber(threading.Thread):
     def _round(self) -> None:
         if self._links is None or self.count % RECONNECT_EVERY == 0:
             self._disconnect()
+            self.phase = "connecting"
             connection = BlockingConnection(self.url, timeout=ROUND_TIMEOUT_S)
             sender = connection.create_sender(self.address)
             receiver = connection.create_receiver(self.address, credit=1)
@@ -179,8 +189,10 @@ class LedgerProber(threading.Thread):
         body = f"probe {self.count}"
         self.count += 1
         try:
+            self.phase = "publishing"
             sender.send(Message(body=body))
             self.ledger.outstanding.append(body)  # send() returned: the server accepted it
+            self.phase = "consuming"
             got = receiver.receive(ROUND_TIMEOUT_S)
             receiver.accept()
             receiver.flow(1)
@@ -191,10 +203,8 @@ class LedgerProber(threading.Thread):
 
     def _disconnect(self) -> None:
         if self._links is not None:
-            try:
+            with contextlib.suppress(Exception):  # the round's own error is what is reported
                 self._links[0].close()
-            except Exception:
-                pass  # the round's own error is what the run reports
             self._links = None
 
     def _consumed(self, body: str) -> None:
