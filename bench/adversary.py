@@ -96,6 +96,7 @@ def main(args: argparse.Namespace, out: TextIO = sys.stderr) -> int:
             f"prober worst {result.worst_round_s * 1000:.0f} ms over {result.rounds} rounds, "
             f"{result.deliveries} deliveries, {result.dropped} connections dropped, "
             f"errors {result.conditions}: {result.breach or 'no breach'}"
+            + (f"; adversary faults {result.faults}" if result.faults else "")
         )
 
     if args.replay is not None or args.steps is not None:

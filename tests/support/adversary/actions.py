@@ -121,9 +121,14 @@ class Slot:
     client: RawClient
     reading: bool
     detached: set[int] = field(default_factory=set)
+    ended: set[int] = field(default_factory=set)  # channels we sent END on
     received: dict[int, deque[int]] = field(default_factory=dict)
     management: tuple[int, int] | None = None
     requests: int = 0
+
+    def channels(self) -> list[int]:
+        """Our sessions that have not ended, by channel."""
+        return sorted(set(self.client.sessions) - self.ended)
 
     def links(self, role: str | None = None) -> list[LinkState]:
         """Our links not detached, whose session we still have, in handle order."""
@@ -132,6 +137,7 @@ class Slot:
             for handle, link in sorted(self.client.links.items())
             if handle not in self.detached
             and link.channel in self.client.sessions
+            and link.channel not in self.ended
             and (role is None or link.role == role)
         ]
 
@@ -147,6 +153,7 @@ class Fleet:
         self.dropped = 0  # connections the server closed on us or we dropped
         self.deliveries = 0  # whole messages the server sent us
         self.conditions: Counter[str] = Counter()  # errors the server answered with
+        self.faults: Counter[str] = Counter()  # the adversary's own errors (see perform)
 
     def close(self) -> None:
         """Drop every connection."""
@@ -171,6 +178,11 @@ class Fleet:
             try:
                 getattr(self, "_" + step.action.replace("-", "_"))(self.slots[step.slot], step)
             except _GONE:
+                self._forget(step.slot)
+            except Exception as error:
+                # The adversary's own bookkeeping lost track of a state the server led it into:
+                # counted and reported, the connection dropped, the run goes on.
+                self.faults[f"{step.action}: {error!r}"[:200]] += 1
                 self._forget(step.slot)
         self.pump()
 
@@ -226,8 +238,9 @@ class Fleet:
     def _begin(self, slot: Slot, step: Step) -> None:
         p = step.params
         channel = int(p["channel"] or 0)
-        if channel in slot.client.sessions:
+        if channel in slot.client.sessions and channel not in slot.ended:
             return
+        slot.ended.discard(channel)
         with contextlib.suppress(TimeoutError):  # unanswered: later steps find out
             slot.client.begin(
                 channel,
@@ -239,11 +252,11 @@ class Fleet:
 
     def _end(self, slot: Slot, step: Step) -> None:
         channel = int(step.params["channel"] or 0)
-        if channel not in slot.client.sessions:
+        if channel not in slot.channels():
             return
         error = _error() if step.params["error"] else None
         slot.client.end(channel, error=error)
-        del slot.client.sessions[channel]
+        slot.ended.add(channel)
         slot.received.pop(channel, None)
         if slot.management is not None and slot.client.links[slot.management[0]].channel == channel:
             slot.management = None
@@ -516,7 +529,7 @@ class Fleet:
         window = None if p["incoming_window"] is None else int(p["incoming_window"])
         links = slot.links()
         if p["session_only"] or not links:
-            channel = min(client.sessions, default=None)
+            channel = min(slot.channels(), default=None)
             if channel is not None:
                 client.flow(channel=channel, incoming_window=window, echo=bool(p["echo"]))
             return
@@ -542,9 +555,7 @@ class Fleet:
 
     def _disposition(self, slot: Slot, step: Step) -> None:
         p = step.params
-        channels = sorted(
-            c for c, ids in slot.received.items() if ids and c in slot.client.sessions
-        )
+        channels = [c for c in slot.channels() if slot.received.get(c)]
         if not channels:
             return
         pick = int(p["pick"] or 0)
@@ -593,7 +604,7 @@ class Fleet:
         if slot.management is not None:
             return slot.management
         client = slot.client
-        channel = min(client.sessions, default=None)
+        channel = min(slot.channels(), default=None)
         if channel is None:
             return None
         name = f"adv-management-{len(client.links)}"

@@ -72,6 +72,7 @@ class Result:
     dropped: int = 0
     deliveries: int = 0
     conditions: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
     actions: dict[str, int] = field(default_factory=dict)
 
 
@@ -114,6 +115,7 @@ def run(
         result.dropped = fleet.dropped
         result.deliveries = fleet.deliveries
         result.conditions = dict(fleet.conditions)
+        result.faults = dict(fleet.faults)
         result.rounds = prober.count
         fleet.close()
         prober.stop()
