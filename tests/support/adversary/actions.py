@@ -273,8 +273,11 @@ class Fleet:
 
     def _reset(self, slot: Slot, step: Step) -> None:
         self.slots.pop(step.slot, None)
-        slot.client.reset()
         self.dropped += 1
+        try:
+            slot.client.reset()
+        finally:
+            slot.client.abort()  # reset's shutdown fails on a socket the server already closed
 
     def _reading(self, slot: Slot, step: Step) -> None:
         slot.reading = bool(step.params["reading"])
