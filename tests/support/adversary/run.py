@@ -23,7 +23,7 @@ from typing import Final
 
 from support.adversary.actions import Fleet
 from support.adversary.steps import Step
-from support.adversary.watch import LedgerProber, ServerProcess
+from support.adversary.watch import ProberProcess, ServerProcess
 
 __all__ = ["Breach", "Limits", "Result", "run", "shrink"]
 
@@ -86,7 +86,7 @@ def run(
     """Perform ``steps`` (until the monotonic time ``until``) and check after each one."""
     result = Result()
     server = ServerProcess(["--memory-budget", str(limits.budget), *limits.server_options])
-    prober = LedgerProber(server.port)
+    prober = ProberProcess(server.port)
     fleet = Fleet("127.0.0.1", server.port)
     try:
         prober.start()
@@ -118,12 +118,12 @@ def run(
         result.faults = dict(fleet.faults)
         result.rounds = prober.count
         fleet.close()
-        prober.stop()
+        prober.kill()
         server.kill()
 
 
 def _check(
-    index: int, server: ServerProcess, prober: LedgerProber, limits: Limits, result: Result
+    index: int, server: ServerProcess, prober: ProberProcess, limits: Limits, result: Result
 ) -> Breach | None:
     moment = time.monotonic()
     cpu = server.cpu_seconds()
@@ -157,14 +157,11 @@ def _check(
     return None
 
 
-def _finish(server: ServerProcess, prober: LedgerProber, limits: Limits) -> Breach | None:
-    prober.stop()
-    if prober.is_alive():
-        return Breach("prober", -1, "the prober's last round did not end")
+def _finish(server: ServerProcess, prober: ProberProcess, limits: Limits) -> Breach | None:
     try:
-        lost = prober.drain(DRAIN_S)
-    except Exception as error:  # proton's Timeout and ConnectionException, among others
-        return Breach("prober-failed", -1, f"the final drain failed: {error!r}")
+        lost = prober.finish(DRAIN_S)
+    except RuntimeError as error:
+        return Breach("prober-failed", -1, str(error))
     if lost:
         return Breach("lost", -1, f"{len(lost)} accepted messages never came back: {lost[:5]}")
     took = server.terminate(limits.grace_s)

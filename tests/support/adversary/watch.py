@@ -2,15 +2,16 @@
 
 The server runs as its own process (``python -m sluicegate serve``) so that its RSS is its own
 and SIGTERM is a real signal; its log goes to a file the run reads for internal errors. The
-prober is a proton client that does a round trip on its own queue, round after round (on one
-connection, renewed every ``RECONNECT_EVERY`` rounds): each
-message the server accepted goes into a ledger and leaves it when the prober consumes it, so at
-the end every accepted message must have come back.
+prober is a proton client in a process of its own that does a round trip on its own queue,
+round after round (on one connection, renewed every ``RECONNECT_EVERY`` rounds): each message
+the server accepted goes into a ledger and leaves it when the prober consumes it, so at the end
+every accepted message must have come back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import re
 import signal
@@ -20,15 +21,16 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection as Channel
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
 from proton import Message
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
-__all__ = ["LedgerProber", "Round", "ServerProcess"]
+__all__ = ["ProberProcess", "Round", "ServerProcess"]
 
 LISTENING: Final = re.compile(r"listening on amqp://127\.0\.0\.1:(\d+)")
 READY_S: Final = 30.0  # a loaded machine takes seconds to import proton
@@ -38,6 +40,7 @@ PROBER_QUEUE: Final = "adversary-prober"  # no step ever names it (steps.py uses
 # What the server logs when an event handler raised (gateway/server.py).
 INTERNAL_ERROR: Final = re.compile(r"internal error|Traceback")
 ROUNDS_KEPT: Final = 256
+SPAWN: Final = multiprocessing.get_context("spawn")  # no fork of a process with threads
 # A round reuses the prober's connection and links; every this many rounds it opens new ones,
 # so that a server that stops accepting or attaching shows too.
 RECONNECT_EVERY: Final = 20
@@ -150,19 +153,17 @@ class Ledger:
 
 
 class LedgerProber(threading.Thread):
-    """Round trips on ``/queues/adversary-prober`` until stopped; see the module docstring."""
+    """Round trips on ``/queues/adversary-prober`` until stopped, each one ``report``ed."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, report: Callable[[str, object], None]) -> None:
         super().__init__(name="adversary-prober", daemon=True)
         self.url = f"amqp://127.0.0.1:{port}"
         self.address = f"/queues/{PROBER_QUEUE}"
-        self.rounds: deque[Round] = deque(maxlen=ROUNDS_KEPT)
         self.ledger = Ledger()
         self.count = 0
-        self.phase = "starting"  # what the round under way is waiting for, for breach reports
+        self._report = report
         self._links: tuple[BlockingConnection, BlockingSender, BlockingReceiver] | None = None
         self._stopping = threading.Event()
-        self._changed = threading.Condition()
 
     def run(self) -> None:
         while not self._stopping.is_set():
@@ -172,15 +173,13 @@ class LedgerProber(threading.Thread):
                 self._round()
             except Exception as failure:
                 error = repr(failure)
-            with self._changed:
-                self.rounds.append(Round(start, time.monotonic(), error))
-                self._changed.notify_all()
+            self._report("round", (start, time.monotonic(), error))
         self._disconnect()
 
     def _round(self) -> None:
         if self._links is None or self.count % RECONNECT_EVERY == 0:
             self._disconnect()
-            self.phase = "connecting"
+            self._report("phase", "connecting")
             connection = BlockingConnection(self.url, timeout=ROUND_TIMEOUT_S)
             sender = connection.create_sender(self.address)
             receiver = connection.create_receiver(self.address, credit=1)
@@ -189,10 +188,10 @@ class LedgerProber(threading.Thread):
         body = f"probe {self.count}"
         self.count += 1
         try:
-            self.phase = "publishing"
+            self._report("phase", "publishing")
             sender.send(Message(body=body))
             self.ledger.outstanding.append(body)  # send() returned: the server accepted it
-            self.phase = "consuming"
+            self._report("phase", "consuming")
             got = receiver.receive(ROUND_TIMEOUT_S)
             receiver.accept()
             receiver.flow(1)
@@ -212,23 +211,6 @@ class LedgerProber(threading.Thread):
         if body in self.ledger.outstanding:
             self.ledger.outstanding.remove(body)
             self.ledger.consumed += 1
-
-    def served_after(self, moment: float, limit: float) -> Round | None:
-        """The first round that ended after ``moment``; None if none did within ``limit`` s.
-
-        A round in progress at ``moment + limit`` that has not ended since ``moment`` began
-        before it, so it has taken longer than ``limit``: no answer is a breach either way.
-        """
-        deadline = moment + limit
-        with self._changed:
-            while True:
-                served = next((r for r in self.rounds if r.end > moment), None)
-                if served is not None:
-                    return served
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._changed.wait(left)
 
     def drain(self, timeout: float) -> list[str]:
         """After stopping: consume what is left on the queue; the accepted bodies never seen."""
@@ -250,14 +232,100 @@ class LedgerProber(threading.Thread):
         self._stopping.set()
         self.join(ROUND_TIMEOUT_S * 3)
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+def _prober_process(port: int, pipe: Channel) -> None:
+    """The prober process: rounds until told to stop, then the drain's verdict."""
+    sending = threading.Lock()
+
+    def report(kind: str, value: object) -> None:
+        with sending:
+            pipe.send((kind, value))
+
+    prober = LedgerProber(port, report)
+    prober.start()
+    timeout = pipe.recv()
+    prober.stop()
+    try:
+        report("drained", (prober.drain(timeout), None))
+    except Exception as error:  # proton's Timeout and ConnectionException, among others
+        report("drained", ([], repr(error)))
+
+
+class ProberProcess:
+    """The ledger prober in a process of its own, so that the adversary's work in this one
+    (encoding 70 MiB messages, reading floods) never delays its rounds through the GIL.
+
+    Its rounds come back over a pipe; monotonic time is the system's, the same in both.
+    """
+
+    def __init__(self, port: int) -> None:
+        self._pipe, theirs = SPAWN.Pipe()
+        self._process = SPAWN.Process(target=_prober_process, args=(port, theirs), daemon=True)
+        self.rounds: deque[Round] = deque(maxlen=ROUNDS_KEPT)
+        self.count = 0
+        self.phase = "starting"  # what the round under way is waiting for, for breach reports
+        self._drained: tuple[list[str], str | None] | None = None
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, name="prober-reader", daemon=True)
+
+    def start(self) -> None:
+        self._process.start()
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                kind, value = self._pipe.recv()
+            except (EOFError, OSError):
+                return
+            with self._changed:
+                if kind == "round":
+                    self.rounds.append(Round(*value))
+                    self.count += 1
+                elif kind == "phase":
+                    self.phase = value
+                else:
+                    self._drained = value
+                self._changed.notify_all()
+
+    def served_after(self, moment: float, limit: float) -> Round | None:
+        """The first round that ended after ``moment``; None if none did within ``limit`` s.
+
+        A round in progress at ``moment + limit`` that has not ended since ``moment`` began
+        before it, so it has taken longer than ``limit``: no answer is a breach either way.
+        """
+        deadline = moment + limit
+        with self._changed:
+            while True:
+                served = next((r for r in self.rounds if r.end > moment), None)
+                if served is not None:
+                    return served
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._changed.wait(left)
+
+    def finish(self, timeout: float) -> list[str]:
+        """Stop the rounds and drain the queue: the accepted bodies that never came back.
+
+        ``RuntimeError`` if the prober could not stop or drain.
+        """
+        self._pipe.send(timeout)
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._drained is not None, ROUND_TIMEOUT_S * 3 + timeout * 2
+            )
+            drained = self._drained
+        if drained is None:
+            raise RuntimeError("the prober did not stop and drain")
+        lost, error = drained
+        if error is not None:
+            raise RuntimeError(f"the final drain failed: {error}")
+        return lost
+
+    def kill(self) -> None:
+        """End the prober process whatever its state."""
+        if self._process.pid is not None:  # started
+            self._process.kill()
+            self._process.join()
+        self._pipe.close()
