@@ -56,15 +56,16 @@ def _size(text: str) -> int:
     return int(text)
 
 
-def main(args: argparse.Namespace, out: TextIO = sys.stderr) -> int:
+def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run, replay or shrink as the options say; 1 if any invariant was breached."""
+    stream = sys.stderr if out is None else out
     if str(TESTS) not in sys.path:  # the adversary is test support: tests/ is its import root
         sys.path.insert(0, str(TESTS))
     from support.adversary import steps as plan
     from support.adversary.run import Limits, Result, run, shrink
 
     def say(line: str) -> None:
-        print(line, file=out, flush=True)
+        print(line, file=stream, flush=True)
 
     try:
         weights = plan.weights_from(args.only, args.without)

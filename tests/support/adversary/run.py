@@ -153,7 +153,12 @@ def _check(
     if served.error is not None:
         return Breach("prober-failed", index, served.error)
     if served.seconds > limits.prober_s:
-        return Breach("prober", index, f"a prober round took {served.seconds:.2f} s")
+        busy = server.cpu_seconds() - cpu
+        return Breach(
+            "prober",
+            index,
+            f"a prober round took {served.seconds:.2f} s (server CPU {busy:.2f} s meanwhile)",
+        )
     return None
 
 
