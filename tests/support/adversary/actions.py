@@ -21,7 +21,7 @@ from typing import Final
 from proton import Described, symbol, ubyte, uint, ulong
 from proton._data import PythonAMQPData
 
-from support.adversary.steps import Params, Step
+from support.adversary.steps import QUEUES, Params, Step
 from support.frames import AMQP_FRAME, FRAME_HEADER, ProtocolError, described, encode, encode_frame
 from support.raw_client import AmqpError, LinkState, PeerClosedError, RawClient
 
@@ -762,7 +762,8 @@ class Fleet:
             return
         exchange = str(p["exchange"])
         requests: list[tuple[str, str, PythonAMQPData]] = [
-            ("PUT", f"/exchanges/{exchange}", _exchange_body("topic"))
+            ("PUT", f"/exchanges/{exchange}", _exchange_body("topic")),
+            *(("PUT", f"/queues/adv-q{i}", _queue_body({})) for i in range(QUEUES)),
         ]
         for i in range(int(p["bindings"] or 1)):
             binding = _binding(exchange, f"adv-q{i % 5}", queue=True)

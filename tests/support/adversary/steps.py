@@ -21,6 +21,7 @@ __all__ = [
     "ACTIONS",
     "CI_SAFE",
     "CONNECTIONS",
+    "QUEUES",
     "Params",
     "Step",
     "generate",
