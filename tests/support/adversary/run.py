@@ -105,11 +105,14 @@ def run(
             if result.breach is not None:
                 if log is not None:
                     log(f"breach after step {index}: {step.describe()}")
+                _after_breach(server, limits, log)
                 return result
         fleet.close()
-        result.breach = _check(-1, server, prober, limits, result) or _finish(
-            server, prober, limits
-        )
+        result.breach = _check(-1, server, prober, limits, result)
+        if result.breach is not None:
+            _after_breach(server, limits, log)
+        else:
+            result.breach = _finish(server, prober, limits)
         return result
     finally:
         result.dropped = fleet.dropped
@@ -160,6 +163,15 @@ def _check(
             f"a prober round took {served.seconds:.2f} s (server CPU {busy:.2f} s meanwhile)",
         )
     return None
+
+
+def _after_breach(server: ServerProcess, limits: Limits, log: Callable[[str], None] | None) -> None:
+    """Whether the breached server still answers SIGTERM: part of what the breach did."""
+    if log is None or server.process.poll() is not None:
+        return
+    took = server.terminate(limits.grace_s)
+    answer = "no exit" if took is None else f"exit in {took:.1f} s"
+    log(f"after the breach, SIGTERM: {answer} (grace {limits.grace_s:g} s)")
 
 
 def _finish(server: ServerProcess, prober: ProberProcess, limits: Limits) -> Breach | None:
