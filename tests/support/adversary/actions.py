@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+import socket
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
@@ -40,7 +41,9 @@ PUMP_FRAMES: Final = 2000
 # Delivery ids remembered per session for dispositions (older ones are settled or forgotten).
 RECEIVED_KEPT: Final = 512
 LONG_SUBJECT: Final = "a" * 60_000  # for LIKE patterns: their cost grows with it
-LEARNED_KEPT: Final = 16  # dynamic and reply-to addresses the server answered with
+LEARNED_KEPT: Final = 16
+HANGING_KEPT: Final = 300  # half-sent metrics requests held open at once
+RECV_SIZE: Final = 65536  # dynamic and reply-to addresses the server answered with
 STREAM_OFFSET: Final = "rabbitmq:stream-offset-spec"
 SELECTOR: Final = "apache.org:selector-filter:string"
 PROPERTIES_FILTER: Final = 0x173  # amqp:properties-filter, docs/filters.md
@@ -145,9 +148,12 @@ class Slot:
 class Fleet:
     """The adversary's connections to one server, and the addresses it learned."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, metrics_port: int | None = None) -> None:
         self.host = host
         self.port = port
+        self.metrics_port = metrics_port
+        # Sockets to the metrics endpoint left open with half a request, oldest first.
+        self.hanging: deque[socket.socket] = deque()
         self.slots: dict[int, Slot] = {}
         self.learned: deque[str] = deque(maxlen=LEARNED_KEPT)
         self.dropped = 0  # connections the server closed on us or we dropped
@@ -159,6 +165,8 @@ class Fleet:
         """Drop every connection."""
         for index in list(self.slots):
             self._forget(index)
+        while self.hanging:
+            self.hanging.popleft().close()
 
     def _forget(self, index: int) -> None:
         slot = self.slots.pop(index, None)
@@ -782,6 +790,34 @@ class Fleet:
         payload = message(10, annotations={symbol("x-cc"): keys})
         for _ in range(min(int(p["messages"] or 1), slot.client.links[target].link_credit)):
             slot.client.send(target, payload, settled=False)
+
+    def _metrics(self, slot: Slot, step: Step) -> None:
+        """Requests to the metrics endpoint (HTTP, not AMQP): whole ones, half ones left open,
+        bytes that are no request at all."""
+        if self.metrics_port is None:
+            return
+        how = step.params["how"]
+        for _ in range(int(step.params["sockets"] or 1)):
+            try:
+                sock = socket.create_connection(("127.0.0.1", self.metrics_port), timeout=CONNECT_S)
+            except OSError:
+                return
+            try:
+                if how == "scrape":
+                    sock.sendall(b"GET /metrics HTTP/1.0\r\nHost: adversary\r\n\r\n")
+                    sock.settimeout(ANSWER_S)
+                    sock.recv(RECV_SIZE)  # the answer's start: the endpoint served it
+                elif how == "half":
+                    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: adv")
+                    self.hanging.append(sock)
+                    if len(self.hanging) > HANGING_KEPT:
+                        self.hanging.popleft().close()
+                    continue
+                else:
+                    sock.sendall(b"\x00AMQP\x00\x01\x00\x00" * 8)
+            except OSError:
+                pass  # refused, reset or slow: what the endpoint does is the server's business
+            sock.close()
 
     def _churn(self, slot: Slot, step: Step) -> None:
         """Open connections (with links) and leave them at once, as a crashing fleet would."""

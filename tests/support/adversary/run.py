@@ -87,7 +87,7 @@ def run(
     result = Result()
     server = ServerProcess(["--memory-budget", str(limits.budget), *limits.server_options])
     prober = ProberProcess(server.port)
-    fleet = Fleet("127.0.0.1", server.port)
+    fleet = Fleet("127.0.0.1", server.port, server.metrics_port)
     try:
         prober.start()
         for _ in range(WARM_ROUNDS):

@@ -317,6 +317,14 @@ def _garbage(rng: random.Random) -> Params:
     }
 
 
+def _metrics(rng: random.Random) -> Params:
+    """Requests to the metrics endpoint: whole, half sent and left open, or not HTTP at all."""
+    return {
+        "sockets": _choice(rng, (1, 10, 100)),
+        "how": _choice(rng, ("scrape", "half", "half", "garbage")),
+    }
+
+
 def _nothing(rng: random.Random) -> Params:
     return {}
 
@@ -349,6 +357,7 @@ ACTIONS: Final[dict[str, Callable[[random.Random], Params]]] = {
     "manage-chain": _chain,
     "topic-cc": _topic,
     "churn": _churn,
+    "metrics": _metrics,
     "dynamic": _dynamic,
     "direct-reply-to": _reply_to,
     "detach": _detach,
@@ -385,6 +394,7 @@ DEFAULT_WEIGHTS: Final[Mapping[str, int]] = {
     "manage-chain": 1,
     "topic-cc": 1,
     "churn": 1,
+    "metrics": 1,
     "dynamic": 2,
     "direct-reply-to": 2,
     "detach": 4,

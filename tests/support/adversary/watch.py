@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,14 @@ SPAWN: Final = multiprocessing.get_context("spawn")  # no fork of a process with
 RECONNECT_EVERY: Final = 20
 
 
+def _free_port() -> int:
+    """A loopback port nothing listens on now, for the metrics endpoint."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
 class ServerProcess:
     """``python -m sluicegate serve`` on a free port, with its log in a file."""
 
@@ -55,7 +64,9 @@ class ServerProcess:
         self.log_path = scratch / "server.log"
         self._log = self.log_path.open("w")
         command = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
-        command += ["--data-dir", str(scratch / "data"), "--metrics-listen", "off", *options]
+        self.metrics_port = _free_port()
+        metrics = f"127.0.0.1:{self.metrics_port}"
+        command += ["--data-dir", str(scratch / "data"), "--metrics-listen", metrics, *options]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, text=True
         )
