@@ -331,7 +331,7 @@ class Fleet:
     ) -> int | None:
         p = step.params
         channel = int(p["channel"] or 0)
-        if channel not in slot.client.sessions:
+        if channel not in slot.channels():
             return None
         snd = p["snd_settle_mode"]
         rcv = p["rcv_settle_mode"]
@@ -426,7 +426,11 @@ class Fleet:
         self._learn(slot, handle)
 
     def _direct_reply_to(self, slot: Slot, step: Step) -> None:
+        """A Direct Reply-To requester (pre-settled, as RabbitMQ asks, or not), then replies
+        sent to its address whether it gave credit or not."""
         p = step.params
+        if p["settled"]:
+            step = Step(step.action, step.slot, p | {"snd_settle_mode": "settled"})
         handle = self._attach(
             slot,
             step,
@@ -436,18 +440,31 @@ class Fleet:
             capabilities=("rabbitmq:volatile-queue",),
             expiry_policy=None if p["expiry_policy"] is None else str(p["expiry_policy"]),
         )
-        self._learn(slot, handle)
-
-    def _learn(self, slot: Slot, handle: int | None) -> None:
-        if handle is None:
+        address = self._learn(slot, handle)
+        if address is None or handle is None or not p["replies"]:
             return
+        channel = slot.client.links[handle].channel
+        name = f"adv-{step.slot}-{len(slot.client.links)}"
+        replier = slot.client.attach(name, "sender", target=address, channel=channel)
+        try:
+            slot.client.wait_credit(replier, timeout=ANSWER_S)
+        except TimeoutError:
+            return
+        for _ in range(min(int(p["replies"]), slot.client.links[replier].link_credit)):
+            slot.client.send(replier, message(100), settled=True)
+
+    def _learn(self, slot: Slot, handle: int | None) -> str | None:
+        """The address the server named a dynamic node with, kept for later steps."""
+        if handle is None:
+            return None
         try:
             attached = slot.client.wait_attach(handle, timeout=ANSWER_S)
         except TimeoutError:
-            return
+            return None
         address = attached.source_address or attached.target_address
         if address:
             self.learned.append(address)
+        return address
 
     def _detach(self, slot: Slot, step: Step) -> None:
         links = slot.links()
