@@ -777,10 +777,14 @@ class RawClient:
             case "disposition":
                 self._on_disposition(frame)
             case "detach":
-                link = self._link(frame)
+                # The session the frame's channel names, which a BEGIN on a reused channel of
+                # ours may have replaced in ``sessions``.
+                session = self._by_remote_channel.get(frame.channel)
+                link = (
+                    None if session is None else session.remote_handles.pop(frame["handle"], None)
+                )
                 if link is not None:
                     link.detach_frame = frame
-                    del self.sessions[link.channel].remote_handles[frame["handle"]]
             case "end":
                 session = self._by_remote_channel.get(frame.channel)
                 if session is not None:
