@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Final, TextIO
 
 __all__ = ["NAME", "add_parser", "main"]
@@ -56,9 +58,15 @@ def _size(text: str) -> int:
     return int(text)
 
 
+def _exit_on_signal(number: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + number)
+
+
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run, replay or shrink as the options say; 1 if any invariant was breached."""
     stream = sys.stderr if out is None else out
+    # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C, so the run's server and prober go too.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     if str(TESTS) not in sys.path:  # the adversary is test support: tests/ is its import root
         sys.path.insert(0, str(TESTS))
     from support.adversary import steps as plan
