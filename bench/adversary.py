@@ -64,9 +64,15 @@ def _exit_on_signal(number: int, frame: FrameType | None) -> None:
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run, replay or shrink as the options say; 1 if any invariant was breached."""
-    stream = sys.stderr if out is None else out
     # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C, so the run's server and prober go too.
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        return _main(args, sys.stderr if out is None else out)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace, stream: TextIO) -> int:
     if str(TESTS) not in sys.path:  # the adversary is test support: tests/ is its import root
         sys.path.insert(0, str(TESTS))
     from support.adversary import steps as plan
