@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from bench import adversary
 from bench.clients import ClientError
 from bench.plot import plot_report
 from bench.record import Report
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--pid", action="append", default=[], metavar="[NAME=]PID", help="server process ids"
         )
         sub.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, metavar="DIR")
+    adversary.add_parser(commands)
     return parser
 
 
@@ -123,6 +125,12 @@ def targets_from(
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run the scenario against each target, print the table; return the exit status."""
     args = build_parser().parse_args(argv)
+    if args.scenario == adversary.NAME:
+        try:
+            return adversary.main(args)
+        except KeyboardInterrupt:
+            print(f"{PROG} {adversary.NAME}: interrupted", file=sys.stderr)
+            return 130
     scenario = SCENARIOS[args.scenario]
     try:
         targets = targets_from(args.url, args.compare, args.pid)

@@ -21,13 +21,13 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Final, Literal, Self
+from typing import Any, Final, Literal, Self
 
-from proton import Described, symbol, ubyte, uint, ulong
+from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, uint, ulong
 from proton._data import PythonAMQPData
 
 from .frames import (
@@ -415,9 +415,13 @@ class RawClient:
         distribution_mode: Literal["move", "copy"] | None = None,
         initial_delivery_count: int = 0,
         max_message_size: int | None = None,
+        capabilities: Sequence[str] = (),
+        expiry_policy: str | None = None,
     ) -> int:
         """Send ATTACH and return our handle; ``dynamic`` asks the peer to name our node.
 
+        ``capabilities`` and ``expiry_policy`` go on our own terminus (the source of a
+        receiver, the target of a sender), as Direct Reply-To and temporary queues ask.
         Handles are unique across the client's sessions, so link calls need no channel.
         """
         handle = len(self.links)
@@ -430,15 +434,26 @@ class RawClient:
         )
         snd_modes = {"unsettled": 0, "settled": 1, "mixed": 2}  # §2.8.2
         rcv_modes = {"first": 0, "second": 1}  # §2.8.3
+        ours: dict[str, PythonAMQPData] = {}
+        if capabilities:
+            # proton types an Array's descriptor as data; UNDESCRIBED is its own sentinel.
+            undescribed: Any = UNDESCRIBED
+            ours["capabilities"] = Array(undescribed, Data.SYMBOL, *map(symbol, capabilities))
+        if expiry_policy is not None:
+            ours["expiry_policy"] = symbol(expiry_policy)
         source_node = described(
             "source",
             address=source,
             dynamic=True if dynamic and role == "receiver" else None,
             distribution_mode=None if distribution_mode is None else symbol(distribution_mode),
             filter=symbol_map(filters),
+            **(ours if role == "receiver" else {}),
         )
         target_node = described(
-            "target", address=target, dynamic=True if dynamic and role == "sender" else None
+            "target",
+            address=target,
+            dynamic=True if dynamic and role == "sender" else None,
+            **(ours if role == "sender" else {}),
         )
         attach = described(
             "attach",
@@ -794,10 +809,14 @@ class RawClient:
             case "disposition":
                 self._on_disposition(frame)
             case "detach":
-                link = self._link(frame)
+                # The session the frame's channel names, which a BEGIN on a reused channel of
+                # ours may have replaced in ``sessions``.
+                session = self._by_remote_channel.get(frame.channel)
+                link = (
+                    None if session is None else session.remote_handles.pop(frame["handle"], None)
+                )
                 if link is not None:
                     link.detach_frame = frame
-                    del self.sessions[link.channel].remote_handles[frame["handle"]]
             case "end":
                 session = self._by_remote_channel.get(frame.channel)
                 if session is not None:
@@ -820,8 +839,10 @@ class RawClient:
         session = self._by_remote_channel.get(frame.channel)
         if session is None:
             return
+        # §2.6.1: a name is unique per direction, so a link pair (management's) shares one.
+        ours = "sender" if frame["role"] else "receiver"
         for link in self.links.values():
-            if link.channel == session.channel and link.name == frame["name"]:
+            if link.channel == session.channel and link.name == frame["name"] and link.role == ours:
                 link.attach_reply = frame
                 link.remote_handle = frame["handle"]
                 session.remote_handles[frame["handle"]] = link

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.cli import main, targets_from
@@ -99,3 +101,17 @@ def test_publisher_figures() -> None:
     assert figures["RSS peak MB"] == 94.0
     assert figures["slope 2nd half MB/s"] == 0.0
     assert figures["publisher blocked s"] == 3.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["adversary", "--steps", "5"], "--steps needs --seed"),
+        (["adversary", "--only", "no-such-action"], "unknown actions ['no-such-action']"),
+    ],
+)
+def test_adversary_usage_errors(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main([*argv, "--output", str(tmp_path)]) == 2
+    assert says in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""A randomized adversary against a real server (issue 31): see docs/adversary.md."""

@@ -1,0 +1,342 @@
+"""What the adversary's run watches: the server process, and a polite prober with a ledger.
+
+The server runs as its own process (``python -m sluicegate serve``) so that its RSS is its own
+and SIGTERM is a real signal; its log goes to a file the run reads for internal errors. The
+prober is a proton client in a process of its own that does a round trip on its own queue,
+round after round (on one connection, renewed every ``RECONNECT_EVERY`` rounds): each message
+the server accepted goes into a ledger and leaves it when the prober consumes it, so at the end
+every accepted message must have come back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection as Channel
+from pathlib import Path
+from typing import Final
+
+from proton import Message
+from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
+
+__all__ = ["ProberProcess", "Round", "ServerProcess"]
+
+LISTENING: Final = re.compile(r"listening on amqp://127\.0\.0\.1:(\d+)")
+READY_S: Final = 30.0  # a loaded machine takes seconds to import proton
+# Longer than any served round (tens of milliseconds idle), far shorter than a stall.
+ROUND_TIMEOUT_S: Final = 10.0
+PROBER_QUEUE: Final = "adversary-prober"  # no step ever names it (steps.py uses adv-*)
+# What the server logs when an event handler raised (gateway/server.py).
+INTERNAL_ERROR: Final = re.compile(r"internal error|Traceback")
+ROUNDS_KEPT: Final = 256
+SPAWN: Final = multiprocessing.get_context("spawn")  # no fork of a process with threads
+# A round reuses the prober's connection and links; every this many rounds it opens new ones,
+# so that a server that stops accepting or attaching shows too.
+RECONNECT_EVERY: Final = 20
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on now, for the metrics endpoint."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class ServerProcess:
+    """``python -m sluicegate serve`` on a free port, with its log in a file."""
+
+    def __init__(self, options: list[str]) -> None:
+        self._scratch = tempfile.TemporaryDirectory(prefix="sluicegate-adversary-")
+        scratch = Path(self._scratch.name)
+        self.log_path = scratch / "server.log"
+        self._log = self.log_path.open("w")
+        command = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
+        self.metrics_port = _free_port()
+        metrics = f"127.0.0.1:{self.metrics_port}"
+        command += ["--data-dir", str(scratch / "data"), "--metrics-listen", metrics, *options]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, text=True
+        )
+        self.port = self._wait_ready()
+        self._log_offset = 0
+
+    def _wait_ready(self) -> int:
+        found: list[int] = []
+
+        def read() -> None:
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                match = LISTENING.search(line)
+                if match is not None:
+                    found.append(int(match.group(1)))
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(READY_S)
+        if not found:
+            self.kill()
+            raise RuntimeError(f"the server did not start: {self.log_tail()}")
+        return found[0]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def rss(self) -> int:
+        """The server's resident set, in bytes (Linux's /proc)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def cpu_seconds(self) -> float:
+        """CPU time the server has used (user + system), from /proc/PID/stat."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def new_errors(self) -> list[str]:
+        """Lines of the log written since the last call that report an internal error."""
+        self._log.flush()
+        with self.log_path.open() as log:
+            log.seek(self._log_offset)
+            text = log.read()
+            self._log_offset = log.tell()
+        return [line for line in text.splitlines() if INTERNAL_ERROR.search(line)]
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def terminate(self, grace: float) -> float | None:
+        """SIGTERM; the seconds the server took to exit, or None if it did not within ``grace``."""
+        start = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
+            return None
+        return time.monotonic() - start
+
+    def kill(self) -> None:
+        """End the process whatever its state, and remove its files."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._log.close()
+        self._scratch.cleanup()
+
+
+@dataclass(frozen=True)
+class Round:
+    """One prober round: when it started and ended (monotonic), and its error if it failed."""
+
+    start: float
+    end: float
+    error: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Ledger:
+    """Bodies the server accepted from the prober and the prober has not consumed yet."""
+
+    outstanding: deque[str] = field(default_factory=deque)
+    consumed: int = 0
+
+
+class LedgerProber(threading.Thread):
+    """Round trips on ``/queues/adversary-prober`` until stopped, each one ``report``ed."""
+
+    def __init__(self, port: int, report: Callable[[str, object], None]) -> None:
+        super().__init__(name="adversary-prober", daemon=True)
+        self.url = f"amqp://127.0.0.1:{port}"
+        self.address = f"/queues/{PROBER_QUEUE}"
+        self.ledger = Ledger()
+        self.count = 0
+        self._report = report
+        self._links: tuple[BlockingConnection, BlockingSender, BlockingReceiver] | None = None
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            start = time.monotonic()
+            error = None
+            try:
+                self._round()
+            except Exception as failure:
+                error = repr(failure)
+            self._report("round", (start, time.monotonic(), error))
+        self._disconnect()
+
+    def _round(self) -> None:
+        if self._links is None or self.count % RECONNECT_EVERY == 0:
+            self._disconnect()
+            self._report("phase", "connecting")
+            connection = BlockingConnection(self.url, timeout=ROUND_TIMEOUT_S)
+            sender = connection.create_sender(self.address)
+            receiver = connection.create_receiver(self.address, credit=1)
+            self._links = (connection, sender, receiver)
+        _, sender, receiver = self._links
+        body = f"probe {self.count}"
+        self.count += 1
+        try:
+            self._report("phase", "publishing")
+            sender.send(Message(body=body))
+            self.ledger.outstanding.append(body)  # send() returned: the server accepted it
+            self._report("phase", "consuming")
+            got = receiver.receive(ROUND_TIMEOUT_S)
+            receiver.accept()
+            receiver.flow(1)
+        except Exception:
+            self._disconnect()
+            raise
+        self._consumed(str(got.body))
+
+    def _disconnect(self) -> None:
+        if self._links is not None:
+            with contextlib.suppress(Exception):  # the round's own error is what is reported
+                self._links[0].close()
+            self._links = None
+
+    def _consumed(self, body: str) -> None:
+        # A body consumed twice (its accept lost with a connection) is a duplicate, not a loss.
+        if body in self.ledger.outstanding:
+            self.ledger.outstanding.remove(body)
+            self.ledger.consumed += 1
+
+    def drain(self, timeout: float) -> list[str]:
+        """After stopping: consume what is left on the queue; the accepted bodies never seen."""
+        connection = BlockingConnection(self.url, timeout=timeout)
+        try:
+            receiver = connection.create_receiver(self.address, credit=100)
+            while self.ledger.outstanding:
+                try:
+                    got = receiver.receive(timeout)
+                except Exception:
+                    break
+                receiver.accept()
+                self._consumed(str(got.body))
+        finally:
+            connection.close()
+        return list(self.ledger.outstanding)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(ROUND_TIMEOUT_S * 3)
+
+
+def _prober_process(port: int, pipe: Channel) -> None:
+    """The prober process: rounds until told to stop, then the drain's verdict."""
+    sending = threading.Lock()
+
+    def report(kind: str, value: object) -> None:
+        with sending:
+            pipe.send((kind, value))
+
+    prober = LedgerProber(port, report)
+    prober.start()
+    timeout = pipe.recv()
+    prober.stop()
+    try:
+        report("drained", (prober.drain(timeout), None))
+    except Exception as error:  # proton's Timeout and ConnectionException, among others
+        report("drained", ([], repr(error)))
+
+
+class ProberProcess:
+    """The ledger prober in a process of its own, so that the adversary's work in this one
+    (encoding 70 MiB messages, reading floods) never delays its rounds through the GIL.
+
+    Its rounds come back over a pipe; monotonic time is the system's, the same in both.
+    """
+
+    def __init__(self, port: int) -> None:
+        self._pipe, theirs = SPAWN.Pipe()
+        self._process = SPAWN.Process(target=_prober_process, args=(port, theirs), daemon=True)
+        self.rounds: deque[Round] = deque(maxlen=ROUNDS_KEPT)
+        self.count = 0
+        self.phase = "starting"  # what the round under way is waiting for, for breach reports
+        self._drained: tuple[list[str], str | None] | None = None
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, name="prober-reader", daemon=True)
+
+    def start(self) -> None:
+        self._process.start()
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                kind, value = self._pipe.recv()
+            except (EOFError, OSError):
+                return
+            with self._changed:
+                if kind == "round":
+                    self.rounds.append(Round(*value))
+                    self.count += 1
+                elif kind == "phase":
+                    self.phase = value
+                else:
+                    self._drained = value
+                self._changed.notify_all()
+
+    def served_after(self, moment: float, limit: float) -> Round | None:
+        """The first round that ended after ``moment``; None if none did within ``limit`` s.
+
+        A round in progress at ``moment + limit`` that has not ended since ``moment`` began
+        before it, so it has taken longer than ``limit``: no answer is a breach either way.
+        """
+        deadline = moment + limit
+        with self._changed:
+            while True:
+                served = next((r for r in self.rounds if r.end > moment), None)
+                if served is not None:
+                    return served
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._changed.wait(left)
+
+    def finish(self, timeout: float) -> list[str]:
+        """Stop the rounds and drain the queue: the accepted bodies that never came back.
+
+        ``RuntimeError`` if the prober could not stop or drain.
+        """
+        self._pipe.send(timeout)
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._drained is not None, ROUND_TIMEOUT_S * 3 + timeout * 2
+            )
+            drained = self._drained
+        if drained is None:
+            raise RuntimeError("the prober did not stop and drain")
+        lost, error = drained
+        if error is not None:
+            raise RuntimeError(f"the final drain failed: {error}")
+        return lost
+
+    def kill(self) -> None:
+        """End the prober process whatever its state."""
+        if self._process.pid is not None:  # started
+            self._process.kill()
+            self._process.join()
+        self._pipe.close()
