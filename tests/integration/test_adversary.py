@@ -1,6 +1,6 @@
 """The randomized adversary of issue 31, a short seeded pass (docs/adversary.md).
 
-Each seed draws its steps from the actions CI runs (``steps.CI_SAFE``) and performs them on raw
+Each seed draws its steps from every action and performs them on raw
 connections to a fresh server process with a 64 MiB budget, while a proton prober publishes and
 consumes on its own queue; after every step RSS, the prober, the server's log and process are
 checked, and at the end every message the prober had accepted comes back and SIGTERM ends the
@@ -26,18 +26,14 @@ QUICK_SEEDS: Final = (1,)
 SLOW_SEEDS: Final = (2, 3, 4)
 
 
-def _ci_weights() -> dict[str, int]:
-    return plan.weights_from(sorted(plan.CI_SAFE))
-
-
 def _attack(seed: int) -> None:
-    steps = plan.generate(seed, STEPS, _ci_weights())
+    steps = plan.generate(seed, STEPS, plan.weights_from())
     result = run(steps, CI_LIMITS)
     assert result.breach is None, f"seed {seed}: {result.breach}"
     assert result.steps == STEPS
     # The steps did reach the server: messages came back and most kinds of step ran.
     assert result.deliveries > 0
-    assert len(result.actions) >= len(plan.CI_SAFE) // 2
+    assert len(result.actions) >= len(plan.DEFAULT_WEIGHTS) // 2
     assert result.peak_rss <= result.base_rss + CI_LIMITS.budget + CI_LIMITS.rss_margin
 
 
@@ -55,7 +51,7 @@ def test_more_seeded_adversaries_break_no_invariant(seed: int) -> None:
 def test_a_breach_is_reported_shrunk_and_replayable(tmp_path: Path) -> None:
     """An invariant no server can hold (the prober served in 0 s) must be seen and shrunk."""
     impossible = Limits(prober_s=0.0)
-    steps = plan.generate(7, 5, _ci_weights())
+    steps = plan.generate(7, 5, plan.weights_from())
     found = run(steps, impossible).breach
     assert found is not None
     assert found.invariant == "prober"

@@ -19,7 +19,6 @@ from typing import Final
 
 __all__ = [
     "ACTIONS",
-    "CI_SAFE",
     "CONNECTIONS",
     "QUEUES",
     "Params",
@@ -405,18 +404,6 @@ DEFAULT_WEIGHTS: Final[Mapping[str, int]] = {
     "reading": 2,
     "garbage": 1,
 }
-
-# Actions that breached an invariant on the code as it was when the adversary was written, each
-# with the breach it found (docs/adversary.md); their fixes are on their way.
-BREACHED_MAIN: Final = frozenset(
-    {
-        "manage-cycle",  # a TTL-0 pair fed a rejected message loops in one call: prober held
-        "topic-cc",  # 5,000 x-cc keys into 1,000 topic bindings: prober held for seconds
-    }
-)
-# The actions CI runs on the code as it is; the others breached it when this adversary was
-# written (docs/adversary.md lists which and why) and join this set as their fixes land.
-CI_SAFE: Final = frozenset(DEFAULT_WEIGHTS) - BREACHED_MAIN
 
 
 def weights_from(only: Sequence[str] = (), without: Sequence[str] = ()) -> dict[str, int]:
