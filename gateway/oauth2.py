@@ -32,6 +32,8 @@ from sluicegate.gateway.auth import Access, Permissions, User, UserError
 
 # The claims RabbitMQ reads a user's name from, in order, unless preferred_username_claims says.
 DEFAULT_USERNAME_CLAIMS: Final = ("sub", "client_id")
+# The user of a token none of those claims names (RabbitMQ's name for it).
+UNKNOWN_USER: Final = "unknown"
 _ACCESSES: Final[tuple[Access, ...]] = ("configure", "write", "read")
 _SYMMETRIC: Final = frozenset({"HS256", "HS384", "HS512"})
 _ASYMMETRIC: Final = frozenset(
@@ -181,12 +183,11 @@ def verify_token(settings: OAuth2Settings, token: bytes, now: float) -> User:
         raise TokenError("exp is not a number")
     if now >= expiry:
         raise TokenError("the token has expired")
+    # RabbitMQ's oauth2 backend names a token without any of these claims "unknown".
     name = next(
         (claims[claim] for claim in settings.username_claims if isinstance(claims.get(claim), str)),
-        None,
+        UNKNOWN_USER,
     )
-    if not name:
-        raise TokenError(f"none of the claims {', '.join(settings.username_claims)} names a user")
     scopes = ScopedVhosts.from_claim(claims.get("scope"), settings.scope_prefix)
     return User(name, None, scopes, expires_at=float(expiry))
 
