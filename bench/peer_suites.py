@@ -105,7 +105,8 @@ def config_text(suite: Path, kind: str = "go") -> str:
         ]
     lines += ["", *oauth2_lines(suite)]
     lines += [f'[vhosts."{vhost}"]' for vhost in VHOSTS]
-    guest = [f'password_hash = "{hash_password("guest")}"']
+    # RabbitMQ's guest is an administrator: the suites' helpers drop any client's connection.
+    guest = [f'password_hash = "{hash_password("guest")}"', 'tags = ["administrator"]']
     lines += ["", "[users.guest]", *guest]
     for vhost in ("/", *VHOSTS):
         lines += [f'[users.guest.permissions."{vhost}"]', EVERYTHING]

@@ -143,6 +143,8 @@ class User:
     limits: UserLimits = UserLimits()
     elsewhere: Permissions | None = None
     expires_at: float | None = None
+    # RabbitMQ's user tags; "administrator" sees and manages everything over the HTTP API.
+    tags: tuple[str, ...] = ()
 
     def permissions(self, vhost: str) -> Permissions | None:
         """What the user may do in ``vhost``; None where it may not enter."""
@@ -205,7 +207,13 @@ def parse_users(raw: object) -> dict[str, User]:
         key = f"users.{name}"
         if not isinstance(table, Mapping):
             raise UserError(f"{key}: expected a table")
-        unknown = set(table) - {"password_hash", "permissions", *_PATTERN_KEYS, *_LIMIT_KEYS}
+        unknown = set(table) - {
+            "password_hash",
+            "permissions",
+            "tags",
+            *_PATTERN_KEYS,
+            *_LIMIT_KEYS,
+        }
         if unknown:
             raise UserError(f"{key}.{sorted(unknown)[0]}: unknown key")
         stored = table.get("password_hash")
@@ -219,7 +227,11 @@ def parse_users(raw: object) -> dict[str, User]:
         limits = UserLimits(
             *(parse_limit(f"{key}.{limit}", table.get(limit, -1)) for limit in _LIMIT_KEYS)
         )
-        users[str(name)] = User(str(name), password, _vhost_permissions(key, table), limits)
+        tags = table.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            raise UserError(f'{key}.tags: expected a list of tags such as ["administrator"]')
+        permissions = _vhost_permissions(key, table)
+        users[str(name)] = User(str(name), password, permissions, limits, tags=tuple(tags))
     return users
 
 

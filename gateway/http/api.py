@@ -191,7 +191,8 @@ class _Job:
 
     @property
     def _sees_everything(self) -> bool:
-        return not self.broker.config.users
+        """RabbitMQ's administrator: a user with that tag, or anyone on a server without users."""
+        return not self.broker.config.users or "administrator" in self.user.tags
 
     def _visible_vhosts(self) -> list[VirtualHost]:
         return [
@@ -298,6 +299,8 @@ class _Job:
         return _Answer(200, {"name": self.user.name, "tags": self._tags(self.user)})
 
     def _tags(self, user: User) -> list[str]:
+        if user.tags:
+            return list(user.tags)
         return ["administrator"] if self._sees_everything else ["management"]
 
     def _vhosts(self, segments: list[str]) -> _Answer:
@@ -318,7 +321,7 @@ class _Job:
         if self.method == "GET":
             return _Answer(200, self._vhost_map(self._vhost(name)))
         if not self._sees_everything:
-            # RabbitMQ's administrator tag; here, the anonymous user of a server without users.
+            # RabbitMQ's administrator tag (or the anonymous user of a server without users).
             raise _Refused(403, "creating or deleting a virtual host needs an administrator")
         try:
             if self.method == "PUT":
@@ -571,8 +574,10 @@ class _Job:
 
     def _visible_users(self) -> list[User]:
         users = self.broker.config.users
-        if self._sees_everything:
+        if not users:
             return [self.user]
+        if self._sees_everything:
+            return list(users.values())
         return [users[self.user.name]] if self.user.name in users else []
 
     def _configured_only(self) -> None:

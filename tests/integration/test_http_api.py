@@ -73,6 +73,7 @@ def _users() -> dict[str, User]:
     return parse_users(
         {
             "alice": {"password_hash": hashed, "permissions": {"/": EVERYTHING}},
+            "root": {"password_hash": hashed, "tags": ["administrator"], **EVERYTHING},
             "bob": {
                 "password_hash": hashed,
                 "permissions": {
@@ -297,6 +298,35 @@ def test_a_user_sees_and_closes_only_its_own_connections(tenants: RunningServer)
         wait_until(lambda: tenants.queue("alice-q").ready == 1)
     finally:
         alices.close()
+        bobs.close()
+
+
+def _containers(running: RunningServer, user: str) -> set[str]:
+    listed: list[dict[str, str]] = call(running, "GET", "/connections", user=user)[1]
+    return {connection["container_id"] for connection in listed}
+
+
+def test_an_administrator_sees_and_closes_every_connection(tenants: RunningServer) -> None:
+    """RabbitMQ's administrator tag: its clients' test helpers drop other users' connections."""
+    bobs = BlockingConnection(
+        tenants.url,
+        timeout=10,
+        user="bob",
+        password=PASSWORD,
+        allowed_mechs="PLAIN",
+        container_id="h-bob-2",
+    )
+    try:
+        assert call(tenants, "GET", "/whoami", user="root")[1]["tags"] == ["administrator"]
+        users = {u["name"] for u in call(tenants, "GET", "/users", user="root")[1]}
+        assert users == {"alice", "bob", "root"}
+        seen = call(tenants, "GET", "/connections", user="root")[1]
+        bob = [c for c in seen if c["container_id"] == "h-bob-2"]
+        assert [c["user"] for c in bob] == ["bob"]
+        quoted = quote(bob[0]["name"], safe="")
+        assert call(tenants, "DELETE", f"/connections/{quoted}", user="root")[0] == 204
+        wait_until(lambda: not _containers(tenants, "root") & {"h-bob-2"})
+    finally:
         bobs.close()
 
 
