@@ -19,6 +19,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Final, TextIO
 
+from sluicegate.gateway.config import parse_size
+
 __all__ = ["NAME", "add_parser", "main"]
 
 NAME: Final = "adversary"
@@ -50,14 +52,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, metavar="DIR")
 
 
-def _size(text: str) -> int:
-    units = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
-    for suffix, factor in units.items():
-        if text.endswith(suffix):
-            return int(float(text.removesuffix(suffix)) * factor)
-    return int(text)
-
-
 def _exit_on_signal(number: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + number)
 
@@ -86,7 +80,7 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
     except ValueError as error:
         say(f"python -m bench adversary: {error}")
         return 2
-    limits = Limits(budget=_size(args.budget), prober_s=args.prober_limit)
+    limits = Limits(budget=parse_size("--budget", args.budget), prober_s=args.prober_limit)
     args.output.mkdir(parents=True, exist_ok=True)
 
     def report(seed: int | None, steps: list[plan.Step], result: Result) -> None:

@@ -36,6 +36,7 @@ from bench.series import Series, extent
 from bench.servers import Target, running
 from bench.table import Cell
 from sluicegate.clients.children import end
+from sluicegate.gateway.config import parse_size
 
 __all__ = ["SCENARIO", "run"]
 
@@ -69,14 +70,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=ATTACK_S, metavar="S")
 
 
-def _size(text: str) -> int:
-    units = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
-    for suffix, factor in units.items():
-        if text.endswith(suffix):
-            return int(float(text.removesuffix(suffix)) * factor)
-    return int(text)
-
-
 def _reply(channel: Channel, what: str, timeout: float) -> object:
     if not channel.poll(timeout):
         raise ClientError(f"attacker: no answer while {what} after {timeout:g} s")
@@ -101,7 +94,7 @@ def _budget(attack: str, requested: str) -> int:
         "big-frames": plan.big_messages * plan.big_body,
         "unsettled": plan.unsettled_messages * plan.unsettled_body,
     }.get(attack, 0)
-    return max(_size(requested), 2 * prefill)
+    return max(parse_size("--memory-budget", requested), 2 * prefill)
 
 
 def _one(target: Target, attack: str, args: argparse.Namespace, out: TextIO) -> Record:

@@ -36,6 +36,7 @@ from support.frames import FRAME_HEADER, described, encode_frame
 from support.polling import wait_until
 from support.process import serving
 from support.raw_client import RawClient
+from support.resident import rss
 
 # A frame proton cannot decode: the server closes the connection with amqp:decode-error.
 UNDECODABLE: Final = FRAME_HEADER.pack(16, 2, 0, 0) + b"\xff" * 8
@@ -245,14 +246,6 @@ def test_a_detached_link_leaves_nothing_while_its_session_stays(
         client.close()
 
 
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def _cycle(port: int, index: int) -> None:
     """Open, publish, consume, and end in the ``index``-th of the three ways."""
     client = RawClient.connect("127.0.0.1", port, max_frame_size=4096)
@@ -279,11 +272,11 @@ def test_a_thousand_connections_cost_no_lasting_memory() -> None:
         for index in range(300):
             _cycle(port, index)
         time.sleep(1.0)
-        before = _rss_kib(process.pid)
+        before = rss(process.pid) // 1024
         for index in range(connections):
             _cycle(port, index)
         time.sleep(1.0)
-        growth = _rss_kib(process.pid) - before
+        growth = rss(process.pid) // 1024 - before
     assert growth <= 2 * connections, f"RSS grew {growth} KiB over {connections} connections"
 
 
@@ -355,15 +348,15 @@ def test_consumers_that_drop_many_unsettled_deliveries_give_the_memory_back() ->
         wait_until(lambda: _metrics(metrics_port)["sluicegate_connection_records"] == 0)
         settled()
         time.sleep(1.0)
-        before = _rss_kib(process.pid)
+        before = rss(process.pid) // 1024
         for _ in range(ATTACKS):
             _take_unsettled(port, metrics_port, "held").abort()
             wait_until(
-                lambda: _rss_kib(process.pid) - before <= RSS_SLACK_KIB, timeout=30, interval=0.2
+                lambda: rss(process.pid) // 1024 - before <= RSS_SLACK_KIB, timeout=30, interval=0.2
             )
             settled()
         time.sleep(1.0)
-        growth = _rss_kib(process.pid) - before
+        growth = rss(process.pid) // 1024 - before
         trims = settled()["sluicegate_heap_trims_total"]
     assert growth <= RSS_SLACK_KIB, f"RSS {growth} KiB above its level before the attack"
     assert trims >= ATTACKS

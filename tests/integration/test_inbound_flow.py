@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Final
 
 import pytest
@@ -24,6 +23,7 @@ from support.faults import FailingDisk
 from support.flood import Flood, SlowConsumer
 from support.polling import wait_until
 from support.process import serving
+from support.resident import rss
 
 from sluicegate.gateway.io_layer import READ_BATCH
 from sluicegate.gateway.publishing import Unconfirmed
@@ -77,14 +77,6 @@ def _wait_held(flood: Flood, still: float = 2.0, timeout: float = 90.0) -> int:
             pytest.fail(f"the publisher was never held: {accepted} accepted")
 
 
-def _rss(pid: int) -> int:
-    """Resident set size of a process, in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
 @contextmanager
 def _server_process(*options: str) -> Iterator[tuple[int, str]]:
     """``python -m sluicegate serve`` in its own process: its pid and its URL."""
@@ -112,7 +104,7 @@ def test_budget_stops_credit_bounds_rss_and_resumes() -> None:
     body = 32768
     budget = 64 * MiB
     with _server_process("--memory-budget", "64MiB") as (pid, url):
-        base = _rss(pid)
+        base = rss(pid)
         flood = Flood(url, ["budget"], body_size=body)
         flood.start()
         blocked_at = _wait_held(flood)
@@ -120,7 +112,7 @@ def test_budget_stops_credit_bounds_rss_and_resumes() -> None:
         # what was read before the reads stopped is stored.
         stored = blocked_at * _cost(body)
         assert budget - READ_BATCH - _cost(body) <= stored <= budget + READ_BATCH + _cost(body)
-        assert _rss(pid) <= base + budget + 64 * MiB
+        assert rss(pid) <= base + budget + 64 * MiB
         time.sleep(2)
         assert len(flood.accepted) == blocked_at, "the server stored more while over the budget"
 
@@ -129,7 +121,7 @@ def test_budget_stops_credit_bounds_rss_and_resumes() -> None:
         wait_until(lambda: len(flood.accepted) > blocked_at + MAX_LINK_CREDIT, timeout=60)
         flood.stop()
         _drain_exactly(flood, consumer)
-        assert _rss(pid) <= base + budget + 64 * MiB
+        assert rss(pid) <= base + budget + 64 * MiB
 
 
 @pytest.mark.slow
@@ -195,7 +187,7 @@ def test_slow_consumer_keeps_rss_flat_and_loses_nothing() -> None:
     budget = 64 * MiB
     duration = 30.0
     with _server_process("--memory-budget", "64MiB") as (pid, url):
-        base = _rss(pid)
+        base = rss(pid)
         consumer = SlowConsumer(url, "slow", body, credit=100_000, rate=500)
         consumer.start()
         flood = Flood(url, ["slow"], body_size=body)
@@ -203,7 +195,7 @@ def test_slow_consumer_keeps_rss_flat_and_loses_nothing() -> None:
         samples: list[tuple[float, int]] = []
         start = time.monotonic()
         while (now := time.monotonic()) - start < duration:
-            samples.append((now - start, _rss(pid)))
+            samples.append((now - start, rss(pid)))
             assert flood.error is None, flood.error
             time.sleep(0.25)
         peak = max(rss for _, rss in samples)

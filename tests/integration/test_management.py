@@ -11,6 +11,7 @@ from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
 from support.process import serving
+from support.resident import rss
 
 from sluicegate.clients.management import ManagementClient
 from sluicegate.gateway.management.router import Caller, Request, Response
@@ -255,14 +256,6 @@ def test_an_internal_error_in_one_request_is_answered_500_and_the_pair_carries_o
         assert client.request("PUT", "/queues/after-fault", {"durable": False}).status == 201
 
 
-def _rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * KiB
-    raise AssertionError("no VmRSS")
-
-
 @pytest.mark.slow
 def test_listings_never_taken_by_many_connections_keep_the_servers_rss_bounded() -> None:
     """Issue 31's attack on a server process: ten connections of four pairs send eight listings
@@ -274,7 +267,7 @@ def test_listings_never_taken_by_many_connections_keep_the_servers_rss_bounded()
         with ManagementClient(url) as client:
             for index in range(300):
                 assert client.request("PUT", f"/queues/wide-{index:04d}", wide).status == 201
-        before = _rss(process.pid)
+        before = rss(process.pid)
         connections = [BlockingConnection(url, timeout=60) for _ in range(10)]
         try:
             for number, connection in enumerate(connections):
@@ -284,7 +277,7 @@ def test_listings_never_taken_by_many_connections_keep_the_servers_rss_bounded()
                     connection.create_receiver("/management", name=name, credit=0)
                     for request in range(8):
                         requests.send(_request(f"{pair}-{request}", "GET", "/queues"))
-            growth = _rss(process.pid) - before
+            growth = rss(process.pid) - before
             assert growth <= 48 * MiB, f"RSS grew {growth / MiB:.0f} MiB"
             # Another client is served meanwhile.
             with ManagementClient(url) as other:

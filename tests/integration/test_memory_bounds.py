@@ -26,6 +26,7 @@ from support.polling import wait_until
 from support.prober import ROUND_TIMEOUT, Prober
 from support.process import serving
 from support.raw_client import ConnectionClosedError, RawClient
+from support.resident import rss
 
 from sluicegate.clients.pump import TLS_OUTPUT_LOW
 from sluicegate.gateway.io_layer import READ_BATCH
@@ -273,7 +274,7 @@ def test_a_refused_link_buffers_nothing_of_what_is_sent_on_it(server: RunningSer
             ]
             for handle in handles:
                 assert client.wait_attach(handle).error is not None
-            before = _rss(os.getpid())
+            before = rss(os.getpid())
             # The client goes on sending on its refused links as if it had not seen the DETACH.
             for handle in handles:
                 client.send(handle, chunk, finish=False)
@@ -285,7 +286,7 @@ def test_a_refused_link_buffers_nothing_of_what_is_sent_on_it(server: RunningSer
             sent = client.send(ok, _payload(b"fine"))
             assert client.wait_outcomes([sent])[sent] is not None
             _more_rounds(prober, 3)
-            assert _rss(os.getpid()) - before <= 8 * MiB
+            assert rss(os.getpid()) - before <= 8 * MiB
             assert _unfinished(server) == 0
     assert consume(server.url, "/queues/after-refused", 1).bodies == [b"fine"]
 
@@ -417,14 +418,6 @@ def test_the_writer_bound_is_in_bytes_whatever_the_clients_frame_size(
 # -- unsettled deliveries ------------------------------------------------------------------
 
 
-def _rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * KiB
-    raise AssertionError("no VmRSS")
-
-
 @pytest.mark.slow
 def test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message() -> None:
     """10,000 deliveries of 4 KiB messages held unsettled: no second copy of any of them."""
@@ -434,7 +427,7 @@ def test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message() -> 
         url = f"amqp://127.0.0.1:{port}"
         publish(url, "/queues/unsettled", [body] * count)
         time.sleep(1.0)
-        queued = _rss(process.pid)
+        queued = rss(process.pid)
         with RawClient.connect("127.0.0.1", port) as client:
             client.begin()
             handle = client.attach("hoarder", "receiver", source="/queues/unsettled")
@@ -442,11 +435,11 @@ def test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message() -> 
             for _ in range(count):
                 assert client.next_message(timeout=30) is not None
             time.sleep(1.0)
-            held = _rss(process.pid) - queued
+            held = rss(process.pid) - queued
             assert held <= count * KiB, f"{held / count:.0f} bytes per unsettled delivery"
         # Dropped: every delivery goes back to the queue, nothing of them stays.
         time.sleep(1.0)
-        assert _rss(process.pid) - queued <= count * KiB
+        assert rss(process.pid) - queued <= count * KiB
         assert len(consume(url, "/queues/unsettled", count).messages) == count
 
 

@@ -31,6 +31,8 @@ from typing import Final
 from proton import Message
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
+from support.resident import rss as process_rss
+
 __all__ = ["ProberProcess", "Round", "ServerProcess"]
 
 LISTENING: Final = re.compile(r"listening on amqp://127\.0\.0\.1:(\d+)")
@@ -98,10 +100,7 @@ class ServerProcess:
 
     def rss(self) -> int:
         """The server's resident set, in bytes (Linux's /proc)."""
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
+        return process_rss(self.pid)
 
     def cpu_seconds(self) -> float:
         """CPU time the server has used (user + system), from /proc/PID/stat."""
