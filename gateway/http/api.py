@@ -397,10 +397,13 @@ class _Job:
             return _Answer(404, "Not Found")
         if self.method == "GET":
             return _Answer(200, self._connection_map(found))
-        # RabbitMQ's forced close: the client gets CLOSE with connection-forced and the reason.
+        # RabbitMQ's forced close: CLOSE with connection-forced, "Connection forced: " and the
+        # reason, as its AMQP 1.0 reader words it (RabbitMQ's Go client checks the prefix).
         self.broker.release_connection(found)
         reason = self.reason or "Closed via management plugin"
-        found.connection.condition = Condition("amqp:connection:forced", reason)
+        found.connection.condition = Condition(
+            "amqp:connection:forced", f"Connection forced: {reason}"
+        )
         found.connection.close()
         return _Answer(204)
 

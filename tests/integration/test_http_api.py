@@ -397,7 +397,7 @@ def test_a_closed_connection_gets_connection_forced_with_the_x_reason(
             assert response.status == 204
         close = client.wait_for("close", timeout=10)
     assert close["error"]["condition"] == "amqp:connection:forced"
-    assert close["error"]["description"] == "maintenance window"
+    assert close["error"]["description"] == "Connection forced: maintenance window"
 
 
 def test_users_and_permissions_are_read_only(anonymous: RunningServer) -> None:
