@@ -28,13 +28,11 @@ from proton import (
     Terminus,
 )
 
-from sluicegate.gateway import deliveries, payload_buffers, timeouts
+from sluicegate.gateway import timeouts
 from sluicegate.gateway.access import authorise_attach, authorise_reply_to, authorise_temporary
 from sluicegate.gateway.auth import Access
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
-from sluicegate.gateway.deliveries import CDelivery
-from sluicegate.gateway.drain import send_drained_flow
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.dynamic import Declare, dynamic_source, dynamic_target
 from sluicegate.gateway.events import (
@@ -45,7 +43,6 @@ from sluicegate.gateway.events import (
     transport_of,
 )
 from sluicegate.gateway.expiry import ExpiryTimer
-from sluicegate.gateway.heap_trim import HeapTrimmer
 from sluicegate.gateway.identity import open_properties
 from sluicegate.gateway.limits import (
     AttachDataExceeded,
@@ -59,12 +56,16 @@ from sluicegate.gateway.limits import (
 from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.management.router import Response, Router
 from sluicegate.gateway.modified_outcomes import ModifiedAnnotations
-from sluicegate.gateway.proton_internals import c_object, reactor_now
+from sluicegate.gateway.proton import deliveries, payload_buffers
+from sluicegate.gateway.proton.deliveries import CDelivery
+from sluicegate.gateway.proton.drain import send_drained_flow
+from sluicegate.gateway.proton.heap_trim import HeapTrimmer
+from sluicegate.gateway.proton.internals import c_object, reactor_now
+from sluicegate.gateway.proton.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.renewal import renew_credential
 from sluicegate.gateway.settle_modes import refuse_unhonoured, state_settle_modes
-from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.state import (
     RECORD,
     ConnectionState,
@@ -185,7 +186,7 @@ class Broker(Handler):
         )
         # What deliveries waiting in every connection's sessions hold (session/waiting.py).
         self.waiting = ServerBytes()
-        # Gives the heap's freed pages back after large releases (gateway/heap_trim.py).
+        # Gives the heap's freed pages back after large releases (gateway/proton/heap_trim.py).
         self.trimmer = HeapTrimmer()
         # Every connection's record, open or closed, until it is freed: what a closed
         # connection leaves behind shows here (tests/integration/test_connection_leaks.py).
@@ -693,7 +694,7 @@ class Broker(Handler):
     def on_delivery_of(self, delivery: CDelivery) -> None:
         """The delivery event's work, called by the reactor with proton's bare delivery.
 
-        Consumers' settlements gather in :attr:`settlements` (``gateway/settlement_run.py``),
+        Consumers' settlements gather in :attr:`settlements` (``gateway/proton/settlement_run.py``),
         which takes the events that continue its run itself; the reactor has them applied
         before it dispatches any other event.
         """
@@ -885,7 +886,7 @@ class Broker(Handler):
             return
         state.refresh_window()
         senders = state.senders
-        # proton's C calls per message, bound once a pump (gateway/deliveries.py): a function
+        # proton's C calls per message, bound once a pump (gateway/proton/deliveries.py): a function
         # of our own around them cost as much again as the calls.
         new_delivery = deliveries.new_delivery
         write = deliveries.write
@@ -958,7 +959,7 @@ class Broker(Handler):
                 delivery.settle()
             else:
                 # Its buffer goes back once proton has framed it (an unsettled delivery lives
-                # until the client settles it: gateway/payload_buffers.py).
+                # until the client settles it: gateway/proton/payload_buffers.py).
                 state.session.connection.sent.append(c_object(delivery))
 
     def _send_link_flow(self, state: OutgoingLinkState | None, flow: LinkFlow) -> None:

@@ -20,7 +20,7 @@ from typing import Final
 from proton import Event, Handler
 from proton.reactor import Container
 
-from sluicegate.gateway.proton_internals import Task
+from sluicegate.gateway.proton.internals import Task
 from sluicegate.queues.queue_type import Dispatch
 from sluicegate.queues.registry import QueueRegistry
 

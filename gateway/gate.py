@@ -27,7 +27,7 @@ from sluicegate.gateway import reading
 from sluicegate.gateway.auth import User
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.login import LoginQueue, Ticket
-from sluicegate.gateway.proton_internals import Selectable, reactor_now, transport_of
+from sluicegate.gateway.proton.internals import Selectable, reactor_now, transport_of
 from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
@@ -114,7 +114,7 @@ class Gate:
 
         The plaintext passed on is at most ``size`` bytes plus the rest of a TLS record begun
         by the previous read, so the reactor's bounds per read hold through TLS as well
-        (gateway/io_layer.py).
+        (gateway/proton/io_layer.py).
         """
         if self.state.backlog and transport is not None:
             feed(self.state, transport, b"")

@@ -14,7 +14,7 @@ from typing import Final
 
 from proton import symbol
 
-from sluicegate.gateway.proton_internals import PythonAMQPData
+from sluicegate.gateway.proton.internals import PythonAMQPData
 
 PRODUCT: Final = "sluicegate"
 VERSION: Final = "0.1.0"

@@ -14,7 +14,7 @@ from cproton import ffi, lib
 from proton import Link, Transport
 
 from sluicegate.gateway.config import ServerConfig
-from sluicegate.gateway.proton_internals import c_object
+from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.errors import QueueError
 

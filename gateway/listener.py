@@ -28,10 +28,10 @@ from sluicegate.gateway.auth import anonymous_user
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.gate import Gate
-from sluicegate.gateway.io_layer import listen_socket
 from sluicegate.gateway.limits import configure_transport
 from sluicegate.gateway.login import PasswordChecks
-from sluicegate.gateway.proton_internals import Selectable, register, serve
+from sluicegate.gateway.proton.internals import Selectable, register, serve
+from sluicegate.gateway.proton.io_layer import listen_socket
 from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import SaslServer
 from sluicegate.gateway.state import ConnectionState

@@ -19,11 +19,12 @@ from urllib.parse import quote
 
 from proton import Condition, Delivery, Endpoint, Link, Receiver
 
-from sluicegate.gateway import deliveries, reading
+from sluicegate.gateway import reading
 from sluicegate.gateway.config import ServerConfig
-from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.durability import Durability
-from sluicegate.gateway.proton_internals import c_object
+from sluicegate.gateway.proton import deliveries
+from sluicegate.gateway.proton.deliveries import CDelivery
+from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
 from sluicegate.gateway.vhost_log import logged_name

@@ -21,7 +21,7 @@ from __future__ import annotations
 from proton import ProtonException, Transport
 
 from sluicegate.gateway import timeouts
-from sluicegate.gateway.proton_internals import (
+from sluicegate.gateway.proton.internals import (
     Selectable,
     forget_transport,
     reactor_now,

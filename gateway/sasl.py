@@ -24,7 +24,7 @@ from typing import Final
 from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, ulong
 
 from sluicegate.gateway.auth import User
-from sluicegate.gateway.proton_internals import PythonAMQPData
+from sluicegate.gateway.proton.internals import PythonAMQPData
 
 AMQP_HEADER: Final = b"AMQP\x00\x01\x00\x00"
 SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"

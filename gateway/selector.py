@@ -26,7 +26,7 @@ import select
 import time
 from typing import Final
 
-from sluicegate.gateway.proton_internals import Selectable
+from sluicegate.gateway.proton.internals import Selectable
 
 # epoll_wait's batch: events beyond it are returned by the next wait, so it bounds only memory.
 _MAX_EVENTS: Final = 4096

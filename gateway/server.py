@@ -27,13 +27,13 @@ from sluicegate.gateway.http.api import HttpApi
 from sluicegate.gateway.http.basic_auth import BasicAuth
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import HttpBounds, HttpStack
-from sluicegate.gateway.io_layer import FlowIO
 from sluicegate.gateway.listener import Listener, anonymous_allowed
 from sluicegate.gateway.log_writer import FaultHook
 from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsPages
-from sluicegate.gateway.proton_internals import collector as proton_collector
-from sluicegate.gateway.reactor import BrokerContainer
+from sluicegate.gateway.proton.internals import collector as proton_collector
+from sluicegate.gateway.proton.io_layer import FlowIO
+from sluicegate.gateway.proton.reactor import BrokerContainer
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.statistics import ServerStatistics, gathering, server_statistics

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Final
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 
 from sluicegate.gateway.auth import Permissions, User
-from sluicegate.gateway.payload_buffers import Held
-from sluicegate.gateway.proton_internals import Selectable
+from sluicegate.gateway.proton.internals import Selectable
+from sluicegate.gateway.proton.payload_buffers import Held
+from sluicegate.gateway.proton.window import remote_incoming_window, session_address
 from sluicegate.gateway.routing import PublishTarget, Router
 from sluicegate.gateway.tenancy import VirtualHost
-from sluicegate.gateway.window import remote_incoming_window, session_address
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
@@ -121,14 +121,14 @@ class ConnectionState:
         self.inbound: Inbound | None = None
         # Unsettled deliveries (``pn_delivery_t *``, held, with their buffers) whose payload
         # buffers proton still has to frame before they can be given back
-        # (gateway/payload_buffers.py).
+        # (gateway/proton/payload_buffers.py).
         self.unframed: list[Held] = []
         # Unsettled deliveries handed to proton in this reactor pass, not held: the flush that
         # pumped them gives their buffers back or holds them (Broker._give_back_buffers).
         self.sent: list[object] = []
         # The most that one of its ended sessions released of unsettled deliveries (counted as
         # the memory budget counts them): proton pools the deliveries' structs for reuse until
-        # the connection goes, then frees them (gateway/heap_trim.py trims after that).
+        # the connection goes, then frees them (gateway/proton/heap_trim.py trims after that).
         self.pooled = 0
         self.closed = False
         # Who logged in (gateway/sasl.py); None until the SASL exchange is done.

@@ -53,7 +53,7 @@ class ServerStatistics:
     deleted_published: int
     deleted_delivered: int
     # Connection records alive, open or closed and not yet freed (Broker.records), and the
-    # times the heap was given back to the system (gateway/heap_trim.py).
+    # times the heap was given back to the system (gateway/proton/heap_trim.py).
     connection_records: int
     heap_trims: int
 

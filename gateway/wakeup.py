@@ -21,7 +21,7 @@ from typing import cast
 from proton import Event
 from proton.reactor import Container, EventInjector
 
-from sluicegate.gateway.proton_internals import Selectable, register
+from sluicegate.gateway.proton.internals import Selectable, register
 
 
 class Wakeup:

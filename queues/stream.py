@@ -61,10 +61,11 @@ _NO_DISPATCH: Final[list[Dispatch]] = []
 # however many readers a stream has.
 _RESUMED_PER_TICK: Final = 4
 # Sizes one byte-range request sums, on the reactor: about 0.2 ms (0.5 on a loaded machine),
-# because a connection's frames are read READ_FRAMES (64) a pass (gateway/io_layer.py) and the
-# management node lets a link pair have 8 requests in flight, so a flood of requests costs a
-# pass 64 of them: 30 ms. With 100,000 it cost over half a second and stalled other clients
-# (tests/integration/test_stalls_and_lockouts.py). A longer range is asked for in parts.
+# because a connection's frames are read READ_FRAMES (64) a pass
+# (gateway/proton/io_layer.py) and the management node lets a link pair have 8 requests in
+# flight, so a flood of requests costs a pass 64 of them: 30 ms. With 100,000 it cost over half
+# a second and stalled other clients (tests/integration/test_stalls_and_lockouts.py). A longer
+# range is asked for in parts.
 MAX_SIZES_PER_RANGE: Final = 10_000
 # RabbitMQ's x-max-age units: years, months, days, hours, minutes, seconds.
 _AGE = re.compile(r"^(\d+)(Y|M|D|h|m|s)$")

@@ -419,7 +419,7 @@ class Session:
         if link.stashed_credit_req is not None:
             # A later client FLOW supersedes this drain. RabbitMQ answers the drain first, but
             # proton already holds the later FLOW's credit and drain flag, and its drained FLOW
-            # would drain that credit too (gateway/drain.py): credit the queue may still have
+            # would drain that credit too (gateway/proton/drain.py): credit the queue may still have
             # messages for, or that a client which turned drain off wants kept. The later FLOW
             # is acted on instead, and if it drains, its answer comes when the queue has no more.
             self._pop_credit_req(link)

@@ -287,7 +287,7 @@ def _rejection(delivery: Any) -> Condition | None:
 class _Transfers:
     """Sends encoded messages within the link's credit and collects their outcomes.
 
-    Per message it calls proton's C API on the link directly (as ``gateway/deliveries.py``
+    Per message it calls proton's C API on the link directly (as ``gateway/proton/deliveries.py``
     does): proton's ``Delivery`` wrapper costs more than the rest of a send together.
     """
 

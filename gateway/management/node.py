@@ -215,7 +215,7 @@ class ManagementNode(Handler):
     def on_request(self, link: Link, delivery: Delivery) -> None:
         """A transfer on a request link: answer it, or hold the answer until reply credit.
 
-        The reactor hands every delivery to the broker directly (gateway/reactor.py), which
+        The reactor hands every delivery to the broker directly (gateway/proton/reactor.py), which
         passes those of links it does not serve here.
         """
         pair = getattr(link, "sg", None)

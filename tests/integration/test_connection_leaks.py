@@ -12,7 +12,7 @@ delivery) until a full collection, which an idle server never runs.
 
 The slow tests run a server process and read its RSS: a thousand ordinary connections, and
 consumers that take 100,000 deliveries unsettled and drop their sockets, whose memory must go
-back to the system (gateway/heap_trim.py).
+back to the system (gateway/proton/heap_trim.py).
 """
 
 from __future__ import annotations

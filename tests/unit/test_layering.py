@@ -64,8 +64,8 @@ def test_no_module_imports_itself_through_others_when_it_runs() -> None:
 
 def test_only_the_quarantine_imports_protons_private_modules() -> None:
     """proton's private modules (``proton._selectable`` and the like) are reached through
-    gateway/proton_internals.py alone, as its private attributes are (ruff's SLF001)."""
-    quarantine = ROOT / "gateway" / "proton_internals.py"
+    gateway/proton/internals.py alone, as its private attributes are (ruff's SLF001)."""
+    quarantine = ROOT / "gateway" / "proton" / "internals.py"
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {name}"
         for path in sources(*PACKAGES)

@@ -1,10 +1,10 @@
-"""When the server gives freed heap memory back (gateway/heap_trim.py): after 16 MiB were
+"""When the server gives freed heap memory back (gateway/proton/heap_trim.py): after 16 MiB were
 released, never twice within the interval, and never for bytes that merely moved."""
 
 from __future__ import annotations
 
-from sluicegate.gateway import heap_trim
-from sluicegate.gateway.heap_trim import TRIM_AFTER, TRIM_INTERVAL, HeapTrimmer
+from sluicegate.gateway.proton import heap_trim
+from sluicegate.gateway.proton.heap_trim import TRIM_AFTER, TRIM_INTERVAL, HeapTrimmer
 
 MIB = 1024 * 1024
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from cproton import ffi, lib
 from proton import Condition, Data, Delivery
 
-from sluicegate.gateway import payload_buffers
+from sluicegate.gateway.proton import payload_buffers
 from sluicegate.gateway.state import RECORD, IncomingLinkState, OutgoingLinkState
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import cproton_ffi
 from cproton_ffi import ffi
 from proton import Session
 
-from sluicegate.gateway.proton_internals import c_object
+from sluicegate.gateway.proton.internals import c_object
 
 _lib = ctypes.CDLL(cproton_ffi.__file__)
 _remote_incoming_window = _lib.pn_session_remote_incoming_window

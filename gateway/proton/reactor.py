@@ -6,9 +6,9 @@ time through ``getattr``. A message end to end costs three ``PN_DELIVERY`` event
 quiver), and that plumbing was about half the server's CPU (``docs/performance.md``).
 Deliveries concern only the broker, never the IO handler, so they go straight from the
 collector to :meth:`Broker.on_delivery_of` as proton's bare ``pn_delivery_t`` (see
-``gateway/deliveries.py``); every other event takes proton's own path unchanged, after the
+``gateway/proton/deliveries.py``); every other event takes proton's own path unchanged, after the
 broker has applied the consumers' settlements gathered from the deliveries before it
-(``gateway/settlement_run.py``).
+(``gateway/proton/settlement_run.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from proton import Event
 from proton.reactor import Container
 
 from sluicegate.gateway.broker import Broker
-from sluicegate.gateway.proton_internals import Selectable, c_object
+from sluicegate.gateway.proton.internals import Selectable, c_object
 
 _NULL: Final = ffi.NULL
 

@@ -39,7 +39,7 @@ __all__ = [
 
 
 def c_object(wrapper: Connection | Session | Link | Delivery | Collector) -> CObject:
-    """The C object a proton wrapper stands for, for the C API (gateway/deliveries.py)."""
+    """The C object a proton wrapper stands for, for the C API (gateway/proton/deliveries.py)."""
     return wrapper._impl
 
 

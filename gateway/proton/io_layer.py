@@ -26,7 +26,7 @@ from sluicegate.gateway import reading, timeouts
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.gate import Gate
-from sluicegate.gateway.proton_internals import (
+from sluicegate.gateway.proton.internals import (
     Selectable,
     forget_transport,
     reactor_now,

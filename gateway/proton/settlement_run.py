@@ -7,7 +7,7 @@ one delivery event for each delivery in it: the Spark connector's ``mode=queue``
 the session and the queue with a list of one, and logged its settlement alone. A run keeps the
 sequence numbers of consecutive events of one link with one outcome that has no fields of its
 own (accepted, released, rejected); the broker hands them to the session at once when an event
-of anything else comes, and before any other event is dispatched (``gateway/reactor.py``), so
+of anything else comes, and before any other event is dispatched (``gateway/proton/reactor.py``), so
 every other handler (a detach, a closed connection, a FLOW, the flush that pumps sessions)
 sees the settlements applied, as it did when they were applied one at a time.
 
@@ -74,7 +74,7 @@ class SettlementRun:
 
         A client settling 100,000 deliveries in one DISPOSITION makes 100,000 such events in a
         row: here each costs its calls into proton and no call of ours (the tag is read as
-        ``gateway/deliveries.py``'s ``tag_number`` reads it).
+        ``gateway/proton/deliveries.py``'s ``tag_number`` reads it).
         """
         link, remote, append = self.link, self.remote, self.seqs.append
         # cproton's own ``pn_delivery_tag`` converts the tag to Python; the C one does not.

@@ -26,7 +26,7 @@ import cproton_ffi
 from cproton_ffi import ffi
 from proton import Connection, Sender
 
-from sluicegate.gateway.proton_internals import c_object
+from sluicegate.gateway.proton.internals import c_object
 from sluicegate.wire.serial import SERIAL_MASK
 
 __all__ = ["send_drained_flow"]
@@ -56,9 +56,9 @@ def _probe() -> int:
     delivery = sender.delivery("probe")
     sender.advance()  # queued becomes 1
     if index < 0 or words[index] != _PROBES[1] or words[index + _QUEUED] != sender.queued:
-        raise ImportError("proton's pn_link_t layout is not the one gateway.drain knows")
+        raise ImportError("proton's pn_link_t layout is not the one gateway.proton.drain knows")
     if words[index + _CREDIT] != sender.credit or words[index + _DRAINED] != 0:
-        raise ImportError("proton's pn_link_t layout is not the one gateway.drain knows")
+        raise ImportError("proton's pn_link_t layout is not the one gateway.proton.drain knows")
     delivery.settle()
     sender.offered(0)
     return index
