@@ -1,5 +1,10 @@
 """Proton's C functions for the per-message path, called through the cffi module proton is built on.
 
+The clients' one reach into proton's C layer and private parts (the Spark connector's included):
+the server's is gateway/proton/, which clients may not import, so this module is the one
+exception ruff's ban on ``cproton``/``cproton_ffi`` and tests/unit/test_layering.py allow
+outside it (docs/design.md).
+
 Proton's Python classes build a wrapper object (a C incref, a record lookup, an attribute dict)
 each time a delivery or link is touched: profiled, that was most of a receiver's time. The
 clients keep the raw ``pn_link_t`` pointer of their links and drive them with the same C calls
@@ -12,10 +17,50 @@ from array import array
 from itertools import accumulate, pairwise
 from typing import Any, Final
 
+from cproton import (
+    PN_ACCEPTED,
+    PN_MODIFIED,
+    PN_REJECTED,
+    PN_RELEASED,
+    pn_condition_get_description,
+    pn_condition_get_name,
+    pn_condition_is_set,
+    pn_delivery,
+    pn_delivery_remote,
+    pn_delivery_remote_state,
+    pn_delivery_settle,
+    pn_disposition_condition,
+    pn_link_advance,
+    pn_link_credit,
+    pn_link_send,
+)
 from cproton_ffi import ffi, lib
 from proton import Link
 
-__all__ = ["ffi", "lib", "link_pointer", "receive_transfers", "take_transfers"]
+__all__ = [
+    "PN_ACCEPTED",
+    "PN_MODIFIED",
+    "PN_REJECTED",
+    "PN_RELEASED",
+    "ffi",
+    "has_transfer",
+    "lib",
+    "link_pointer",
+    "pn_condition_get_description",
+    "pn_condition_get_name",
+    "pn_condition_is_set",
+    "pn_delivery",
+    "pn_delivery_remote",
+    "pn_delivery_remote_state",
+    "pn_delivery_settle",
+    "pn_disposition_condition",
+    "pn_link_advance",
+    "pn_link_credit",
+    "pn_link_send",
+    "receive_transfers",
+    "take_transfers",
+    "unused_credit",
+]
 
 
 def link_pointer(link: Link) -> Any:

@@ -10,11 +10,10 @@ in one burst costs the reactor the same per ATTACH as one that attaches a few.
 
 from __future__ import annotations
 
-from cproton import ffi, lib
 from proton import Link, Transport
 
 from sluicegate.gateway.config import ServerConfig
-from sluicegate.gateway.proton.internals import c_object
+from sluicegate.gateway.proton.internals import remote_properties_size
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.errors import QueueError
 
@@ -88,7 +87,7 @@ def attach_size(link: Link) -> int:
     follows this within a tenth, plus the fixed cost of a link (docs/operations.md). Proton's
     encoder sizes the data in C without copying it, so this costs little per ATTACH.
     """
-    size = len(link.name.encode()) + _encoded(lib.pn_link_remote_properties(c_object(link)))
+    size = len(link.name.encode()) + remote_properties_size(link)
     for node in (link.remote_source, link.remote_target):
         address = node.address
         termini = len(address.encode()) if address else 0
@@ -96,14 +95,6 @@ def attach_size(link: Link) -> int:
             termini += max(data.encoded_size(), 0)
         size += 2 * termini
     return size
-
-
-def _encoded(data: object) -> int:
-    """Encoded bytes of one of proton's C data objects; 0 for none (NULL) or an empty one."""
-    if data == ffi.NULL:
-        return 0
-    size: int = lib.pn_data_encoded_size(data)
-    return max(size, 0)
 
 
 def link_attached(session: SessionState, link: Link, config: ServerConfig) -> None:

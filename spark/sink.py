@@ -23,23 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
-from cproton import (
-    PN_ACCEPTED,
-    PN_MODIFIED,
-    PN_REJECTED,
-    PN_RELEASED,
-    pn_condition_get_description,
-    pn_condition_get_name,
-    pn_condition_is_set,
-    pn_delivery,
-    pn_delivery_remote,
-    pn_delivery_remote_state,
-    pn_delivery_settle,
-    pn_disposition_condition,
-    pn_link_advance,
-    pn_link_credit,
-    pn_link_send,
-)
 from proton import Condition, Sender
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
@@ -69,6 +52,24 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from sluicegate.clients.capi import (
+    PN_ACCEPTED,
+    PN_MODIFIED,
+    PN_REJECTED,
+    PN_RELEASED,
+    link_pointer,
+    pn_condition_get_description,
+    pn_condition_get_name,
+    pn_condition_is_set,
+    pn_delivery,
+    pn_delivery_remote,
+    pn_delivery_remote_state,
+    pn_delivery_settle,
+    pn_disposition_condition,
+    pn_link_advance,
+    pn_link_credit,
+    pn_link_send,
+)
 from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError, describe
 from sluicegate.spark.options import OptionError, WriteOptions
 from sluicegate.spark.variant import decode_variant
@@ -294,7 +295,7 @@ class _Transfers:
     def __init__(self, amqp: AmqpConnection, link: Sender, options: WriteOptions) -> None:
         self.amqp = amqp
         self.link = link
-        self._impl = link._impl  # the pn_link_t of proton's wrapper
+        self._impl = link_pointer(link)
         self.options = options
         # In sending order: (pn_delivery_t, encoded message, attempt).
         self.inflight: deque[tuple[Any, bytes, int]] = deque()

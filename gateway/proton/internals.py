@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 from typing import Any, TypeAlias
 
+from cproton import ffi, lib
 from proton import Collector, Connection, Delivery, Link, Session, Transport
 from proton._data import PythonAMQPData
 from proton._reactor import Task
@@ -32,6 +33,7 @@ __all__ = [
     "forget_transport",
     "reactor_now",
     "register",
+    "remote_properties_size",
     "selectable_of",
     "serve",
     "transport_of",
@@ -41,6 +43,19 @@ __all__ = [
 def c_object(wrapper: Connection | Session | Link | Delivery | Collector) -> CObject:
     """The C object a proton wrapper stands for, for the C API (gateway/proton/deliveries.py)."""
     return wrapper._impl
+
+
+def remote_properties_size(link: Link) -> int:
+    """Encoded bytes of the properties in the client's ATTACH of ``link``; 0 for none.
+
+    Proton wraps them only as a decoded ``dict`` (``Link.remote_properties``); the C call sizes
+    them where they are, without decoding or copying (gateway/limits.py charges them per ATTACH).
+    """
+    data = lib.pn_link_remote_properties(c_object(link))
+    if data == ffi.NULL:
+        return 0
+    size: int = lib.pn_data_encoded_size(data)
+    return max(size, 0)
 
 
 def collector(container: Container) -> Collector:
