@@ -8,10 +8,13 @@ between packages.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Final
 
 import pytest
 from support.import_graph import PACKAGES, ROOT, circles, imported, module_edges, sources
+from support.proton_privates import private_reaches
 
 # What each package may import of the others (docs/design.md, "Packages").
 ALLOWED: Final[dict[str, frozenset[str]]] = {
@@ -24,6 +27,11 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
     "spark": frozenset({"clients", "wire"}),
 }
 BARE: Final = frozenset(ALLOWED)
+# The proton quarantine (docs/design.md), and the clients' one reach into proton's C layer and
+# private parts: the clients may not import the server, so they cannot share the quarantine.
+QUARANTINE: Final = ROOT / "gateway" / "proton"
+CLIENTS_EXCEPTION: Final = ROOT / "clients" / "capi.py"
+C_LAYER: Final = frozenset({"cproton", "cproton_ffi", "cffi", "ctypes"})
 assert set(PACKAGES) == BARE
 
 
@@ -62,15 +70,89 @@ def test_no_module_imports_itself_through_others_when_it_runs() -> None:
     assert circles(module_edges(typing_only=False)) == []
 
 
+def _outside_the_quarantine() -> Iterator[Path]:
+    """Every source file but the proton quarantine's and its one documented exception."""
+    for path in sources(*PACKAGES):
+        if QUARANTINE not in path.parents and path != CLIENTS_EXCEPTION:
+            yield path
+
+
 def test_only_the_quarantine_imports_protons_private_modules() -> None:
     """proton's private modules (``proton._selectable`` and the like) are reached through
-    gateway/proton/internals.py alone, as its private attributes are (ruff's SLF001)."""
-    quarantine = ROOT / "gateway" / "proton" / "internals.py"
+    gateway/proton/ alone, as its private attributes are."""
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {name}"
-        for path in sources(*PACKAGES)
-        if path != quarantine
+        for path in _outside_the_quarantine()
         for line, name, _ in imported(path)
         if name.startswith("proton._")
     ]
     assert wrong == []
+
+
+def test_only_the_quarantine_calls_protons_c_layer() -> None:
+    """ruff's banned-api says the same; this holds whatever a per-file-ignore lets through."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in _outside_the_quarantine()
+        for line, name, _ in imported(path)
+        if name.split(".")[0] in C_LAYER
+    ]
+    assert wrong == []
+
+
+def test_only_the_quarantine_reaches_protons_private_attributes() -> None:
+    """Including ``self._x`` in a subclass of a proton class where ``_x`` is the base's, and
+    ``setattr(obj, "_x", ...)``, which ruff's SLF001 does not see."""
+    wrong = [
+        reach
+        for path in _outside_the_quarantine()
+        for reach in private_reaches(path.read_text(), str(path.relative_to(ROOT)))
+    ]
+    assert wrong == []
+
+
+PLANTED_SUBCLASS = """
+from proton.reactor import Container
+
+
+class Loop(Container):
+    def __init__(self) -> None:
+        super().__init__()
+        self._mine = 0
+
+    def process(self) -> bool:
+        self._mine += 1
+        return self._yield
+"""
+
+
+def test_the_check_reports_a_planted_subclass_reaching_into_its_proton_base() -> None:
+    """``Container._yield`` is the base's; ``_mine`` is the subclass's own and passes."""
+    assert list(private_reaches(PLANTED_SUBCLASS, "planted.py")) == [
+        "planted.py:12: self._yield of a proton base class"
+    ]
+
+
+def test_the_check_reports_a_planted_base_reached_through_another_module() -> None:
+    """A proton class re-exported by the quarantine is still proton's."""
+    planted = (
+        "from sluicegate.gateway.proton.internals import Selectable\n"
+        "class Pipe(Selectable):\n"
+        "    def peek(self) -> object:\n"
+        "        return self._reactor\n"
+    )
+    assert list(private_reaches(planted, "planted.py")) == [
+        "planted.py:4: self._reactor of a proton base class"
+    ]
+
+
+def test_the_check_reports_planted_reaches_on_other_objects_and_by_name() -> None:
+    planted = (
+        "def tie(selectable: object, transport: object, link: object) -> object:\n"
+        "    setattr(selectable, '_transport', transport)\n"
+        "    return link._impl\n"
+    )
+    assert sorted(private_reaches(planted, "planted.py")) == [
+        "planted.py:2: setattr(..., '_transport')",
+        "planted.py:3: link._impl",
+    ]
