@@ -71,7 +71,7 @@ def throughput(count: int, body_size: int, credit: int, link_credit: int) -> Non
         command = [
             sys.executable,
             "-m",
-            "sluicegate.gateway.cli",
+            "sluicegate.cli.main",
             "quiver",
             url,
             "--count",

@@ -101,7 +101,7 @@ def run_quiver(
     Row times are taken from ``sampler``'s clock when each row arrives, so rates and RSS share
     the time axis of the plot.
     """
-    command = [sys.executable, "-m", "sluicegate.gateway.cli", "quiver", url, *options, "--json"]
+    command = [sys.executable, "-m", "sluicegate.cli.main", "quiver", url, *options, "--json"]
     command += ["--timeout", str(QUIVER_TIMEOUT_S)]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True

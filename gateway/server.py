@@ -108,7 +108,7 @@ class Server:
         self.tls_port: int | None = None
         self._stopping = False
         # Set once the reactor has stopped serving, as the shutdown hooks start: a process
-        # watchdog (gateway/serve_cli.py) waits for it.
+        # watchdog (cli/serve.py) waits for it.
         self.finishing = threading.Event()
         self._shutdown_hooks: list[Callable[[], None]] = []
         # The log writes and fsyncs the last settlements once no client can act any more.

@@ -6,7 +6,7 @@ So ``python -m sluicegate`` alone runs the server on its embedded defaults, and
 
 import sys
 
-from sluicegate.gateway.cli import main
+from sluicegate.cli.main import main
 
 args = sys.argv[1:]
 if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):

@@ -23,7 +23,7 @@ def serve(
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICEGATE_")}
     env.update(environ or {})
     return subprocess.run(
-        [sys.executable, "-m", "sluicegate.gateway.cli", "serve", *args],
+        [sys.executable, "-m", "sluicegate.cli.main", "serve", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -94,7 +94,7 @@ def test_settings_from_file_and_flags(tmp_path: Path) -> None:
     config = tmp_path / "sluicegate.toml"
     config.write_text(f'listen = "127.0.0.1:1"\nmetrics_listen = "127.0.0.1:{metrics_port}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICEGATE_")}
-    command = [sys.executable, "-m", "sluicegate.gateway.cli", "serve", "--config", str(config)]
+    command = [sys.executable, "-m", "sluicegate.cli.main", "serve", "--config", str(config)]
     with subprocess.Popen(
         [*command, "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE,

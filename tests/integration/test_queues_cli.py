@@ -12,8 +12,8 @@ import pytest
 from integration.conftest import RunningServer
 from support.clients import publish
 
+from sluicegate.cli.main import main
 from sluicegate.gateway.auth import hash_password, parse_users
-from sluicegate.gateway.cli import main
 from sluicegate.gateway.vhosts import parse_vhosts
 
 # Generous: the machine running the tests may be loaded.
@@ -82,7 +82,7 @@ def test_the_command_as_a_subprocess() -> None:
         [
             sys.executable,
             "-m",
-            "sluicegate.gateway.cli",
+            "sluicegate.cli.main",
             "queues",
             "--url",
             "amqp://127.0.0.1:1",

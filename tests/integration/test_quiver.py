@@ -26,7 +26,7 @@ FIELD = re.compile(r"^(?P<name>.*?) \.+ (?P<value>.+)$")  # quiver's "Name .....
 def quiver(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would, in its own process."""
     return subprocess.run(
-        [sys.executable, "-m", "sluicegate.gateway.cli", "quiver", *args],
+        [sys.executable, "-m", "sluicegate.cli.main", "quiver", *args],
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,

@@ -97,7 +97,7 @@ def test_a_failing_shutdown_hook_makes_the_exit_status_1(
 _STUCK_SERVER: Final = """
 import sys
 from sluicegate.gateway.expiry import ExpiryTimer
-from sluicegate.gateway.cli import main
+from sluicegate.cli.main import main
 
 def stuck(self, event):
     while True:

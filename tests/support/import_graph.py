@@ -24,7 +24,7 @@ from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 # sluicegate's packages, lowest layer first (docs/design.md, "Packages").
-PACKAGES: Final = ("wire", "writer", "queues", "session", "clients", "gateway", "spark")
+PACKAGES: Final = ("wire", "writer", "queues", "session", "clients", "gateway", "cli", "spark")
 
 
 def sources(*folders: str, root: Path = ROOT) -> Iterator[Path]:

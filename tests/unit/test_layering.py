@@ -24,6 +24,7 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
     "session": frozenset({"queues", "writer", "wire"}),
     "clients": frozenset({"wire"}),
     "gateway": frozenset({"session", "queues", "writer", "wire", "clients"}),
+    "cli": frozenset({"gateway", "clients", "session", "queues", "writer", "wire"}),
     "spark": frozenset({"clients", "wire"}),
 }
 BARE: Final = frozenset(ALLOWED)

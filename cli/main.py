@@ -10,8 +10,11 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser; each subcommand's module adds its own arguments."""
+    from sluicegate.cli import log as log_cli
+    from sluicegate.cli import passwd as passwd_cli
+    from sluicegate.cli import queues as queues_cli
+    from sluicegate.cli import serve as serve_cli
     from sluicegate.clients.quiver import cli as quiver_cli
-    from sluicegate.gateway import log_cli, passwd_cli, queues_cli, serve_cli
 
     parser = argparse.ArgumentParser(
         prog="sluicegate", description="An AMQP 1.0 message server with bounded memory."
