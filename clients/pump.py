@@ -7,7 +7,7 @@ layers; ``BlockingConnection`` is slower still, since it waits for each settleme
 Without a collector there are no events: the owner asks its links what arrived and what credit
 they have, and a pair of such clients moves over 200,000 msg/s at a fraction of a core each.
 proton still does all of AMQP (framing, SASL, sessions, flow, settlement); a :class:`Pump` only
-moves bytes between it and the socket, through TLS (``clients/tls.py``) when there is one, the
+moves bytes between it and the socket, through TLS (``transport/channel.py``) when there is one, the
 way proton's own IO layer does. ``sluicegate quiver`` and the Spark connector both drive their
 connections with it.
 """
@@ -21,7 +21,7 @@ from typing import Final
 
 from proton import Connection, Transport
 
-from sluicegate.clients.tls import RECV_SIZE, TlsChannel, TlsError
+from sluicegate.transport.channel import RECV_SIZE, TlsChannel, TlsError
 
 __all__ = ["Pump", "feed"]
 

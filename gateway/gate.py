@@ -1,8 +1,8 @@
 """The bytes between a client's socket and proton's transport: TLS, then sluicegate's SASL.
 
 proton's transport could do TLS itself, but then our SASL layer (gateway/sasl.py) would see only
-ciphertext. So TLS is Python's ``ssl`` over memory BIOs (``clients/tls.py``), and the stack of a
-connection is
+ciphertext. So TLS is Python's ``ssl`` over memory BIOs (``transport/channel.py``), and the
+stack of a connection is
 
     socket  <->  TLS (amqps listener only)  <->  SASL (until its outcome)  <->  proton transport
 
@@ -22,7 +22,6 @@ from typing import Final
 from proton import Transport
 
 from sluicegate.clients.pump import TLS_OUTPUT_LOW
-from sluicegate.clients.tls import TlsChannel, TlsError
 from sluicegate.gateway import reading
 from sluicegate.gateway.auth import User
 from sluicegate.gateway.feeding import feed, output, taken
@@ -32,6 +31,7 @@ from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.tls import certificate_subject
+from sluicegate.transport.channel import TlsChannel, TlsError
 
 log = logging.getLogger("sluicegate.gate")
 

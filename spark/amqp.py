@@ -9,7 +9,7 @@ restarting), all within ``connectTimeoutMs`` x ``connectAttempts``; the error af
 attempt names the URL and the last cause. A refused login, a certificate that does not verify
 and a refused link are not retried (each carries the gateway's or the TLS layer's verdict, which
 retrying cannot change). With ``username``/``password`` the login is SASL PLAIN, otherwise
-ANONYMOUS; with TLS the bytes pass through Python's ``ssl`` (``clients/tls.py``).
+ANONYMOUS; with TLS the bytes pass through Python's ``ssl`` (``transport/channel.py``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from proton import (
 from sluicegate.clients.management import ADDRESS as MANAGEMENT
 from sluicegate.clients.management import Reply, reply_of, request_message
 from sluicegate.clients.pump import Pump
-from sluicegate.clients.tls import TlsChannel, TlsError, client_context
 from sluicegate.spark.options import Endpoint as GatewayEndpoint
+from sluicegate.transport.channel import TlsChannel, TlsError, client_context
 
 __all__ = ["POLL_S", "AmqpConnection", "AmqpError", "AuthenticationError", "TlsError", "describe"]
 

@@ -19,12 +19,12 @@ from typing import TypeVar
 import pytest
 from support.certificates import self_signed
 
-from sluicegate.clients.tls import client_context
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.log_writer import FaultHook
 from sluicegate.gateway.server import Server
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.session.session import SessionStatistics
+from sluicegate.transport.channel import client_context
 
 T = TypeVar("T")
 

@@ -24,7 +24,17 @@ from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 # sluicegate's packages, lowest layer first (docs/design.md, "Packages").
-PACKAGES: Final = ("wire", "writer", "queues", "session", "clients", "gateway", "cli", "spark")
+PACKAGES: Final = (
+    "wire",
+    "transport",
+    "writer",
+    "queues",
+    "session",
+    "clients",
+    "gateway",
+    "cli",
+    "spark",
+)
 
 
 def sources(*folders: str, root: Path = ROOT) -> Iterator[Path]:

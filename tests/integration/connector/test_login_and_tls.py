@@ -19,7 +19,6 @@ from integration.conftest import RunningServer
 from pyspark.sql.types import BinaryType, StructField, StructType
 from support.certificates import self_signed
 
-from sluicegate.clients.tls import TlsError
 from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.spark.amqp import AmqpConnection, AuthenticationError
 from sluicegate.spark.browse import browse
@@ -27,6 +26,7 @@ from sluicegate.spark.options import ReadOptions, parse_read_options, parse_writ
 from sluicegate.spark.records import COLUMNS
 from sluicegate.spark.sink import check_sink_schema, send_partition
 from sluicegate.spark.stream_source import OffsetRange, read_range
+from sluicegate.transport.channel import TlsError
 
 PASSWORD = "s3cret-Hors3"
 
