@@ -21,39 +21,15 @@ from typing import Final
 
 from proton import Connection, Transport
 
-from sluicegate.transport.channel import RECV_SIZE, TlsChannel, TlsError
+from sluicegate.transport.channel import RECV_SIZE, TLS_OUTPUT_LOW, TlsChannel, TlsError, feed
 
-__all__ = ["Pump", "feed"]
+__all__ = ["Pump"]
 
 # Socket reads fed to proton per pump: a bound, so that a connection that never runs dry still
 # lets its owner act on what arrived between reads.
 READS_PER_PUMP: Final = 8
-# Ciphertext waiting for the socket before proton's output is left with proton: the gateway's
-# bound too (gateway/gate.py), so a slow network does not pile encrypted bytes up in memory.
-TLS_OUTPUT_LOW: Final = 64 * 1024
 # Until proton asks for a timer, look again after this long.
 IDLE_TICK_S: Final = 1.0
-
-
-def feed(transport: Transport, pending: bytearray) -> bool:
-    """Give proton as much of ``pending`` as it has room for; whether it took any.
-
-    proton consumes complete frames as they are pushed, so its capacity comes back at once;
-    only a transport with no room at all leaves the rest in ``pending`` for later. A transport
-    whose input is closed takes nothing more, and ``pending`` is dropped.
-    """
-    pushed = False
-    while pending:
-        capacity = transport.capacity()
-        if capacity <= 0:
-            if capacity < 0:
-                pending.clear()
-            break
-        piece = bytes(pending[:capacity])
-        transport.push(piece)
-        del pending[: len(piece)]
-        pushed = True
-    return pushed
 
 
 class Pump:

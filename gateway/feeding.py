@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from proton import Transport
 
-from sluicegate.clients.pump import feed as push_pending
 from sluicegate.gateway.state import ConnectionState
+from sluicegate.transport.channel import feed as push_pending
 
 
 def feed(state: ConnectionState, transport: Transport, data: bytes) -> None:

@@ -21,7 +21,6 @@ from typing import Final
 
 from proton import Transport
 
-from sluicegate.clients.pump import TLS_OUTPUT_LOW
 from sluicegate.gateway import reading
 from sluicegate.gateway.auth import User
 from sluicegate.gateway.feeding import feed, output, taken
@@ -31,7 +30,7 @@ from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.tls import certificate_subject
-from sluicegate.transport.channel import TlsChannel, TlsError
+from sluicegate.transport.channel import TLS_OUTPUT_LOW, TlsChannel, TlsError
 
 log = logging.getLogger("sluicegate.gate")
 

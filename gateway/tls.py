@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from sluicegate.gateway.config import ConfigError, ServerConfig
+from sluicegate.transport.channel import MINIMUM_VERSION
 
 # Short names of the attributes of a distinguished name (RFC 4514 §3), as RabbitMQ writes them.
 _SHORT_NAMES: Final = {
@@ -30,8 +31,8 @@ def server_context(config: ServerConfig) -> ssl.SSLContext | None:
     if config.tls_cert_file is None or config.tls_key_file is None:
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    # TLS 1.2 is the oldest version without known practical attacks; RabbitMQ's default too.
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # RabbitMQ's default too.
+    context.minimum_version = MINIMUM_VERSION
     try:
         context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
     except (OSError, ssl.SSLError) as error:

@@ -1,4 +1,5 @@
-"""TLS over a pair of memory BIOs: Python's ``ssl`` between a socket and proton's transport.
+"""The bytes between a socket and proton's transport, as the server and the clients both move them:
+TLS over a pair of memory BIOs (Python's ``ssl``), and input given to proton within its capacity.
 
 Both ends of sluicegate move bytes between a socket and proton themselves: the gateway, so that
 its SASL layer sees plaintext (``gateway/gate.py``), and the clients' hand-driven connections
@@ -17,10 +18,15 @@ import ssl
 import time
 from typing import Final
 
+from proton import Transport
+
 # TLS 1.2 is the oldest version without known practical attacks, and the gateway's minimum.
 MINIMUM_VERSION: Final = ssl.TLSVersion.TLSv1_2
 # Bytes per socket read: a TLS record is at most 16 KiB plus overhead, so four records.
 RECV_SIZE: Final = 64 * 1024
+# Ciphertext waiting for the socket before proton's output is left with proton: the gateway's
+# bound too (gateway/gate.py), so a slow network does not pile encrypted bytes up in memory.
+TLS_OUTPUT_LOW: Final = 64 * 1024
 
 
 class TlsError(RuntimeError):
@@ -137,3 +143,24 @@ class TlsChannel:
                 break
             parts.append(chunk)
         return b"".join(parts)
+
+
+def feed(transport: Transport, pending: bytearray) -> bool:
+    """Give proton as much of ``pending`` as it has room for; whether it took any.
+
+    proton consumes complete frames as they are pushed, so its capacity comes back at once;
+    only a transport with no room at all leaves the rest in ``pending`` for later. A transport
+    whose input is closed takes nothing more, and ``pending`` is dropped.
+    """
+    pushed = False
+    while pending:
+        capacity = transport.capacity()
+        if capacity <= 0:
+            if capacity < 0:
+                pending.clear()
+            break
+        piece = bytes(pending[:capacity])
+        transport.push(piece)
+        del pending[: len(piece)]
+        pushed = True
+    return pushed

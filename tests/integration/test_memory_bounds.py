@@ -28,11 +28,11 @@ from support.process import serving
 from support.raw_client import ConnectionClosedError, RawClient
 from support.resident import rss
 
-from sluicegate.clients.pump import TLS_OUTPUT_LOW
 from sluicegate.gateway.proton.io_layer import READ_BATCH
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.queues.log.stream_entries import TAKE_BYTES
 from sluicegate.session.waiting import WAITING_DELIVERY_COST, WaitingStatistics
+from sluicegate.transport.channel import TLS_OUTPUT_LOW
 
 KiB: Final = 1024
 MiB: Final = 1024 * KiB

@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for package in PACKAGES:
         imports = sorted((t, n) for (s, t), n in counts.items() if s == package)
         listed = ", ".join(f"{target} ({count})" for target, count in imports)
-        print(f"{package:8} -> {listed or '-'}")
+        print(f"{package:9} -> {listed or '-'}")
     for group in circles(edges):
         print("circle:", " <-> ".join(m.removeprefix("sluicegate.") for m in group))
     return 0

@@ -24,7 +24,7 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
     "queues": frozenset({"wire"}),
     "session": frozenset({"queues", "writer", "wire"}),
     "clients": frozenset({"wire", "transport"}),
-    "gateway": frozenset({"session", "queues", "writer", "wire", "transport", "clients"}),
+    "gateway": frozenset({"session", "queues", "writer", "wire", "transport"}),
     "cli": frozenset({"gateway", "clients", "session", "queues", "writer", "wire", "transport"}),
     "spark": frozenset({"clients", "wire", "transport"}),
 }
@@ -46,6 +46,18 @@ def test_a_package_imports_only_the_packages_below_it(package: str) -> None:
         if name.startswith("sluicegate.")
         and (target := name.split(".")[1]) != package
         and target not in ALLOWED[package]
+    ]
+    assert wrong == []
+
+
+def test_the_server_imports_neither_the_clients_nor_the_command_line() -> None:
+    """What the server shares with the clients is in transport/; the command line is the
+    composition root above both (docs/design.md)."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in sources("gateway")
+        for line, name, _ in imported(path)
+        if name.split(".")[:2] in (["sluicegate", "clients"], ["sluicegate", "cli"])
     ]
     assert wrong == []
 
