@@ -1,11 +1,13 @@
-"""The one module that reaches into python-qpid-proton 0.40's private attributes and modules.
+"""The quarantine's names for python-qpid-proton 0.40's private attributes and modules.
 
 Proton's Python binding keeps what the server needs behind private names: the C object each
 wrapper stands for (``_impl``), the reactor and transport a selectable belongs to (``_reactor``,
 ``_transport``), the selectable a transport is served by (``_selectable``), a container's event
 collector (``_collector``), and classes defined in private modules (``Selectable``, ``Task``,
 ``PythonAMQPData``). The rest of ``gateway/`` uses the names here instead, so what an upgrade of
-proton may break is in this file. ruff's SLF001 and tests/unit/test_layering.py keep it so.
+proton may break is in this package (gateway/proton/, docs/design.md lists why each module
+is there). ruff's SLF001 and tests/unit/test_layering.py keep it so. One C call is here too,
+for gateway/limits.py: the encoded size of a link's ATTACH properties.
 """
 
 from __future__ import annotations
