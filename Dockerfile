@@ -14,6 +14,8 @@ COPY queues queues
 COPY spark spark
 COPY wire wire
 COPY clients clients
+COPY transport transport
+COPY cli cli
 # sluicegate/ links the folders above into the one namespace (symlinks are copied as links).
 COPY sluicegate sluicegate
 RUN python -m venv /opt/sluicegate && /opt/sluicegate/bin/pip install --no-cache-dir .
