@@ -23,6 +23,9 @@ import proton
 
 # The builtins that take an attribute's name as a string: the way around SLF001.
 _BY_NAME = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+# Where a class a module subclasses may be proton's: importing other modules (pyspark) to look
+# would be slow and find none.
+_MAY_EXPORT_PROTON = frozenset({"proton", "sluicegate"})
 
 
 def _is_private(name: str) -> bool:
@@ -79,10 +82,16 @@ def base_privates(cls: type) -> frozenset[str]:
 
 
 def _imported_classes(tree: ast.Module) -> dict[str, type]:
-    """The classes a module imports by name (``from m import C [as D]``), resolved by import."""
+    """The classes a module imports by name (``from m import C [as D]``) from proton or
+    sluicegate (the only modules that could hand out a proton class), resolved by import."""
     found: dict[str, type] = {}
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+        if not (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] in _MAY_EXPORT_PROTON
+        ):
             continue
         try:
             module = importlib.import_module(node.module)
