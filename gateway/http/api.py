@@ -107,7 +107,12 @@ class HttpApi:
             return json_error(404, "Not Found")
         user = await self._auth.user(request.headers.get("Authorization"))
         if user is None:
-            return json_error(401, "Login failed")
+            refused = json_error(401, "Login failed")
+            if request.headers.get("X-Requested-With") == "XMLHttpRequest":
+                # A script's request (the console's): no challenge, or the browser would ask
+                # for a password in a dialog of its own instead of the console's login page.
+                del refused.headers["WWW-Authenticate"]
+            return refused
         segments = [unquote(part) for part in path.split("/")[2:]]
         if segments and segments[-1] == "":
             segments.pop()

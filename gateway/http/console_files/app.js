@@ -20,7 +20,8 @@ let generation = 0;
 class ApiError extends Error {}
 
 async function api(method, path, body) {
-  const headers = {};
+  // No basic-auth challenge for the console's requests: its login page asks instead.
+  const headers = { "X-Requested-With": "XMLHttpRequest" };
   const token = sessionStorage.getItem(KEY);
   if (token) headers.Authorization = "Basic " + token;
   if (body !== undefined) headers["Content-Type"] = "application/json";
