@@ -143,10 +143,10 @@ def _consumer(
             "outgoing_pending: the connection's waiting deliveries reached "
             "max_outgoing_pending_size; credit requests to queues are deferred"
         )
-    elif stats.credit_req_in_flight and queue.ready == 0:
-        held_by = "queue: empty; the credit request in flight waits for a message"
     elif stats.credit_req_in_flight:
-        held_by = "queue: the credit request is in flight"
+        held_by = "queue: the link's credit request is in flight to its queue"
+    elif stats.queue_credit > 0 and queue.ready == 0:
+        held_by = f"queue: empty; it holds the link's credit of {stats.queue_credit}"
     else:
         held_by = None
     return {
