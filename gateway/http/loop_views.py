@@ -170,7 +170,7 @@ def _publisher(broker: Broker, publisher: IncomingLinkState) -> dict[str, object
     if stats.held:
         held_by = (
             "memory budget: exhausted, and this link's queues hold at least half the "
-            "mean of publishers' weight; no credit until it is back under its low-water mark"
+            "mean of publishers' weight; no new credit until it is back under its low-water mark"
         )
     elif inbound is not None and inbound.budget_paused:
         held_by = "memory budget: its connection is not read"

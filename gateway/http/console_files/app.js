@@ -9,6 +9,7 @@ const REFRESH = 2;
 // Points a chart keeps: two minutes at one per refresh.
 const POINTS = 60;
 const PAGE_SIZE = 50;
+const MIB = 1024 * 1024;
 const COLOURS = ["#2a6fb0", "#c4562a", "#3a8f3a", "#8a4fb0"];
 
 const $ = (id) => document.getElementById(id);
@@ -154,12 +155,12 @@ async function overview(page) {
   const charts = el("div", { class: "cards" });
   page.append(el("h1", {}, "Overview"), totals, charts);
   const rates = new Chart(charts, "Messages / s", ["published", "delivered", "acknowledged"], true);
-  const held = new Chart(charts, "Memory budget (bytes)", ["used", "limit"], false);
+  const held = new Chart(charts, "Memory budget (MiB)", ["used", "limit"], false);
   return async () => {
     const [data, budget] = await Promise.all([api("GET", "/overview"), api("GET", "/sluicegate/budget")]);
     const stats = data.message_stats;
     rates.push([stats.publish, stats.deliver_get, stats.ack]);
-    held.push([budget.used, budget.limit]);
+    held.push([budget.used / MIB, budget.limit / MIB]);
     const objects = data.object_totals;
     const queued = data.queue_totals;
     totals.replaceChildren(
@@ -370,10 +371,10 @@ async function budget(page) {
   const holder = el("div");
   const charts = el("div", { class: "cards" });
   page.append(el("h1", {}, "Memory budget: who holds it"), charts, holder);
-  const held = new Chart(charts, "Bytes held", ["used", "resume at", "limit"], false);
+  const held = new Chart(charts, "Held (MiB)", ["used", "resume at", "limit"], false);
   return async () => {
     const data = await api("GET", "/sluicegate/budget");
-    held.push([data.used, data.resume_at, data.limit]);
+    held.push([data.used / MIB, data.resume_at / MIB, data.limit / MIB]);
     const link = (c) => el("a", { href: `#/connection/${enc(c.connection)}` }, c.connection);
     holder.replaceChildren(
       budgetBar(data),
