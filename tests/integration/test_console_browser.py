@@ -65,6 +65,7 @@ def server() -> Iterator[RunningServer]:
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
+    expect.set_options(timeout=EXPECT_TIMEOUT)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         yield launched
@@ -198,8 +199,12 @@ def test_close_a_connection(server: RunningServer, open_page: Callable[[], Page]
 
 
 def test_a_user_sees_only_its_vhosts(server: RunningServer, open_page: Callable[[], Page]) -> None:
-    """bob (tenant-b only) picks among his vhosts only and sees only his connections."""
+    """bob (tenant-b only) picks among his vhosts only, and sees only his connections, his
+    vhost's exchanges and bindings, and himself among users."""
     call(server, "PUT", "/queues/tenant-b/bobs-queue", {"durable": True})
+    call(
+        server, "POST", "/bindings/tenant-b/e/amq.direct/q/bobs-queue", {"routing_key": "bobs-key"}
+    )
     alice = BlockingConnection(_amqp_url(server, "alice"))
     try:
         page = open_page()
@@ -212,6 +217,12 @@ def test_a_user_sees_only_its_vhosts(server: RunningServer, open_page: Callable[
         expect(page.locator("#connections tbody tr")).to_have_count(0)
         page.goto(console_url(server) + "#/vhosts")
         expect(page.locator("#vhosts tbody tr")).to_have_count(1)
+        page.goto(console_url(server) + "#/exchanges")
+        expect(page.locator("#exchanges")).to_contain_text("amq.topic")
+        expect(page.locator("#bindings")).to_contain_text("bobs-key")
+        page.goto(console_url(server) + "#/users")
+        expect(page.locator("#users tbody td:first-child")).to_have_text(["bob"])
+        expect(page.locator("#permissions tbody tr")).to_have_count(1)
     finally:
         alice.close()
 
