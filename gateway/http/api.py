@@ -30,6 +30,7 @@ from sluicegate.gateway.http.basic_auth import BasicAuth
 from sluicegate.gateway.http.errors import json_error
 from sluicegate.gateway.http.loop_views import sees_everything
 from sluicegate.gateway.http.loops_api import ApiError, LoopsApi
+from sluicegate.gateway.http.node_map import node_map
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
 from sluicegate.gateway.management.router import (
@@ -204,6 +205,7 @@ class _Job:
             "bindings": self._bindings,
             "users": self._users,
             "permissions": self._permissions,
+            "nodes": self._nodes,
         }
         if not self.segments or self.segments[0] not in routes:
             return _Answer(404, "Not Found")
@@ -328,6 +330,16 @@ class _Job:
                 },
             },
         )
+
+    def _nodes(self, segments: list[str]) -> _Answer:
+        """RabbitMQ's ``/api/nodes``: its monitoring needs an administrator here."""
+        self._allow("GET")
+        if not self._sees_everything:
+            raise _Refused(403, "the node's figures need an administrator")
+        if segments and segments != [self.node]:
+            return _Answer(404, "Not Found")
+        shaped = node_map(self.broker, self.node)
+        return _Answer(200, shaped if segments else [shaped])
 
     def _whoami(self, segments: list[str]) -> _Answer:
         self._allow("GET")

@@ -240,3 +240,19 @@ def test_the_console_files_are_served_and_nothing_else(server: RunningServer) ->
     for path in ("/console/../pyproject.toml", "/etc/passwd", "/console/", "/console/nope.js"):
         assert fetch(server, path, user=None)[0] == 404
     assert fetch(server, "/", user=None, method="POST")[0] == 405
+
+
+def test_the_node_in_rabbitmqs_shape_for_administrators(server: RunningServer) -> None:
+    """``/api/nodes``: resident memory, the budget as the memory watermark, descriptors, free
+    disk and the log's figures; 403 for a user without the administrator tag."""
+    (node,) = get(server, "/nodes")
+    assert get(server, f"/nodes/{quote(node['name'], safe='')}")["name"] == node["name"]
+    assert node["running"] is True
+    assert node["mem_used"] > 10 * 1024 * 1024
+    assert node["mem_limit"] == node["sluicegate_budget"]["limit"] > 0
+    assert node["mem_alarm"] is False
+    assert 0 < node["fd_used"] < 1024
+    assert node["disk_free"] > 0
+    assert {"fsyncs", "bytes_written", "failing"} <= set(node["sluicegate_log"])
+    assert fetch(server, "/api/nodes", "alice")[0] == 403
+    assert fetch(server, "/api/nodes/elsewhere")[0] == 404

@@ -135,6 +135,7 @@ def test_login_refuses_a_wrong_password_and_shows_the_overview(
     expect(page.locator("#who")).to_have_text("root (administrator)")
     expect(page.locator("#totals")).to_contain_text("connections")
     expect(page.locator("#budget-bar")).to_contain_text("of 2.0 MiB")
+    expect(page.locator("#totals")).to_contain_text("resident memory")
     # Two charts (rates and the budget), drawn by uPlot from the vendored module.
     expect(page.locator(".uplot")).to_have_count(2)
 

@@ -157,7 +157,14 @@ async function overview(page) {
   const rates = new Chart(charts, "Messages / s", ["published", "delivered", "acknowledged"], true);
   const held = new Chart(charts, "Memory budget (MiB)", ["used", "limit"], false);
   return async () => {
-    const [data, budget] = await Promise.all([api("GET", "/overview"), api("GET", "/sluicegate/budget")]);
+    const [data, budget, nodes] = await Promise.all([
+      api("GET", "/overview"),
+      api("GET", "/sluicegate/budget"),
+      // The node's figures are an administrator's (403 for others): the card shows less.
+      api("GET", "/nodes").catch(() => null),
+    ]);
+    const node = nodes ? nodes[0] : null;
+    const log = node && node.sluicegate_log;
     const stats = data.message_stats;
     rates.push([stats.publish, stats.deliver_get, stats.ack]);
     held.push([budget.used / MIB, budget.limit / MIB]);
@@ -167,7 +174,19 @@ async function overview(page) {
       card("Objects", ["connections", objects.connections], ["queues", objects.queues], ["exchanges", objects.exchanges], ["consumers", objects.consumers]),
       card("Messages", ["ready", queued.messages_ready], ["unacknowledged", queued.messages_unacknowledged], ["total", queued.messages]),
       card("Memory budget", ["held", budgetBar(budget)], ["publishers held", budget.held_publisher_count], ["connections not read", budget.paused_count]),
-      card("Node", ["node", data.node], ["product", `${data.product_name} (RabbitMQ API ${data.rabbitmq_version})`]),
+      card(
+        "Node",
+        ["node", data.node],
+        ["product", `${data.product_name} (RabbitMQ API ${data.rabbitmq_version})`],
+        ...(node
+          ? [
+              ["resident memory", bytes(node.mem_used)],
+              ["descriptors", node.fd_used],
+              ["disk free", bytes(node.disk_free)],
+              ["log", log ? `${bytes(log.bytes_written)} written, ${log.fsyncs} fsyncs${log.failing ? ", failing" : ""}` : "none"],
+            ]
+          : []),
+      ),
     );
   };
 }
