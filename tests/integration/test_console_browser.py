@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -200,8 +201,8 @@ def test_close_a_connection(server: RunningServer, open_page: Callable[[], Page]
 
 
 def test_a_user_sees_only_its_vhosts(server: RunningServer, open_page: Callable[[], Page]) -> None:
-    """bob (tenant-b only) picks among his vhosts only, and sees only his connections, his
-    vhost's exchanges and bindings, and himself among users."""
+    """bob (tenant-b only) picks among his vhosts only, adds and deletes a queue there, and
+    sees only his connections, his vhost's exchanges and bindings, and himself among users."""
     call(server, "PUT", "/queues/tenant-b/bobs-queue", {"durable": True})
     call(
         server, "POST", "/bindings/tenant-b/e/amq.direct/q/bobs-queue", {"routing_key": "bobs-key"}
@@ -214,6 +215,16 @@ def test_a_user_sees_only_its_vhosts(server: RunningServer, open_page: Callable[
         page.goto(console_url(server) + "#/queues")
         expect(page.locator("#vhost option")).to_have_text(["tenant-b"])
         expect(page.locator("#queues")).to_contain_text("bobs-queue")
+        page.fill("#new-queue", "bobs-new")
+        page.select_option("#new-queue-type", "quorum")
+        page.get_by_role("button", name="Add").click()
+        added = page.locator("#queues tr", has_text="bobs-new")
+        expect(added).to_contain_text("quorum")
+        assert call(server, "GET", "/queues/tenant-b/bobs-new")["type"] == "quorum"
+        added.get_by_role("button", name="Delete").click()
+        expect(added).to_have_count(0)
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            call(server, "GET", "/queues/tenant-b/bobs-new")
         page.goto(console_url(server) + "#/connections")
         expect(page.locator("#connections tbody tr")).to_have_count(0)
         page.goto(console_url(server) + "#/vhosts")
