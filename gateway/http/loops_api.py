@@ -22,8 +22,9 @@ from sluicegate.gateway.http.snapshot_cache import SnapshotCache
 # viewers share one and a script polling in a loop costs the reactor one read a second.
 SNAPSHOT_INTERVAL: Final = 1.0
 # Snapshots remembered (connections' pages and the budget): more than the pages people look at
-# at once, few enough that clients asking for ever new names cannot grow the cache.
-SNAPSHOTS_KEPT: Final = 64
+# at once, few enough that clients asking for ever new names cannot grow the cache. A full page
+# (100 consumers, 100 publishers, 128 sessions) is some 230 KiB: at most about 4 MiB in all.
+SNAPSHOTS_KEPT: Final = 16
 # The largest page number asked for: beyond any connection's links (64 sessions of 256).
 MAX_PAGE: Final = 10_000
 
