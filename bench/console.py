@@ -1,9 +1,9 @@
 """The web console's figures (docs/console.md): its screenshots, and what it costs the server.
 
 ``python -m bench.console screenshots`` starts a server with an administrator, fills its memory
-budget with a publisher nobody consumes, adds a consumer without credit and a few dozen queues,
-and has headless Chromium (Debian's, through Playwright) photograph the main pages into
-``docs/img/console-*.png``.
+budget with a publisher nobody consumes, adds a consumer without credit, a publisher and a
+consumer that keep messages flowing through ``events``, and a few dozen queues, and has headless
+Chromium (Debian's, through Playwright) photograph the main pages into ``docs/img/console-*.png``.
 
 ``python -m bench.console cpu`` starts a server with 1,000 queues and 100 connections (each a
 consumer of its own queue), reads the server process's CPU time from ``/proc`` over a minute
@@ -114,7 +114,7 @@ def serving(*options: str) -> Iterator[Running]:
 class _Clients(MessagingHandler):
     """Consumers (one connection each) and an unthrottled publisher, on one reactor."""
 
-    def __init__(self, url: str, consumers: list[tuple[str, int]], publish_to: str | None) -> None:
+    def __init__(self, url: str, consumers: list[tuple[str, int]], publish_to: list[str]) -> None:
         super().__init__(prefetch=0, auto_accept=True)
         self.url = url
         self.consumers = list(consumers)
@@ -125,8 +125,8 @@ class _Clients(MessagingHandler):
     def on_start(self, event: Event) -> None:
         container = event.container
         assert container is not None
-        if self.publish_to is not None:
-            container.create_sender(container.connect(self.url), self.publish_to)
+        for address in self.publish_to:
+            container.create_sender(container.connect(self.url), address)
         self._next_consumer(container)
         container.schedule(0.2, self)
 
@@ -152,6 +152,12 @@ class _Clients(MessagingHandler):
         else:
             container.schedule(0.2, self)
 
+    def on_message(self, event: Event) -> None:
+        # A consumer with credit keeps it: one more for each message taken.
+        receiver = event.receiver
+        assert receiver is not None
+        receiver.flow(1)
+
     def on_sendable(self, event: Event) -> None:
         sender = event.sender
         assert sender is not None
@@ -160,7 +166,7 @@ class _Clients(MessagingHandler):
 
 
 @contextmanager
-def clients(url: str, consumers: list[tuple[str, int]], publish_to: str | None) -> Iterator[None]:
+def clients(url: str, consumers: list[tuple[str, int]], publish_to: list[str]) -> Iterator[None]:
     handler = _Clients(url, consumers, publish_to)
     thread = threading.Thread(target=Container(handler).run, daemon=True)
     thread.start()
@@ -193,7 +199,7 @@ def screenshots() -> None:
         for i in range(30):
             running.call("PUT", f"/queues/%2F/shop.{i:02d}", {"durable": True})
         consumers = [("audit", 0), ("events", 50)]
-        with clients(running.amqp, consumers, publish_to="orders"):
+        with clients(running.amqp, consumers, publish_to=["orders", "events"]):
             wait_for(lambda: running.call("GET", "/sluicegate/budget")["blocked"])
             publisher = next(
                 c["connection"] for c in running.call("GET", "/sluicegate/budget")["paused"]
@@ -218,7 +224,9 @@ def screenshots() -> None:
                     page.wait_for_timeout(5000)
                     page.screenshot(path=IMAGES / f"console-{name}.png", full_page=True)
                 consumer = next(
-                    c["name"] for c in running.call("GET", "/connections") if c["name"] != publisher
+                    c["name"]
+                    for c in running.call("GET", "/connections")
+                    if any(link["queue"] == "audit" for link in _loops(running, c["name"]))
                 )
                 page.goto(running.http + f"/#/connection/{quote(consumer, safe='')}")
                 page.wait_for_timeout(5000)
@@ -227,13 +235,20 @@ def screenshots() -> None:
     print(f"screenshots in {IMAGES}")
 
 
+def _loops(running: Running, name: str) -> list[dict[str, Any]]:
+    consumers: list[dict[str, Any]] = running.call(
+        "GET", f"/sluicegate/connections/{quote(name, safe='')}"
+    )["consumers"]
+    return consumers
+
+
 def cpu() -> None:
     """Server CPU over a minute without the console, then with it open on each page."""
     with serving() as running:
         for i in range(QUEUES):
             running.call("PUT", f"/queues/%2F/load-{i:04d}", {"durable": False})
         consumers = [(f"load-{i:04d}", 10) for i in range(CONNECTIONS)]
-        with clients(running.amqp, consumers, publish_to=None):
+        with clients(running.amqp, consumers, publish_to=[]):
             wait_for(lambda: len(running.call("GET", "/connections")) == CONNECTIONS, 120.0)
             connection = running.call("GET", "/connections")[0]["name"]
             time.sleep(5)

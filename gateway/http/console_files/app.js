@@ -231,6 +231,9 @@ async function connection(page, parts, params) {
   }, "Close this connection");
   page.append(el("h1", {}, "Connection ", el("code", {}, name)), closeButton, state, cards, charts, links);
   const written = new Chart(charts, "Writer: bytes written / s", ["written"], true);
+  // Each link's last count, for its rate per second between two refreshes.
+  const lastCounts = new Map();
+  let lastAt = null;
   const owed = new Chart(charts, "Held for the connection", ["account debt", "waiting KiB", "writer KiB"], false);
   return async () => {
     let loops;
@@ -241,6 +244,15 @@ async function connection(page, parts, params) {
       return;
     }
     const { writer, account, waiting } = loops;
+    const now = Date.now() / 1000;
+    const elapsed = lastAt === null ? null : now - lastAt;
+    lastAt = now;
+    const rate = (key, count) => {
+      const last = lastCounts.get(key);
+      lastCounts.set(key, count);
+      return last === undefined || elapsed === null ? "" : Math.max(0, Math.round((count - last) / elapsed));
+    };
+    if (lastCounts.size > 4 * loops.page_size) lastCounts.clear();
     written.push([writer.bytes_written]);
     owed.push([account.debt, waiting.bytes / 1024, writer.bytes_pending / 1024]);
     state.replaceChildren(
@@ -277,6 +289,7 @@ async function connection(page, parts, params) {
         ["request in flight", (c) => String(c.credit_req_in_flight)],
         ["queue ready", (c) => c.queue_ready],
         ["sent", (c) => c.sent],
+        ["sent / s", (c) => rate(`c${c.session}/${c.handle}`, c.sent)],
         ["unsettled", (c) => c.unsettled],
         ["held by", (c) => heldBy(c.held_by)],
       ], loops.consumers),
@@ -287,6 +300,7 @@ async function connection(page, parts, params) {
         ["credit", (p) => p.credit],
         ["unconfirmed", (p) => p.unconfirmed],
         ["received", (p) => p.received],
+        ["received / s", (p) => rate(`p/${p.name}`, p.received)],
         ["confirmed", (p) => p.confirmed],
         ["held by", (p) => heldBy(p.held_by)],
       ], loops.publishers),
