@@ -25,6 +25,7 @@ from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.expiry import tick
 from sluicegate.gateway.http.api import HttpApi
 from sluicegate.gateway.http.basic_auth import BasicAuth
+from sluicegate.gateway.http.console import Console
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import HttpBounds, HttpStack
 from sluicegate.gateway.listener import Listener, anonymous_allowed
@@ -166,7 +167,7 @@ class Server:
             handler = (
                 MetricsPages(partial(self._snapshot, calls)).handle
                 if key == "metrics_listen"
-                else self._api(calls, host).handle
+                else Console(self._api(calls, host).handle).handle
             )
             try:
                 listening = stack.listen(host, port, handler, bounds)

@@ -28,6 +28,9 @@ from sluicegate.gateway.auth import DEFAULT_VHOST, User
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.basic_auth import BasicAuth
 from sluicegate.gateway.http.errors import json_error
+from sluicegate.gateway.http.loop_views import sees_everything
+from sluicegate.gateway.http.loops_api import ApiError, LoopsApi
+from sluicegate.gateway.http.node_map import node_map
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
 from sluicegate.gateway.management.router import (
@@ -38,6 +41,8 @@ from sluicegate.gateway.management.router import (
     Response,
     Router,
 )
+from sluicegate.gateway.management.router import _Error as RouterError
+from sluicegate.gateway.management.router import _listing as listing
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts, VhostRefused
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.tenancy import VirtualHost
@@ -94,6 +99,7 @@ class HttpApi:
         # Seconds a job may wait for the reactor: the listener's request deadline.
         self._timeout = timeout
         self._max_request_size = max_request_size
+        self._loops = LoopsApi(broker, calls, timeout)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Authenticate, read the body, run the route on the reactor, answer JSON."""
@@ -102,12 +108,19 @@ class HttpApi:
             return json_error(404, "Not Found")
         user = await self._auth.user(request.headers.get("Authorization"))
         if user is None:
-            return json_error(401, "Login failed")
+            refused = json_error(401, "Login failed")
+            if request.headers.get("X-Requested-With") == "XMLHttpRequest":
+                # A script's request (the console's): no challenge, or the browser would ask
+                # for a password in a dialog of its own instead of the console's login page.
+                del refused.headers["WWW-Authenticate"]
+            return refused
+        segments = [unquote(part) for part in path.split("/")[2:]]
+        if segments and segments[-1] == "":
+            segments.pop()
+        if segments and segments[0] == "sluicegate":
+            return await self._sluicegate(user, request, segments[1:])
         try:
             body = await self._body(request)
-            segments = [unquote(part) for part in path.split("/")[2:]]
-            if segments and segments[-1] == "":
-                segments.pop()
             job = _Job(self._broker, self._vhosts, self._node, user, request, segments, body)
             answer = await self._calls.call(job.run, self._timeout)
         except _Refused as refused:
@@ -127,6 +140,23 @@ class HttpApi:
             content_type="application/json",
             headers=answer.headers,
         )
+
+    async def _sluicegate(
+        self, user: User, request: web.BaseRequest, segments: list[str]
+    ) -> web.StreamResponse:
+        """sluicegate's own routes: the flow-control loops (gateway/http/loops_api.py)."""
+        try:
+            body = await self._loops.answer(
+                user, request.method, segments, dict(parse_qsl(request.query_string))
+            )
+        except ApiError as refused:
+            return json_error(refused.status, refused.reason)
+        except TimeoutError:
+            raise  # the listener's deadline answers it (gateway/http/stack.py)
+        except Exception:
+            log.exception("internal error in an HTTP API request")
+            return json_error(500, "internal error")
+        return web.json_response(body)
 
     async def _body(self, request: web.BaseRequest) -> object:
         if request.method not in ("PUT", "POST"):
@@ -175,6 +205,7 @@ class _Job:
             "bindings": self._bindings,
             "users": self._users,
             "permissions": self._permissions,
+            "nodes": self._nodes,
         }
         if not self.segments or self.segments[0] not in routes:
             return _Answer(404, "Not Found")
@@ -192,7 +223,7 @@ class _Job:
     @property
     def _sees_everything(self) -> bool:
         """RabbitMQ's administrator: a user with that tag, or anyone on a server without users."""
-        return not self.broker.config.users or "administrator" in self.user.tags
+        return sees_everything(self.broker, self.user)
 
     def _visible_vhosts(self) -> list[VirtualHost]:
         return [
@@ -257,7 +288,7 @@ class _Job:
         if segments:
             return _Answer(404, "Not Found")
         vhosts = self._visible_vhosts()
-        ready = unacked = queues = consumers = exchanges = 0
+        ready = unacked = queues = consumers = exchanges = published = delivered = acked = 0
         for vhost in vhosts:
             registry = vhost.registry
             exchanges += registry.exchange_count
@@ -270,6 +301,9 @@ class _Job:
                 ready += stats.ready
                 unacked += stats.unacked
                 consumers += stats.consumers
+                published += stats.published
+                delivered += stats.delivered
+                acked += stats.acknowledged
         connections = len(self._own_connections())
         return _Answer(
             200,
@@ -286,6 +320,9 @@ class _Job:
                     "exchanges": exchanges,
                     "consumers": consumers,
                 },
+                # Counts since the start of the queues there are (the console charts their
+                # rates from two readings, as RabbitMQ's UI reads its ``*_details``).
+                "message_stats": {"publish": published, "deliver_get": delivered, "ack": acked},
                 "queue_totals": {
                     "messages": ready + unacked,
                     "messages_ready": ready,
@@ -293,6 +330,16 @@ class _Job:
                 },
             },
         )
+
+    def _nodes(self, segments: list[str]) -> _Answer:
+        """RabbitMQ's ``/api/nodes``: its monitoring needs an administrator here."""
+        self._allow("GET")
+        if not self._sees_everything:
+            raise _Refused(403, "the node's figures need an administrator")
+        if segments and segments != [self.node]:
+            return _Answer(404, "Not Found")
+        shaped = node_map(self.broker, self.node)
+        return _Answer(200, shaped if segments else [shaped])
 
     def _whoami(self, segments: list[str]) -> _Answer:
         self._allow("GET")
@@ -379,7 +426,8 @@ class _Job:
             "vhost": state.vhost.name,
             "protocol": "AMQP 1-0",
             "type": "network",
-            "state": "running",
+            # RabbitMQ's words: "blocked" by the memory alarm, "flow" by credit flow.
+            "state": _connection_state(state),
             "container_id": connection.remote_container or "",
             "channels": len(state.sessions),
             "client_properties": {str(k): _json_value(v) for k, v in properties.items()},
@@ -388,7 +436,12 @@ class _Job:
     def _connections(self, segments: list[str]) -> _Answer:
         if not segments:
             self._allow("GET")
-            return _Answer(200, [self._connection_map(c) for c in self._own_connections()])
+            query = "&".join(f"{k}={quote(v)}" for k, v in self.query.items())
+            try:
+                listed = listing(["?" + query], self._own_connections(), self._connection_map)
+            except RouterError as error:
+                raise _Refused(error.status, error.message) from None
+            return _Answer(200, listed)
         if len(segments) != 1:
             return _Answer(404, "Not Found")
         self._allow("GET", "DELETE")
@@ -642,6 +695,13 @@ class _Job:
             found = [m for m in maps if m["vhost"] == segments[0] and m["user"] == segments[1]]
             return _Answer(200, found[0]) if found else _Answer(404, "Not Found")
         return _Answer(404, "Not Found")
+
+
+def _connection_state(state: ConnectionState) -> str:
+    inbound = state.inbound
+    if inbound is not None and inbound.budget_paused:
+        return "blocked"
+    return "flow" if state.account.paused else "running"
 
 
 def _size(kind: str, registry: QueueRegistry) -> int:
