@@ -1,0 +1,209 @@
+"""``sluicegate serve --workers N`` as a user runs it: one port over N worker processes, each
+with its own log; a killed worker comes back with its confirmed messages while the others serve
+on; SIGTERM stops them all (issue 35, stage 2)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from proton import Message
+from proton.utils import BlockingConnection
+from support.polling import wait_until
+from support.process import SERVE, serving
+
+_WORKERS_OFF = ("--metrics-listen", "off", "--http-api-listen", "off")
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in text.split()]
+
+
+def _tcp_entries() -> list[tuple[int, int, int]]:
+    """(local port, remote port, inode) of every established IPv4 TCP socket."""
+    entries = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] != "01":
+            continue
+        local = int(fields[1].rsplit(":", 1)[1], 16)
+        remote = int(fields[2].rsplit(":", 1)[1], 16)
+        entries.append((local, remote, int(fields[9])))
+    return entries
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _client_ports(port: int) -> set[int]:
+    return {local for local, remote, _ in _tcp_entries() if remote == port}
+
+
+def _connect(port: int, workers: list[int]) -> tuple[BlockingConnection, int]:
+    """A connection to the server and the worker process that accepted it."""
+    before = _client_ports(port)
+    connection = BlockingConnection(f"amqp://127.0.0.1:{port}", timeout=20)
+    (mine,) = _client_ports(port) - before
+    owners: list[int] = []
+
+    def accepted() -> bool:
+        inodes = {
+            inode for local, remote, inode in _tcp_entries() if (local, remote) == (port, mine)
+        }
+        owners[:] = [pid for pid in workers if inodes & _socket_inodes(pid)]
+        return bool(owners)
+
+    wait_until(accepted)
+    return connection, owners[0]
+
+
+def _connection_on(port: int, workers: list[int], wanted: int) -> BlockingConnection:
+    """Connect until the kernel hands a connection to worker ``wanted``."""
+    for _ in range(200):
+        connection, owner = _connect(port, workers)
+        if owner == wanted:
+            return connection
+        connection.close()
+    pytest.fail(f"no connection reached worker {wanted} in 200 attempts")
+
+
+def test_workers_share_one_port_and_each_keeps_its_own_log(tmp_path: Path) -> None:
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
+        workers = _children(process.pid)
+        assert len(workers) == 2
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["worker-0", "worker-1"]
+        connections = [_connect(port, workers) for _ in range(16)]
+        try:
+            # Both accept: 16 connections all on one worker would happen 1 time in 32,768.
+            assert {owner for _, owner in connections} == set(workers)
+            # Each connection is a whole server's: it sends to and receives from its queue.
+            connection, _ = connections[0]
+            connection.create_sender("echo").send(Message(body="hello"))
+            receiver = connection.create_receiver("echo")
+            message = receiver.receive(timeout=10)
+            receiver.accept()
+            assert message.body == "hello"
+        finally:
+            for connection, _ in connections:
+                connection.close()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_comes_back_with_its_confirmed_messages_while_the_other_serves_on(
+    tmp_path: Path,
+) -> None:
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
+        first, second = _children(process.pid)
+        doomed = _connection_on(port, [first, second], first)
+        survivor = _connection_on(port, [first, second], second)
+        sender = doomed.create_sender("kept")
+        for n in range(20):
+            # A blocking send returns once the server settled it: stored and fsynced.
+            sender.send(Message(body=f"kept-{n}", durable=True))
+        survivor_sender = survivor.create_sender("other")
+        survivor_receiver = survivor.create_receiver("other")
+        os.kill(first, signal.SIGKILL)
+        killed_at = time.monotonic()
+        # The other worker serves on meanwhile: its connection is untouched.
+        survivor_sender.send(Message(body="during"))
+        assert survivor_receiver.receive(timeout=10).body == "during"
+        survivor_receiver.accept()
+        restarted: list[int] = []
+
+        def back() -> bool:
+            restarted[:] = [pid for pid in _children(process.pid) if pid not in (first, second)]
+            return bool(restarted)
+
+        wait_until(back, timeout=30)
+        (again,) = restarted
+        fresh = _connection_on(port, [again, second], again)
+        recovered = time.monotonic() - killed_at
+        receiver = fresh.create_receiver("kept")
+        bodies = []
+        for _ in range(20):
+            bodies.append(receiver.receive(timeout=10).body)
+            receiver.accept()
+        assert bodies == [f"kept-{n}" for n in range(20)]
+        # Generous: the restart is a fork and a log replay of 20 messages.
+        assert recovered < 30
+        for connection in (fresh, survivor):
+            connection.close()
+        process.terminate()
+        assert process.wait(timeout=20) == 0
+        assert process.stderr is not None
+        log = process.stderr.read()
+        assert re.search(r"worker 0 \(pid \d+\) ended: killed by SIGKILL; starting it again", log)
+        assert re.search(r"worker 0 serves again \(pid \d+\), recovered in [0-9.]+ s", log)
+
+
+def test_sigterm_stops_every_worker_within_the_grace(tmp_path: Path) -> None:
+    with serving(
+        "--workers", "3", "--data-dir", str(tmp_path), "--shutdown-timeout", "2", *_WORKERS_OFF
+    ) as (process, port):
+        workers = _children(process.pid)
+        assert len(workers) == 3
+        connection, _ = _connect(port, workers)
+        started = time.monotonic()
+        process.terminate()
+        assert process.wait(timeout=20) == 0
+        # shutdown_timeout, the workers' watchdog margin and the supervisor's, with room.
+        assert time.monotonic() - started < 2 + 1 + 2 + 5
+        assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+        connection.close()
+
+
+def _serve_once(*options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SERVE, "--listen", "127.0.0.1:0", *_WORKERS_OFF, *options],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_a_data_dir_is_served_only_with_the_layout_it_was_written_in(tmp_path: Path) -> None:
+    single = tmp_path / "single"
+    with serving("--data-dir", str(single), *_WORKERS_OFF):
+        pass
+    refused = _serve_once("--workers", "2", "--data-dir", str(single))
+    assert refused.returncode == 1
+    assert "holds the log of a single server" in refused.stderr
+    spread = tmp_path / "spread"
+    with serving("--workers", "2", "--data-dir", str(spread), *_WORKERS_OFF):
+        pass
+    refused = _serve_once("--data-dir", str(spread))
+    assert refused.returncode == 1
+    assert "holds the logs of 2 workers (worker-0, worker-1)" in refused.stderr
+
+
+def test_a_number_of_workers_out_of_range_is_refused_naming_the_setting() -> None:
+    for value in ("0", "257"):
+        refused = _serve_once("--workers", value)
+        assert refused.returncode == 2
+        assert f"workers: must be 1 to 256, got {value}" in refused.stderr
+
+
+def test_the_help_names_the_workers_flag() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "sluicegate", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--workers WORKERS" in shown.stdout
