@@ -143,6 +143,11 @@ def _raw(kind: int, body: bytes) -> bytes:
         (_raw(Kind.CREDIT, struct.pack("<IIIB", 1, 2, 3, 0) + b"!"), "bytes after its fields"),
         # A count of 2**32-1 deliveries in a 20-byte body: refused before any table is built.
         (_raw(Kind.DELIVERIES, struct.pack("<II", 1, 2**32 - 1) + b"\0" * 12), "counts more"),
+        # A payload size past the frame's end.
+        (
+            _raw(Kind.DELIVERIES, struct.pack("<IIQI", 1, 1, 0, 1000) + b"x"),
+            "ends inside its fields",
+        ),
         (_raw(Kind.DETACH, struct.pack("<III", 1, 0, 2**32 - 1)), "counts more"),
         (_raw(Kind.SETTLE, struct.pack("<IBBI", 1, 0, 0, 1) + struct.pack("<QQ", 9, 3)), "ends"),
         (_raw(Kind.SETTLE, struct.pack("<IBBI", 1, 7, 0, 0)), "unknown outcome 7"),
