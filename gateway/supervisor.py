@@ -20,6 +20,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import re
 import select
 import signal
 import socket
@@ -58,6 +59,15 @@ ServeWorker = Callable[[ServerConfig, Callable[[], None]], int]
 def worker_dir(data_dir: Path, index: int) -> Path:
     """Where worker ``index`` keeps its log."""
     return data_dir / f"worker-{index}"
+
+
+def worker_index(config: ServerConfig) -> int | None:
+    """Which worker a server with ``config`` is (its data directory says), or None if it is a
+    server of its own."""
+    name = config.data_dir.name
+    if config.workers == 1 or not re.fullmatch(r"worker-\d+", name):
+        return None
+    return int(name.removeprefix("worker-"))
 
 
 def layout_error(config: ServerConfig) -> str | None:
@@ -100,7 +110,9 @@ def worker_config(
     if tls_port is not None:
         changes["tls_listen"] = _address(config.tls_listen.rpartition(":")[0], tls_port)
     if index:
-        changes["metrics_listen"] = "off"
+        # Worker 0 serves the configured endpoint and adds the others' pages, which they
+        # serve on loopback ports of their own (gateway/worker_metrics.py).
+        changes["metrics_listen"] = "127.0.0.1:0" if config.metrics_address else "off"
         changes["http_api_listen"] = "off"
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
@@ -102,6 +105,59 @@ def test_workers_share_one_port_and_each_keeps_its_own_log(tmp_path: Path) -> No
         finally:
             for connection, _ in connections:
                 connection.close()
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _resident(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_one_scrape_adds_up_every_worker(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics = probe.getsockname()[1]
+    with serving(
+        "--workers",
+        "2",
+        "--data-dir",
+        str(tmp_path),
+        "--metrics-listen",
+        f"127.0.0.1:{metrics}",
+        "--http-api-listen",
+        "off",
+    ) as (process, port):
+        first, second = _children(process.pid)
+        on_first = _connection_on(port, [first, second], first)
+        on_second = _connection_on(port, [first, second], second)
+        try:
+            for connection, count in ((on_first, 3), (on_second, 5)):
+                sender = connection.create_sender("counted")
+                for n in range(count):
+                    sender.send(Message(body=f"m{n}"))
+            samples = _scrape(metrics)
+            queue = (("queue", "counted"), ("vhost", "/"))
+            assert samples[("sluicegate_queue_messages_ready", queue)] == 8
+            assert samples[("sluicegate_connections", ())] == 2
+            assert samples[("sluicegate_workers", ())] == 2
+            assert samples[("sluicegate_workers_scraped", ())] == 2
+            # The server's resident memory is both workers' (each at least 20 MiB of Python).
+            both = _resident(first) + _resident(second)
+            assert samples[("process_resident_memory_bytes", ())] >= 0.8 * both
+        finally:
+            on_first.close()
+            on_second.close()
 
 
 @pytest.mark.slow
