@@ -137,6 +137,8 @@ def test_one_scrape_adds_up_every_worker(tmp_path: Path) -> None:
         f"127.0.0.1:{metrics}",
         "--http-api-listen",
         "off",
+        "--memory-budget",
+        "64MiB",
     ) as (process, port):
         first, second = _children(process.pid)
         on_first = _connection_on(port, [first, second], first)
@@ -152,6 +154,8 @@ def test_one_scrape_adds_up_every_worker(tmp_path: Path) -> None:
             assert samples[("sluicegate_connections", ())] == 2
             assert samples[("sluicegate_workers", ())] == 2
             assert samples[("sluicegate_workers_scraped", ())] == 2
+            # Each worker has half the budget: the server's is the one configured.
+            assert samples[("sluicegate_memory_budget_limit_bytes", ())] == 64 * 2**20
             # The server's resident memory is both workers' (each at least 20 MiB of Python).
             both = _resident(first) + _resident(second)
             assert samples[("process_resident_memory_bytes", ())] >= 0.8 * both
@@ -246,6 +250,37 @@ def test_a_data_dir_is_served_only_with_the_layout_it_was_written_in(tmp_path: P
     refused = _serve_once("--data-dir", str(spread))
     assert refused.returncode == 1
     assert "holds the logs of 2 workers (worker-0, worker-1)" in refused.stderr
+
+
+def test_a_worker_that_cannot_start_stops_the_server_with_its_reason(tmp_path: Path) -> None:
+    # worker-1 cannot be a directory: its server cannot open its log.
+    (tmp_path / "worker-1").write_text("not a directory")
+    process = subprocess.Popen(
+        [*SERVE, "--listen", "127.0.0.1:0", *_WORKERS_OFF, "--workers=2", f"--data-dir={tmp_path}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert "listening" not in out
+    assert "cannot open the data directory" in err
+    assert "worker 1 did not start" in err
+    # Worker 0 was stopped with it: no process serves that data directory any more.
+    assert _serving_dir(tmp_path) == []
+
+
+def _serving_dir(data_dir: Path) -> list[int]:
+    """Processes whose command line names ``data_dir`` (forked workers keep the supervisor's)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"--data-dir={data_dir}".encode() in command:
+            found.append(int(proc.name))
+    return found
 
 
 def test_a_number_of_workers_out_of_range_is_refused_naming_the_setting() -> None:
