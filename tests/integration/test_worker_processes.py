@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -18,8 +19,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from proton import Message
 from proton.utils import BlockingConnection
+from support.certificates import self_signed
 from support.polling import wait_until
-from support.process import SERVE, serving
+from support.process import SERVE, serving, tls_port
 
 _WORKERS_OFF = ("--metrics-listen", "off", "--http-api-listen", "off")
 
@@ -226,6 +228,30 @@ def test_sigterm_stops_every_worker_within_the_grace(tmp_path: Path) -> None:
         assert time.monotonic() - started < 2 + 1 + 2 + 5
         assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
         connection.close()
+
+
+def test_every_worker_takes_tls_clients_on_the_one_amqps_port(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
+    env = {**os.environ, "SLUICEGATE_TLS_CERT_FILE": str(cert), "SLUICEGATE_TLS_KEY_FILE": str(key)}
+    options = ("--tls-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"))
+    with serving("--workers", "2", *options, *_WORKERS_OFF, env=env) as (process, _):
+        port = tls_port(process)
+        workers = _children(process.pid)
+        context = ssl.create_default_context(cafile=str(cert))
+        owners: set[int] = set()
+        for _ in range(16):
+            before = _client_ports(port)
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+                context.wrap_socket(raw, server_hostname="localhost") as tls,
+            ):
+                assert tls.version() is not None
+                (mine,) = _client_ports(port) - before
+                ours = (port, mine)
+                inodes = {i for local, remote, i in _tcp_entries() if (local, remote) == ours}
+                owners.update(pid for pid in workers if inodes & _socket_inodes(pid))
+        # 16 handshakes all with one worker would happen 1 time in 32,768.
+        assert owners == set(workers)
 
 
 def _serve_once(*options: str) -> subprocess.CompletedProcess[str]:
