@@ -76,8 +76,16 @@ def merge(pages: list[bytes], workers: int) -> bytes:
     """``pages`` (worker 0's first) as one page: each sample summed over the workers."""
     families: dict[str, Metric] = {}
     values: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+    scraped = 0
     for page in pages:
-        for family in text_string_to_metric_families(page.decode()):
+        try:
+            parsed = list(text_string_to_metric_families(page.decode()))
+        except (ValueError, UnicodeDecodeError):
+            # Not a metrics page: a port file left by a worker's earlier life, its port since
+            # taken by something else.
+            continue
+        scraped += 1
+        for family in parsed:
             known = families.setdefault(family.name, family)
             for sample in family.samples:
                 key = (family.name, sample.name, tuple(sorted(sample.labels.items())))
@@ -100,7 +108,7 @@ def merge(pages: list[bytes], workers: int) -> bytes:
         GaugeMetricFamily(
             "sluicegate_workers_scraped",
             "Workers whose metrics this scrape adds up (the others are being restarted).",
-            value=len(pages),
+            value=scraped,
         )
     )
     registry = CollectorRegistry(auto_describe=False)

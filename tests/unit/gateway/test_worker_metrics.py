@@ -56,3 +56,9 @@ def test_one_page_comes_back_as_it_was_with_the_worker_counts() -> None:
     assert merged.pop(("sluicegate_workers", ())) == 1.0
     assert merged.pop(("sluicegate_workers_scraped", ())) == 1.0
     assert merged == _samples(PAGE_0)
+
+
+def test_a_page_that_is_not_metrics_is_left_out_and_not_counted() -> None:
+    merged = _samples(merge([PAGE_0, b"<html>another service</html>", b"\xff\xfe"], 3))
+    assert merged[("sluicegate_workers_scraped", ())] == 1.0
+    assert merged[("sluicegate_messages_published_total", ())] == 10.0
