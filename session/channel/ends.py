@@ -33,20 +33,31 @@ class SessionEnd:
         self.delivery_count = 0
         self.credit = 0
         self.in_flight = False
-        self.stashed: tuple[int, bool, bool] | None = None
+        self.stashed: tuple[int, bool, bool, int | None] | None = None
 
-    def request(self, credit: int, drain: bool, echo: bool) -> Credit | None:
-        """Ask for ``credit`` from the delivery-count seen: the request to send, or None if one
-        is in flight already (this one is stashed, replacing any stashed before)."""
+    def request(
+        self, credit: int, drain: bool, echo: bool, delivery_count: int | None = None
+    ) -> Credit | None:
+        """Ask for ``credit`` counted from ``delivery_count``: the request to send, or None if
+        one is in flight already (this one is stashed, replacing any stashed before).
+
+        A session counts from the deliveries it has sent on (its ``queue_flow_ctl``), which
+        lags the count seen here while deliveries wait in it: those count against the credit,
+        as they do when the queue is local. Without it, the count seen.
+        """
         if self.in_flight:
-            self.stashed = (credit, drain, echo)
+            self.stashed = (credit, drain, echo, delivery_count)
             return None
+        seen = self.delivery_count
+        counted = seen if delivery_count is None else delivery_count
+        if serial_diff(counted, seen) > 0:
+            raise ValueError(f"credit counted from {counted}, ahead of the {seen} seen")
         self.in_flight = True
         # Until the reply, deliveries the queue sent on the credit it held cross the request:
         # it counts them against the new credit (link-credit from this delivery-count), so what
         # may arrive from here is the larger of the two.
-        self.credit = max(self.credit, credit)
-        return Credit(self.consumer, self.delivery_count, credit, drain, echo)
+        self.credit = max(self.credit, link_credit_snd(counted, credit, seen))
+        return Credit(self.consumer, counted, credit, drain, echo)
 
     def delivered(self, count: int) -> None:
         """``count`` deliveries arrived: within the credit, or the queue broke the protocol."""

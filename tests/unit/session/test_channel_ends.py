@@ -134,3 +134,16 @@ def test_a_confirm_renews_only_what_it_names_and_never_an_id_not_sent() -> None:
         publishes.confirmed(Confirm(ids[2], 2**63, Settled.ACCEPTED))
     assert publishes.lost() == ["c"]
     assert publishes.unconfirmed == {}
+
+
+def test_credit_counted_from_a_session_behind_counts_what_waits_in_it() -> None:
+    end = SessionEnd(1)
+    assert end.request(4, False, False) is not None
+    end.delivered(4)
+    assert end.replied(CreditReply(1, 4, 0, 0, False, False)) is None
+    # Three of the four still wait in the session: a credit of 5 from 1 leaves 2 to send.
+    assert end.request(5, False, False, delivery_count=1) == Credit(1, 1, 5, False, False)
+    assert end.credit == 2
+    ahead = SessionEnd(3)
+    with pytest.raises(ValueError, match="credit counted from 9, ahead of the 0 seen"):
+        ahead.request(1, False, False, delivery_count=9)

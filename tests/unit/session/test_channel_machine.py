@@ -95,8 +95,10 @@ class ChannelMachine(RuleBasedStateMachine):
             return
         consumer.requests += 1
         # Deliveries on the credit the queue held may cross the request; the queue counts
-        # them against the new credit.
-        consumer.limit = max(consumer.limit - consumer.received, request.credit)
+        # them against the new credit, from the request's delivery-count (which lags the one
+        # seen by the deliveries still waiting in the session).
+        lag = consumer.end.delivery_count - request.delivery_count
+        consumer.limit = max(consumer.limit - consumer.received, max(0, request.credit - lag))
         consumer.received = 0
         self._to_owner(request)
 
@@ -118,17 +120,21 @@ class ChannelMachine(RuleBasedStateMachine):
         credit=st.integers(0, 3 * MAX_QUEUE_CREDIT),
         drain=st.booleans(),
         echo=st.booleans(),
+        lagging=st.booleans(),
     )
-    def flow(self, number: int, credit: int, drain: bool, echo: bool) -> None:
+    def flow(self, number: int, credit: int, drain: bool, echo: bool, lagging: bool) -> None:
         consumer = self._pick(number)
         if consumer is None:
             return
         end = consumer.end
         was_in_flight = end.in_flight
-        request = end.request(min(credit, MAX_QUEUE_CREDIT), drain, echo)
+        # As a session asks: counted from what it sent on, behind what still waits in it.
+        counted = end.delivery_count - len(consumer.waiting) if lagging else None
+        wanted = min(credit, MAX_QUEUE_CREDIT)
+        request = end.request(wanted, drain, echo, counted)
         if was_in_flight:
             assert request is None
-            assert end.stashed == (min(credit, MAX_QUEUE_CREDIT), drain, echo)
+            assert end.stashed == (wanted, drain, echo, counted)
         self._request(consumer, request)
 
     @precondition(lambda self: any(c.waiting for c in self.consumers.values()))
