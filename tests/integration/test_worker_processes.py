@@ -254,6 +254,25 @@ def test_every_worker_takes_tls_clients_on_the_one_amqps_port(tmp_path: Path) ->
         assert owners == set(workers)
 
 
+def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, _):
+        workers = _children(process.pid)
+        process.kill()
+        process.wait(timeout=10)
+        # Each was told by the kernel (PR_SET_PDEATHSIG) and shut down: nobody serves the port
+        # unsupervised.
+        wait_until(lambda: not [pid for pid in workers if _alive(pid)], timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its new parent's wait does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _serve_once(*options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*SERVE, "--listen", "127.0.0.1:0", *_WORKERS_OFF, *options],
