@@ -70,6 +70,13 @@ def worker_index(config: ServerConfig) -> int | None:
     return int(name.removeprefix("worker-"))
 
 
+def node_name(config: ServerConfig) -> str:
+    """The server's node name before ``@host``: RabbitMQ's ``rabbit``, and for a worker
+    ``rabbit-worker-K``, so that a queue's leader names the worker it lives on."""
+    index = worker_index(config)
+    return "rabbit" if index is None else f"rabbit-worker-{index}"
+
+
 def layout_error(config: ServerConfig) -> str | None:
     """Why ``data_dir`` cannot be served with ``config.workers`` workers, if it cannot.
 

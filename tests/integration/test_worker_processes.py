@@ -4,6 +4,7 @@ on; SIGTERM stops them all (issue 35, stage 2)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -22,6 +23,8 @@ from proton.utils import BlockingConnection
 from support.certificates import self_signed
 from support.polling import wait_until
 from support.process import SERVE, serving, tls_port
+
+from sluicegate.clients.management import ManagementClient
 
 _WORKERS_OFF = ("--metrics-listen", "off", "--http-api-listen", "off")
 
@@ -271,6 +274,42 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def _worker_of(pid: int) -> int:
+    """The index of the worker ``pid`` is: the worker-K directory its log lock is in."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            match = re.search(r"/worker-(\d+)/", os.readlink(fd))
+            if match is not None:
+                return int(match.group(1))
+    raise AssertionError(f"process {pid} holds nothing in a worker directory")
+
+
+def test_a_queues_leader_names_the_worker_it_lives_on(tmp_path: Path) -> None:
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
+        workers = _children(process.pid)
+        found: dict[int, str] = {}
+        for _ in range(200):
+            before = _client_ports(port)
+            with ManagementClient(f"amqp://127.0.0.1:{port}") as client:
+                (mine,) = _client_ports(port) - before
+                ours = (port, mine)
+                inodes = {i for local, remote, i in _tcp_entries() if (local, remote) == ours}
+                (owner,) = [pid for pid in workers if inodes & _socket_inodes(pid)]
+                index = _worker_of(owner)
+                if index in found:
+                    continue
+                name = f"placed-{index}"
+                assert client.request("PUT", f"/queues/{name}", {"durable": True}).status == 201
+                reply = client.request("GET", f"/queues/{name}")
+                assert isinstance(reply.body, dict)
+                found[index] = str(reply.body["leader"])
+            if len(found) == len(workers):
+                break
+        assert sorted(found) == [0, 1]
+        for index, leader in found.items():
+            assert leader.startswith(f"rabbit-worker-{index}@")
 
 
 def _serve_once(*options: str) -> subprocess.CompletedProcess[str]:
