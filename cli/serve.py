@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
@@ -17,6 +18,7 @@ from sluicegate.gateway.config import ConfigError, load_config, setting_names
 from sluicegate.gateway.durability import VhostNotConfigured
 from sluicegate.gateway.runtime_vhosts import RuntimeVhostsDamaged
 from sluicegate.gateway.server import Server, StartError
+from sluicegate.gateway.supervisor import Supervisor, layout_error
 from sluicegate.queues.log.damage import LogDamaged
 from sluicegate.queues.log.recovery import LogCorrupted
 
@@ -28,6 +30,7 @@ _FLAG_HELP: Final = {
     "max_message_size": "largest message accepted, e.g. 8MiB",
     "metrics_listen": "Prometheus endpoint, HOST:PORT, or 'off'",
     "memory_budget": "message bytes held in memory, e.g. 64MiB",
+    "workers": "worker processes on one port (docs/workers.md)",
 }
 
 
@@ -58,11 +61,18 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"sluicegate: {error}", file=sys.stderr)
         return 2
+    layout = layout_error(config)
+    if layout is not None:
+        print(f"sluicegate: data_dir: {layout}", file=sys.stderr)
+        return 1
+    if config.workers > 1:
+        return Supervisor(config, serve).run()
     return serve(config)
 
 
-def serve(config: Any) -> int:
-    """Run a server with ``config`` in this process until SIGINT or SIGTERM."""
+def serve(config: Any, ready: Callable[[], None] | None = None) -> int:
+    """Run a server with ``config`` in this process until SIGINT or SIGTERM; a worker's
+    supervisor is told it serves through ``ready`` instead of the listening lines."""
     try:
         server = Server(config)
     except (OSError, LogCorrupted, LogDamaged, VhostNotConfigured, RuntimeVhostsDamaged) as error:
@@ -97,10 +107,13 @@ def serve(config: Any) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    print(f"sluicegate listening on amqp://{config.host}:{server.port}", flush=True)
-    if server.tls_port is not None:
-        host = config.tls_listen.rpartition(":")[0]
-        print(f"sluicegate listening on amqps://{host}:{server.tls_port}", flush=True)
+    if ready is not None:
+        ready()
+    else:
+        print(f"sluicegate listening on amqp://{config.host}:{server.port}", flush=True)
+        if server.tls_port is not None:
+            host = config.tls_listen.rpartition(":")[0]
+            print(f"sluicegate listening on amqps://{host}:{server.tls_port}", flush=True)
     server.run()
     return server.exit_status
 

@@ -76,6 +76,7 @@ from sluicegate.gateway.state import (
     forget_endpoint,
     forget_session,
 )
+from sluicegate.gateway.supervisor import node_name
 from sluicegate.gateway.tenancy import NotAllowed, Tenancy, VirtualHost
 from sluicegate.queues.errors import ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
@@ -144,8 +145,8 @@ class Broker(Handler):
         self._states: dict[LinkOwner, SessionState] = {}
         self._open_properties = open_properties(config.rabbitmq_compatible)
         # Named as RabbitMQ names its nodes: clients show and compare queue leaders by it, and
-        # the HTTP API reports it.
-        node = self.node = f"rabbit@{socket.gethostname()}"
+        # the HTTP API reports it. A worker's names it, so a queue's leader says where it lives.
+        node = self.node = f"{node_name(config)}@{socket.gethostname()}"
         budget = MemoryBudget(config.memory_budget)
         self.management = ManagementNode(
             {

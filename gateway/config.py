@@ -85,6 +85,9 @@ DEFAULT_HTTP_REQUEST_TIMEOUT: Final = 10.0
 # Request bodies are small JSON maps (a queue's arguments, a binding): nothing the API takes
 # needs more, and 64 connections reading one each hold at most 4 MiB.
 DEFAULT_HTTP_MAX_REQUEST_SIZE: Final = 64 * 1024
+# Worker processes one supervisor may start (gateway/supervisor.py): past any core count this
+# runs on, and a typo such as 1000 is refused rather than a thousand servers forked.
+MAX_WORKERS: Final = 256
 # RabbitMQ 4's defaults: 64 sessions per connection, 256 links per session.
 DEFAULT_CHANNEL_MAX: Final = 63
 DEFAULT_MAX_LINKS_PER_SESSION: Final = 256
@@ -154,6 +157,9 @@ class ServerConfig:
     # Bytes one connection's writer may have handed to proton and not yet written.
     writer_buffer_size: int = DEFAULT_WRITER_BUFFER_SIZE
     shutdown_timeout: float = 5.0
+    # Worker processes, each a reactor with its own log in <data_dir>/worker-K, clients spread
+    # over them on one port (docs/workers.md); 1 keeps the single process.
+    workers: int = 1
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     # RabbitMQ's HTTP API (docs/http-api.md), HOST:PORT or "off".
     http_api_listen: str = DEFAULT_HTTP_API_LISTEN
@@ -266,6 +272,8 @@ class ServerConfig:
             )
         if self.shutdown_timeout <= 0:
             raise ConfigError("shutdown_timeout: must be positive")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(f"workers: must be 1 to {MAX_WORKERS}, got {self.workers}")
         self._check_security()
 
     def _check_security(self) -> None:

@@ -77,7 +77,7 @@ class Listener(Handler):
         )
         host, port = address or (config.host, config.port)
         self._anonymous = anonymous_allowed(config.anonymous_login, host)
-        self._socket = listen_socket(host, port, LISTEN_BACKLOG)
+        self._socket = listen_socket(host, port, LISTEN_BACKLOG, reuse_port=config.workers > 1)
         self.port: int = self._socket.getsockname()[1]
         self._selectable = register(container, self._socket, self)
 

@@ -277,8 +277,15 @@ class MetricsPages:
     scrapers cost the reactor what one does.
     """
 
-    def __init__(self, snapshot: Callable[[], Awaitable[ServerStatistics]]) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], Awaitable[ServerStatistics]],
+        peers: Callable[[str, bytes], Awaitable[bytes]] | None = None,
+    ) -> None:
         self._snapshots = Throttled(snapshot, MIN_SNAPSHOT_INTERVAL)
+        # Worker 0 of several: adds the other workers' pages to its own
+        # (gateway/worker_metrics.py).
+        self._peers = peers
         self._current: ServerStatistics | None = None
         self._registries = {}
         for per_object in (False, True):
@@ -310,4 +317,7 @@ class MetricsPages:
                 stats,
                 generate_latest(self._registries[per_object]),
             )
-        return web.Response(body=rendered[1], headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body = rendered[1]
+        if self._peers is not None:
+            body = await self._peers(request.path, body)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Future
 from functools import partial
 from typing import TypeVar
@@ -38,10 +38,12 @@ from sluicegate.gateway.proton.reactor import BrokerContainer
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.statistics import ServerStatistics, gathering, server_statistics
+from sluicegate.gateway.supervisor import worker_index
 from sluicegate.gateway.tenancy import Tenancy
 from sluicegate.gateway.tls import server_context
 from sluicegate.gateway.vhost_log import VhostLog
 from sluicegate.gateway.wakeup import Wakeup
+from sluicegate.gateway.worker_metrics import fetch_pages, merge, peer_port_files, publish_port
 from sluicegate.queues.registry import QueueRegistry
 
 log = logging.getLogger("sluicegate")
@@ -165,7 +167,7 @@ class Server:
         for key, (host, port) in wanted:
             calls = ReactorCalls(self.submit_in_turns)
             handler = (
-                MetricsPages(partial(self._snapshot, calls)).handle
+                MetricsPages(partial(self._snapshot, calls), self._worker_peers()).handle
                 if key == "metrics_listen"
                 else Console(self._api(calls, host).handle).handle
             )
@@ -178,8 +180,22 @@ class Server:
                 ) from None
             if key == "metrics_listen":
                 self.metrics_port = listening.port
+                if worker_index(config) not in (None, 0):
+                    publish_port(config.data_dir, listening.port)
             else:
                 self.http_api_port = listening.port
+
+    def _worker_peers(self) -> Callable[[str, bytes], Awaitable[bytes]] | None:
+        """For worker 0 of several, what adds the other workers' metrics to its own page."""
+        config = self.config
+        if worker_index(config) != 0:
+            return None
+        files = peer_port_files(config.data_dir, config.workers)
+
+        async def add_peers(path: str, page: bytes) -> bytes:
+            return merge([page, *await fetch_pages(files, path)], config.workers)
+
+        return add_peers
 
     async def _snapshot(self, calls: ReactorCalls) -> ServerStatistics:
         return await calls.run(gathering(self.broker, self.tenancy), SNAPSHOT_TIMEOUT)

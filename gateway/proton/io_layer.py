@@ -373,11 +373,15 @@ class FlowIO(IOHandler):
                 self.broker.mark(session)
 
 
-def listen_socket(host: str, port: int, backlog: int) -> socket.socket:
-    """A non-blocking listening socket with a real backlog (proton's own uses 10)."""
+def listen_socket(host: str, port: int, backlog: int, *, reuse_port: bool = False) -> socket.socket:
+    """A non-blocking listening socket with a real backlog (proton's own uses 10);
+    ``reuse_port``: one of several workers' sockets on the port, among which the kernel spreads
+    new connections (SO_REUSEPORT, gateway/supervisor.py)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.listen(backlog)
     sock.setblocking(False)

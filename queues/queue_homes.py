@@ -1,0 +1,112 @@
+"""Which worker owns each queue: a stable hash of its virtual host and name, recorded once.
+
+A queue's messages live in its owner's log (``<data>/worker-K/``), so a queue must not move
+when the number of workers changes. The hash only proposes a home for a queue placed for the
+first time; the home is then recorded (one line appended to the placement file,
+gateway/queue_homes_file.py) and read back at every start, whatever the number of workers.
+With more workers, recorded queues stay where they are and new ones spread over all. With
+fewer, a queue recorded on a worker that no longer exists would lose its log: the server
+refuses to start and names those queues (:meth:`Homes.stranded`) until they are moved by an
+explicit step, not by a restart.
+
+The hash is Lamping and Veach's jump consistent hash over a BLAKE2b digest: Python's ``hash``
+differs between processes, and a jump hash proposes the same home for all but ``1/N`` of the
+names when ``N`` grows by one, so an explicit rebalance moves as few queues as possible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Final
+
+# The jump hash's linear congruential step (Lamping and Veach, "A Fast, Minimal Memory,
+# Consistent Hash Algorithm", 2014).
+_LCG: Final = 2862933555777941757
+_MASK64: Final = (1 << 64) - 1
+
+
+class HomesDamaged(Exception):
+    """A placement record that cannot be read: the file was changed by hand or damaged."""
+
+
+def proposed_home(vhost: str, name: str, workers: int) -> int:
+    """The worker, ``0 <= K < workers``, that a queue placed now would live on."""
+    if workers < 1:
+        raise ValueError("there is at least one worker")
+    digest = hashlib.blake2b(f"{vhost}\0{name}".encode(), digest_size=8).digest()
+    key = int.from_bytes(digest, "little")
+    bucket, jump = -1, 0
+    while jump < workers:
+        bucket = jump
+        key = (key * _LCG + 1) & _MASK64
+        jump = int((bucket + 1) * ((1 << 31) / ((key >> 33) + 1)))
+    return bucket
+
+
+class Homes:
+    """Every queue's recorded home, and the records that keep them."""
+
+    __slots__ = ("homes", "workers")
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError("there is at least one worker")
+        self.workers = workers
+        self.homes: dict[tuple[str, str], int] = {}
+
+    def home(self, vhost: str, name: str) -> int | None:
+        """Where the queue lives, if it was placed."""
+        return self.homes.get((vhost, name))
+
+    def place(self, vhost: str, name: str) -> tuple[int, str | None]:
+        """The queue's home, and the record to append durably if it was placed just now."""
+        known = self.homes.get((vhost, name))
+        if known is not None:
+            return known, None
+        home = proposed_home(vhost, name, self.workers)
+        self.homes[(vhost, name)] = home
+        return home, json.dumps({"place": [vhost, name], "worker": home}) + "\n"
+
+    def forget(self, vhost: str, name: str) -> str | None:
+        """The queue was deleted: the record to append, if it had a home."""
+        if self.homes.pop((vhost, name), None) is None:
+            return None
+        return json.dumps({"forget": [vhost, name]}) + "\n"
+
+    def stranded(self) -> list[tuple[str, str, int]]:
+        """Queues recorded on workers beyond the current number: their logs would be lost."""
+        return sorted(
+            (vhost, name, home)
+            for (vhost, name), home in self.homes.items()
+            if home >= self.workers
+        )
+
+    def compacted(self) -> str:
+        """One record per queue placed, for rewriting the file without what was forgotten."""
+        return "".join(
+            json.dumps({"place": [vhost, name], "worker": home}) + "\n"
+            for (vhost, name), home in sorted(self.homes.items())
+        )
+
+    @classmethod
+    def replay(cls, text: str, workers: int) -> Homes:
+        """The homes recorded in ``text``; a last line without its newline was torn by a crash
+        while it was appended (its queue was never confirmed placed) and is left out."""
+        homes = cls(workers)
+        lines = text.split("\n")
+        for number, line in enumerate(lines[:-1], start=1):
+            try:
+                record = json.loads(line)
+                if "place" in record:
+                    vhost, name = record["place"]
+                    home = record["worker"]
+                    if type(home) is not int or home < 0:
+                        raise HomesDamaged(f"line {number}: worker {home!r}")
+                    homes.homes[(str(vhost), str(name))] = home
+                else:
+                    vhost, name = record["forget"]
+                    homes.homes.pop((str(vhost), str(name)), None)
+            except (ValueError, KeyError, TypeError) as error:
+                raise HomesDamaged(f"line {number}: {error}") from error
+        return homes

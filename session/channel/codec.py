@@ -1,0 +1,317 @@
+"""Frames as bytes: a length-prefixed stream, read back through a bounded buffer.
+
+A frame is ``u32 size`` (of what follows) ``u8 kind`` and its fields, little-endian. Strings and
+byte strings carry their length. :func:`encode` returns the pieces of a frame rather than one
+joined buffer, so that the gateway writes them with one ``sendmsg`` and a delivery's payload is
+never copied on the sending side; :class:`FrameReader` slices each payload out of its buffer
+once on the receiving side. The channel joins two workers of one server, but a frame the reader
+cannot make sense of still ends the channel with :class:`ChannelError` rather than an exception
+deep in a queue.
+"""
+
+from __future__ import annotations
+
+import struct
+from itertools import accumulate, pairwise
+from typing import Final
+
+from sluicegate.session.channel.frames import (
+    Attach,
+    Confirm,
+    Credit,
+    CreditReply,
+    Deliveries,
+    Detach,
+    Error,
+    Frame,
+    Kind,
+    Publish,
+    Settle,
+    Settled,
+)
+
+# The frame header: the size of the rest, then the kind.
+_HEAD: Final = struct.Struct("<IB")
+HEAD_SIZE: Final = _HEAD.size
+_U16: Final = struct.Struct("<H")
+_U32: Final = struct.Struct("<I")
+_ATTACH: Final = struct.Struct("<IBBi")
+_DETACH: Final = struct.Struct("<III")
+_CREDIT: Final = struct.Struct("<IIIB")
+_REPLY: Final = struct.Struct("<IIIQB")
+_DELIVERIES: Final = struct.Struct("<II")
+_SETTLE: Final = struct.Struct("<IBBI")
+_PUBLISH: Final = struct.Struct("<Q")
+_CONFIRM: Final = struct.Struct("<QQB")
+# Flag bits of the one-byte flag fields.
+_DRAIN: Final = 1
+_ECHO: Final = 2
+_FAILED: Final = 1
+_UNDELIVERABLE: Final = 2
+_ANNOTATED: Final = 4
+# Bytes a frame adds around the payloads it carries, beyond their table: a DELIVERIES or PUBLISH
+# frame with a 255-character vhost, queue, exchange and routing key stays under it.
+FRAME_OVERHEAD: Final = 2048
+
+
+class ChannelError(Exception):
+    """The peer broke the channel protocol: the channel ends and its consumers detach."""
+
+
+def _text(value: str) -> list[bytes]:
+    data = value.encode()
+    return [_U16.pack(len(data)), data]
+
+
+def _blob(value: bytes) -> list[bytes]:
+    return [_U32.pack(len(value)), value]
+
+
+def _frame(kind: Kind, body: list[bytes]) -> list[bytes]:
+    size = 1 + sum(len(piece) for piece in body)
+    return [_HEAD.pack(size, kind), *body]
+
+
+def encode(frame: Frame) -> list[bytes]:
+    """The frame's bytes, in pieces to write in order (payloads are the caller's objects)."""
+    if type(frame) is Deliveries:
+        count = len(frame.seqs)
+        if count != len(frame.payloads):
+            raise ValueError("a delivery needs one sequence number and one payload")
+        table = struct.pack(
+            f"<{count}Q{count}I", *frame.seqs, *(len(payload) for payload in frame.payloads)
+        )
+        return _frame(
+            Kind.DELIVERIES, [_DELIVERIES.pack(frame.consumer, count), table, *frame.payloads]
+        )
+    if type(frame) is Credit:
+        flags = (_DRAIN if frame.drain else 0) | (_ECHO if frame.echo else 0)
+        return _frame(
+            Kind.CREDIT, [_CREDIT.pack(frame.consumer, frame.delivery_count, frame.credit, flags)]
+        )
+    if type(frame) is CreditReply:
+        flags = (_DRAIN if frame.drain else 0) | (_ECHO if frame.echo else 0)
+        reply = _REPLY.pack(
+            frame.consumer, frame.delivery_count, frame.credit, frame.available, flags
+        )
+        return _frame(Kind.CREDIT_REPLY, [reply])
+    if type(frame) is Settle:
+        flags = (
+            (_FAILED if frame.delivery_failed else 0)
+            | (_UNDELIVERABLE if frame.undeliverable_here else 0)
+            | (_ANNOTATED if frame.annotations is not None else 0)
+        )
+        head = _SETTLE.pack(frame.consumer, frame.outcome, flags, len(frame.ranges))
+        bounds = [seq for pair in frame.ranges for seq in pair]
+        body = [head, struct.pack(f"<{len(bounds)}Q", *bounds)]
+        if frame.annotations is not None:
+            body.extend(_blob(frame.annotations))
+        return _frame(Kind.SETTLE, body)
+    if type(frame) is Publish:
+        return _frame(
+            Kind.PUBLISH,
+            [
+                _PUBLISH.pack(frame.publish),
+                *_text(frame.vhost),
+                *_text(frame.queue),
+                *_text(frame.exchange),
+                *_text(frame.routing_key),
+                *_blob(frame.payload),
+            ],
+        )
+    if type(frame) is Confirm:
+        return _frame(
+            Kind.CONFIRM,
+            [
+                _CONFIRM.pack(frame.first, frame.last, frame.outcome),
+                *_text(frame.condition),
+                *_text(frame.description),
+            ],
+        )
+    if type(frame) is Attach:
+        head = _ATTACH.pack(frame.consumer, frame.ack_required, frame.browse, frame.priority)
+        return _frame(
+            Kind.ATTACH, [head, *_text(frame.vhost), *_text(frame.queue), *_blob(frame.filters)]
+        )
+    if type(frame) is Detach:
+        unsent = struct.pack(f"<{len(frame.unsent)}Q", *frame.unsent)
+        head = _DETACH.pack(frame.consumer, frame.delivery_count, len(frame.unsent))
+        return _frame(Kind.DETACH, [head, unsent])
+    assert type(frame) is Error
+    return _frame(
+        Kind.ERROR,
+        [_U32.pack(frame.consumer), *_text(frame.condition), *_text(frame.description)],
+    )
+
+
+class _Body:
+    """A cursor over one frame's body; any read past its end is the peer's error."""
+
+    __slots__ = ("at", "data", "end")
+
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.at = 0
+        self.end = len(data)
+
+    def take(self, layout: struct.Struct) -> tuple[int, ...]:
+        at = self.at
+        if at + layout.size > self.end:
+            raise ChannelError("a frame ends inside its fields")
+        self.at = at + layout.size
+        return layout.unpack_from(self.data, at)
+
+    def raw(self, size: int) -> bytes:
+        at = self.at
+        if at + size > self.end:
+            raise ChannelError("a frame ends inside its fields")
+        self.at = at + size
+        return bytes(self.data[at : at + size])
+
+    def ints(self, fmt: str, count: int) -> tuple[int, ...]:
+        layout = struct.Struct(f"<{count}{fmt}")
+        return self.take(layout)
+
+    def text(self) -> str:
+        (size,) = self.take(_U16)
+        try:
+            return self.raw(size).decode()
+        except UnicodeDecodeError as error:
+            raise ChannelError("a name is not UTF-8") from error
+
+    def blob(self) -> bytes:
+        (size,) = self.take(_U32)
+        return self.raw(size)
+
+    def done(self) -> None:
+        if self.at != self.end:
+            raise ChannelError("a frame has bytes after its fields")
+
+
+def _settled(value: int) -> Settled:
+    try:
+        return Settled(value)
+    except ValueError as error:
+        raise ChannelError(f"unknown outcome {value}") from error
+
+
+def _count(body: _Body, count: int, width: int) -> int:
+    """A count of ``width``-byte items the rest of the body must hold: checked before any table
+    of that size is built, so a lying count allocates nothing."""
+    if count * width > body.end - body.at:
+        raise ChannelError("a frame counts more items than it holds")
+    return count
+
+
+def decode(kind: int, data: memoryview) -> Frame:
+    """One frame from its kind and body (what follows the kind byte)."""
+    body = _Body(data)
+    frame: Frame
+    if kind == Kind.DELIVERIES:
+        consumer, count = body.take(_DELIVERIES)
+        _count(body, count, 12)
+        seqs = body.ints("Q", count)
+        offsets = list(accumulate(body.ints("I", count), initial=body.at))
+        if offsets[-1] > body.end:
+            raise ChannelError("a frame ends inside its fields")
+        view = body.data
+        # One copy of each payload out of the receive buffer, and no call per message.
+        payloads = tuple(view[start:end].tobytes() for start, end in pairwise(offsets))
+        body.at = offsets[-1]
+        frame = Deliveries(consumer, seqs, payloads)
+    elif kind == Kind.CREDIT:
+        consumer, delivery_count, credit, flags = body.take(_CREDIT)
+        frame = Credit(consumer, delivery_count, credit, bool(flags & _DRAIN), bool(flags & _ECHO))
+    elif kind == Kind.CREDIT_REPLY:
+        consumer, delivery_count, credit, available, flags = body.take(_REPLY)
+        frame = CreditReply(
+            consumer, delivery_count, credit, available, bool(flags & _DRAIN), bool(flags & _ECHO)
+        )
+    elif kind == Kind.SETTLE:
+        consumer, outcome, flags, count = body.take(_SETTLE)
+        _count(body, count, 16)
+        bounds = body.ints("Q", 2 * count)
+        ranges = tuple(zip(bounds[::2], bounds[1::2], strict=True))
+        if any(first > last for first, last in ranges):
+            raise ChannelError("a settled range ends before it starts")
+        annotations = body.blob() if flags & _ANNOTATED else None
+        frame = Settle(
+            consumer,
+            _settled(outcome),
+            ranges,
+            bool(flags & _FAILED),
+            bool(flags & _UNDELIVERABLE),
+            annotations,
+        )
+    elif kind == Kind.PUBLISH:
+        (publish,) = body.take(_PUBLISH)
+        frame = Publish(publish, body.text(), body.text(), body.text(), body.text(), body.blob())
+    elif kind == Kind.CONFIRM:
+        first, last, outcome = body.take(_CONFIRM)
+        if first > last:
+            raise ChannelError("a confirmed range ends before it starts")
+        frame = Confirm(first, last, _settled(outcome), body.text(), body.text())
+    elif kind == Kind.ATTACH:
+        consumer, ack_required, browse, priority = body.take(_ATTACH)
+        frame = Attach(
+            consumer,
+            body.text(),
+            body.text(),
+            bool(ack_required),
+            bool(browse),
+            priority,
+            body.blob(),
+        )
+    elif kind == Kind.DETACH:
+        consumer, delivery_count, count = body.take(_DETACH)
+        _count(body, count, 8)
+        frame = Detach(consumer, delivery_count, body.ints("Q", count))
+    elif kind == Kind.ERROR:
+        (consumer,) = body.take(_U32)
+        frame = Error(consumer, body.text(), body.text())
+    else:
+        raise ChannelError(f"unknown frame kind {kind}")
+    body.done()
+    return frame
+
+
+class FrameReader:
+    """Frames out of a byte stream that arrives in pieces of any size.
+
+    The buffer holds at most one unfinished frame of at most ``max_frame_size`` bytes (the
+    largest message the server takes plus :data:`FRAME_OVERHEAD`) plus the last piece read: a
+    peer announcing a larger frame ends the channel before its bytes are kept.
+    """
+
+    __slots__ = ("buffer", "max_frame_size")
+
+    def __init__(self, max_frame_size: int) -> None:
+        self.max_frame_size = max_frame_size
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Take ``data``; return the frames it completes, in order."""
+        buffer = self.buffer
+        buffer += data
+        frames: list[Frame] = []
+        at = 0
+        end = len(buffer)
+        with memoryview(buffer) as view:
+            while end - at >= HEAD_SIZE:
+                size, kind = _HEAD.unpack_from(view, at)
+                if size < 1 or size + 4 > self.max_frame_size:
+                    raise ChannelError(
+                        f"a frame of {size + 4} bytes, over the channel's {self.max_frame_size}"
+                    )
+                if end - at < size + 4:
+                    break
+                frames.append(decode(kind, view[at + HEAD_SIZE : at + 4 + size]))
+                at += 4 + size
+        if at:
+            del buffer[:at]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame not complete yet."""
+        return len(self.buffer)

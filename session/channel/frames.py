@@ -1,0 +1,170 @@
+"""What crosses the channel between a worker's sessions and another worker's queues.
+
+The frames are RabbitMQ 4's credit API v2 (PR 11307) as messages: the session asks with
+:class:`Credit` (the queue-side delivery-count it knows, the credit it wants, drain, echo) and
+the queue answers with deliveries, then exactly one :class:`CreditReply` carrying its own
+delivery-count. A consumer is named by the id its session's worker gave it at :class:`Attach`;
+a delivery by the queue's sequence number, which settlements name in ranges.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TypeAlias
+
+
+class Kind(enum.IntEnum):
+    """The frame type byte on the wire."""
+
+    ATTACH = 1
+    DETACH = 2
+    CREDIT = 3
+    CREDIT_REPLY = 4
+    DELIVERIES = 5
+    SETTLE = 6
+    PUBLISH = 7
+    CONFIRM = 8
+    ERROR = 9
+
+
+class Settled(enum.IntEnum):
+    """A consumer's outcome (queues.queue_type.Outcome) and a publish's, as one byte."""
+
+    ACCEPTED = 0
+    RELEASED = 1
+    REJECTED = 2
+    MODIFIED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """A session in the sending worker consumes from a queue the receiving worker owns.
+
+    ``filters`` is the consumer's filter-set exactly as its ATTACH encoded it: the owner parses
+    it as a local attach would, so no filter is compiled twice or shipped as code.
+    """
+
+    consumer: int
+    vhost: str
+    queue: str
+    ack_required: bool
+    browse: bool
+    priority: int
+    filters: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Detach:
+    """The consumer is gone; ``unsent`` are the deliveries its session never put on the wire
+    (they go back as they were, the others count a failed attempt: QueueType.detach).
+
+    ``delivery_count`` is the queue-side count the session had seen: deliveries the queue sent
+    after it crossed the DETACH on the channel and go back as unsent too, so nothing a
+    pre-settled consumer never received is lost.
+    """
+
+    consumer: int
+    delivery_count: int
+    unsent: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """A credit request: at most one in flight per consumer (:mod:`.ends`)."""
+
+    consumer: int
+    delivery_count: int
+    credit: int
+    drain: bool
+    echo: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CreditReply:
+    """The queue's answer, after the deliveries the request released."""
+
+    consumer: int
+    delivery_count: int
+    credit: int
+    available: int
+    drain: bool
+    echo: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Deliveries:
+    """Messages for one consumer: sequence numbers and the payloads as the queue holds them.
+
+    A payload is never decoded or re-encoded on the way: the encoder hands the sender's bytes
+    objects to the socket as they are, the reader slices each out of its receive buffer once.
+    """
+
+    consumer: int
+    seqs: tuple[int, ...]
+    payloads: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """A consumer's settlement of the deliveries in ``ranges`` (first, last), inclusive."""
+
+    consumer: int
+    outcome: Settled
+    ranges: tuple[tuple[int, int], ...]
+    delivery_failed: bool = False
+    undeliverable_here: bool = False
+    annotations: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """A message for a queue the receiving worker owns; :class:`Confirm` answers it once the
+    owner has stored it (the publisher's credit is renewed only then)."""
+
+    publish: int
+    vhost: str
+    queue: str
+    exchange: str
+    routing_key: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """The outcome of the publishes ``first`` to ``last`` (inclusive); a refusal names its AMQP
+    error condition and why."""
+
+    first: int
+    last: int
+    outcome: Settled
+    condition: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """The owner ended a consumer (its queue deleted, its settlement refused): the session
+    detaches the client's link with this condition; consumer 0 is the channel itself."""
+
+    consumer: int
+    condition: str
+    description: str
+
+
+Frame: TypeAlias = (
+    Attach | Detach | Credit | CreditReply | Deliveries | Settle | Publish | Confirm | Error
+)
+
+
+def ranges_of(seqs: list[int]) -> tuple[tuple[int, int], ...]:
+    """Sorted, merged inclusive ranges of sequence numbers: a client settles runs of deliveries,
+    and a run of any length crosses as two integers."""
+    out: list[tuple[int, int]] = []
+    for seq in sorted(seqs):
+        if out and seq <= out[-1][1] + 1:
+            if seq > out[-1][1]:
+                out[-1] = (out[-1][0], seq)
+            continue
+        out.append((seq, seq))
+    return tuple(out)

@@ -1,0 +1,384 @@
+"""``sluicegate serve --workers N`` as a user runs it: one port over N worker processes, each
+with its own log; a killed worker comes back with its confirmed messages while the others serve
+on; SIGTERM stops them all (issue 35, stage 2)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from proton import Message
+from proton.utils import BlockingConnection
+from support.certificates import self_signed
+from support.polling import wait_until
+from support.process import SERVE, serving, tls_port
+
+from sluicegate.clients.management import ManagementClient
+
+_WORKERS_OFF = ("--metrics-listen", "off", "--http-api-listen", "off")
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in text.split()]
+
+
+def _tcp_entries() -> list[tuple[int, int, int]]:
+    """(local port, remote port, inode) of every established IPv4 TCP socket."""
+    entries = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] != "01":
+            continue
+        local = int(fields[1].rsplit(":", 1)[1], 16)
+        remote = int(fields[2].rsplit(":", 1)[1], 16)
+        entries.append((local, remote, int(fields[9])))
+    return entries
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _client_ports(port: int) -> set[int]:
+    return {local for local, remote, _ in _tcp_entries() if remote == port}
+
+
+def _connect(port: int, workers: list[int]) -> tuple[BlockingConnection, int]:
+    """A connection to the server and the worker process that accepted it."""
+    before = _client_ports(port)
+    connection = BlockingConnection(f"amqp://127.0.0.1:{port}", timeout=20)
+    (mine,) = _client_ports(port) - before
+    owners: list[int] = []
+
+    def accepted() -> bool:
+        inodes = {
+            inode for local, remote, inode in _tcp_entries() if (local, remote) == (port, mine)
+        }
+        owners[:] = [pid for pid in workers if inodes & _socket_inodes(pid)]
+        return bool(owners)
+
+    wait_until(accepted)
+    return connection, owners[0]
+
+
+def _connection_on(port: int, workers: list[int], wanted: int) -> BlockingConnection:
+    """Connect until the kernel hands a connection to worker ``wanted``."""
+    for _ in range(200):
+        connection, owner = _connect(port, workers)
+        if owner == wanted:
+            return connection
+        connection.close()
+    pytest.fail(f"no connection reached worker {wanted} in 200 attempts")
+
+
+def test_workers_share_one_port_and_each_keeps_its_own_log(tmp_path: Path) -> None:
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
+        workers = _children(process.pid)
+        assert len(workers) == 2
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["worker-0", "worker-1"]
+        connections = [_connect(port, workers) for _ in range(16)]
+        try:
+            # Both accept: 16 connections all on one worker would happen 1 time in 32,768.
+            assert {owner for _, owner in connections} == set(workers)
+            # Each connection is a whole server's: it sends to and receives from its queue.
+            connection, _ = connections[0]
+            connection.create_sender("echo").send(Message(body="hello"))
+            receiver = connection.create_receiver("echo")
+            message = receiver.receive(timeout=10)
+            receiver.accept()
+            assert message.body == "hello"
+        finally:
+            for connection, _ in connections:
+                connection.close()
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _resident(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_one_scrape_adds_up_every_worker(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics = probe.getsockname()[1]
+    with serving(
+        "--workers",
+        "2",
+        "--data-dir",
+        str(tmp_path),
+        "--metrics-listen",
+        f"127.0.0.1:{metrics}",
+        "--http-api-listen",
+        "off",
+        "--memory-budget",
+        "64MiB",
+    ) as (process, port):
+        first, second = _children(process.pid)
+        on_first = _connection_on(port, [first, second], first)
+        on_second = _connection_on(port, [first, second], second)
+        try:
+            for connection, count in ((on_first, 3), (on_second, 5)):
+                sender = connection.create_sender("counted")
+                for n in range(count):
+                    sender.send(Message(body=f"m{n}"))
+            samples = _scrape(metrics)
+            queue = (("queue", "counted"), ("vhost", "/"))
+            assert samples[("sluicegate_queue_messages_ready", queue)] == 8
+            assert samples[("sluicegate_connections", ())] == 2
+            assert samples[("sluicegate_workers", ())] == 2
+            assert samples[("sluicegate_workers_scraped", ())] == 2
+            # Each worker has half the budget: the server's is the one configured.
+            assert samples[("sluicegate_memory_budget_limit_bytes", ())] == 64 * 2**20
+            # The server's resident memory is both workers' (each at least 20 MiB of Python).
+            both = _resident(first) + _resident(second)
+            assert samples[("process_resident_memory_bytes", ())] >= 0.8 * both
+        finally:
+            on_first.close()
+            on_second.close()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_comes_back_with_its_confirmed_messages_while_the_other_serves_on(
+    tmp_path: Path,
+) -> None:
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
+        first, second = _children(process.pid)
+        doomed = _connection_on(port, [first, second], first)
+        survivor = _connection_on(port, [first, second], second)
+        sender = doomed.create_sender("kept")
+        for n in range(20):
+            # A blocking send returns once the server settled it: stored and fsynced.
+            sender.send(Message(body=f"kept-{n}", durable=True))
+        survivor_sender = survivor.create_sender("other")
+        survivor_receiver = survivor.create_receiver("other")
+        os.kill(first, signal.SIGKILL)
+        killed_at = time.monotonic()
+        # The other worker serves on meanwhile: its connection is untouched.
+        survivor_sender.send(Message(body="during"))
+        assert survivor_receiver.receive(timeout=10).body == "during"
+        survivor_receiver.accept()
+        restarted: list[int] = []
+
+        def back() -> bool:
+            restarted[:] = [pid for pid in _children(process.pid) if pid not in (first, second)]
+            return bool(restarted)
+
+        wait_until(back, timeout=30)
+        (again,) = restarted
+        fresh = _connection_on(port, [again, second], again)
+        recovered = time.monotonic() - killed_at
+        receiver = fresh.create_receiver("kept")
+        bodies = []
+        for _ in range(20):
+            bodies.append(receiver.receive(timeout=10).body)
+            receiver.accept()
+        assert bodies == [f"kept-{n}" for n in range(20)]
+        # Generous: the restart is a fork and a log replay of 20 messages.
+        assert recovered < 30
+        for connection in (fresh, survivor):
+            connection.close()
+        process.terminate()
+        assert process.wait(timeout=20) == 0
+        assert process.stderr is not None
+        log = process.stderr.read()
+        assert re.search(r"worker 0 \(pid \d+\) ended: killed by SIGKILL; starting it again", log)
+        assert re.search(r"worker 0 serves again \(pid \d+\), recovered in [0-9.]+ s", log)
+
+
+def test_sigterm_stops_every_worker_within_the_grace(tmp_path: Path) -> None:
+    with serving(
+        "--workers", "3", "--data-dir", str(tmp_path), "--shutdown-timeout", "2", *_WORKERS_OFF
+    ) as (process, port):
+        workers = _children(process.pid)
+        assert len(workers) == 3
+        connection, _ = _connect(port, workers)
+        started = time.monotonic()
+        process.terminate()
+        assert process.wait(timeout=20) == 0
+        # shutdown_timeout, the workers' watchdog margin and the supervisor's, with room.
+        assert time.monotonic() - started < 2 + 1 + 2 + 5
+        assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+        connection.close()
+
+
+def test_every_worker_takes_tls_clients_on_the_one_amqps_port(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
+    env = {**os.environ, "SLUICEGATE_TLS_CERT_FILE": str(cert), "SLUICEGATE_TLS_KEY_FILE": str(key)}
+    options = ("--tls-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"))
+    with serving("--workers", "2", *options, *_WORKERS_OFF, env=env) as (process, _):
+        port = tls_port(process)
+        workers = _children(process.pid)
+        context = ssl.create_default_context(cafile=str(cert))
+        owners: set[int] = set()
+        for _ in range(16):
+            before = _client_ports(port)
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+                context.wrap_socket(raw, server_hostname="localhost") as tls,
+            ):
+                assert tls.version() is not None
+                (mine,) = _client_ports(port) - before
+                ours = (port, mine)
+                inodes = {i for local, remote, i in _tcp_entries() if (local, remote) == ours}
+                owners.update(pid for pid in workers if inodes & _socket_inodes(pid))
+        # 16 handshakes all with one worker would happen 1 time in 32,768.
+        assert owners == set(workers)
+
+
+def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, _):
+        workers = _children(process.pid)
+        process.kill()
+        process.wait(timeout=10)
+        # Each was told by the kernel (PR_SET_PDEATHSIG) and shut down: nobody serves the port
+        # unsupervised.
+        wait_until(lambda: not [pid for pid in workers if _alive(pid)], timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its new parent's wait does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _worker_of(pid: int) -> int:
+    """The index of the worker ``pid`` is: the worker-K directory its log lock is in."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            match = re.search(r"/worker-(\d+)/", os.readlink(fd))
+            if match is not None:
+                return int(match.group(1))
+    raise AssertionError(f"process {pid} holds nothing in a worker directory")
+
+
+def test_a_queues_leader_names_the_worker_it_lives_on(tmp_path: Path) -> None:
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
+        workers = _children(process.pid)
+        found: dict[int, str] = {}
+        for _ in range(200):
+            before = _client_ports(port)
+            with ManagementClient(f"amqp://127.0.0.1:{port}") as client:
+                (mine,) = _client_ports(port) - before
+                ours = (port, mine)
+                inodes = {i for local, remote, i in _tcp_entries() if (local, remote) == ours}
+                (owner,) = [pid for pid in workers if inodes & _socket_inodes(pid)]
+                index = _worker_of(owner)
+                if index in found:
+                    continue
+                name = f"placed-{index}"
+                assert client.request("PUT", f"/queues/{name}", {"durable": True}).status == 201
+                reply = client.request("GET", f"/queues/{name}")
+                assert isinstance(reply.body, dict)
+                found[index] = str(reply.body["leader"])
+            if len(found) == len(workers):
+                break
+        assert sorted(found) == [0, 1]
+        for index, leader in found.items():
+            assert leader.startswith(f"rabbit-worker-{index}@")
+
+
+def _serve_once(*options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SERVE, "--listen", "127.0.0.1:0", *_WORKERS_OFF, *options],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_a_data_dir_is_served_only_with_the_layout_it_was_written_in(tmp_path: Path) -> None:
+    single = tmp_path / "single"
+    with serving("--data-dir", str(single), *_WORKERS_OFF):
+        pass
+    refused = _serve_once("--workers", "2", "--data-dir", str(single))
+    assert refused.returncode == 1
+    assert "holds the log of a single server" in refused.stderr
+    spread = tmp_path / "spread"
+    with serving("--workers", "2", "--data-dir", str(spread), *_WORKERS_OFF):
+        pass
+    refused = _serve_once("--data-dir", str(spread))
+    assert refused.returncode == 1
+    assert "holds the logs of 2 workers (worker-0, worker-1)" in refused.stderr
+
+
+def test_a_worker_that_cannot_start_stops_the_server_with_its_reason(tmp_path: Path) -> None:
+    # worker-1 cannot be a directory: its server cannot open its log.
+    (tmp_path / "worker-1").write_text("not a directory")
+    process = subprocess.Popen(
+        [*SERVE, "--listen", "127.0.0.1:0", *_WORKERS_OFF, "--workers=2", f"--data-dir={tmp_path}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert "listening" not in out
+    assert "cannot open the data directory" in err
+    assert "worker 1 did not start" in err
+    # Worker 0 was stopped with it: no process serves that data directory any more.
+    assert _serving_dir(tmp_path) == []
+
+
+def _serving_dir(data_dir: Path) -> list[int]:
+    """Processes whose command line names ``data_dir`` (forked workers keep the supervisor's)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"--data-dir={data_dir}".encode() in command:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_number_of_workers_out_of_range_is_refused_naming_the_setting() -> None:
+    for value in ("0", "257"):
+        refused = _serve_once("--workers", value)
+        assert refused.returncode == 2
+        assert f"workers: must be 1 to 256, got {value}" in refused.stderr
+
+
+def test_the_help_names_the_workers_flag() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "sluicegate", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--workers WORKERS" in shown.stdout

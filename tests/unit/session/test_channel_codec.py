@@ -1,0 +1,162 @@
+"""The channel's frames survive the byte stream in pieces of any size, and a broken stream ends
+the channel with ChannelError before it makes the reader hold or build more than one frame."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluicegate.session.channel.codec import (
+    FRAME_OVERHEAD,
+    HEAD_SIZE,
+    ChannelError,
+    FrameReader,
+    encode,
+)
+from sluicegate.session.channel.frames import (
+    Attach,
+    Confirm,
+    Credit,
+    CreditReply,
+    Deliveries,
+    Detach,
+    Error,
+    Frame,
+    Kind,
+    Publish,
+    Settle,
+    Settled,
+    ranges_of,
+)
+
+U32 = st.integers(0, 2**32 - 1)
+U64 = st.integers(0, 2**64 - 1)
+NAMES = st.text(max_size=40)
+PAYLOADS = st.binary(max_size=300)
+MAX_FRAME = 64 * 1024
+
+
+@st.composite
+def deliveries(draw: st.DrawFn) -> Deliveries:
+    payloads = draw(st.lists(PAYLOADS, max_size=8))
+    seqs = draw(st.lists(U64, min_size=len(payloads), max_size=len(payloads)))
+    return Deliveries(draw(U32), tuple(seqs), tuple(payloads))
+
+
+@st.composite
+def settles(draw: st.DrawFn) -> Settle:
+    return Settle(
+        draw(U32),
+        draw(st.sampled_from(Settled)),
+        ranges_of(draw(st.lists(st.integers(0, 10_000), max_size=20))),
+        draw(st.booleans()),
+        draw(st.booleans()),
+        draw(st.none() | st.binary(max_size=50)),
+    )
+
+
+@st.composite
+def confirms(draw: st.DrawFn) -> Confirm:
+    first = draw(U64)
+    last = draw(st.integers(first, 2**64 - 1))
+    return Confirm(first, last, draw(st.sampled_from(Settled)), draw(NAMES), draw(NAMES))
+
+
+FRAMES: st.SearchStrategy[Frame] = st.one_of(
+    st.builds(
+        Attach,
+        U32,
+        NAMES,
+        NAMES,
+        st.booleans(),
+        st.booleans(),
+        st.integers(-(2**31), 2**31 - 1),
+        st.binary(max_size=50),
+    ),
+    st.builds(Detach, U32, U32, st.lists(U64, max_size=10).map(tuple)),
+    st.builds(Credit, U32, U32, U32, st.booleans(), st.booleans()),
+    st.builds(CreditReply, U32, U32, U32, U64, st.booleans(), st.booleans()),
+    deliveries(),
+    settles(),
+    st.builds(Publish, U64, NAMES, NAMES, NAMES, NAMES, PAYLOADS),
+    confirms(),
+    st.builds(Error, U32, NAMES, NAMES),
+)
+
+
+@given(st.lists(FRAMES, max_size=10), st.lists(st.integers(1, 97), min_size=1))
+def test_frames_come_back_as_sent_whatever_the_pieces(frames: list[Frame], cuts: list[int]) -> None:
+    stream = b"".join(piece for frame in frames for piece in encode(frame))
+    reader = FrameReader(MAX_FRAME)
+    got: list[Frame] = []
+    at = 0
+    for cut in itertools.cycle(cuts):
+        if at >= len(stream):
+            break
+        got.extend(reader.feed(stream[at : at + cut]))
+        at += cut
+    assert got == frames
+    assert reader.buffered == 0
+
+
+def test_a_payload_is_handed_to_the_socket_as_the_queue_holds_it() -> None:
+    payloads = (b"x" * 1000, b"y" * 10)
+    pieces = encode(Deliveries(7, (1, 2), payloads))
+    assert any(piece is payloads[0] for piece in pieces)
+    assert any(piece is payloads[1] for piece in pieces)
+
+
+def test_ranges_merge_runs_and_keep_gaps() -> None:
+    assert ranges_of([5, 1, 2, 3, 3, 9, 10]) == ((1, 3), (5, 5), (9, 10))
+    assert ranges_of([]) == ()
+
+
+def test_a_frame_announced_over_the_limit_ends_the_channel_before_its_bytes_are_kept() -> None:
+    reader = FrameReader(1024 + FRAME_OVERHEAD)
+    head = struct.pack("<IB", 10_000_000, Kind.PUBLISH)
+    with pytest.raises(ChannelError, match="over the channel's"):
+        reader.feed(head)
+
+
+def test_a_half_frame_waits_and_holds_only_its_bytes() -> None:
+    stream = b"".join(encode(Publish(1, "/", "q", "", "k", b"p" * 500)))
+    reader = FrameReader(MAX_FRAME)
+    assert reader.feed(stream[:100]) == []
+    assert reader.buffered == 100
+    assert reader.feed(stream[100:]) == [Publish(1, "/", "q", "", "k", b"p" * 500)]
+    assert reader.buffered == 0
+
+
+def _raw(kind: int, body: bytes) -> bytes:
+    return struct.pack("<IB", len(body) + 1, kind) + body
+
+
+@pytest.mark.parametrize(
+    ("stream", "reason"),
+    [
+        (_raw(99, b""), "unknown frame kind 99"),
+        (_raw(Kind.CREDIT, b"\x01\x00"), "ends inside its fields"),
+        (_raw(Kind.CREDIT, struct.pack("<IIIB", 1, 2, 3, 0) + b"!"), "bytes after its fields"),
+        # A count of 2**32-1 deliveries in a 20-byte body: refused before any table is built.
+        (_raw(Kind.DELIVERIES, struct.pack("<II", 1, 2**32 - 1) + b"\0" * 12), "counts more"),
+        # A payload size past the frame's end.
+        (
+            _raw(Kind.DELIVERIES, struct.pack("<IIQI", 1, 1, 0, 1000) + b"x"),
+            "ends inside its fields",
+        ),
+        (_raw(Kind.DETACH, struct.pack("<III", 1, 0, 2**32 - 1)), "counts more"),
+        (_raw(Kind.SETTLE, struct.pack("<IBBI", 1, 0, 0, 1) + struct.pack("<QQ", 9, 3)), "ends"),
+        (_raw(Kind.SETTLE, struct.pack("<IBBI", 1, 7, 0, 0)), "unknown outcome 7"),
+        (_raw(Kind.CONFIRM, struct.pack("<QQB", 5, 4, 0) + b"\0" * 4), "ends before"),
+        (_raw(Kind.ERROR, struct.pack("<IH", 1, 2) + b"\xff\xfe" + b"\0\0"), "not UTF-8"),
+        (struct.pack("<IB", 0, 1), "over the channel's"),
+    ],
+)
+def test_a_broken_frame_ends_the_channel_with_a_reason(stream: bytes, reason: str) -> None:
+    assert len(stream) >= HEAD_SIZE
+    with pytest.raises(ChannelError, match=reason):
+        FrameReader(MAX_FRAME).feed(stream)
