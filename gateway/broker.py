@@ -29,8 +29,6 @@ from proton import (
 )
 
 from sluicegate.gateway import deliveries, payload_buffers, timeouts
-from sluicegate.gateway.access import authorise_attach, authorise_reply_to, authorise_temporary
-from sluicegate.gateway.auth import Access
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.deliveries import CDelivery
@@ -57,12 +55,19 @@ from sluicegate.gateway.limits import (
     session_ended,
 )
 from sluicegate.gateway.management.node import ManagementNode, management_caller
-from sluicegate.gateway.management.router import Response, Router
 from sluicegate.gateway.modified_outcomes import ModifiedAnnotations
 from sluicegate.gateway.proton_internals import c_object, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.renewal import renew_credential
+from sluicegate.gateway.rules.access import (
+    authorise_attach,
+    authorise_reply_to,
+    authorise_temporary,
+)
+from sluicegate.gateway.rules.auth import Access
+from sluicegate.gateway.rules.management.router import Response, Router
+from sluicegate.gateway.rules.tenancy import NotAllowed, Tenancy, VirtualHost
 from sluicegate.gateway.settle_modes import refuse_unhonoured, state_settle_modes
 from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.state import (
@@ -75,7 +80,6 @@ from sluicegate.gateway.state import (
     forget_endpoint,
     forget_session,
 )
-from sluicegate.gateway.tenancy import NotAllowed, Tenancy, VirtualHost
 from sluicegate.queues.errors import ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from sluicegate.gateway.auth import User, UserError, parse_users
-from sluicegate.gateway.definitions import (
+from sluicegate.gateway.oauth2 import OAuth2Settings, parse_oauth2
+from sluicegate.gateway.rules.auth import User, UserError, parse_users
+from sluicegate.gateway.rules.definitions import (
     BindingDefinition,
     DefinitionError,
     ExchangeDefinition,
@@ -24,8 +25,7 @@ from sluicegate.gateway.definitions import (
     check_definitions,
     parse_definitions,
 )
-from sluicegate.gateway.oauth2 import OAuth2Settings, parse_oauth2
-from sluicegate.gateway.vhosts import VhostSettings, default_vhosts, parse_vhosts
+from sluicegate.gateway.rules.vhosts import VhostSettings, default_vhosts, parse_vhosts
 from sluicegate.queues.log.bodies import DEFAULT_CACHE_BYTES
 from sluicegate.queues.log.placement import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
 from sluicegate.session.account import DEFAULT_ACCOUNT_LIMIT
@@ -162,7 +162,7 @@ class ServerConfig:
     http_request_timeout: float = DEFAULT_HTTP_REQUEST_TIMEOUT
     http_max_request_size: int = DEFAULT_HTTP_MAX_REQUEST_SIZE
     # -- authentication, TLS and limits (docs/operations.md) --
-    # Users from the config file's [users.NAME] tables; see gateway/auth.py.
+    # Users from the config file's [users.NAME] tables; see gateway/rules/auth.py.
     users: Mapping[str, User] = field(default_factory=dict)
     # OAuth 2 access tokens accepted as PLAIN passwords (gateway/oauth2.py); TOML only.
     oauth2: OAuth2Settings | None = None
@@ -207,7 +207,7 @@ class ServerConfig:
     # false refuses the link with amqp:not-found, as RabbitMQ 4 does (its clients' suites
     # expect that refusal).
     attach_declares_queues: bool = True
-    # Declared at start, in this order (gateway/definitions.py): [[queues]], [[exchanges]],
+    # Declared at start, in this order (gateway/rules/definitions.py): [[queues]], [[exchanges]],
     # [[bindings]] tables of the configuration file.
     queues: tuple[QueueDefinition, ...] = ()
     exchanges: tuple[ExchangeDefinition, ...] = ()

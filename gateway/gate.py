@@ -24,11 +24,11 @@ from proton import Transport
 from sluicegate.clients.pump import TLS_OUTPUT_LOW
 from sluicegate.clients.tls import TlsChannel, TlsError
 from sluicegate.gateway import reading
-from sluicegate.gateway.auth import User
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.login import LoginQueue, Ticket
 from sluicegate.gateway.proton_internals import Selectable, reactor_now, transport_of
 from sluicegate.gateway.rare_warning import RareWarning
+from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.tls import certificate_subject

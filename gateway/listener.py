@@ -24,7 +24,6 @@ from proton import Event, Handler, Transport
 from proton.reactor import Container
 
 from sluicegate.gateway import reading, timeouts
-from sluicegate.gateway.auth import anonymous_user
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.gate import Gate
@@ -33,6 +32,7 @@ from sluicegate.gateway.limits import configure_transport
 from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.proton_internals import Selectable, register, serve
 from sluicegate.gateway.rare_warning import RareWarning
+from sluicegate.gateway.rules.auth import anonymous_user
 from sluicegate.gateway.sasl import SaslServer
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.session.account import Account

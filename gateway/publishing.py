@@ -25,8 +25,8 @@ from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.proton_internals import c_object
 from sluicegate.gateway.queue_links import QueueLinks
+from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
-from sluicegate.gateway.vhost_log import logged_name
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Final
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 
-from sluicegate.gateway.auth import Permissions, User
 from sluicegate.gateway.payload_buffers import Held
 from sluicegate.gateway.proton_internals import Selectable
-from sluicegate.gateway.routing import PublishTarget, Router
-from sluicegate.gateway.tenancy import VirtualHost
+from sluicegate.gateway.rules.auth import Permissions, User
+from sluicegate.gateway.rules.routing import PublishTarget, Router
+from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.window import remote_incoming_window, session_address
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluicegate.gateway.broker import Broker
-from sluicegate.gateway.tenancy import Tenancy
+from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.queues.filters.view import ViewStatistics
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.session.account import AccountStatistics

@@ -1,7 +1,7 @@
 """RabbitMQ's HTTP API, the part its clients' users reach for (docs/http-api.md).
 
 Queues, exchanges and bindings are answered by the same router as the AMQP ``/management``
-node (gateway/management/router.py, through ``ManagementNode.route``): one implementation, two
+node (gateway/rules/management/router.py, through ``ManagementNode.route``): one implementation, two
 transports; this module only translates paths, bodies and shapes between RabbitMQ's HTTP API and
 that router. Every request is one job on the reactor thread (gateway/http/reactor_calls.py) and
 every answer is JSON; bad input gets RabbitMQ's status code and ``{"error", "reason"}``.
@@ -24,13 +24,13 @@ from urllib.parse import parse_qsl, quote, unquote
 from aiohttp import web
 from proton import Condition
 
-from sluicegate.gateway.auth import DEFAULT_VHOST, User
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.basic_auth import BasicAuth
 from sluicegate.gateway.http.errors import json_error
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
-from sluicegate.gateway.management.router import (
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST, User
+from sluicegate.gateway.rules.management.router import (
     MAX_PAGE_SIZE,
     MAX_UNPAGED,
     Caller,
@@ -38,9 +38,9 @@ from sluicegate.gateway.management.router import (
     Response,
     Router,
 )
+from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts, VhostRefused
 from sluicegate.gateway.state import ConnectionState
-from sluicegate.gateway.tenancy import VirtualHost
 from sluicegate.queues.exchange_graph import PREDECLARED
 from sluicegate.queues.registry import QueueRegistry
 

@@ -36,19 +36,19 @@ from proton import (
     Sender,
 )
 
-from sluicegate.gateway.auth import Access
 from sluicegate.gateway.events import link_of
 from sluicegate.gateway.limits import link_detached
 from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_value
 from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
-from sluicegate.gateway.management.router import (
+from sluicegate.gateway.renewal import PATH as RENEWAL_PATH
+from sluicegate.gateway.rules.auth import Access
+from sluicegate.gateway.rules.management.router import (
     NOBODY,
     Caller,
     Request,
     Response,
     Router,
 )
-from sluicegate.gateway.renewal import PATH as RENEWAL_PATH
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry

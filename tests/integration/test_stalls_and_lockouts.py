@@ -45,8 +45,8 @@ from support.raw_client import RawClient
 
 from sluicegate.clients.management import ManagementClient, request_message
 from sluicegate.clients.tls import client_context
-from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.gateway.management.node import REQUEST_CREDIT
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 from sluicegate.queues.stream import MAX_SIZES_PER_RANGE
 
 # A served prober's round, with room for a loaded shared machine; the stalls were 10-60 s.

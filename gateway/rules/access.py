@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from proton import Link
 
-from sluicegate.gateway.auth import Access, Permissions, User
-from sluicegate.gateway.names import check_name
-from sluicegate.gateway.tenancy import VirtualHost
+from sluicegate.gateway.rules.auth import Access, Permissions, User
+from sluicegate.gateway.rules.names import check_name
+from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.queues.errors import AccessRefused
 from sluicegate.wire.addresses import ExchangeAddress, parse_address, parse_target
 from sluicegate.wire.errors import AmqpError

@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 import pytest
 
-from sluicegate.gateway.management.router import (
+from sluicegate.gateway.rules.management.router import (
     MAX_UNPAGED,
     NOBODY,
     Access,
@@ -18,8 +18,8 @@ from sluicegate.gateway.management.router import (
     UInt,
     ULong,
 )
-from sluicegate.gateway.tenancy import Tenancy
-from sluicegate.gateway.vhosts import VhostSettings
+from sluicegate.gateway.rules.tenancy import Tenancy
+from sluicegate.gateway.rules.vhosts import VhostSettings
 from sluicegate.queues import stream as stream_module
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.gateway.auth import (
+from sluicegate.gateway.config import ConfigError, load_config
+from sluicegate.gateway.rules.auth import (
     ANONYMOUS_USER,
     anonymous_user,
     check_plain,
     hash_password,
     parse_users,
 )
-from sluicegate.gateway.config import ConfigError, load_config
 from sluicegate.gateway.sasl import AMQP_HEADER, SASL_HEADER, Phase, SaslServer
 from sluicegate.gateway.tls import certificate_subject
 

@@ -49,9 +49,9 @@ from functools import partial
 from typing import Final, Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, quote, unquote
 
-from sluicegate.gateway.auth import DEFAULT_VHOST
-from sluicegate.gateway.names import BadName, check_name
-from sluicegate.gateway.tenancy import BindingRequest, QuotaExceeded
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST
+from sluicegate.gateway.rules.names import BadName, check_name
+from sluicegate.gateway.rules.tenancy import BindingRequest, QuotaExceeded
 from sluicegate.queues.errors import (
     NotFound,
     NotImplementedByServer,

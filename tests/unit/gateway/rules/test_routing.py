@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluicegate.gateway.routing import Router
+from sluicegate.gateway.rules.routing import Router
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
