@@ -20,6 +20,7 @@ from urllib.parse import quote
 from proton import Condition, Delivery, Endpoint, Link, Receiver
 
 from sluicegate.gateway import deliveries, reading
+from sluicegate.gateway.conditions import condition_of
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.durability import Durability
@@ -207,18 +208,15 @@ class Publishing:
         pending, pause = inbound.route(pure, delivery, len(queues))
         deliveries.hold(delivery)
         if not queues:
-            condition = routed.condition
-            pending.refuse(
-                routed.outcome,
-                None if condition is None else (condition.name, condition.description or ""),
-            )
+            error = routed.error
+            pending.refuse(routed.outcome, None if error is None else (error.condition, str(error)))
             inbound.settled(pending)
             self._settle(pending)
             if routed.detach:
-                assert condition is not None
+                assert error is not None
                 receiver = state.receiver
                 self.detach(state)
-                receiver.condition = condition
+                receiver.condition = condition_of(error)
                 receiver.close()
             return
         state.queues = queues
