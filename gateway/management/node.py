@@ -41,9 +41,8 @@ from sluicegate.gateway.limits import link_detached
 from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_value
 from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
 from sluicegate.gateway.renewal import PATH as RENEWAL_PATH
-from sluicegate.gateway.rules.auth import Access
+from sluicegate.gateway.rules.auth import NOBODY, Access
 from sluicegate.gateway.rules.management.router import (
-    NOBODY,
     Caller,
     Request,
     Response,

@@ -46,10 +46,10 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Final, Literal, Protocol, TypeAlias, TypeVar
+from typing import Final, Protocol, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, quote, unquote
 
-from sluicegate.gateway.rules.auth import DEFAULT_VHOST
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST, EVERYTHING, Access
 from sluicegate.gateway.rules.names import BadName, check_name
 from sluicegate.gateway.rules.tenancy import BindingRequest, QuotaExceeded
 from sluicegate.queues.errors import (
@@ -99,29 +99,12 @@ class Arguments(dict[str, object]):
 Body: TypeAlias = object
 
 
-Access: TypeAlias = Literal["configure", "write", "read"]
-
-
-class Permissions(Protocol):
-    """What the connection's user may do, by RabbitMQ's three patterns on names."""
+class Allows(Protocol):
+    """What a caller may do: :class:`~sluicegate.gateway.rules.auth.Permissions`, or the shell's
+    view of a connection's permissions as of each request (gateway/management/node.py)."""
 
     def allows(self, access: Access, name: str, /) -> bool:
         """Whether ``access`` to the queue or exchange ``name`` is permitted."""
-
-
-class _Everything:
-    def allows(self, access: Access, name: str, /) -> bool:
-        return True
-
-
-class _Nobody:
-    def allows(self, access: Access, name: str, /) -> bool:
-        return False
-
-
-EVERYTHING: Final[Permissions] = _Everything()
-# A connection that has not logged in.
-NOBODY: Final[Permissions] = _Nobody()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +121,7 @@ class Caller:
     """
 
     owner: object = None
-    permissions: Permissions = EVERYTHING
+    permissions: Allows = EVERYTHING
 
     def check(self, access: Access, kind: str, name: str) -> None:
         if not self.permissions.allows(access, name):
@@ -251,7 +234,7 @@ class Router:
         init=False, repr=False
     )
     # The last listing's names, permissions and visible names (:meth:`_visible`).
-    _visible_names: tuple[tuple[str, ...], Permissions, list[str]] | None = field(
+    _visible_names: tuple[tuple[str, ...], Allows, list[str]] | None = field(
         default=None, init=False, repr=False
     )
 

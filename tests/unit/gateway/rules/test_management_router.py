@@ -7,10 +7,9 @@ from urllib.parse import quote
 
 import pytest
 
+from sluicegate.gateway.rules.auth import NOBODY, Access
 from sluicegate.gateway.rules.management.router import (
     MAX_UNPAGED,
-    NOBODY,
-    Access,
     Caller,
     Request,
     Response,
