@@ -65,7 +65,7 @@ from sluicegate.gateway.rules.access import (
     authorise_reply_to,
     authorise_temporary,
 )
-from sluicegate.gateway.rules.auth import Access
+from sluicegate.gateway.rules.auth import Access, Permissions, User
 from sluicegate.gateway.rules.management.router import Response, Router
 from sluicegate.gateway.rules.tenancy import NotAllowed, Tenancy, VirtualHost
 from sluicegate.gateway.settle_modes import refuse_unhonoured, state_settle_modes
@@ -123,6 +123,21 @@ _OUTCOMES: Final[dict[int, Outcome]] = {
 def _close(endpoint: Connection | Session | Link, condition: str, description: str) -> None:
     endpoint.condition = Condition(condition, description)
     endpoint.close()
+
+
+def _authorise(
+    user: User | None, permissions: Permissions | None, link: Link, vhost: VirtualHost
+) -> None:
+    """Raise unless ``user`` may attach ``link`` (gateway/rules/access.py decides)."""
+    terminus = link.remote_source if link.is_sender else link.remote_target
+    authorise_attach(
+        user,
+        permissions,
+        vhost,
+        terminus.address,
+        consumer=link.is_sender,
+        dynamic=terminus.dynamic,
+    )
 
 
 class Broker(Handler):
@@ -441,7 +456,7 @@ class Broker(Handler):
                 return
             vhost = connection.vhost
             assert vhost is not None
-            authorise_attach(connection.user, connection.permissions, link, vhost)
+            _authorise(connection.user, connection.permissions, link, vhost)
             if link.is_sender:
                 self._attach_consumer(link, vhost)
             elif link.remote_target.dynamic:
@@ -579,7 +594,7 @@ class Broker(Handler):
         while link is not None:
             if isinstance(getattr(link, "sg", None), OutgoingLinkState | IncomingLinkState):
                 try:
-                    authorise_attach(state.user, state.permissions, link, vhost)
+                    _authorise(state.user, state.permissions, link, vhost)
                 except AmqpError as error:
                     refused.append((link, str(error)))
             link = link.next(Endpoint.LOCAL_ACTIVE)
