@@ -8,6 +8,8 @@ between packages.
 
 from __future__ import annotations
 
+import tomllib
+from fnmatch import fnmatch
 from typing import Final
 
 import pytest
@@ -74,3 +76,46 @@ def test_only_the_quarantine_imports_protons_private_modules() -> None:
         if name.startswith("proton._")
     ]
     assert wrong == []
+
+
+# What gateway/rules/ may not import at all: the broker's decisions are made without IO or a
+# clock, like the pure packages' (time is an argument).
+_IMPURE: Final = frozenset(
+    {"proton", "cproton", "socket", "select", "selectors", "time", "asyncio"}
+)
+
+
+_RULES: Final = "sluicegate.gateway.rules."
+
+
+def test_the_broker_s_decisions_import_nothing_of_the_shell() -> None:
+    """gateway/rules/ sits below the shell: it imports the pure packages and itself, never
+    another gateway module, proton, a socket or the clock."""
+    rules = ROOT / "gateway" / "rules"
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in sources("gateway/rules")
+        for line, name, _ in imported(path)
+        if name.split(".")[0] in _IMPURE
+        or (
+            name.startswith("sluicegate.gateway")
+            and not name.startswith("sluicegate.gateway.rules")
+        )
+    ]
+    assert rules.is_dir()
+    assert wrong == []
+
+
+def test_ruffs_ban_on_io_covers_the_broker_s_decisions() -> None:
+    """The shell's TID251 ignores (pyproject.toml) cover every gateway module but gateway/rules/:
+    ruff's globs cross folders as fnmatch's do, so a pattern like ``gateway/**`` would also
+    lift the ban on the rules."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    ignores = settings["tool"]["ruff"]["lint"]["per-file-ignores"]
+    lifting = [pattern for pattern, codes in ignores.items() if "TID251" in codes]
+    gateway = [path.relative_to(ROOT).as_posix() for path in sources("gateway")]
+    rules = [path for path in gateway if path.startswith("gateway/rules/")]
+    assert rules
+    assert [path for path in rules if any(fnmatch(path, glob) for glob in lifting)] == []
+    shell = [path for path in gateway if path not in rules]
+    assert [path for path in shell if not any(fnmatch(path, glob) for glob in lifting)] == []
