@@ -66,7 +66,8 @@ from sluicegate.gateway.rules.access import (
     authorise_temporary,
 )
 from sluicegate.gateway.rules.auth import Access, Permissions, User
-from sluicegate.gateway.rules.management.router import Response, Router
+from sluicegate.gateway.rules.management.requests import Response
+from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.rules.tenancy import NotAllowed, Tenancy, VirtualHost
 from sluicegate.gateway.settle_modes import refuse_unhonoured, state_settle_modes
 from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sluicegate.gateway import timeouts
 from sluicegate.gateway.oauth2 import OAuth2Settings, TokenError, verify_token
-from sluicegate.gateway.rules.management.router import Response
+from sluicegate.gateway.rules.management.requests import Response
 from sluicegate.gateway.state import ConnectionState
 
 # The path RabbitMQ's clients renew tokens on (HTTP API v2 over AMQP).

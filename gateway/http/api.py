@@ -30,14 +30,9 @@ from sluicegate.gateway.http.errors import json_error
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
 from sluicegate.gateway.rules.auth import DEFAULT_VHOST, User
-from sluicegate.gateway.rules.management.router import (
-    MAX_PAGE_SIZE,
-    MAX_UNPAGED,
-    Caller,
-    Request,
-    Response,
-    Router,
-)
+from sluicegate.gateway.rules.management.listing import MAX_PAGE_SIZE, MAX_UNPAGED
+from sluicegate.gateway.rules.management.requests import Caller, Request, Response
+from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts, VhostRefused
 from sluicegate.gateway.state import ConnectionState

@@ -42,12 +42,8 @@ from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_value
 from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
 from sluicegate.gateway.renewal import PATH as RENEWAL_PATH
 from sluicegate.gateway.rules.auth import NOBODY, Access
-from sluicegate.gateway.rules.management.router import (
-    Caller,
-    Request,
-    Response,
-    Router,
-)
+from sluicegate.gateway.rules.management.requests import Caller, Request, Response
+from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry

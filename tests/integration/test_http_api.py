@@ -23,7 +23,7 @@ from support.polling import wait_until
 from support.raw_client import RawClient
 
 from sluicegate.gateway.rules.auth import User, hash_password, parse_users
-from sluicegate.gateway.rules.management.router import MAX_PAGE_SIZE, MAX_UNPAGED
+from sluicegate.gateway.rules.management.listing import MAX_PAGE_SIZE, MAX_UNPAGED
 from sluicegate.gateway.rules.vhosts import parse_vhosts
 
 PASSWORD = "s3cret"
