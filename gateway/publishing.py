@@ -58,14 +58,6 @@ _DISPOSITIONS: Final[dict[Outcome, int]] = {
 }
 
 
-def _ignore(link: Link, delivery: Delivery) -> None:
-    """Transfers on a link nobody serves are discarded (see :meth:`Publishing.discard`)."""
-
-
-def _close_connection(state: ConnectionState, condition: str, description: str) -> None:
-    """Replaced by the broker, which also gives back what the connection held."""
-
-
 class Publishing:
     """Every publishing link of a server: receive, route, store, confirm, renew credit."""
 
@@ -76,6 +68,8 @@ class Publishing:
         budget: MemoryBudget,
         dispatch: Callable[[list[Dispatch]], None],
         queue_links: QueueLinks,
+        close_connection: Callable[[ConnectionState, str, str], None],
+        outbound: Callable[[], int],
         durability: Durability | None = None,
     ) -> None:
         self.config = config
@@ -97,12 +91,10 @@ class Publishing:
         self.links: set[IncomingLinkState] = set()
         # Links by their queue, shared with the consumers' (gateway/queue_links.py).
         self.queue_links = queue_links
-        # Who gets transfers on receiving links that are not publishers' (set by the broker).
-        self.other_link: Callable[[Link, Delivery], None] = _ignore
-        # How a connection is closed for an error (set by the broker).
-        self.close_connection: Callable[[ConnectionState, str, str], None] = _close_connection
-        # Bytes handed to transports and metadata of unsettled deliveries (set by the broker).
-        self.outbound: Callable[[], int] = lambda: 0
+        # How a connection is closed for an error, what it held given back first.
+        self.close_connection = close_connection
+        # Bytes handed to transports and metadata of unsettled deliveries (gateway/sending.py).
+        self.outbound = outbound
         # Where persistent messages to durable queues are stored before they are confirmed.
         self.durability = durability
         if durability is not None:
