@@ -15,7 +15,6 @@ import weakref
 
 from proton import Condition, Connection, Transport
 
-from sluicegate.gateway import timeouts
 from sluicegate.gateway.conditions import close
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.heap_trim import HeapTrimmer
@@ -99,10 +98,12 @@ class Connections:
         connection.properties = self._open_properties
         connection.open()
         # Proton announces the idle timeout in the OPEN it encodes now; from then on
-        # gateway/timeouts.py enforces it, counting whole frames only.
+        # gateway/rules/timeouts.py enforces it, counting whole frames only.
         transport.pending()
         transport.idle_timeout = 0.0
-        timeouts.opened(state, reactor_now(state.selectable), self._config.idle_timeout)
+        state.deadlines.opened(
+            reactor_now(state.selectable), self._config.idle_timeout, transport.frames_input
+        )
         try:
             check_connections(len(self.open) - self.handshakes.pending, self._config)
             admission = self._tenancy.admit(state.user, connection.remote_hostname)
@@ -114,7 +115,7 @@ class Connections:
         user = state.user
         if user is not None and user.expires_at is not None:
             now = reactor_now(state.selectable)
-            timeouts.credential(state, now, user.expires_at - time.time())
+            state.deadlines.credential(now, user.expires_at - time.time())
 
     def closed_by_client(self, connection: Connection) -> None:
         """The client closed: give back what it held and answer CLOSE."""

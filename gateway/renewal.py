@@ -10,7 +10,6 @@ RabbitMQ's internal backend, a renewal changes nothing and succeeds.
 
 from __future__ import annotations
 
-from sluicegate.gateway import timeouts
 from sluicegate.gateway.oauth2 import OAuth2Settings, TokenError, verify_token
 from sluicegate.gateway.rules.management.requests import Response
 from sluicegate.gateway.state import ConnectionState
@@ -54,5 +53,5 @@ def renew_credential(
     state.user = renewed
     state.permissions = permissions
     expires_at = renewed.expires_at if renewed.expires_at is not None else wall_now
-    timeouts.credential(state, now, expires_at - wall_now)
+    state.deadlines.credential(now, expires_at - wall_now)
     return Response(204)

@@ -36,6 +36,7 @@ from sluicegate.gateway.proton_internals import Selectable
 from sluicegate.gateway.rules.auth import Permissions, User
 from sluicegate.gateway.rules.routing import PublishTarget, Router
 from sluicegate.gateway.rules.tenancy import VirtualHost
+from sluicegate.gateway.rules.timeouts import Deadlines
 from sluicegate.gateway.window import remote_incoming_window, session_address
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -69,14 +70,9 @@ class ConnectionState:
         "backlog",
         "closed",
         "connection",
-        "credential_expiry",
-        "deadline",
-        "frames_seen",
+        "deadlines",
         "fresh_links",
-        "handshake_deadline",
-        "idle_timeout",
         "inbound",
-        "last_frame",
         "link_names",
         "name",
         "permissions",
@@ -136,11 +132,8 @@ class ConnectionState:
         # The virtual host its OPEN entered and what its user may do there; None before.
         self.vhost: VirtualHost | None = None
         self.permissions: Permissions | None = None
-        # The handshake and idle timeouts (gateway/timeouts.py): when the OPEN is due (0 once it
-        # came), the idle timeout (0: none), when the last whole frame came and proton's frame
-        # count then, and the one deadline armed in the selector (0: none).
-        self.handshake_deadline = 0.0
-        self.idle_timeout = 0.0
+        # Its handshake, idle and credential deadlines (gateway/rules/timeouts.py).
+        self.deadlines = Deadlines()
         # RabbitMQ's repeated link names, made unique between the socket and proton
         # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
         self.link_names = link_names
@@ -155,11 +148,6 @@ class ConnectionState:
         # Consumer links whose ATTACH reply the socket has not taken yet: their credit waits
         # for it (gateway/broker.py, Broker.attaches_written).
         self.fresh_links: list[OutgoingLinkState] = []
-        self.last_frame = 0.0
-        self.frames_seen = 0
-        self.deadline = 0.0
-        # When its user's OAuth 2 token expires (0: never), on the reactor's clock.
-        self.credential_expiry = 0.0
 
     @property
     def reads_paused(self) -> bool:
