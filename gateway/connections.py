@@ -143,10 +143,8 @@ class Connections:
         for session in list(state.sessions.values()):
             self._sessions.end(session)
         self._publishing.release(state)
-        for link in list(state.temporary):
-            self._links.delete_temporary(state, link)
+        self._links.release(state)
         self._management.release(state)
-        state.fresh_links.clear()
         if state.vhost is not None:
             assert state.user is not None
             self._tenancy.leave(state.user, state.vhost)

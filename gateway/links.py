@@ -224,6 +224,12 @@ class Links:
             registry.delete_queue(name)
             self.queue_deleted(registry, name)
 
+    def release(self, connection: ConnectionState) -> None:
+        """The connection ended: its links' temporary queues go, and no ATTACH reply waits."""
+        for link in list(connection.temporary):
+            self.delete_temporary(connection, link)
+        connection.fresh_links.clear()
+
     def delete_temporary(self, connection: ConnectionState, link: object) -> None:
         """A link that made a temporary queue is gone: so is the queue, as in RabbitMQ."""
         made = connection.temporary.pop(link, None)

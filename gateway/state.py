@@ -9,16 +9,16 @@ record holds our state, and our state holds a wrapper, which holds a reference t
 Python's collector cannot see the C edge, so the cycle is never freed, and with it everything
 the connection held. :func:`forget` takes the records off every endpoint of a connection once
 its transport has closed; from then on only the broker's own maps refer to the state, and they
-drop it in ``Broker.release_connection``.
+drop it in ``Connections.release`` (gateway/connections.py).
 
 Cycles among our own records would hold a closed connection too, all its proton objects with it
 (its unsettled deliveries: 160 MiB for 200,000), until a full collection, which an idle server
 never runs (issue 31). Each is cut where its connection, session or link ends: a session's
-links (``Broker._end_session``), the links whose ATTACH reply waits (``release_connection``),
+links (``Sessions.end``), the links whose ATTACH reply waits (``Links.release``),
 a publisher's pure link and the connection's inbound session (``Publishing.detach`` and
 ``release``), and the selectable's record and gate once proton is done with the socket
 (:func:`forget_selectable`). An ended session and a detached link are freed in proton, their
-records taken off first (:func:`forget_session`, ``Broker.on_link_remote_close``): proton would
+records taken off first (:func:`forget_session`, ``Links.detached``): proton would
 keep them, with every delivery they sent, as long as the connection (or the session) lives.
 tests/integration/test_connection_leaks.py checks, with the collector off, that nothing of a
 closed connection, an ended session or a detached link outlives it.
@@ -120,7 +120,7 @@ class ConnectionState:
         # (gateway/payload_buffers.py).
         self.unframed: list[Held] = []
         # Unsettled deliveries handed to proton in this reactor pass, not held: the flush that
-        # pumped them gives their buffers back or holds them (Broker._give_back_buffers).
+        # pumped them gives their buffers back or holds them (Sending.give_back_buffers).
         self.sent: list[object] = []
         # The most that one of its ended sessions released of unsettled deliveries (counted as
         # the memory budget counts them): proton pools the deliveries' structs for reuse until
@@ -146,7 +146,7 @@ class ConnectionState:
         # What its live sessions' links' ATTACH data costs (gateway/limits.py).
         self.attach_bytes = 0
         # Consumer links whose ATTACH reply the socket has not taken yet: their credit waits
-        # for it (gateway/broker.py, Broker.attaches_written).
+        # for it (gateway/links.py, Links.attaches_written).
         self.fresh_links: list[OutgoingLinkState] = []
 
     @property

@@ -52,7 +52,7 @@ class ServerStatistics:
     # What queues deleted since the start had counted.
     deleted_published: int
     deleted_delivered: int
-    # Connection records alive, open or closed and not yet freed (Broker.records), and the
+    # Connection records alive, open or closed and not yet freed (Connections.records), and the
     # times the heap was given back to the system (gateway/heap_trim.py).
     connection_records: int
     heap_trims: int
