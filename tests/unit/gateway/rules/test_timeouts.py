@@ -92,13 +92,14 @@ def test_the_idle_verdict_is_the_silence_since_the_last_frame_or_resume(
     """Whatever the order of frames, pauses and checks: a check says idle exactly when the
     client, while read, has sent no whole frame for ``idle`` seconds; otherwise the armed
     deadline is the earlier of that moment and the credential's expiry, never in the past."""
-    now, frames = 0.0, 0
+    # The reactor's clock is well past 0, which the deadlines use for "none".
+    now, frames = 1000.0, 0
     deadlines = Deadlines()
     deadlines.accepted(now, 30.0)
     deadlines.handshake_over()
     deadlines.opened(now, idle, frames)
     deadlines.credential(now, expires_in)
-    expiry = expires_in  # from 0
+    expiry = None if expires_in is None else now + expires_in
     last = now
     paused = False
     for step in steps:
