@@ -38,12 +38,12 @@ from sluicegate.gateway.heap_trim import HeapTrimmer
 from sluicegate.gateway.limits import AttachDataExceeded, SessionLimitExceeded
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
-from sluicegate.gateway.modified_outcomes import ModifiedAnnotations
 from sluicegate.gateway.proton_internals import c_object
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.rules.management.requests import Response
 from sluicegate.gateway.rules.management.router import Router
+from sluicegate.gateway.rules.modified_outcomes import ModifiedAnnotations
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.sending import Sending
 from sluicegate.gateway.sessions import Sessions

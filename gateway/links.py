@@ -37,9 +37,9 @@ from sluicegate.gateway.rules.access import (
 )
 from sluicegate.gateway.rules.auth import Access, Permissions, User
 from sluicegate.gateway.rules.management.requests import Response
+from sluicegate.gateway.rules.settle_modes import refuse_unhonoured
 from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.sending import Sending
-from sluicegate.gateway.settle_modes import refuse_unhonoured, state_settle_modes
 from sluicegate.gateway.state import (
     ConnectionState,
     IncomingLinkState,
@@ -103,11 +103,19 @@ class Links:
         connection = session.connection
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
-        state_settle_modes(link)
+        # The reply states the client's modes, a refusal too (as RabbitMQ's does), next to
+        # its null terminus (gateway/rules/settle_modes.py).
+        link.snd_settle_mode = link.remote_snd_settle_mode
+        link.rcv_settle_mode = link.remote_rcv_settle_mode
         try:
             link_attached(session, link, self._config)
             management = self._management.is_management(link)
-            refuse_unhonoured(link, management)
+            refuse_unhonoured(
+                link.remote_snd_settle_mode,
+                link.remote_rcv_settle_mode,
+                server_sends=link.is_sender,
+                management=management,
+            )
             if management:
                 assert connection.vhost is not None
                 self._management.attach(

@@ -15,8 +15,8 @@ from sluicegate.gateway import deliveries
 from sluicegate.gateway.deliveries import CDelivery
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
-from sluicegate.gateway.modified_outcomes import ModifiedAnnotations
 from sluicegate.gateway.publishing import Publishing
+from sluicegate.gateway.rules.modified_outcomes import ModifiedAnnotations
 from sluicegate.gateway.sending import Sending
 from sluicegate.gateway.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.state import IncomingLinkState, OutgoingLinkState
