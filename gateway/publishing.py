@@ -201,7 +201,7 @@ class Publishing:
         deliveries.hold(delivery)
         if not queues:
             error = routed.error
-            pending.refuse(routed.outcome, None if error is None else (error.condition, str(error)))
+            pending.refuse(routed.outcome, error)
             inbound.settled(pending)
             self._settle(pending)
             if routed.detach:
@@ -251,7 +251,7 @@ class Publishing:
                 dispatches = queue.enqueue(stored)
             except AmqpError as error:
                 durability.withdraw(stored)
-                self.confirm(pending, Outcome.REJECTED, (error.condition, str(error)))
+                self.confirm(pending, Outcome.REJECTED, error)
                 return
             if dispatches:
                 self._dispatch(dispatches)
@@ -259,7 +259,7 @@ class Publishing:
         try:
             dispatches = queue.enqueue(message)
         except AmqpError as error:
-            self.confirm(pending, Outcome.REJECTED, (error.condition, str(error)))
+            self.confirm(pending, Outcome.REJECTED, error)
             return
         if dispatches:
             self._dispatch(dispatches)
@@ -269,11 +269,11 @@ class Publishing:
         self,
         pending: Unconfirmed,
         outcome: Outcome = Outcome.ACCEPTED,
-        condition: tuple[str, str] | None = None,
+        error: AmqpError | None = None,
     ) -> None:
-        """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``condition``)."""
+        """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``error``)."""
         inbound = pending.inbound
-        steps = inbound.confirm(pending, outcome, condition)
+        steps = inbound.confirm(pending, outcome, error)
         if steps & RESUME:
             connection = cast(ConnectionState, inbound.owner)
             if not connection.closed:
@@ -282,11 +282,11 @@ class Publishing:
             self._settle(pending)
 
     def _settle(self, pending: Unconfirmed) -> None:
-        condition = pending.condition
+        error = pending.error
         deliveries.settle_held(
             pending.token,
             _DISPOSITIONS[pending.outcome],
-            None if condition is None else Condition(*condition),
+            None if error is None else condition_of(error),
         )
 
     def _refuse(self, state: IncomingLinkState, delivery: CDelivery, refusal: Refusal) -> None:
