@@ -27,7 +27,7 @@ closed connection, an ended session or a detached link outlives it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 
@@ -50,9 +50,6 @@ from sluicegate.session.waiting import Waiting
 from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
-
-if TYPE_CHECKING:
-    from sluicegate.gateway.management.node import Pair
 
 # The attribute under which an endpoint's record is kept (``link.sg``, ``session.sg``, ...).
 RECORD: Final = "sg"
@@ -165,7 +162,6 @@ class SessionState:
         "attach_bytes",
         "connection",
         "links",
-        "management_pairs",
         "pure",
         "senders",
         "session",
@@ -177,8 +173,6 @@ class SessionState:
         self.pure = pure
         self.address = session_address(session)
         self.senders: dict[OutgoingLink, OutgoingLinkState] = {}
-        # The session's ``/management`` link pairs by link name (gateway/management/node.py).
-        self.management_pairs: dict[str, Pair] = {}
         # Links the client attached and has not detached, refused ones included
         # (gateway/limits.py): the per-session limit is checked against this count.
         self.links = 0
