@@ -292,8 +292,7 @@ class Links:
         link.close()
         session: SessionState | None = getattr(link.session, "sg", None)
         if session is not None:
-            connection = session.connection
-            connection.pooled = max(connection.pooled, held - self._sending.outbound_bytes())
+            self._sending.pooled(session.connection, held)
         # Unless freed, proton keeps a detached link and every delivery it sent until its
         # session ends (80 MiB for 100,000 unsettled): freed as an ended session is.
         forget_endpoint(link)

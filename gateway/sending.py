@@ -83,6 +83,12 @@ class Sending:
         if self._unframed:
             self.give_back_buffers()
 
+    def pooled(self, connection: ConnectionState, held: int) -> None:
+        """An END or a DETACH released what the server held beyond ``held`` (read before it):
+        proton keeps the structs of the freed deliveries in a pool for its connection's life,
+        and the most one release freed is trimmed when the connection goes."""
+        connection.pooled = max(connection.pooled, held - self.outbound_bytes())
+
     def released(self, connection: ConnectionState) -> None:
         """A connection ended: the buffers of what it sent go back now, not at a later pump."""
         if connection in self._unframed:

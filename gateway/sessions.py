@@ -88,9 +88,7 @@ class Sessions:
             self.end(state)
             # Proton frees the session's links now, whoever ended it first.
             session_ended(state)
-            # Proton keeps the structs of freed deliveries in a pool for its connection's life.
-            pooled = held - self._sending.outbound_bytes()
-            state.connection.pooled = max(state.connection.pooled, pooled)
+            self._sending.pooled(state.connection, held)
         session.close()
         # Proton gives the session's channel back only once our END is encoded, and encodes
         # only when it writes: a client that reuses its channel for BEGIN/END pairs in one
