@@ -36,7 +36,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from bench.servers import free_port
-from sluicegate.gateway.auth import hash_password
+from sluicegate.gateway.rules.auth import hash_password
 
 CHROMIUM: Final = "/usr/bin/chromium"
 USER: Final = "admin"

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from sluicegate.gateway.auth import hash_password
+from sluicegate.gateway.rules.auth import hash_password
 
 HOST: Final = "127.0.0.1"
 AMQP_PORT: Final = 5672  # the suites dial amqp://localhost with no port

@@ -7,7 +7,7 @@ import getpass
 import sys
 from typing import Any
 
-from sluicegate.gateway.auth import hash_password
+from sluicegate.gateway.rules.auth import hash_password
 
 
 def add_parser(commands: Any) -> None:

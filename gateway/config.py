@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from sluicegate.gateway.auth import User, UserError, parse_users
-from sluicegate.gateway.definitions import (
+from sluicegate.gateway.oauth2 import OAuth2Settings, parse_oauth2
+from sluicegate.gateway.rules.auth import User, UserError, parse_users
+from sluicegate.gateway.rules.definitions import (
     BindingDefinition,
     DefinitionError,
     ExchangeDefinition,
@@ -24,8 +25,12 @@ from sluicegate.gateway.definitions import (
     check_definitions,
     parse_definitions,
 )
-from sluicegate.gateway.oauth2 import OAuth2Settings, parse_oauth2
-from sluicegate.gateway.vhosts import VhostSettings, default_vhosts, parse_vhosts
+from sluicegate.gateway.rules.routing import (
+    DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
+    DEFAULT_MAX_CC_KEYS,
+    DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+)
+from sluicegate.gateway.rules.vhosts import VhostSettings, default_vhosts, parse_vhosts
 from sluicegate.queues.log.bodies import DEFAULT_CACHE_BYTES
 from sluicegate.queues.log.placement import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
 from sluicegate.session.account import DEFAULT_ACCOUNT_LIMIT
@@ -39,17 +44,6 @@ DEFAULT_MAX_LINK_CREDIT: Final = 170
 # RabbitMQ's default max_message_size is 16 MiB; a Python server copies each message once more,
 # so it keeps half of that.
 DEFAULT_MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
-# Application properties are what filters decode, once per message: this bounds the work one
-# message can cost the reactor (a few milliseconds at most) and the memory of its decoded view.
-# Azure Service Bus caps a message's properties at the same 64 KiB; headers rarely need 1 KiB.
-DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE: Final = 64 * 1024
-# Message annotations are decoded at publish (x-cc), by dead-lettering and by streams, and a
-# consumer's ``modified`` outcome adds them to every message of a range: the same bound as
-# application properties; RabbitMQ's own annotations take a few hundred bytes.
-DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE: Final = 64 * 1024
-# Each ``x-cc`` routing key is routed like the message's own: the bound keeps one publish
-# from costing more than a few hundred routings (RabbitMQ's clients name a handful).
-DEFAULT_MAX_CC_KEYS: Final = 256
 # max_unfinished_size 0: two messages of the largest size may be arriving at once.
 UNFINISHED_MESSAGES: Final = 2
 # max_unfinished_total_size 0: a quarter of the memory budget. Bytes still arriving are bytes
@@ -168,7 +162,7 @@ class ServerConfig:
     http_request_timeout: float = DEFAULT_HTTP_REQUEST_TIMEOUT
     http_max_request_size: int = DEFAULT_HTTP_MAX_REQUEST_SIZE
     # -- authentication, TLS and limits (docs/operations.md) --
-    # Users from the config file's [users.NAME] tables; see gateway/auth.py.
+    # Users from the config file's [users.NAME] tables; see gateway/rules/auth.py.
     users: Mapping[str, User] = field(default_factory=dict)
     # OAuth 2 access tokens accepted as PLAIN passwords (gateway/oauth2.py); TOML only.
     oauth2: OAuth2Settings | None = None
@@ -213,7 +207,7 @@ class ServerConfig:
     # false refuses the link with amqp:not-found, as RabbitMQ 4 does (its clients' suites
     # expect that refusal).
     attach_declares_queues: bool = True
-    # Declared at start, in this order (gateway/definitions.py): [[queues]], [[exchanges]],
+    # Declared at start, in this order (gateway/rules/definitions.py): [[queues]], [[exchanges]],
     # [[bindings]] tables of the configuration file.
     queues: tuple[QueueDefinition, ...] = ()
     exchanges: tuple[ExchangeDefinition, ...] = ()

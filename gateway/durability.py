@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast
 
 from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
-from sluicegate.gateway.vhost_log import split_logged_name
+from sluicegate.gateway.rules.vhost_log import split_logged_name
 from sluicegate.queues.log.store import MessageStore
 from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.message import Message

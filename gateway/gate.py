@@ -22,11 +22,11 @@ from typing import Final
 from proton import Transport
 
 from sluicegate.gateway import reading
-from sluicegate.gateway.auth import User
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.login import LoginQueue, Ticket
 from sluicegate.gateway.proton.internals import Selectable, reactor_now, transport_of
 from sluicegate.gateway.rare_warning import RareWarning
+from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.tls import certificate_subject

@@ -27,7 +27,7 @@ class LimitExceeded(QueueError):
 def configure_transport(transport: Transport, config: ServerConfig) -> None:
     """Apply the per-connection limits proton enforces itself.
 
-    The idle timeout is set too, for proton to announce it in OPEN; gateway/timeouts.py
+    The idle timeout is set too, for proton to announce it in OPEN; gateway/rules/timeouts.py
     enforces it.
     """
     transport.max_frame_size = config.max_frame_size
@@ -66,8 +66,7 @@ class Handshakes:
 
     def finished(self, state: ConnectionState) -> None:
         """The client sent its OPEN, or the connection ended before it did (counted once)."""
-        if state.handshake_deadline:
-            state.handshake_deadline = 0.0
+        if state.deadlines.handshake_over():
             self.pending -= 1
 
 

@@ -23,8 +23,7 @@ from typing import Final
 from proton import Event, Handler, Transport
 from proton.reactor import Container
 
-from sluicegate.gateway import reading, timeouts
-from sluicegate.gateway.auth import anonymous_user
+from sluicegate.gateway import reading
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.gate import Gate
@@ -33,6 +32,7 @@ from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.proton.internals import Selectable, register, serve
 from sluicegate.gateway.proton.io_layer import listen_socket
 from sluicegate.gateway.rare_warning import RareWarning
+from sluicegate.gateway.rules.auth import anonymous_user
 from sluicegate.gateway.sasl import SaslServer
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.session.account import Account
@@ -149,7 +149,7 @@ class Listener(Handler):
             offer_plain=tokens or any(user.password is not None for user in users.values()),
             users=users,
         )
-        timeouts.accepted(state, container.now, self._config.handshake_timeout)
+        state.deadlines.accepted(container.now, self._config.handshake_timeout)
         gate = Gate(state, sasl, self._logins, self._tls, address)
         setattr(selectable, "gate", gate)  # noqa: B010
         self._broker.accept(state)

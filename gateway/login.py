@@ -1,9 +1,9 @@
 """PLAIN password checks on worker threads, queued within bounds, verdicts back on the reactor.
 
-A salted scrypt hash (gateway/auth.py) takes tens of milliseconds to check, hundreds on a loaded
-machine; on the reactor thread every other client would wait that long per login. ``hashlib.scrypt``
-releases the GIL, so :data:`WORKERS` threads check while the reactor carries on, and
-:class:`gateway.wakeup.Wakeup` brings each verdict back.
+A salted scrypt hash (gateway/rules/auth.py) takes tens of milliseconds to check, hundreds on a
+loaded machine; on the reactor thread every other client would wait that long per login.
+``hashlib.scrypt`` releases the GIL, so :data:`WORKERS` threads check while the reactor carries
+on, and :class:`gateway.wakeup.Wakeup` brings each verdict back.
 
 A flood of logins must not delay everyone else's: checks wait in one bounded queue per listener
 (:class:`LoginQueue`), each source address may have only a few of them waiting, and a client over
@@ -25,8 +25,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
 
-from sluicegate.gateway.auth import User, check_plain
 from sluicegate.gateway.oauth2 import OAuth2Settings, TokenError, looks_like_token, verify_token
+from sluicegate.gateway.rules.auth import User, check_plain
 
 log = logging.getLogger("sluicegate.login")
 

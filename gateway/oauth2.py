@@ -28,7 +28,7 @@ from typing import Final
 
 import jwt
 
-from sluicegate.gateway.auth import Access, Permissions, User, UserError
+from sluicegate.gateway.rules.auth import Access, Permissions, User, UserError
 
 # The claims RabbitMQ reads a user's name from, in order, unless preferred_username_claims says.
 DEFAULT_USERNAME_CLAIMS: Final = ("sub", "client_id")
@@ -207,7 +207,7 @@ class _Scope:
 def _pattern(scopes: list[_Scope], access: Access) -> re.Pattern[str]:
     """One access's name patterns joined; an access no scope grants is the empty pattern, which
     allows nothing, and one granted on ``*`` is ``.*``, which allows a null target too
-    (gateway/access.py)."""
+    (gateway/rules/access.py)."""
     names = [scope.name for scope in scopes if scope.access == access]
     if ".*" in names:
         return re.compile(".*")

@@ -20,14 +20,15 @@ from urllib.parse import quote
 from proton import Condition, Delivery, Endpoint, Link, Receiver
 
 from sluicegate.gateway import reading
+from sluicegate.gateway.conditions import condition_of
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.proton import deliveries
 from sluicegate.gateway.proton.deliveries import CDelivery
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.queue_links import QueueLinks
+from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
-from sluicegate.gateway.vhost_log import logged_name
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -58,14 +59,6 @@ _DISPOSITIONS: Final[dict[Outcome, int]] = {
 }
 
 
-def _ignore(link: Link, delivery: Delivery) -> None:
-    """Transfers on a link nobody serves are discarded (see :meth:`Publishing.discard`)."""
-
-
-def _close_connection(state: ConnectionState, condition: str, description: str) -> None:
-    """Replaced by the broker, which also gives back what the connection held."""
-
-
 class Publishing:
     """Every publishing link of a server: receive, route, store, confirm, renew credit."""
 
@@ -76,6 +69,8 @@ class Publishing:
         budget: MemoryBudget,
         dispatch: Callable[[list[Dispatch]], None],
         queue_links: QueueLinks,
+        close_connection: Callable[[ConnectionState, str, str], None],
+        outbound: Callable[[], int],
         durability: Durability | None = None,
     ) -> None:
         self.config = config
@@ -97,12 +92,10 @@ class Publishing:
         self.links: set[IncomingLinkState] = set()
         # Links by their queue, shared with the consumers' (gateway/queue_links.py).
         self.queue_links = queue_links
-        # Who gets transfers on receiving links that are not publishers' (set by the broker).
-        self.other_link: Callable[[Link, Delivery], None] = _ignore
-        # How a connection is closed for an error (set by the broker).
-        self.close_connection: Callable[[ConnectionState, str, str], None] = _close_connection
-        # Bytes handed to transports and metadata of unsettled deliveries (set by the broker).
-        self.outbound: Callable[[], int] = lambda: 0
+        # How a connection is closed for an error, what it held given back first.
+        self.close_connection = close_connection
+        # Bytes handed to transports and metadata of unsettled deliveries (gateway/sending.py).
+        self.outbound = outbound
         # Where persistent messages to durable queues are stored before they are confirmed.
         self.durability = durability
         if durability is not None:
@@ -208,18 +201,15 @@ class Publishing:
         pending, pause = inbound.route(pure, delivery, len(queues))
         deliveries.hold(delivery)
         if not queues:
-            condition = routed.condition
-            pending.refuse(
-                routed.outcome,
-                None if condition is None else (condition.name, condition.description or ""),
-            )
+            error = routed.error
+            pending.refuse(routed.outcome, error)
             inbound.settled(pending)
             self._settle(pending)
             if routed.detach:
-                assert condition is not None
+                assert error is not None
                 receiver = state.receiver
                 self.detach(state)
-                receiver.condition = condition
+                receiver.condition = condition_of(error)
                 receiver.close()
             return
         state.queues = queues
@@ -262,7 +252,7 @@ class Publishing:
                 dispatches = queue.enqueue(stored)
             except AmqpError as error:
                 durability.withdraw(stored)
-                self.confirm(pending, Outcome.REJECTED, (error.condition, str(error)))
+                self.confirm(pending, Outcome.REJECTED, error)
                 return
             if dispatches:
                 self._dispatch(dispatches)
@@ -270,7 +260,7 @@ class Publishing:
         try:
             dispatches = queue.enqueue(message)
         except AmqpError as error:
-            self.confirm(pending, Outcome.REJECTED, (error.condition, str(error)))
+            self.confirm(pending, Outcome.REJECTED, error)
             return
         if dispatches:
             self._dispatch(dispatches)
@@ -280,11 +270,11 @@ class Publishing:
         self,
         pending: Unconfirmed,
         outcome: Outcome = Outcome.ACCEPTED,
-        condition: tuple[str, str] | None = None,
+        error: AmqpError | None = None,
     ) -> None:
-        """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``condition``)."""
+        """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``error``)."""
         inbound = pending.inbound
-        steps = inbound.confirm(pending, outcome, condition)
+        steps = inbound.confirm(pending, outcome, error)
         if steps & RESUME:
             connection = cast(ConnectionState, inbound.owner)
             if not connection.closed:
@@ -293,11 +283,11 @@ class Publishing:
             self._settle(pending)
 
     def _settle(self, pending: Unconfirmed) -> None:
-        condition = pending.condition
+        error = pending.error
         deliveries.settle_held(
             pending.token,
             _DISPOSITIONS[pending.outcome],
-            None if condition is None else Condition(*condition),
+            None if error is None else condition_of(error),
         )
 
     def _refuse(self, state: IncomingLinkState, delivery: CDelivery, refusal: Refusal) -> None:

@@ -10,7 +10,7 @@ socket is simply never read. The kernel's receive
 buffer then fills and TCP closes its window on the client, which blocks in ``send``.
 
 While the socket is not read the client's frames, heartbeats included, do not arrive, so the
-idle timeout (gateway/timeouts.py) starts afresh when reading resumes (RabbitMQ pauses its
+idle timeout (gateway/rules/timeouts.py) starts afresh when reading resumes (RabbitMQ pauses its
 heartbeat monitor when it blocks a reader).
 
 :func:`update` also hands the connection's handshake or idle deadline to the selector.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from proton import ProtonException, Transport
 
-from sluicegate.gateway import timeouts
 from sluicegate.gateway.proton.internals import (
     Selectable,
     forget_transport,
@@ -51,9 +50,9 @@ def watch(transport: Transport, selectable: Selectable, now: float) -> None:
     state: ConnectionState | None = getattr(selectable, "sg", None)
     if state is not None and state.reads_paused:
         selectable.reading = False
-    if state is not None and state.deadline:
+    if state is not None and (due := state.deadlines.deadline):
         deadline = selectable.deadline
-        selectable.deadline = min(deadline, state.deadline) if deadline else state.deadline
+        selectable.deadline = min(deadline, due) if deadline else due
     gate = getattr(selectable, "gate", None)
     if gate is not None:
         if gate.wants_write:
@@ -84,5 +83,5 @@ def resume(state: ConnectionState) -> None:
     if selectable.is_terminal or transport_of(selectable) is None:
         return
     now = reactor_now(selectable)
-    timeouts.resumed(state, now)
+    state.deadlines.resumed(now)
     update(state.transport, selectable, now)

@@ -10,9 +10,8 @@ RabbitMQ's internal backend, a renewal changes nothing and succeeds.
 
 from __future__ import annotations
 
-from sluicegate.gateway import timeouts
-from sluicegate.gateway.management.router import Response
 from sluicegate.gateway.oauth2 import OAuth2Settings, TokenError, verify_token
+from sluicegate.gateway.rules.management.requests import Response
 from sluicegate.gateway.state import ConnectionState
 
 # The path RabbitMQ's clients renew tokens on (HTTP API v2 over AMQP).
@@ -54,5 +53,5 @@ def renew_credential(
     state.user = renewed
     state.permissions = permissions
     expires_at = renewed.expires_at if renewed.expires_at is not None else wall_now
-    timeouts.credential(state, now, expires_at - wall_now)
+    state.deadlines.credential(now, expires_at - wall_now)
     return Response(204)

@@ -16,12 +16,12 @@ from typing import Final
 
 from proton import Condition
 
-from sluicegate.gateway.auth import DEFAULT_VHOST
 from sluicegate.gateway.broker import Broker
-from sluicegate.gateway.management.router import Router
-from sluicegate.gateway.tenancy import VirtualHost
-from sluicegate.gateway.vhost_log import VhostLog
-from sluicegate.gateway.vhosts import VhostSettings
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST
+from sluicegate.gateway.rules.management.router import Router
+from sluicegate.gateway.rules.tenancy import VirtualHost
+from sluicegate.gateway.rules.vhost_log import VhostLog
+from sluicegate.gateway.rules.vhosts import VhostSettings
 from sluicegate.queues.log.store import MessageStore
 from sluicegate.queues.registry import QueueRegistry
 

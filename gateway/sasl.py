@@ -23,8 +23,8 @@ from typing import Final
 
 from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, ulong
 
-from sluicegate.gateway.auth import User
 from sluicegate.gateway.proton.internals import PythonAMQPData
+from sluicegate.gateway.rules.auth import User
 
 AMQP_HEADER: Final = b"AMQP\x00\x01\x00\x00"
 SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"

@@ -17,10 +17,8 @@ from typing import TypeVar
 from proton import Condition
 
 from sluicegate.gateway import runtime_vhosts
-from sluicegate.gateway.auth import ANONYMOUS_USER, DEFAULT_VHOST
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ConfigError, ServerConfig
-from sluicegate.gateway.definitions import apply_definitions
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.expiry import tick
 from sluicegate.gateway.http.api import HttpApi
@@ -35,13 +33,15 @@ from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsPages
 from sluicegate.gateway.proton.internals import collector as proton_collector
 from sluicegate.gateway.proton.io_layer import FlowIO
 from sluicegate.gateway.proton.reactor import BrokerContainer
+from sluicegate.gateway.rules.auth import ANONYMOUS_USER, DEFAULT_VHOST
+from sluicegate.gateway.rules.definitions import apply_definitions
+from sluicegate.gateway.rules.tenancy import Tenancy
+from sluicegate.gateway.rules.vhost_log import VhostLog
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.statistics import ServerStatistics, gathering, server_statistics
 from sluicegate.gateway.supervisor import worker_index
-from sluicegate.gateway.tenancy import Tenancy
 from sluicegate.gateway.tls import server_context
-from sluicegate.gateway.vhost_log import VhostLog
 from sluicegate.gateway.wakeup import Wakeup
 from sluicegate.gateway.worker_metrics import fetch_pages, merge, peer_port_files, publish_port
 from sluicegate.queues.registry import QueueRegistry

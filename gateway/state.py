@@ -9,16 +9,16 @@ record holds our state, and our state holds a wrapper, which holds a reference t
 Python's collector cannot see the C edge, so the cycle is never freed, and with it everything
 the connection held. :func:`forget` takes the records off every endpoint of a connection once
 its transport has closed; from then on only the broker's own maps refer to the state, and they
-drop it in ``Broker.release_connection``.
+drop it in ``Connections.release`` (gateway/connections.py).
 
 Cycles among our own records would hold a closed connection too, all its proton objects with it
 (its unsettled deliveries: 160 MiB for 200,000), until a full collection, which an idle server
 never runs (issue 31). Each is cut where its connection, session or link ends: a session's
-links (``Broker._end_session``), the links whose ATTACH reply waits (``release_connection``),
+links (``Sessions.end``), the links whose ATTACH reply waits (``Links.release``),
 a publisher's pure link and the connection's inbound session (``Publishing.detach`` and
 ``release``), and the selectable's record and gate once proton is done with the socket
 (:func:`forget_selectable`). An ended session and a detached link are freed in proton, their
-records taken off first (:func:`forget_session`, ``Broker.on_link_remote_close``): proton would
+records taken off first (:func:`forget_session`, ``Links.detached``): proton would
 keep them, with every delivery they sent, as long as the connection (or the session) lives.
 tests/integration/test_connection_leaks.py checks, with the collector off, that nothing of a
 closed connection, an ended session or a detached link outlives it.
@@ -27,16 +27,17 @@ closed connection, an ended session or a detached link outlives it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 
-from sluicegate.gateway.auth import Permissions, User
 from sluicegate.gateway.proton.internals import Selectable
 from sluicegate.gateway.proton.payload_buffers import Held
 from sluicegate.gateway.proton.window import remote_incoming_window, session_address
-from sluicegate.gateway.routing import PublishTarget, Router
-from sluicegate.gateway.tenancy import VirtualHost
+from sluicegate.gateway.rules.auth import Permissions, User
+from sluicegate.gateway.rules.routing import PublishTarget, Router
+from sluicegate.gateway.rules.tenancy import VirtualHost
+from sluicegate.gateway.rules.timeouts import Deadlines
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
@@ -49,9 +50,6 @@ from sluicegate.session.waiting import Waiting
 from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
-
-if TYPE_CHECKING:
-    from sluicegate.gateway.management.node import Pair
 
 # The attribute under which an endpoint's record is kept (``link.sg``, ``session.sg``, ...).
 RECORD: Final = "sg"
@@ -69,14 +67,9 @@ class ConnectionState:
         "backlog",
         "closed",
         "connection",
-        "credential_expiry",
-        "deadline",
-        "frames_seen",
+        "deadlines",
         "fresh_links",
-        "handshake_deadline",
-        "idle_timeout",
         "inbound",
-        "last_frame",
         "link_names",
         "name",
         "permissions",
@@ -124,7 +117,7 @@ class ConnectionState:
         # (gateway/proton/payload_buffers.py).
         self.unframed: list[Held] = []
         # Unsettled deliveries handed to proton in this reactor pass, not held: the flush that
-        # pumped them gives their buffers back or holds them (Broker._give_back_buffers).
+        # pumped them gives their buffers back or holds them (Sending.give_back_buffers).
         self.sent: list[object] = []
         # The most that one of its ended sessions released of unsettled deliveries (counted as
         # the memory budget counts them): proton pools the deliveries' structs for reuse until
@@ -136,11 +129,8 @@ class ConnectionState:
         # The virtual host its OPEN entered and what its user may do there; None before.
         self.vhost: VirtualHost | None = None
         self.permissions: Permissions | None = None
-        # The handshake and idle timeouts (gateway/timeouts.py): when the OPEN is due (0 once it
-        # came), the idle timeout (0: none), when the last whole frame came and proton's frame
-        # count then, and the one deadline armed in the selector (0: none).
-        self.handshake_deadline = 0.0
-        self.idle_timeout = 0.0
+        # Its handshake, idle and credential deadlines (gateway/rules/timeouts.py).
+        self.deadlines = Deadlines()
         # RabbitMQ's repeated link names, made unique between the socket and proton
         # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
         self.link_names = link_names
@@ -153,13 +143,8 @@ class ConnectionState:
         # What its live sessions' links' ATTACH data costs (gateway/limits.py).
         self.attach_bytes = 0
         # Consumer links whose ATTACH reply the socket has not taken yet: their credit waits
-        # for it (gateway/broker.py, Broker.attaches_written).
+        # for it (gateway/links.py, Links.attaches_written).
         self.fresh_links: list[OutgoingLinkState] = []
-        self.last_frame = 0.0
-        self.frames_seen = 0
-        self.deadline = 0.0
-        # When its user's OAuth 2 token expires (0: never), on the reactor's clock.
-        self.credential_expiry = 0.0
 
     @property
     def reads_paused(self) -> bool:
@@ -177,7 +162,6 @@ class SessionState:
         "attach_bytes",
         "connection",
         "links",
-        "management_pairs",
         "pure",
         "senders",
         "session",
@@ -189,8 +173,6 @@ class SessionState:
         self.pure = pure
         self.address = session_address(session)
         self.senders: dict[OutgoingLink, OutgoingLinkState] = {}
-        # The session's ``/management`` link pairs by link name (gateway/management/node.py).
-        self.management_pairs: dict[str, Pair] = {}
         # Links the client attached and has not detached, refused ones included
         # (gateway/limits.py): the per-session limit is checked against this count.
         self.links = 0

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluicegate.gateway.broker import Broker
-from sluicegate.gateway.tenancy import Tenancy
+from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.queues.filters.view import ViewStatistics
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.session.account import AccountStatistics
@@ -52,7 +52,7 @@ class ServerStatistics:
     # What queues deleted since the start had counted.
     deleted_published: int
     deleted_delivered: int
-    # Connection records alive, open or closed and not yet freed (Broker.records), and the
+    # Connection records alive, open or closed and not yet freed (Connections.records), and the
     # times the heap was given back to the system (gateway/proton/heap_trim.py).
     connection_records: int
     heap_trims: int

@@ -50,3 +50,9 @@ class InvalidFilter(QueueError):
     """A consumer filter that cannot be used: malformed, or beyond the limits checked at attach."""
 
     condition = "amqp:invalid-field"
+
+
+class ResourceDeleted(QueueError):
+    """A queue deleted under the links that used it (RabbitMQ detaches them with this)."""
+
+    condition = "amqp:resource-deleted"

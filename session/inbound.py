@@ -33,6 +33,7 @@ from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
+from sluicegate.wire.errors import AmqpError
 
 # What confirm() asks of the gateway, as bits: settle the delivery; read the socket again.
 SETTLE: Final = 1
@@ -109,7 +110,7 @@ class Unconfirmed:
     ``token`` is the gateway's handle on the delivery, carried through untouched.
     """
 
-    __slots__ = ("condition", "copies", "inbound", "link", "outcome", "token")
+    __slots__ = ("copies", "error", "inbound", "link", "outcome", "token")
 
     def __init__(self, token: object, inbound: Inbound, link: IncomingLink, copies: int) -> None:
         self.token = token
@@ -118,14 +119,14 @@ class Unconfirmed:
         self.copies = copies
         # The outcome the publisher gets: accepted unless some queue refused its copy.
         self.outcome = Outcome.ACCEPTED
-        # The refusal's AMQP error (condition, description), if any.
-        self.condition: tuple[str, str] | None = None
+        # Why a copy was refused, if one was and said why (the outcome's error condition).
+        self.error: AmqpError | None = None
 
-    def refuse(self, outcome: Outcome, condition: tuple[str, str] | None) -> None:
+    def refuse(self, outcome: Outcome, error: AmqpError | None) -> None:
         """A copy was refused: a rejection sticks, any other refusal replaces what was."""
         if outcome is not Outcome.ACCEPTED and self.outcome is not Outcome.REJECTED:
             self.outcome = outcome
-            self.condition = condition
+            self.error = error
 
 
 @dataclass(slots=True)
@@ -248,11 +249,11 @@ class Inbound:
         self,
         pending: Unconfirmed,
         outcome: Outcome = Outcome.ACCEPTED,
-        condition: tuple[str, str] | None = None,
+        error: AmqpError | None = None,
     ) -> int:
         """One copy stored (or refused): SETTLE when it was the last, RESUME if reads may."""
         if outcome is not Outcome.ACCEPTED:
-            pending.refuse(outcome, condition)
+            pending.refuse(outcome, error)
         steps = RESUME if self.account.repay(1) and not self.budget_paused else 0
         pending.copies -= 1
         if pending.copies == 0:

@@ -136,7 +136,7 @@ _STAMP: Final = (encode(X_STREAM_OFFSET), b"\x81" + bytes(_LONG.size))
 _OFFSET_ONLY: Final = _encode_annotations([_STAMP])[: -_LONG.size]
 # Stamped sections by the annotations they replace: a stream's publisher sends the same
 # annotations message after message (most often none but the x-exchange/x-routing-key the
-# router spliced in, gateway/routing.py), so each is decoded and re-encoded once. Only small
+# router spliced in, gateway/rules/routing.py), so each is decoded and re-encoded once. Only small
 # sections are kept (a few hundred bytes each at most), and few distinct ones: a publisher
 # varying its annotations per message empties the table now and then, never grows it.
 _STAMPED: Final[dict[bytes, tuple[bytes, str | None]]] = {}

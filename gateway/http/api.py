@@ -1,7 +1,7 @@
 """RabbitMQ's HTTP API, the part its clients' users reach for (docs/http-api.md).
 
 Queues, exchanges and bindings are answered by the same router as the AMQP ``/management``
-node (gateway/management/router.py, through ``ManagementNode.route``): one implementation, two
+node (gateway/rules/management/router.py, through ``ManagementNode.route``): one implementation, two
 transports; this module only translates paths, bodies and shapes between RabbitMQ's HTTP API and
 that router. Every request is one job on the reactor thread (gateway/http/reactor_calls.py) and
 every answer is JSON; bad input gets RabbitMQ's status code and ``{"error", "reason"}``.
@@ -24,7 +24,6 @@ from urllib.parse import parse_qsl, quote, unquote
 from aiohttp import web
 from proton import Condition
 
-from sluicegate.gateway.auth import DEFAULT_VHOST, User
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.basic_auth import BasicAuth
 from sluicegate.gateway.http.errors import json_error
@@ -33,19 +32,13 @@ from sluicegate.gateway.http.loops_api import ApiError, LoopsApi
 from sluicegate.gateway.http.node_map import node_map
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
-from sluicegate.gateway.management.router import (
-    MAX_PAGE_SIZE,
-    MAX_UNPAGED,
-    Caller,
-    Request,
-    Response,
-    Router,
-)
-from sluicegate.gateway.management.router import _Error as RouterError
-from sluicegate.gateway.management.router import _listing as listing
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST, User
+from sluicegate.gateway.rules.management.listing import MAX_PAGE_SIZE, MAX_UNPAGED, listing
+from sluicegate.gateway.rules.management.requests import Caller, Refused, Request, Response
+from sluicegate.gateway.rules.management.router import Router
+from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts, VhostRefused
 from sluicegate.gateway.state import ConnectionState
-from sluicegate.gateway.tenancy import VirtualHost
 from sluicegate.queues.exchange_graph import PREDECLARED
 from sluicegate.queues.registry import QueueRegistry
 
@@ -439,7 +432,7 @@ class _Job:
             query = "&".join(f"{k}={quote(v)}" for k, v in self.query.items())
             try:
                 listed = listing(["?" + query], self._own_connections(), self._connection_map)
-            except RouterError as error:
+            except Refused as error:
                 raise _Refused(error.status, error.message) from None
             return _Answer(200, listed)
         if len(segments) != 1:

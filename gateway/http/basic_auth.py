@@ -1,6 +1,6 @@
 """HTTP basic auth against the server's users, without letting requests flood the hasher.
 
-A password check is a salted scrypt hash (gateway/auth.py), tens of milliseconds of CPU: HTTP
+A password check is a salted scrypt hash (gateway/rules/auth.py), tens of milliseconds of CPU: HTTP
 clients send their credentials with every request, so a right password is remembered (by a
 keyed digest of it, never the password) for the process's life, up to :data:`REMEMBERED`
 of them. Checks run on a worker thread (``hashlib.scrypt`` releases the GIL), :data:`CHECKS` at
@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Final
 
-from sluicegate.gateway.auth import User, anonymous_user, check_plain
+from sluicegate.gateway.rules.auth import User, anonymous_user, check_plain
 
 # Right credentials remembered: more than the users an admin team has, few enough to be small.
 REMEMBERED: Final = 256

@@ -15,8 +15,8 @@ from collections.abc import Generator, Iterable
 from dataclasses import asdict
 from typing import Final, TypeVar
 
-from sluicegate.gateway.auth import User
 from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState
 from sluicegate.session.session import SessionStatistics
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from sluicegate.gateway.auth import User
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.loop_views import budget_holders, connection_loops, visible
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.snapshot_cache import SnapshotCache
+from sluicegate.gateway.rules.auth import User
 
 # Seconds a snapshot is answered as it is: the console refreshes every two seconds, so two
 # viewers share one and a script polling in a loop costs the reactor one read a second.

@@ -4,7 +4,7 @@ Everything that reads or changes the broker runs on the reactor thread (gateway/
 An HTTP client must not be able to load it however fast it asks: jobs run one at a time, and
 after a job the next starts only once as long again has passed (:class:`ReactorCalls`), so
 HTTP takes at most half of the reactor's time, whatever the number of requests; a job is
-itself bounded (a page of a listing, gateway/management/router.py). Scrapes share snapshots
+itself bounded (a page of a listing, gateway/rules/management/router.py). Scrapes share snapshots
 (:class:`Throttled`): however many scrapers, one snapshot at a time and at most one per
 interval.
 """

@@ -19,7 +19,7 @@ from typing import Final, cast
 
 from proton import Data, symbol, timestamp, uint, ulong
 
-from sluicegate.gateway.management.router import Arguments, UInt, ULong, Utf8Array
+from sluicegate.gateway.rules.management.requests import Arguments, UInt, ULong, Utf8Array
 from sluicegate.wire.codec import encode_compound, encode_uint, encode_variable
 
 # amqp-value (AMQP 1.0 §3.2.7): descriptor 0x77 as a smallulong.

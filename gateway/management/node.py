@@ -36,19 +36,14 @@ from proton import (
     Sender,
 )
 
-from sluicegate.gateway.auth import Access
 from sluicegate.gateway.events import link_of
 from sluicegate.gateway.limits import link_detached
 from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_value
 from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
-from sluicegate.gateway.management.router import (
-    NOBODY,
-    Caller,
-    Request,
-    Response,
-    Router,
-)
 from sluicegate.gateway.renewal import PATH as RENEWAL_PATH
+from sluicegate.gateway.rules.auth import NOBODY, Access
+from sluicegate.gateway.rules.management.requests import Caller, Request, Response
+from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -181,6 +176,8 @@ class ManagementNode(Handler):
         self._renew = renew
         # Exclusive queues by the connection that declared them: deleted when it closes.
         self._exclusive: dict[object, set[tuple[QueueRegistry, str]]] = {}
+        # Each session's link pairs by link name; a session's go when it ends.
+        self.pairs: dict[SessionState, dict[str, Pair]] = {}
 
     @staticmethod
     def is_management(link: Link) -> bool:
@@ -196,7 +193,9 @@ class ManagementNode(Handler):
         ``registry`` is the connection's virtual host's.
         """
         session: SessionState = link.session.sg
-        pairs = session.management_pairs
+        pairs = self.pairs.get(session)
+        if pairs is None:
+            pairs = self.pairs[session] = {}
         pair = pairs.get(link.name)
         if pair is None:
             pair = pairs[link.name] = Pair(caller, self.routers[registry], session)
@@ -316,14 +315,17 @@ class ManagementNode(Handler):
         else:
             pair.requests = None
         if pair.sender is None and pair.requests is None:
-            pair.session.management_pairs.pop(link.name, None)
+            pairs = self.pairs.get(pair.session)
+            if pairs is not None:
+                pairs.pop(link.name, None)
+                if not pairs:
+                    del self.pairs[pair.session]
 
-    @staticmethod
-    def end_session(session: SessionState) -> None:
-        """The session ended (or its connection closed): its pairs' waiting replies go."""
-        for pair in session.management_pairs.values():
+    def end_session(self, session: SessionState) -> None:
+        """The session ended (or its connection closed): its pairs and their waiting replies
+        go."""
+        for pair in self.pairs.pop(session, {}).values():
             pair.drop_replies()
-        session.management_pairs.clear()
 
     on_link_remote_detach = on_link_remote_close
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # A ``pn_delivery_t *`` from cffi: opaque, compared and hashed by address.
 CDelivery: TypeAlias = Any
 _NULL: Final = ffi.NULL
-# The per-message calls of an outgoing transfer, made by ``Broker.pump`` itself: create the
+# The per-message calls of an outgoing transfer, made by ``Sending.pump`` itself: create the
 # delivery with its tag (a ``(size, from_buffer(bytes))`` pair), write the whole message (cffi
 # passes ``bytes`` to a ``char *`` as they are, other buffers need ``from_buffer``), advance.
 from_buffer: Final = ffi.from_buffer

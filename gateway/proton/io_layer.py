@@ -22,7 +22,7 @@ from typing import Final
 from proton import Condition, Endpoint, Event, Transport
 from proton.handlers import IOHandler
 
-from sluicegate.gateway import reading, timeouts
+from sluicegate.gateway import reading
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.gate import Gate
@@ -163,7 +163,7 @@ class FlowIO(IOHandler):
                 break
         now = reactor_now(selectable)
         if state is not None:
-            timeouts.frames_read(state, now)
+            state.deadlines.frames_read(now, transport.frames_input)
         self.update(transport, selectable, now)
 
     def _input_ended(self, state: ConnectionState) -> None:
@@ -265,7 +265,7 @@ class FlowIO(IOHandler):
             ):
                 break
         if state is not None:
-            timeouts.frames_read(state, reactor_now(selectable))
+            state.deadlines.frames_read(reactor_now(selectable), transport.frames_input)
         self._after_gate(selectable, gate, transport)
         return True
 
@@ -303,13 +303,13 @@ class FlowIO(IOHandler):
         forget_selectable(event.selectable)
 
     def on_selectable_expired(self, event: Event) -> None:
-        """Drop a client past its handshake or idle timeout (gateway/timeouts.py)."""
+        """Drop a client past its handshake or idle timeout (gateway/rules/timeouts.py)."""
         selectable = event.selectable
         transport = transport_of(selectable)
         state: ConnectionState | None = getattr(selectable, "sg", None)
         if transport is None or state is None:
             return
-        overdue = timeouts.overdue(state, reactor_now(selectable))
+        overdue = state.deadlines.overdue(reactor_now(selectable), state.reads_paused)
         if overdue == "handshake":
             log.info("dropping a client that did not log in and open within handshake_timeout")
             gate: Gate | None = getattr(selectable, "gate", None)
@@ -326,7 +326,7 @@ class FlowIO(IOHandler):
             # come back from a silent client, so the connection ends once ours is written.
             condition = Condition(
                 "amqp:resource-limit-exceeded",
-                f"no frame from the client for {state.idle_timeout:g} s (idle_timeout)",
+                f"no frame from the client for {state.deadlines.idle_timeout:g} s (idle_timeout)",
             )
             transport.condition = state.connection.condition = condition
             state.connection.close()

@@ -5,10 +5,10 @@ record and handler) and dispatches it twice, to the handler and to the global IO
 time through ``getattr``. A message end to end costs three ``PN_DELIVERY`` events (counted with
 quiver), and that plumbing was about half the server's CPU (``docs/performance.md``).
 Deliveries concern only the broker, never the IO handler, so they go straight from the
-collector to :meth:`Broker.on_delivery_of` as proton's bare ``pn_delivery_t`` (see
-``gateway/proton/deliveries.py``); every other event takes proton's own path unchanged, after the
-broker has applied the consumers' settlements gathered from the deliveries before it
-(``gateway/proton/settlement_run.py``).
+collector to :meth:`Settling.on_delivery_of` (gateway/settling.py) as proton's bare
+``pn_delivery_t`` (see ``gateway/proton/deliveries.py``); every other event takes proton's own path
+unchanged, after the broker has applied the consumers' settlements gathered from the
+deliveries before it (``gateway/proton/settlement_run.py``).
 """
 
 from __future__ import annotations

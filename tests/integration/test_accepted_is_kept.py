@@ -25,7 +25,11 @@ from proton.reactor import Filter
 from proton.utils import BlockingConnection
 from support.clients import consume, publish
 
-from sluicegate.gateway.definitions import BindingDefinition, ExchangeDefinition, QueueDefinition
+from sluicegate.gateway.rules.definitions import (
+    BindingDefinition,
+    ExchangeDefinition,
+    QueueDefinition,
+)
 from sluicegate.wire.codec import MAX_DEPTH
 
 _DLX = {"x-dead-letter-exchange": "dlx"}

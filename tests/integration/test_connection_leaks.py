@@ -86,7 +86,7 @@ def _records_of(server: RunningServer, name: str) -> list[weakref.ref[object]]:
         for session in state.sessions.values():
             objects += [session, session.pure, *session.senders.values()]
             objects += [link.link for link in session.senders.values()]
-            objects += list(session.management_pairs.values())
+            objects += list(server.server.broker.management.pairs.get(session, {}).values())
         for publisher in state.publishers:
             objects += [publisher, publisher.link]
         return [weakref.ref(o) for o in objects]

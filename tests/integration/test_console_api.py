@@ -20,9 +20,9 @@ from proton.reactor import Container
 from proton.utils import BlockingConnection
 from support.polling import wait_until
 
-from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.gateway.http.loop_views import LINKS_PAGE
-from sluicegate.gateway.vhosts import parse_vhosts
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
+from sluicegate.gateway.rules.vhosts import parse_vhosts
 
 PASSWORD = "s3cret"
 EVERYTHING = {"configure": ".*", "write": ".*", "read": ".*"}

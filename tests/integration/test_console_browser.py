@@ -25,8 +25,8 @@ from support.flood import Flood
 from support.polling import wait_until
 from support.raw_client import RawClient
 
-from sluicegate.gateway.auth import User, hash_password, parse_users
-from sluicegate.gateway.vhosts import parse_vhosts
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
+from sluicegate.gateway.rules.vhosts import parse_vhosts
 
 CHROMIUM = Path("/usr/bin/chromium")
 PASSWORD = "s3cret"

@@ -13,8 +13,8 @@ from proton.utils import BlockingConnection, LinkDetached
 from support.clients import consume, publish
 from support.polling import wait_until
 
-from sluicegate.gateway.auth import parse_users
-from sluicegate.gateway.vhosts import parse_vhosts
+from sluicegate.gateway.rules.auth import parse_users
+from sluicegate.gateway.rules.vhosts import parse_vhosts
 
 TEMPORARY = symbol("temporary-queue")
 VOLATILE = symbol("rabbitmq:volatile-queue")

@@ -22,9 +22,9 @@ from support.clients import publish
 from support.polling import wait_until
 from support.raw_client import RawClient
 
-from sluicegate.gateway.auth import User, hash_password, parse_users
-from sluicegate.gateway.management.router import MAX_PAGE_SIZE, MAX_UNPAGED
-from sluicegate.gateway.vhosts import parse_vhosts
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
+from sluicegate.gateway.rules.management.listing import MAX_PAGE_SIZE, MAX_UNPAGED
+from sluicegate.gateway.rules.vhosts import parse_vhosts
 
 PASSWORD = "s3cret"
 EVERYTHING = {"configure": ".*", "write": ".*", "read": ".*"}

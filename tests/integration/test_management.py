@@ -14,7 +14,7 @@ from support.process import serving
 from support.resident import rss
 
 from sluicegate.clients.management import ManagementClient
-from sluicegate.gateway.management.router import Caller, Request, Response
+from sluicegate.gateway.rules.management.requests import Caller, Request, Response
 
 KiB: Final = 1024
 MiB: Final = 1024 * KiB

@@ -25,7 +25,11 @@ from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached, Sen
 from support.clients import consume, publish
 from support.polling import wait_until
 
-from sluicegate.gateway.definitions import BindingDefinition, ExchangeDefinition, QueueDefinition
+from sluicegate.gateway.rules.definitions import (
+    BindingDefinition,
+    ExchangeDefinition,
+    QueueDefinition,
+)
 
 
 def _declare(

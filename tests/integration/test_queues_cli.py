@@ -13,8 +13,8 @@ from integration.conftest import RunningServer
 from support.clients import publish
 
 from sluicegate.cli.main import main
-from sluicegate.gateway.auth import hash_password, parse_users
-from sluicegate.gateway.vhosts import parse_vhosts
+from sluicegate.gateway.rules.auth import hash_password, parse_users
+from sluicegate.gateway.rules.vhosts import parse_vhosts
 
 # Generous: the machine running the tests may be loaded.
 TIMEOUT = 60

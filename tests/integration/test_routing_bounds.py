@@ -19,7 +19,7 @@ from proton.utils import BlockingConnection
 from support.clients import publish
 from support.prober import Prober
 
-from sluicegate.gateway.config import DEFAULT_MAX_CC_KEYS
+from sluicegate.gateway.rules.routing import DEFAULT_MAX_CC_KEYS
 
 # A served prober's round, with room for a loaded shared machine; the stalls were 3.5 to 31 s.
 PROBE_BOUND: Final = 5.0

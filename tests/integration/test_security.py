@@ -28,7 +28,7 @@ from support.polling import wait_until
 from support.raw_client import ProtocolError, RawClient
 
 from sluicegate.gateway import login as login_module
-from sluicegate.gateway.auth import User, check_plain, hash_password, parse_users
+from sluicegate.gateway.rules.auth import User, check_plain, hash_password, parse_users
 
 ALICE_PASSWORD = "correct horse"
 

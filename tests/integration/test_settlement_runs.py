@@ -12,7 +12,11 @@ from support.clients import consume, publish
 from support.polling import wait_until
 from support.raw_client import RawClient
 
-from sluicegate.gateway.definitions import BindingDefinition, ExchangeDefinition, QueueDefinition
+from sluicegate.gateway.rules.definitions import (
+    BindingDefinition,
+    ExchangeDefinition,
+    QueueDefinition,
+)
 
 
 def _start(data_dir: Path) -> RunningServer:

@@ -44,8 +44,8 @@ from support.process import serving, tls_port
 from support.raw_client import RawClient
 
 from sluicegate.clients.management import ManagementClient, request_message
-from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.gateway.management.node import REQUEST_CREDIT
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 from sluicegate.queues.stream import MAX_SIZES_PER_RANGE
 from sluicegate.transport.channel import client_context
 

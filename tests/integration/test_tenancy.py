@@ -42,9 +42,9 @@ from support.rabbitmq import Accepting, Enough
 from support.raw_client import ConnectionClosedError, RawClient
 
 from sluicegate.clients.management import ManagementClient
-from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.gateway.durability import VhostNotConfigured
-from sluicegate.gateway.vhosts import VhostSettings, parse_vhosts
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
+from sluicegate.gateway.rules.vhosts import VhostSettings, parse_vhosts
 
 PASSWORD = "pw"
 EVERYTHING = {"configure": ".*", "write": ".*", "read": ".*"}

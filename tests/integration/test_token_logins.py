@@ -25,8 +25,8 @@ from rabbitmq_amqp_python_client import (
 from rabbitmq_amqp_python_client import Message as RabbitMessage
 from support.polling import wait_until
 
-from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.gateway.oauth2 import OAuth2Settings, parse_oauth2
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 
 # The key and audience RabbitMQ's client suites configure their brokers with.
 SECRET = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH"

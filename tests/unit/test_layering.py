@@ -8,6 +8,7 @@ between packages.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -170,3 +171,41 @@ def test_the_check_reports_planted_reaches_on_other_objects_and_by_name() -> Non
         "planted.py:2: setattr(..., '_transport')",
         "planted.py:3: link._impl",
     ]
+
+
+# What gateway/rules/ may not import at all: the broker's decisions are made without IO or a
+# clock, like the pure packages' (time is an argument).
+_IMPURE: Final = frozenset(
+    {"proton", "cproton", "socket", "select", "selectors", "time", "asyncio"}
+)
+
+
+_RULES: Final = "sluicegate.gateway.rules."
+
+
+def test_the_broker_s_decisions_import_nothing_of_the_shell() -> None:
+    """gateway/rules/ sits below the shell: it imports the pure packages and itself, never
+    another gateway module, proton, a socket or the clock."""
+    rules = ROOT / "gateway" / "rules"
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in sources("gateway/rules")
+        for line, name, _ in imported(path)
+        if name.split(".")[0] in _IMPURE
+        or (
+            name.startswith("sluicegate.gateway")
+            and not name.startswith("sluicegate.gateway.rules")
+        )
+    ]
+    assert rules.is_dir()
+    assert wrong == []
+
+
+def test_ruffs_ban_on_io_covers_the_broker_s_decisions() -> None:
+    """gateway/rules/ takes the pure packages' bans (ruff-pure.toml) through its own ruff.toml:
+    pyproject.toml's bans cover only proton's C layer, which the shell needs lifted."""
+    settings = tomllib.loads((ROOT / "gateway" / "rules" / "ruff.toml").read_text())
+    assert settings["extend"] == "../../ruff-pure.toml"
+    pure = tomllib.loads((ROOT / "ruff-pure.toml").read_text())
+    banned = pure["lint"]["flake8-tidy-imports"]["banned-api"]
+    assert _IMPURE - {"select", "selectors"} <= set(banned)

@@ -19,7 +19,7 @@ from integration.conftest import RunningServer
 from pyspark.sql.types import BinaryType, StructField, StructType
 from support.certificates import self_signed
 
-from sluicegate.gateway.auth import User, hash_password, parse_users
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 from sluicegate.spark.amqp import AmqpConnection, AuthenticationError
 from sluicegate.spark.browse import browse
 from sluicegate.spark.options import ReadOptions, parse_read_options, parse_write_options

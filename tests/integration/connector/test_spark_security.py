@@ -13,7 +13,7 @@ from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark.sql import SparkSession
 from support.certificates import self_signed
 
-from sluicegate.gateway.auth import User, hash_password, parse_users
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 
 pytestmark = [
     pytest.mark.slow,

@@ -9,7 +9,7 @@ from proton import UNDESCRIBED, Array, Data, DataException, Message, symbol, tim
 
 from sluicegate.gateway.management.encoding import encode_value
 from sluicegate.gateway.management.node import encode_reply
-from sluicegate.gateway.management.router import Response, UInt, ULong
+from sluicegate.gateway.rules.management.requests import Response, UInt, ULong
 
 
 def _decoded(encoded: bytes) -> object:

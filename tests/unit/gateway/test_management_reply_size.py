@@ -7,7 +7,7 @@ import pytest
 from sluicegate.gateway.management.encoding import encode_value
 from sluicegate.gateway.management.node import encode_reply
 from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
-from sluicegate.gateway.management.router import Response, UInt, ULong
+from sluicegate.gateway.rules.management.requests import Response, UInt, ULong
 
 _QUEUE = {
     "name": "q",

@@ -10,7 +10,6 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from sluicegate.gateway.auth import UserError
 from sluicegate.gateway.oauth2 import (
     OAuth2Settings,
     TokenError,
@@ -18,6 +17,7 @@ from sluicegate.gateway.oauth2 import (
     parse_oauth2,
     verify_token,
 )
+from sluicegate.gateway.rules.auth import UserError
 
 # Long enough for HS512, so that PyJWT does not warn about a short key when the tests sign with it.
 SECRET = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ.-"

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from support.examples import examples
 
 from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome
@@ -363,11 +364,11 @@ def test_the_last_copy_settles_and_a_rejection_wins() -> None:
     pending, pause = inbound.route(link, "token", 3)
     assert pause, "three copies reach the account's limit of 3"
     assert pending.token == "token"
-    rejected = ("amqp:resource-limit-exceeded", "full")
+    rejected = ResourceLimitExceeded("full")
     assert inbound.confirm(pending, Outcome.REJECTED, rejected) == 0
     assert inbound.confirm(pending, Outcome.RELEASED, None) == RESUME
     assert inbound.confirm(pending) == SETTLE
-    assert (pending.outcome, pending.condition) == (Outcome.REJECTED, rejected)
+    assert (pending.outcome, pending.error) == (Outcome.REJECTED, rejected)
     assert link.unconfirmed == 0
 
 

@@ -865,7 +865,7 @@ def test_a_detach_gives_back_its_own_deliveries_and_leaves_the_others_untouched(
 
 def test_a_withdrawn_drain_answer_gives_its_credit_back() -> None:
     """The gateway withdraws a drain completion that proton could not send before a later
-    client FLOW came in (gateway/broker.py): the drained credit goes back onto the
+    client FLOW came in (gateway/links.py): the drained credit goes back onto the
     delivery-count, and all of the later FLOW's credit counts."""
     h = Harness(0)
     h.flow(5, drain=True)

@@ -2,7 +2,7 @@
 
 RabbitMQ refuses carriage returns and line feeds in names (its logs and HTTP API would break on
 them); sluicegate refuses NUL too, which the durable log uses to qualify a name by its virtual
-host (gateway/vhost_log.py).
+host (gateway/rules/vhost_log.py).
 """
 
 from __future__ import annotations

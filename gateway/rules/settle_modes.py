@@ -20,28 +20,27 @@ reply that silently states another mode:
 
 from __future__ import annotations
 
-from proton import Link
+from typing import Final
 
 from sluicegate.queues.errors import NotImplementedByServer
 
+# The settle modes' values on the wire (AMQP 1.0 §2.8.2, §2.8.3), which proton's
+# ``Link.SND_*`` and ``Link.RCV_*`` are.
+SND_UNSETTLED: Final = 0
+SND_SETTLED: Final = 1
+RCV_SECOND: Final = 1
 
-def state_settle_modes(link: Link) -> None:
-    """Set ``link``'s own modes to the client's, before any reply to its ATTACH: a refusal
-    too echoes them (as RabbitMQ's does) next to its null terminus."""
-    link.snd_settle_mode = link.remote_snd_settle_mode
-    link.rcv_settle_mode = link.remote_rcv_settle_mode
 
-
-def refuse_unhonoured(link: Link, management: bool) -> None:
-    """Raise :class:`NotImplementedByServer` if the server cannot work by ``link``'s modes."""
-    snd = link.remote_snd_settle_mode
-    rcv = link.remote_rcv_settle_mode
-    if link.is_receiver and rcv == Link.RCV_SECOND and snd != Link.SND_SETTLED:
+def refuse_unhonoured(snd: int, rcv: int, *, server_sends: bool, management: bool) -> None:
+    """Raise :class:`NotImplementedByServer` if the server cannot work by a link's modes as
+    the client's ATTACH asked them (``snd``, ``rcv``); ``server_sends`` on a consumer's link or
+    the management node's reply link."""
+    if not server_sends and rcv == RCV_SECOND and snd != SND_SETTLED:
         raise NotImplementedByServer(
             "rcv-settle-mode second is not supported on a link the server receives on: "
             "it settles each delivery as it gives the outcome"
         )
-    if link.is_sender and management and snd == Link.SND_UNSETTLED:
+    if server_sends and management and snd == SND_UNSETTLED:
         raise NotImplementedByServer(
             "snd-settle-mode unsettled is not supported on the management node's reply "
             "link: it sends its replies settled"

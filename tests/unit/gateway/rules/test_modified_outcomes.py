@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluicegate.gateway.modified_outcomes import ModifiedAnnotations, NoRoomForAnnotations
+from sluicegate.gateway.rules.modified_outcomes import ModifiedAnnotations, NoRoomForAnnotations
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.annotations import AnnotationsTooLarge, InvalidAnnotations

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from sluicegate.gateway.auth import DEFAULT_VHOST, UserError, parse_limit
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST, UserError, parse_limit
 
 # The hostname prefix by which a client names its virtual host (RabbitMQ 4).
 VHOST_PREFIX: Final = "vhost:"

@@ -15,14 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from proton import Condition
-
-from sluicegate.gateway.config import (
-    DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
-    DEFAULT_MAX_CC_KEYS,
-    DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+from sluicegate.queues.errors import (
+    AccessRefused,
+    NotFound,
+    PreconditionFailed,
+    ResourceLimitExceeded,
 )
-from sluicegate.queues.errors import AccessRefused, NotFound
 from sluicegate.queues.exchanges import Unroutable
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome, QueueType
@@ -32,7 +30,25 @@ from sluicegate.wire.annotations import routing_annotations
 from sluicegate.wire.envelope import Envelope, read_envelope
 from sluicegate.wire.errors import AmqpError, DecodeError
 
+# Application properties are what filters decode, once per message: this bounds the work one
+# message can cost the reactor (a few milliseconds at most) and the memory of its decoded view.
+# Azure Service Bus caps a message's properties at the same 64 KiB; headers rarely need 1 KiB.
+DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE: Final = 64 * 1024
+# Message annotations are decoded at publish (x-cc), by dead-lettering and by streams, and a
+# consumer's ``modified`` outcome adds them to every message of a range: the same bound as
+# application properties; RabbitMQ's own annotations take a few hundred bytes.
+DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE: Final = 64 * 1024
+# Each ``x-cc`` routing key is routed like the message's own: the bound keeps one publish
+# from costing more than a few hundred routings (RabbitMQ's clients name a handful).
+DEFAULT_MAX_CC_KEYS: Final = 256
+
 _NO_QUEUES: Final[list[QueueType]] = []
+
+
+class SectionTooLarge(AmqpError):
+    """A message whose application-properties or message-annotations exceed their limit."""
+
+    condition = "amqp:link:message-size-exceeded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +70,9 @@ class Routed:
     queues: list[QueueType]
     message: Message | None
     outcome: Outcome = Outcome.ACCEPTED
-    condition: Condition | None = None
-    # The link's own exchange is gone: the link is detached with ``condition`` (RabbitMQ's).
+    # Why the message was refused, for its disposition (the shell makes proton's condition).
+    error: AmqpError | None = None
+    # The link's own exchange is gone: the link is detached with ``error`` (RabbitMQ's).
     detach: bool = False
 
 
@@ -89,8 +106,8 @@ def _message(
     )
 
 
-def _refused(outcome: Outcome, condition: str, description: str) -> Routed:
-    return Routed(_NO_QUEUES, None, outcome, Condition(condition, description))
+def _rejected(error: AmqpError) -> Routed:
+    return Routed(_NO_QUEUES, None, Outcome.REJECTED, error)
 
 
 class Router:
@@ -134,29 +151,30 @@ class Router:
                 payload, self.max_application_properties_size, self.max_message_annotations_size
             )
         except DecodeError as error:
-            return _refused(Outcome.REJECTED, error.condition, f"malformed message: {error}")
+            # The same class, so the same condition, with what was being read said first.
+            return _rejected(type(error)(f"malformed message: {error}"))
         limit = self.max_application_properties_size
         if envelope.application_properties_size > limit:
-            return _refused(
-                Outcome.REJECTED,
-                "amqp:link:message-size-exceeded",
-                f"application-properties of {envelope.application_properties_size} bytes exceed "
-                f"max_application_properties_size {limit}",
+            return _rejected(
+                SectionTooLarge(
+                    f"application-properties of {envelope.application_properties_size} bytes "
+                    f"exceed max_application_properties_size {limit}"
+                )
             )
         limit = self.max_message_annotations_size
         if envelope.message_annotations_size > limit:
-            return _refused(
-                Outcome.REJECTED,
-                "amqp:link:message-size-exceeded",
-                f"message-annotations of {envelope.message_annotations_size} bytes exceed "
-                f"max_message_annotations_size {limit}",
+            return _rejected(
+                SectionTooLarge(
+                    f"message-annotations of {envelope.message_annotations_size} bytes exceed "
+                    f"max_message_annotations_size {limit}"
+                )
             )
         if len(envelope.cc) > self.max_cc_keys:
-            return _refused(
-                Outcome.REJECTED,
-                "amqp:resource-limit-exceeded",
-                f"'x-cc' names {len(envelope.cc)} distinct routing keys, more than "
-                f"max_cc_keys {self.max_cc_keys}",
+            return _rejected(
+                ResourceLimitExceeded(
+                    f"'x-cc' names {len(envelope.cc)} distinct routing keys, more than "
+                    f"max_cc_keys {self.max_cc_keys}"
+                )
             )
         expires = envelope.expires(self.registry.clock.now)
         queue = target.queue
@@ -170,15 +188,13 @@ class Router:
         if exchange is None:
             # The null target: the message's ``to`` says where it goes (RabbitMQ 4).
             if envelope.to is None:
-                return _refused(
-                    Outcome.REJECTED,
-                    "amqp:precondition-failed",
-                    "a message sent to the null target needs a 'to' address",
+                return _rejected(
+                    PreconditionFailed("a message sent to the null target needs a 'to' address")
                 )
             try:
                 address = parse_target(envelope.to)
             except AmqpError as error:
-                return _refused(Outcome.REJECTED, error.condition, str(error))
+                return _rejected(error)
             if isinstance(address, QueueAddress):
                 found = self.registry.get(address.queue)
                 if found is None:
@@ -191,20 +207,19 @@ class Router:
             try:
                 self._publishable(exchange)
             except AmqpError as error:
-                return _refused(Outcome.REJECTED, error.condition, str(error))
+                return _rejected(error)
         if routing_key is None:
             routing_key = envelope.subject or ""
         try:
             queues = self.registry.route(exchange, routing_key, payload)
         except NotFound as error:
             if target.exchange is None:
-                return _refused(Outcome.REJECTED, error.condition, str(error))
+                return _rejected(error)
             # The exchange the link attached to was deleted since: as RabbitMQ, the message is
             # released and the link detached with amqp:not-found.
-            condition = Condition(error.condition, str(error))
-            return Routed(_NO_QUEUES, None, Outcome.RELEASED, condition, detach=True)
+            return Routed(_NO_QUEUES, None, Outcome.RELEASED, error, detach=True)
         except AmqpError as error:
-            return _refused(Outcome.REJECTED, error.condition, str(error))
+            return _rejected(error)
         message = _message(payload, envelope, expires, exchange, routing_key)
         if envelope.cc:
             routed = self._with_cc(queues, exchange, envelope.cc, payload, message)
@@ -233,15 +248,13 @@ class Router:
             for queue in self.registry.route_keys(exchange, cc, payload):
                 reached.setdefault(id(queue), queue)
         except AmqpError as error:
-            return _refused(Outcome.REJECTED, error.condition, str(error))
+            return _rejected(error)
         return Routed(list(reached.values()), message)
 
     def _unroutable(self, exchange: str, routing_key: str) -> Routed:
         found = self.registry.exchange(exchange)
         if found.settings.unroutable is Unroutable.REJECT:
-            return _refused(
-                Outcome.REJECTED,
-                "amqp:not-found",
-                f"exchange '{exchange}' routes routing key '{routing_key}' to no queue",
+            return _rejected(
+                NotFound(f"exchange '{exchange}' routes routing key '{routing_key}' to no queue")
             )
         return Routed(_NO_QUEUES, None, Outcome.RELEASED)

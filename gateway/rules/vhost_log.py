@@ -5,7 +5,7 @@ each persistent message), so a virtual host is part of the name the log sees: a 
 the default virtual host is logged as ``q``, exactly as before virtual hosts existed (a log
 written by an older server is the default virtual host's), and a queue ``q`` of virtual host
 ``v`` as ``NUL v NUL q``. The mapping is one-to-one because neither a virtual host's name nor a
-queue or exchange name may contain NUL (gateway/names.py), and it costs a log record nothing
+queue or exchange name may contain NUL (gateway/rules/names.py), and it costs a log record nothing
 for the default virtual host.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from sluicegate.gateway.auth import DEFAULT_VHOST
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST
 from sluicegate.queues.log.paged import DiskPage
 from sluicegate.queues.log.records import Arguments
 from sluicegate.queues.log.store import MessageStore

@@ -11,41 +11,44 @@ every other attach is refused; the connection and its other links carry on.
 
 from __future__ import annotations
 
-from proton import Link
-
-from sluicegate.gateway.auth import Access, Permissions, User
-from sluicegate.gateway.names import check_name
-from sluicegate.gateway.tenancy import VirtualHost
+from sluicegate.gateway.rules.auth import Access, Permissions, User
+from sluicegate.gateway.rules.names import check_name
+from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.queues.errors import AccessRefused
 from sluicegate.wire.addresses import ExchangeAddress, parse_address, parse_target
 from sluicegate.wire.errors import AmqpError
 
 
 def authorise_attach(
-    user: User | None, permissions: Permissions | None, link: Link, vhost: VirtualHost
+    user: User | None,
+    permissions: Permissions | None,
+    vhost: VirtualHost,
+    address: str | None,
+    *,
+    consumer: bool,
+    dynamic: bool,
 ) -> None:
-    """Raise :class:`AccessRefused` unless ``user`` may attach ``link`` in ``vhost``."""
-    terminus = link.remote_source if link.is_sender else link.remote_target
+    """Raise :class:`AccessRefused` unless ``user`` may attach a link in ``vhost`` whose
+    terminus (the source of a ``consumer``'s link, the target of a publisher's) names
+    ``address`` or is ``dynamic``."""
     if user is None or permissions is None:
         raise AccessRefused("the connection has not logged in")
-    if terminus.dynamic:
+    if dynamic:
         return  # refused for what it is, by the attach itself
-    if not terminus.address:
-        if link.is_receiver and permissions.write.pattern != ".*":
+    if not address:
+        if not consumer and permissions.write.pattern != ".*":
             # A null target sends each message to its own ``to``: only a user who may write
             # everywhere gets one, so that no message needs a check of its own.
             raise AccessRefused(f"user {user.name!r} may not publish with a null target")
         return
     try:
-        target = (
-            parse_address(terminus.address) if link.is_sender else parse_target(terminus.address)
-        )
+        target = parse_address(address) if consumer else parse_target(address)
     except AmqpError:
         return  # refused by the attach itself, which names the bad address
     if isinstance(target, ExchangeAddress):
         _require(user, permissions, "write", "exchange", target.exchange)
         return
-    _require(user, permissions, "read" if link.is_sender else "write", "queue", target.queue)
+    _require(user, permissions, "read" if consumer else "write", "queue", target.queue)
     if vhost.registry.get(target.queue) is None:
         _require(user, permissions, "configure", "queue", target.queue)
         check_name("queue", target.queue)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sluicegate.gateway.config import ConfigError, ServerConfig, load_config
-from sluicegate.gateway.definitions import apply_definitions
+from sluicegate.gateway.rules.definitions import apply_definitions
 from sluicegate.queues.errors import NotFound
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.codec import Described, encode

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sluicegate.gateway.auth import DEFAULT_VHOST, Permissions, User
-from sluicegate.gateway.config import (
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST, Permissions, User
+from sluicegate.gateway.rules.routing import (
     DEFAULT_MAX_APPLICATION_PROPERTIES_SIZE,
     DEFAULT_MAX_CC_KEYS,
     DEFAULT_MAX_MESSAGE_ANNOTATIONS_SIZE,
+    Router,
 )
-from sluicegate.gateway.routing import Router
-from sluicegate.gateway.vhosts import VhostSettings, requested_vhost
+from sluicegate.gateway.rules.vhosts import VhostSettings, requested_vhost
 from sluicegate.queues.errors import NotFound, QueueError
 from sluicegate.queues.registry import QueueRegistry
 

@@ -7,19 +7,12 @@ from urllib.parse import quote
 
 import pytest
 
-from sluicegate.gateway.management.router import (
-    MAX_UNPAGED,
-    NOBODY,
-    Access,
-    Caller,
-    Request,
-    Response,
-    Router,
-    UInt,
-    ULong,
-)
-from sluicegate.gateway.tenancy import Tenancy
-from sluicegate.gateway.vhosts import VhostSettings
+from sluicegate.gateway.rules.auth import NOBODY, Access
+from sluicegate.gateway.rules.management.listing import MAX_UNPAGED
+from sluicegate.gateway.rules.management.requests import Caller, Request, Response, UInt, ULong
+from sluicegate.gateway.rules.management.router import Router
+from sluicegate.gateway.rules.tenancy import Tenancy
+from sluicegate.gateway.rules.vhosts import VhostSettings
 from sluicegate.queues import stream as stream_module
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.gateway.auth import User, UserLimits, parse_users
 from sluicegate.gateway.config import ConfigError, load_config
-from sluicegate.gateway.tenancy import NotAllowed, QuotaExceeded, Tenancy
-from sluicegate.gateway.vhost_log import logged_name, split_logged_name
-from sluicegate.gateway.vhosts import parse_vhosts, requested_vhost
+from sluicegate.gateway.rules.auth import User, UserLimits, parse_users
+from sluicegate.gateway.rules.tenancy import NotAllowed, QuotaExceeded, Tenancy
+from sluicegate.gateway.rules.vhost_log import logged_name, split_logged_name
+from sluicegate.gateway.rules.vhosts import parse_vhosts, requested_vhost
 from sluicegate.queues.registry import QueueRegistry
 
 ALL = {"configure": ".*", "write": ".*", "read": ".*"}

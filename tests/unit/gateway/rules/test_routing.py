@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluicegate.gateway.routing import Router
+from sluicegate.gateway.rules.routing import Router
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
@@ -46,8 +46,8 @@ def test_a_malformed_header_is_rejected_with_decode_error() -> None:
     routed = router.route(router.resolve("q"), b"\x00\x53\x70\xa1\x01x" + _BODY)
     assert routed.outcome is Outcome.REJECTED
     assert routed.queues == []
-    assert routed.condition is not None
-    assert routed.condition.name == "amqp:decode-error"
+    assert routed.error is not None
+    assert routed.error.condition == "amqp:decode-error"
 
 
 def test_exchange_targets_use_the_address_key_or_the_subject() -> None:
@@ -64,11 +64,11 @@ def test_the_null_target_needs_a_to_address() -> None:
     anonymous = router.resolve(None)
     missing = router.route(anonymous, _BODY)
     assert missing.outcome is Outcome.REJECTED
-    assert missing.condition is not None
-    assert missing.condition.name == "amqp:precondition-failed"
+    assert missing.error is not None
+    assert missing.error.condition == "amqp:precondition-failed"
     # RabbitMQ routes it through the default exchange to no queue: released, no error.
     nowhere = router.route(anonymous, _properties(to="/queues/absent") + _BODY)
-    assert (nowhere.outcome, nowhere.queues, nowhere.condition) == (Outcome.RELEASED, [], None)
+    assert (nowhere.outcome, nowhere.queues, nowhere.error) == (Outcome.RELEASED, [], None)
     found = router.route(anonymous, _properties(to="/exchanges/t/a.x") + _BODY)
     assert [q.name for q in found.queues] == ["q"]
 
@@ -96,6 +96,6 @@ def test_a_topic_match_past_its_bound_is_rejected_and_the_next_routed() -> None:
         router.resolve("/exchanges/t"), _properties(subject=".".join(["a"] * 5000)) + _BODY
     )
     assert routed.outcome is Outcome.REJECTED
-    assert routed.condition is not None
-    assert routed.condition.name == "amqp:resource-limit-exceeded"
+    assert routed.error is not None
+    assert routed.error.condition == "amqp:resource-limit-exceeded"
     assert [q.name for q in router.route(router.resolve("/exchanges/t/a.b"), _BODY).queues] == ["q"]

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from sluicegate.gateway.auth import DEFAULT_VHOST
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST
 from sluicegate.queues.errors import NotFound, PreconditionFailed
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.errors import AmqpError

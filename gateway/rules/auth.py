@@ -116,6 +116,8 @@ class Permissions:
 
 
 EVERYTHING: Final = Permissions(re.compile(".*"), re.compile(".*"), re.compile(".*"))
+# A connection that has not logged in.
+NOBODY: Final = Permissions(re.compile(""), re.compile(""), re.compile(""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,59 @@
+"""Dead letters routed in batches within the memory budget, and the failures logged.
+
+Their copies are held like a publisher's messages: while the memory budget is blocked no copy
+that grows what it counts is made (the letters wait, their messages held at their place,
+counted), and a pass grows it by at most its headroom (queues/dead_lettering.py). A letter that
+cannot be dead-lettered is logged with what becomes of it: the server's operator has no other
+way to learn of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from sluicegate.gateway.rules.tenancy import VirtualHost
+from sluicegate.queues.held_bytes import HeldBytes
+from sluicegate.queues.queue_type import Dispatch
+from sluicegate.session.memory_budget import MemoryBudget
+
+log = logging.getLogger("sluicegate")
+
+
+def route_dead_letters(
+    vhosts: Iterable[VirtualHost],
+    budget: MemoryBudget,
+    held: HeldBytes,
+    outbound: Callable[[], int],
+    dispatch: Callable[[list[Dispatch]], None],
+) -> bool:
+    """Route a batch of every virtual host's pending dead letters, within what the memory
+    budget has room for beside the queues' ``held`` bytes and the ``outbound`` ones. Returns
+    whether letters are left past the batch (not those waiting for room): the expiry timer then
+    comes back at the reactor's next pass rather than at its next interval."""
+    left = False
+    for vhost in vhosts:
+        registry = vhost.registry
+        if not registry.dead_letters:
+            continue
+        room = 0
+        if not budget.blocked:
+            used = held.total + outbound() + budget.unfinished
+            room = max(0, budget.limit - used)
+        dispatch(registry.route_dead_letters(room))
+        router = registry.dead_letter_router
+        left = left or (bool(router.outbox) and not router.waiting)
+        failures = router.failures
+        for failure in failures:
+            log.error(
+                "dead-lettering %s of queue '%s' failed (%s): %s",
+                failure.message,
+                failure.queue,
+                failure.error,
+                "it stays at its place in its queue, not delivered, until the queue is "
+                "purged or deleted or the server restarts"
+                if failure.kept
+                else "it is lost (purged, or refused at publish)",
+            )
+        failures.clear()
+    return left

@@ -1,0 +1,1 @@
+"""The management node's requests (RabbitMQ's HTTP-over-AMQP API), decided without IO."""

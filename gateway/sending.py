@@ -1,0 +1,220 @@
+"""The hot pump: what the queues hand consumers goes to proton, session by session.
+
+A store or a settlement hands deliveries to consumers' pure links (``route``); their sessions
+are marked and pumped together when the reactor runs out of events (``pump_marked``), so one
+socket read of many messages costs one pass over each session's ``outgoing_pending``. Payload
+buffers of unsettled deliveries go back to proton's pool once framed
+(gateway/proton/payload_buffers.py).
+"""
+
+from __future__ import annotations
+
+from sluicegate.gateway.proton import deliveries, payload_buffers
+from sluicegate.gateway.proton.drain import send_drained_flow
+from sluicegate.gateway.proton.internals import c_object
+from sluicegate.gateway.state import ConnectionState, OutgoingLinkState, SessionState
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Dispatch
+from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
+from sluicegate.session.session import (
+    UNSETTLED_DELIVERY_COST,
+    LinkFlow,
+    TransferPart,
+    Unsettled,
+    resume,
+    route,
+)
+from sluicegate.writer.writer import ServerBytes
+
+
+class Sending:
+    """Every session's outbound deliveries and FLOWs, and what the server holds for them."""
+
+    def __init__(self) -> None:
+        # Sessions with something new to send since the last pump.
+        self._dirty: set[SessionState] = set()
+        # Connections with unsettled deliveries whose payload buffers are to be given back.
+        self._unframed: set[ConnectionState] = set()
+        # Each live session's record, by its pure session (what ``route`` names).
+        self._states: dict[LinkOwner, SessionState] = {}
+        # Bytes every connection's writer handed to proton and that are not written yet.
+        self.pending_bytes = ServerBytes()
+        # Unsettled deliveries to consumers, over every session.
+        self.unsettled = Unsettled()
+        # What deliveries waiting in every connection's sessions hold (session/waiting.py).
+        self.waiting = ServerBytes()
+
+    def begin(self, state: SessionState) -> None:
+        """A new session: the queues' dispatches may name it from now on."""
+        self._states[state.pure] = state
+
+    def route(self, dispatches: list[Dispatch]) -> None:
+        states = self._states
+        for pure in route(dispatches):
+            self._dirty.add(states[pure])
+
+    def resume(self, connection: ConnectionState) -> None:
+        """Once enough has left a connection's sessions, make its deferred credit requests."""
+        if connection.waiting.resumable and not connection.closed:
+            states = self._states
+            for pure in resume(connection.waiting):
+                self._dirty.add(states[pure])
+
+    def mark(self, session: SessionState) -> None:
+        """Have a session pumped at the next flush."""
+        self._dirty.add(session)
+
+    def outbound_bytes(self) -> int:
+        """What consumers make the server hold beyond the queued messages: deliveries waiting in
+        sessions, bytes handed to proton and not yet written, and the bookkeeping of unsettled
+        deliveries."""
+        return (
+            self.waiting.total
+            + self.pending_bytes.total
+            + self.unsettled.count * UNSETTLED_DELIVERY_COST
+        )
+
+    def pump_marked(self) -> None:
+        """Pump every session that has something new to send; give back framed buffers."""
+        dirty = self._dirty
+        while dirty:
+            state = dirty.pop()
+            self.pump(state)
+            self.resume(state.connection)
+        if self._unframed:
+            self.give_back_buffers()
+
+    def pooled(self, connection: ConnectionState, held: int) -> None:
+        """An END or a DETACH released what the server held beyond ``held`` (read before it):
+        proton keeps the structs of the freed deliveries in a pool for its connection's life,
+        and the most one release freed is trimmed when the connection goes."""
+        connection.pooled = max(connection.pooled, held - self.outbound_bytes())
+
+    def released(self, connection: ConnectionState) -> None:
+        """A connection ended: the buffers of what it sent go back now, not at a later pump."""
+        if connection in self._unframed:
+            self.give_back_buffers()
+
+    def forget(self, state: SessionState) -> None:
+        """An ended session: nothing of it is pumped any more."""
+        self._dirty.discard(state)
+        del self._states[state.pure]
+
+    def give_back_buffers(self) -> None:
+        """Free the payload buffers of unsettled deliveries proton has framed since.
+
+        Proton frames what it may send when asked for its output; a delivery still waiting
+        for the client's window is looked at again after the next pump.
+        """
+        for connection in list(self._unframed):
+            framing = not connection.closed
+            if framing:
+                connection.transport.pending()
+            connection.unframed = payload_buffers.give_back(
+                connection.unframed, connection.sent, framing
+            )
+            connection.sent = []
+            if not connection.unframed:
+                self._unframed.discard(connection)
+
+    def pump(self, state: SessionState) -> None:
+        """Hand the session's sendable deliveries and FLOWs to proton."""
+        if state.connection.closed:
+            return
+        state.refresh_window()
+        senders = state.senders
+        # proton's C calls per message, bound once a pump (gateway/proton/deliveries.py): a function
+        # of our own around them cost as much again as the calls.
+        new_delivery = deliveries.new_delivery
+        write = deliveries.write
+        advance = deliveries.advance
+        settle = deliveries.settle
+        from_buffer = deliveries.from_buffer
+        keep = payload_buffers.KEEP
+        sent = state.connection.sent
+        # Whole deliveries come in runs of one link: its sender and settle mode are looked up
+        # once a run, and the transport is told of the run's deliveries at its end.
+        link: OutgoingLink | None = None
+        sender = None
+        ack = False
+        run = 0
+        try:
+            for action in state.pure.send_pending():
+                if type(action) is tuple:
+                    if action[0] is not link:
+                        if run and link is not None:
+                            link.transport_sent(run)
+                            run = 0
+                        link = action[0]
+                        sender = c_object(senders[link].sender)
+                        ack = link.ack_required
+                    message = action[1]
+                    # A plain message's bytes are its payload; a stored one reads them.
+                    payload = message.payload if type(message) is Message else message.send()
+                    tag = b"%d" % message.seq
+                    delivery = new_delivery(sender, (len(tag), from_buffer(tag)))
+                    # cffi passes bytes to a char * as they are; other buffers need a view.
+                    write(
+                        sender,
+                        payload if type(payload) is bytes else from_buffer(payload),
+                        len(payload),
+                    )
+                    advance(sender)
+                    run += 1
+                    if not ack:
+                        settle(delivery)
+                    elif len(payload) > keep:
+                        sent.append(delivery)
+                    continue
+                if run and link is not None:
+                    link.transport_sent(run)
+                    run = 0
+                if type(action) is TransferPart:
+                    self._send_part(senders[action.link], action)
+                else:
+                    assert isinstance(action, LinkFlow)
+                    self._send_link_flow(senders.get(action.link), action)
+        finally:
+            if run and link is not None:
+                link.transport_sent(run)
+            if sent:
+                self._unframed.add(state.connection)
+
+    def _send_part(self, state: OutgoingLinkState, part: TransferPart) -> None:
+        """Stream part of a delivery; proton sends it as TRANSFERs with more=true until the last."""
+        sender = state.sender
+        message = part.message
+        if part.start == 0:
+            sender.delivery(str(message.seq))
+        sender.stream(message.read()[part.start : part.end])
+        if part.end == message.size:
+            delivery = sender.current
+            assert delivery is not None
+            sender.advance()
+            part.link.transport_sent()
+            if not part.link.ack_required:
+                delivery.settle()
+            else:
+                # Its buffer goes back once proton has framed it (an unsettled delivery lives
+                # until the client settles it: gateway/proton/payload_buffers.py).
+                state.session.connection.sent.append(c_object(delivery))
+
+    def _send_link_flow(self, state: OutgoingLinkState | None, flow: LinkFlow) -> None:
+        """Send a drain completion; proton can send no other FLOW for a sending link."""
+        if state is None or not flow.drain:
+            return
+        state.drain_pending = flow
+        self.complete_drain(state)
+
+    def complete_drain(self, state: OutgoingLinkState) -> None:
+        """Let proton send the drained FLOW once it holds no transfer of the link.
+
+        Proton drops the drained FLOW if told while transfers still wait inside it (for the
+        window, say); it must come after them anyway (AMQP 1.0 §2.6.7). When the transfers
+        used up all the credit, ``drained()`` sends nothing and ``send_drained_flow`` does.
+        """
+        sender = state.sender
+        if sender.queued:
+            return
+        state.drain_pending = None
+        state.link.transport_drained(sender.drained() or send_drained_flow(sender))
