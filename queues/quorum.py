@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Final
 
 from sluicegate.queues.arguments import DeadLetterStrategy, QueueArguments
@@ -58,7 +59,10 @@ from sluicegate.queues.queue_type import (
     QueueStatistics,
     QueueType,
 )
+from sluicegate.queues.settlement import rewrite
 from sluicegate.wire.delivery_time import delivery_time
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.redelivery_counts import redelivery_annotations
 
 # Priorities above this are high (RabbitMQ: ``P > 4``); AMQP's default priority is 4.
 NORMAL_PRIORITY: Final = 4
@@ -388,8 +392,27 @@ class QuorumQueue(ClassicQueue):
                 message.returned += 1
                 if limit is not None and message.returned > limit and message.state == AVAILABLE:
                     self._dead_letterer.send(message, DELIVERY_LIMIT)
+                elif message.state == AVAILABLE:
+                    self._stamp_returns(message)
             if annotations is not None:
                 self._hold_back(returned, annotations)
+
+    def _stamp_returns(self, message: Message) -> None:
+        """Annotate a message that is back with the times it was acquired before
+        (wire/redelivery_counts.py), as RabbitMQ's quorum queue does: once per return, never
+        per delivery; the bytes it adds are counted like a ``modified`` outcome's."""
+        backlog = self._backlog
+        size = message.size
+        try:
+            rewrite(
+                self.held,
+                message,
+                partial(message.annotate, redelivery_annotations(message.returned)),
+            )
+        except DecodeError:
+            # Its own message-annotations section is malformed: it goes out as published.
+            return
+        backlog.ready_bytes += message.size - size
 
     def _hold_back(self, returned: list[Message], annotations: bytes) -> None:
         """Keep the returned messages still available out of reach until the outcome's
