@@ -62,7 +62,7 @@ from sluicegate.queues.queue_type import (
 from sluicegate.queues.settlement import rewrite
 from sluicegate.wire.delivery_time import delivery_time
 from sluicegate.wire.errors import DecodeError
-from sluicegate.wire.redelivery_counts import redelivery_annotations
+from sluicegate.wire.redelivery_counts import redelivery_annotations, with_redelivery_counts
 
 # Priorities above this are high (RabbitMQ: ``P > 4``); AMQP's default priority is 4.
 NORMAL_PRIORITY: Final = 4
@@ -77,6 +77,12 @@ DEAD_LETTER_RETRY_MS: Final = 5_000
 # with 100,000 letters of 100-byte bodies kept for a missing exchange on CPython 3.11: RSS grew
 # 30 MiB more than the held bytes did without it (315 bytes a letter), rounded up.
 KEPT_LETTER_OVERHEAD: Final = 320
+
+
+def _stamp_payload(message: Message) -> None:
+    """Stamp a plain message's payload with its redelivery counts."""
+    message.payload = with_redelivery_counts(message.payload, message.returned)
+    message.view = None
 
 
 class QuorumOrder:
@@ -403,12 +409,14 @@ class QuorumQueue(ClassicQueue):
         per delivery; the bytes it adds are counted like a ``modified`` outcome's."""
         backlog = self._backlog
         size = message.size
+        if type(message) is Message:
+            # Its payload is its wire bytes: spliced from a cached section (the common case).
+            change = partial(_stamp_payload, message)
+        else:
+            # A stored message keeps consumers' annotations beside its body.
+            change = partial(message.annotate, redelivery_annotations(message.returned))
         try:
-            rewrite(
-                self.held,
-                message,
-                partial(message.annotate, redelivery_annotations(message.returned)),
-            )
+            rewrite(self.held, message, change)
         except DecodeError:
             # Its own message-annotations section is malformed: it goes out as published.
             return

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.annotations import merge_annotations
 from sluicegate.wire.codec import Described, Symbol, Value, decode, encode
-from sluicegate.wire.redelivery_counts import redelivery_annotations
+from sluicegate.wire.redelivery_counts import redelivery_annotations, with_redelivery_counts
 from sluicegate.wire.sections import read_header
 
 COUNTS = (Symbol("x-delivery-count"), Symbol("x-acquired-count"))
@@ -69,3 +72,23 @@ def test_a_classic_queue_stamps_nothing() -> None:
 def test_the_counts_are_longs_as_rabbitmq_annotates_integers() -> None:
     encoded = redelivery_annotations(2)
     assert encoded.count(b"\x81" + (2).to_bytes(8, "big")) == 2
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        [Described(0x77, "no annotations")],
+        [Described(0x70, [True]), Described(0x77, "a header first")],
+        [
+            Described(0x70, [True]),
+            Described(0x72, {Symbol("x-exchange"): "", Symbol("x-delivery-count"): 7}),
+            Described(0x73, ["id"]),
+            Described(0x77, "annotated"),
+        ],
+    ],
+)
+def test_the_cached_splice_is_the_general_merge(sections: list[Described]) -> None:
+    payload = b"".join(encode(section) for section in sections)
+    for acquired in (1, 2, 1):
+        expected = merge_annotations(payload, redelivery_annotations(acquired))
+        assert with_redelivery_counts(payload, acquired) == expected
