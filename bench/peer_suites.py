@@ -14,13 +14,15 @@ from the npm registry).
 
 The server is what the suites' CI starts (their ``.ci/ubuntu/rabbitmq.conf`` and, for Go,
 ``definitions.json``; the JavaScript suite's ``conf/``): AMQP on 127.0.0.1:5672, RabbitMQ's HTTP
-API on 127.0.0.1:15672, TLS on 127.0.0.1:5671 with the checkout's ``.ci/certs`` server
-certificate (Go and Python) and its CA for client certificates (SASL EXTERNAL as
-``O=client,CN=localhost``), user ``guest``/``guest`` in ``/``, ``vhost_user_1`` and ``tls``,
-``user_1``/``user_1`` in ``vhost_user_1``, ANONYMOUS logins as guest from loopback, and for the
-JavaScript suite ``test-user``/``test-password``; OAuth 2 tokens signed with the key of the
-suite's ``advanced.config``. Nothing of the suites is kept here: the checkout is the caller's,
-the config a temporary file.
+API on 127.0.0.1:15672, TLS on 127.0.0.1:5671 with the certificates the suites read, made valid
+for the run (bench/suite_certificates.py: the checkout's ``.ci/certs`` for Go and Python,
+tls-gen's ``basic`` result for JavaScript) and their CA for client certificates (SASL EXTERNAL
+as ``O=client,CN=localhost``, or the JavaScript suite's ``O=client,CN=$CN``), user
+``guest``/``guest`` in ``/``, ``vhost_user_1`` and ``tls``, ``user_1``/``user_1`` in
+``vhost_user_1``, ANONYMOUS logins as guest from loopback, and for the JavaScript suite
+``test-user``/``test-password``; OAuth 2 tokens signed with the key of the suite's
+``advanced.config``. Nothing of the suites is kept here: the checkout is the caller's and is
+left as it was found, the config a temporary file.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from bench.suite_certificates import CertificateSet, fresh_certificates
 from sluicegate.gateway.rules.auth import hash_password
 
 HOST: Final = "127.0.0.1"
@@ -87,21 +90,21 @@ def oauth2_lines(suite: Path) -> list[str]:
     return []
 
 
-def config_text(suite: Path, kind: str = "go") -> str:
-    """The TOML of a sluicegate set up as the suite's CI sets up RabbitMQ."""
-    certs = suite / ".ci" / "certs"
+def config_text(suite: Path, kind: str = "go", certificates: CertificateSet | None = None) -> str:
+    """The TOML of a sluicegate set up as the suite's CI sets up RabbitMQ; TLS on 5671 with
+    ``certificates`` (bench/suite_certificates.py) if there are any."""
     lines = [
         f'listen = "{HOST}:{AMQP_PORT}"',
         'metrics_listen = "off"',
         f'http_api_listen = "{HOST}:15672"',
         "attach_declares_queues = false",
     ]
-    if (certs / "server_localhost_certificate.pem").is_file():
+    if certificates is not None:
         lines += [
             f'tls_listen = "{HOST}:{TLS_PORT}"',
-            f'tls_cert_file = "{certs / "server_localhost_certificate.pem"}"',
-            f'tls_key_file = "{certs / "server_localhost_key.pem"}"',
-            f'tls_ca_file = "{certs / "ca_certificate.pem"}"',
+            f'tls_cert_file = "{certificates.server_certificate}"',
+            f'tls_key_file = "{certificates.server_key}"',
+            f'tls_ca_file = "{certificates.ca}"',
         ]
     lines += ["", *oauth2_lines(suite)]
     lines += [f'[vhosts."{vhost}"]' for vhost in VHOSTS]
@@ -112,10 +115,12 @@ def config_text(suite: Path, kind: str = "go") -> str:
         lines += [f'[users.guest.permissions."{vhost}"]', EVERYTHING]
     lines += ["[users.user_1]", f'password_hash = "{hash_password("user_1")}"']
     lines += ['[users.user_1.permissions."vhost_user_1"]', EVERYTHING]
-    # The suites' client certificate's user (SASL EXTERNAL), in / and tls, as their CI has it.
-    lines += [f'[users."{CERTIFICATE_USER}"]', 'password_hash = ""']
-    for vhost in ("/", "tls"):
-        lines += [f'[users."{CERTIFICATE_USER}".permissions."{vhost}"]', EVERYTHING]
+    # The suites' client certificates' users (SASL EXTERNAL), in / and tls, as their CI has them.
+    subjects = {CERTIFICATE_USER} | ({certificates.client_user} if certificates else set())
+    for subject in sorted(subjects):
+        lines += [f'[users."{subject}"]', 'password_hash = ""']
+        for vhost in ("/", "tls"):
+            lines += [f'[users."{subject}".permissions."{vhost}"]', EVERYTHING]
     if kind == "js":
         lines += [f"[users.{JS_USER[0]}]", f'password_hash = "{hash_password(JS_USER[1])}"']
         lines += [EVERYTHING]
@@ -140,9 +145,12 @@ def _wait_listening(server: subprocess.Popen[bytes]) -> None:
 
 def run(kind: str, suite: Path, extra: Sequence[str], python: str = sys.executable) -> int:
     """Start sluicegate, run the suite's command in its checkout, stop sluicegate."""
-    with tempfile.TemporaryDirectory(prefix="sluicegate-peer-") as work:
+    with (
+        tempfile.TemporaryDirectory(prefix="sluicegate-peer-") as work,
+        fresh_certificates(suite.resolve(), kind) as certificates,
+    ):
         config = Path(work) / "sluicegate.toml"
-        config.write_text(config_text(suite.resolve(), kind))
+        config.write_text(config_text(suite.resolve(), kind, certificates))
         log = (Path(work) / "server.log").open("wb")
         command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
         env = {**os.environ, "SLUICEGATE_DATA_DIR": str(Path(work) / "data")}

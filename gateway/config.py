@@ -163,7 +163,8 @@ class ServerConfig:
     http_max_request_size: int = DEFAULT_HTTP_MAX_REQUEST_SIZE
     # -- authentication, TLS and limits (docs/operations.md) --
     # Users from the config file's [users.NAME] tables; see gateway/rules/auth.py.
-    users: Mapping[str, User] = field(default_factory=dict)
+    # One table for the whole run: gateway/creator_grants.py changes entries in place.
+    users: dict[str, User] = field(default_factory=dict)
     # OAuth 2 access tokens accepted as PLAIN passwords (gateway/oauth2.py); TOML only.
     oauth2: OAuth2Settings | None = None
     # Virtual hosts from the [vhosts.NAME] tables, the default one "/" always among them.

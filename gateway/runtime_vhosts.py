@@ -4,7 +4,10 @@ Configured virtual hosts (``[vhosts.NAME]`` tables) are fixed; these come and go
 HTTP API and are kept in ``vhosts.json`` in the data directory, written atomically (a new file,
 fsynced, renamed over the old) before a creation is acknowledged, so that a virtual host whose
 queues the log holds exists again after a restart (gateway/durability.py refuses to start
-otherwise). Everything here runs on the reactor thread.
+otherwise). The user who creates one gets every permission in it, as in RabbitMQ
+(gateway/creator_grants.py); the file keeps who, as ``{"name": NAME, "granted": [USER]}``
+entries (a bare name, as older files have it, granted nothing). Everything here runs on the
+reactor thread.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import Final
 
 from proton import Condition
 
+from sluicegate.gateway import creator_grants
 from sluicegate.gateway.broker import Broker
-from sluicegate.gateway.rules.auth import DEFAULT_VHOST
+from sluicegate.gateway.rules.auth import DEFAULT_VHOST, User
 from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.rules.vhost_log import VhostLog
@@ -45,17 +49,38 @@ class RuntimeVhostsDamaged(ValueError):
     """``vhosts.json`` cannot be read as a list of names: the server does not start."""
 
 
-def load(data_dir: Path) -> dict[str, VhostSettings]:
-    """The virtual hosts created at run time by an earlier run, to declare before recovery."""
+def _entries(data_dir: Path) -> dict[str, list[str]]:
+    """Each virtual host created at run time, with the users granted everything in it."""
     try:
-        names = json.loads((data_dir / FILE_NAME).read_text())
+        entries = json.loads((data_dir / FILE_NAME).read_text())
     except FileNotFoundError:
         return {}
     except json.JSONDecodeError as error:
         raise RuntimeVhostsDamaged(f"{data_dir / FILE_NAME}: {error}") from None
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise RuntimeVhostsDamaged(f"{data_dir / FILE_NAME}: expected a JSON list of names")
-    return {name: VhostSettings(name) for name in names}
+    if not isinstance(entries, list):
+        raise RuntimeVhostsDamaged(f"{data_dir / FILE_NAME}: expected a JSON list")
+    read: dict[str, list[str]] = {}
+    for entry in entries:
+        if isinstance(entry, str):
+            read[entry] = []
+        elif (
+            isinstance(entry, dict)
+            and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("granted"), list)
+            and all(isinstance(user, str) for user in entry["granted"])
+        ):
+            read[entry["name"]] = entry["granted"]
+        else:
+            raise RuntimeVhostsDamaged(
+                f"{data_dir / FILE_NAME}: an entry is a name or "
+                f'{{"name": NAME, "granted": [USER]}}, not {entry!r}'
+            )
+    return read
+
+
+def load(data_dir: Path) -> dict[str, VhostSettings]:
+    """The virtual hosts created at run time by an earlier run, to declare before recovery."""
+    return {name: VhostSettings(name) for name in _entries(data_dir)}
 
 
 class RuntimeVhosts:
@@ -69,9 +94,19 @@ class RuntimeVhosts:
         self._file = data_dir / FILE_NAME
         # The names created at run time (this run or an earlier one): only these may go.
         self.created = created
+        # The server's users table, which grants change (gateway/creator_grants.py).
+        self._users: dict[str, User] = broker.config.users
+        # Who was granted everything in each of them, granted again now.
+        self.granted = {
+            name: users for name, users in _entries(data_dir).items() if name in created
+        }
+        for vhost, users in self.granted.items():
+            for user in users:
+                creator_grants.grant(self._users, user, vhost)
 
-    def create(self, name: str) -> bool:
-        """Create ``name``; False if it exists already (RabbitMQ's 204)."""
+    def create(self, name: str, creator: str | None = None) -> bool:
+        """Create ``name``, ``creator`` getting every permission in it if it is one of the
+        server's users; False if it exists already (RabbitMQ's 204, nothing granted)."""
         tenancy = self._broker.tenancy
         if name in tenancy.vhosts:
             return False
@@ -81,8 +116,12 @@ class RuntimeVhosts:
             raise VhostRefused(
                 403, f"virtual host limit reached: {MAX_RUNTIME_VHOSTS} created at run time"
             )
-        self._save(self.created | {name})
+        granted = [creator] if creator is not None and creator in self._users else []
+        self._save(self.created | {name}, {**self.granted, name: granted})
         self.created.add(name)
+        self.granted[name] = granted
+        for user in granted:
+            creator_grants.grant(self._users, user, name)
         default = tenancy.default.registry
         registry = QueueRegistry(default.clock, VhostLog(self._store, name), default.held)
         vhost = tenancy.add(VhostSettings(name), registry)
@@ -115,7 +154,8 @@ class RuntimeVhosts:
         del broker.management.routers[registry]
         broker.expiry.registries.remove(registry)
         self.created.discard(name)
-        self._save(self.created)
+        creator_grants.revoke(self._users, self.granted.pop(name, ()), name)
+        self._save(self.created, self.granted)
 
     def _close_connections(self, vhost: VirtualHost) -> None:
         broker = self._broker
@@ -126,12 +166,14 @@ class RuntimeVhosts:
             )
             state.connection.close()
 
-    def _save(self, names: set[str]) -> None:
-        """Write the names, atomically and durably, before the change is acknowledged."""
+    def _save(self, names: set[str], granted: dict[str, list[str]]) -> None:
+        """Write the names and grants, atomically and durably, before the change is
+        acknowledged."""
+        entries = [{"name": name, "granted": granted.get(name, [])} for name in sorted(names)]
         temporary = self._file.with_suffix(".tmp")
         try:
             with temporary.open("w") as file:
-                json.dump(sorted(names), file)
+                json.dump(entries, file)
                 file.flush()
                 os.fsync(file.fileno())
             temporary.replace(self._file)

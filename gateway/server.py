@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Future
+from dataclasses import replace
 from functools import partial
 from typing import TypeVar
 
@@ -62,6 +63,8 @@ class Server:
     """An AMQP 1.0 server on one reactor."""
 
     def __init__(self, config: ServerConfig, storage_fault: FaultHook | None = None) -> None:
+        # Its own users table: grants to virtual hosts' creators change it (creator_grants.py).
+        config = replace(config, users=dict(config.users))
         self.config = config
         self._wakeup = Wakeup()
         self.durability = Durability(

@@ -305,7 +305,7 @@ class ClassicQueue:
         late = settled.late
         dispatches = _NO_DISPATCH
         try:
-            self._returned(returned, settled.failed)
+            self._returned(returned, settled.failed, annotations)
         finally:
             if returned:
                 dispatches = self._dispatch()
@@ -422,9 +422,13 @@ class ClassicQueue:
         self._delivered -= 1
         self._make_available(message)
 
-    def _returned(self, returned: list[Message], failed: list[Message]) -> None:
+    def _returned(
+        self, returned: list[Message], failed: list[Message], annotations: bytes | None = None
+    ) -> None:
         """Deliveries back in the queue (released, modified, their lock expired), and those of
-        them whose delivery failed: a classic queue counts failures against its delivery limit."""
+        them whose delivery failed: a classic queue counts failures against its delivery limit.
+        ``annotations`` are a ``modified`` outcome's (a classic queue ignores a delivery time
+        in them, as RabbitMQ's does)."""
         self._count_failures(failed)
 
     def _abandoned(self, messages: list[Message]) -> None:

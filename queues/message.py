@@ -20,6 +20,9 @@ DEAD_LETTERING: Final = 3
 # Its dead-lettering failed: it keeps its place and is neither delivered nor dead-lettered again
 # until its queue is purged or deleted; a restart recovers it from the log as it was.
 DEAD_LETTER_FAILED: Final = 4
+# Returned by a ``modified`` outcome that asked for a later delivery time (a quorum queue's
+# delayed retry, queues/delayed_returns.py): in its queue, never delivered before that time.
+DELAYED: Final = 5
 
 
 class Message:

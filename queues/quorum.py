@@ -21,6 +21,9 @@ What makes a quorum queue differ from a classic one, as RabbitMQ 4.2's ``rabbit_
   queues that took it; kept letters count against the queue's length limits, so its
   publishers are refused meanwhile. A kept letter is held at its place in the queue, its log
   record unsettled, until its copies are stored (docs/queues.md).
+- **Delayed retry, per message** (RabbitMQ 4.3): a ``modified`` outcome whose annotations
+  carry ``x-opt-delivery-time`` puts the message back, not delivered before that time
+  (queues/delayed_returns.py), whatever the queue's own delayed-retry settings.
 - **Single active consumer with priorities.** The consumer of the highest priority
   (``rabbitmq:priority``) is the active one; among equals, the first attached. A consumer of
   higher priority that attaches takes over once the active one holds nothing unsettled.
@@ -34,6 +37,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Final
 
 from sluicegate.queues.arguments import DeadLetterStrategy, QueueArguments
@@ -41,6 +45,7 @@ from sluicegate.queues.backlog import Backlog
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.consumers import Consumer, Consumers
 from sluicegate.queues.dead_lettering import DELIVERY_LIMIT, DeadLetter, DeadLetterer
+from sluicegate.queues.delayed_returns import DelayedReturns
 from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import AVAILABLE, Message
@@ -54,6 +59,10 @@ from sluicegate.queues.queue_type import (
     QueueStatistics,
     QueueType,
 )
+from sluicegate.queues.settlement import rewrite
+from sluicegate.wire.delivery_time import delivery_time
+from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.redelivery_counts import redelivery_annotations, with_redelivery_counts
 
 # Priorities above this are high (RabbitMQ: ``P > 4``); AMQP's default priority is 4.
 NORMAL_PRIORITY: Final = 4
@@ -68,6 +77,12 @@ DEAD_LETTER_RETRY_MS: Final = 5_000
 # with 100,000 letters of 100-byte bodies kept for a missing exchange on CPython 3.11: RSS grew
 # 30 MiB more than the held bytes did without it (315 bytes a letter), rounded up.
 KEPT_LETTER_OVERHEAD: Final = 320
+
+
+def _stamp_payload(message: Message) -> None:
+    """Stamp a plain message's payload with its redelivery counts."""
+    message.payload = with_redelivery_counts(message.payload, message.returned)
+    message.view = None
 
 
 class QuorumOrder:
@@ -249,6 +264,8 @@ class QuorumQueue(ClassicQueue):
         self._kept: deque[DeadLetter] = deque()
         self._kept_bytes = 0
         self._retry_at: int | None = None
+        # Messages returned for a later delivery time (x-opt-delivery-time).
+        self._delayed = DelayedReturns(self.held)
         if arguments.dead_letter_strategy is DeadLetterStrategy.AT_LEAST_ONCE:
             self._dead_letterer = DeadLetterer(
                 name,
@@ -288,16 +305,28 @@ class QuorumQueue(ClassicQueue):
             self.timed.add(self)
 
     def next_deadline(self) -> int | None:
-        """The classic deadlines, and the next try of kept dead letters."""
-        deadline = super().next_deadline()
-        retry = self._retry_at
-        if retry is None:
-            return deadline
-        return retry if deadline is None else min(deadline, retry)
+        """The classic deadlines, the next try of kept dead letters and the next delayed
+        return."""
+        deadlines = [
+            deadline
+            for deadline in (super().next_deadline(), self._retry_at, self._delayed.next_deadline())
+            if deadline is not None
+        ]
+        return min(deadlines) if deadlines else None
 
     def expire(self) -> list[Dispatch]:
-        """The classic deadlines; kept dead letters go to the dead-letter exchange again."""
+        """The classic deadlines; kept dead letters go to the dead-letter exchange again;
+        delayed returns whose time came are served."""
         dispatches = super().expire()
+        delayed = self._delayed
+        due = delayed.due(self.clock.now)
+        if due:
+            for message in due:
+                self._make_available(message)
+            dispatches = [*dispatches, *self._dispatch()]
+        if len(delayed):
+            # The classic deadlines may have left the timed queues: the delayed ones remain.
+            self.timed.add(self)
         retry = self._retry_at
         if retry is not None and retry <= self.clock.now:
             self._retry_at = None
@@ -356,14 +385,62 @@ class QuorumQueue(ClassicQueue):
             return [*dispatches, *consumers.dispatch(self._fetch, self._backlog)]
         return dispatches
 
-    def _returned(self, returned: list[Message], failed: list[Message]) -> None:
-        """Count every return against the delivery limit; raise delivery-count for failures."""
-        self._backlog.count_failures(failed, None, self._dead_letterer.send)
-        limit = self.arguments.delivery_limit
+    def _returned(
+        self, returned: list[Message], failed: list[Message], annotations: bytes | None = None
+    ) -> None:
+        """Count every return against the delivery limit; raise delivery-count for failures;
+        hold back what a ``modified`` outcome asked to deliver later."""
+        try:
+            self._backlog.count_failures(failed, None, self._dead_letterer.send)
+        finally:
+            limit = self.arguments.delivery_limit
+            for message in returned:
+                message.returned += 1
+                if limit is not None and message.returned > limit and message.state == AVAILABLE:
+                    self._dead_letterer.send(message, DELIVERY_LIMIT)
+                elif message.state == AVAILABLE:
+                    self._stamp_returns(message)
+            if annotations is not None:
+                self._hold_back(returned, annotations)
+
+    def _stamp_returns(self, message: Message) -> None:
+        """Annotate a message that is back with the times it was acquired before
+        (wire/redelivery_counts.py), as RabbitMQ's quorum queue does: once per return, never
+        per delivery; the bytes it adds are counted like a ``modified`` outcome's."""
+        backlog = self._backlog
+        size = message.size
+        if type(message) is Message:
+            # Its payload is its wire bytes: spliced from a cached section (the common case).
+            change = partial(_stamp_payload, message)
+        else:
+            # A stored message keeps consumers' annotations beside its body.
+            change = partial(message.annotate, redelivery_annotations(message.returned))
+        try:
+            rewrite(self.held, message, change)
+        except DecodeError:
+            # Its own message-annotations section is malformed: it goes out as published.
+            return
+        backlog.ready_bytes += message.size - size
+
+    def _hold_back(self, returned: list[Message], annotations: bytes) -> None:
+        """Keep the returned messages still available out of reach until the outcome's
+        ``x-opt-delivery-time``, if it is in the future."""
+        due = delivery_time(annotations)
+        if due is None or due <= self.clock.now:
+            return
+        backlog = self._backlog
+        delayed = self._delayed
         for message in returned:
-            message.returned += 1
-            if limit is not None and message.returned > limit and message.state == AVAILABLE:
-                self._dead_letterer.send(message, DELIVERY_LIMIT)
+            if message.state == AVAILABLE:
+                backlog.ready -= 1
+                backlog.ready_bytes -= message.size
+                delayed.hold(message, due)
+        if len(delayed):
+            self.timed.add(self)
+
+    def purge(self) -> int:
+        """As a classic queue; the delayed returns go too."""
+        return super().purge() + self._delayed.clear()
 
     def _abandoned(self, messages: list[Message]) -> None:
         """Deliveries whose consumer left: returned, not failed (RabbitMQ's ``remove``)."""
@@ -372,6 +449,10 @@ class QuorumQueue(ClassicQueue):
     def statistics(self) -> QueueStatistics:
         """As a classic queue's; consumers waiting their turn do not count, as in RabbitMQ."""
         statistics = super().statistics()
+        delayed = len(self._delayed)
+        if delayed:
+            # Still in the queue, only not deliverable yet: a purge or a delete counts them.
+            statistics = replace(statistics, ready=statistics.ready + delayed)
         consumers = self._quorum_consumers
         if not consumers.single_active:
             return statistics

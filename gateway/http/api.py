@@ -365,7 +365,7 @@ class _Job:
             raise _Refused(403, "creating or deleting a virtual host needs an administrator")
         try:
             if self.method == "PUT":
-                return _Answer(201 if self.vhosts.create(name) else 204)
+                return _Answer(201 if self.vhosts.create(name, self.user.name) else 204)
             self.vhosts.delete(name)
         except VhostRefused as refused:
             raise _Refused(refused.status, str(refused)) from None

@@ -61,7 +61,9 @@ class BasicAuth:
         user = self._remembered.get(key)
         if user is not None:
             self._remembered.move_to_end(key)
-            return user
+            # The table's entry as it is now: a grant may have replaced it since
+            # (gateway/creator_grants.py).
+            return self._users.get(user.name, user)
         async with self._checks:
             user = await asyncio.to_thread(check_plain, self._users, name, password.encode())
         if user is not None:
