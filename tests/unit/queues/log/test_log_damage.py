@@ -240,13 +240,17 @@ def test_whatever_is_done_to_the_log_no_message_comes_back_twice_or_is_lost_sile
     last = list_segments(directory)[-1]
     for tampering in tamperings:
         _tamper(directory, tampering)
+    # A deleted last segment leaves nothing to tell it existed (no later segment, no marker of
+    # an unclean stop): the segment before it is then the last, whose tail a crash may tear.
+    remaining = list_segments(directory)
+    last = min(last, remaining[-1]) if remaining else last
     report = check(directory)
     assert report.lines()
     if report.startable:
         ids = _recovered(directory)
         # Startable by itself: only what a crash could have torn off is gone.
         lost = {m.message_id for m in messages} - set(ids)
-        assert lost <= {m.message_id for m in messages if m.segment == last}
+        assert lost <= {m.message_id for m in messages if m.segment >= last}
     else:
         with pytest.raises(LogDamaged):
             MessageStore(directory, segment_size=_SEGMENT)
