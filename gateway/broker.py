@@ -90,8 +90,7 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import VolatileQueue
 from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
-from sluicegate.session.session import (
+from sluicegate.session.outbound import (
     UNSETTLED_DELIVERY_COST,
     LinkFlow,
     TransferPart,
@@ -99,7 +98,8 @@ from sluicegate.session.session import (
     resume,
     route,
 )
-from sluicegate.session.session import Session as PureSession
+from sluicegate.session.outbound import Session as PureSession
+from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
 from sluicegate.session.waiting import Waiting
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.annotations import InvalidAnnotations
