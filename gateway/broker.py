@@ -949,7 +949,7 @@ class Broker(Handler):
         if part.start == 0:
             sender.delivery(str(message.seq))
         sender.stream(message.read()[part.start : part.end])
-        if part.end == message.size:
+        if part.end == message.read_size():
             delivery = sender.current
             assert delivery is not None
             sender.advance()

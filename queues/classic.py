@@ -406,7 +406,7 @@ class ClassicQueue:
         """Put an acquired message back at its original position."""
         message.release()
         self._backlog.ready += 1
-        self._backlog.ready_bytes += message.size
+        self._backlog.ready_bytes += message.read_size()
         self._order.requeue(message)
         for state in self._consumers.filtered:
             state.cursor.requeue(message)
@@ -456,7 +456,7 @@ class ClassicQueue:
         message.acquire()
         backlog = self._backlog
         backlog.ready -= 1
-        backlog.ready_bytes -= message.size
+        backlog.ready_bytes -= message.read_size()
         if state.ack_required:
             state.unacked[message.seq] = message
             if self._deadlines.timeout is not None:
@@ -502,12 +502,12 @@ class ClassicQueue:
         held_taken = 0
         if ack_required:
             for message in taken:
-                size_taken += message.size
+                size_taken += message.read_size()
                 unacked[message.seq] = message
             acquire_all(taken)
         else:
             for message in taken:
-                size_taken += message.size
+                size_taken += message.read_size()
                 held_taken += message.held
                 message.archive(sending=True)
                 del messages[message.seq]

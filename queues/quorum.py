@@ -268,7 +268,7 @@ class QuorumQueue(ClassicQueue):
             backlog = self._backlog
             if (max_length is not None and backlog.ready + len(kept) >= max_length) or (
                 max_bytes is not None
-                and backlog.ready_bytes + self._kept_bytes + message.size > max_bytes
+                and backlog.ready_bytes + self._kept_bytes + message.read_size() > max_bytes
             ):
                 self._overflowed += 1
                 raise ResourceLimitExceeded(
@@ -281,7 +281,7 @@ class QuorumQueue(ClassicQueue):
         """A dead letter some queue did not take: kept (still held at its place in the queue,
         unsettled in the log), and sent again after a while."""
         self._kept.append(letter)
-        self._kept_bytes += letter.message.size
+        self._kept_bytes += letter.message.read_size()
         self.held.total += KEPT_LETTER_OVERHEAD
         if self._retry_at is None:
             self._retry_at = self.clock.now + DEAD_LETTER_RETRY_MS
