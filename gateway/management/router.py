@@ -64,28 +64,10 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import AccessRefused, QueueInfo, QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import is_reply_to
+from sluicegate.wire.codec import UInt, ULong, Utf8Array
 from sluicegate.wire.errors import AmqpError
 
 T = TypeVar("T")
-
-
-class ULong(int):
-    """An integer the reply encodes as AMQP ulong (RabbitMQ's type for message counts)."""
-
-    __slots__ = ()
-
-
-class UInt(int):
-    """An integer the reply encodes as AMQP uint (RabbitMQ's type for consumer counts)."""
-
-    __slots__ = ()
-
-
-class Utf8Array(list[str]):
-    """Strings the reply encodes as an AMQP array of utf8, not a list: RabbitMQ's type for a
-    queue's ``replicas``, which its Go client reads as ``[]string`` (a list panics it)."""
-
-    __slots__ = ()
 
 
 class Arguments(dict[str, object]):

@@ -9,11 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluicegate.spark import records
+from sluicegate.spark.message_encoding import encode_message
+from sluicegate.spark.message_fields import read_fields
 from sluicegate.spark.records import COLUMNS, BatchBuilder
 from sluicegate.spark.variant import encode_object
 from sluicegate.wire.annotations import with_stream_offset
-from sluicegate.wire.codec import Symbol, Timestamp
-from sluicegate.wire.message_fields import Int, encode_message, read_fields
+from sluicegate.wire.codec import Int, Symbol, Timestamp
 
 # The annotations the gateway stores a message with.
 _ROUTED: dict[Symbol, object] = {Symbol("x-exchange"): "", Symbol("x-routing-key"): "k"}

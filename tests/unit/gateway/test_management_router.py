@@ -15,8 +15,6 @@ from sluicegate.gateway.management.router import (
     Request,
     Response,
     Router,
-    UInt,
-    ULong,
 )
 from sluicegate.gateway.tenancy import Tenancy
 from sluicegate.gateway.vhosts import VhostSettings
@@ -25,7 +23,7 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
-from sluicegate.wire.message_fields import encode_message
+from sluicegate.wire.codec import Described, UInt, ULong, encode
 
 QUEUE_INFO_KEYS = {
     "name",
@@ -551,7 +549,7 @@ def test_a_streams_byte_range_is_summed_where_the_sizes_are_kept(
     stream = router.registry.queue("events")
     assert isinstance(stream, StreamQueue)
     for index in range(10):
-        stream.enqueue(Message(encode_message(b"e" * (10 * index), durable=False)))
+        stream.enqueue(Message(encode(Described(0x75, b"e" * (10 * index)))))
     sizes = list(stream.entries.sizes(0, 10))
 
     def byte_range(query: str, caller: Caller | None = None) -> Response:

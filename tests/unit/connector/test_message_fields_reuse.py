@@ -14,18 +14,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluicegate.wire import message_fields
+from sluicegate.spark import message_annotations, message_fields
+from sluicegate.spark.field_columns import COLUMN_FIELDS, FieldColumns
+from sluicegate.spark.message_encoding import encode_message
+from sluicegate.spark.message_fields import MessageFields, read_fields
 from sluicegate.wire.annotations import with_stream_offset
-from sluicegate.wire.codec import Described, Symbol, Timestamp
+from sluicegate.wire.codec import Described, Symbol, Timestamp, encode_value
 from sluicegate.wire.errors import DecodeError
-from sluicegate.wire.message_fields import (
-    COLUMN_FIELDS,
-    FieldColumns,
-    MessageFields,
-    encode_message,
-    encode_value,
-    read_fields,
-)
 from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, Header, encode_header, sections
 
 _OFFSET_KEY = b"\xa3\x0fx-stream-offset"
@@ -54,9 +49,9 @@ def _read(payload: bytes) -> Any:
 
 
 def _forget() -> None:
-    message_fields._annotation_cache.clear()
-    message_fields._last_lead = None
-    message_fields._last_keys = message_fields._Keys((), ())
+    message_annotations._annotation_cache.clear()
+    message_fields.REUSED.lead = None
+    message_fields.REUSED.keys = message_fields.Keys((), ())
 
 
 def _alone(payload: bytes) -> Any:

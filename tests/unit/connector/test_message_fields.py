@@ -12,17 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Message, byte, char, decimal128, float32, int32, short, symbol, timestamp, ulong
 
+from sluicegate.spark.message_encoding import encode_message
+from sluicegate.spark.message_fields import read_fields
 from sluicegate.wire.annotations import with_stream_offset
-from sluicegate.wire.codec import Symbol, Timestamp
+from sluicegate.wire.codec import Byte, Float32, Int, Short, Symbol, Timestamp
 from sluicegate.wire.errors import DecodeError
-from sluicegate.wire.message_fields import (
-    Byte,
-    Float32,
-    Int,
-    Short,
-    encode_message,
-    read_fields,
-)
 
 _LONGS = st.integers(-(2**63), 2**63 - 1)
 # AMQP strings are UTF-8: a lone surrogate has no encoding, proton refuses it.
