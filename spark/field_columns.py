@@ -192,9 +192,8 @@ class FieldColumns:
                     message_id = buf[pos + 8 : item].decode()
                     pos = end if item <= end else -1
                 else:
-                    message_id, correlation_id, subject, content_type, created, pos = (
-                        read_properties(buf, pos + 3)
-                    )
+                    properties, pos = read_properties(buf, pos + 3)
+                    message_id, correlation_id, subject, content_type, created = properties
             if buf.startswith(_APPLICATION_SECTION, pos):
                 if not self._want_application:
                     pos = pos + 5 + buf[pos + 4] if buf[pos + 3] == 0xC1 else skip(buf, pos + 3)

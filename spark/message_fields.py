@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeAlias
 
 from sluicegate.spark.field_values import (
     I64,
@@ -45,6 +45,9 @@ _WANTED_PROPERTIES: Final = frozenset(
     {_MESSAGE_ID, _SUBJECT, _CORRELATION_ID, _CONTENT_TYPE, _CREATION_TIME}
 )
 _new_fields: Final = tuple.__new__
+# The properties a reader keeps: message-id, correlation-id, subject, content-type, creation-time.
+Properties: TypeAlias = tuple[Field, Field, str | None, str | None, Timestamp | None]
+_NO_PROPERTIES: Final[Properties] = (None, None, None, None, None)
 
 
 class MessageFields(NamedTuple):
@@ -149,20 +152,18 @@ _Annotations = tuple[dict[Field, Field] | None, Mapping[Field, Field] | None, in
 def _sections(
     buf: bytes, pos: int, header: tuple[bool, int], annotated: _Annotations
 ) -> MessageFields:
-    """The sections from ``pos`` on, after what a lead gave (``header``, ``annotated``)."""
+    """The sections from ``pos`` on, after what a lead gave (``header``, ``annotated``).
+
+    Message annotations right after a header that starts the message (``header_end``), or
+    starting it, make the prefix the next message may share.
+    """
     size = len(buf)
     durable, delivery_count = header
     annotations, others, stream_offset = annotated
-    message_id: Field = None
-    correlation_id: Field = None
-    subject: str | None = None
-    content_type: str | None = None
-    created: Timestamp | None = None
+    properties: Properties = _NO_PROPERTIES
     application: dict[Field, Field] | None = None
     body: Field = None
     body_section: str | None = None
-    # Where a header that starts the message ends: stamped annotations right after it (or
-    # starting the message) make the prefix the next message may share.
     header_end = -1
     while pos < size:
         start = pos
@@ -175,9 +176,7 @@ def _sections(
             descriptor, pos = decode(buf, pos + 1)
             code = section_code(descriptor)
         if code == 0x73:  # properties
-            message_id, correlation_id, subject, content_type, created, pos = read_properties(
-                buf, pos
-            )
+            properties, pos = read_properties(buf, pos)
         elif code == 0x74:  # application-properties
             application, pos = read_application_properties(buf, pos)
         elif code == 0x75:  # data
@@ -185,14 +184,12 @@ def _sections(
             body_section = "data"
         elif code == 0x70:  # header
             durable, delivery_count, pos = _header(buf, pos, delivery_count)
-            if start == 0:
-                header_end = pos
+            header_end = pos if start == 0 else header_end
         elif code == 0x72:  # message-annotations
-            annotations, others, stream_offset, known, pos = read_annotations(buf, pos)
-            if known is not None and (start == 0 or start == header_end):
-                stamped = stream_offset is not None
-                prefix = buf[: pos - OFFSET_BYTES if stamped else pos]
-                REUSED.lead = Lead(prefix, pos, durable, delivery_count, known, stamped)
+            leads = start == 0 or start == header_end
+            annotations, others, stream_offset, pos = _annotations(
+                buf, pos, (durable, delivery_count) if leads else None
+            )
         elif code == 0x77 or code == 0x76:  # amqp-value, amqp-sequence
             body, pos = read_value(buf, pos)
             body_section = "amqp-value" if code == 0x77 else "amqp-sequence"
@@ -202,24 +199,22 @@ def _sections(
             raise DecodeError(f"unknown message section 0x{code:x}")
     if pos > size:
         raise DecodeError("a value runs past the end of the message")
-    return _new_fields(
-        MessageFields,
-        (
-            body,
-            body_section,
-            delivery_count,
-            durable,
-            annotations,
-            message_id,
-            correlation_id,
-            subject,
-            content_type,
-            created,
-            application,
-            stream_offset,
-            others,
-        ),
-    )
+    head = (body, body_section, delivery_count, durable, annotations)
+    return _new_fields(MessageFields, (*head, *properties, application, stream_offset, others))
+
+
+def _annotations(
+    buf: bytes, pos: int, header: tuple[bool, int] | None
+) -> tuple[dict[Field, Field] | None, Mapping[Field, Field] | None, int | None, int]:
+    """Message annotations (see :func:`read_annotations`) and where they end; annotations
+    that lead the message (after its ``header``, if not None) and are common ones are the lead
+    the next message may share."""
+    annotations, others, stream_offset, known, end = read_annotations(buf, pos)
+    if known is not None and header is not None:
+        stamped = stream_offset is not None
+        prefix = buf[: end - OFFSET_BYTES if stamped else end]
+        REUSED.lead = Lead(prefix, end, *header, known, stamped)
+    return annotations, others, stream_offset, end
 
 
 def _header(buf: bytes, pos: int, delivery_count: int) -> tuple[bool, int, int]:
@@ -255,9 +250,7 @@ def _data(buf: bytes, pos: int, body: Field, body_section: str | None) -> tuple[
     raise DecodeError(f"a data section after an {body_section} body")
 
 
-def read_properties(
-    buf: bytes, pos: int
-) -> tuple[Field, Field, str | None, str | None, Timestamp | None, int]:
+def read_properties(buf: bytes, pos: int) -> tuple[Properties, int]:
     """The properties a reader keeps (message-id, correlation-id, subject, content-type,
     creation-time; a subject or content-type that is not a string and a creation-time that is
     not a timestamp are None) and where the section ends."""
@@ -304,8 +297,7 @@ def read_properties(
         subject if isinstance(subject, str) else None,
         content_type if isinstance(content_type, str) else None,
         created if isinstance(created, Timestamp) else None,
-        end,
-    )
+    ), end
 
 
 def read_application_properties(buf: bytes, pos: int) -> tuple[dict[Field, Field] | None, int]:
