@@ -391,11 +391,6 @@ class ClassicQueue:
             unacked_bytes=sum(m.held for c in consumers for m in c.unacked.values()),
         )
 
-    def holds(self, consumer: ConsumerKey) -> set[int]:
-        """The sequence numbers a consumer holds unsettled."""
-        state = self._consumers.by_key.get(consumer)
-        return set(state.unacked) if state is not None else set()
-
     def log_slots(self) -> int:
         """Slots the backlog keeps, holes included: what the scavenger bounds."""
         return len(self._backlog.messages)
