@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 
 import proton
 import pytest
@@ -604,7 +605,9 @@ def test_a_utf8_array_is_an_array_of_strings_each_str32() -> None:
 
 
 def test_special_types_are_taken_first_at_every_depth() -> None:
-    special = {bool: lambda value: b"\x56\x01" if value else b"\x56\x00"}
+    special: dict[type, Callable[[object], bytes]] = {
+        bool: lambda value: b"\x56\x01" if value else b"\x56\x00"
+    }
     assert encode_value({"durable": [True]}, special).endswith(b"\xc0\x03\x01\x56\x01")
     assert encode_value(True) == b"\x41"
 
