@@ -134,7 +134,12 @@ class FieldColumns:
     ) -> list[int | None]:
         found: list[int | None] = []
         note = found.append
-        stream = first is None
+        want_body, want_properties = self._want_body, self._want_properties
+        add_offset, add_count = self.offset.append, self.delivery_count.append
+        add_annotations, add_body = self.other_annotations.append, self.body.append
+        add_id, add_correlation = self.message_id.append, self.correlation_id.append
+        add_subject, add_type = self.subject.append, self.content_type.append
+        add_created = self.creation_time.append
         number = 0 if first is None else first - 1
         for payload in payloads:
             number += 1
@@ -153,7 +158,7 @@ class FieldColumns:
             else:
                 fields = read_fields(buf)
                 stream_offset = fields.stream_offset
-            if stream:
+            if first is None:
                 note(stream_offset)
                 if stream_offset is None or (below is not None and stream_offset >= below):
                     continue
@@ -164,8 +169,19 @@ class FieldColumns:
                     fields = read_fields(buf)
                 delivery_count, others = fields.delivery_count, fields.other_annotations
                 row = _row_of(fields)
-            offset = number if first is not None else stream_offset
-            self._append(offset, delivery_count, others, row)  # type: ignore[arg-type]
+            add_offset(number if first is not None else stream_offset)  # type: ignore[arg-type]
+            add_count(delivery_count)
+            add_annotations(others)
+            if want_body:
+                add_body(row[0])
+            if want_properties:
+                add_id(row[1])
+                add_correlation(row[2])
+                add_subject(row[3])
+                add_type(row[4])
+                add_created(row[5])
+            if self._want_application:
+                self._add_application(row[6], row[7], row[8])
         return found
 
     def _after_lead(self, buf: bytes, pos: int) -> _Row | None:
@@ -225,34 +241,21 @@ class FieldColumns:
             property_values,
         )
 
-    def _append(
+    def _add_application(
         self,
-        offset: int,
-        delivery_count: int,
-        others: Mapping[Field, Field] | None,
-        row: _Row,
+        application: dict[Field, Field] | None,
+        keys: tuple[Field, ...],
+        values: list[Field] | tuple[()],
     ) -> None:
-        self.offset.append(offset)
-        self.delivery_count.append(delivery_count)
-        self.other_annotations.append(others)
-        body, message_id, correlation_id, subject, content_type, created, application = row[:7]
-        if self._want_body:
-            self.body.append(body)
-        if self._want_properties:
-            self.message_id.append(message_id)
-            self.correlation_id.append(correlation_id)
-            self.subject.append(subject)
-            self.content_type.append(content_type)
-            self.creation_time.append(created)
-        if self._want_application:
-            keys = self.property_keys
-            if application:
-                keys.extend(application)
-                self.property_values.extend(application.values())
-            elif row[7]:
-                keys.extend(row[7])
-                self.property_values.extend(row[8])
-            self.property_ends.append(len(keys))
+        """A row's application properties: a map's entries, or the last layout's keys and
+        the values read in it, laid end to end."""
+        if application:
+            self.property_keys.extend(application)
+            self.property_values.extend(application.values())
+        elif keys:
+            self.property_keys.extend(keys)
+            self.property_values.extend(values)
+        self.property_ends.append(len(self.property_keys))
 
 
 def _row_of(fields: MessageFields) -> _Row:
