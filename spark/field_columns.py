@@ -140,6 +140,8 @@ class FieldColumns:
         add_id, add_correlation = self.message_id.append, self.correlation_id.append
         add_subject, add_type = self.subject.append, self.content_type.append
         add_created = self.creation_time.append
+        want_application, add_end = self._want_application, self.property_ends.append
+        keys, values = self.property_keys, self.property_values
         number = 0 if first is None else first - 1
         for payload in payloads:
             number += 1
@@ -147,14 +149,9 @@ class FieldColumns:
             lead = REUSED.lead
             fields: MessageFields | None = None
             if lead is not None and buf.startswith(lead.prefix) and lead.skipped <= len(buf):
-                pos, delivery_count, others = (
-                    lead.skipped,
-                    lead.delivery_count,
-                    lead.annotations.view,
-                )
-                stream_offset = (
-                    I64.unpack_from(buf, pos - OFFSET_BYTES)[0] if lead.stamped else None
-                )
+                _, pos, _, delivery_count, known, stamped = lead
+                others = known.view
+                stream_offset = I64.unpack_from(buf, pos - OFFSET_BYTES)[0] if stamped else None
             else:
                 fields = read_fields(buf)
                 stream_offset = fields.stream_offset
@@ -180,8 +177,14 @@ class FieldColumns:
                 add_subject(row[3])
                 add_type(row[4])
                 add_created(row[5])
-            if self._want_application:
-                self._add_application(row[6], row[7], row[8])
+            if want_application:
+                if row[6]:
+                    keys.extend(row[6])
+                    values.extend(row[6].values())
+                elif row[7]:
+                    keys.extend(row[7])
+                    values.extend(row[8])
+                add_end(len(keys))
         return found
 
     def _after_lead(self, buf: bytes, pos: int) -> _Row | None:
@@ -240,22 +243,6 @@ class FieldColumns:
             property_keys,
             property_values,
         )
-
-    def _add_application(
-        self,
-        application: dict[Field, Field] | None,
-        keys: tuple[Field, ...],
-        values: list[Field] | tuple[()],
-    ) -> None:
-        """A row's application properties: a map's entries, or the last layout's keys and
-        the values read in it, laid end to end."""
-        if application:
-            self.property_keys.extend(application)
-            self.property_values.extend(application.values())
-        elif keys:
-            self.property_keys.extend(keys)
-            self.property_values.extend(values)
-        self.property_ends.append(len(self.property_keys))
 
 
 def _row_of(fields: MessageFields) -> _Row:

@@ -72,6 +72,12 @@ def read_value(buf: bytes, pos: int) -> tuple[Field, int]:
         return I64.unpack_from(buf, pos + 1)[0], pos + 9
     if code == 0x83:
         return Timestamp(I64.unpack_from(buf, pos + 1)[0]), pos + 9
+    if code == 0x55:
+        return _I8.unpack_from(buf, pos + 1)[0], pos + 2
+    if code == 0x41 or code == 0x42:
+        return code == 0x41, pos + 1
+    if code == 0x82:
+        return _F64.unpack_from(buf, pos + 1)[0], pos + 9
     reader = _OTHERS.get(code)
     if reader is not None:
         return reader(buf, pos)
@@ -81,11 +87,6 @@ def read_value(buf: bytes, pos: int) -> tuple[Field, int]:
 
 # Reads the value at an offset: what it is and where it ends.
 _Reader: TypeAlias = Callable[[bytes, int], tuple[Field, int]]
-
-
-def _fixed(width: int, convert: Callable[[bytes, int], Field]) -> _Reader:
-    """A reader of a fixed-width value: ``convert`` reads its payload at the given offset."""
-    return lambda buf, pos: (convert(buf, pos + 1), pos + 1 + width)
 
 
 def _variable32(buf: bytes, pos: int) -> tuple[Field, int]:
@@ -129,26 +130,22 @@ def _char(buf: bytes, pos: int) -> str:
 
 # The rarer encodings by constructor; an unsigned ubyte or ushort is the next wider signed type.
 _OTHERS: Final[dict[int, _Reader]] = {
-    0x41: lambda buf, pos: (True, pos + 1),
-    0x42: lambda buf, pos: (False, pos + 1),
     0x45: lambda buf, pos: ([], pos + 1),
     0x43: lambda buf, pos: (0, pos + 1),
     0x44: lambda buf, pos: (0, pos + 1),
-    0x52: _fixed(1, lambda buf, pos: buf[pos]),
-    0x53: _fixed(1, lambda buf, pos: buf[pos]),
-    0x55: _fixed(1, lambda buf, pos: _I8.unpack_from(buf, pos)[0]),
-    0x54: _fixed(1, lambda buf, pos: Int(_I8.unpack_from(buf, pos)[0])),
-    0x51: _fixed(1, lambda buf, pos: Byte(_I8.unpack_from(buf, pos)[0])),
-    0x50: _fixed(1, lambda buf, pos: Short(buf[pos])),
-    0x56: _fixed(1, lambda buf, pos: buf[pos] != 0),
-    0x71: _fixed(4, lambda buf, pos: Int(_I32.unpack_from(buf, pos)[0])),
-    0x70: _fixed(4, lambda buf, pos: U32.unpack_from(buf, pos)[0]),
-    0x80: _fixed(8, lambda buf, pos: _U64.unpack_from(buf, pos)[0]),
-    0x82: _fixed(8, lambda buf, pos: _F64.unpack_from(buf, pos)[0]),
-    0x72: _fixed(4, lambda buf, pos: Float32(_F32.unpack_from(buf, pos)[0])),
-    0x60: _fixed(2, lambda buf, pos: Int(_U16.unpack_from(buf, pos)[0])),
-    0x61: _fixed(2, lambda buf, pos: Short(_I16.unpack_from(buf, pos)[0])),
-    0x73: _fixed(4, _char),
+    0x52: lambda buf, pos: (buf[pos + 1], pos + 2),
+    0x53: lambda buf, pos: (buf[pos + 1], pos + 2),
+    0x54: lambda buf, pos: (Int(_I8.unpack_from(buf, pos + 1)[0]), pos + 2),
+    0x51: lambda buf, pos: (Byte(_I8.unpack_from(buf, pos + 1)[0]), pos + 2),
+    0x50: lambda buf, pos: (Short(buf[pos + 1]), pos + 2),
+    0x56: lambda buf, pos: (buf[pos + 1] != 0, pos + 2),
+    0x71: lambda buf, pos: (Int(_I32.unpack_from(buf, pos + 1)[0]), pos + 5),
+    0x70: lambda buf, pos: (U32.unpack_from(buf, pos + 1)[0], pos + 5),
+    0x80: lambda buf, pos: (_U64.unpack_from(buf, pos + 1)[0], pos + 9),
+    0x72: lambda buf, pos: (Float32(_F32.unpack_from(buf, pos + 1)[0]), pos + 5),
+    0x60: lambda buf, pos: (Int(_U16.unpack_from(buf, pos + 1)[0]), pos + 3),
+    0x61: lambda buf, pos: (Short(_I16.unpack_from(buf, pos + 1)[0]), pos + 3),
+    0x73: lambda buf, pos: (_char(buf, pos + 1), pos + 5),
     0x98: _uuid,
     0xB0: _variable32,
     0xB1: _variable32,
