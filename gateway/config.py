@@ -35,7 +35,7 @@ from sluicegate.queues.log.bodies import DEFAULT_CACHE_BYTES
 from sluicegate.queues.log.placement import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE
 from sluicegate.session.account import DEFAULT_ACCOUNT_LIMIT
 from sluicegate.session.memory_budget import DEFAULT_MEMORY_BUDGET
-from sluicegate.session.session import DEFAULT_MAX_QUEUE_CREDIT
+from sluicegate.session.outbound import DEFAULT_MAX_QUEUE_CREDIT
 from sluicegate.session.waiting import DEFAULT_MAX_OUTGOING_PENDING
 from sluicegate.writer.credit import DEFAULT_INITIAL_CREDIT, DEFAULT_MORE_CREDIT_AFTER
 

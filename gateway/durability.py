@@ -73,7 +73,6 @@ class Durability:
         self.confirm: Callable[[Unconfirmed], None] | None = None
         # True while the disk refuses writes: publishers to durable queues get no credit.
         self.failing = False
-        self.recovery_seconds = 0.0
 
     def recover(self, registries: Mapping[str, QueueRegistry]) -> None:
         """Declare every durable exchange, queue and binding again and put the messages back.
@@ -82,7 +81,6 @@ class Durability:
         configuration does not declare stops the server rather than losing its messages.
         Nothing is read: classic queues get pages pointing at the records, paged in on demand.
         """
-        started = time.monotonic()
         store = self.store
         logged_vhosts = {split_logged_name(name)[0] for name in (*store.exchanges, *store.queues)}
         missing = sorted(logged_vhosts - set(registries))
@@ -114,7 +112,6 @@ class Durability:
             registry, exchange = registry_of(key.exchange)
             destination = split_logged_name(key.destination)[1]
             registry.bind(exchange, destination, key.key, arguments, to_exchange=key.to_exchange)
-        self.recovery_seconds = time.monotonic() - started
 
     def start(self) -> None:
         """Start the writer thread."""

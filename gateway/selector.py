@@ -57,11 +57,6 @@ class EpollSelector:
         # Selectables not read whose peer has left since, until the handler takes them.
         self._left: set[Selectable] = set()
 
-    @property
-    def selectables(self) -> int:
-        """How many selectables are registered."""
-        return len(self._selectables)
-
     def add(self, selectable: Selectable) -> None:
         """Start watching a new selectable."""
         self._selectables.add(selectable)

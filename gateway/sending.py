@@ -15,8 +15,7 @@ from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.state import ConnectionState, OutgoingLinkState, SessionState
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch
-from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
-from sluicegate.session.session import (
+from sluicegate.session.outbound import (
     UNSETTLED_DELIVERY_COST,
     LinkFlow,
     TransferPart,
@@ -24,6 +23,7 @@ from sluicegate.session.session import (
     resume,
     route,
 )
+from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
 from sluicegate.writer.writer import ServerBytes
 
 
@@ -187,7 +187,7 @@ class Sending:
         if part.start == 0:
             sender.delivery(str(message.seq))
         sender.stream(message.read()[part.start : part.end])
-        if part.end == message.size:
+        if part.end == message.read_size():
             delivery = sender.current
             assert delivery is not None
             sender.advance()

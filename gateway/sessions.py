@@ -25,7 +25,7 @@ from sluicegate.gateway.state import (
     SessionState,
     forget_session,
 )
-from sluicegate.session.session import Session as PureSession
+from sluicegate.session.outbound import Session as PureSession
 from sluicegate.wire.errors import AmqpError
 
 

@@ -43,9 +43,9 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.session.inbound import Inbound
 from sluicegate.session.incoming_link import IncomingLink
+from sluicegate.session.outbound import TRANSFER_FRAME_OVERHEAD, LinkFlow
+from sluicegate.session.outbound import Session as PureSession
 from sluicegate.session.outgoing_link import OutgoingLink
-from sluicegate.session.session import TRANSFER_FRAME_OVERHEAD, LinkFlow
-from sluicegate.session.session import Session as PureSession
 from sluicegate.session.waiting import Waiting
 from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit

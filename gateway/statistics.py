@@ -22,7 +22,7 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.session.account import AccountStatistics
 from sluicegate.session.incoming_link import IncomingLinkStatistics
 from sluicegate.session.memory_budget import BudgetStatistics
-from sluicegate.session.session import SessionStatistics
+from sluicegate.session.outbound import SessionStatistics
 from sluicegate.session.waiting import WaitingStatistics
 from sluicegate.writer.writer import WriterStatistics
 

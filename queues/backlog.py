@@ -138,7 +138,7 @@ class Backlog:
         self.next_seq = seq + 1
         self.messages[seq] = message
         self.ready += 1
-        self.ready_bytes += message.size
+        self.ready_bytes += message.read_size()
         self.held.total += message.held + MESSAGE_OVERHEAD
 
     def archive(self, message: Message, *, sending: bool = False) -> None:
@@ -151,7 +151,7 @@ class Backlog:
         """Take a message given up on out of the queue: ready (expired, dropped) or rejected."""
         if message.state == AVAILABLE:
             self.ready -= 1
-            self.ready_bytes -= message.size
+            self.ready_bytes -= message.read_size()
         message.discard()
         del self.messages[message.seq]
         self.held.total -= message.held + MESSAGE_OVERHEAD
@@ -162,7 +162,7 @@ class Backlog:
         assert self.messages.get(message.seq) is message, "only a queued message is held"
         if message.state == AVAILABLE:
             self.ready -= 1
-            self.ready_bytes -= message.size
+            self.ready_bytes -= message.read_size()
         message.state = DEAD_LETTERING
 
     def dead_lettered(self, message: Message) -> None:
@@ -197,13 +197,13 @@ class Backlog:
         """
         error: Exception | None = None
         for message in messages:
-            size, held = message.size, message.held
+            size, held = message.read_size(), message.held
             try:
                 message.count_failed_delivery()
             except Exception as exc:
                 error = error or exc
                 continue
-            self.ready_bytes += message.size - size
+            self.ready_bytes += message.read_size() - size
             self.held.total += message.held - held
             if limit is not None and message.delivery_count > limit:
                 give_up(message, DELIVERY_LIMIT)
@@ -238,7 +238,7 @@ class Backlog:
                 self.deadlines.join()
         self.paged += 1
         self.ready += 1
-        self.ready_bytes += message.size
+        self.ready_bytes += message.read_size()
 
     def add_pages(self, pages: Sequence[Page]) -> int:
         """Append pages a restart found in the log: how many messages they hold."""

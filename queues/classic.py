@@ -391,11 +391,6 @@ class ClassicQueue:
             unacked_bytes=sum(m.held for c in consumers for m in c.unacked.values()),
         )
 
-    def holds(self, consumer: ConsumerKey) -> set[int]:
-        """The sequence numbers a consumer holds unsettled."""
-        state = self._consumers.by_key.get(consumer)
-        return set(state.unacked) if state is not None else set()
-
     def log_slots(self) -> int:
         """Slots the backlog keeps, holes included: what the scavenger bounds."""
         return len(self._backlog.messages)
@@ -406,7 +401,7 @@ class ClassicQueue:
         """Put an acquired message back at its original position."""
         message.release()
         self._backlog.ready += 1
-        self._backlog.ready_bytes += message.size
+        self._backlog.ready_bytes += message.read_size()
         self._order.requeue(message)
         for state in self._consumers.filtered:
             state.cursor.requeue(message)
@@ -460,7 +455,7 @@ class ClassicQueue:
         message.acquire()
         backlog = self._backlog
         backlog.ready -= 1
-        backlog.ready_bytes -= message.size
+        backlog.ready_bytes -= message.read_size()
         if state.ack_required:
             state.unacked[message.seq] = message
             if self._deadlines.timeout is not None:
@@ -506,12 +501,12 @@ class ClassicQueue:
         held_taken = 0
         if ack_required:
             for message in taken:
-                size_taken += message.size
+                size_taken += message.read_size()
                 unacked[message.seq] = message
             acquire_all(taken)
         else:
             for message in taken:
-                size_taken += message.size
+                size_taken += message.read_size()
                 held_taken += message.held
                 message.archive(sending=True)
                 del messages[message.seq]

@@ -87,9 +87,9 @@ class Message:
             header = self._header = read_header(self.read())
         return header
 
-    @property
-    def size(self) -> int:
-        """Bytes the message occupies on the wire and in memory."""
+    def read_size(self) -> int:
+        """Bytes the message occupies on the wire. A method, not a property: a stored message
+        annotated by a consumer reads its body to know (queues/log/stored.py)."""
         return len(self.payload)
 
     @property

@@ -33,7 +33,7 @@ class Limits:
         max_length = self.max_length
         max_bytes = self.max_bytes
         full = (max_length is not None and backlog.ready >= max_length) or (
-            max_bytes is not None and backlog.ready_bytes + message.size > max_bytes
+            max_bytes is not None and backlog.ready_bytes + message.read_size() > max_bytes
         )
         if full and self.overflow is Overflow.REJECT_PUBLISH_DLX:
             dead_letterer.send(message, MAXLEN, queued=False)

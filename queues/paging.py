@@ -70,7 +70,7 @@ class MemoryPage:
 
     def __init__(self, message: Message) -> None:
         self.messages = [message]
-        self.ready_bytes = message.size
+        self.ready_bytes = message.read_size()
         self.held = message.held + MESSAGE_OVERHEAD
 
     @property
@@ -83,7 +83,7 @@ class MemoryPage:
         if len(self.messages) >= PAGE_MESSAGES:
             return False
         self.messages.append(message)
-        self.ready_bytes += message.size
+        self.ready_bytes += message.read_size()
         self.held += message.held + MESSAGE_OVERHEAD
         return True
 

@@ -285,7 +285,7 @@ class QuorumQueue(ClassicQueue):
             backlog = self._backlog
             if (max_length is not None and backlog.ready + len(kept) >= max_length) or (
                 max_bytes is not None
-                and backlog.ready_bytes + self._kept_bytes + message.size > max_bytes
+                and backlog.ready_bytes + self._kept_bytes + message.read_size() > max_bytes
             ):
                 self._overflowed += 1
                 raise ResourceLimitExceeded(
@@ -298,7 +298,7 @@ class QuorumQueue(ClassicQueue):
         """A dead letter some queue did not take: kept (still held at its place in the queue,
         unsettled in the log), and sent again after a while."""
         self._kept.append(letter)
-        self._kept_bytes += letter.message.size
+        self._kept_bytes += letter.message.read_size()
         self.held.total += KEPT_LETTER_OVERHEAD
         if self._retry_at is None:
             self._retry_at = self.clock.now + DEAD_LETTER_RETRY_MS
@@ -408,7 +408,7 @@ class QuorumQueue(ClassicQueue):
         (wire/redelivery_counts.py), as RabbitMQ's quorum queue does: once per return, never
         per delivery; the bytes it adds are counted like a ``modified`` outcome's."""
         backlog = self._backlog
-        size = message.size
+        size = message.read_size()
         if type(message) is Message:
             # Its payload is its wire bytes: spliced from a cached section (the common case).
             change = partial(_stamp_payload, message)
@@ -420,7 +420,7 @@ class QuorumQueue(ClassicQueue):
         except DecodeError:
             # Its own message-annotations section is malformed: it goes out as published.
             return
-        backlog.ready_bytes += message.size - size
+        backlog.ready_bytes += message.read_size() - size
 
     def _hold_back(self, returned: list[Message], annotations: bytes) -> None:
         """Keep the returned messages still available out of reach until the outcome's
@@ -433,7 +433,7 @@ class QuorumQueue(ClassicQueue):
         for message in returned:
             if message.state == AVAILABLE:
                 backlog.ready -= 1
-                backlog.ready_bytes -= message.size
+                backlog.ready_bytes -= message.read_size()
                 delayed.hold(message, due)
         if len(delayed):
             self.timed.add(self)

@@ -118,11 +118,11 @@ class MessageEntries:
 
     def size(self, index: int) -> int:
         """The message's bytes."""
-        return self._messages[index].size
+        return self._messages[index].read_size()
 
     def sizes(self, start: int, stop: int) -> list[int]:
         """The bytes of the messages at ``[start, stop)``."""
-        return [message.size for message in self._messages[start:stop]]
+        return [message.read_size() for message in self._messages[start:stop]]
 
     def drop(self, index: int) -> int:
         """Archive the message."""
@@ -247,7 +247,7 @@ class StreamQueue:
         message.seq = offset
         self.held.total += self.entries.append(message)
         self._timestamps.append(timestamp)
-        self._bytes += message.size
+        self._bytes += message.read_size()
         self._published += 1
         self._chunks.append(message_digest)
         if self.max_age is not None:

@@ -2,7 +2,7 @@
 
 Spark moves a ``pyarrow.RecordBatch`` to the JVM without looking at each value, about twice as fast
 as Python tuples (docs/spark.md), so the readers build columns and yield batches. Each message is
-decoded once, by ``wire/message_fields.py`` (several times faster than ``proton.Message``),
+decoded once, by ``spark/message_fields.py`` (several times faster than ``proton.Message``),
 straight into one list per column (``FieldColumns``: no object per row, and the fields a read
 does not ask for skipped); the application properties are laid end to end (offsets, keys,
 values) and handed to Arrow in one call per batch, and string properties that share one layout
@@ -37,11 +37,11 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from sluicegate.spark.field_columns import COLUMN_FIELDS, FieldColumns
 from sluicegate.spark.options import OptionError
 from sluicegate.spark.variant import encode_object, encode_string_objects
 from sluicegate.wire.annotations import X_STREAM_OFFSET
 from sluicegate.wire.codec import Symbol
-from sluicegate.wire.message_fields import COLUMN_FIELDS, FieldColumns
 
 # The columns a read produces, in order: the body, the immutable properties a pipeline keys on,
 # the application's properties (as strings, and typed), the broker's annotations, what the
@@ -202,7 +202,7 @@ def _shared_map_array(
     mappings: list[Mapping[Any, Any] | None], arrow_type: pa.DataType
 ) -> pa.Array:
     """A ``map<string,string>`` column whose rows mostly share a few mapping objects, as a
-    stream's or a queue's messages share their annotations (``wire/message_fields.py`` decodes
+    stream's or a queue's messages share their annotations (``spark/message_fields.py`` decodes
     each distinct map once): each distinct object is converted once, and rows take it by index.
     """
     ids = list(map(id, mappings))

@@ -10,7 +10,7 @@ sends the ids its failed attempt sent and a consumer (or a deduplicating broker)
 
 Messages are durable unless ``durable=false``: a durable queue keeps them across a gateway
 restart (the header's durable flag, AMQP 1.0 §3.2.1). Rows are encoded by
-``wire/message_fields.py`` straight from Arrow's columns, with no ``proton.Message`` per row.
+``spark/message_encoding.py`` straight from Arrow's columns, with no ``proton.Message`` per row.
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ from sluicegate.clients.capi import (
     pn_link_send,
 )
 from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError, describe
+from sluicegate.spark.message_encoding import encode_message
 from sluicegate.spark.options import OptionError, WriteOptions
 from sluicegate.spark.variant import decode_variant
-from sluicegate.wire.codec import Symbol, Timestamp
-from sluicegate.wire.message_fields import Byte, Float32, Int, Short, encode_message
+from sluicegate.wire.codec import Byte, Float32, Int, Short, Symbol, Timestamp
 
 # The string columns a sink takes, and where each goes.
 _STRINGS: Final = ("message_id", "correlation_id", "subject", "content_type")

@@ -29,8 +29,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from sluicegate.wire.codec import Described, Symbol, Timestamp, Value
-from sluicegate.wire.message_fields import Byte, Float32, Int, Short
+from sluicegate.wire.codec import Byte, Described, Float32, Int, Short, Symbol, Timestamp, Value
 
 __all__ = ["VariantError", "decode_variant", "encode_object", "encode_string_objects"]
 

@@ -89,11 +89,6 @@ def _encode_annotations(entries: list[tuple[bytes, bytes]]) -> bytes:
     return _MA_PREFIX + _encode_map(entries)
 
 
-def with_stream_offset(payload: bytes, offset: int) -> bytes:
-    """``payload`` with ``x-stream-offset`` (a long) in its message annotations."""
-    return stamp_stream_offset(payload, offset)[0]
-
-
 def stamp_stream_offset(payload: bytes, offset: int) -> tuple[bytes, str | None]:
     """``payload`` with ``x-stream-offset`` (a long) in its message annotations, and the
     message's ``x-stream-filter-value`` if it has one, read in the same pass.

@@ -1,83 +1,67 @@
-"""The slice of the AMQP 1.0 type system a broker needs to read message sections (AMQP 1.0 §1).
+"""The server's one AMQP 1.0 codec (AMQP 1.0 §1): values decoded, skipped and encoded.
 
 A broker forwards the encoded bytes it received; it reads only the few sections a feature needs
 (the header for delivery-count and ttl, properties and application-properties for filters) and
 never the body. This module decodes single values at an offset and skips whole values by their
 width, so finding a section never walks the body's content.
+
+Two encoders share its primitives and the wrappers of :mod:`sluicegate.wire.amqp_types`:
+:func:`encode` writes what the server rewrites (a plain ``int`` in its smallest unsigned form,
+as its logs and binding identities have always been written); :func:`encode_value` writes a
+value with the type a client means by it (a plain ``int`` a long), for management replies and
+the Spark connector, with a table of the caller's own types to take first.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Final, TypeAlias
 
-from sluicegate.wire.errors import DecodeError
-
-# What decoding yields: AMQP scalars map to Python scalars, compounds to lists and dicts.
-Value: TypeAlias = (
-    "bool | int | float | str | bytes | list[Value] | dict[Value, Value] | Described | Encoded"
-    " | None"
+from sluicegate.wire.amqp_types import (
+    Byte,
+    Described,
+    Encoded,
+    Float32,
+    Int,
+    Short,
+    Symbol,
+    Timestamp,
+    UInt,
+    ULong,
+    Utf8Array,
+    Value,
 )
+from sluicegate.wire.decimals import decimal128
+from sluicegate.wire.errors import DecodeError, EncodeError
 
-
-class Symbol(str):
-    """An AMQP symbol: kept distinct from a string so that re-encoding keeps its type."""
-
-    __slots__ = ()
-
-
-class Timestamp(int):
-    """An AMQP timestamp in milliseconds since the epoch."""
-
-    __slots__ = ()
-
-
-class Described:
-    """A described value whose descriptor this codec does not interpret."""
-
-    __slots__ = ("descriptor", "value")
-
-    def __init__(self, descriptor: Value, value: Value) -> None:
-        self.descriptor = descriptor
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Described)
-            and self.descriptor == other.descriptor
-            and self.value == other.value
-        )
-
-    def __hash__(self) -> int:
-        return hash((repr(self.descriptor), repr(self.value)))
-
-    def __repr__(self) -> str:
-        return f"Described({self.descriptor!r}, {self.value!r})"
-
-
-class Encoded:
-    """A value the server carries but never interprets, kept as its exact encoding.
-
-    AMQP's decimal32/64/128 (IEEE 754 decimal floating point, §1.6.13-15) have no exact Python
-    counterpart a broker needs; a message may still carry them in its properties or annotations,
-    so they decode to their bytes and re-encode unchanged when a section is rewritten.
-    """
-
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Encoded) and self.raw == other.raw
-
-    def __hash__(self) -> int:
-        return hash(self.raw)
-
-    def __repr__(self) -> str:
-        return f"Encoded({self.raw!r})"
-
+__all__ = [
+    "MAX_DEPTH",
+    "Byte",
+    "Described",
+    "EncodeError",
+    "Encoded",
+    "Float32",
+    "Int",
+    "Short",
+    "Symbol",
+    "Timestamp",
+    "UInt",
+    "ULong",
+    "Utf8Array",
+    "Value",
+    "decode",
+    "encode",
+    "encode_canonical",
+    "encode_compound",
+    "encode_uint",
+    "encode_value",
+    "encode_variable",
+    "scalar_map",
+    "skip",
+]
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -378,9 +362,10 @@ def encode(value: Value) -> bytes:
         return b"\x00" + encode(value.descriptor) + encode(value.value)
     if isinstance(value, Encoded):
         return value.raw
-    if isinstance(value, Timestamp):
-        return b"\x83" + _I64.pack(value)
     if isinstance(value, int):
+        sized = _SIZED_INTS.get(type(value))
+        if sized is not None:
+            return sized(value)
         if value < 0:
             return b"\x55" + _I8.pack(value) if value >= -128 else b"\x81" + _I64.pack(value)
         if value == 0:
@@ -389,7 +374,7 @@ def encode(value: Value) -> bytes:
             return b"\x53" + _U8.pack(value)
         return b"\x80" + _U64.pack(value)
     if isinstance(value, float):
-        return b"\x82" + _F64.pack(value)
+        return b"\x72" + _F32.pack(value) if type(value) is Float32 else b"\x82" + _F64.pack(value)
     if isinstance(value, Symbol):
         return encode_variable(value.encode("utf-8"), 0xA3, 0xB3)
     if isinstance(value, str):
@@ -428,6 +413,13 @@ def encode_uint(value: int) -> bytes:
     return b"\x70" + _U32.pack(value)
 
 
+def encode_ulong(value: int) -> bytes:
+    """Encode an AMQP ulong in its smallest form."""
+    if value == 0:
+        return b"\x44"
+    return b"\x53" + _U8.pack(value) if value < 256 else b"\x80" + _U64.pack(value)
+
+
 def encode_ubyte(value: int) -> bytes:
     """Encode an AMQP ubyte (the header's priority)."""
     return b"\x50" + _U8.pack(value)
@@ -445,3 +437,82 @@ def encode_compound(body: bytes, count: int, small: int, large: int) -> bytes:
     if len(body) + 1 < 256 and count < 256:
         return bytes((small, len(body) + 1, count)) + body
     return bytes((large,)) + _U32.pack(len(body) + 4) + _U32.pack(count) + body
+
+
+# The integer wrappers, each written as its type; a Timestamp is an integer too.
+_SIZED_INTS: Final[dict[type, Callable[[int], bytes]]] = {
+    Timestamp: lambda value: b"\x83" + _I64.pack(value),
+    Byte: lambda value: b"\x51" + _I8.pack(value),
+    Short: lambda value: b"\x61" + _I16.pack(value),
+    Int: lambda value: b"\x71" + _I32.pack(value),
+    UInt: encode_uint,
+    ULong: encode_ulong,
+}
+# A caller's own types and how to write them, looked up by exact type before anything else.
+Special: TypeAlias = Mapping[type, Callable[[object], bytes]]
+_NOTHING_SPECIAL: Final[Special] = {}
+
+
+def encode_value(value: object, special: Special = _NOTHING_SPECIAL) -> bytes:
+    """Encode ``value`` with the AMQP type a client means by it: ``int`` a long (a ulong past a
+    long's range), ``float`` a double, ``str`` a string, ``bytes`` binary, a list (or tuple),
+    dict, uuid and ``Decimal`` (a decimal128) theirs, each wrapper its own; ``special`` first,
+    at every depth. ``EncodeError`` for a value no AMQP type holds."""
+    if special:
+        own = special.get(type(value))
+        if own is not None:
+            return own(value)
+    if isinstance(value, str):
+        if isinstance(value, Symbol):
+            return encode_variable(value.encode(), 0xA3, 0xB3)
+        return encode_variable(value.encode(), 0xA1, 0xB1)
+    if value is None:
+        return b"\x40"
+    if isinstance(value, bool):
+        return b"\x41" if value else b"\x42"
+    if isinstance(value, int):
+        return _client_int(value)
+    if isinstance(value, float):
+        return b"\x72" + _F32.pack(value) if type(value) is Float32 else b"\x82" + _F64.pack(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return encode_variable(bytes(value), 0xA0, 0xB0)
+    if isinstance(value, Utf8Array):
+        return _utf8_array(value)
+    if isinstance(value, list | tuple):
+        if not value:
+            return b"\x45"
+        body = b"".join([encode_value(item, special) for item in value])
+        return encode_compound(body, len(value), 0xC0, 0xD0)
+    if isinstance(value, dict):
+        pairs = [encode_value(part, special) for pair in value.items() for part in pair]
+        return encode_compound(b"".join(pairs), len(pairs), 0xC1, 0xD1)
+    if isinstance(value, uuid.UUID):
+        return b"\x98" + value.bytes
+    if isinstance(value, Decimal):
+        return decimal128(value)
+    if isinstance(value, Described):
+        return (
+            b"\x00" + encode_value(value.descriptor, special) + encode_value(value.value, special)
+        )
+    raise EncodeError(f"no AMQP type for a value of type {type(value).__name__}")
+
+
+def _client_int(value: int) -> bytes:
+    sized = _SIZED_INTS.get(type(value))
+    if sized is not None:
+        return sized(value)
+    if -128 <= value < 128:
+        return b"\x55" + _I8.pack(value)
+    if -(1 << 63) <= value < 1 << 63:
+        return b"\x81" + _I64.pack(value)
+    if 0 <= value < 1 << 64:
+        return b"\x80" + _U64.pack(value)  # a ulong (what a read gives for one)
+    raise EncodeError(f"{value} fits no AMQP integer type")
+
+
+def _utf8_array(value: list[str]) -> bytes:
+    """An array of utf8 as RabbitMQ's generator frames it: each element str32 (0xB1)."""
+    body = b"\xb1" + b"".join(_U32.pack(len(raw)) + raw for raw in (v.encode() for v in value))
+    if len(value) < 255 and len(body) + 1 < 256:
+        return bytes((0xE0, len(body) + 1, len(value))) + body
+    return b"\xf0" + _U32.pack(len(body) + 4) + _U32.pack(len(value)) + body

@@ -20,3 +20,7 @@ class DecodeError(AmqpError):
     """A message section that is not valid AMQP encoding."""
 
     condition = "amqp:decode-error"
+
+
+class EncodeError(ValueError):
+    """A value no AMQP type holds (an integer beyond 64 bits, a type with no counterpart)."""

@@ -35,10 +35,6 @@ class SessionCredit:
         """True while the session must not hand over another TRANSFER frame."""
         return self.credit <= 0
 
-    def spend(self, frames: int) -> None:
-        """Account for frames handed over (the session hands over at most ``credit``)."""
-        self.credit -= frames
-
     def ack(self, frames: int) -> bool:
         """Count frames written; return True if this bump unblocked the session."""
         self.acked += frames

@@ -101,7 +101,7 @@ class Writer:
     def handed(self, credit: SessionCredit, frames: int, nbytes: int) -> int:
         """Record a TRANSFER of ``frames`` frames and ``nbytes`` bytes handed to the transport;
         return the :attr:`room` left, which only this changes while a session hands over."""
-        credit.credit -= frames  # SessionCredit.spend, once per message sent
+        credit.credit -= frames  # frames handed over: may overdraw by one message
         handed = self._handed = self._handed + nbytes
         self.pending.total += nbytes
         self._frames_pending += frames

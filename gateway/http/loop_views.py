@@ -18,7 +18,7 @@ from typing import Final, TypeVar
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, OutgoingLinkState
-from sluicegate.session.session import SessionStatistics
+from sluicegate.session.outbound import SessionStatistics
 
 T = TypeVar("T")
 

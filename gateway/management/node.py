@@ -38,7 +38,7 @@ from proton import (
 
 from sluicegate.gateway.events import link_of
 from sluicegate.gateway.limits import link_detached
-from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_value
+from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_reply_value
 from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
 from sluicegate.gateway.renewal import PATH as RENEWAL_PATH
 from sluicegate.gateway.rules.auth import NOBODY, Access
@@ -122,7 +122,7 @@ def encode_reply(response: Response, correlation_id: object, limit: int | None =
     # The body may be a listing of thousands of maps (gateway/management/encoding.py). A reply
     # without one (204) carries amqp-value null, as RabbitMQ's does.
     if limit is None or body is None:
-        return head + AMQP_VALUE + encode_value(body)
+        return head + AMQP_VALUE + encode_reply_value(body)
     try:
         return head + AMQP_VALUE + encode_within(body, limit)
     except ReplyTooLarge:

@@ -4,15 +4,15 @@ once it passes what its connection may hold.
 A listing's items are each bounded (a queue's arguments came in one request of at most
 ``MAX_REQUEST_SIZE``), but not their sum: 2,000 queues declared with 5 KB of arguments made
 every unpaged ``GET /queues`` a reply of 10 MB. Lists and maps are encoded element by element
-here, each element by :func:`encoding.encode_value`, and the encoding stops at the element that
-passes the limit: the server holds at most the limit and one element of it.
+here, each element by :func:`encoding.encode_reply_value`, and the encoding stops at the
+element that passes the limit: the server holds at most the limit and one element of it.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from sluicegate.gateway.management.encoding import encode_value
+from sluicegate.gateway.management.encoding import encode_reply_value
 from sluicegate.wire.codec import encode_compound
 
 # How deep the count follows lists and maps: a reply's own structure (a page's map, its list
@@ -25,8 +25,8 @@ class ReplyTooLarge(Exception):
 
 
 def encode_within(value: object, limit: int) -> bytes:
-    """``value`` encoded as :func:`encoding.encode_value` encodes it, or ReplyTooLarge once the
-    bytes encoded pass ``limit``."""
+    """``value`` encoded as :func:`encoding.encode_reply_value` encodes it, or ReplyTooLarge
+    once the bytes encoded pass ``limit``."""
     return _Encoder(limit).encode(value, _DEPTH)
 
 
@@ -46,7 +46,7 @@ class _Encoder:
                 parts.append(self.encode(key, 0))
                 parts.append(self.encode(item, depth - 1))
             return encode_compound(b"".join(parts), 2 * len(value), 0xC1, 0xD1)
-        encoded = encode_value(value)
+        encoded = encode_reply_value(value)
         self.left -= len(encoded)
         if self.left < 0:
             raise ReplyTooLarge

@@ -149,8 +149,7 @@ class StoredMessage(Message):
             body = with_delivery_count(body, self.delivery_count)
         return body if self.annotations is None else merge_annotations(body, self.annotations)
 
-    @property
-    def size(self) -> int:
+    def read_size(self) -> int:
         """Bytes on the wire, known without reading the body unless consumers annotated it."""
         return self.length if self.annotations is None else len(self.read())
 

@@ -51,7 +51,7 @@ class RemoteConsumer:
     ``recent`` keeps the last deliveries sent with the delivery-count each took the consumer
     to: the session may hand them back unsent when the consumer detaches, or never have seen
     them (they crossed its DETACH), and either way they return as they were, as locally. The
-    session holds at most one batch per consumer (``max_queue_credit``, session/session.py),
+    session holds at most one batch per consumer (``max_queue_credit``, session/outbound.py),
     so twice that many covers a batch and the deliveries that crossed its next request.
     """
 

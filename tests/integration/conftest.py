@@ -23,7 +23,7 @@ from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.log_writer import FaultHook
 from sluicegate.gateway.server import Server
 from sluicegate.queues.queue_type import QueueStatistics
-from sluicegate.session.session import SessionStatistics
+from sluicegate.session.outbound import SessionStatistics
 from sluicegate.transport.channel import client_context
 
 T = TypeVar("T")

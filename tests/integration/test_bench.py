@@ -18,7 +18,7 @@ from integration.process_tree import run_or_explain
 from sluicegate.gateway.config import DEFAULT_WRITER_BUFFER_SIZE
 from sluicegate.gateway.proton.io_layer import READ_BATCH
 from sluicegate.session.memory_budget import CEILING_SHARE
-from sluicegate.session.session import DEFAULT_MAX_QUEUE_CREDIT
+from sluicegate.session.outbound import DEFAULT_MAX_QUEUE_CREDIT
 
 RUN_TIMEOUT_S = 240  # a loaded 2-core machine; the runs themselves take seconds
 # Beyond the run's own deadline: time to dump the stacks of a hung run before pytest-timeout.

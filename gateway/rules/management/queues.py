@@ -17,9 +17,6 @@ from sluicegate.gateway.rules.management.requests import (
     Refused,
     Request,
     Response,
-    UInt,
-    ULong,
-    Utf8Array,
     allow,
     body_map,
     flag,
@@ -30,6 +27,7 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueInfo, QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import is_reply_to
+from sluicegate.wire.codec import UInt, ULong, Utf8Array
 
 
 class QueueRoutes:

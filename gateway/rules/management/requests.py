@@ -11,25 +11,6 @@ from sluicegate.gateway.rules.auth import EVERYTHING, Access
 from sluicegate.gateway.rules.tenancy import BindingRequest
 
 
-class ULong(int):
-    """An integer the reply encodes as AMQP ulong (RabbitMQ's type for message counts)."""
-
-    __slots__ = ()
-
-
-class UInt(int):
-    """An integer the reply encodes as AMQP uint (RabbitMQ's type for consumer counts)."""
-
-    __slots__ = ()
-
-
-class Utf8Array(list[str]):
-    """Strings the reply encodes as an AMQP array of utf8, not a list: RabbitMQ's type for a
-    queue's ``replicas``, which its Go client reads as ``[]string`` (a list panics it)."""
-
-    __slots__ = ()
-
-
 class Arguments(dict[str, object]):
     """``x-*`` arguments as RabbitMQ echoes them: it keeps them as AMQP 0-9-1 field-table
     values, so the reply encodes each after that round trip (gateway/management/encoding.py)."""

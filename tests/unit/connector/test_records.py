@@ -9,11 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluicegate.spark import records
+from sluicegate.spark.message_encoding import encode_message
+from sluicegate.spark.message_fields import read_fields
 from sluicegate.spark.records import COLUMNS, BatchBuilder
 from sluicegate.spark.variant import encode_object
-from sluicegate.wire.annotations import with_stream_offset
-from sluicegate.wire.codec import Symbol, Timestamp
-from sluicegate.wire.message_fields import Int, encode_message, read_fields
+from sluicegate.wire.annotations import stamp_stream_offset
+from sluicegate.wire.codec import Int, Symbol, Timestamp
 
 # The annotations the gateway stores a message with.
 _ROUTED: dict[Symbol, object] = {Symbol("x-exchange"): "", Symbol("x-routing-key"): "k"}
@@ -74,7 +75,7 @@ def test_stream_rows_keep_each_messages_own_map_and_offset(
 ) -> None:
     """Rows with maps of strings, of other values and none at all, side by side in one batch."""
     payloads = [
-        with_stream_offset(
+        stamp_stream_offset(
             encode_message(
                 b"",
                 durable=False,
@@ -82,7 +83,7 @@ def test_stream_rows_keep_each_messages_own_map_and_offset(
                 message_annotations={Symbol("x-exchange"): "", Symbol("x-routing-key"): "s"},
             ),
             100 + position,
-        )
+        )[0]
         for position, mapping in enumerate(properties)
     ]
     rows = _rows(payloads, stream=True)
@@ -137,7 +138,7 @@ def test_rows_sharing_annotations_and_rows_with_their_own_each_show_theirs(
         for position, choice in enumerate(choices)
     ]
     payloads = [
-        with_stream_offset(encode_message(b"", durable=False, message_annotations=mapping), i)
+        stamp_stream_offset(encode_message(b"", durable=False, message_annotations=mapping), i)[0]
         for i, mapping in enumerate(annotations)
     ]
     for row, mapping in zip(_rows(payloads, stream=True), annotations, strict=True):
@@ -172,9 +173,9 @@ def test_a_read_of_some_columns_holds_what_a_read_of_all_holds(
     """Whichever columns a read asks for, in any order (the others are skipped unread), its
     rows hold what a read of all of them does; batches are cut every BATCH_ROWS rows."""
     payloads = [
-        with_stream_offset(
+        stamp_stream_offset(
             encode_message(durable=True, message_annotations=_ROUTED, **message), 40 + position
-        )
+        )[0]
         for position, message in enumerate(messages)
     ]
     with patch.object(records, "BATCH_ROWS", 3):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sluicegate.gateway.management.encoding import encode_value
+from sluicegate.gateway.management.encoding import encode_reply_value
 from sluicegate.gateway.management.node import encode_reply
 from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
-from sluicegate.gateway.rules.management.requests import Response, UInt, ULong
+from sluicegate.gateway.rules.management.requests import Response
+from sluicegate.wire.codec import UInt, ULong
 
 _QUEUE = {
     "name": "q",
@@ -32,7 +33,7 @@ _QUEUE = {
     ids=["null", "string", "empty-list", "empty-map", "list", "long-list", "page"],
 )
 def test_within_its_limit_a_body_is_encoded_as_encode_value_encodes_it(value: object) -> None:
-    encoded = encode_value(value)
+    encoded = encode_reply_value(value)
     assert encode_within(value, len(encoded)) == encoded
 
 

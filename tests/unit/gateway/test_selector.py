@@ -65,7 +65,7 @@ def test_reports_readable_only_while_reading_is_wanted_and_a_peer_leaving_once(
     assert selector.select(1.0)[0] == [s]
     assert not selector.left(s)
     selector.remove(s)
-    assert selector.selectables == 0
+    assert len(selector._selectables) == 0
     selector.close()
 
 

@@ -50,7 +50,7 @@ def test_each_return_counts_and_the_header_counts_only_failures() -> None:
         # What the queue counts as ready is what goes on the wire, stamp included.
         statistics = queue.statistics()
         assert statistics.ready == 1
-        assert statistics.ready_bytes == message.size
+        assert statistics.ready_bytes == message.read_size()
         (message,), _ = queue.credit("c", returns, 1, False)
         annotations_now = _annotations(message)
         assert [annotations_now[key] for key in COUNTS] == [returns, returns]

@@ -10,7 +10,7 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Outcome
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue, parse_max_age
-from sluicegate.wire.annotations import read_stream_offset, with_stream_offset
+from sluicegate.wire.annotations import read_stream_offset, stamp_stream_offset
 from sluicegate.wire.codec import Described, Symbol, encode
 from sluicegate.wire.sections import sections
 
@@ -40,7 +40,7 @@ def _read(queue: StreamQueue, key: str, credit: int = 100) -> list[int]:
 
 
 def test_the_offset_is_spliced_into_the_annotations_and_the_rest_kept() -> None:
-    stamped = with_stream_offset(_payload(1), 41)
+    stamped = stamp_stream_offset(_payload(1), 41)[0]
     assert read_stream_offset(stamped) == 41
     found = {code: value for code, value, _, _ in sections(stamped)}
     assert found[0x72] == {
@@ -51,8 +51,8 @@ def test_the_offset_is_spliced_into_the_annotations_and_the_rest_kept() -> None:
     assert stamped.endswith(encode(Described(0x77, "m1")))
     # A message without annotations gets a section after its header.
     bare = b"\x00\x53\x70" + encode([True]) + _BODY
-    assert read_stream_offset(with_stream_offset(bare, 7)) == 7
-    assert with_stream_offset(bare, 7).endswith(_BODY)
+    assert read_stream_offset(stamp_stream_offset(bare, 7)[0]) == 7
+    assert stamp_stream_offset(bare, 7)[0].endswith(_BODY)
 
 
 def test_every_reader_gets_everything_from_first() -> None:
@@ -114,7 +114,7 @@ def test_credit_bounds_each_read_and_settlement_changes_nothing() -> None:
 
 
 def test_retention_by_bytes_drops_the_oldest_and_moves_first() -> None:
-    size = len(with_stream_offset(_payload(0), 0))
+    size = len(stamp_stream_offset(_payload(0), 0)[0])
     queue = _stream(arguments={"x-max-length-bytes": 3 * size})
     for i in range(10):
         queue.enqueue(Message(_payload(i)))
@@ -148,7 +148,7 @@ def test_retention_by_age_runs_on_the_clock() -> None:
 
 
 def test_a_reader_left_behind_by_retention_continues_at_first() -> None:
-    size = len(with_stream_offset(_payload(0), 0))
+    size = len(stamp_stream_offset(_payload(0), 0)[0])
     queue = _stream(arguments={"x-max-length-bytes": 2 * size})
     for i in range(2):
         queue.enqueue(Message(_payload(i)))

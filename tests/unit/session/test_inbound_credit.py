@@ -175,14 +175,14 @@ def test_queues_count_the_bytes_they_hold() -> None:
     second.enqueue(Message(_payload(9, 50)))
 
     def expected() -> int:
-        sizes = [m.size for m in messages] + [len(_payload(9, 50))]
+        sizes = [m.read_size() for m in messages] + [len(_payload(9, 50))]
         return sum(sizes) + MESSAGE_OVERHEAD * len(sizes)
 
     assert held.total == expected()
     first.attach("c", ack_required=True)
     taken, _ = first.credit("c", 0, 2, False)
     first.settle("c", [taken[0].seq], Outcome.MODIFIED, True)
-    assert messages[0].size > len(_payload(0, 100)), "the header now carries delivery-count"
+    assert messages[0].read_size() > len(_payload(0, 100)), "the header now carries delivery-count"
     assert held.total == expected()
     first.settle("c", [taken[1].seq], Outcome.ACCEPTED, False)
     messages.pop(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 
 import proton
 import pytest
@@ -16,19 +17,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluicegate.wire.codec import (
+    Byte,
     Described,
     Encoded,
+    Float32,
+    Int,
+    Short,
     Symbol,
     Timestamp,
+    UInt,
+    ULong,
+    Utf8Array,
     Value,
     decode,
     encode,
     encode_ubyte,
     encode_uint,
+    encode_value,
     scalar_map,
     skip,
 )
-from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.errors import DecodeError, EncodeError
 
 # -- strategies ----------------------------------------------------------------------------
 
@@ -542,3 +551,67 @@ def test_the_map_check_leaves_what_it_cannot_vouch_for_to_the_decoder() -> None:
         assert not scalar_map(encoded, 0, len(encoded))
         with pytest.raises(DecodeError):
             decode(encoded, 0)
+
+
+# -- the wrappers: one AMQP type each, through both encoders ---------------------------------
+
+_WRAPPED: list[tuple[object, type, object]] = [
+    (Byte(-3), proton.byte, -3),
+    (Short(-300), proton.short, -300),
+    (Int(-70_000), proton.int32, -70_000),
+    (UInt(70_000), proton.uint, 70_000),
+    (UInt(0), proton.uint, 0),
+    (ULong(2**40), proton.ulong, 2**40),
+    (ULong(7), proton.ulong, 7),
+    (Float32(1.5), proton.float32, 1.5),
+    (Timestamp(1_700_000_000_123), proton.timestamp, 1_700_000_000_123),
+    (Symbol("x-queue-type"), proton.symbol, "x-queue-type"),
+]
+
+
+def _proton_value(encoded: bytes) -> object:
+    data = proton.Data()
+    data.decode(encoded)
+    return data.get_object()
+
+
+@pytest.mark.parametrize(("value", "kind", "plain"), _WRAPPED)
+def test_every_wrapper_is_written_as_its_amqp_type_by_both_encoders(
+    value: object, kind: type, plain: object
+) -> None:
+    for encoded in (encode(value), encode_value(value)):  # type: ignore[arg-type]
+        back = _proton_value(encoded)
+        assert type(back) is kind
+        assert back == plain
+
+
+def test_a_plain_int_is_a_long_for_a_client_and_the_smallest_ulong_for_the_server() -> None:
+    # The server's rewrites (logs, binding identities) keep their bytes; a client means a long.
+    assert encode(5) == b"\x53\x05"
+    assert encode_value(5) == b"\x55\x05"
+    assert type(_proton_value(encode_value(2**40))) is int
+    assert type(_proton_value(encode(2**40))) is proton.ulong
+    assert encode_value(2**64 - 1) == b"\x80" + b"\xff" * 8
+    with pytest.raises(EncodeError):
+        encode_value(2**64)
+
+
+def test_a_utf8_array_is_an_array_of_strings_each_str32() -> None:
+    back = _proton_value(encode_value(Utf8Array(["node-a", "node-b"])))
+    assert isinstance(back, proton.Array)
+    assert back.type == proton.Data.STRING
+    assert list(back.elements) == ["node-a", "node-b"]
+    assert encode_value(Utf8Array(["n"])) == b"\xe0\x07\x01\xb1\x00\x00\x00\x01n"
+
+
+def test_special_types_are_taken_first_at_every_depth() -> None:
+    special: dict[type, Callable[[object], bytes]] = {
+        bool: lambda value: b"\x56\x01" if value else b"\x56\x00"
+    }
+    assert encode_value({"durable": [True]}, special).endswith(b"\xc0\x03\x01\x56\x01")
+    assert encode_value(True) == b"\x41"
+
+
+def test_a_value_no_amqp_type_holds_is_an_encode_error() -> None:
+    with pytest.raises(EncodeError, match="object"):
+        encode_value(object())

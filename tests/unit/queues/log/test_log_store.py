@@ -90,7 +90,7 @@ def test_bodies_are_read_back_from_disk_once_out_of_the_cache(tmp_path: Path) ->
     assert store.statistics().unwritten_messages == 0
     assert message.read() == _payload(7, 1000)
     assert store.statistics().body_reads == 1
-    assert message.size == len(_payload(7, 1000))
+    assert message.read_size() == len(_payload(7, 1000))
 
 
 def test_compaction_deletes_settled_segments_and_keeps_live_ones(tmp_path: Path) -> None:

@@ -276,7 +276,7 @@ class Session:
                     self._bypass(out)
                     break
                 start = self.head_sent
-                size = item.size
+                size = item.read_size()
                 frames = -(-(size - start) // frame_payload) or 1
                 if frames > room:
                     end = start + room * frame_payload

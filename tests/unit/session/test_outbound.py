@@ -15,8 +15,7 @@ import pytest
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Outcome
-from sluicegate.session.outgoing_link import CreditReq, OutgoingLink, granted_credit
-from sluicegate.session.session import (
+from sluicegate.session.outbound import (
     DEFAULT_MAX_QUEUE_CREDIT,
     Action,
     LinkFlow,
@@ -25,6 +24,7 @@ from sluicegate.session.session import (
     TransferPart,
     route,
 )
+from sluicegate.session.outgoing_link import CreditReq, OutgoingLink, granted_credit
 from sluicegate.wire.codec import Described, encode
 from sluicegate.wire.sections import read_header
 from sluicegate.wire.serial import SERIAL_MASK, serial_add

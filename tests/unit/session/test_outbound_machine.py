@@ -19,8 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
+from sluicegate.session.outbound import Action, LinkFlow, Session, TransferPart, resume, route
 from sluicegate.session.outgoing_link import OutgoingLink
-from sluicegate.session.session import Action, LinkFlow, Session, TransferPart, resume, route
 from sluicegate.session.waiting import WAITING_DELIVERY_COST, Waiting
 from sluicegate.wire.codec import Described, encode
 from sluicegate.wire.serial import serial_diff
@@ -466,4 +466,4 @@ class SessionMachine(RuleBasedStateMachine):
 
 
 SessionMachine.TestCase.settings = settings(stateful_step_count=50)
-test_session_machine = SessionMachine.TestCase
+test_outbound_machine = SessionMachine.TestCase

@@ -14,18 +14,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluicegate.wire import message_fields
-from sluicegate.wire.annotations import with_stream_offset
-from sluicegate.wire.codec import Described, Symbol, Timestamp
+from sluicegate.spark import message_annotations, message_fields
+from sluicegate.spark.field_columns import COLUMN_FIELDS, FieldColumns
+from sluicegate.spark.message_encoding import encode_message
+from sluicegate.spark.message_fields import MessageFields, read_fields
+from sluicegate.wire.annotations import stamp_stream_offset
+from sluicegate.wire.codec import Described, Symbol, Timestamp, encode_value
 from sluicegate.wire.errors import DecodeError
-from sluicegate.wire.message_fields import (
-    COLUMN_FIELDS,
-    FieldColumns,
-    MessageFields,
-    encode_message,
-    encode_value,
-    read_fields,
-)
 from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, Header, encode_header, sections
 
 _OFFSET_KEY = b"\xa3\x0fx-stream-offset"
@@ -54,9 +49,9 @@ def _read(payload: bytes) -> Any:
 
 
 def _forget() -> None:
-    message_fields._annotation_cache.clear()
-    message_fields._last_lead = None
-    message_fields._last_keys = message_fields._Keys((), ())
+    message_annotations._annotation_cache.clear()
+    message_fields.REUSED.lead = None
+    message_fields.REUSED.keys = message_fields.Keys((), ())
 
 
 def _alone(payload: bytes) -> Any:
@@ -169,7 +164,7 @@ def _messages(draw: st.DrawFn) -> list[tuple[bytes, bool]]:
         )
         payload = payload[: -len(_EMPTY_DATA)] + draw(_DATA if usual else _BODIES)
         if draw(stamps):
-            payload = with_stream_offset(payload, draw(st.integers(0, 2**63 - 1)))
+            payload = stamp_stream_offset(payload, draw(st.integers(0, 2**63 - 1)))[0]
         damage = draw(st.sampled_from(["none", "none", "cut", "flip"]))
         if damage == "cut":
             payload = payload[: draw(st.integers(0, len(payload)))]
@@ -223,9 +218,9 @@ def test_a_sequence_of_messages_reads_as_each_message_alone(
 
 
 def test_the_offset_and_the_other_annotations_apart() -> None:
-    payload = with_stream_offset(
+    payload = stamp_stream_offset(
         encode_message(b"", durable=True, message_annotations={Symbol("x-exchange"): "amq"}), 7
-    )
+    )[0]
     for _ in range(2):  # decoded, then from the last message's lead
         fields = read_fields(payload)
         assert fields.stream_offset == 7
@@ -255,7 +250,7 @@ def test_bytes_that_look_like_a_stamped_offset_inside_a_value_are_not_one() -> N
 
 
 def test_a_message_cut_inside_the_offset_of_a_known_lead_is_a_decode_error() -> None:
-    payload = with_stream_offset(encode_message(b"", durable=True), 7)
+    payload = stamp_stream_offset(encode_message(b"", durable=True), 7)[0]
     read_fields(payload)
     cut = payload[: payload.index(b"\x00Su") - 3]
     assert _read(cut) == _alone(cut)

@@ -12,17 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Message, byte, char, decimal128, float32, int32, short, symbol, timestamp, ulong
 
-from sluicegate.wire.annotations import with_stream_offset
-from sluicegate.wire.codec import Symbol, Timestamp
+from sluicegate.spark.message_encoding import encode_message
+from sluicegate.spark.message_fields import read_fields
+from sluicegate.wire.annotations import stamp_stream_offset
+from sluicegate.wire.codec import Byte, Float32, Int, Short, Symbol, Timestamp
 from sluicegate.wire.errors import DecodeError
-from sluicegate.wire.message_fields import (
-    Byte,
-    Float32,
-    Int,
-    Short,
-    encode_message,
-    read_fields,
-)
 
 _LONGS = st.integers(-(2**63), 2**63 - 1)
 # AMQP strings are UTF-8: a lone surrogate has no encoding, proton refuses it.
@@ -186,7 +180,7 @@ def test_a_streams_annotations_read_the_same_from_the_cache_of_their_prefixes(
     """A stream stamps x-stream-offset last; what comes before it is decoded once and reused."""
     message = Message(body=b"b", annotations={symbol(k): v for k, v in annotations.items()})
     for offset in offsets:
-        stamped = with_stream_offset(message.encode(), offset)
+        stamped = stamp_stream_offset(message.encode(), offset)[0]
         for _ in range(2):  # the second read finds the prefix in the cache
             found = read_fields(stamped).message_annotations
             assert found == {**annotations, "x-stream-offset": offset}
