@@ -150,7 +150,8 @@ def _check(
             "prober",
             index,
             f"no prober round ended within {limits.prober_s:g} s (prober {prober.phase}, "
-            f"server CPU {busy:.2f} s meanwhile, RSS {rss / MiB:.0f} MiB)",
+            f"server CPU {busy:.2f} s meanwhile, RSS {rss / MiB:.0f} MiB; "
+            f"{server.hold_gauges()})",
         )
     result.worst_round_s = max(result.worst_round_s, served.seconds)
     if served.error is not None:
