@@ -311,6 +311,13 @@ class ProberProcess:
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, name="prober-reader", daemon=True)
 
+    @property
+    def pid(self) -> int:
+        """The prober process's id, once started."""
+        pid = self._process.pid
+        assert pid is not None, "the prober is not started"
+        return pid
+
     def start(self) -> None:
         self._process.start()
         self._reader.start()
