@@ -34,6 +34,7 @@ from sluicegate.gateway.auth import Access
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.deliveries import CDelivery
+from sluicegate.gateway.disposition_bound import DispositionBound
 from sluicegate.gateway.drain import send_drained_flow
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.dynamic import Declare, dynamic_source, dynamic_target
@@ -198,8 +199,15 @@ class Broker(Handler):
         server's outbound bytes."""
         state.writer.pending = self.pending_bytes
         state.waiting = Waiting(self.config.max_outgoing_pending_size, self.waiting)
+        state.dispositions = DispositionBound(self._budget_room, self.release_connection)
         self.connections.add(state)
         self.records.add(state)
+
+    def _budget_room(self) -> int:
+        """What the memory budget has left now (gateway/disposition_bound.py)."""
+        budget = self.publishing.budget
+        used = self.registry.held.total + self.outbound_bytes() + budget.unfinished
+        return budget.limit - used
 
     def outbound_bytes(self) -> int:
         """What consumers make the server hold beyond the queued messages: deliveries waiting in

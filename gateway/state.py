@@ -51,6 +51,7 @@ from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
 
 if TYPE_CHECKING:
+    from sluicegate.gateway.disposition_bound import DispositionBound
     from sluicegate.gateway.management.node import Pair
 
 # The attribute under which an endpoint's record is kept (``link.sg``, ``session.sg``, ...).
@@ -71,6 +72,7 @@ class ConnectionState:
         "connection",
         "credential_expiry",
         "deadline",
+        "dispositions",
         "frames_seen",
         "fresh_links",
         "handshake_deadline",
@@ -144,6 +146,9 @@ class ConnectionState:
         # RabbitMQ's repeated link names, made unique between the socket and proton
         # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
         self.link_names = link_names
+        # Its DISPOSITIONs weighed before proton copies their outcomes (gateway/feeding.py);
+        # the broker sets it when it accepts the connection.
+        self.dispositions: DispositionBound | None = None
         # Bytes for proton that it had no room for yet (gateway/feeding.py).
         self.backlog = bytearray()
         # Temporary queues its links' dynamic termini made, by the link (a consumer's pure
