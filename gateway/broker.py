@@ -34,7 +34,7 @@ from sluicegate.gateway.auth import Access
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.deliveries import CDelivery
-from sluicegate.gateway.disposition_bound import DispositionBound
+from sluicegate.gateway.disposition_bound import Copies, DispositionBound
 from sluicegate.gateway.drain import send_drained_flow
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.dynamic import Declare, dynamic_source, dynamic_target
@@ -178,6 +178,8 @@ class Broker(Handler):
         self.pending_bytes = ServerBytes()
         # Unsettled deliveries to consumers, over every session.
         self.unsettled = Unsettled()
+        # What proton may copy of the DISPOSITIONs it is handed in a pass (gateway/feeding.py).
+        self.disposition_copies = Copies(self._budget_room)
         # Consecutive settlements of one consumer link, applied together.
         self.settlements = SettlementRun()
         # The annotations of consumers' modified outcomes, checked once per range.
@@ -199,7 +201,7 @@ class Broker(Handler):
         server's outbound bytes."""
         state.writer.pending = self.pending_bytes
         state.waiting = Waiting(self.config.max_outgoing_pending_size, self.waiting)
-        state.dispositions = DispositionBound(self._budget_room, self.release_connection)
+        state.dispositions = DispositionBound(self.disposition_copies, self.release_connection)
         self.connections.add(state)
         self.records.add(state)
 
@@ -818,6 +820,8 @@ class Broker(Handler):
     def flush(self) -> None:
         """Renew publisher credit, pump every session that has something new to send, and
         give the heap back after a large release."""
+        # The pass's events are handled: proton's copies of its DISPOSITIONs' outcomes are gone.
+        self.disposition_copies.forget()
         self._route_dead_letters()
         # Every virtual host's registry shares one count of bytes held (gateway/server.py).
         held = self.registry.held.total
