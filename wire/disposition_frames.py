@@ -26,10 +26,10 @@ WEIGHED_SIZE: Final = 128
 # The descriptor (3 bytes, or 10 as a ulong), the list's header (at most 9) and role, first
 # and last (at most 2, 5 and 5): what of a DISPOSITION's body must be read to weigh it.
 _FIELDS: Final = 10 + 9 + 2 + 5 + 5
-_FRAME: Final = struct.Struct(">IB")
+# A frame's size and data offset, then (past type and channel) its first 3 body bytes.
+_FRAME: Final = struct.Struct(">IB3xBBB")
 _U32: Final = struct.Struct(">I")
 _DISPOSITION: Final = 0x15
-_SMALL_DESCRIPTOR: Final = bytes((0x00, 0x53, _DISPOSITION))
 _SERIAL_MASK: Final = 0xFFFFFFFF
 
 
@@ -65,26 +65,39 @@ class DispositionFrames:
         end = len(data)
         unpack = _FRAME.unpack_from
         while pos < end:
-            if end - pos < 5:
+            if end - pos < _FRAME.size:
                 self._head = data[pos:]
                 self._skip = 0
                 return found
-            size, doff = unpack(data, pos)
-            if doff < 2 or size < 4 * doff:
+            # The header and, as almost every frame has a 2-word header, the descriptor.
+            size, doff, zero, code, number = unpack(data, pos)
+            if doff != 2:
+                if doff < 2 or size < 4 * doff:
+                    self._broken = True
+                    return found
+                zero = 1  # not weighed unless its descriptor, further on, says DISPOSITION
+                if size >= WEIGHED_SIZE and size >= 4 * doff + 3:
+                    if end - pos < 4 * doff + 3:
+                        self._head = data[pos:]
+                        self._skip = 0
+                        return found
+                    zero, code, number = data[pos + 4 * doff : pos + 4 * doff + 3]
+            elif size < 8:
                 self._broken = True
                 return found
-            if size >= WEIGHED_SIZE and size >= 4 * doff + 3:
-                body = pos + 4 * doff
+            if (
+                size >= WEIGHED_SIZE
+                and zero == 0
+                and (code == 0x80 or (code == 0x53 and number == _DISPOSITION))
+            ):
                 need = min(size, 4 * doff + _FIELDS)
                 if end - pos < need:
                     self._head = data[pos:]
                     self._skip = 0
                     return found
-                # A TRANSFER (the frame that is usually this large) is told by 3 bytes.
-                if data[body : body + 3] == _SMALL_DESCRIPTOR or data[body + 1] == 0x80:
-                    span = _span(data[body : pos + need])
-                    if span:
-                        found.append(Disposition(size, span))
+                span = _span(data[pos + 4 * doff : pos + need])
+                if span:
+                    found.append(Disposition(size, span))
             pos += size
         self._skip = pos - end
         return found
