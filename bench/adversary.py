@@ -134,11 +134,16 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
     while time.monotonic() < end:
         steps = plan.generate(seed, args.steps_per_seed, weights)
         started = time.monotonic()
-        result = run(steps, limits, until=end, log=say)
-        summary(seed, result, time.monotonic() - started)
-        if result.breach is not None:
-            breaches += 1
-            report(seed, steps[: result.steps], result)
+        try:
+            result = run(steps, limits, until=end, log=say)
+            summary(seed, result, time.monotonic() - started)
+            if result.breach is not None:
+                breaches += 1
+                report(seed, steps[: result.steps], result)
+        except RuntimeError as error:
+            # A server or prober that could not start (a machine loaded past READY_S) loses
+            # this seed, not the hours of the run.
+            say(f"seed={seed}: not run: {error}")
         seed += 1
     say(f"adversary: done, {breaches} breaches")
     return EXIT_BREACH if breaches else 0

@@ -25,6 +25,7 @@ from sluicegate.gateway.conditions import close
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.connections import Connections
 from sluicegate.gateway.dead_letters import route_dead_letters
+from sluicegate.gateway.disposition_bound import Copies
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.events import (
     connection_of,
@@ -99,6 +100,8 @@ class Broker(Handler):
         )
         # Gives the heap's freed pages back after large releases (gateway/proton/heap_trim.py).
         self.trimmer = HeapTrimmer()
+        # What proton may copy of the DISPOSITIONs it is handed in a pass (gateway/feeding.py).
+        self.disposition_copies = Copies(self._budget_room)
         self._connections = Connections(
             config,
             tenancy,
@@ -108,6 +111,7 @@ class Broker(Handler):
             self.sessions,
             sending,
             self.trimmer,
+            self.disposition_copies,
         )
         self.modified_annotations = ModifiedAnnotations(
             config.max_message_annotations_size, budget, registry.held
@@ -205,9 +209,17 @@ class Broker(Handler):
         self.on_delivery_of(c_object(delivery_of(event)))
         self.apply_settlements()
 
+    def _budget_room(self) -> int:
+        """What the memory budget has left now (gateway/disposition_bound.py)."""
+        budget = self.publishing.budget
+        used = self.registry.held.total + self.sending.outbound_bytes() + budget.unfinished
+        return budget.limit - used
+
     def flush(self) -> None:
         """Route dead letters, renew publisher credit, pump every session that has something
         new to send, and give the heap back after a large release."""
+        # The pass's events are handled: proton's copies of its DISPOSITIONs' outcomes are gone.
+        self.disposition_copies.forget()
         sending = self.sending
         budget = self.publishing.budget
         held = self.registry.held

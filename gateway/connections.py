@@ -17,6 +17,7 @@ from proton import Condition, Connection, Transport
 
 from sluicegate.gateway.conditions import close
 from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.disposition_bound import Copies, DispositionBound
 from sluicegate.gateway.identity import open_properties
 from sluicegate.gateway.limits import Handshakes, check_connections
 from sluicegate.gateway.links import Links
@@ -47,6 +48,7 @@ class Connections:
         sessions: Sessions,
         sending: Sending,
         trimmer: HeapTrimmer,
+        dispositions: Copies,
     ) -> None:
         self._config = config
         self._tenancy = tenancy
@@ -56,6 +58,8 @@ class Connections:
         self._sessions = sessions
         self._sending = sending
         self._trimmer = trimmer
+        # What proton may copy of the DISPOSITIONs handed to it in a pass, over every connection.
+        self._dispositions = dispositions
         self.open: set[ConnectionState] = set()
         # Connections that have not sent their OPEN yet, among ``open``.
         self.handshakes = Handshakes(config.max_unauthenticated_connections)
@@ -69,6 +73,7 @@ class Connections:
         server's outbound bytes."""
         state.writer.pending = self._sending.pending_bytes
         state.waiting = Waiting(self._config.max_outgoing_pending_size, self._sending.waiting)
+        state.dispositions = DispositionBound(self._dispositions, self.release)
         self.open.add(state)
         self.records.add(state)
 

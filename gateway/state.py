@@ -27,7 +27,7 @@ closed connection, an ended session or a detached link outlives it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 
@@ -51,6 +51,9 @@ from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
 
+if TYPE_CHECKING:
+    from sluicegate.gateway.disposition_bound import DispositionBound
+
 # The attribute under which an endpoint's record is kept (``link.sg``, ``session.sg``, ...).
 RECORD: Final = "sg"
 # The attribute under which a socket's selectable keeps its gate (gateway/gate.py).
@@ -68,6 +71,7 @@ class ConnectionState:
         "closed",
         "connection",
         "deadlines",
+        "dispositions",
         "fresh_links",
         "inbound",
         "link_names",
@@ -134,6 +138,9 @@ class ConnectionState:
         # RabbitMQ's repeated link names, made unique between the socket and proton
         # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
         self.link_names = link_names
+        # Its DISPOSITIONs weighed before proton copies their outcomes (gateway/feeding.py);
+        # the broker sets it when it accepts the connection.
+        self.dispositions: DispositionBound | None = None
         # Bytes for proton that it had no room for yet (gateway/feeding.py).
         self.backlog = bytearray()
         # Temporary queues its links' dynamic termini made, by the link (a consumer's pure

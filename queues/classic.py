@@ -59,6 +59,10 @@ _EXPIRY_PAGE_INS: Final = 8
 class ClassicQueue:
     """An in-memory queue implementing :class:`queues.queue_type.QueueType`."""
 
+    # Its messages stay counted in the held bytes while unacked (queues/settlement.py takes
+    # them out): a session need not count them again (session/outgoing_link.py ``counted``).
+    counts_unacked: Final = True
+
     def __init__(
         self,
         name: str,

@@ -139,8 +139,10 @@ class Session:
         self.unsettled = Unsettled() if unsettled is None else unsettled
         # Shared with the connection's other sessions: what their waiting deliveries hold.
         self.waiting = Waiting() if waiting is None else waiting
-        # This session's part of it.
+        # This session's part of it, and of that what the server's count has not from the
+        # queues already (session/waiting.py ``charge``).
         self.pending_bytes = 0
+        self.pending_server = 0
 
     # -- links ----------------------------------------------------------------------------
 
@@ -175,7 +177,8 @@ class Session:
         link.waiting.clear()
         self.waiting.deferred.pop(link, None)
         if unsent:
-            self._uncharge(sum(m.held for m in unsent) + len(unsent) * WAITING_DELIVERY_COST)
+            held = sum(m.held for m in unsent)
+            self._uncharge(held + len(unsent) * WAITING_DELIVERY_COST, held if link.counted else 0)
         return link.queue.detach(link, unsent)
 
     def end(self) -> list[Dispatch]:
@@ -184,7 +187,7 @@ class Session:
         for link in list(self.links.values()):
             dispatches.extend(self.detach_link(link))
         self.outgoing_pending.clear()
-        self._uncharge(self.pending_bytes)
+        self._uncharge_all()
         self.writer.forget(self.writer_credit)
         return dispatches
 
@@ -245,8 +248,10 @@ class Session:
         self.outgoing_pending.append((link, message))
         link.waiting.append(message)
         cost = message.held + WAITING_DELIVERY_COST
+        server_cost = WAITING_DELIVERY_COST if link.counted else cost
         self.pending_bytes += cost
-        self.waiting.charge(cost)
+        self.pending_server += server_cost
+        self.waiting.charge(cost, server_cost)
 
     def send_pending(self) -> list[Action]:
         """Hand over what the window and the writer allow, in order (RabbitMQ's send_pending)."""
@@ -261,6 +266,8 @@ class Session:
         # What the deliveries sent held, given back to the connection's charge at once (before
         # a credit reply, which may ask for more; a top-up meanwhile sees the charge as it was).
         sent_held = sent = 0
+        # Of sent_held, what their queues count until settled (OutgoingLink.counted).
+        sent_counted = 0
         while pending:
             entry = pending[0]
             link, item = entry
@@ -288,7 +295,10 @@ class Session:
                 pending.popleft()
                 link.waiting.popleft()
                 # A plain message holds its size; a stored one may hold nothing of it.
-                sent_held += size if type(item) is Message else item.held
+                held = size if type(item) is Message else item.held
+                sent_held += held
+                if link.counted:
+                    sent_counted += held
                 sent += 1
                 self.remote_incoming_window -= frames
                 room_bytes = handed(credit, frames, size - start)
@@ -303,17 +313,17 @@ class Session:
             elif type(item) is CreditReply:
                 pending.popleft()
                 if sent:
-                    self._uncharge(sent_held + sent * WAITING_DELIVERY_COST)
-                    sent_held = sent = 0
+                    self._uncharge(sent_held + sent * WAITING_DELIVERY_COST, sent_counted)
+                    sent_held = sent = sent_counted = 0
                 self._credit_reply(link, item, out)
             else:
                 pending.popleft()
                 out.append(cast(LinkFlow, item))
         if sent:
-            self._uncharge(sent_held + sent * WAITING_DELIVERY_COST)
+            self._uncharge(sent_held + sent * WAITING_DELIVERY_COST, sent_counted)
         if self.pending_bytes and not self.outgoing_pending:
             # Nothing waits: nothing is charged, whatever a message's bytes became meanwhile.
-            self._uncharge(self.pending_bytes)
+            self._uncharge_all()
         return out
 
     # -- internals ------------------------------------------------------------------------
@@ -343,9 +353,16 @@ class Session:
                 out.append(cast(LinkFlow, item))
         self.outgoing_pending = kept
 
-    def _uncharge(self, nbytes: int) -> None:
+    def _uncharge(self, nbytes: int, counted: int = 0) -> None:
+        """Deliveries worth ``nbytes`` left, ``counted`` of them counted by their queues."""
+        server = nbytes - counted
         self.pending_bytes -= nbytes
-        self.waiting.charge(-nbytes)
+        self.pending_server -= server
+        self.waiting.charge(-nbytes, -server)
+
+    def _uncharge_all(self) -> None:
+        self.waiting.charge(-self.pending_bytes, -self.pending_server)
+        self.pending_bytes = self.pending_server = 0
 
     def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
         """Ask the queue for a batch, or defer the request while the connection's waiting
@@ -368,8 +385,10 @@ class Session:
         if messages:
             link.waiting.extend(messages)
             cost = held + len(messages) * WAITING_DELIVERY_COST
+            server_cost = cost - held if link.counted else cost
             self.pending_bytes += cost
-            self.waiting.charge(cost)
+            self.pending_server += server_cost
+            self.waiting.charge(cost, server_cost)
         pending.append((link, reply))
 
     def _sent(self, link: OutgoingLink) -> None:

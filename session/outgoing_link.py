@@ -93,6 +93,7 @@ class OutgoingLink:
         "__weakref__",
         "ack_required",
         "client_flow_ctl",
+        "counted",
         "credit_req_in_flight",
         "detached",
         "flow_count",
@@ -116,6 +117,10 @@ class OutgoingLink:
         self.handle = handle
         self.queue = queue
         self.ack_required = ack_required
+        # Whether its queue counts each message it delivers in the held bytes until it is
+        # settled (a classic queue's unacked messages): a waiting delivery then adds only its
+        # own cost to the server's count, not its message's bytes again (session/waiting.py).
+        self.counted = ack_required and getattr(queue, "counts_unacked", False)
         self.client_flow_ctl = ClientFlowCtl()
         self.queue_flow_ctl = QueueFlowCtl()
         self.credit_req_in_flight = False

@@ -68,10 +68,18 @@ class Waiting:
         # to take the oldest and to forget a link that detaches.
         self.deferred: OrderedDict[OutgoingLink, bool] = OrderedDict()
 
-    def charge(self, nbytes: int) -> None:
-        """Deliveries worth ``nbytes`` joined (or, negative, left) the connection's sessions."""
+    def charge(self, nbytes: int, server_nbytes: int | None = None) -> None:
+        """Deliveries worth ``nbytes`` joined (or, negative, left) the connection's sessions,
+        of which ``server_nbytes`` (all by default) are not counted elsewhere in the budget.
+
+        The connection is charged every byte its waiting deliveries hold, for its own limit;
+        the server's total only what no queue counts already: a classic queue's unacked
+        message is in the held bytes until settled, and counting it twice made a consumer
+        that took a full queue's messages and did not read push the budget past its ceiling,
+        holding every publisher on the server (issue 31's seed 3007, docs/adversary.md).
+        """
         self.bytes += nbytes
-        self.server.total += nbytes
+        self.server.total += nbytes if server_nbytes is None else server_nbytes
 
     def defer(self, link: OutgoingLink, drain: bool) -> bool:
         """True if the link's credit request must wait (it is then kept, in order)."""

@@ -150,6 +150,10 @@ def _cut(directory: Path, damage: Damage) -> str:
     if not path.exists():
         return f"segment {damage.segment} is missing: whatever it held is lost"
     data = path.read_bytes()
+    if damage.offset and damage.offset >= len(data):
+        # Already this short (an earlier damage of the same segment was cut before it):
+        # truncating to the offset would lengthen the segment again, with zeros.
+        return f"segment {damage.segment}: nothing past offset {damage.offset} to cut"
     dropped = _dropped(data, damage.offset)
     truncate_segment(directory, damage.segment, damage.offset)
     if not damage.offset:

@@ -10,6 +10,7 @@ with ``amqp:resource-limit-exceeded`` and the rest of its messages go back uncha
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -22,6 +23,10 @@ from support.raw_client import RawClient
 
 _BUDGET: Final = 64 * 1024 * 1024
 _DELIVERIES: Final = 2000
+# Deliveries per DISPOSITION: 100 KB of copies each stay under what a 64 MiB budget has left.
+_RANGE: Final = 500
+# How long a DISPOSITION is given to be applied before the next (a pace, not a bound).
+_APPLIED_S: Final = 3.0
 
 
 def _budget(running: RunningServer) -> tuple[int, int, bool]:
@@ -35,8 +40,13 @@ def _budget(running: RunningServer) -> tuple[int, int, bool]:
 
 
 def _modify_all(running: RunningServer, address: str, annotation_size: int) -> Any:
-    """Take every delivery unsettled, settle them all with one modified DISPOSITION carrying
-    ``annotation_size`` characters of annotations; the error the link was detached with."""
+    """Take every delivery unsettled, settle them all with modified DISPOSITIONs carrying
+    ``annotation_size`` characters of annotations; the error the link was detached with.
+
+    One DISPOSITION of :data:`_RANGE` deliveries at a time, each once the last was applied:
+    proton copies an outcome into each delivery of its range, and a range whose copies do not
+    fit in the budget closes the connection before any of this is reached
+    (test_disposition_bound.py)."""
     with RawClient.connect(running.host, running.port, max_frame_size=1024 * 1024) as client:
         client.begin()
         handle = client.attach("modifier", "receiver", source=address)
@@ -45,9 +55,12 @@ def _modify_all(running: RunningServer, address: str, annotation_size: int) -> A
         for _ in range(_DELIVERIES):
             assert client.next_message(timeout=30) is not None
         annotations: dict[symbol, object] = {symbol("x-why"): "v" * annotation_size}
-        client.disposition(0, _DELIVERIES - 1, state=("modified", False, False, annotations))
-        detach = client.wait_for("detach", timeout=60)
-        return detach["error"]
+        state = ("modified", False, False, annotations)
+        for first in range(0, _DELIVERIES, _RANGE):
+            client.disposition(first, first + _RANGE - 1, state=state)  # type: ignore[arg-type]
+            with contextlib.suppress(TimeoutError):  # applied, and the link still attached
+                return client.wait_for("detach", timeout=_APPLIED_S)["error"]
+        return client.wait_for("detach", timeout=60)["error"]
 
 
 @pytest.mark.parametrize("durable", [True, False], ids=["durable", "non-durable"])

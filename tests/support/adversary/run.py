@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from support.adversary.actions import Fleet
+from support.adversary.starved import runqueue_wait, unexplained
 from support.adversary.steps import Step
-from support.adversary.watch import ProberProcess, ServerProcess
+from support.adversary.watch import ProberProcess, Round, ServerProcess
 
 __all__ = ["Breach", "Limits", "Result", "run", "shrink"]
 
@@ -32,6 +33,10 @@ WARM_ROUNDS: Final = 3  # prober rounds before the base RSS is read: proton's fi
 WARM_S: Final = 30.0  # for each of them: a first connection on a loaded machine, not a limit
 # sluicegate's default --shutdown-timeout (5 s) plus the interpreter's exit, on a loaded machine.
 GRACE_S: Final = 15.0
+# A starved prober is waited for as long again as the machine withheld a CPU, up to this much
+# more, in steps of at least this much: a held prober still breaches in limit + that at most.
+STARVED_MAX_S: Final = 10.0
+STARVED_STEP_S: Final = 0.05
 DRAIN_S: Final = 5.0  # the final drain's wait for each message the prober has not seen yet
 
 
@@ -142,27 +147,63 @@ def _check(
         return Breach(
             "rss", index, f"RSS {rss / MiB:.0f} MiB > base + budget + margin {bound / MiB:.0f} MiB"
         )
-    served = prober.served_after(moment, limits.prober_s)
+    served, starved = _served(moment, server, prober, limits.prober_s)
     if served is None:
-        # The server's CPU meanwhile tells a busy server (near the wait) from a held prober (0).
+        # The server's CPU meanwhile tells a busy server (near the wait) from a held prober (0),
+        # the run-queue waits a held prober from a starved one (support/adversary/starved.py).
         busy = server.cpu_seconds() - cpu
         return Breach(
             "prober",
             index,
             f"no prober round ended within {limits.prober_s:g} s (prober {prober.phase}, "
-            f"server CPU {busy:.2f} s meanwhile, RSS {rss / MiB:.0f} MiB)",
+            f"server CPU {busy:.2f} s meanwhile, {starved}, RSS {rss / MiB:.0f} MiB; "
+            f"{server.hold_gauges()})",
         )
     result.worst_round_s = max(result.worst_round_s, served.seconds)
     if served.error is not None:
         return Breach("prober-failed", index, served.error)
-    if served.seconds > limits.prober_s:
+    if unexplained(served.seconds, starved.server, starved.prober) > limits.prober_s:
         busy = server.cpu_seconds() - cpu
         return Breach(
             "prober",
             index,
-            f"a prober round took {served.seconds:.2f} s (server CPU {busy:.2f} s meanwhile)",
+            f"a prober round took {served.seconds:.2f} s (server CPU {busy:.2f} s meanwhile, "
+            f"{starved})",
         )
     return None
+
+
+@dataclass(frozen=True)
+class Starved:
+    """Seconds the server and the prober waited for a CPU while the prober was waited for."""
+
+    server: float
+    prober: float
+
+    def __str__(self) -> str:
+        return f"run-queue wait: server {self.server:.2f} s, prober {self.prober:.2f} s"
+
+
+def _served(
+    moment: float, server: ServerProcess, prober: ProberProcess, limit: float
+) -> tuple[Round | None, Starved]:
+    """The first prober round that ended after ``moment``, waited for ``limit`` seconds plus
+    what the machine withheld from the server and the prober meanwhile (at most
+    :data:`STARVED_MAX_S` more), and those run-queue waits."""
+    server_before = runqueue_wait(server.pid)
+    prober_before = runqueue_wait(prober.pid)
+    deadline = moment + limit
+    while True:
+        served = prober.served_after(moment, deadline - moment)
+        starved = Starved(
+            runqueue_wait(server.pid) - server_before, runqueue_wait(prober.pid) - prober_before
+        )
+        if served is not None:
+            return served, starved
+        extended = moment + limit + min(max(starved.server, starved.prober), STARVED_MAX_S)
+        if extended <= deadline + STARVED_STEP_S:
+            return None, starved
+        deadline = extended
 
 
 def _after_breach(server: ServerProcess, limits: Limits, log: Callable[[str], None] | None) -> None:
@@ -205,7 +246,12 @@ def shrink(
     found = breach
 
     def breaches(candidate: list[Step]) -> Breach | None:
-        seen = run(candidate, limits).breach
+        try:
+            seen = run(candidate, limits).breach
+        except RuntimeError as error:  # a server that could not start: this try tells nothing
+            if log is not None:
+                log(f"shrinking: {len(candidate)} steps -> not run: {error}")
+            return None
         if log is not None:
             log(f"shrinking: {len(candidate)} steps -> {seen or 'no breach'}")
         return seen if seen is not None and seen.invariant == breach.invariant else None

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,20 @@ PROBER_QUEUE: Final = "adversary-prober"  # no step ever names it (steps.py uses
 # What the server logs when an event handler raised (gateway/server.py).
 INTERNAL_ERROR: Final = re.compile(r"internal error|Traceback")
 ROUNDS_KEPT: Final = 256
+# What tells a held prober's cause (the server idle, the prober waiting): the memory budget
+# and whose reads are paused (gateway/metrics.py).
+HOLD_GAUGES: Final = frozenset(
+    {
+        "sluicegate_memory_budget_used_bytes",
+        "sluicegate_memory_budget_blocked",
+        "sluicegate_connection_reads_paused_by_memory_budget",
+        "sluicegate_connection_reads_paused_by_account",
+        "sluicegate_connection_outgoing_pending_paused",
+        "sluicegate_writer_bytes_pending",
+        "sluicegate_connections",
+    }
+)
+GAUGES_TIMEOUT_S: Final = 5.0  # the reactor serves the endpoint: a busy one answers late
 SPAWN: Final = multiprocessing.get_context("spawn")  # no fork of a process with threads
 # A round reuses the prober's connection and links; every this many rounds it opens new ones,
 # so that a server that stops accepting or attaching shows too.
@@ -68,7 +83,9 @@ class ServerProcess:
         command = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
         self.metrics_port = _free_port()
         metrics = f"127.0.0.1:{self.metrics_port}"
-        command += ["--data-dir", str(scratch / "data"), "--metrics-listen", metrics, *options]
+        command += ["--data-dir", str(scratch / "data"), "--metrics-listen", metrics]
+        # RabbitMQ's port may be taken (by RabbitMQ, by another test's server).
+        command += ["--http-api-listen", "127.0.0.1:0", *options]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, text=True
         )
@@ -90,8 +107,9 @@ class ServerProcess:
         reader.start()
         reader.join(READY_S)
         if not found:
+            tail = self.log_tail()  # before kill() removes the log with its directory
             self.kill()
-            raise RuntimeError(f"the server did not start: {self.log_tail()}")
+            raise RuntimeError(f"the server did not start: {tail}")
         return found[0]
 
     @property
@@ -116,6 +134,21 @@ class ServerProcess:
             text = log.read()
             self._log_offset = log.tell()
         return [line for line in text.splitlines() if INTERNAL_ERROR.search(line)]
+
+    def hold_gauges(self) -> str:
+        """The metrics that say what holds a prober while the server is idle, as one line."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=GAUGES_TIMEOUT_S) as response:
+                text = response.read().decode(errors="replace")
+        except OSError as error:
+            return f"metrics unavailable: {error}"
+        kept = []
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in HOLD_GAUGES:
+                kept.append(f"{name.removeprefix('sluicegate_')}={value}")
+        return ", ".join(kept)
 
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -277,6 +310,13 @@ class ProberProcess:
         self._drained: tuple[list[str], str | None] | None = None
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, name="prober-reader", daemon=True)
+
+    @property
+    def pid(self) -> int:
+        """The prober process's id, once started."""
+        pid = self._process.pid
+        assert pid is not None, "the prober is not started"
+        return pid
 
     def start(self) -> None:
         self._process.start()

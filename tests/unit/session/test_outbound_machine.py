@@ -423,15 +423,19 @@ class SessionMachine(RuleBasedStateMachine):
 
     @invariant()
     def waiting_deliveries_charged(self) -> None:
-        """Every delivery waiting is charged, exactly; a pause lasts only while they hold
-        more than half the limit."""
+        """Every delivery waiting is charged, exactly, to its connection; the server's count
+        takes only what the queue does not count already (an unacked message's bytes); a pause
+        lasts only while they hold more than half the limit."""
         waiting = self.session.waiting
-        charged = sum(
-            item.held + WAITING_DELIVERY_COST
+        waiting_now = [
+            (link, item)
             for link, item in self.session.outgoing_pending
             if isinstance(item, Message) and not link.detached
-        )
-        assert self.session.pending_bytes == waiting.bytes == waiting.server.total == charged
+        ]
+        charged = sum(item.held + WAITING_DELIVERY_COST for _, item in waiting_now)
+        counted = sum(item.held for link, item in waiting_now if link.ack_required)
+        assert self.session.pending_bytes == waiting.bytes == charged
+        assert self.session.pending_server == waiting.server.total == charged - counted
         assert not waiting.resumable, "deferred credit requests with room for them"
         assert waiting.paused or not waiting.deferred
 

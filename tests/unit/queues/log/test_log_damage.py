@@ -187,6 +187,26 @@ def test_repair_cuts_the_damage_says_what_it_dropped_and_the_log_opens(tmp_path:
     assert check(tmp_path).startable
 
 
+def test_two_damages_in_one_segment_are_cut_at_the_first_and_never_lengthen_it(
+    tmp_path: Path,
+) -> None:
+    """A last segment cut inside a record after a clean stop has two damages, a torn record and
+    a length short of what the stop left: repair cuts at the first and leaves the second alone
+    (truncating to it again wrote a zero byte back, and the repaired log did not start)."""
+    messages = _log(tmp_path, clean=True)
+    last = list_segments(tmp_path)[-1]
+    path = segment_path(tmp_path, last)
+    path.write_bytes(path.read_bytes()[:362])
+    assert len(check(tmp_path).state.damages) == 2
+    report = repair(tmp_path)
+    assert any("nothing past offset 362 to cut" in line for line in report.lines())
+    assert path.stat().st_size < 362
+    assert check(tmp_path).startable
+    kept = _recovered(tmp_path)
+    assert kept == [m.message_id for m in messages if m.message_id in set(kept)]
+    assert {m.message_id for m in messages if m.segment != last} <= set(kept)
+
+
 # -- any tampering (issue 31) ----------------------------------------------------------------
 
 _STRAYS = ("1.seg", "02.seg", "\u00b2.seg", "7.seg", "0000.seg", "x.seg")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from sluicegate.queues.log.bodies import CACHE_ENTRY_COST
 from sluicegate.queues.log.placement import write_batches
 from sluicegate.queues.log.recovery import ExchangeState, binding_key
 from sluicegate.queues.log.segments import SegmentWriter, list_segments, segment_path
@@ -390,3 +391,21 @@ def test_a_delivery_held_across_the_compaction_of_its_acquisition_comes_back_cou
     recovered = list(_reopen(tmp_path, segment_size=4096).iter_recovered_messages("q"))
     assert [m.message_id for m in recovered] == [held.message_id, failed.message_id]
     assert [read_header(m.read()).delivery_count for m in recovered] == [1, 2]
+
+
+def test_the_body_cache_counts_each_body_with_its_entry(tmp_path: Path) -> None:
+    """100 small bodies written: the cache keeps as many as their bytes *and* their entries'
+    cost fit in its size (16 MiB of 100-byte bodies were 45 MiB of memory, issue 31), where
+    their bytes alone would let it keep 2.6 times as many."""
+    bodies = [_payload(n, 100) for n in range(100)]
+    shortest, longest = min(map(len, bodies)), max(map(len, bodies))
+    size = 20 * (longest + CACHE_ENTRY_COST)
+    store = MessageStore(tmp_path, cache_bytes=size)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("q", {})
+    for body in bodies:
+        store.enqueue("q", body, 0)
+    write_now(store, writer)
+    stats = store.statistics()
+    assert 20 <= stats.cached_bodies <= size // (shortest + CACHE_ENTRY_COST)
+    assert stats.cached_bytes + stats.cached_bodies * CACHE_ENTRY_COST <= size
