@@ -31,6 +31,7 @@ from sluicegate.gateway.http.errors import json_error
 from sluicegate.gateway.http.loop_views import sees_everything
 from sluicegate.gateway.http.loops_api import ApiError, LoopsApi
 from sluicegate.gateway.http.node_map import node_map
+from sluicegate.gateway.http.publish_api import PublishApi
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
 from sluicegate.gateway.management.router import (
@@ -100,6 +101,7 @@ class HttpApi:
         self._timeout = timeout
         self._max_request_size = max_request_size
         self._loops = LoopsApi(broker, calls, timeout)
+        self._publisher = PublishApi(broker, calls, timeout)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Authenticate, read the body, run the route on the reactor, answer JSON."""
@@ -119,6 +121,8 @@ class HttpApi:
             segments.pop()
         if segments and segments[0] == "sluicegate":
             return await self._sluicegate(user, request, segments[1:])
+        if len(segments) == 4 and segments[0] == "exchanges" and segments[3] == "publish":
+            return await self._publish(user, request, segments[1], segments[2])
         try:
             body = await self._body(request)
             job = _Job(self._broker, self._vhosts, self._node, user, request, segments, body)
@@ -157,6 +161,26 @@ class HttpApi:
             log.exception("internal error in an HTTP API request")
             return json_error(500, "internal error")
         return web.json_response(body)
+
+    async def _publish(
+        self, user: User, request: web.BaseRequest, vhost: str, exchange: str
+    ) -> web.StreamResponse:
+        """A test message (gateway/http/publish_api.py)."""
+        if request.method != "POST":
+            return json_error(405, f"method {request.method} not allowed here")
+        try:
+            body = await self._body(request)
+            routed = await self._publisher.publish(user, vhost, exchange, body)
+        except _Refused as refused:
+            return json_error(refused.status, refused.reason)
+        except ApiError as refused:
+            return json_error(refused.status, refused.reason)
+        except (BodyTooLarge, TimeoutError):
+            raise  # the listener's bounds answer them (gateway/http/stack.py)
+        except Exception:
+            log.exception("internal error in an HTTP API publish")
+            return json_error(500, "internal error")
+        return web.json_response({"routed": routed})
 
     async def _body(self, request: web.BaseRequest) -> object:
         if request.method not in ("PUT", "POST"):
