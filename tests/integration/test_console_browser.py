@@ -257,3 +257,32 @@ def test_a_thousand_queues_page(server: RunningServer, open_page: Callable[[], P
     second = call(server, "GET", f"/queues/{vhost}?page=2&page_size=50")["items"]
     expect(rows.first).to_contain_text(second[0]["name"])
     expect(rows).to_have_count(50)
+
+
+def test_publish_a_message_from_the_queues_page(
+    server: RunningServer, open_page: Callable[[], Page]
+) -> None:
+    """The queues page's form publishes through the default exchange to the named queue: the
+    form says it was routed and an AMQP consumer gets the payload; a queue that does not exist
+    gets "not routed" and is not created."""
+    call(server, "PUT", "/queues/%2F/form-q", {})
+    page = open_page()
+    log_in(page, server, "alice")
+    page.goto(console_url(server) + "#/queues")
+    page.fill("#publish-queue", "form-q")
+    page.fill("#publish-payload", "from the form")
+    page.click("#publish button[type=submit]")
+    expect(page.locator("#publish-result")).to_have_text("Message published.")
+    expect(page.locator("#queues tr", has_text="form-q")).to_contain_text("1")
+    page.fill("#publish-queue", "form-nowhere")
+    page.click("#publish button[type=submit]")
+    expect(page.locator("#publish-result")).to_have_text("Message published, but not routed.")
+    connection = BlockingConnection(_amqp_url(server, "alice"), timeout=10)
+    try:
+        receiver = connection.create_receiver("/queues/form-q", credit=1)
+        message = receiver.receive(timeout=10)
+        receiver.accept()
+    finally:
+        connection.close()
+    assert message.body == b"from the form"
+    assert all(q["name"] != "form-nowhere" for q in call(server, "GET", "/queues/%2F"))
