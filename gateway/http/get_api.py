@@ -36,6 +36,8 @@ MAX_COUNT: Final = 100
 MAX_READ_BYTES: Final = 16 * 1024 * 1024
 # Bytes of payload in one reply, shared by its messages (each is truncated to its share).
 MAX_REPLY_PAYLOAD: Final = 1024 * 1024
+# AMQP 1.0's priority when the header has none (§3.2.1): not shown, as RabbitMQ does not.
+DEFAULT_PRIORITY: Final = 4
 _ACKMODES: Final = {
     "ack_requeue_true": False,
     "reject_requeue_true": False,
@@ -161,10 +163,12 @@ def _shape(got: _Got, message_count: int, base64_only: bool, limit: int) -> dict
         ("message_id", message.id),
         ("reply_to", message.reply_to),
         ("type", message.subject),
-        ("priority", message.priority),
     ):
-        if value:
-            properties[key] = value if isinstance(value, (str, int)) else str(value)
+        # proton 0.40 reads an absent content-type or content-encoding as symbol('None').
+        if value is not None and str(value) != "None":
+            properties[key] = str(value)
+    if message.priority != DEFAULT_PRIORITY:
+        properties["priority"] = message.priority
     if headers:
         properties["headers"] = {
             str(name): value if isinstance(value, (str, int, float, bool)) else str(value)

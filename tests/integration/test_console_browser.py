@@ -259,12 +259,13 @@ def test_a_thousand_queues_page(server: RunningServer, open_page: Callable[[], P
     expect(rows).to_have_count(50)
 
 
-def test_publish_a_message_from_the_queues_page(
+def test_publish_a_message_from_the_queues_page_and_get_it_back(
     server: RunningServer, open_page: Callable[[], Page]
 ) -> None:
     """The queues page's form publishes through the default exchange to the named queue: the
-    form says it was routed and an AMQP consumer gets the payload; a queue that does not exist
-    gets "not routed" and is not created."""
+    form says it was routed; a queue that does not exist gets "not routed" and is not created.
+    The get form shows the message and leaves it (requeue), then takes it (ack_requeue_false);
+    an AMQP consumer then finds the queue empty."""
     call(server, "PUT", "/queues/%2F/form-q", {})
     page = open_page()
     log_in(page, server, "alice")
@@ -273,16 +274,17 @@ def test_publish_a_message_from_the_queues_page(
     page.fill("#publish-payload", "from the form")
     page.click("#publish button[type=submit]")
     expect(page.locator("#publish-result")).to_have_text("Message published.")
-    expect(page.locator("#queues tr", has_text="form-q")).to_contain_text("1")
     page.fill("#publish-queue", "form-nowhere")
     page.click("#publish button[type=submit]")
     expect(page.locator("#publish-result")).to_have_text("Message published, but not routed.")
-    connection = BlockingConnection(_amqp_url(server, "alice"), timeout=10)
-    try:
-        receiver = connection.create_receiver("/queues/form-q", credit=1)
-        message = receiver.receive(timeout=10)
-        receiver.accept()
-    finally:
-        connection.close()
-    assert message.body == b"from the form"
+    page.fill("#get-queue", "form-q")
+    page.click("#get button[type=submit]")
+    expect(page.locator("#got")).to_contain_text("from the form")
+    expect(page.locator("#got")).to_contain_text('{"delivery_mode":1}')
+    assert call(server, "GET", "/queues/%2F/form-q")["messages_ready"] == 1
+    page.select_option("#get-ackmode", "ack_requeue_false")
+    page.click("#get button[type=submit]")
+    wait_until(lambda: call(server, "GET", "/queues/%2F/form-q")["messages_ready"] == 0)
+    page.click("#get button[type=submit]")
+    expect(page.locator("#get-results p")).to_have_text("Queue is empty.")
     assert all(q["name"] != "form-nowhere" for q in call(server, "GET", "/queues/%2F"))

@@ -339,6 +339,43 @@ function publishForm(vhost, fields, target) {
   }, "Publish a message: ", fields, payload, el("label", {}, persistent, " persistent"), el("button", { type: "submit" }, "Publish"), " ", result);
 }
 
+// RabbitMQ's "Get messages" form: POST /api/queues/{vhost}/{queue}/get. The requeue modes look
+// at the first messages and leave them in place; "ack_requeue_false" takes them.
+function getForm(vhost) {
+  const queue = el("input", { id: "get-queue", placeholder: "queue" });
+  const count = el("input", { id: "get-count", type: "number", min: 1, max: 100, value: 1 });
+  const ackmode = el("select", { id: "get-ackmode" }, [
+    ["ack_requeue_true", "Nack message requeue true"],
+    ["reject_requeue_true", "Reject requeue true"],
+    ["ack_requeue_false", "Ack message requeue false (removes them)"],
+  ].map(([value, text]) => el("option", { value }, text)));
+  const results = el("div", { id: "get-results" });
+  return el("form", {
+    id: "get",
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const body = { count: Number(count.value), ackmode: ackmode.value, encoding: "auto", truncate: 50000 };
+      try {
+        const got = await api("POST", `/queues/${enc(vhost)}/${enc(queue.value)}/get`, body);
+        results.replaceChildren(
+          el("p", {}, got.length ? `${got.length} message(s); the server reported ${got[got.length - 1].message_count} more.` : "Queue is empty."),
+          table("got", [
+            ["payload", (m) => m.payload],
+            ["encoding", (m) => m.payload_encoding],
+            ["bytes", (m) => m.payload_bytes],
+            ["redelivered", (m) => String(m.redelivered)],
+            ["exchange", (m) => m.exchange || "(default)"],
+            ["routing key", (m) => m.routing_key],
+            ["properties", (m) => JSON.stringify(m.properties)],
+          ], got),
+        );
+      } catch (error) {
+        results.replaceChildren(el("p", { class: "error" }, error.message));
+      }
+    },
+  }, "Get messages: ", queue, el("label", {}, "count ", count), ackmode, el("button", { type: "submit" }, "Get"), results);
+}
+
 async function vhostPicker(params, target) {
   const vhosts = await api("GET", "/vhosts");
   const chosen = params.get("vhost") || (vhosts[0] && vhosts[0].name) || "/";
@@ -364,7 +401,7 @@ async function queues(page, parts, params) {
   }, "Add a queue: ", nameInput, typeInput, el("button", { type: "submit" }, "Add"));
   const publishQueue = el("input", { id: "publish-queue", placeholder: "queue" });
   const publish = publishForm(vhost, [publishQueue], () => ["amq.default", publishQueue.value]);
-  page.append(el("h1", {}, "Queues"), picker, declare, publish, message, holder);
+  page.append(el("h1", {}, "Queues"), picker, declare, publish, getForm(vhost), message, holder);
   const act = async (path, method, body) => {
     try {
       await api(method, path, body);
