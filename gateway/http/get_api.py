@@ -7,9 +7,10 @@ counted as the queue counts a release over AMQP (a quorum queue's returned count
 acquired count, makes them ``redelivered`` next time; a release raises no delivery-count); with
 ``ack_requeue_false`` they are accepted, so removed. Streams answer as RabbitMQ's do (a get is
 not supported by stream queues). Bounded: at most :data:`MAX_COUNT` messages and
-:data:`MAX_READ_BYTES` of them per request on the reactor, and :data:`MAX_REPLY_PAYLOAD` bytes of
-payload in the reply, shared between its messages; each is decoded on the HTTP thread, not on
-the reactor.
+:data:`MAX_READ_BYTES` of them per request on the reactor (one job at a time), and
+:data:`MAX_REPLY_PAYLOAD` bytes of payload in the reply, shared between its messages: they are
+decoded and cut in the job, so a request holds its reply's bytes, not its messages', once the
+job is done.
 """
 
 from __future__ import annotations
@@ -79,20 +80,24 @@ class GetApi:
         truncate = body.get("truncate")
         if truncate is not None and not (isinstance(truncate, int) and truncate >= 0):
             raise ApiError(400, "truncate must be a number of bytes")
-        got, remaining = await self._calls.call(
-            lambda: self._take(user, vhost, queue, count, consume), self._timeout
-        )
-        share = MAX_REPLY_PAYLOAD // max(len(got), 1)
+        share = MAX_REPLY_PAYLOAD // count
         limit = share if truncate is None else min(truncate, share)
-        return [
-            _shape(item, remaining + len(got) - index - 1, encoding == "base64", limit)
-            for index, item in enumerate(got)
-        ]
+        return await self._calls.call(
+            lambda: self._take(user, vhost, queue, count, consume, (encoding == "base64", limit)),
+            self._timeout,
+        )
 
     def _take(
-        self, user: User, vhost_name: str, name: str, count: int, consume: bool
-    ) -> tuple[list[_Got], int]:
-        """On the reactor: take up to ``count`` messages, release or accept them."""
+        self,
+        user: User,
+        vhost_name: str,
+        name: str,
+        count: int,
+        consume: bool,
+        shape: tuple[bool, int],
+    ) -> list[object]:
+        """On the reactor: take up to ``count`` messages, release or accept them, and shape
+        them here, so that what outlives the job is the reply's bytes, not the messages'."""
         broker = self._broker
         vhost = broker.tenancy.vhosts.get(vhost_name)
         if vhost is None:
@@ -134,7 +139,11 @@ class GetApi:
             dispatches = [*dispatches, *queue.detach(key, [])]
             if dispatches:
                 broker.publishing.dispatch(dispatches)
-        return [got for _, got in taken], queue.statistics().ready - (0 if consume else len(taken))
+        remaining = queue.statistics().ready - (0 if consume else len(taken))
+        return [
+            _shape(got, remaining + len(taken) - index - 1, *shape)
+            for index, (_, got) in enumerate(taken)
+        ]
 
 
 def _shape(got: _Got, message_count: int, base64_only: bool, limit: int) -> dict[str, object]:
