@@ -110,6 +110,12 @@ class GetApi:
         queue = vhost.registry.get(name)
         if queue is None:
             raise ApiError(404, f"no queue '{name}' in vhost '{vhost_name}'")
+        if vhost.registry.owner(name) is not None:
+            # An exclusive queue is its connection's alone (the management router's 400).
+            raise ApiError(
+                400,
+                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost_name}'",
+            )
         if isinstance(queue, StreamQueue):
             raise ApiError(
                 400,

@@ -7,10 +7,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
 from integration.conftest import RunningServer, start_server
+from integration.test_dynamic_and_cc import _Temporary
 from integration.test_http_api import EVERYTHING, PASSWORD, call
+from proton.utils import BlockingConnection
 from support.clients import publish
 
 from sluicegate.gateway.auth import User, hash_password, parse_users
@@ -99,7 +102,8 @@ def test_encoding_truncate_and_the_reply_cap(running: RunningServer) -> None:
 
 def test_bad_gets_are_refused_and_take_nothing(running: RunningServer) -> None:
     """A count over the cap, a bad ackmode or encoding 400; no read permission 403; a queue
-    that does not exist 404; a stream 400 as RabbitMQ answers: the queue keeps its message."""
+    that does not exist 404; a stream 400 as RabbitMQ answers; another connection's exclusive
+    queue 400 as the management router answers: the queue keeps its message."""
     assert call(running, "PUT", "/queues/%2F/g-guard", {}, user="alice")[0] == 201
     publish(_url(running), "/queues/g-guard", [b"kept"])
     assert _get(running, "g-guard", count=MAX_COUNT + 1)[0] == 400
@@ -113,6 +117,17 @@ def test_bad_gets_are_refused_and_take_nothing(running: RunningServer) -> None:
     status, body = _get(running, "g-stream")
     assert status == 400
     assert "stream" in body["reason"]
+    connection = BlockingConnection(
+        running.url, timeout=10, user="alice", password=PASSWORD, allowed_mechs="PLAIN"
+    )
+    try:
+        receiver = connection.create_receiver(None, dynamic=True, options=_Temporary())
+        exclusive = unquote(str(receiver.link.remote_source.address).rsplit("/", 1)[-1])
+        status, body = _get(running, quote(exclusive, safe=""))
+    finally:
+        connection.close()
+    assert status == 400
+    assert "exclusive access" in body["reason"]
     assert running.queue("g-guard").ready == 1
 
 
