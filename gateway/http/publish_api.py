@@ -125,7 +125,7 @@ class PublishApi:
             raise ApiError(413, f"message of {len(payload)} bytes over max_message_size {limit}")
         publishing = broker.publishing
         budget = publishing.budget
-        if budget.blocked or budget.current + len(payload) > budget.limit:
+        if budget.blocked:
             raise ApiError(503, "the server's memory budget is full: publishing is paused")
         registry = vhost.registry
         if exchange:
@@ -146,6 +146,11 @@ class PublishApi:
             return None
         message = routed.message
         assert message is not None
+        # Each copy is charged its bytes (queues.message: ``held``): a fan-out counts them all.
+        # The queues' live count too, in case the budget was not updated since the last store.
+        held = max(budget.current, publishing.registry.held.total)
+        if held + len(payload) * len(queues) > budget.limit:
+            raise ApiError(503, "the server's memory budget is full: publishing is paused")
         durability = publishing.durability
         if (
             durability is not None
