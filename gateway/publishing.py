@@ -266,6 +266,10 @@ class Publishing:
             self._dispatch(dispatches)
         self.confirm(pending)
 
+    def dispatch(self, dispatches: list[Dispatch]) -> None:
+        """Deliveries a store outside a link handed to consumers (the HTTP API's publish)."""
+        self._dispatch(dispatches)
+
     def confirm(
         self,
         pending: Unconfirmed,

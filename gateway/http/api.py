@@ -27,9 +27,11 @@ from proton import Condition
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.basic_auth import BasicAuth
 from sluicegate.gateway.http.errors import json_error
+from sluicegate.gateway.http.get_api import GetApi
 from sluicegate.gateway.http.loop_views import sees_everything
 from sluicegate.gateway.http.loops_api import ApiError, LoopsApi
 from sluicegate.gateway.http.node_map import node_map
+from sluicegate.gateway.http.publish_api import PublishApi
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
 from sluicegate.gateway.rules.auth import DEFAULT_VHOST, User
@@ -93,6 +95,8 @@ class HttpApi:
         self._timeout = timeout
         self._max_request_size = max_request_size
         self._loops = LoopsApi(broker, calls, timeout)
+        self._publisher = PublishApi(broker, calls, timeout)
+        self._getter = GetApi(broker, calls, timeout)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Authenticate, read the body, run the route on the reactor, answer JSON."""
@@ -112,6 +116,10 @@ class HttpApi:
             segments.pop()
         if segments and segments[0] == "sluicegate":
             return await self._sluicegate(user, request, segments[1:])
+        if len(segments) == 4 and segments[0] == "exchanges" and segments[3] == "publish":
+            return await self._publish(user, request, segments[1], segments[2])
+        if len(segments) == 4 and segments[0] == "queues" and segments[3] == "get":
+            return await self._publish(user, request, segments[1], segments[2], get=True)
         try:
             body = await self._body(request)
             job = _Job(self._broker, self._vhosts, self._node, user, request, segments, body)
@@ -150,6 +158,31 @@ class HttpApi:
             log.exception("internal error in an HTTP API request")
             return json_error(500, "internal error")
         return web.json_response(body)
+
+    async def _publish(
+        self, user: User, request: web.BaseRequest, vhost: str, name: str, *, get: bool = False
+    ) -> web.StreamResponse:
+        """A test message to an exchange (gateway/http/publish_api.py), or messages got from a
+        queue (gateway/http/get_api.py)."""
+        if request.method != "POST":
+            return json_error(405, f"method {request.method} not allowed here")
+        answer: object
+        try:
+            body = await self._body(request)
+            if get:
+                answer = await self._getter.get(user, vhost, name, body)
+            else:
+                answer = {"routed": await self._publisher.publish(user, vhost, name, body)}
+        except _Refused as refused:
+            return json_error(refused.status, refused.reason)
+        except ApiError as refused:
+            return json_error(refused.status, refused.reason)
+        except (BodyTooLarge, TimeoutError):
+            raise  # the listener's bounds answer them (gateway/http/stack.py)
+        except Exception:
+            log.exception("internal error in an HTTP API publish or get")
+            return json_error(500, "internal error")
+        return web.json_response(answer)
 
     async def _body(self, request: web.BaseRequest) -> object:
         if request.method not in ("PUT", "POST"):

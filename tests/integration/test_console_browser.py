@@ -257,3 +257,34 @@ def test_a_thousand_queues_page(server: RunningServer, open_page: Callable[[], P
     second = call(server, "GET", f"/queues/{vhost}?page=2&page_size=50")["items"]
     expect(rows.first).to_contain_text(second[0]["name"])
     expect(rows).to_have_count(50)
+
+
+def test_publish_a_message_from_the_queues_page_and_get_it_back(
+    server: RunningServer, open_page: Callable[[], Page]
+) -> None:
+    """The queues page's form publishes through the default exchange to the named queue: the
+    form says it was routed; a queue that does not exist gets "not routed" and is not created.
+    The get form shows the message and leaves it (requeue), then takes it (ack_requeue_false);
+    an AMQP consumer then finds the queue empty."""
+    call(server, "PUT", "/queues/%2F/form-q", {})
+    page = open_page()
+    log_in(page, server, "alice")
+    page.goto(console_url(server) + "#/queues")
+    page.fill("#publish-queue", "form-q")
+    page.fill("#publish-payload", "from the form")
+    page.click("#publish button[type=submit]")
+    expect(page.locator("#publish-result")).to_have_text("Message published.")
+    page.fill("#publish-queue", "form-nowhere")
+    page.click("#publish button[type=submit]")
+    expect(page.locator("#publish-result")).to_have_text("Message published, but not routed.")
+    page.fill("#get-queue", "form-q")
+    page.click("#get button[type=submit]")
+    expect(page.locator("#got")).to_contain_text("from the form")
+    expect(page.locator("#got")).to_contain_text('{"delivery_mode":1}')
+    assert call(server, "GET", "/queues/%2F/form-q")["messages_ready"] == 1
+    page.select_option("#get-ackmode", "ack_requeue_false")
+    page.click("#get button[type=submit]")
+    wait_until(lambda: call(server, "GET", "/queues/%2F/form-q")["messages_ready"] == 0)
+    page.click("#get button[type=submit]")
+    expect(page.locator("#get-results p")).to_have_text("Queue is empty.")
+    assert all(q["name"] != "form-nowhere" for q in call(server, "GET", "/queues/%2F"))

@@ -310,6 +310,72 @@ async function connection(page, parts, params) {
   };
 }
 
+// RabbitMQ's "Publish message" form: POST /api/exchanges/{vhost}/{exchange}/publish. A queue's
+// is the default exchange with the queue's name as routing key, as RabbitMQ's UI does.
+function publishForm(vhost, fields, target) {
+  const payload = el("textarea", { id: "publish-payload", rows: 2, cols: 40, placeholder: "payload" });
+  const persistent = el("input", { id: "publish-persistent", type: "checkbox" });
+  const result = el("span", { id: "publish-result" });
+  return el("form", {
+    id: "publish",
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const [exchange, routingKey] = target();
+      const body = {
+        properties: persistent.checked ? { delivery_mode: 2 } : {},
+        routing_key: routingKey,
+        payload: payload.value,
+        payload_encoding: "string",
+      };
+      try {
+        const answer = await api("POST", `/exchanges/${enc(vhost)}/${enc(exchange)}/publish`, body);
+        result.textContent = answer.routed ? "Message published." : "Message published, but not routed.";
+        result.className = answer.routed ? "ok" : "held";
+      } catch (error) {
+        result.textContent = error.message;
+        result.className = "error";
+      }
+    },
+  }, "Publish a message: ", fields, payload, el("label", {}, persistent, " persistent"), el("button", { type: "submit" }, "Publish"), " ", result);
+}
+
+// RabbitMQ's "Get messages" form: POST /api/queues/{vhost}/{queue}/get. The requeue modes look
+// at the first messages and leave them in place; "ack_requeue_false" takes them.
+function getForm(vhost) {
+  const queue = el("input", { id: "get-queue", placeholder: "queue" });
+  const count = el("input", { id: "get-count", type: "number", min: 1, max: 100, value: 1 });
+  const ackmode = el("select", { id: "get-ackmode" }, [
+    ["ack_requeue_true", "Nack message requeue true"],
+    ["reject_requeue_true", "Reject requeue true"],
+    ["ack_requeue_false", "Ack message requeue false (removes them)"],
+  ].map(([value, text]) => el("option", { value }, text)));
+  const results = el("div", { id: "get-results" });
+  return el("form", {
+    id: "get",
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const body = { count: Number(count.value), ackmode: ackmode.value, encoding: "auto", truncate: 50000 };
+      try {
+        const got = await api("POST", `/queues/${enc(vhost)}/${enc(queue.value)}/get`, body);
+        results.replaceChildren(
+          el("p", {}, got.length ? `${got.length} message(s); the server reported ${got[got.length - 1].message_count} more.` : "Queue is empty."),
+          table("got", [
+            ["payload", (m) => m.payload],
+            ["encoding", (m) => m.payload_encoding],
+            ["bytes", (m) => m.payload_bytes],
+            ["redelivered", (m) => String(m.redelivered)],
+            ["exchange", (m) => m.exchange || "(default)"],
+            ["routing key", (m) => m.routing_key],
+            ["properties", (m) => JSON.stringify(m.properties)],
+          ], got),
+        );
+      } catch (error) {
+        results.replaceChildren(el("p", { class: "error" }, error.message));
+      }
+    },
+  }, "Get messages: ", queue, el("label", {}, "count ", count), ackmode, el("button", { type: "submit" }, "Get"), results);
+}
+
 async function vhostPicker(params, target) {
   const vhosts = await api("GET", "/vhosts");
   const chosen = params.get("vhost") || (vhosts[0] && vhosts[0].name) || "/";
@@ -333,7 +399,9 @@ async function queues(page, parts, params) {
       await act(`/queues/${enc(vhost)}/${enc(nameInput.value)}`, "PUT", { durable: true, arguments: { "x-queue-type": typeInput.value } });
     },
   }, "Add a queue: ", nameInput, typeInput, el("button", { type: "submit" }, "Add"));
-  page.append(el("h1", {}, "Queues"), picker, declare, message, holder);
+  const publishQueue = el("input", { id: "publish-queue", placeholder: "queue" });
+  const publish = publishForm(vhost, [publishQueue], () => ["amq.default", publishQueue.value]);
+  page.append(el("h1", {}, "Queues"), picker, declare, publish, getForm(vhost), message, holder);
   const act = async (path, method, body) => {
     try {
       await api(method, path, body);
@@ -365,7 +433,10 @@ async function queues(page, parts, params) {
 async function exchanges(page, parts, params) {
   const [vhost, picker] = await vhostPicker(params, "exchanges");
   const holder = el("div");
-  page.append(el("h1", {}, "Exchanges and bindings"), picker, holder);
+  const publishExchange = el("input", { id: "publish-exchange", placeholder: "exchange" });
+  const publishKey = el("input", { id: "publish-routing-key", placeholder: "routing key" });
+  const publish = publishForm(vhost, [publishExchange, publishKey], () => [publishExchange.value || "amq.default", publishKey.value]);
+  page.append(el("h1", {}, "Exchanges and bindings"), picker, publish, holder);
   return async () => {
     const [listed, bindings] = await Promise.all([
       api("GET", `/exchanges/${enc(vhost)}?page=1&page_size=${PAGE_SIZE}`),

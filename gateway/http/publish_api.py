@@ -1,0 +1,230 @@
+"""RabbitMQ's ``POST /api/exchanges/{vhost}/{name}/publish``: a test message from HTTP.
+
+The message takes the path an AMQP transfer takes once it is read (gateway/publishing.py): the
+vhost's router (gateway/routing.py) reads its envelope and picks the queues, each queue stores
+its copy and hands it to a waiting consumer, a persistent copy to a durable queue goes through
+the log, and the reply waits for the fsync that covers it, as a publisher's settlement does.
+What differs is only what the HTTP request can do that a link cannot: it is refused up front
+rather than held, since an HTTP reply cannot wait for credit. Over the memory budget it gets
+503 and nothing is stored; over ``max_message_size`` 413; without *write* on the exchange 403.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Final, cast
+
+from proton import Message as ProtonMessage
+
+from sluicegate.gateway.auth import User
+from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.http.loops_api import ApiError
+from sluicegate.gateway.http.reactor_calls import ReactorCalls
+from sluicegate.gateway.routing import PublishTarget
+from sluicegate.gateway.vhost_log import logged_name
+from sluicegate.queues.errors import NotFound
+from sluicegate.queues.queue_type import Outcome
+from sluicegate.session.inbound import Unconfirmed
+from sluicegate.wire.errors import AmqpError
+
+# RabbitMQ's HTTP name of the default exchange (the empty name).
+DEFAULT_EXCHANGE: Final = "amq.default"
+# RabbitMQ's basic properties and the AMQP 1.0 message fields they become (as RabbitMQ 4 maps
+# an AMQP 0.9.1 publish); ``headers``, ``delivery_mode``, ``priority`` and ``expiration`` are
+# mapped apart.
+_STRING_PROPERTIES: Final = {
+    "content_type": "content_type",
+    "content_encoding": "content_encoding",
+    "correlation_id": "correlation_id",
+    "message_id": "id",
+    "reply_to": "reply_to",
+    "type": "subject",
+}
+# The header values that map to AMQP 1.0 application-properties as they are.
+_SIMPLE: Final = (str, int, float, bool)
+# AMQP's long: the widest integer a header value may be.
+_LONG: Final = 2**63
+
+
+class _Confirmation:
+    """The HTTP request's stand-in for a publisher's delivery while its copies are stored.
+
+    The log confirms it as it confirms a publisher's (``Publishing.confirm`` calls
+    ``pending.inbound.confirm``): it is its own ``inbound``, counts its copies down and then
+    completes ``done`` with whether any copy was stored.
+    """
+
+    __slots__ = ("copies", "done", "inbound", "stored")
+
+    def __init__(self, copies: int) -> None:
+        self.copies = copies
+        self.stored = 0
+        self.inbound = self
+        self.done: Future[bool] = Future()
+
+    def confirm(
+        self,
+        pending: object,
+        outcome: Outcome = Outcome.ACCEPTED,
+        condition: tuple[str, str] | None = None,
+    ) -> int:
+        """One copy stored (or refused); no steps for the publish path to take."""
+        if outcome is Outcome.ACCEPTED:
+            self.stored += 1
+        self.copies -= 1
+        if self.copies == 0:
+            self.done.set_result(self.stored > 0)
+        return 0
+
+
+class PublishApi:
+    """Publishes one message per request, on the reactor, and awaits its confirmation."""
+
+    def __init__(self, broker: Broker, calls: ReactorCalls, timeout: float) -> None:
+        self._broker = broker
+        self._calls = calls
+        self._timeout = timeout
+
+    async def publish(self, user: User, vhost: str, exchange: str, body: object) -> bool:
+        """Whether the message was routed to (and stored by) some queue; raises ApiError."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        routing_key = body.get("routing_key")
+        if not isinstance(routing_key, str):
+            raise ApiError(400, "routing_key must be a string")
+        payload = encode(body)
+        name = "" if exchange == DEFAULT_EXCHANGE else exchange
+        confirmation = await self._calls.call(
+            lambda: self._store(user, vhost, name, routing_key, payload), self._timeout
+        )
+        if confirmation is None:
+            return False
+        # The log's fsync completes it on the reactor; the listener's deadline bounds the wait.
+        return await asyncio.wrap_future(confirmation.done)
+
+    def _store(
+        self, user: User, vhost_name: str, exchange: str, routing_key: str, payload: bytes
+    ) -> _Confirmation | None:
+        """On the reactor: check, route and store; None when routed to no queue."""
+        broker = self._broker
+        vhost = broker.tenancy.vhosts.get(vhost_name)
+        if vhost is None:
+            raise ApiError(404, f"no vhost '{vhost_name}'")
+        permissions = user.permissions(vhost_name)
+        if permissions is None:
+            raise ApiError(401, f"user '{user.name}' has no access to vhost '{vhost_name}'")
+        shown = exchange or DEFAULT_EXCHANGE
+        if not permissions.allows("write", exchange):
+            raise ApiError(403, f"user '{user.name}' may not write to exchange '{shown}'")
+        limit = broker.config.max_message_size
+        if len(payload) > limit:
+            raise ApiError(413, f"message of {len(payload)} bytes over max_message_size {limit}")
+        publishing = broker.publishing
+        budget = publishing.budget
+        if budget.blocked:
+            raise ApiError(503, "the server's memory budget is full: publishing is paused")
+        registry = vhost.registry
+        if exchange:
+            try:
+                if registry.exchange(exchange).settings.internal:
+                    raise ApiError(403, f"exchange '{exchange}' is internal")
+            except NotFound:
+                raise ApiError(404, f"no exchange '{exchange}' in vhost '{vhost_name}'") from None
+            target = PublishTarget(exchange=exchange, routing_key=routing_key)
+        else:
+            queue = registry.get(routing_key)
+            if queue is None:
+                return None
+            target = PublishTarget(queue=queue)
+        routed = vhost.router.route(target, payload)
+        queues = routed.queues
+        if not queues:
+            return None
+        message = routed.message
+        assert message is not None
+        # Each copy is charged its bytes (queues.message: ``held``): a fan-out counts them all.
+        # The queues' live count too, in case the budget was not updated since the last store.
+        held = max(budget.current, publishing.registry.held.total)
+        if held + len(payload) * len(queues) > budget.limit:
+            raise ApiError(503, "the server's memory budget is full: publishing is paused")
+        durability = publishing.durability
+        if (
+            durability is not None
+            and durability.failing
+            and any(registry.persists(queue, message) for queue in queues)
+        ):
+            raise ApiError(503, "the log cannot be written: persistent publishing is paused")
+        confirmation = _Confirmation(len(queues))
+        # Publishing.confirm reads ``pending.inbound``: the confirmation is its own.
+        pending = cast(Unconfirmed, confirmation)
+        copies = [message, *(message.copy() for _ in queues[1:])]
+        for queue, copy in zip(queues, copies, strict=True):
+            if durability is not None and registry.persists(queue, copy):
+                logged = logged_name(vhost.name, queue.name)
+                stored = durability.persist(logged, queue.as_stored(copy), pending)
+                try:
+                    dispatches = queue.enqueue(stored)
+                except AmqpError:
+                    durability.withdraw(stored)
+                    confirmation.confirm(pending, Outcome.REJECTED)
+                    continue
+            else:
+                try:
+                    dispatches = queue.enqueue(copy)
+                except AmqpError:
+                    confirmation.confirm(pending, Outcome.REJECTED)
+                    continue
+                confirmation.confirm(pending)
+            if dispatches:
+                publishing.dispatch(dispatches)
+        return confirmation
+
+
+def encode(body: Mapping[str, object]) -> bytes:
+    """The AMQP 1.0 message a RabbitMQ publish request describes; ApiError for bad fields."""
+    payload = body.get("payload")
+    if not isinstance(payload, str):
+        raise ApiError(400, "payload must be a string")
+    encoding = body.get("payload_encoding", "string")
+    if encoding == "string":
+        data = payload.encode()
+    elif encoding == "base64":
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except binascii.Error:
+            raise ApiError(400, "payload is not base64") from None
+    else:
+        raise ApiError(400, "payload_encoding must be 'string' or 'base64'")
+    properties = body.get("properties", {})
+    if not isinstance(properties, dict):
+        raise ApiError(400, "properties must be a JSON object")
+    headers = properties.get("headers", {})
+    if not isinstance(headers, dict) or not all(
+        isinstance(value, _SIMPLE) and not (isinstance(value, int) and abs(value) >= _LONG)
+        for value in headers.values()
+    ):
+        raise ApiError(400, "headers must map names to strings, numbers or booleans")
+    message = ProtonMessage(body=data, inferred=True, properties=dict(headers) or None)
+    for key, field in _STRING_PROPERTIES.items():
+        value = properties.get(key)
+        if value is not None:
+            if not isinstance(value, str):
+                raise ApiError(400, f"property {key} must be a string")
+            setattr(message, field, value)
+    message.durable = properties.get("delivery_mode") == 2
+    priority = properties.get("priority")
+    if priority is not None:
+        if not (isinstance(priority, int) and 0 <= priority <= 255):
+            raise ApiError(400, "property priority must be 0 to 255")
+        message.priority = priority
+    expiration = properties.get("expiration")
+    if expiration is not None:
+        if not (isinstance(expiration, str) and expiration.isdigit() and len(expiration) < 11):
+            raise ApiError(400, "property expiration must be a string of milliseconds")
+        message.ttl = int(expiration) / 1000
+    encoded: bytes = message.encode()
+    return encoded
