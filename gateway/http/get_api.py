@@ -22,10 +22,10 @@ from typing import Final
 
 from proton import Message as ProtonMessage
 
-from sluicegate.gateway.auth import User
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.loops_api import ApiError
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
+from sluicegate.gateway.rules.auth import User
 from sluicegate.queues.queue_type import Dispatch, Outcome
 from sluicegate.queues.stream import StreamQueue
 

@@ -1,7 +1,7 @@
 """RabbitMQ's ``POST /api/exchanges/{vhost}/{name}/publish``: a test message from HTTP.
 
 The message takes the path an AMQP transfer takes once it is read (gateway/publishing.py): the
-vhost's router (gateway/routing.py) reads its envelope and picks the queues, each queue stores
+vhost's router (gateway/rules/routing.py) reads its envelope and picks the queues, each queue stores
 its copy and hands it to a waiting consumer, a persistent copy to a durable queue goes through
 the log, and the reply waits for the fsync that covers it, as a publisher's settlement does.
 What differs is only what the HTTP request can do that a link cannot: it is refused up front
@@ -20,12 +20,12 @@ from typing import Final, cast
 
 from proton import Message as ProtonMessage
 
-from sluicegate.gateway.auth import User
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.loops_api import ApiError
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
-from sluicegate.gateway.routing import PublishTarget
-from sluicegate.gateway.vhost_log import logged_name
+from sluicegate.gateway.rules.auth import User
+from sluicegate.gateway.rules.routing import PublishTarget
+from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.queues.errors import NotFound
 from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.inbound import Unconfirmed
@@ -70,7 +70,7 @@ class _Confirmation:
         self,
         pending: object,
         outcome: Outcome = Outcome.ACCEPTED,
-        condition: tuple[str, str] | None = None,
+        error: AmqpError | None = None,
     ) -> int:
         """One copy stored (or refused); no steps for the publish path to take."""
         if outcome is Outcome.ACCEPTED:

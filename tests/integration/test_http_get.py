@@ -16,8 +16,8 @@ from integration.test_http_api import EVERYTHING, PASSWORD, call
 from proton.utils import BlockingConnection
 from support.clients import publish
 
-from sluicegate.gateway.auth import User, hash_password, parse_users
 from sluicegate.gateway.http.get_api import MAX_COUNT, MAX_REPLY_PAYLOAD
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 
 # Large enough that a hundred of them overflow the reply's share of payload.
 LARGE = 30_000

@@ -16,7 +16,7 @@ from integration.test_http_api import EVERYTHING, PASSWORD, call
 from proton.utils import BlockingConnection
 from support.polling import wait_until
 
-from sluicegate.gateway.auth import User, hash_password, parse_users
+from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 
 # The server's cap on one message for the size test: far under the HTTP body cap (64 KiB).
 SMALL_MESSAGE_SIZE = 4096
