@@ -27,7 +27,7 @@ closed connection, an ended session or a detached link outlives it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
 
@@ -51,13 +51,17 @@ from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
 
-if TYPE_CHECKING:
-    from sluicegate.gateway.disposition_bound import DispositionBound
-
 # The attribute under which an endpoint's record is kept (``link.sg``, ``session.sg``, ...).
 RECORD: Final = "sg"
 # The attribute under which a socket's selectable keeps its gate (gateway/gate.py).
 GATE: Final = "gate"
+
+
+class InboundCheck(Protocol):
+    """What weighs a connection's input before proton decodes it (gateway/disposition_bound.py),
+    named here so that the record does not import the check that reads it."""
+
+    def admits(self, state: ConnectionState, data: bytes) -> bool: ...
 
 
 class ConnectionState:
@@ -139,8 +143,8 @@ class ConnectionState:
         # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
         self.link_names = link_names
         # Its DISPOSITIONs weighed before proton copies their outcomes (gateway/feeding.py);
-        # the broker sets it when it accepts the connection.
-        self.dispositions: DispositionBound | None = None
+        # gateway/connections.py sets it when it accepts the connection.
+        self.dispositions: InboundCheck | None = None
         # Bytes for proton that it had no room for yet (gateway/feeding.py).
         self.backlog = bytearray()
         # Temporary queues its links' dynamic termini made, by the link (a consumer's pure
