@@ -300,6 +300,9 @@ class Supervisor:
 
     def _stop(self) -> int:
         """SIGTERM to every worker; SIGKILL to those still running past the grace."""
+        # A worker that came back since the last poll has its recovery logged before it stops
+        # (a client may have been served by it within one poll interval).
+        self._poll_ready()
         live = {worker.pid: worker for worker in self.workers if worker.pid}
         for pid in live:
             _signal(pid, signal.SIGTERM)
