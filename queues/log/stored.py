@@ -57,6 +57,8 @@ class StoredMessage(Message):
     __slots__ = (
         # A durable stream's entries remember the objects they handed out, weakly.
         "__weakref__",
+        "_size",
+        "_sized_count",
         "annotations",
         "archived",
         "journal",
@@ -114,6 +116,11 @@ class StoredMessage(Message):
         # Annotations consumers added with ``modified`` (an encoded map), merged into the body
         # each time it is read; kept in memory only.
         self.annotations: bytes | None = None
+        # The wire size (:meth:`read_size`) and the delivery-count it is for: a raised count
+        # rewrites the header, which changes the size, and only a read of the body tells by how
+        # much. Until then the wire bytes are the stored body's.
+        self._size = self.length
+        self._sized_count = 0
         # Settled in the log: compaction may delete its segment at the next batch.
         self.archived = False
         # The body, read while its segment still exists, of a message settled before it is
@@ -150,8 +157,13 @@ class StoredMessage(Message):
         return body if self.annotations is None else merge_annotations(body, self.annotations)
 
     def read_size(self) -> int:
-        """Bytes on the wire, known without reading the body unless consumers annotated it."""
-        return self.length if self.annotations is None else len(self.read())
+        """Bytes on the wire, the header rewritten by a raised delivery-count included (a
+        multi-frame delivery is sliced by it). Known without a read until the count changes,
+        then read once per change: the common, never-failed message never reads its body."""
+        if self._sized_count != self.delivery_count:
+            self._size = len(self.read())
+            self._sized_count = self.delivery_count
+        return self._size
 
     @property
     def held(self) -> int:
@@ -193,8 +205,9 @@ class StoredMessage(Message):
         """Keep the annotations to merge into the body each time it is read."""
         current = self.annotations
         merged = additions if current is None else merged_map(current, additions)
-        merge_annotations(self.read(), merged)
+        size = len(merge_annotations(self.read(), merged))
         self.annotations = merged
+        self._size, self._sized_count = size, self.delivery_count
         self.view = None
 
     def count_failed_delivery(self) -> None:
