@@ -269,6 +269,7 @@ class MessageStore:
                 exchange=exchange,
                 routing_key=routing_key,
                 shared=True,
+                delivery_count=delivery_count,
             )
         else:
             prefix = enqueue_prefix(
@@ -293,6 +294,7 @@ class MessageStore:
                 expires=expires,
                 exchange=exchange,
                 routing_key=routing_key,
+                delivery_count=delivery_count,
             )
             self._last = message
             self._last_body = payload
@@ -300,7 +302,6 @@ class MessageStore:
         self.bodies.hold(message, payload)
         placement.batch.messages.append(message)
         if delivery_count:
-            message.delivery_count = delivery_count
             self._count_failure(message)
         return message
 

@@ -57,6 +57,7 @@ class StoredMessage(Message):
     __slots__ = (
         # A durable stream's entries remember the objects they handed out, weakly.
         "__weakref__",
+        "_size",
         "annotations",
         "archived",
         "journal",
@@ -114,6 +115,10 @@ class StoredMessage(Message):
         # Annotations consumers added with ``modified`` (an encoded map), merged into the body
         # each time it is read; kept in memory only.
         self.annotations: bytes | None = None
+        # The wire size (:meth:`read_size`), None until known: a raised delivery-count rewrites
+        # the header, which changes the size, and only a read of the body tells by how much.
+        # Without one the wire bytes are the stored body's.
+        self._size: int | None = None if delivery_count else self.length
         # Settled in the log: compaction may delete its segment at the next batch.
         self.archived = False
         # The body, read while its segment still exists, of a message settled before it is
@@ -150,8 +155,13 @@ class StoredMessage(Message):
         return body if self.annotations is None else merge_annotations(body, self.annotations)
 
     def read_size(self) -> int:
-        """Bytes on the wire, known without reading the body unless consumers annotated it."""
-        return self.length if self.annotations is None else len(self.read())
+        """Bytes on the wire, the header rewritten by a raised delivery-count included (a
+        multi-frame delivery is sliced by it). Known without a read until the count changes,
+        then read once per change: the common, never-failed message never reads its body."""
+        size = self._size
+        if size is None:
+            size = self._size = len(self.read())
+        return size
 
     @property
     def held(self) -> int:
@@ -193,13 +203,15 @@ class StoredMessage(Message):
         """Keep the annotations to merge into the body each time it is read."""
         current = self.annotations
         merged = additions if current is None else merged_map(current, additions)
-        merge_annotations(self.read(), merged)
+        size = len(merge_annotations(self.read(), merged))
         self.annotations = merged
+        self._size = size
         self.view = None
 
     def count_failed_delivery(self) -> None:
         """Count a failed attempt; the header is rewritten each time the body is read."""
         self.delivery_count += 1
+        self._size = None
         self.journal.returned(self, True)
 
 
