@@ -353,9 +353,15 @@ class Publishing:
                 )
 
     def _weigh(self, link: IncomingLink) -> int:
-        """Bytes ready in the queues a link published to last (its target's, at first)."""
+        """Bytes piling up in the queues a link published to last (its target's, at first):
+        ready, or given up on and waiting for the budget's room to be dead-lettered (a queue
+        that overflows into a fan-out stays empty while its letters wait)."""
         state = cast(IncomingLinkState, link.owner)
         queues = state.queues
         if not queues and state.target.queue is not None:
             queues = [state.target.queue]
-        return sum(queue.statistics().ready_bytes for queue in queues)
+        weight = 0
+        for queue in queues:
+            statistics = queue.statistics()
+            weight += statistics.ready_bytes + statistics.dead_lettering_bytes
+        return weight

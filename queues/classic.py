@@ -101,6 +101,7 @@ class ClassicQueue:
             arguments.dead_letter_routing_key,
             self.dead_letters,
             self._backlog,
+            self.held,
         )
         self._bounded = arguments.bounded
         self._limits = Limits(arguments)
@@ -390,6 +391,7 @@ class ClassicQueue:
             dead_lettered=self._dead_letterer.dead_lettered,
             dropped=self._dead_letterer.dropped,
             dead_letter_failed=self._backlog.stranded,
+            dead_lettering_bytes=self._dead_letterer.waiting_bytes,
             overflowed=self._overflowed,
             lock_expired=self._lock_expired,
             unacked_bytes=sum(m.held for c in consumers for m in c.unacked.values()),

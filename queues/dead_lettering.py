@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Final, NamedTuple, Protocol
 
 from sluicegate.queues.errors import NotFound
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueType
 from sluicegate.queues.topology_log import TopologyLog
@@ -77,14 +77,21 @@ class DeadLetter(NamedTuple):
     retry: Callable[[DeadLetter], None] | None = None
     # The queues that took it already, skipped when it is sent again.
     done: frozenset[str] = frozenset()
+    # Who sent it, and the bytes it was counted at there until it is routed.
+    sender: DeadLetterer | None = None
+    size: int = 0
 
     def stored(self) -> None:
         """Its copies are stored (or it went nowhere): it leaves its queue."""
+        if self.sender is not None:
+            self.sender.routed(self)
         if self.holder is not None:
             self.holder.dead_lettered(self.message)
 
     def failed(self) -> bool:
         """Its dead-lettering failed: it stays in its queue; False when it is lost."""
+        if self.sender is not None:
+            self.sender.routed(self)
         return self.holder is not None and self.holder.dead_letter_failed(self.message)
 
 
@@ -95,11 +102,13 @@ class DeadLetterer:
         "dead_lettered",
         "dropped",
         "exchange",
+        "held",
         "holder",
         "outbox",
         "queue",
         "retry",
         "routing_key",
+        "waiting_bytes",
     )
 
     def __init__(
@@ -109,6 +118,7 @@ class DeadLetterer:
         routing_key: str | None,
         outbox: list[DeadLetter],
         holder: Holder,
+        held: HeldBytes,
         retry: Callable[[DeadLetter], None] | None = None,
     ) -> None:
         self.queue = queue
@@ -116,11 +126,15 @@ class DeadLetterer:
         self.routing_key = routing_key
         self.outbox = outbox
         self.holder = holder
+        self.held = held
         # Set for at-least-once: who takes back what was not delivered (DeadLetter.retry).
         self.retry = retry
         self.dead_lettered = 0
         # Given up on with no dead-letter exchange to go to.
         self.dropped = 0
+        # Bytes of its letters not routed yet: messages piling up on the way out of the queue,
+        # which weigh its publishers as its ready messages do (docs/inbound-flow-control.md).
+        self.waiting_bytes = 0
 
     def send(self, message: Message, reason: str, *, queued: bool = True) -> None:
         """Give up on ``message``: hand it to the dead-letter exchange, kept at its place until
@@ -133,10 +147,15 @@ class DeadLetterer:
                 self.holder.remove(message)
             return
         self.dead_lettered += 1
+        size = message.read_size()
+        self.waiting_bytes += size
         holder = None
         if queued:
             holder = self.holder
             holder.hold(message)
+        else:
+            # In no queue, so counted here while it waits for the budget's room.
+            self.held.total += size + MESSAGE_OVERHEAD
         self.outbox.append(
             DeadLetter(
                 self.queue,
@@ -146,8 +165,16 @@ class DeadLetterer:
                 self.routing_key,
                 holder,
                 self.retry if queued else None,
+                sender=self,
+                size=size,
             )
         )
+
+    def routed(self, letter: DeadLetter) -> None:
+        """``letter`` left the outbox for good (stored, dropped or failed)."""
+        self.waiting_bytes -= letter.size
+        if letter.holder is None:
+            self.held.total -= letter.size + MESSAGE_OVERHEAD
 
 
 # Where a message published to an exchange with a routing key goes (the exchange graph's route).
@@ -290,7 +317,8 @@ class DeadLetterRouter:
             self.dropped += 1
             return 0, None
         cost = len(payload) + MESSAGE_OVERHEAD
-        grown = (len(targets) - (letter.holder is not None)) * cost
+        # The letter's own bytes are counted while it waits, in its queue or by its sender.
+        grown = (len(targets) - 1) * cost
         if room is not None and grown > 0 and grown > room:
             return _WAIT
         done = set(letter.done)

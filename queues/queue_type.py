@@ -133,6 +133,8 @@ class QueueStatistics:
     # Messages whose dead-lettering failed, held in the queue (never delivered) until it is
     # purged or deleted.
     dead_letter_failed: int = 0
+    # Bytes of the messages it gave up on whose dead letters are not routed yet.
+    dead_lettering_bytes: int = 0
     # Bytes of the messages consumers hold unsettled.
     unacked_bytes: int = 0
     # Stream queues: the first and last offsets held (None when empty), for Spark's planning.

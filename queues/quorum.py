@@ -273,6 +273,7 @@ class QuorumQueue(ClassicQueue):
                 arguments.dead_letter_routing_key,
                 self.dead_letters,
                 self._backlog,
+                self.held,
                 retry=self._keep,
             )
 

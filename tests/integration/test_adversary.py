@@ -24,6 +24,10 @@ CI_LIMITS: Final = Limits(prober_s=5.0)
 # checks below say so); the slow test adds more.
 QUICK_SEEDS: Final = (1,)
 SLOW_SEEDS: Final = (2, 3, 4)
+# Every breach a run found, shrunk and saved: each replays clean once its bug is fixed.
+BREACHES: Final = sorted(
+    (Path(__file__).parent.parent / "support/adversary/breaches").glob("*.json")
+)
 
 
 def _attack(seed: int) -> None:
@@ -46,6 +50,15 @@ def test_a_seeded_adversary_breaks_no_invariant(seed: int) -> None:
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
 def test_more_seeded_adversaries_break_no_invariant(seed: int) -> None:
     _attack(seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("saved", BREACHES, ids=lambda path: path.stem)
+def test_every_saved_breach_replays_clean(saved: Path) -> None:
+    steps, _ = plan.load(saved)
+    result = run(steps, CI_LIMITS)
+    assert result.breach is None, f"{saved.name}: {result.breach}"
+    assert result.steps == len(steps)
 
 
 def test_a_breach_is_reported_shrunk_and_replayable(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from proton.utils import BlockingConnection
 from support.polling import wait_until
 from support.prober import Prober
 
-from sluicegate.gateway.events import delivery_of
+from sluicegate.gateway.events import delivery_of, link_of
 
 # A served prober's round takes well under a second, even on a loaded machine; the attacks
 # held the reactor for good.
@@ -169,6 +169,82 @@ def test_a_reject_loop_doubling_through_a_fanout_stays_within_the_budget(
     assert waiting > 0
     assert bodies == list(range(20))
     assert served < SERVED
+
+
+class _Flooder(MessagingHandler):
+    """Publishes ``body`` to ``address`` as fast as its credit allows, until stopped."""
+
+    def __init__(self, url: str, address: str, body: str) -> None:
+        super().__init__()
+        self.url = url
+        self.address = address
+        self.body = body
+        self.sent = 0
+        self.stopping = threading.Event()
+
+    def on_start(self, event: Event) -> None:
+        connection = event.container.connect(self.url)
+        event.container.create_sender(connection, self.address)
+        event.container.schedule(0.05, self)
+
+    def on_timer_task(self, event: Event) -> None:
+        if self.stopping.is_set():
+            event.container.stop()
+        else:
+            event.container.schedule(0.05, self)
+
+    def on_sendable(self, event: Event) -> None:
+        sender = link_of(event)
+        while sender.credit > 0 and not self.stopping.is_set():
+            sender.send(Message(body=self.body))
+            self.sent += 1
+
+
+@pytest.mark.slow
+def test_a_publisher_whose_messages_overflow_into_a_fanout_is_held_others_publish_on(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    # x-max-length 0 gives every message up at once to a fanout bound to ten queues nobody
+    # consumes: the publisher's queue stays empty while its dead letters wait for the budget.
+    # Before, it was weighed by its queue's ready bytes (none), so it went on through the
+    # margin meant for others up to the ceiling, where every publisher waits: the prober
+    # (another client publishing to its own queue) was held for good (seed 61003).
+    budget = 8 * 1024 * 1024
+    running = make_server(memory_budget=budget)
+    registry = running.server.registry
+    memory = running.server.broker.publishing.budget
+    sinks = [f"dl-sink{index}" for index in range(10)]
+
+    def declare() -> None:
+        registry.declare_exchange("dl-spread", "fanout")
+        for name in sinks:
+            registry.declare_queue(name)
+            registry.bind("dl-spread", name)
+        registry.declare_queue(
+            "dl-full", {"x-max-length": 0, "x-dead-letter-exchange": "dl-spread"}
+        )
+
+    running.call(declare)
+    flooder = _Flooder(running.url, "/queues/dl-full", "x" * 300_000)
+    thread = threading.Thread(target=Container(flooder).run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: running.call(lambda: registry.dead_letter_router.waiting), 60)
+        # The flooder is held: what it sent stops growing.
+        sent = -1
+        while sent != flooder.sent:
+            sent = flooder.sent
+            time.sleep(1.0)
+        with Prober(running.url) as prober:
+            prober.wait_rounds(5, timeout=60)
+        used = running.call(lambda: memory.current)
+        ceiling = memory.ceiling
+        assert flooder.sent == sent, "the flooder went on while held"
+    finally:
+        flooder.stopping.set()
+        thread.join(10)
+    _served(prober)
+    assert used <= ceiling
 
 
 def test_a_1500_exchange_auto_delete_cascade_goes_with_its_queue_and_timers_go_on(

@@ -18,6 +18,7 @@ from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.codec import Described, Symbol, encode
 from sluicegate.wire.deaths import Death, deaths_of, is_cycle, record_death
+from sluicegate.wire.errors import AmqpError
 
 _BODY = encode(Described(0x77, "m"))
 
@@ -175,6 +176,40 @@ def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_never
     registry.route_dead_letters(room=0)
     assert not registry.dead_letters
     assert not registry.dead_letter_router.waiting
+
+
+def test_letters_waiting_for_room_weigh_their_queue_and_a_refused_publish_is_counted() -> None:
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_exchange("fx", "fanout")
+    for name in ("s1", "s2"):
+        registry.declare_queue(name)
+        registry.bind("fx", name)
+    registry.declare_queue("dropping", {"x-max-length": 0, "x-dead-letter-exchange": "fx"})
+    registry.declare_queue(
+        "refusing",
+        {"x-max-length": 0, "x-overflow": "reject-publish-dlx", "x-dead-letter-exchange": "fx"},
+    )
+    dropping, refusing = registry.queue("dropping"), registry.queue("refusing")
+    size = len(_BODY)
+    before = registry.held.total
+    dropping.enqueue(Message(_BODY))
+    with pytest.raises(AmqpError):
+        refusing.enqueue(Message(_BODY))
+    # Neither queue holds a ready message, yet their letters pile up on the way out: they
+    # weigh the queues' publishers (gateway/publishing.py) and count in the bytes held.
+    assert dropping.statistics().ready_bytes == refusing.statistics().ready_bytes == 0
+    assert dropping.statistics().dead_lettering_bytes == size
+    assert refusing.statistics().dead_lettering_bytes == size
+    assert registry.held.total - before == 2 * (size + MESSAGE_OVERHEAD)
+    registry.route_dead_letters(room=0)
+    assert len(registry.dead_letters) == 2
+    registry.route_dead_letters(room=None)
+    assert not registry.dead_letters
+    assert dropping.statistics().dead_lettering_bytes == 0
+    assert refusing.statistics().dead_lettering_bytes == 0
+    copy = len(record_death(_BODY, Death("dropping", "maxlen", "", ("",), 0))) + MESSAGE_OVERHEAD
+    # Two copies of each letter in s1 and s2, the letters themselves gone.
+    assert registry.held.total - before == 4 * copy
 
 
 def test_a_long_auto_delete_cascade_is_deleted_without_recursion() -> None:
