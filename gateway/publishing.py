@@ -100,6 +100,8 @@ class Publishing:
         self.durability = durability
         if durability is not None:
             durability.confirm = self.confirm
+        # What each queue weighs in this flush's choice of who holds the budget (_weigh).
+        self._weights: dict[QueueType, int] = {}
 
     # -- links ----------------------------------------------------------------------------
 
@@ -325,6 +327,7 @@ class Publishing:
         held, decide who waits, and renew credit."""
         if self.durability is not None:
             self.durability.flush()
+        self._weights.clear()
         out = self.flow.flush(
             self.registry.held.total, self.outbound(), self._weigh, time.monotonic()
         )
@@ -354,14 +357,25 @@ class Publishing:
 
     def _weigh(self, link: IncomingLink) -> int:
         """Bytes piling up in the queues a link published to last (its target's, at first):
-        ready, or given up on and waiting for the budget's room to be dead-lettered (a queue
-        that overflows into a fan-out stays empty while its letters wait)."""
+        ready, held unsettled by consumers (one that takes everything and never settles keeps
+        its queue empty), or given up on and waiting for the budget's room to be dead-lettered
+        (a queue that overflows into a fan-out stays empty while its letters wait). Each queue
+        is weighed once per flush, however many links publish to it."""
         state = cast(IncomingLinkState, link.owner)
         queues = state.queues
         if not queues and state.target.queue is not None:
             queues = [state.target.queue]
+        weights = self._weights
         weight = 0
         for queue in queues:
-            statistics = queue.statistics()
-            weight += statistics.ready_bytes + statistics.dead_lettering_bytes
+            held = weights.get(queue)
+            if held is None:
+                statistics = queue.statistics()
+                held = (
+                    statistics.ready_bytes
+                    + statistics.unacked_bytes
+                    + statistics.dead_lettering_bytes
+                )
+                weights[queue] = held
+            weight += held
         return weight

@@ -10,11 +10,14 @@ full, for its own limit (``max_outgoing_pending_size``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Final
 
+import pytest
 from integration.conftest import RunningServer
 from support.clients import publish
+from support.flood import Flood, SlowConsumer
 from support.polling import wait_until
 from support.prober import ROUND_TIMEOUT, Prober
 from support.raw_client import RawClient
@@ -86,3 +89,38 @@ def test_a_consumer_that_never_reads_a_full_queue_holds_no_other_publisher(
     wait_until(lambda: server.call(broker.outbound_bytes) == 0)
     stats = server.call(lambda: broker.registry.queue("full").statistics())
     assert (stats.ready, stats.unacked, stats.consumers) == (count, 0, 0)
+
+
+@pytest.mark.slow
+def test_a_publisher_feeding_a_consumer_that_never_settles_is_held_others_publish_on(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    # The hoarder takes every message as it comes and settles none: its queue has nothing
+    # ready, so its publisher was weighed at nothing, never held at the budget, and went on
+    # through the margin meant for others up to the ceiling, where every publisher waits: the
+    # prober was held for as long as the hoarder stayed. The bytes a queue's consumers hold
+    # unsettled now weigh its publishers as its ready ones do (docs/inbound-flow-control.md).
+    budget = 8 * MiB
+    running = make_server(memory_budget=budget)
+    memory = running.server.broker.publishing.budget
+    hoarder = SlowConsumer(running.url, "/queues/hoarded", 300 * KiB, 100_000, None, settles=False)
+    flood = Flood(running.url, ["/queues/hoarded"], body_size=300 * KiB)
+    hoarder.start()
+    flood.start()
+    try:
+        wait_until(lambda: running.call(lambda: memory.blocked), 60)
+        sent = -1
+        while sent != flood.sent:
+            sent = flood.sent
+            time.sleep(1.0)
+        with Prober(running.url) as prober:
+            prober.wait_rounds(5, timeout=60)
+        used = running.call(lambda: memory.current)
+        hoarded = len(hoarder.received)
+    finally:
+        flood.stopping.set()
+        hoarder.stop()
+    assert hoarded > 0
+    assert prober.seen.failures == []
+    assert len(prober.seen.rounds) >= 5
+    assert used <= memory.ceiling

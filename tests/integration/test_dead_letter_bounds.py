@@ -20,10 +20,11 @@ from proton import Event, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection
+from support.flood import Flood
 from support.polling import wait_until
 from support.prober import Prober
 
-from sluicegate.gateway.events import delivery_of, link_of
+from sluicegate.gateway.events import delivery_of
 
 # A served prober's round takes well under a second, even on a loaded machine; the attacks
 # held the reactor for good.
@@ -171,35 +172,6 @@ def test_a_reject_loop_doubling_through_a_fanout_stays_within_the_budget(
     assert served < SERVED
 
 
-class _Flooder(MessagingHandler):
-    """Publishes ``body`` to ``address`` as fast as its credit allows, until stopped."""
-
-    def __init__(self, url: str, address: str, body: str) -> None:
-        super().__init__()
-        self.url = url
-        self.address = address
-        self.body = body
-        self.sent = 0
-        self.stopping = threading.Event()
-
-    def on_start(self, event: Event) -> None:
-        connection = event.container.connect(self.url)
-        event.container.create_sender(connection, self.address)
-        event.container.schedule(0.05, self)
-
-    def on_timer_task(self, event: Event) -> None:
-        if self.stopping.is_set():
-            event.container.stop()
-        else:
-            event.container.schedule(0.05, self)
-
-    def on_sendable(self, event: Event) -> None:
-        sender = link_of(event)
-        while sender.credit > 0 and not self.stopping.is_set():
-            sender.send(Message(body=self.body))
-            self.sent += 1
-
-
 @pytest.mark.slow
 def test_a_publisher_whose_messages_overflow_into_a_fanout_is_held_others_publish_on(
     make_server: Callable[..., RunningServer],
@@ -225,24 +197,22 @@ def test_a_publisher_whose_messages_overflow_into_a_fanout_is_held_others_publis
         )
 
     running.call(declare)
-    flooder = _Flooder(running.url, "/queues/dl-full", "x" * 300_000)
-    thread = threading.Thread(target=Container(flooder).run, daemon=True)
-    thread.start()
+    flood = Flood(running.url, ["/queues/dl-full"], body_size=300_000)
+    flood.start()
     try:
         wait_until(lambda: running.call(lambda: registry.dead_letter_router.waiting), 60)
-        # The flooder is held: what it sent stops growing.
+        # The flood is held: what it sent stops growing.
         sent = -1
-        while sent != flooder.sent:
-            sent = flooder.sent
+        while sent != flood.sent:
+            sent = flood.sent
             time.sleep(1.0)
         with Prober(running.url) as prober:
             prober.wait_rounds(5, timeout=60)
         used = running.call(lambda: memory.current)
         ceiling = memory.ceiling
-        assert flooder.sent == sent, "the flooder went on while held"
+        assert flood.sent == sent, "the flood went on while held"
     finally:
-        flooder.stopping.set()
-        thread.join(10)
+        flood.stopping.set()
     _served(prober)
     assert used <= ceiling
 

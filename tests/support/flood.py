@@ -188,6 +188,8 @@ class _SlowHandler(MessagingHandler):
         payload = link.recv(delivery.pending) or b""
         link.advance()
         consumer.received.append(message_index(payload, consumer.body_size))
+        if not consumer.settles:
+            return
         delivery.update(Delivery.ACCEPTED)
         delivery.settle()
         rate = consumer.rate
@@ -210,10 +212,17 @@ class _SlowHandler(MessagingHandler):
 
 
 class SlowConsumer(threading.Thread):
-    """Consume with large credit, accepting each message, at most ``rate`` per second."""
+    """Consume with large credit, accepting each message, at most ``rate`` per second; with
+    ``settles`` False, a hoarder: it takes what its first credit allows and never settles."""
 
     def __init__(
-        self, url: str, address: str, body_size: int, credit: int, rate: float | None
+        self,
+        url: str,
+        address: str,
+        body_size: int,
+        credit: int,
+        rate: float | None,
+        settles: bool = True,
     ) -> None:
         super().__init__(name="slow-consumer", daemon=True)
         self.url = url
@@ -222,6 +231,7 @@ class SlowConsumer(threading.Thread):
         self.credit = credit
         # Messages per second; None reads as fast as the server sends.
         self.rate = rate
+        self.settles = settles
         self.due = 0.0
         self.received: list[int] = []
         self.stopping = threading.Event()
