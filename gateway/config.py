@@ -79,6 +79,11 @@ DEFAULT_HTTP_REQUEST_TIMEOUT: Final = 10.0
 # Request bodies are small JSON maps (a queue's arguments, a binding): nothing the API takes
 # needs more, and 64 connections reading one each hold at most 4 MiB.
 DEFAULT_HTTP_MAX_REQUEST_SIZE: Final = 64 * 1024
+# RabbitMQ's HTTP API lists a connection from its statistics collector's next run, 0 to 5 s
+# (collect_statistics_interval) after it opened; 2.5 s, the mean, answers a client the same
+# every time whether it relies on a fresh connection not being listed or a 5 s old one being
+# listed (docs/http-api.md).
+DEFAULT_HTTP_CONNECTION_LISTING_DELAY: Final = 2.5
 # Worker processes one supervisor may start (gateway/supervisor.py): past any core count this
 # runs on, and a typo such as 1000 is refused rather than a thousand servers forked.
 MAX_WORKERS: Final = 256
@@ -161,6 +166,9 @@ class ServerConfig:
     http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
     http_request_timeout: float = DEFAULT_HTTP_REQUEST_TIMEOUT
     http_max_request_size: int = DEFAULT_HTTP_MAX_REQUEST_SIZE
+    # Seconds a connection is open before the HTTP API lists it, with rabbitmq_compatible on
+    # (as RabbitMQ's statistics collector; docs/http-api.md); 0 lists it at once.
+    http_connection_listing_delay: float = DEFAULT_HTTP_CONNECTION_LISTING_DELAY
     # -- authentication, TLS and limits (docs/operations.md) --
     # Users from the config file's [users.NAME] tables; see gateway/rules/auth.py.
     # One table for the whole run: gateway/creator_grants.py changes entries in place.
@@ -229,6 +237,8 @@ class ServerConfig:
         for key in ("http_max_connections", "http_request_timeout", "http_max_request_size"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}: must be positive, got {getattr(self, key)}")
+        if self.http_connection_listing_delay < 0:
+            raise ConfigError("http_connection_listing_delay: must not be negative")
         for key in (
             "max_message_size",
             "max_application_properties_size",

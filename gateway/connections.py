@@ -117,6 +117,7 @@ class Connections:
             return
         state.vhost = admission.vhost
         state.permissions = admission.permissions
+        state.opened_at = time.monotonic()
         user = state.user
         if user is not None and user.expires_at is not None:
             now = reactor_now(state.selectable)

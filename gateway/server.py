@@ -216,6 +216,7 @@ class Server:
             node=self.broker.node,
             timeout=config.http_request_timeout,
             max_request_size=config.http_max_request_size,
+            listing_delay=config.http_connection_listing_delay if config.rabbitmq_compatible else 0,
         )
 
     def _start_tls(self) -> None:

@@ -80,6 +80,7 @@ class ConnectionState:
         "inbound",
         "link_names",
         "name",
+        "opened_at",
         "permissions",
         "pooled",
         "publishers",
@@ -137,6 +138,9 @@ class ConnectionState:
         # The virtual host its OPEN entered and what its user may do there; None before.
         self.vhost: VirtualHost | None = None
         self.permissions: Permissions | None = None
+        # time.monotonic() when its OPEN entered the vhost (the HTTP API lists it from then on,
+        # gateway/http/api_connections.py).
+        self.opened_at = 0.0
         # Its handshake, idle and credential deadlines (gateway/rules/timeouts.py).
         self.deadlines = Deadlines()
         # RabbitMQ's repeated link names, made unique between the socket and proton

@@ -56,6 +56,7 @@ class HttpApi:
         node: str,
         timeout: float,
         max_request_size: int,
+        listing_delay: float = 0.0,
     ) -> None:
         self._broker = broker
         self._calls = calls
@@ -66,7 +67,7 @@ class HttpApi:
         self._loops = LoopsApi(broker, calls, timeout)
         self._publisher = PublishApi(broker, calls, timeout)
         self._getter = GetApi(broker, calls, timeout)
-        connections = ConnectionsApi(broker, node)
+        connections = ConnectionsApi(broker, node, listing_delay)
         overview = OverviewApi(broker, node, connections)
         vhost_routes = VhostsApi(broker, vhosts, connections)
         self._routes: dict[str, Callable[[ApiRequest, list[str]], Answer]] = {

@@ -1,10 +1,14 @@
 """RabbitMQ's ``/api/connections``: the open AMQP connections a user may see, and their forced
 close (docs/http-api.md). A user sees its own; the anonymous user of a server without users,
-or an administrator, sees all.
+or an administrator, sees all. As in RabbitMQ's HTTP API, a connection is seen only once it
+has been open a while (``http_connection_listing_delay``, with ``rabbitmq_compatible``):
+RabbitMQ's clients' test suites drop "all connections" and rely on that to keep the ones they
+have just opened.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from urllib.parse import quote
 
@@ -20,19 +24,23 @@ from sluicegate.gateway.state import ConnectionState
 class ConnectionsApi:
     """The connections' routes, and their map for the other resources that list them."""
 
-    def __init__(self, broker: Broker, node: str) -> None:
+    def __init__(self, broker: Broker, node: str, listing_delay: float = 0.0) -> None:
         self._broker = broker
         self._node = node
+        self._listing_delay = listing_delay
 
     def visible(self, job: ApiRequest) -> list[ConnectionState]:
-        """The open connections the user may see: its own, or all for the anonymous admin."""
+        """The open connections the user may see (its own, or all for the anonymous admin)
+        that have been open for the listing delay."""
         everything = job.sees_everything
+        opened_by = time.monotonic() - self._listing_delay
         return sorted(
             (
                 c
                 for c in self._broker.connections
                 if c.user is not None
                 and c.vhost is not None
+                and c.opened_at <= opened_by
                 and (everything or c.user.name == job.user.name)
             ),
             key=lambda c: c.name,

@@ -106,9 +106,12 @@ def start_server(storage_fault: FaultHook | None = None, **settings: object) -> 
     """Start a server on a free loopback port with ``settings`` over the defaults.
 
     Without a ``data_dir`` setting each server gets its own temporary one, removed at stop.
+    The HTTP API lists connections as soon as they open, unless a test asks for RabbitMQ's
+    delay (tests/integration/test_connection_listing.py).
     """
     settings.setdefault("metrics_listen", "127.0.0.1:0")
     settings.setdefault("http_api_listen", "127.0.0.1:0")
+    settings.setdefault("http_connection_listing_delay", 0.0)
     owned = None
     if "data_dir" not in settings:
         owned = settings["data_dir"] = Path(tempfile.mkdtemp(prefix="sluicegate-test-"))

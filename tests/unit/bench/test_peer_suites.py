@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import peer_suites
 from bench.peer_suites import config_text
 from sluicegate.gateway.config import load_config
 
@@ -46,3 +47,17 @@ def test_without_an_advanced_config_there_are_no_tokens(tmp_path: Path) -> None:
     path = tmp_path / "sluicegate.toml"
     path.write_text(config_text(tmp_path, "python"))
     assert load_config(path, environ={}).oauth2 is None
+
+
+def test_the_python_suite_option_may_follow_the_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--python`` after the positionals, before ``--``: the arguments still reach the suite."""
+    calls: list[tuple[object, ...]] = []
+
+    def run(*args: object) -> int:
+        calls.append(args)
+        return 0
+
+    monkeypatch.setattr(peer_suites, "run", run)
+    argv = ["python", "/tmp/x", "--python", "/venv/python", "--", "-q", "-k", "stream"]
+    assert peer_suites.main(argv) == 0
+    assert calls == [("python", Path("/tmp/x"), ["-q", "-k", "stream"], "/venv/python")]

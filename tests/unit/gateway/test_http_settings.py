@@ -23,6 +23,10 @@ def test_defaults_and_off() -> None:
         ({"http_max_connections": 0}, "http_max_connections: must be positive, got 0"),
         ({"http_request_timeout": -1.0}, "http_request_timeout: must be positive, got -1.0"),
         ({"http_max_request_size": 0}, "http_max_request_size: must be positive, got 0"),
+        (
+            {"http_connection_listing_delay": -1.0},
+            "http_connection_listing_delay: must not be negative",
+        ),
     ],
 )
 def test_bad_values_name_the_key(settings: dict[str, object], message: str) -> None:
