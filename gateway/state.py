@@ -100,21 +100,24 @@ class ConnectionState:
         connection: Connection,
         transport: Transport,
         selectable: Selectable,
+        name: str,
         writer: Writer,
         account: Account,
-        link_names: LinkNames | None = None,
+        waiting: Waiting,
+        dispositions: InboundCheck,
+        link_names: LinkNames | None,
     ) -> None:
         self.connection = connection
         self.transport = transport
         # RabbitMQ's connection name, "PEER -> LOCAL", by which the HTTP API lists and closes it.
-        self.name = ""
+        self.name = name
         self.selectable = selectable
         self.writer = writer
         # Work this connection caused that is not finished; reads pause while it is too high.
         self.account = account
-        # What its sessions hold for its consumers and have not sent (the broker gives it the
-        # configured limit and the server's total when it accepts the connection).
-        self.waiting = Waiting()
+        # What its sessions hold for its consumers and have not sent, within the configured
+        # limit and counted in the server's total.
+        self.waiting = waiting
         self.sessions: dict[SessionCredit, SessionState] = {}
         # Its publishers' links, forgotten with it whether or not they were detached first.
         self.publishers: set[IncomingLinkState] = set()
@@ -142,9 +145,8 @@ class ConnectionState:
         # RabbitMQ's repeated link names, made unique between the socket and proton
         # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
         self.link_names = link_names
-        # Its DISPOSITIONs weighed before proton copies their outcomes (gateway/feeding.py);
-        # gateway/connections.py sets it when it accepts the connection.
-        self.dispositions: InboundCheck | None = None
+        # Its DISPOSITIONs weighed before proton copies their outcomes (gateway/feeding.py).
+        self.dispositions = dispositions
         # Bytes for proton that it had no room for yet (gateway/feeding.py).
         self.backlog = bytearray()
         # Temporary queues its links' dynamic termini made, by the link (a consumer's pure
