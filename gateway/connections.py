@@ -135,8 +135,7 @@ class Connections:
         except AmqpError as error:
             close(connection, error)
             return
-        state.vhost = admission.vhost
-        state.permissions = admission.permissions
+        state.entered(admission.vhost, admission.permissions)
         user = state.user
         if user is not None and user.expires_at is not None:
             now = reactor_now(state.selectable)

@@ -155,6 +155,9 @@ class Gate:
             if not logged:
                 log.warning("login refused: %s", self.sasl.failure)
             self.closing = True
+        user = self.sasl.user
+        if user is not None and self.state.principal.user is None:
+            self.state.logged_in(user)  # before proton sees the frames that came meanwhile
         if step.passthrough and transport is not None:
             feed(self.state, transport, step.passthrough)
         if step.verify is not None:
@@ -171,8 +174,6 @@ class Gate:
         selectable = state.selectable
         if self.closing or selectable.is_terminal or transport_of(selectable) is None:
             return  # dropped meanwhile (handshake timeout, shutdown)
-        if user is not None:
-            state.user = user  # before proton sees the frames that came meanwhile
         self._apply(self.sasl.verified(user), state.transport)
         reading.update(state.transport, selectable, reactor_now(selectable))
 

@@ -64,6 +64,20 @@ class InboundCheck(Protocol):
     def admits(self, state: ConnectionState, data: bytes) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a connection is: the user it logged in as, the virtual host its OPEN entered and
+    what the user may do there. Frozen, so that who a connection is changes only where a
+    ConnectionState method replaces it: at login, at OPEN, at a token renewal."""
+
+    user: User | None = None
+    vhost: VirtualHost | None = None
+    permissions: Permissions | None = None
+
+
+NOBODY_YET: Final = Principal()
+
+
 class ConnectionState:
     """One client connection: its writer ledger, its account and its sessions."""
 
@@ -80,8 +94,8 @@ class ConnectionState:
         "inbound",
         "link_names",
         "name",
-        "permissions",
         "pooled",
+        "principal",
         "publishers",
         "selectable",
         "sent",
@@ -89,8 +103,6 @@ class ConnectionState:
         "temporary",
         "transport",
         "unframed",
-        "user",
-        "vhost",
         "waiting",
         "writer",
     )
@@ -135,11 +147,8 @@ class ConnectionState:
         # the connection goes, then frees them (gateway/proton/heap_trim.py trims after that).
         self.pooled = 0
         self.closed = False
-        # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
-        self.user: User | None = None
-        # The virtual host its OPEN entered and what its user may do there; None before.
-        self.vhost: VirtualHost | None = None
-        self.permissions: Permissions | None = None
+        # Who it is; replaced whole, and only by the three methods below.
+        self.principal = NOBODY_YET
         # Its handshake, idle and credential deadlines (gateway/rules/timeouts.py).
         self.deadlines = Deadlines()
         # RabbitMQ's repeated link names, made unique between the socket and proton
@@ -158,6 +167,33 @@ class ConnectionState:
         # Consumer links whose ATTACH reply the socket has not taken yet: their credit waits
         # for it (gateway/links.py, Links.attaches_written).
         self.fresh_links: list[OutgoingLinkState] = []
+
+    @property
+    def user(self) -> User | None:
+        """Who logged in (gateway/sasl.py); None until the SASL exchange is done."""
+        return self.principal.user
+
+    @property
+    def vhost(self) -> VirtualHost | None:
+        """The virtual host its OPEN entered; None before."""
+        return self.principal.vhost
+
+    @property
+    def permissions(self) -> Permissions | None:
+        """What its user may do in its virtual host; None before its OPEN entered one."""
+        return self.principal.permissions
+
+    def logged_in(self, user: User) -> None:
+        """The SASL exchange named its user (gateway/gate.py), before proton sees an OPEN."""
+        self.principal = Principal(user)
+
+    def entered(self, vhost: VirtualHost, permissions: Permissions) -> None:
+        """Its OPEN let it into ``vhost`` (gateway/connections.py)."""
+        self.principal = Principal(self.principal.user, vhost, permissions)
+
+    def renewed(self, user: User, permissions: Permissions) -> None:
+        """A renewed token (gateway/renewal.py) names the same user, with what it now grants."""
+        self.principal = Principal(user, self.principal.vhost, permissions)
 
     @property
     def reads_paused(self) -> bool:

@@ -278,9 +278,6 @@ class FlowIO(IOHandler):
         self._after_gate(selectable, gate, transport)
 
     def _after_gate(self, selectable: Selectable, gate: Gate, transport: Transport | None) -> None:
-        state: ConnectionState | None = getattr(selectable, "sg", None)
-        if state is not None and state.user is None:
-            state.user = gate.sasl.user
         if gate.closing and not gate.output:
             if transport is not None:
                 transport.close_tail()
