@@ -14,7 +14,9 @@ import struct
 from functools import lru_cache
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, Value, decode, encode, skip
+from sluicegate.wire.amqp_types import Symbol, Value
+from sluicegate.wire.decoding import decode, skip
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import AmqpError, DecodeError
 from sluicegate.wire.sections import (
     DELIVERY_ANNOTATIONS,

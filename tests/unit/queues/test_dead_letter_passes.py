@@ -16,8 +16,9 @@ from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.deaths import Death, deaths_of, is_cycle, record_death
+from sluicegate.wire.encoding import encode
 
 _BODY = encode(Described(0x77, "m"))
 

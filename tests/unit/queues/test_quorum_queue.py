@@ -11,8 +11,10 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, Outcome
 from sluicegate.queues.quorum import DEAD_LETTER_RETRY_MS, KEPT_LETTER_OVERHEAD, QuorumQueue
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.amqp_types import Described, Symbol, Value
 from sluicegate.wire.annotations import annotations_offset
-from sluicegate.wire.codec import Described, Symbol, Value, decode, encode
+from sluicegate.wire.decoding import decode
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import read_header
 
 

@@ -40,7 +40,8 @@ from sluicegate.session.inbound import (
 )
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 
 # -- publisher link credit ---------------------------------------------------------------
 
