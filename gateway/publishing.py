@@ -33,17 +33,8 @@ from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.session.inbound import (
-    CloseConnection,
-    CloseLink,
-    Flushed,
-    Hold,
-    InboundFlow,
-    InboundLimits,
-    Refusal,
-    Release,
-    Unconfirmed,
-)
+from sluicegate.session.inbound import CloseConnection, CloseLink, Inbound, Refusal, Unconfirmed
+from sluicegate.session.inbound_flow import Flushed, Hold, InboundFlow, InboundLimits, Release
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
@@ -106,7 +97,7 @@ class Publishing:
         target = router.resolve(address)
         inbound = connection.inbound
         if inbound is None:
-            inbound = connection.inbound = self.flow.connection(connection.account, connection)
+            inbound = connection.inbound = Inbound(self.flow, connection.account, connection)
         pure, credit = inbound.attach()
         state = IncomingLinkState(cast(Receiver, link), target, pure, connection, router)
         pure.owner = state

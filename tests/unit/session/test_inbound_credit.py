@@ -26,17 +26,20 @@ from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
 from sluicegate.session.inbound import (
     DROP,
-    RELEASE,
     RESUME,
     SETTLE,
     CloseConnection,
     CloseLink,
+    Inbound,
+    Unconfirmed,
+)
+from sluicegate.session.inbound_flow import (
+    RELEASE,
     Flushed,
     Hold,
-    Inbound,
     InboundFlow,
     InboundLimits,
-    Unconfirmed,
+    PublishingConnection,
 )
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
@@ -208,7 +211,7 @@ def _nothing(link: IncomingLink) -> int:
 
 def test_a_delivery_takes_its_credit_with_its_first_frame_and_is_charged_as_it_arrives() -> None:
     flow = _flow()
-    inbound = flow.connection(Account())
+    inbound = Inbound(flow, Account())
     link, credit = inbound.attach()
     assert credit == 4
     assert inbound.frame(link, 300) is None
@@ -227,7 +230,7 @@ def test_a_delivery_takes_its_credit_with_its_first_frame_and_is_charged_as_it_a
 
 def test_unfinished_bytes_are_capped_per_delivery_and_per_connection() -> None:
     flow = _flow()
-    inbound = flow.connection(Account())
+    inbound = Inbound(flow, Account())
     first, _ = inbound.attach()
     second, _ = inbound.attach()
     refusal = inbound.frame(first, 1001)
@@ -252,7 +255,7 @@ TOTAL_LIMITS = InboundLimits(
 
 def test_unfinished_bytes_of_all_connections_are_capped_the_oldest_read_the_new_released() -> None:
     flow = InboundFlow(MemoryBudget(10_000), TOTAL_LIMITS)
-    inbounds = [flow.connection(Account()) for _ in range(4)]
+    inbounds = [Inbound(flow, Account()) for _ in range(4)]
     links = [inbound.attach()[0] for inbound in inbounds]
     assert inbounds[0].frame(links[0], 900) is None
     assert inbounds[1].frame(links[1], 900) is None
@@ -283,14 +286,14 @@ def test_unfinished_bytes_of_all_connections_are_capped_the_oldest_read_the_new_
     assert inbounds[3].frame(links[3], 500) is None
 
 
-def _closed(out: Flushed | None) -> list[Inbound]:
+def _closed(out: Flushed | None) -> list[PublishingConnection]:
     return [] if out is None else out.close
 
 
 def test_the_oldest_delivery_that_keeps_the_cap_full_without_progress_is_closed() -> None:
     limits = InboundLimits(4, 1000, 1500, max_unfinished_total=1000, unfinished_timeout=60.0)
     flow = InboundFlow(MemoryBudget(10_000), limits)
-    stuck, slow, other = (flow.connection(Account()) for _ in range(3))
+    stuck, slow, other = (Inbound(flow, Account()) for _ in range(3))
     links = [inbound.attach()[0] for inbound in (stuck, slow, other)]
     assert stuck.frame(links[0], 600) is None
     assert isinstance(slow.frame(links[1], 500), Hold)
@@ -313,7 +316,7 @@ def test_the_oldest_delivery_that_keeps_the_cap_full_without_progress_is_closed(
 
 def test_reads_of_arriving_connections_are_charged_to_the_cap_as_they_are_read() -> None:
     flow = InboundFlow(MemoryBudget(10_000), TOTAL_LIMITS)
-    inbounds = [flow.connection(Account()) for _ in range(3)]
+    inbounds = [Inbound(flow, Account()) for _ in range(3)]
     links = [inbound.attach()[0] for inbound in inbounds]
     for inbound, link in zip(inbounds, links, strict=True):
         assert inbound.frame(link, 500) is None
@@ -326,7 +329,7 @@ def test_reads_of_arriving_connections_are_charged_to_the_cap_as_they_are_read()
 def test_the_read_that_reaches_the_ceiling_holds_every_publisher_at_once() -> None:
     budget = MemoryBudget(8000)
     flow = InboundFlow(budget, LIMITS)
-    inbounds = [flow.connection(Account()) for _ in range(3)]
+    inbounds = [Inbound(flow, Account()) for _ in range(3)]
     for inbound in inbounds:
         inbound.attach()
     assert set(flow.charge_read(inbounds[0], 8000)) == set(inbounds)
@@ -338,7 +341,7 @@ def test_the_read_that_reaches_the_ceiling_holds_every_publisher_at_once() -> No
 
 def test_a_transfer_without_credit_closes_its_link_even_mid_delivery() -> None:
     flow = _flow()
-    inbound = flow.connection(Account())
+    inbound = Inbound(flow, Account())
     link, _ = inbound.attach()
     for _ in range(4):
         assert inbound.receive(link, 10, aborted=False) is None
@@ -350,7 +353,7 @@ def test_a_transfer_without_credit_closes_its_link_even_mid_delivery() -> None:
 
 def test_an_aborted_delivery_used_its_credit_and_is_dropped() -> None:
     flow = _flow()
-    inbound = flow.connection(Account())
+    inbound = Inbound(flow, Account())
     link, _ = inbound.attach()
     assert inbound.frame(link, 500) is None
     assert inbound.receive(link, 600, aborted=True) is DROP
@@ -359,7 +362,7 @@ def test_an_aborted_delivery_used_its_credit_and_is_dropped() -> None:
 
 def test_the_last_copy_settles_and_a_rejection_wins() -> None:
     flow = _flow()
-    inbound = flow.connection(Account(limit=3))
+    inbound = Inbound(flow, Account(limit=3))
     link, _ = inbound.attach()
     assert inbound.receive(link, 10, aborted=False) is None
     pending, pause = inbound.route(link, "token", 3)
@@ -375,7 +378,7 @@ def test_the_last_copy_settles_and_a_rejection_wins() -> None:
 
 def test_renewals_are_backed_by_the_budgets_headroom() -> None:
     flow = _flow(budget=10_000)
-    inbound = flow.connection(Account())
+    inbound = Inbound(flow, Account())
     link, _ = inbound.attach()
     for _ in range(4):
         assert inbound.receive(link, 900, aborted=False) is None
@@ -389,8 +392,8 @@ def test_renewals_are_backed_by_the_budgets_headroom() -> None:
 
 def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_on() -> None:
     flow = _flow(budget=10_000)
-    greedy = flow.connection(Account())
-    modest = flow.connection(Account())
+    greedy = Inbound(flow, Account())
+    modest = Inbound(flow, Account())
     hoarder, _ = greedy.attach()
     prober, _ = modest.attach()
     weights = {hoarder: 10_000, prober: 0}
@@ -421,9 +424,9 @@ def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_
 
 def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arriving() -> None:
     flow = _flow(budget=10_000)
-    first = flow.connection(Account())
-    second = flow.connection(Account())
-    consumer = flow.connection(Account())
+    first = Inbound(flow, Account())
+    second = Inbound(flow, Account())
+    consumer = Inbound(flow, Account())
     one, _ = first.attach()
     two, _ = second.attach()
     assert second.frame(two, 500) is None
@@ -498,7 +501,7 @@ class InboundMachine(RuleBasedStateMachine):
         for i, queue in enumerate(self.queues):
             queue.attach(i, ack_required=True)
         self.flow = InboundFlow(MemoryBudget(BUDGET), MACHINE_LIMITS)
-        self.connections = [self.flow.connection(Account(ACCOUNT_LIMIT)) for _ in range(2)]
+        self.connections = [Inbound(self.flow, Account(ACCOUNT_LIMIT)) for _ in range(2)]
         self.publishers: list[Publisher] = []
         for connection, queues in routes:
             link, credit = self.connections[connection].attach()
@@ -690,7 +693,7 @@ TestInboundMachine = InboundMachine.TestCase
 
 def test_a_held_connection_whose_last_publisher_detaches_is_read_again() -> None:
     flow = _flow(budget=1_000)
-    inbound = flow.connection(Account())
+    inbound = Inbound(flow, Account())
     link, _ = inbound.attach()
     out = flow.flush(1_000, 0, lambda _: 1_000)
     assert out is not None
