@@ -13,9 +13,9 @@ import logging
 import time
 import weakref
 
-from proton import Condition, Connection, Transport
+from proton import Connection, Transport
 
-from sluicegate.gateway.conditions import close
+from sluicegate.gateway.conditions import close, condition_of
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.disposition_bound import Copies, DispositionBound
 from sluicegate.gateway.identity import open_properties
@@ -180,7 +180,7 @@ class Connections:
         if released > 0:
             weakref.finalize(state, self._trimmer.freed, released).atexit = False
 
-    def close_for_error(self, state: ConnectionState, condition: str, description: str) -> None:
+    def close_for_error(self, state: ConnectionState, error: AmqpError) -> None:
         """Close a connection that broke a limit: what it held goes back first.
 
         Nothing more is read from it: proton would otherwise go on filling the buffers of the
@@ -188,7 +188,7 @@ class Connections:
         it no longer does once its CLOSE is out), for as long as the client keeps sending.
         """
         self.release(state)
-        state.connection.condition = Condition(condition, description)
+        state.connection.condition = condition_of(error)
         state.connection.close()
         transport = state.transport
         transport.pending()  # the CLOSE is framed with its condition before the input ends

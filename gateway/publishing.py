@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import cast
 from urllib.parse import quote
 
-from proton import Condition, Endpoint, Link, Receiver
+from proton import Endpoint, Link, Receiver
 
 from sluicegate.gateway import reading
 from sluicegate.gateway.conditions import condition_of
@@ -33,7 +33,14 @@ from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.session.inbound import CloseConnection, CloseLink, Inbound, Refusal, Unconfirmed
+from sluicegate.session.inbound import (
+    CloseConnection,
+    CloseLink,
+    Inbound,
+    Refusal,
+    Unconfirmed,
+    UnfinishedLimitExceeded,
+)
 from sluicegate.session.inbound_flow import Flushed, Hold, InboundFlow, InboundLimits, Release
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
@@ -52,7 +59,7 @@ class Publishing:
         budget: MemoryBudget,
         dispatch: Callable[[list[Dispatch]], None],
         queue_links: QueueLinks,
-        close_connection: Callable[[ConnectionState, str, str], None],
+        close_connection: Callable[[ConnectionState, AmqpError], None],
         outbound: Callable[[], int],
         durability: Durability | None = None,
     ) -> None:
@@ -261,10 +268,10 @@ class Publishing:
         if isinstance(refusal, CloseLink):
             receiver = state.receiver
             self.detach(state)
-            receiver.condition = Condition(refusal.condition, refusal.description)
+            receiver.condition = condition_of(refusal.error)
             receiver.close()
         elif isinstance(refusal, CloseConnection):
-            self.close_connection(state.connection, refusal.condition, refusal.description)
+            self.close_connection(state.connection, refusal.error)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -305,9 +312,10 @@ class Publishing:
             if not connection.closed:
                 self.close_connection(
                     connection,
-                    "amqp:resource-limit-exceeded",
-                    f"a delivery made no progress for {self.config.unfinished_timeout:g} s "
-                    "while deliveries still arriving were at the server's cap",
+                    UnfinishedLimitExceeded(
+                        f"a delivery made no progress for {self.config.unfinished_timeout:g} s "
+                        "while deliveries still arriving were at the server's cap"
+                    ),
                 )
 
     def _weigh(self, link: IncomingLink) -> int:

@@ -29,11 +29,23 @@ from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
 from sluicegate.session.inbound_flow import RELEASE, Hold, InboundFlow, Release
 from sluicegate.session.incoming_link import IncomingLink
-from sluicegate.wire.errors import AmqpError
+from sluicegate.wire.errors import AmqpError, MessageSizeExceeded
 
 # What confirm() asks of the gateway, as bits: settle the delivery; read the socket again.
 SETTLE: Final = 1
 RESUME: Final = 2
+
+
+class TransferLimitExceeded(AmqpError):
+    """A transfer on a link with no credit left."""
+
+    condition = "amqp:link:transfer-limit-exceeded"
+
+
+class UnfinishedLimitExceeded(AmqpError):
+    """A connection's deliveries still arriving over their limit, or stuck at the server's cap."""
+
+    condition = "amqp:resource-limit-exceeded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +53,14 @@ class CloseLink:
     """Detach the link with this error; its current delivery is settled and dropped."""
 
     link: IncomingLink
-    condition: str
-    description: str
+    error: AmqpError
 
 
 @dataclass(frozen=True, slots=True)
 class CloseConnection:
     """Close the whole connection with this error."""
 
-    condition: str
-    description: str
+    error: AmqpError
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +172,9 @@ class Inbound:
         self._charge(link, received - link.unfinished)
         if self.unfinished > limits.max_unfinished_size:
             return CloseConnection(
-                "amqp:resource-limit-exceeded",
-                f"unfinished deliveries over {limits.max_unfinished_size} bytes",
+                UnfinishedLimitExceeded(
+                    f"unfinished deliveries over {limits.max_unfinished_size} bytes"
+                )
             )
         held = self.flow.unfinished_charged(self, begins)
         return self._release(link) if held is RELEASE else held
@@ -229,9 +240,7 @@ class Inbound:
 
     def _no_credit(self, link: IncomingLink) -> CloseLink:
         self._forget_unfinished(link)
-        return CloseLink(
-            link, "amqp:link:transfer-limit-exceeded", "a transfer arrived with no link credit"
-        )
+        return CloseLink(link, TransferLimitExceeded("a transfer arrived with no link credit"))
 
     def _charge(self, link: IncomingLink, more: int) -> None:
         if more <= 0:
@@ -256,6 +265,4 @@ class Inbound:
 
 
 def _oversized(link: IncomingLink, max_size: int) -> CloseLink:
-    return CloseLink(
-        link, "amqp:link:message-size-exceeded", f"message larger than max-message-size {max_size}"
-    )
+    return CloseLink(link, MessageSizeExceeded(f"message larger than max-message-size {max_size}"))

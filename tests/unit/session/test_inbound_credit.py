@@ -235,13 +235,13 @@ def test_unfinished_bytes_are_capped_per_delivery_and_per_connection() -> None:
     second, _ = inbound.attach()
     refusal = inbound.frame(first, 1001)
     assert isinstance(refusal, CloseLink)
-    assert refusal.condition == "amqp:link:message-size-exceeded"
+    assert refusal.error.condition == "amqp:link:message-size-exceeded"
     assert (first.unfinished, flow.budget.unfinished) == (0, 0)
     third, _ = inbound.attach()
     assert inbound.frame(second, 900) is None
     refusal = inbound.frame(third, 601)
     assert isinstance(refusal, CloseConnection)
-    assert refusal.condition == "amqp:resource-limit-exceeded"
+    assert refusal.error.condition == "amqp:resource-limit-exceeded"
     inbound.release()
     assert flow.budget.unfinished == 0
     assert not flow.arriving
@@ -347,7 +347,7 @@ def test_a_transfer_without_credit_closes_its_link_even_mid_delivery() -> None:
         assert inbound.receive(link, 10, aborted=False) is None
     refusal = inbound.frame(link, 10)
     assert isinstance(refusal, CloseLink)
-    assert refusal.condition == "amqp:link:transfer-limit-exceeded"
+    assert refusal.error.condition == "amqp:link:transfer-limit-exceeded"
     assert flow.budget.unfinished == 0
 
 
@@ -570,7 +570,7 @@ class InboundMachine(RuleBasedStateMachine):
             inbound.release()
             return
         assert isinstance(refusal, CloseLink)
-        assert refusal.condition == "amqp:link:message-size-exceeded"
+        assert refusal.error.condition == "amqp:link:message-size-exceeded"
         publisher.closed = True
         inbound.detach(publisher.link)
 
