@@ -6,7 +6,8 @@ are stored, and stays there as DEAD_LETTER_FAILED if that fails (:mod:`queues.me
 queue ties together the parts that each own one idea: its messages in publication order and
 the pages of a durable backlog (:mod:`queues.backlog`), the order it serves them in
 (:mod:`queues.ordering`: publication order with released messages back at their position, or
-priority lanes), its consumers and their turns (:mod:`queues.consumers`), its timers
+priority lanes), its consumers and their turns (:mod:`queues.consumers`), what handing a
+message out and settling it do (:mod:`queues.handing_out`, :mod:`queues.settlement`), its timers
 (:mod:`queues.deadlines`: TTL and delivery locks) and where the messages it gives up on go
 (:mod:`queues.dead_lettering`). What stays here is the life of a message: enqueued (or
 refused by overflow), given to a consumer, settled, released, expired, dropped.
@@ -28,8 +29,8 @@ from sluicegate.queues.dead_lettering import EXPIRED, DeadLetter, DeadLetterer
 from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.filters.budget import ReadBudget
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from sluicegate.queues.log.stored import acquire_all
+from sluicegate.queues.handing_out import give, give_all
+from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import ARCHIVED, AVAILABLE, Message
 from sluicegate.queues.ordering import Cursor, Ordering, PriorityLanes
 from sluicegate.queues.overflow import Limits
@@ -450,23 +451,10 @@ class ClassicQueue:
     # -- handing out ----------------------------------------------------------------------
 
     def _give(self, state: Consumer, message: Message) -> Message:
-        """Hand a message to a consumer: acquired, or archived at once when settled mode."""
-        state.credit -= 1
-        state.delivery_count = (state.delivery_count + 1) & SERIAL_MASK
+        """Hand a message to a consumer (:func:`~queues.handing_out.give`) and count it."""
         self._delivered += 1
-        if state.browse:
-            return message
-        message.acquire()
-        backlog = self._backlog
-        backlog.ready -= 1
-        backlog.ready_bytes -= message.read_size()
-        if state.ack_required:
-            state.unacked[message.seq] = message
-            if self._deadlines.timeout is not None:
-                self._deadlines.lock(message, state, self.clock.now)
-        else:
+        if give(state, message, self._backlog, self._deadlines, self.clock):
             self._acknowledged += 1
-            backlog.archive(message, sending=True)
         return message
 
     def _dispatch(self) -> list[Dispatch]:
@@ -495,33 +483,11 @@ class ClassicQueue:
             while len(taken) < limit and (message := self._fetch(state)) is not None:
                 taken.append(message)
             return taken
-        # The hot path of consuming: :meth:`_give` with its counts added up once per batch.
+        # The hot path of consuming: one call hands out the batch.
         self._order.take(limit, self.clock.now, taken)
-        backlog = self._backlog
-        messages = backlog.messages
-        ack_required = state.ack_required
-        unacked = state.unacked
-        size_taken = 0
-        held_taken = 0
-        if ack_required:
-            for message in taken:
-                size_taken += message.read_size()
-                unacked[message.seq] = message
-            acquire_all(taken)
-        else:
-            for message in taken:
-                size_taken += message.read_size()
-                held_taken += message.held
-                message.archive(sending=True)
-                del messages[message.seq]
+        give_all(state, taken, self._backlog, self.held)
         count = len(taken)
-        if count:
-            state.credit -= count
-            state.delivery_count = (state.delivery_count + count) & SERIAL_MASK
-            self._delivered += count
-            backlog.ready -= count
-            backlog.ready_bytes -= size_taken
-            if not ack_required:
-                self._acknowledged += count
-                self.held.total -= held_taken + count * MESSAGE_OVERHEAD
+        self._delivered += count
+        if not state.ack_required:
+            self._acknowledged += count
         return taken
