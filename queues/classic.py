@@ -154,7 +154,7 @@ class ClassicQueue:
 
     def persists(self, message: Message) -> bool:
         """A durable classic queue logs persistent messages (header ``durable = true``)."""
-        return message.header.durable
+        return message.read_header().durable
 
     def as_stored(self, message: Message) -> Message:
         """The message as it is: a classic queue logs the publisher's bytes."""

@@ -96,7 +96,7 @@ class FilterView:
         decoded = 0
         try:
             if wanted & HEADER_PART:
-                header = message.header
+                header = message.read_header()
                 self.durable = header.durable
                 self.priority = header.priority
             if wanted & ~HEADER_PART:
