@@ -29,7 +29,7 @@ from sluicegate.queues.dead_lettering import EXPIRED, DeadLetter, DeadLetterer
 from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.filters.budget import ReadBudget
-from sluicegate.queues.handing_out import give, give_all
+from sluicegate.queues.handing_out import HandOut
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import ARCHIVED, AVAILABLE, Message
 from sluicegate.queues.ordering import Cursor, Ordering, PriorityLanes
@@ -105,8 +105,9 @@ class ClassicQueue:
         )
         self._bounded = arguments.bounded
         self._limits = Limits(arguments)
+        self._hand_out = HandOut(self._backlog, self._deadlines, self.clock, self.held)
         self._published = 0
-        self._delivered = 0
+        # Settled by consumers' ``accepted``: those archived as handed out are the hand-out's.
         self._acknowledged = 0
         self._rejected = 0
         self._expired = 0
@@ -262,7 +263,7 @@ class ClassicQueue:
         expires = message.expires
         if expires is not None:
             deadlines.watch(message, expires)
-        dispatches = consumers.offer(message, self._give) if waiting else _NO_DISPATCH
+        dispatches = consumers.offer(message, self._hand_out.give) if waiting else _NO_DISPATCH
         if consumers.deferred:
             consumers.deferred = False
             self._walks_paused = True
@@ -384,8 +385,8 @@ class ClassicQueue:
             consumers=len(consumers),
             ready_bytes=self._backlog.ready_bytes,
             published=self._published,
-            delivered=self._delivered,
-            acknowledged=self._acknowledged,
+            delivered=self._hand_out.delivered,
+            acknowledged=self._acknowledged + self._hand_out.archived,
             rejected=self._rejected,
             expired=self._expired,
             dead_lettered=self._dead_letterer.dead_lettered,
@@ -417,9 +418,9 @@ class ClassicQueue:
         """Take back a message its consumer's session never sent, as if never delivered."""
         if message.state == ARCHIVED:
             # A settled-mode delivery: it was counted as consumed when handed out.
-            self._acknowledged -= 1
+            self._hand_out.archived -= 1
             self._backlog.reinstate(message)
-        self._delivered -= 1
+        self._hand_out.delivered -= 1
         self._make_available(message)
 
     def _returned(
@@ -450,13 +451,6 @@ class ClassicQueue:
 
     # -- handing out ----------------------------------------------------------------------
 
-    def _give(self, state: Consumer, message: Message) -> Message:
-        """Hand a message to a consumer (:func:`~queues.handing_out.give`) and count it."""
-        self._delivered += 1
-        if give(state, message, self._backlog, self._deadlines, self.clock):
-            self._acknowledged += 1
-        return message
-
     def _dispatch(self) -> list[Dispatch]:
         """Serve waiting consumers within a fresh budget."""
         self._budget.refill()
@@ -474,7 +468,7 @@ class ClassicQueue:
         """The next message for ``state`` in its order, given to it."""
         walk: Ordering = state.cursor if state.scans else self._order
         message = walk.next(self.clock.now)
-        return None if message is None else self._give(state, message)
+        return None if message is None else self._hand_out.give(state, message)
 
     def _take(self, state: Consumer, limit: int) -> list[Message]:
         """Up to ``limit`` messages for a consumer's credit request."""
@@ -485,9 +479,5 @@ class ClassicQueue:
             return taken
         # The hot path of consuming: one call hands out the batch.
         self._order.take(limit, self.clock.now, taken)
-        give_all(state, taken, self._backlog, self.held)
-        count = len(taken)
-        self._delivered += count
-        if not state.ack_required:
-            self._acknowledged += count
+        self._hand_out.give_all(state, taken)
         return taken
