@@ -105,9 +105,8 @@ class Publishing:
         inbound = connection.inbound
         if inbound is None:
             inbound = connection.inbound = Inbound(self.flow, connection.account, connection)
-        pure, credit = inbound.attach()
-        state = IncomingLinkState(cast(Receiver, link), target, pure, connection, router)
-        pure.owner = state
+        state = IncomingLinkState(cast(Receiver, link), target, inbound, connection, router)
+        credit = state.link.credit
         link.sg = state
         self.links.add(state)
         connection.publishers.add(state)

@@ -26,7 +26,7 @@ closed connection, an ended session or a detached link outlives it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
@@ -244,20 +244,44 @@ class SessionState:
         self.pure.remote_incoming_window = remote_incoming_window(self.address) - frames_held
 
 
-@dataclass(slots=True, eq=False, weakref_slot=True)
 class IncomingLinkState:
-    """A publisher's link: where its messages go, its credit, and the account it charges."""
+    """A publisher's link: where its messages go, its credit, and the account it charges.
 
-    receiver: Receiver
-    target: PublishTarget
-    link: IncomingLink
-    connection: ConnectionState
-    # Routes through the queues and exchanges of the connection's virtual host.
-    router: Router
-    # The bytes of the delivery still arriving, drained from proton frame by frame.
-    partial: bytearray | None = None
-    # The queues its last message went to: what the memory budget weighs it by.
-    queues: list[QueueType] = field(default_factory=list)
+    Its pure link is attached to the connection's inbound session as the record is made, with
+    the record as its owner: the two refer to each other from the start (``Publishing.detach``
+    cuts the pure link's side).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "connection",
+        "link",
+        "partial",
+        "queues",
+        "receiver",
+        "router",
+        "target",
+    )
+
+    def __init__(
+        self,
+        receiver: Receiver,
+        target: PublishTarget,
+        inbound: Inbound,
+        connection: ConnectionState,
+        router: Router,
+    ) -> None:
+        self.receiver = receiver
+        self.target = target
+        # Its credit: the first FLOW's is ``link.credit`` (0 while the budget is exhausted).
+        self.link: IncomingLink = inbound.attach(self)
+        self.connection = connection
+        # Routes through the queues and exchanges of the connection's virtual host.
+        self.router = router
+        # The bytes of the delivery still arriving, drained from proton frame by frame.
+        self.partial: bytearray | None = None
+        # The queues its last message went to: what the memory budget weighs it by.
+        self.queues: list[QueueType] = []
 
 
 @dataclass(slots=True, weakref_slot=True)

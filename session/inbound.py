@@ -122,15 +122,15 @@ class Inbound:
 
     # -- links ----------------------------------------------------------------------------
 
-    def attach(self) -> tuple[IncomingLink, int]:
-        """A new publishing link and the credit of its first FLOW (0 while blocked)."""
+    def attach(self, owner: object = None) -> IncomingLink:
+        """A new publishing link (``owner``: the caller's record of it) whose ``credit`` is what
+        its first FLOW grants (0 while blocked)."""
         flow = self.flow
-        link = IncomingLink(flow.limits.max_link_credit)
+        link = IncomingLink(flow.limits.max_link_credit, owner)
         self.links.add(link)
-        credit = link.attach(flow.budget.blocked)
-        if not credit:
+        if not link.attach(flow.budget.blocked):
             flow.renewals.add(link)
-        return link, credit
+        return link
 
     def detach(self, link: IncomingLink) -> bool:
         """The link is gone: its unfinished delivery with it; copies in flight confirm nobody.

@@ -212,8 +212,8 @@ def _nothing(link: IncomingLink) -> int:
 def test_a_delivery_takes_its_credit_with_its_first_frame_and_is_charged_as_it_arrives() -> None:
     flow = _flow()
     inbound = Inbound(flow, Account())
-    link, credit = inbound.attach()
-    assert credit == 4
+    link = inbound.attach()
+    assert link.credit == 4
     assert inbound.frame(link, 300) is None
     assert inbound.frame(link, 700) is None
     assert (link.credit, link.unfinished, inbound.unfinished, flow.budget.unfinished) == (
@@ -231,13 +231,13 @@ def test_a_delivery_takes_its_credit_with_its_first_frame_and_is_charged_as_it_a
 def test_unfinished_bytes_are_capped_per_delivery_and_per_connection() -> None:
     flow = _flow()
     inbound = Inbound(flow, Account())
-    first, _ = inbound.attach()
-    second, _ = inbound.attach()
+    first = inbound.attach()
+    second = inbound.attach()
     refusal = inbound.frame(first, 1001)
     assert isinstance(refusal, CloseLink)
     assert refusal.error.condition == "amqp:link:message-size-exceeded"
     assert (first.unfinished, flow.budget.unfinished) == (0, 0)
-    third, _ = inbound.attach()
+    third = inbound.attach()
     assert inbound.frame(second, 900) is None
     refusal = inbound.frame(third, 601)
     assert isinstance(refusal, CloseConnection)
@@ -256,7 +256,7 @@ TOTAL_LIMITS = InboundLimits(
 def test_unfinished_bytes_of_all_connections_are_capped_the_oldest_read_the_new_released() -> None:
     flow = InboundFlow(MemoryBudget(10_000), TOTAL_LIMITS)
     inbounds = [Inbound(flow, Account()) for _ in range(4)]
-    links = [inbound.attach()[0] for inbound in inbounds]
+    links = [inbound.attach() for inbound in inbounds]
     assert inbounds[0].frame(links[0], 900) is None
     assert inbounds[1].frame(links[1], 900) is None
     # The third delivery takes the bytes to the cap: every arriving connection but the oldest
@@ -294,7 +294,7 @@ def test_the_oldest_delivery_that_keeps_the_cap_full_without_progress_is_closed(
     limits = InboundLimits(4, 1000, 1500, max_unfinished_total=1000, unfinished_timeout=60.0)
     flow = InboundFlow(MemoryBudget(10_000), limits)
     stuck, slow, other = (Inbound(flow, Account()) for _ in range(3))
-    links = [inbound.attach()[0] for inbound in (stuck, slow, other)]
+    links = [inbound.attach() for inbound in (stuck, slow, other)]
     assert stuck.frame(links[0], 600) is None
     assert isinstance(slow.frame(links[1], 500), Hold)
     assert _closed(flow.flush(0, 0, _nothing, now=100.0)) == []
@@ -317,7 +317,7 @@ def test_the_oldest_delivery_that_keeps_the_cap_full_without_progress_is_closed(
 def test_reads_of_arriving_connections_are_charged_to_the_cap_as_they_are_read() -> None:
     flow = InboundFlow(MemoryBudget(10_000), TOTAL_LIMITS)
     inbounds = [Inbound(flow, Account()) for _ in range(3)]
-    links = [inbound.attach()[0] for inbound in inbounds]
+    links = [inbound.attach() for inbound in inbounds]
     for inbound, link in zip(inbounds, links, strict=True):
         assert inbound.frame(link, 500) is None
     assert flow.charge_read(inbounds[1], 400) == []
@@ -342,7 +342,7 @@ def test_the_read_that_reaches_the_ceiling_holds_every_publisher_at_once() -> No
 def test_a_transfer_without_credit_closes_its_link_even_mid_delivery() -> None:
     flow = _flow()
     inbound = Inbound(flow, Account())
-    link, _ = inbound.attach()
+    link = inbound.attach()
     for _ in range(4):
         assert inbound.receive(link, 10, aborted=False) is None
     refusal = inbound.frame(link, 10)
@@ -354,7 +354,7 @@ def test_a_transfer_without_credit_closes_its_link_even_mid_delivery() -> None:
 def test_an_aborted_delivery_used_its_credit_and_is_dropped() -> None:
     flow = _flow()
     inbound = Inbound(flow, Account())
-    link, _ = inbound.attach()
+    link = inbound.attach()
     assert inbound.frame(link, 500) is None
     assert inbound.receive(link, 600, aborted=True) is DROP
     assert (link.credit, link.unconfirmed, link.unfinished) == (3, 0, 0)
@@ -363,7 +363,7 @@ def test_an_aborted_delivery_used_its_credit_and_is_dropped() -> None:
 def test_the_last_copy_settles_and_a_rejection_wins() -> None:
     flow = _flow()
     inbound = Inbound(flow, Account(limit=3))
-    link, _ = inbound.attach()
+    link = inbound.attach()
     assert inbound.receive(link, 10, aborted=False) is None
     pending, pause = inbound.route(link, "token", 3)
     assert pause, "three copies reach the account's limit of 3"
@@ -379,7 +379,7 @@ def test_the_last_copy_settles_and_a_rejection_wins() -> None:
 def test_renewals_are_backed_by_the_budgets_headroom() -> None:
     flow = _flow(budget=10_000)
     inbound = Inbound(flow, Account())
-    link, _ = inbound.attach()
+    link = inbound.attach()
     for _ in range(4):
         assert inbound.receive(link, 900, aborted=False) is None
         pending, _ = inbound.route(link, None, 1)
@@ -394,8 +394,8 @@ def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_
     flow = _flow(budget=10_000)
     greedy = Inbound(flow, Account())
     modest = Inbound(flow, Account())
-    hoarder, _ = greedy.attach()
-    prober, _ = modest.attach()
+    hoarder = greedy.attach()
+    prober = modest.attach()
     weights = {hoarder: 10_000, prober: 0}
     out = flow.flush(10_000, 0, weights.__getitem__)
     assert flow.budget.blocked
@@ -427,8 +427,8 @@ def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arrivi
     first = Inbound(flow, Account())
     second = Inbound(flow, Account())
     consumer = Inbound(flow, Account())
-    one, _ = first.attach()
-    two, _ = second.attach()
+    one = first.attach()
+    two = second.attach()
     assert second.frame(two, 500) is None
     assert first.frame(one, 500) is None
     assert flow.charge_read(consumer, 20_000) == [], "a consumer's reads are never charged"
@@ -504,7 +504,8 @@ class InboundMachine(RuleBasedStateMachine):
         self.connections = [Inbound(self.flow, Account(ACCOUNT_LIMIT)) for _ in range(2)]
         self.publishers: list[Publisher] = []
         for connection, queues in routes:
-            link, credit = self.connections[connection].attach()
+            link = self.connections[connection].attach()
+            credit = link.credit
             self.publishers.append(Publisher(connection, link, queues, credit))
         self.unstored: list[Copy] = []
         self.next_message = 0
@@ -694,7 +695,7 @@ TestInboundMachine = InboundMachine.TestCase
 def test_a_held_connection_whose_last_publisher_detaches_is_read_again() -> None:
     flow = _flow(budget=1_000)
     inbound = Inbound(flow, Account())
-    link, _ = inbound.attach()
+    link = inbound.attach()
     out = flow.flush(1_000, 0, lambda _: 1_000)
     assert out is not None
     assert out.pause == [inbound]
