@@ -70,14 +70,6 @@ def annotations_offset(payload: bytes | memoryview) -> int | None:
     return found if isinstance(found, int) else None
 
 
-def with_routing_annotations(payload: bytes, exchange: str, routing_key: str) -> bytes:
-    """``payload`` with a message-annotations section, adding one if it has none."""
-    offset = annotations_offset(payload)
-    if offset is None:
-        return payload
-    return payload[:offset] + routing_annotations(exchange, routing_key) + payload[offset:]
-
-
 def _encode_map(entries: list[tuple[bytes, bytes]]) -> bytes:
     """A map of already encoded keys and values."""
     body = b"".join(key + value for key, value in entries)

@@ -84,7 +84,7 @@ def test_a_ttl_0_loop_after_one_rejection_ends_in_a_few_bounded_passes() -> None
     # rejection came before it expired there): dropped.
     assert passes == 2
     assert sum(s.ready for s in registry.statistics()) == 0
-    assert registry.dead_letters_dropped == 1
+    assert registry.dead_letter_router.dropped == 1
 
 
 def test_a_rejection_in_the_loop_keeps_the_message_going_one_pass_at_a_time() -> None:

@@ -277,7 +277,7 @@ def test_expiry_cycle_is_dropped() -> None:
         clock.now = step * 20
         registry.expire()
         registry.route_dead_letters()
-    assert registry.dead_letters_dropped == 1
+    assert registry.dead_letter_router.dropped == 1
     assert sum(s.ready for s in registry.statistics()) == 0
 
 
