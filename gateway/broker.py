@@ -53,6 +53,7 @@ from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.gateway.supervisor import node_name
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.wire.errors import AmqpError
 
 
 class Broker(Handler):
@@ -142,9 +143,9 @@ class Broker(Handler):
         self.pending_bytes = sending.pending_bytes
         self.waiting = sending.waiting
 
-    def close_for_error(self, state: ConnectionState, condition: str, description: str) -> None:
+    def close_for_error(self, state: ConnectionState, error: AmqpError) -> None:
         """Close a connection that broke a limit (gateway/connections.py)."""
-        self._connections.close_for_error(state, condition, description)
+        self._connections.close_for_error(state, error)
 
     def queue_deleted(self, registry: QueueRegistry, name: str) -> None:
         """Detach every link of a deleted queue (gateway/links.py)."""
@@ -188,7 +189,7 @@ class Broker(Handler):
         try:
             self.links.attach(link, session)
         except AttachDataExceeded as error:
-            self.close_for_error(connection, error.condition, str(error))
+            self.close_for_error(connection, error)
         except SessionLimitExceeded as error:
             self.sessions.end(session)
             close(link.session, error)

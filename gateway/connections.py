@@ -13,9 +13,9 @@ import logging
 import time
 import weakref
 
-from proton import Condition, Connection, Transport
+from proton import Connection, Transport
 
-from sluicegate.gateway.conditions import close
+from sluicegate.gateway.conditions import close, condition_of
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.disposition_bound import Copies, DispositionBound
 from sluicegate.gateway.identity import open_properties
@@ -23,14 +23,17 @@ from sluicegate.gateway.limits import Handshakes, check_connections
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
 from sluicegate.gateway.proton.heap_trim import HeapTrimmer
-from sluicegate.gateway.proton.internals import reactor_now
+from sluicegate.gateway.proton.internals import Selectable, reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.rules.tenancy import NotAllowed, Tenancy
 from sluicegate.gateway.sending import Sending
 from sluicegate.gateway.sessions import Sessions
 from sluicegate.gateway.state import ConnectionState, forget
+from sluicegate.session.account import Account
 from sluicegate.session.waiting import Waiting
 from sluicegate.wire.errors import AmqpError
+from sluicegate.wire.link_names import LinkNames
+from sluicegate.writer.writer import Writer
 
 log = logging.getLogger("sluicegate")
 
@@ -68,14 +71,31 @@ class Connections:
         # connection leaves behind shows here (tests/integration/test_connection_leaks.py).
         self.records: weakref.WeakSet[ConnectionState] = weakref.WeakSet()
 
-    def accept(self, state: ConnectionState) -> None:
-        """A client connected: its writer and its sessions' waiting deliveries count toward the
-        server's outbound bytes."""
-        state.writer.pending = self._sending.pending_bytes
-        state.waiting = Waiting(self._config.max_outgoing_pending_size, self._sending.waiting)
-        state.dispositions = DispositionBound(self._dispositions, self.release)
+    def accept(
+        self, connection: Connection, transport: Transport, selectable: Selectable, name: str
+    ) -> ConnectionState:
+        """A client connected: its record, whose writer and sessions' waiting deliveries count
+        toward the server's outbound bytes."""
+        config = self._config
+        state = ConnectionState(
+            connection,
+            transport,
+            selectable,
+            name,
+            Writer(
+                config.writer_initial_credit,
+                config.writer_more_credit_after,
+                config.writer_buffer_size,
+                self._sending.pending_bytes,
+            ),
+            Account(config.account_limit),
+            Waiting(config.max_outgoing_pending_size, self._sending.waiting),
+            DispositionBound(self._dispositions, self.release),
+            LinkNames(config.max_frame_size) if config.rabbitmq_compatible else None,
+        )
         self.open.add(state)
         self.records.add(state)
+        return state
 
     def opened(self, connection: Connection) -> None:
         """Answer OPEN with our identity and let the connection into its virtual host.
@@ -115,8 +135,7 @@ class Connections:
         except AmqpError as error:
             close(connection, error)
             return
-        state.vhost = admission.vhost
-        state.permissions = admission.permissions
+        state.entered(admission.vhost, admission.permissions)
         state.opened_at = time.monotonic()
         user = state.user
         if user is not None and user.expires_at is not None:
@@ -162,7 +181,7 @@ class Connections:
         if released > 0:
             weakref.finalize(state, self._trimmer.freed, released).atexit = False
 
-    def close_for_error(self, state: ConnectionState, condition: str, description: str) -> None:
+    def close_for_error(self, state: ConnectionState, error: AmqpError) -> None:
         """Close a connection that broke a limit: what it held goes back first.
 
         Nothing more is read from it: proton would otherwise go on filling the buffers of the
@@ -170,7 +189,7 @@ class Connections:
         it no longer does once its CLOSE is out), for as long as the client keeps sending.
         """
         self.release(state)
-        state.connection.condition = Condition(condition, description)
+        state.connection.condition = condition_of(error)
         state.connection.close()
         transport = state.transport
         transport.pending()  # the CLOSE is framed with its condition before the input ends

@@ -40,7 +40,7 @@ from sluicegate.queues.filters.stream_filter import (
 )
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, MessageFilter, OffsetSpec
-from sluicegate.wire.codec import Symbol, Value
+from sluicegate.wire.amqp_types import Symbol, Value
 
 PRIORITY: Final = symbol("rabbitmq:priority")
 STREAM_OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"

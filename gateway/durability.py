@@ -12,10 +12,11 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast
 
+from sluicegate.gateway.confirming import confirm
 from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
 from sluicegate.gateway.rules.vhost_log import split_logged_name
 from sluicegate.queues.log.store import MessageStore
@@ -69,8 +70,6 @@ class Durability:
             )
         self.writer = LogWriter(directory, wakeup, self._committed, self._set_failing, fault)
         self._waiting: list[Unconfirmed] = []
-        # The publish path's confirm step (gateway.publishing.Publishing.confirm).
-        self.confirm: Callable[[Unconfirmed], None] | None = None
         # True while the disk refuses writes: publishers to durable queues get no credit.
         self.failing = False
 
@@ -146,12 +145,10 @@ class Durability:
     def _committed(self, group: Committed) -> None:
         """On the reactor thread: batches are durable; confirm their publishers."""
         store = self.store
-        confirm = self.confirm
         for batch, token in group:
             store.written(batch)
-            if confirm is not None:
-                for pending in cast("list[Unconfirmed]", token):
-                    confirm(pending)
+            for pending in cast("list[Unconfirmed]", token):
+                confirm(pending)
 
     def _set_failing(self, failing: bool) -> None:
         self.failing = failing

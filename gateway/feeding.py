@@ -21,8 +21,7 @@ def feed(state: ConnectionState, transport: Transport, data: bytes) -> None:
     One TLS read can decrypt more than a transport capacity (8 KiB until a frame needs more),
     and the rewriting can lengthen an ATTACH: what proton has no room for waits.
     """
-    bound = state.dispositions
-    if bound is not None and data and not bound.admits(state, data):
+    if data and not state.dispositions.admits(state, data):
         return  # the connection is closed: proton never decodes what it sent
     names = state.link_names
     if names is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from typing import Final
 
 from proton import Transport
@@ -42,6 +43,21 @@ HELD_WHILE_VERIFYING: Final = 64 * 1024
 _busy = RareWarning("login refused, too many password checks waiting")
 
 
+def peer_subject(
+    tls: ssl.SSLContext | None, channel: TlsChannel | None
+) -> Callable[[], str | None] | None:
+    """What SASL EXTERNAL reads: the subject of the client's verified certificate, if it sent
+    one; None where the listener verifies no client certificates."""
+    if channel is None or tls is None or tls.verify_mode == ssl.CERT_NONE:
+        return None
+
+    def subject() -> str | None:
+        certificate = channel.peer_certificate()
+        return None if certificate is None else certificate_subject(certificate)
+
+    return subject
+
+
 class Gate:
     """One connection's TLS and SASL state, and the bytes waiting for the socket."""
 
@@ -62,7 +78,7 @@ class Gate:
         state: ConnectionState,
         sasl: SaslServer,
         logins: LoginQueue,
-        tls: ssl.SSLContext | None,
+        tls: TlsChannel | None,
         address: str,
     ) -> None:
         self.state = state
@@ -75,16 +91,9 @@ class Gate:
         self.output = bytearray()
         # Set once the connection must end as soon as ``output`` is written.
         self.closing = False
-        self._tls = None if tls is None else TlsChannel(tls, server_side=True)
-        if self._tls is not None and tls is not None and tls.verify_mode != ssl.CERT_NONE:
-            sasl.peer_subject = self.peer_subject
+        self._tls = tls
         # Bytes the last read took from the socket (the memory budget charges them).
         self.received = 0
-
-    def peer_subject(self) -> str | None:
-        """The subject of the client's verified certificate (SASL EXTERNAL), if it sent one."""
-        certificate = None if self._tls is None else self._tls.peer_certificate()
-        return None if certificate is None else certificate_subject(certificate)
 
     @property
     def verifying(self) -> bool:
@@ -146,6 +155,9 @@ class Gate:
             if not logged:
                 log.warning("login refused: %s", self.sasl.failure)
             self.closing = True
+        user = self.sasl.user
+        if user is not None and self.state.principal.user is None:
+            self.state.logged_in(user)  # before proton sees the frames that came meanwhile
         if step.passthrough and transport is not None:
             feed(self.state, transport, step.passthrough)
         if step.verify is not None:
@@ -162,8 +174,6 @@ class Gate:
         selectable = state.selectable
         if self.closing or selectable.is_terminal or transport_of(selectable) is None:
             return  # dropped meanwhile (handshake timeout, shutdown)
-        if user is not None:
-            state.user = user  # before proton sees the frames that came meanwhile
         self._apply(self.sasl.verified(user), state.transport)
         reading.update(state.transport, selectable, reactor_now(selectable))
 

@@ -26,7 +26,7 @@ from proton.reactor import Container
 from sluicegate.gateway import reading
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ServerConfig
-from sluicegate.gateway.gate import Gate
+from sluicegate.gateway.gate import Gate, peer_subject
 from sluicegate.gateway.limits import configure_transport
 from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.proton.internals import Selectable, register, serve
@@ -34,10 +34,7 @@ from sluicegate.gateway.proton.io_layer import listen_socket
 from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.rules.auth import anonymous_user
 from sluicegate.gateway.sasl import SaslServer
-from sluicegate.gateway.state import ConnectionState
-from sluicegate.session.account import Account
-from sluicegate.wire.link_names import LinkNames
-from sluicegate.writer.writer import Writer
+from sluicegate.transport.channel import TlsChannel
 
 log = logging.getLogger("sluicegate.listener")
 
@@ -127,32 +124,21 @@ class Listener(Handler):
         transport.bind(connection)
         selectable = Selectable(sock, container)
         serve(selectable, connection, transport)
-        state = ConnectionState(
-            connection,
-            transport,
-            selectable,
-            Writer(
-                self._config.writer_initial_credit,
-                self._config.writer_more_credit_after,
-                self._config.writer_buffer_size,
-            ),
-            Account(self._config.account_limit),
-            LinkNames(self._config.max_frame_size) if self._config.rabbitmq_compatible else None,
-        )
-        state.name = _connection_name(sock)
+        state = self._broker.accept(connection, transport, selectable, _connection_name(sock))
         connection.sg = state
         setattr(selectable, "sg", state)  # noqa: B010
         users = self._config.users
         tokens = self._config.oauth2 is not None
+        channel = None if self._tls is None else TlsChannel(self._tls, server_side=True)
         sasl = SaslServer(
             anonymous_user(users, tokens=tokens) if self._anonymous else None,
             offer_plain=tokens or any(user.password is not None for user in users.values()),
             users=users,
+            peer_subject=peer_subject(self._tls, channel),
         )
         state.deadlines.accepted(container.now, self._config.handshake_timeout)
-        gate = Gate(state, sasl, self._logins, self._tls, address)
+        gate = Gate(state, sasl, self._logins, channel, address)
         setattr(selectable, "gate", gate)  # noqa: B010
-        self._broker.accept(state)
         reading.update(transport, selectable, container.now)
 
     def close(self) -> None:

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Final, cast
+from typing import cast
 from urllib.parse import quote
 
-from proton import Condition, Delivery, Endpoint, Link, Receiver
+from proton import Endpoint, Link, Receiver
 
 from sluicegate.gateway import reading
 from sluicegate.gateway.conditions import condition_of
 from sluicegate.gateway.config import ServerConfig
+from sluicegate.gateway.confirming import DISPOSITIONS, confirm, settle
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.proton import deliveries
 from sluicegate.gateway.proton.deliveries import CDelivery
@@ -33,30 +34,19 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.inbound import (
-    RESUME,
-    SETTLE,
     CloseConnection,
     CloseLink,
-    Flushed,
-    Hold,
-    InboundFlow,
-    InboundLimits,
+    Inbound,
     Refusal,
-    Release,
     Unconfirmed,
+    UnfinishedLimitExceeded,
 )
+from sluicegate.session.inbound_flow import Flushed, Hold, InboundFlow, InboundLimits, Release
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
 
 __all__ = ["Publishing", "Unconfirmed"]
-
-_DISPOSITIONS: Final[dict[Outcome, int]] = {
-    Outcome.ACCEPTED: int(Delivery.ACCEPTED),
-    Outcome.RELEASED: int(Delivery.RELEASED),
-    Outcome.REJECTED: int(Delivery.REJECTED),
-    Outcome.MODIFIED: int(Delivery.MODIFIED),
-}
 
 
 class Publishing:
@@ -69,7 +59,7 @@ class Publishing:
         budget: MemoryBudget,
         dispatch: Callable[[list[Dispatch]], None],
         queue_links: QueueLinks,
-        close_connection: Callable[[ConnectionState, str, str], None],
+        close_connection: Callable[[ConnectionState, AmqpError], None],
         outbound: Callable[[], int],
         durability: Durability | None = None,
     ) -> None:
@@ -96,10 +86,9 @@ class Publishing:
         self.close_connection = close_connection
         # Bytes handed to transports and metadata of unsettled deliveries (gateway/sending.py).
         self.outbound = outbound
-        # Where persistent messages to durable queues are stored before they are confirmed.
+        # Where persistent messages to durable queues are stored before they are confirmed
+        # (gateway/confirming.py confirms them after the fsync).
         self.durability = durability
-        if durability is not None:
-            durability.confirm = self.confirm
         # What each queue weighs in this flush's choice of who holds the budget (_weigh).
         self._weights: dict[QueueType, int] = {}
 
@@ -117,10 +106,9 @@ class Publishing:
         target = router.resolve(address)
         inbound = connection.inbound
         if inbound is None:
-            inbound = connection.inbound = self.flow.connection(connection.account, connection)
-        pure, credit = inbound.attach()
-        state = IncomingLinkState(cast(Receiver, link), target, pure, connection, router)
-        pure.owner = state
+            inbound = connection.inbound = Inbound(self.flow, connection.account, connection)
+        state = IncomingLinkState(cast(Receiver, link), target, inbound, connection, router)
+        credit = state.link.credit
         link.sg = state
         self.links.add(state)
         connection.publishers.add(state)
@@ -206,7 +194,7 @@ class Publishing:
             error = routed.error
             pending.refuse(routed.outcome, error)
             inbound.settled(pending)
-            self._settle(pending)
+            settle(pending)
             if routed.detach:
                 assert error is not None
                 receiver = state.receiver
@@ -254,7 +242,7 @@ class Publishing:
                 dispatches = queue.enqueue(stored)
             except AmqpError as error:
                 durability.withdraw(stored)
-                self.confirm(pending, Outcome.REJECTED, error)
+                confirm(pending, Outcome.REJECTED, error)
                 return
             if dispatches:
                 self._dispatch(dispatches)
@@ -262,53 +250,29 @@ class Publishing:
         try:
             dispatches = queue.enqueue(message)
         except AmqpError as error:
-            self.confirm(pending, Outcome.REJECTED, error)
+            confirm(pending, Outcome.REJECTED, error)
             return
         if dispatches:
             self._dispatch(dispatches)
-        self.confirm(pending)
+        confirm(pending)
 
     def dispatch(self, dispatches: list[Dispatch]) -> None:
         """Deliveries a store outside a link handed to consumers (the HTTP API's publish)."""
         self._dispatch(dispatches)
 
-    def confirm(
-        self,
-        pending: Unconfirmed,
-        outcome: Outcome = Outcome.ACCEPTED,
-        error: AmqpError | None = None,
-    ) -> None:
-        """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``error``)."""
-        inbound = pending.inbound
-        steps = inbound.confirm(pending, outcome, error)
-        if steps & RESUME:
-            connection = cast(ConnectionState, inbound.owner)
-            if not connection.closed:
-                reading.resume(connection)
-        if steps & SETTLE:
-            self._settle(pending)
-
-    def _settle(self, pending: Unconfirmed) -> None:
-        error = pending.error
-        deliveries.settle_held(
-            pending.token,
-            _DISPOSITIONS[pending.outcome],
-            None if error is None else condition_of(error),
-        )
-
     def _refuse(self, state: IncomingLinkState, delivery: CDelivery, refusal: Refusal) -> None:
         """Settle the delivery (proton drops the rest of it) and apply the refusal."""
         if isinstance(refusal, Release):
-            deliveries.settle_as(delivery, _DISPOSITIONS[Outcome.RELEASED])
+            deliveries.settle_as(delivery, DISPOSITIONS[Outcome.RELEASED])
             return
         deliveries.settle(delivery)
         if isinstance(refusal, CloseLink):
             receiver = state.receiver
             self.detach(state)
-            receiver.condition = Condition(refusal.condition, refusal.description)
+            receiver.condition = condition_of(refusal.error)
             receiver.close()
         elif isinstance(refusal, CloseConnection):
-            self.close_connection(state.connection, refusal.condition, refusal.description)
+            self.close_connection(state.connection, refusal.error)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -350,9 +314,10 @@ class Publishing:
             if not connection.closed:
                 self.close_connection(
                     connection,
-                    "amqp:resource-limit-exceeded",
-                    f"a delivery made no progress for {self.config.unfinished_timeout:g} s "
-                    "while deliveries still arriving were at the server's cap",
+                    UnfinishedLimitExceeded(
+                        f"a delivery made no progress for {self.config.unfinished_timeout:g} s "
+                        "while deliveries still arriving were at the server's cap"
+                    ),
                 )
 
     def _weigh(self, link: IncomingLink) -> int:

@@ -1,5 +1,5 @@
 """Per-connection read pausing: TCP back-pressure on a client whose account is too deep, or
-which the memory budget holds (session/inbound.py).
+which the memory budget holds (session/inbound_flow.py).
 
 The reactor selects a socket for reading when ``selectable.reading`` is true, which proton's
 ``IOHandler.update`` recomputes from the transport after every read, write and tick. This

@@ -50,8 +50,7 @@ def renew_credential(
     permissions = renewed.permissions(state.vhost.name)
     if permissions is None:
         return Response(401, f"the token gives no access to vhost '{state.vhost.name}'")
-    state.user = renewed
-    state.permissions = permissions
+    state.renewed(renewed, permissions)
     expires_at = renewed.expires_at if renewed.expires_at is not None else wall_now
     state.deadlines.credential(now, expires_at - wall_now)
     return Response(204)

@@ -101,9 +101,8 @@ class Server:
         self.runtime_vhosts = RuntimeVhosts(
             self.broker, store, config.data_dir, set(created) - set(config.vhosts)
         )
-        self.container = BrokerContainer(self.broker)
         self._io = FlowIO(self.broker)
-        self.container.global_handler = self._io
+        self.container = BrokerContainer(self.broker, self._io)
         # PLAIN password checks, on worker threads (gateway/login.py).
         self.logins = PasswordChecks(config.users, self._wakeup.call_soon, config.oauth2)
         self._listener: Listener | None = None

@@ -26,7 +26,7 @@ closed connection, an ended session or a detached link outlives it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from proton import Connection, Endpoint, Receiver, Sender, Session, Transport
@@ -64,6 +64,20 @@ class InboundCheck(Protocol):
     def admits(self, state: ConnectionState, data: bytes) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a connection is: the user it logged in as, the virtual host its OPEN entered and
+    what the user may do there. Frozen, so that who a connection is changes only where a
+    ConnectionState method replaces it: at login, at OPEN, at a token renewal."""
+
+    user: User | None = None
+    vhost: VirtualHost | None = None
+    permissions: Permissions | None = None
+
+
+NOBODY_YET: Final = Principal()
+
+
 class ConnectionState:
     """One client connection: its writer ledger, its account and its sessions."""
 
@@ -81,8 +95,8 @@ class ConnectionState:
         "link_names",
         "name",
         "opened_at",
-        "permissions",
         "pooled",
+        "principal",
         "publishers",
         "selectable",
         "sent",
@@ -90,8 +104,6 @@ class ConnectionState:
         "temporary",
         "transport",
         "unframed",
-        "user",
-        "vhost",
         "waiting",
         "writer",
     )
@@ -101,21 +113,24 @@ class ConnectionState:
         connection: Connection,
         transport: Transport,
         selectable: Selectable,
+        name: str,
         writer: Writer,
         account: Account,
-        link_names: LinkNames | None = None,
+        waiting: Waiting,
+        dispositions: InboundCheck,
+        link_names: LinkNames | None,
     ) -> None:
         self.connection = connection
         self.transport = transport
         # RabbitMQ's connection name, "PEER -> LOCAL", by which the HTTP API lists and closes it.
-        self.name = ""
+        self.name = name
         self.selectable = selectable
         self.writer = writer
         # Work this connection caused that is not finished; reads pause while it is too high.
         self.account = account
-        # What its sessions hold for its consumers and have not sent (the broker gives it the
-        # configured limit and the server's total when it accepts the connection).
-        self.waiting = Waiting()
+        # What its sessions hold for its consumers and have not sent, within the configured
+        # limit and counted in the server's total.
+        self.waiting = waiting
         self.sessions: dict[SessionCredit, SessionState] = {}
         # Its publishers' links, forgotten with it whether or not they were detached first.
         self.publishers: set[IncomingLinkState] = set()
@@ -133,11 +148,8 @@ class ConnectionState:
         # the connection goes, then frees them (gateway/proton/heap_trim.py trims after that).
         self.pooled = 0
         self.closed = False
-        # Who logged in (gateway/sasl.py); None until the SASL exchange is done.
-        self.user: User | None = None
-        # The virtual host its OPEN entered and what its user may do there; None before.
-        self.vhost: VirtualHost | None = None
-        self.permissions: Permissions | None = None
+        # Who it is; replaced whole, and only by the three methods below.
+        self.principal = NOBODY_YET
         # time.monotonic() when its OPEN entered the vhost (the HTTP API lists it from then on,
         # gateway/http/api_connections.py).
         self.opened_at = 0.0
@@ -146,9 +158,8 @@ class ConnectionState:
         # RabbitMQ's repeated link names, made unique between the socket and proton
         # (gateway/feeding.py); None when the server is not RabbitMQ-compatible.
         self.link_names = link_names
-        # Its DISPOSITIONs weighed before proton copies their outcomes (gateway/feeding.py);
-        # gateway/connections.py sets it when it accepts the connection.
-        self.dispositions: InboundCheck | None = None
+        # Its DISPOSITIONs weighed before proton copies their outcomes (gateway/feeding.py).
+        self.dispositions = dispositions
         # Bytes for proton that it had no room for yet (gateway/feeding.py).
         self.backlog = bytearray()
         # Temporary queues its links' dynamic termini made, by the link (a consumer's pure
@@ -160,6 +171,33 @@ class ConnectionState:
         # Consumer links whose ATTACH reply the socket has not taken yet: their credit waits
         # for it (gateway/links.py, Links.attaches_written).
         self.fresh_links: list[OutgoingLinkState] = []
+
+    @property
+    def user(self) -> User | None:
+        """Who logged in (gateway/sasl.py); None until the SASL exchange is done."""
+        return self.principal.user
+
+    @property
+    def vhost(self) -> VirtualHost | None:
+        """The virtual host its OPEN entered; None before."""
+        return self.principal.vhost
+
+    @property
+    def permissions(self) -> Permissions | None:
+        """What its user may do in its virtual host; None before its OPEN entered one."""
+        return self.principal.permissions
+
+    def logged_in(self, user: User) -> None:
+        """The SASL exchange named its user (gateway/gate.py), before proton sees an OPEN."""
+        self.principal = Principal(user)
+
+    def entered(self, vhost: VirtualHost, permissions: Permissions) -> None:
+        """Its OPEN let it into ``vhost`` (gateway/connections.py)."""
+        self.principal = Principal(self.principal.user, vhost, permissions)
+
+    def renewed(self, user: User, permissions: Permissions) -> None:
+        """A renewed token (gateway/renewal.py) names the same user, with what it now grants."""
+        self.principal = Principal(user, self.principal.vhost, permissions)
 
     @property
     def reads_paused(self) -> bool:
@@ -210,20 +248,44 @@ class SessionState:
         self.pure.remote_incoming_window = remote_incoming_window(self.address) - frames_held
 
 
-@dataclass(slots=True, eq=False, weakref_slot=True)
 class IncomingLinkState:
-    """A publisher's link: where its messages go, its credit, and the account it charges."""
+    """A publisher's link: where its messages go, its credit, and the account it charges.
 
-    receiver: Receiver
-    target: PublishTarget
-    link: IncomingLink
-    connection: ConnectionState
-    # Routes through the queues and exchanges of the connection's virtual host.
-    router: Router
-    # The bytes of the delivery still arriving, drained from proton frame by frame.
-    partial: bytearray | None = None
-    # The queues its last message went to: what the memory budget weighs it by.
-    queues: list[QueueType] = field(default_factory=list)
+    Its pure link is attached to the connection's inbound session as the record is made, with
+    the record as its owner: the two refer to each other from the start (``Publishing.detach``
+    cuts the pure link's side).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "connection",
+        "link",
+        "partial",
+        "queues",
+        "receiver",
+        "router",
+        "target",
+    )
+
+    def __init__(
+        self,
+        receiver: Receiver,
+        target: PublishTarget,
+        inbound: Inbound,
+        connection: ConnectionState,
+        router: Router,
+    ) -> None:
+        self.receiver = receiver
+        self.target = target
+        # Its credit: the first FLOW's is ``link.credit`` (0 while the budget is exhausted).
+        self.link: IncomingLink = inbound.attach(self)
+        self.connection = connection
+        # Routes through the queues and exchanges of the connection's virtual host.
+        self.router = router
+        # The bytes of the delivery still arriving, drained from proton frame by frame.
+        self.partial: bytearray | None = None
+        # The queues its last message went to: what the memory budget weighs it by.
+        self.queues: list[QueueType] = []
 
 
 @dataclass(slots=True, weakref_slot=True)

@@ -6,7 +6,8 @@ are stored, and stays there as DEAD_LETTER_FAILED if that fails (:mod:`queues.me
 queue ties together the parts that each own one idea: its messages in publication order and
 the pages of a durable backlog (:mod:`queues.backlog`), the order it serves them in
 (:mod:`queues.ordering`: publication order with released messages back at their position, or
-priority lanes), its consumers and their turns (:mod:`queues.consumers`), its timers
+priority lanes), its consumers and their turns (:mod:`queues.consumers`), what handing a
+message out and settling it do (:mod:`queues.handing_out`, :mod:`queues.settlement`), its timers
 (:mod:`queues.deadlines`: TTL and delivery locks) and where the messages it gives up on go
 (:mod:`queues.dead_lettering`). What stays here is the life of a message: enqueued (or
 refused by overflow), given to a consumer, settled, released, expired, dropped.
@@ -28,8 +29,8 @@ from sluicegate.queues.dead_lettering import EXPIRED, DeadLetter, DeadLetterer
 from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.filters.budget import ReadBudget
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
-from sluicegate.queues.log.stored import acquire_all
+from sluicegate.queues.handing_out import HandOut
+from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import ARCHIVED, AVAILABLE, Message
 from sluicegate.queues.ordering import Cursor, Ordering, PriorityLanes
 from sluicegate.queues.overflow import Limits
@@ -105,8 +106,9 @@ class ClassicQueue:
         )
         self._bounded = arguments.bounded
         self._limits = Limits(arguments)
+        self._hand_out = HandOut(self._backlog, self._deadlines, self.clock, self.held)
         self._published = 0
-        self._delivered = 0
+        # Settled by consumers' ``accepted``: those archived as handed out are the hand-out's.
         self._acknowledged = 0
         self._rejected = 0
         self._expired = 0
@@ -154,7 +156,7 @@ class ClassicQueue:
 
     def persists(self, message: Message) -> bool:
         """A durable classic queue logs persistent messages (header ``durable = true``)."""
-        return message.header.durable
+        return message.read_header().durable
 
     def as_stored(self, message: Message) -> Message:
         """The message as it is: a classic queue logs the publisher's bytes."""
@@ -262,7 +264,7 @@ class ClassicQueue:
         expires = message.expires
         if expires is not None:
             deadlines.watch(message, expires)
-        dispatches = consumers.offer(message, self._give) if waiting else _NO_DISPATCH
+        dispatches = consumers.offer(message, self._hand_out.give) if waiting else _NO_DISPATCH
         if consumers.deferred:
             consumers.deferred = False
             self._walks_paused = True
@@ -384,8 +386,8 @@ class ClassicQueue:
             consumers=len(consumers),
             ready_bytes=self._backlog.ready_bytes,
             published=self._published,
-            delivered=self._delivered,
-            acknowledged=self._acknowledged,
+            delivered=self._hand_out.delivered,
+            acknowledged=self._acknowledged + self._hand_out.archived,
             rejected=self._rejected,
             expired=self._expired,
             dead_lettered=self._dead_letterer.dead_lettered,
@@ -418,9 +420,9 @@ class ClassicQueue:
         """Take back a message its consumer's session never sent, as if never delivered."""
         if message.state == ARCHIVED:
             # A settled-mode delivery: it was counted as consumed when handed out.
-            self._acknowledged -= 1
+            self._hand_out.archived -= 1
             self._backlog.reinstate(message)
-        self._delivered -= 1
+        self._hand_out.delivered -= 1
         self._make_available(message)
 
     def _returned(
@@ -451,26 +453,6 @@ class ClassicQueue:
 
     # -- handing out ----------------------------------------------------------------------
 
-    def _give(self, state: Consumer, message: Message) -> Message:
-        """Hand a message to a consumer: acquired, or archived at once when settled mode."""
-        state.credit -= 1
-        state.delivery_count = (state.delivery_count + 1) & SERIAL_MASK
-        self._delivered += 1
-        if state.browse:
-            return message
-        message.acquire()
-        backlog = self._backlog
-        backlog.ready -= 1
-        backlog.ready_bytes -= message.read_size()
-        if state.ack_required:
-            state.unacked[message.seq] = message
-            if self._deadlines.timeout is not None:
-                self._deadlines.lock(message, state, self.clock.now)
-        else:
-            self._acknowledged += 1
-            backlog.archive(message, sending=True)
-        return message
-
     def _dispatch(self) -> list[Dispatch]:
         """Serve waiting consumers within a fresh budget."""
         self._budget.refill()
@@ -488,7 +470,7 @@ class ClassicQueue:
         """The next message for ``state`` in its order, given to it."""
         walk: Ordering = state.cursor if state.scans else self._order
         message = walk.next(self.clock.now)
-        return None if message is None else self._give(state, message)
+        return None if message is None else self._hand_out.give(state, message)
 
     def _take(self, state: Consumer, limit: int) -> list[Message]:
         """Up to ``limit`` messages for a consumer's credit request."""
@@ -497,33 +479,7 @@ class ClassicQueue:
             while len(taken) < limit and (message := self._fetch(state)) is not None:
                 taken.append(message)
             return taken
-        # The hot path of consuming: :meth:`_give` with its counts added up once per batch.
+        # The hot path of consuming: one call hands out the batch.
         self._order.take(limit, self.clock.now, taken)
-        backlog = self._backlog
-        messages = backlog.messages
-        ack_required = state.ack_required
-        unacked = state.unacked
-        size_taken = 0
-        held_taken = 0
-        if ack_required:
-            for message in taken:
-                size_taken += message.read_size()
-                unacked[message.seq] = message
-            acquire_all(taken)
-        else:
-            for message in taken:
-                size_taken += message.read_size()
-                held_taken += message.held
-                message.archive(sending=True)
-                del messages[message.seq]
-        count = len(taken)
-        if count:
-            state.credit -= count
-            state.delivery_count = (state.delivery_count + count) & SERIAL_MASK
-            self._delivered += count
-            backlog.ready -= count
-            backlog.ready_bytes -= size_taken
-            if not ack_required:
-                self._acknowledged += count
-                self.held.total -= held_taken + count * MESSAGE_OVERHEAD
+        self._hand_out.give_all(state, taken)
         return taken

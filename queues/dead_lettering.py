@@ -329,7 +329,7 @@ class DeadLetterRouter:
                 message.delivery_count,
                 exchange=letter.exchange,
                 routing_key=routing_key,
-                header=message.header,
+                header=message.read_header(),
             )
             logged = self._log(queue, copy)
             try:

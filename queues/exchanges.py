@@ -29,7 +29,8 @@ from typing import Final, cast
 from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.headers import Headers, HeadersMatch, headers_match
 from sluicegate.queues.topic_trie import TopicTrie
-from sluicegate.wire.codec import Value, encode_canonical
+from sluicegate.wire.amqp_types import Value
+from sluicegate.wire.encoding import encode_canonical
 
 
 class ExchangeType(enum.Enum):

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluicegate.queues.errors import PreconditionFailed
-from sluicegate.wire.codec import Symbol, Value, decode, skip
+from sluicegate.wire.amqp_types import Symbol, Value
+from sluicegate.wire.decoding import decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import APPLICATION_PROPERTIES, MESSAGE_ANNOTATIONS, iter_sections
 

@@ -79,9 +79,10 @@ class Message:
         self.returned = 0
         self.view: FilterView | None = None
 
-    @property
-    def header(self) -> Header:
-        """The header fields as published, read once (the live count is ``delivery_count``)."""
+    def read_header(self) -> Header:
+        """The header fields as published, read once (the live count is ``delivery_count``).
+        A method, not a property: a stored message recovered from the log reads its body to
+        know (queues/log/stored.py)."""
         header = self._header
         if header is None:
             header = self._header = read_header(self.read())

@@ -155,7 +155,7 @@ class PriorityLanes:
     def add(self, message: Message) -> None:
         """Read the header's priority (AMQP's default is 4; above x-max-priority counts as it);
         a message still available joins its lane."""
-        message.priority = min(message.header.priority, len(self.lanes) - 1)
+        message.priority = min(message.read_header().priority, len(self.lanes) - 1)
         if message.state == AVAILABLE:
             self.lanes[message.priority].append(message.seq)
 

@@ -137,7 +137,7 @@ class QuorumOrder:
     def add(self, message: Message) -> None:
         """A new message joins its level (its header's priority), unless a consumer took it."""
         if message.state == AVAILABLE:
-            message.priority = message.header.priority
+            message.priority = message.read_header().priority
             lane = self.high if message.priority > NORMAL_PRIORITY else self.normal
             lane.append(message.seq)
 

@@ -138,11 +138,6 @@ class QueueRegistry(ExchangeGraph):
         """Dead letters every queue hands over, routed by :meth:`route_dead_letters`."""
         return self.dead_letter_router.outbox
 
-    @property
-    def dead_letters_dropped(self) -> int:
-        """Dead letters lost because their exchange was missing or routed them nowhere."""
-        return self.dead_letter_router.dropped
-
     # -- queues ---------------------------------------------------------------------------
 
     def declare_queue(

@@ -207,7 +207,7 @@ class StreamQueue:
             expires=message.expires,
             exchange=message.exchange,
             routing_key=message.routing_key,
-            header=message.header,
+            header=message.read_header(),
         )
 
     # -- appending ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.log.records import Arguments
 from sluicegate.queues.message import Message
 from sluicegate.queues.storage import QueueStore
-from sluicegate.wire.codec import Value
+from sluicegate.wire.amqp_types import Value
 
 
 class TopologyLog(QueueStore, Protocol):

@@ -46,7 +46,7 @@ class IncomingLink:
         "unfinished",
     )
 
-    def __init__(self, max_link_credit: int) -> None:
+    def __init__(self, max_link_credit: int, owner: object = None) -> None:
         if max_link_credit <= 0:
             raise ValueError(f"max_link_credit must be positive, got {max_link_credit}")
         self.max_link_credit = max_link_credit
@@ -64,7 +64,7 @@ class IncomingLink:
         # Publishing to queues that hold the budget while it is exhausted: no new credit.
         self.held = False
         # The gateway's record of the link, for the actions it is named in; never read here.
-        self.owner: object = None
+        self.owner = owner
 
     def attach(self, blocked: bool = False) -> int:
         """The credit of the first FLOW: everything, unless the server is over its budget."""

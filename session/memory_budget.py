@@ -8,7 +8,7 @@ arriving; between two flushes it also counts the bytes read from publishing conn
 At or above ``limit`` the server is *blocked* until the bytes are back at ``resume_at`` (80 % by
 default), so that it does not flap around the limit one message at a time. While blocked, the
 publishers that hold the budget wait and the others may go on up to ``ceiling``, the limit plus
-a margin; at the ceiling every publisher waits (session/inbound.py says who waits when).
+a margin; at the ceiling every publisher waits (session/inbound_flow.py says who waits when).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ from sluicegate.spark.message_fields import (
     read_fields,
     read_properties,
 )
-from sluicegate.wire.codec import Timestamp, skip
+from sluicegate.wire.amqp_types import Timestamp
+from sluicegate.wire.decoding import skip
 from sluicegate.wire.errors import DecodeError
 
 # The fields a reader of columns may leave out (each is skipped unread when it does): the rest,

@@ -1,6 +1,6 @@
 """AMQP values as a client reads them, types kept, the common encodings inline (AMQP 1.0 §1.6).
 
-The server's codec (``wire/codec.py``) decodes the few sections the server acts on and gives
+The server's codec (``wire/decoding.py``) decodes the few sections the server acts on and gives
 every integer as a plain ``int``; a client such as the Spark connector reads every field of
 every message and keeps each value's AMQP type where Python would lose it: a uuid is a
 :class:`uuid.UUID`, a char a one-character ``str``, a timestamp a ``Timestamp``, a symbol a
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Final, TypeAlias, cast
 
-from sluicegate.wire.codec import (
+from sluicegate.wire.amqp_types import (
     Byte,
     Described,
     Float32,
@@ -27,9 +27,9 @@ from sluicegate.wire.codec import (
     Symbol,
     Timestamp,
     Value,
-    decode,
 )
 from sluicegate.wire.decimals import read_decimal
+from sluicegate.wire.decoding import decode
 from sluicegate.wire.errors import DecodeError
 
 # What a field decodes to: the codec's values, and the types only a client reads.

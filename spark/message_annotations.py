@@ -14,7 +14,7 @@ from typing import Final, NamedTuple
 
 from sluicegate.spark.field_values import I64, Field, read_map
 from sluicegate.wire.annotations import X_STREAM_OFFSET
-from sluicegate.wire.codec import skip
+from sluicegate.wire.decoding import skip
 from sluicegate.wire.errors import DecodeError
 
 # x-stream-offset as the only message annotation, as a stream stamps a message without others:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, Timestamp, encode_compound, encode_value, encode_variable
+from sluicegate.wire.amqp_types import Symbol, Timestamp
+from sluicegate.wire.encoding import encode_compound, encode_value, encode_variable
 
 _DURABLE_HEADER: Final = b"\x00\x53\x70\xc0\x02\x01\x41"
 _SECTION: Final = b"\x00\x53"

@@ -30,7 +30,8 @@ from sluicegate.spark.message_annotations import (
     Known,
     read_annotations,
 )
-from sluicegate.wire.codec import Symbol, Timestamp, decode, skip
+from sluicegate.wire.amqp_types import Symbol, Timestamp
+from sluicegate.wire.decoding import decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import section_code
 

@@ -40,8 +40,8 @@ from pyspark.sql.types import (
 from sluicegate.spark.field_columns import COLUMN_FIELDS, FieldColumns
 from sluicegate.spark.options import OptionError
 from sluicegate.spark.variant import encode_object, encode_string_objects
+from sluicegate.wire.amqp_types import Symbol
 from sluicegate.wire.annotations import X_STREAM_OFFSET
-from sluicegate.wire.codec import Symbol
 
 # The columns a read produces, in order: the body, the immutable properties a pipeline keys on,
 # the application's properties (as strings, and typed), the broker's annotations, what the

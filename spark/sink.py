@@ -74,7 +74,7 @@ from sluicegate.spark.amqp import POLL_S, AmqpConnection, AmqpError, describe
 from sluicegate.spark.message_encoding import encode_message
 from sluicegate.spark.options import OptionError, WriteOptions
 from sluicegate.spark.variant import decode_variant
-from sluicegate.wire.codec import Byte, Float32, Int, Short, Symbol, Timestamp
+from sluicegate.wire.amqp_types import Byte, Float32, Int, Short, Symbol, Timestamp
 
 # The string columns a sink takes, and where each goes.
 _STRINGS: Final = ("message_id", "correlation_id", "subject", "content_type")

@@ -29,7 +29,16 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from sluicegate.wire.codec import Byte, Described, Float32, Int, Short, Symbol, Timestamp, Value
+from sluicegate.wire.amqp_types import (
+    Byte,
+    Described,
+    Float32,
+    Int,
+    Short,
+    Symbol,
+    Timestamp,
+    Value,
+)
 
 __all__ = ["VariantError", "decode_variant", "encode_object", "encode_string_objects"]
 

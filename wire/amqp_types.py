@@ -2,7 +2,7 @@
 
 A plain ``int`` could be any of eight integer types and a ``str`` a string or a symbol; a value
 that must keep its AMQP type (a symbol key, a consumer count RabbitMQ's clients read as a uint, a
-Spark column of 32-bit floats) is one of these, and :mod:`sluicegate.wire.codec` writes each as
+Spark column of 32-bit floats) is one of these, and :mod:`sluicegate.wire.encoding` writes each as
 its type. Decoding gives them back where the reader keeps types (the Spark connector's reader).
 """
 

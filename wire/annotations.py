@@ -14,7 +14,9 @@ import struct
 from functools import lru_cache
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, Value, decode, encode, skip
+from sluicegate.wire.amqp_types import Symbol, Value
+from sluicegate.wire.decoding import decode, skip
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import AmqpError, DecodeError
 from sluicegate.wire.sections import (
     DELIVERY_ANNOTATIONS,
@@ -66,14 +68,6 @@ def annotations_offset(payload: bytes | memoryview) -> int | None:
     """Where a message-annotations section belongs, or None if the message has one."""
     found = _annotations(payload)
     return found if isinstance(found, int) else None
-
-
-def with_routing_annotations(payload: bytes, exchange: str, routing_key: str) -> bytes:
-    """``payload`` with a message-annotations section, adding one if it has none."""
-    offset = annotations_offset(payload)
-    if offset is None:
-        return payload
-    return payload[:offset] + routing_annotations(exchange, routing_key) + payload[offset:]
 
 
 def _encode_map(entries: list[tuple[bytes, bytes]]) -> bytes:

@@ -13,7 +13,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, Timestamp, Value, encode
+from sluicegate.wire.amqp_types import Symbol, Timestamp, Value
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     DELIVERY_ANNOTATIONS,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from sluicegate.wire.amqp_types import Symbol
 from sluicegate.wire.annotations import map_entries
-from sluicegate.wire.codec import Symbol, decode
+from sluicegate.wire.decoding import decode
 
 X_OPT_DELIVERY_TIME: Final = Symbol("x-opt-delivery-time")
 

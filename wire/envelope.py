@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sluicegate.wire.codec import Symbol, Value, decode, encode, scalar_map, skip
+from sluicegate.wire.amqp_types import Symbol, Value
+from sluicegate.wire.decoding import decode, scalar_map, skip
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,

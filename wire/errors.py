@@ -22,5 +22,11 @@ class DecodeError(AmqpError):
     condition = "amqp:decode-error"
 
 
+class MessageSizeExceeded(AmqpError):
+    """A message (or a request on a management link) larger than the link accepts."""
+
+    condition = "amqp:link:message-size-exceeded"
+
+
 class EncodeError(ValueError):
     """A value no AMQP type holds (an integer beyond 64 bits, a type with no counterpart)."""

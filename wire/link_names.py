@@ -30,7 +30,7 @@ import re
 import struct
 from typing import Final, TypeAlias
 
-from sluicegate.wire.codec import decode
+from sluicegate.wire.decoding import decode
 from sluicegate.wire.errors import DecodeError
 
 Buffer: TypeAlias = bytes | bytearray | memoryview

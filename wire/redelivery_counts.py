@@ -14,8 +14,9 @@ import struct
 from functools import lru_cache
 from typing import Final
 
+from sluicegate.wire.amqp_types import Encoded, Symbol
 from sluicegate.wire.annotations import merge_annotations
-from sluicegate.wire.codec import Encoded, Symbol, encode
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import (
     DELIVERY_ANNOTATIONS,
     HEADER,

@@ -14,16 +14,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Final, TypeAlias
 
-from sluicegate.wire.codec import (
-    Described,
-    Symbol,
-    Value,
-    decode,
-    encode,
-    encode_ubyte,
-    encode_uint,
-    skip,
-)
+from sluicegate.wire.amqp_types import Described, Symbol, Value
+from sluicegate.wire.decoding import decode, skip
+from sluicegate.wire.encoding import encode, encode_ubyte, encode_uint
 from sluicegate.wire.errors import DecodeError
 
 HEADER: Final = 0x70

@@ -53,7 +53,7 @@ _LONG: Final = 2**63
 class _Confirmation:
     """The HTTP request's stand-in for a publisher's delivery while its copies are stored.
 
-    The log confirms it as it confirms a publisher's (``Publishing.confirm`` calls
+    The log confirms it as it confirms a publisher's (``gateway.confirming.confirm`` calls
     ``pending.inbound.confirm``): it is its own ``inbound``, counts its copies down and then
     completes ``done`` with whether any copy was stored.
     """
@@ -159,7 +159,7 @@ class PublishApi:
         ):
             raise ApiError(503, "the log cannot be written: persistent publishing is paused")
         confirmation = _Confirmation(len(queues))
-        # Publishing.confirm reads ``pending.inbound``: the confirmation is its own.
+        # gateway.confirming.confirm reads ``pending.inbound``: the confirmation is its own.
         pending = cast(Unconfirmed, confirmation)
         copies = [message, *(message.copy() for _ in queues[1:])]
         for queue, copy in zip(queues, copies, strict=True):

@@ -3,7 +3,7 @@
 ``proton.Data`` indexes its nodes with 16-bit numbers: a reply of more than about 65,000 values
 (2,500 queue maps) failed to encode with ``DataException [-10]``, and building a reply value by
 value through the binding cost more than gathering the listing itself. Replies are maps, lists
-and a few scalar types, so :func:`sluicegate.wire.codec.encode_value` encodes them, each with the
+and a few scalar types, so :func:`sluicegate.wire.encoding.encode_value` encodes them, each with the
 AMQP type proton would give it (a plain ``int`` is a long, the wrappers ``ULong`` and ``UInt``
 RabbitMQ's counts, ``Utf8Array`` RabbitMQ's array of utf8), and this module adds what only
 management needs: booleans as RabbitMQ writes them, proton's own types as their AMQP types,
@@ -39,7 +39,8 @@ from proton import (
 from proton import Described as ProtonDescribed
 
 from sluicegate.gateway.rules.management.requests import Arguments
-from sluicegate.wire.codec import Symbol, Timestamp, UInt, ULong, encode_value
+from sluicegate.wire.amqp_types import Symbol, Timestamp, UInt, ULong
+from sluicegate.wire.encoding import encode_value
 
 # amqp-value (AMQP 1.0 §3.2.7): descriptor 0x77 as a smallulong.
 AMQP_VALUE: Final = b"\x00\x53\x77"

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any, Final, TypeAlias, cast
 
 from proton import (
-    Condition,
     Delivery,
     Event,
     Handler,
@@ -36,6 +35,7 @@ from proton import (
     Sender,
 )
 
+from sluicegate.gateway.conditions import close
 from sluicegate.gateway.events import link_of
 from sluicegate.gateway.limits import link_detached
 from sluicegate.gateway.management.encoding import AMQP_VALUE, encode_reply_value
@@ -49,6 +49,7 @@ from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.waiting import WAITING_DELIVERY_COST
+from sluicegate.wire.errors import AmqpError, DecodeError, MessageSizeExceeded
 
 log = logging.getLogger("sluicegate")
 
@@ -222,7 +223,7 @@ class ManagementNode(Handler):
             return
         if delivery.partial:
             if delivery.pending > MAX_REQUEST_SIZE:
-                self._refuse(link, delivery, "amqp:link:message-size-exceeded", "request too big")
+                self._refuse(link, delivery, MessageSizeExceeded("request too big"))
             return
         payload = link.recv(delivery.pending) or b""
         link.advance()
@@ -233,7 +234,7 @@ class ManagementNode(Handler):
         try:
             message.decode(payload)
         except Exception as error:
-            self._refuse(link, None, "amqp:decode-error", f"cannot decode the request: {error}")
+            self._refuse(link, None, DecodeError(f"cannot decode the request: {error}"))
             return
         connection = pair.session.connection
         limit = connection.waiting.limit
@@ -356,8 +357,7 @@ class ManagementNode(Handler):
                 requests.flow(grant)
 
     @staticmethod
-    def _refuse(link: Link, delivery: Delivery | None, condition: str, description: str) -> None:
+    def _refuse(link: Link, delivery: Delivery | None, error: AmqpError) -> None:
         if delivery is not None:
             delivery.settle()
-        link.condition = Condition(condition, description)
-        link.close()
+        close(link, error)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from sluicegate.gateway.management.encoding import encode_reply_value
-from sluicegate.wire.codec import encode_compound
+from sluicegate.wire.encoding import encode_compound
 
 # How deep the count follows lists and maps: a reply's own structure (a page's map, its list
 # of items, each item's map). What lies deeper is one element's, bounded as it came in.

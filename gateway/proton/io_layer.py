@@ -7,7 +7,7 @@
 - Sessions with something new to send are pumped before the reactor blocks in ``select``.
 - A connection whose account is over its limit, or which the memory budget holds, is not read
   (gateway/reading.py); bytes read from a publishing connection are charged to the budget as
-  they are read (session/inbound.py).
+  they are read (session/inbound_flow.py).
 - Until its SASL exchange is done, and for its lifetime under TLS, a connection's bytes pass
   through its gate (gateway/gate.py), read within the same bounds per pass.
 - The reactor waits in epoll (:mod:`gateway.selector`), not select(): no limit of 1,024 sockets.
@@ -157,7 +157,7 @@ class FlowIO(IOHandler):
                 feed(state, transport, data)
             left -= len(data)
             if state is not None:
-                # Charged before proton's events are handled: see session/inbound.py.
+                # Charged before proton's events are handled: see session/inbound_flow.py.
                 publishing.charge_read(state, len(data))
             if transport.frames_input - frames_before >= READ_FRAMES:
                 break
@@ -278,9 +278,6 @@ class FlowIO(IOHandler):
         self._after_gate(selectable, gate, transport)
 
     def _after_gate(self, selectable: Selectable, gate: Gate, transport: Transport | None) -> None:
-        state: ConnectionState | None = getattr(selectable, "sg", None)
-        if state is not None and state.user is None:
-            state.user = gate.sasl.user
         if gate.closing and not gate.output:
             if transport is not None:
                 transport.close_tail()

@@ -24,7 +24,7 @@ from cproton import (
     pn_event_delivery,
     pn_event_type,
 )
-from proton import Event
+from proton import Event, Handler
 from proton.reactor import Container
 
 from sluicegate.gateway.broker import Broker
@@ -36,8 +36,10 @@ _NULL: Final = ffi.NULL
 class BrokerContainer(Container):
     """A ``Container`` whose event loop hands deliveries to the broker directly."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, io: Handler) -> None:
         super().__init__(broker)
+        # Proton's reactor makes its own IO handler; the setter is its public way to replace it.
+        self.global_handler = io
         self._broker = broker
 
     def process(self) -> bool:

@@ -41,7 +41,7 @@ from sluicegate.queues.filters.view import (
 )
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
-from sluicegate.wire.codec import Value
+from sluicegate.wire.amqp_types import Value
 
 # A node's call is some 0.1-0.2 us and a budget unit some 2 us (queues.filters.budget).
 NODES_PER_UNIT: Final = 16

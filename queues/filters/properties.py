@@ -20,7 +20,7 @@ from sluicegate.queues.errors import InvalidFilter
 from sluicegate.queues.filters.expression import is_number
 from sluicegate.queues.filters.view import APPLICATION_PART, PROPERTIES_PART, ViewCache
 from sluicegate.queues.message import Message
-from sluicegate.wire.codec import Value
+from sluicegate.wire.amqp_types import Value
 
 PROPERTIES_FILTER: Final = 0x173
 APPLICATION_PROPERTIES_FILTER: Final = 0x174

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluicegate.queues.message import Message
+from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.annotations import X_STREAM_FILTER_VALUE, filter_value_of
-from sluicegate.wire.codec import Value, decode, skip
+from sluicegate.wire.decoding import decode, skip
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,
@@ -95,7 +96,7 @@ class FilterView:
         decoded = 0
         try:
             if wanted & HEADER_PART:
-                header = message.header
+                header = message.read_header()
                 self.durable = header.durable
                 self.priority = header.priority
             if wanted & ~HEADER_PART:

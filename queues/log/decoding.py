@@ -41,7 +41,7 @@ from sluicegate.queues.log.records import (
     SegmentsDeleted,
     SegmentStart,
 )
-from sluicegate.wire.codec import decode
+from sluicegate.wire.decoding import decode
 from sluicegate.wire.errors import DecodeError
 
 

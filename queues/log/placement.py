@@ -43,7 +43,8 @@ class WriteBatch:
 
 
 class Placement:
-    """The log's end as the reactor thread sees it: the active segment, its offset, the batch.
+    """The log's end as the reactor thread sees it: the active segment, its offset, the batch,
+    and the id the next message logged gets (every segment's header names it).
 
     ``snapshot`` gives the records every segment starts with after its header (the topology
     and the delivery counts), so that compaction may delete any older segment.
@@ -54,7 +55,7 @@ class Placement:
         segment: int,
         segment_size: int,
         ledger: SegmentLedger,
-        next_id: Callable[[], int],
+        next_id: int,
         snapshot: Callable[[], list[bytes]],
     ) -> None:
         if not 0 < segment_size <= MAX_SEGMENT_SIZE:
@@ -62,7 +63,7 @@ class Placement:
         self.segment = segment
         self.segment_size = segment_size
         self.ledger = ledger
-        self._next_id = next_id
+        self.next_id = next_id
         self._snapshot = snapshot
         self.offset = 0
         self._snapshot_end = 0
@@ -111,7 +112,7 @@ class Placement:
         self.offset = 0
         older = self.ledger.segments
         self.ledger.open_segment(self.segment)
-        records = [encode_segment_start(self.segment, self._next_id(), older)]
+        records = [encode_segment_start(self.segment, self.next_id, older)]
         records += self._snapshot()
         for record in records:
             self._place([record], len(record))

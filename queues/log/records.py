@@ -24,7 +24,8 @@ from array import array
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from sluicegate.wire.codec import Value, encode
+from sluicegate.wire.amqp_types import Value
+from sluicegate.wire.encoding import encode
 
 RECORD_HEAD = struct.Struct(">IIB")
 HEADER_SIZE: Final = RECORD_HEAD.size

@@ -33,7 +33,8 @@ from sluicegate.queues.log.records import (
     SegmentsDeleted,
     SegmentStart,
 )
-from sluicegate.wire.codec import Value, encode_canonical
+from sluicegate.wire.amqp_types import Value
+from sluicegate.wire.encoding import encode_canonical
 from sluicegate.wire.errors import DecodeError
 
 

@@ -4,8 +4,9 @@ Opening the store replays the log (:mod:`queues.log.recovery`): a torn tail is c
 in :attr:`MessageStore.recovered`), anything else unreadable refuses with
 :class:`~queues.log.damage.LogDamaged` unless the store is opened to repair it. Then the store
 places records (:mod:`queues.log.placement`): declarations, persistent messages (a body
-written once however many queues share it), and their state changes, buffered in order and
-placed when the batch is taken. Bodies are read back through :mod:`queues.log.bodies`.
+written once however many queues share it, :mod:`queues.log.enqueuing`), and their state
+changes, buffered in order and placed when the batch is taken. Bodies are read back through
+:mod:`queues.log.bodies`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from sluicegate.queues.log.bodies import DEFAULT_CACHE_BYTES, Bodies
 from sluicegate.queues.log.changes import StateChanges
 from sluicegate.queues.log.damage import LogDamaged
+from sluicegate.queues.log.enqueuing import Enqueuing
 from sluicegate.queues.log.ledger import SegmentLedger
 from sluicegate.queues.log.paged import DiskPage, LogPager
 from sluicegate.queues.log.placement import (
@@ -29,9 +31,7 @@ from sluicegate.queues.log.placement import (
 from sluicegate.queues.log.reading import PageReader
 from sluicegate.queues.log.records import (
     Arguments,
-    encode_enqueue_shared,
     encode_segments_deleted,
-    enqueue_prefix,
 )
 from sluicegate.queues.log.recovery import (
     BindingKey,
@@ -110,11 +110,7 @@ class MessageStore:
         remove_clean_shutdown(directory)
         self.ledger: SegmentLedger = recovery.ledger
         self.topology = LoggedTopology(self.recovered)
-        self.next_id = self.recovered.next_id
         self._changes = StateChanges()
-        # The last message enqueued: the next one with the same body object shares its body.
-        self._last: StoredMessage | None = None
-        self._last_body: bytes | None = None
         self.bodies = Bodies(SegmentReader(directory), cache_bytes)
         self.reader = PageReader(self, self.bodies, self.recovered)
         existing = list_segments(directory)
@@ -122,9 +118,12 @@ class MessageStore:
             (existing[-1] + 1) if existing else 1,
             segment_size,
             self.ledger,
-            lambda: self.next_id,
+            self.recovered.next_id,
             self._snapshot,
         )
+        self.enqueuing = Enqueuing(self, self.placement, self.ledger, self.bodies, self._changes)
+        # Log a persistent message (queues/log/enqueuing.py), bound once: it runs per message.
+        self.enqueue = self.enqueuing.enqueue
 
     @property
     def queues(self) -> dict[str, Arguments]:
@@ -135,6 +134,11 @@ class MessageStore:
     def exchanges(self) -> dict[str, ExchangeState]:
         """The durable exchanges."""
         return self.topology.exchanges
+
+    @property
+    def next_id(self) -> int:
+        """The id the next message logged gets."""
+        return self.placement.next_id
 
     @property
     def segment(self) -> int:
@@ -221,89 +225,6 @@ class MessageStore:
         return self.topology.snapshot() + self._changes.snapshot()
 
     # -- messages -------------------------------------------------------------------------
-
-    def enqueue(
-        self,
-        queue: str,
-        payload: bytes,
-        timestamp: int,
-        expires: int | None = None,
-        *,
-        exchange: str = "",
-        routing_key: str = "",
-        delivery_count: int = 0,
-    ) -> StoredMessage:
-        """Log a persistent message; it is durable once the batch holding it is written.
-
-        ``exchange`` and ``routing_key`` say how it was published; recovery gives them back,
-        with ``delivery_count``. The same ``payload`` object enqueued to several queues one
-        after another (a fan-out, a dead letter's copies) is written once: the later records
-        refer to the first one's body.
-        """
-        message_id = self.next_id
-        self.next_id += 1
-        placement = self.placement
-        holder = self._last
-        if holder is not None and payload is self._last_body and holder.segment == self.segment:
-            body = (holder.segment, holder.offset, holder.length)
-            record = encode_enqueue_shared(
-                message_id,
-                queue,
-                timestamp,
-                body,
-                expires,
-                exchange=exchange,
-                routing_key=routing_key,
-            )
-            segment, start = placement.append([record], roll=False)
-            holder.shared = True
-            message = StoredMessage(
-                self,
-                queue,
-                message_id,
-                segment,
-                (start, start + len(record)),
-                (holder.offset, holder.length),
-                timestamp,
-                expires=expires,
-                exchange=exchange,
-                routing_key=routing_key,
-                shared=True,
-                delivery_count=delivery_count,
-            )
-        else:
-            prefix = enqueue_prefix(
-                message_id,
-                queue,
-                timestamp,
-                payload,
-                expires,
-                exchange=exchange,
-                routing_key=routing_key,
-            )
-            segment, start = placement.append([prefix, payload])
-            offset = start + len(prefix)
-            message = StoredMessage(
-                self,
-                queue,
-                message_id,
-                segment,
-                (start, offset + len(payload)),
-                (offset, len(payload)),
-                timestamp,
-                expires=expires,
-                exchange=exchange,
-                routing_key=routing_key,
-                delivery_count=delivery_count,
-            )
-            self._last = message
-            self._last_body = payload
-        self.ledger.enqueued(segment)
-        self.bodies.hold(message, payload)
-        placement.batch.messages.append(message)
-        if delivery_count:
-            self._count_failure(message)
-        return message
 
     def pager(self, queue: str) -> Pager:
         """Pages for the durable queue ``queue``: its backlog beyond the resident messages."""
@@ -420,27 +341,9 @@ class MessageStore:
         self._changes.count(message.message_id, message.segment, message.delivery_count)
 
     def _relog(self, message: StoredMessage) -> None:
-        body = message.pinned if message.pinned is not None else self.body(message)
-        fresh = self.enqueue(
-            message.queue,
-            body,
-            message.timestamp,
-            message.expires,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-            delivery_count=message.delivery_count,
+        self.enqueuing.relog(
+            message, message.pinned if message.pinned is not None else self.body(message)
         )
-        message.message_id = fresh.message_id
-        message.segment = fresh.segment
-        message.record, message.record_end = fresh.record, fresh.record_end
-        message.offset = fresh.offset
-        message.shared = fresh.shared
-        message.archived = False
-        message.pinned = None
-        self.placement.batch.messages[-1] = message
-        self.bodies.hold(message, body)
-        if self._last is fresh:
-            self._last = message
 
     def body(self, message: StoredMessage) -> bytes:
         """A message's stored bytes: from memory if not yet written or cached, else the disk."""
@@ -465,7 +368,7 @@ class MessageStore:
         recovery tells a segment compaction deleted from one that went missing.
         """
         self._changes.place(self.placement, self.ledger)
-        self._last = self._last_body = None
+        self.enqueuing.batch_taken()
         placement = self.placement
         deletions = self.ledger.collect(placement.segment)
         if deletions:

@@ -30,7 +30,7 @@ from sluicegate.gateway.rules.definitions import (
     ExchangeDefinition,
     QueueDefinition,
 )
-from sluicegate.wire.codec import MAX_DEPTH
+from sluicegate.wire.decoding import MAX_DEPTH
 
 _DLX = {"x-dead-letter-exchange": "dlx"}
 _QUEUES = (

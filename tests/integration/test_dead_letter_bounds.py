@@ -68,7 +68,7 @@ def test_a_ttl_0_loop_after_one_rejection_is_dropped_while_others_are_served(
         # Released with no consumer left: dl-b expires it, and back in dl-a it would close a
         # loop of expiries only (dl-a, then dl-b): it is dropped.
         receiver.close()  # type: ignore[no-untyped-call]
-        wait_until(lambda: running.call(lambda: registry.dead_letters_dropped) == 1)
+        wait_until(lambda: running.call(lambda: registry.dead_letter_router.dropped) == 1)
         counted = running.call(
             lambda: [registry.queue(q).statistics().dead_lettered for q in ("dl-a", "dl-b")]
         )

@@ -294,7 +294,7 @@ def test_recovered_messages_dead_letter_by_the_routing_key_they_were_published_w
             "orders",
             ("us.nyc",),
         )
-        assert running.server.registry.dead_letters_dropped == 0
+        assert running.server.registry.dead_letter_router.dropped == 0
     finally:
         running.stop()
 
@@ -381,7 +381,7 @@ def test_dead_lettered_persistent_messages_survive_a_restart_with_their_deaths(
             assert (death[symbol("queue")], death[symbol("reason")]) == expected
             assert death[symbol("count")] == 1
             assert annotations[symbol("x-first-death-queue")] == expected[0]
-        assert running.server.registry.dead_letters_dropped == 0
+        assert running.server.registry.dead_letter_router.dropped == 0
     finally:
         running.stop()
 

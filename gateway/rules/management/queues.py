@@ -27,7 +27,7 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueInfo, QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import is_reply_to
-from sluicegate.wire.codec import UInt, ULong, Utf8Array
+from sluicegate.wire.amqp_types import UInt, ULong, Utf8Array
 
 
 class QueueRoutes:

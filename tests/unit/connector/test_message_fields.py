@@ -14,8 +14,8 @@ from proton import Message, byte, char, decimal128, float32, int32, short, symbo
 
 from sluicegate.spark.message_encoding import encode_message
 from sluicegate.spark.message_fields import read_fields
+from sluicegate.wire.amqp_types import Byte, Float32, Int, Short, Symbol, Timestamp
 from sluicegate.wire.annotations import stamp_stream_offset
-from sluicegate.wire.codec import Byte, Float32, Int, Short, Symbol, Timestamp
 from sluicegate.wire.errors import DecodeError
 
 _LONGS = st.integers(-(2**63), 2**63 - 1)

@@ -18,8 +18,9 @@ from sluicegate.spark import message_annotations, message_fields
 from sluicegate.spark.field_columns import COLUMN_FIELDS, FieldColumns
 from sluicegate.spark.message_encoding import encode_message
 from sluicegate.spark.message_fields import MessageFields, read_fields
+from sluicegate.wire.amqp_types import Described, Symbol, Timestamp
 from sluicegate.wire.annotations import stamp_stream_offset
-from sluicegate.wire.codec import Described, Symbol, Timestamp, encode_value
+from sluicegate.wire.encoding import encode_value
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, Header, encode_header, sections
 

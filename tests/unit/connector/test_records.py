@@ -13,8 +13,8 @@ from sluicegate.spark.message_encoding import encode_message
 from sluicegate.spark.message_fields import read_fields
 from sluicegate.spark.records import COLUMNS, BatchBuilder
 from sluicegate.spark.variant import encode_object
+from sluicegate.wire.amqp_types import Int, Symbol, Timestamp
 from sluicegate.wire.annotations import stamp_stream_offset
-from sluicegate.wire.codec import Int, Symbol, Timestamp
 
 # The annotations the gateway stores a message with.
 _ROUTED: dict[Symbol, object] = {Symbol("x-exchange"): "", Symbol("x-routing-key"): "k"}

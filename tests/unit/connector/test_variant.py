@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyspark.sql.variant_utils import VariantUtils as _VariantUtils
 
 from sluicegate.spark.variant import decode_variant, encode_object, encode_string_objects
-from sluicegate.wire.codec import Byte, Float32, Int, Short, Symbol, Timestamp
+from sluicegate.wire.amqp_types import Byte, Float32, Int, Short, Symbol, Timestamp
 
 # PySpark annotates its reader as returning a str; it returns Python values.
 VariantUtils: Any = _VariantUtils

@@ -10,7 +10,7 @@ from proton import UNDESCRIBED, Array, Data, DataException, Message, symbol, tim
 from sluicegate.gateway.management.encoding import encode_reply_value
 from sluicegate.gateway.management.node import encode_reply
 from sluicegate.gateway.rules.management.requests import Response
-from sluicegate.wire.codec import UInt, ULong
+from sluicegate.wire.amqp_types import UInt, ULong
 
 
 def _decoded(encoded: bytes) -> object:

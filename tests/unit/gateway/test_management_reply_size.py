@@ -8,7 +8,7 @@ from sluicegate.gateway.management.encoding import encode_reply_value
 from sluicegate.gateway.management.node import encode_reply
 from sluicegate.gateway.management.reply_size import ReplyTooLarge, encode_within
 from sluicegate.gateway.rules.management.requests import Response
-from sluicegate.wire.codec import UInt, ULong
+from sluicegate.wire.amqp_types import UInt, ULong
 
 _QUEUE = {
     "name": "q",

@@ -22,7 +22,8 @@ from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.paging import Page, append_in_memory
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.envelope import read_envelope
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import Header, encode_header, read_header

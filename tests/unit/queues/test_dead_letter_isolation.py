@@ -13,8 +13,10 @@ from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import DEAD_LETTER_FAILED, Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.wire.codec import MAX_DEPTH, Described, Symbol, Value, encode
+from sluicegate.wire.amqp_types import Described, Symbol, Value
 from sluicegate.wire.deaths import deaths_of
+from sluicegate.wire.decoding import MAX_DEPTH
+from sluicegate.wire.encoding import encode
 
 _NOW = 1_000_000
 _TTL = 100

@@ -16,8 +16,9 @@ from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.deaths import Death, deaths_of, is_cycle, record_death
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import AmqpError
 
 _BODY = encode(Described(0x77, "m"))
@@ -84,7 +85,7 @@ def test_a_ttl_0_loop_after_one_rejection_ends_in_a_few_bounded_passes() -> None
     # rejection came before it expired there): dropped.
     assert passes == 2
     assert sum(s.ready for s in registry.statistics()) == 0
-    assert registry.dead_letters_dropped == 1
+    assert registry.dead_letter_router.dropped == 1
 
 
 def test_a_rejection_in_the_loop_keeps_the_message_going_one_pass_at_a_time() -> None:

@@ -7,7 +7,8 @@ from sluicegate.queues.delayed_returns import DELAYED_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, Outcome
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.wire.codec import Described, Symbol, Timestamp, encode
+from sluicegate.wire.amqp_types import Described, Symbol, Timestamp
+from sluicegate.wire.encoding import encode
 
 START = 1_000_000
 

@@ -11,7 +11,8 @@ from support.examples import examples
 from sluicegate.queues.errors import NotFound, PreconditionFailed
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import AccessRefused, QueueRegistry
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import DecodeError
 
 

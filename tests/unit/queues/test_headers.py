@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.headers import NULL, comparable, headers_match, routing_headers
-from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.amqp_types import Described, Symbol
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import DecodeError
 
 # Values a header or a binding argument can hold: the simple types and a compound one.

@@ -16,7 +16,8 @@ from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerKey, ConsumerOptions, LockExpired, Outcome
-from sluicegate.wire.codec import Described, Symbol, Value, encode
+from sluicegate.wire.amqp_types import Described, Symbol, Value
+from sluicegate.wire.encoding import encode
 
 _PROPERTIES_PREFIX = b"\x00\x53\x73"
 _APPLICATION_PREFIX = b"\x00\x53\x74"

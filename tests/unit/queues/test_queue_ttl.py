@@ -16,7 +16,8 @@ from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 
 EXPIRES = 300
 START = 1_000

@@ -11,8 +11,10 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, Outcome
 from sluicegate.queues.quorum import DEAD_LETTER_RETRY_MS, KEPT_LETTER_OVERHEAD, QuorumQueue
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.amqp_types import Described, Symbol, Value
 from sluicegate.wire.annotations import annotations_offset
-from sluicegate.wire.codec import Described, Symbol, Value, decode, encode
+from sluicegate.wire.decoding import decode
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import read_header
 
 
@@ -251,7 +253,7 @@ def test_at_least_once_dead_letters_are_sent_again_until_a_queue_takes_them() ->
     queue.settle("c", [message.seq], Outcome.REJECTED, False)
     # The dead-letter exchange does not exist yet: the letter is kept, not dropped.
     assert registry.route_dead_letters() == []
-    assert registry.dead_letters_dropped == 0
+    assert registry.dead_letter_router.dropped == 0
     # Kept letters count against the length limit: one kept and one ready fill it.
     queue.enqueue(_message("second"))
     with pytest.raises(ResourceLimitExceeded):

@@ -8,8 +8,10 @@ import pytest
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.amqp_types import Described, Symbol, Value
 from sluicegate.wire.annotations import merge_annotations
-from sluicegate.wire.codec import Described, Symbol, Value, decode, encode
+from sluicegate.wire.decoding import decode
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.redelivery_counts import redelivery_annotations, with_redelivery_counts
 from sluicegate.wire.sections import read_header
 

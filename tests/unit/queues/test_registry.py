@@ -15,8 +15,9 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome, QueueType
 from sluicegate.queues.registry import AccessRefused, QueueRegistry
 from sluicegate.queues.topic_trie import TopicTrie
-from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.deaths import deaths_of
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, sections
 
 
@@ -276,7 +277,7 @@ def test_expiry_cycle_is_dropped() -> None:
         clock.now = step * 20
         registry.expire()
         registry.route_dead_letters()
-    assert registry.dead_letters_dropped == 1
+    assert registry.dead_letter_router.dropped == 1
     assert sum(s.ready for s in registry.statistics()) == 0
 
 

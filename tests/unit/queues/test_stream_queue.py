@@ -10,8 +10,9 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Outcome
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue, parse_max_age
+from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.annotations import read_stream_offset, stamp_stream_offset
-from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import sections
 
 _BODY = encode(Described(0x77, "the body, never decoded"))

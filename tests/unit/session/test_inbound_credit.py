@@ -26,21 +26,25 @@ from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
 from sluicegate.session.inbound import (
     DROP,
-    RELEASE,
     RESUME,
     SETTLE,
     CloseConnection,
     CloseLink,
+    Inbound,
+    Unconfirmed,
+)
+from sluicegate.session.inbound_flow import (
+    RELEASE,
     Flushed,
     Hold,
-    Inbound,
     InboundFlow,
     InboundLimits,
-    Unconfirmed,
+    PublishingConnection,
 )
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 
 # -- publisher link credit ---------------------------------------------------------------
 
@@ -207,9 +211,9 @@ def _nothing(link: IncomingLink) -> int:
 
 def test_a_delivery_takes_its_credit_with_its_first_frame_and_is_charged_as_it_arrives() -> None:
     flow = _flow()
-    inbound = flow.connection(Account())
-    link, credit = inbound.attach()
-    assert credit == 4
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
+    assert link.credit == 4
     assert inbound.frame(link, 300) is None
     assert inbound.frame(link, 700) is None
     assert (link.credit, link.unfinished, inbound.unfinished, flow.budget.unfinished) == (
@@ -226,18 +230,18 @@ def test_a_delivery_takes_its_credit_with_its_first_frame_and_is_charged_as_it_a
 
 def test_unfinished_bytes_are_capped_per_delivery_and_per_connection() -> None:
     flow = _flow()
-    inbound = flow.connection(Account())
-    first, _ = inbound.attach()
-    second, _ = inbound.attach()
+    inbound = Inbound(flow, Account())
+    first = inbound.attach()
+    second = inbound.attach()
     refusal = inbound.frame(first, 1001)
     assert isinstance(refusal, CloseLink)
-    assert refusal.condition == "amqp:link:message-size-exceeded"
+    assert refusal.error.condition == "amqp:link:message-size-exceeded"
     assert (first.unfinished, flow.budget.unfinished) == (0, 0)
-    third, _ = inbound.attach()
+    third = inbound.attach()
     assert inbound.frame(second, 900) is None
     refusal = inbound.frame(third, 601)
     assert isinstance(refusal, CloseConnection)
-    assert refusal.condition == "amqp:resource-limit-exceeded"
+    assert refusal.error.condition == "amqp:resource-limit-exceeded"
     inbound.release()
     assert flow.budget.unfinished == 0
     assert not flow.arriving
@@ -251,8 +255,8 @@ TOTAL_LIMITS = InboundLimits(
 
 def test_unfinished_bytes_of_all_connections_are_capped_the_oldest_read_the_new_released() -> None:
     flow = InboundFlow(MemoryBudget(10_000), TOTAL_LIMITS)
-    inbounds = [flow.connection(Account()) for _ in range(4)]
-    links = [inbound.attach()[0] for inbound in inbounds]
+    inbounds = [Inbound(flow, Account()) for _ in range(4)]
+    links = [inbound.attach() for inbound in inbounds]
     assert inbounds[0].frame(links[0], 900) is None
     assert inbounds[1].frame(links[1], 900) is None
     # The third delivery takes the bytes to the cap: every arriving connection but the oldest
@@ -282,15 +286,15 @@ def test_unfinished_bytes_of_all_connections_are_capped_the_oldest_read_the_new_
     assert inbounds[3].frame(links[3], 500) is None
 
 
-def _closed(out: Flushed | None) -> list[Inbound]:
+def _closed(out: Flushed | None) -> list[PublishingConnection]:
     return [] if out is None else out.close
 
 
 def test_the_oldest_delivery_that_keeps_the_cap_full_without_progress_is_closed() -> None:
     limits = InboundLimits(4, 1000, 1500, max_unfinished_total=1000, unfinished_timeout=60.0)
     flow = InboundFlow(MemoryBudget(10_000), limits)
-    stuck, slow, other = (flow.connection(Account()) for _ in range(3))
-    links = [inbound.attach()[0] for inbound in (stuck, slow, other)]
+    stuck, slow, other = (Inbound(flow, Account()) for _ in range(3))
+    links = [inbound.attach() for inbound in (stuck, slow, other)]
     assert stuck.frame(links[0], 600) is None
     assert isinstance(slow.frame(links[1], 500), Hold)
     assert _closed(flow.flush(0, 0, _nothing, now=100.0)) == []
@@ -312,8 +316,8 @@ def test_the_oldest_delivery_that_keeps_the_cap_full_without_progress_is_closed(
 
 def test_reads_of_arriving_connections_are_charged_to_the_cap_as_they_are_read() -> None:
     flow = InboundFlow(MemoryBudget(10_000), TOTAL_LIMITS)
-    inbounds = [flow.connection(Account()) for _ in range(3)]
-    links = [inbound.attach()[0] for inbound in inbounds]
+    inbounds = [Inbound(flow, Account()) for _ in range(3)]
+    links = [inbound.attach() for inbound in inbounds]
     for inbound, link in zip(inbounds, links, strict=True):
         assert inbound.frame(link, 500) is None
     assert flow.charge_read(inbounds[1], 400) == []
@@ -325,7 +329,7 @@ def test_reads_of_arriving_connections_are_charged_to_the_cap_as_they_are_read()
 def test_the_read_that_reaches_the_ceiling_holds_every_publisher_at_once() -> None:
     budget = MemoryBudget(8000)
     flow = InboundFlow(budget, LIMITS)
-    inbounds = [flow.connection(Account()) for _ in range(3)]
+    inbounds = [Inbound(flow, Account()) for _ in range(3)]
     for inbound in inbounds:
         inbound.attach()
     assert set(flow.charge_read(inbounds[0], 8000)) == set(inbounds)
@@ -337,20 +341,20 @@ def test_the_read_that_reaches_the_ceiling_holds_every_publisher_at_once() -> No
 
 def test_a_transfer_without_credit_closes_its_link_even_mid_delivery() -> None:
     flow = _flow()
-    inbound = flow.connection(Account())
-    link, _ = inbound.attach()
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
     for _ in range(4):
         assert inbound.receive(link, 10, aborted=False) is None
     refusal = inbound.frame(link, 10)
     assert isinstance(refusal, CloseLink)
-    assert refusal.condition == "amqp:link:transfer-limit-exceeded"
+    assert refusal.error.condition == "amqp:link:transfer-limit-exceeded"
     assert flow.budget.unfinished == 0
 
 
 def test_an_aborted_delivery_used_its_credit_and_is_dropped() -> None:
     flow = _flow()
-    inbound = flow.connection(Account())
-    link, _ = inbound.attach()
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
     assert inbound.frame(link, 500) is None
     assert inbound.receive(link, 600, aborted=True) is DROP
     assert (link.credit, link.unconfirmed, link.unfinished) == (3, 0, 0)
@@ -358,8 +362,8 @@ def test_an_aborted_delivery_used_its_credit_and_is_dropped() -> None:
 
 def test_the_last_copy_settles_and_a_rejection_wins() -> None:
     flow = _flow()
-    inbound = flow.connection(Account(limit=3))
-    link, _ = inbound.attach()
+    inbound = Inbound(flow, Account(limit=3))
+    link = inbound.attach()
     assert inbound.receive(link, 10, aborted=False) is None
     pending, pause = inbound.route(link, "token", 3)
     assert pause, "three copies reach the account's limit of 3"
@@ -374,8 +378,8 @@ def test_the_last_copy_settles_and_a_rejection_wins() -> None:
 
 def test_renewals_are_backed_by_the_budgets_headroom() -> None:
     flow = _flow(budget=10_000)
-    inbound = flow.connection(Account())
-    link, _ = inbound.attach()
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
     for _ in range(4):
         assert inbound.receive(link, 900, aborted=False) is None
         pending, _ = inbound.route(link, None, 1)
@@ -388,10 +392,10 @@ def test_renewals_are_backed_by_the_budgets_headroom() -> None:
 
 def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_on() -> None:
     flow = _flow(budget=10_000)
-    greedy = flow.connection(Account())
-    modest = flow.connection(Account())
-    hoarder, _ = greedy.attach()
-    prober, _ = modest.attach()
+    greedy = Inbound(flow, Account())
+    modest = Inbound(flow, Account())
+    hoarder = greedy.attach()
+    prober = modest.attach()
     weights = {hoarder: 10_000, prober: 0}
     out = flow.flush(10_000, 0, weights.__getitem__)
     assert flow.budget.blocked
@@ -420,11 +424,11 @@ def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_
 
 def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arriving() -> None:
     flow = _flow(budget=10_000)
-    first = flow.connection(Account())
-    second = flow.connection(Account())
-    consumer = flow.connection(Account())
-    one, _ = first.attach()
-    two, _ = second.attach()
+    first = Inbound(flow, Account())
+    second = Inbound(flow, Account())
+    consumer = Inbound(flow, Account())
+    one = first.attach()
+    two = second.attach()
     assert second.frame(two, 500) is None
     assert first.frame(one, 500) is None
     assert flow.charge_read(consumer, 20_000) == [], "a consumer's reads are never charged"
@@ -497,10 +501,11 @@ class InboundMachine(RuleBasedStateMachine):
         for i, queue in enumerate(self.queues):
             queue.attach(i, ack_required=True)
         self.flow = InboundFlow(MemoryBudget(BUDGET), MACHINE_LIMITS)
-        self.connections = [self.flow.connection(Account(ACCOUNT_LIMIT)) for _ in range(2)]
+        self.connections = [Inbound(self.flow, Account(ACCOUNT_LIMIT)) for _ in range(2)]
         self.publishers: list[Publisher] = []
         for connection, queues in routes:
-            link, credit = self.connections[connection].attach()
+            link = self.connections[connection].attach()
+            credit = link.credit
             self.publishers.append(Publisher(connection, link, queues, credit))
         self.unstored: list[Copy] = []
         self.next_message = 0
@@ -566,7 +571,7 @@ class InboundMachine(RuleBasedStateMachine):
             inbound.release()
             return
         assert isinstance(refusal, CloseLink)
-        assert refusal.condition == "amqp:link:message-size-exceeded"
+        assert refusal.error.condition == "amqp:link:message-size-exceeded"
         publisher.closed = True
         inbound.detach(publisher.link)
 
@@ -689,8 +694,8 @@ TestInboundMachine = InboundMachine.TestCase
 
 def test_a_held_connection_whose_last_publisher_detaches_is_read_again() -> None:
     flow = _flow(budget=1_000)
-    inbound = flow.connection(Account())
-    link, _ = inbound.attach()
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
     out = flow.flush(1_000, 0, lambda _: 1_000)
     assert out is not None
     assert out.pause == [inbound]

@@ -25,7 +25,8 @@ from sluicegate.session.outbound import (
     route,
 )
 from sluicegate.session.outgoing_link import CreditReq, OutgoingLink, granted_credit
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import read_header
 from sluicegate.wire.serial import SERIAL_MASK, serial_add
 from sluicegate.writer.writer import Writer

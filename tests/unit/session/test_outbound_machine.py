@@ -22,7 +22,8 @@ from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch, Out
 from sluicegate.session.outbound import Action, LinkFlow, Session, TransferPart, resume, route
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.waiting import WAITING_DELIVERY_COST, Waiting
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.serial import serial_diff
 from sluicegate.writer.writer import Writer
 

@@ -13,10 +13,19 @@ from sluicegate.wire.annotations import (
     annotations_offset,
     merge_annotations,
     modified_annotations,
+    routing_annotations,
     stamp_stream_offset,
-    with_routing_annotations,
 )
 from sluicegate.wire.errors import DecodeError
+
+
+def with_routing_annotations(payload: bytes, exchange: str, routing_key: str) -> bytes:
+    """``payload`` with RabbitMQ's routing annotations where :func:`annotations_offset` puts
+    them: the splice gateway/rules/routing.py makes at the envelope's ``annotations_at``."""
+    offset = annotations_offset(payload)
+    if offset is None:
+        return payload
+    return payload[:offset] + routing_annotations(exchange, routing_key) + payload[offset:]
 
 
 def _roundtrip(message: Message) -> Message:

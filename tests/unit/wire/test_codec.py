@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluicegate.wire.codec import (
+from sluicegate.wire.amqp_types import (
     Byte,
     Described,
     Encoded,
@@ -29,14 +29,9 @@ from sluicegate.wire.codec import (
     ULong,
     Utf8Array,
     Value,
-    decode,
-    encode,
-    encode_ubyte,
-    encode_uint,
-    encode_value,
-    scalar_map,
-    skip,
 )
+from sluicegate.wire.decoding import decode, scalar_map, skip
+from sluicegate.wire.encoding import encode, encode_ubyte, encode_uint, encode_value
 from sluicegate.wire.errors import DecodeError, EncodeError
 
 # -- strategies ----------------------------------------------------------------------------

@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 from proton import Message as ProtonMessage
 from proton import decimal32, decimal64, decimal128
 
+from sluicegate.wire.amqp_types import Described, Symbol, Value
 from sluicegate.wire.annotations import annotations_offset
-from sluicegate.wire.codec import MAX_DEPTH, Described, Symbol, Value, encode
+from sluicegate.wire.decoding import MAX_DEPTH
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.envelope import read_envelope
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import read_header

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluicegate.queues.message import Message
-from sluicegate.wire.codec import Described, Symbol, Value, encode
+from sluicegate.wire.amqp_types import Described, Symbol, Value
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import (
     APPLICATION_PROPERTIES,

@@ -10,7 +10,8 @@ from sluicegate.gateway.config import ConfigError, ServerConfig, load_config
 from sluicegate.gateway.rules.definitions import apply_definitions
 from sluicegate.queues.errors import NotFound
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 
 DEFINITIONS = """
 [[queues]]

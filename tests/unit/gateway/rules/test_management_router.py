@@ -18,7 +18,8 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
-from sluicegate.wire.codec import Described, UInt, ULong, encode
+from sluicegate.wire.amqp_types import Described, UInt, ULong
+from sluicegate.wire.encoding import encode
 
 QUEUE_INFO_KEYS = {
     "name",

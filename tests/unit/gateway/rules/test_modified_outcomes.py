@@ -8,8 +8,9 @@ import pytest
 from sluicegate.gateway.rules.modified_outcomes import ModifiedAnnotations, NoRoomForAnnotations
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.wire.amqp_types import Symbol
 from sluicegate.wire.annotations import AnnotationsTooLarge, InvalidAnnotations
-from sluicegate.wire.codec import Symbol, encode
+from sluicegate.wire.encoding import encode
 
 _LIMIT = 64 * 1024
 

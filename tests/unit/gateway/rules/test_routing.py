@@ -6,7 +6,8 @@ from sluicegate.gateway.rules.routing import Router
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.wire.codec import Described, Symbol, Timestamp, encode
+from sluicegate.wire.amqp_types import Described, Symbol, Timestamp
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, Header, encode_header, sections
 
 _BODY = encode(Described(0x77, "body"))

@@ -16,7 +16,8 @@ from sluicegate.queues.filters.selector import parse_selector
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, Dispatch
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 
 
 def _message(region: str, n: int) -> Message:

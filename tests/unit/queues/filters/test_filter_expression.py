@@ -13,7 +13,8 @@ from sluicegate.queues.filters.sql import parse_sql
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
-from sluicegate.wire.codec import Described, Value, encode
+from sluicegate.wire.amqp_types import Described, Value
+from sluicegate.wire.encoding import encode
 
 Known = bool | int | float | str | None
 

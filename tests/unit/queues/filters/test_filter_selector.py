@@ -11,7 +11,8 @@ from sluicegate.queues.filters.selector import parse_selector
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
-from sluicegate.wire.codec import Described, Value, encode
+from sluicegate.wire.amqp_types import Described, Value
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import Header, encode_header
 
 

@@ -12,7 +12,8 @@ from sluicegate.queues.filters.sql import parse_sql
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
-from sluicegate.wire.codec import Described, Symbol, Timestamp, Value, encode
+from sluicegate.wire.amqp_types import Described, Symbol, Timestamp, Value
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import Header, encode_header
 
 _NOW = 1_750_000_000_000

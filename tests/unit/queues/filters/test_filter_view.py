@@ -16,7 +16,8 @@ from sluicegate.queues.filters.view import (
 )
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, MessageFilter
-from sluicegate.wire.codec import Described, Symbol, Value, encode
+from sluicegate.wire.amqp_types import Described, Symbol, Value
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import Header, encode_header
 
 

@@ -27,7 +27,8 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, MessageFilter, OffsetSpec
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
-from sluicegate.wire.codec import Described, Symbol, Value, encode
+from sluicegate.wire.amqp_types import Described, Symbol, Value
+from sluicegate.wire.encoding import encode
 
 _FIRST = OffsetSpec("first")
 

@@ -14,9 +14,11 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.paging import RESIDENT_READY
 from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.wire.amqp_types import Described, Symbol, Value
 from sluicegate.wire.annotations import read_stream_offset
-from sluicegate.wire.codec import MAX_DEPTH, Described, Symbol, Value, encode
 from sluicegate.wire.deaths import deaths_of
+from sluicegate.wire.decoding import MAX_DEPTH
+from sluicegate.wire.encoding import encode
 
 
 def _persistent(body: str) -> bytes:

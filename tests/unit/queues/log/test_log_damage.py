@@ -24,7 +24,8 @@ from sluicegate.queues.log.segments import (
 )
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.log.stored import StoredMessage
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 
 # Small segments: 60 messages of ~230 bytes fill several of them.
 _SEGMENT = 2048

@@ -25,7 +25,8 @@ from sluicegate.queues.log.segments import SegmentWriter
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.log.stored import StoredMessage, acquire_all, archive_all
 from sluicegate.queues.message import ACQUIRED, ARCHIVED, Message
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import read_header
 
 # Small segments so that runs roll segments and compact them often.

@@ -37,7 +37,8 @@ from sluicegate.queues.log.records import (
     enqueue_prefix,
 )
 from sluicegate.queues.log.recovery import Recovery, binding_key
-from sluicegate.wire.codec import Symbol, encode
+from sluicegate.wire.amqp_types import Symbol
+from sluicegate.wire.encoding import encode
 
 
 def test_every_record_type_round_trips() -> None:

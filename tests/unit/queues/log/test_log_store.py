@@ -12,8 +12,9 @@ from sluicegate.queues.log.segments import SegmentWriter, list_segments, segment
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.log.stored import StoredMessage
 from sluicegate.queues.message import ACQUIRED, ARCHIVED
+from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.annotations import routing_annotations
-from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import read_header
 
 

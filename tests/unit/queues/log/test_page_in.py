@@ -12,7 +12,8 @@ from sluicegate.queues.log.recovery import LogCorrupted
 from sluicegate.queues.log.segments import SegmentWriter, segment_path
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.log.stored import StoredMessage
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import read_header
 
 # (exchange, routing key, expiry) of each message: runs of the same names, a change of

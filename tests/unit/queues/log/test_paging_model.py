@@ -24,7 +24,8 @@ from sluicegate.queues.log.segments import SegmentWriter
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import Header, encode_header
 
 # Small segments, so that pages end where segments roll and compaction runs.

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from sluicegate.queues.log.segments import SegmentWriter
 from sluicegate.queues.log.store import MessageStore, write_now
 from sluicegate.queues.message import Message
-from sluicegate.wire.codec import Described, Symbol, encode
+from sluicegate.wire.amqp_types import Described, Symbol
+from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import DEFAULT_HEADER, encode_header
 
 _BODY = encode(Described(0x77, "b" * 300))

@@ -16,8 +16,9 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
+from sluicegate.wire.amqp_types import Described
 from sluicegate.wire.annotations import read_stream_offset
-from sluicegate.wire.codec import Described, encode
+from sluicegate.wire.encoding import encode
 
 _NOW = 1_700_000_000_000
 

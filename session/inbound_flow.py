@@ -1,0 +1,327 @@
+"""The server-wide half of inbound flow control, free of IO: the memory budget's holds.
+
+Every publishing connection (its per-connection state is session/inbound.py's ``Inbound``)
+is weighed against the server's memory budget here. At the end of every batch of events
+:class:`InboundFlow` **flushes**: it takes the bytes held, decides who waits while the budget
+is exhausted (docs/inbound-flow-control.md), and renews the credit of links that may have more,
+each grant cut to what the budget's headroom backs. Bytes read from a publishing connection are
+charged at once, so one pass of the reactor over many connections cannot overshoot the budget
+by more than one read. Every method returns what the gateway must do; the gateway only
+applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final, Protocol, TypeAlias
+
+from sluicegate.session.incoming_link import IncomingLink
+from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
+
+# While blocked, the holds are decided again once the bytes held moved by this share of the
+# budget: often enough to follow consumers draining, rarely enough to stay O(1) per event.
+RECLASSIFY_SHARE: Final = 16
+
+
+class PublishingConnection(Protocol):
+    """What the budget reads and decides of one publishing connection (session/inbound.py's
+    ``Inbound``): named here so that the server-wide half does not import the per-connection
+    one."""
+
+    # The gateway's record of the connection, for the actions it is named in.
+    owner: object
+    links: set[IncomingLink]
+    # Bytes of its deliveries still arriving.
+    unfinished: int
+    # Whether the budget holds its reads.
+    budget_paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InboundLimits:
+    """The per-link and per-connection limits a publisher must keep."""
+
+    max_link_credit: int
+    max_message_size: int
+    # Bytes of unfinished (multi-frame) deliveries one connection may have at once.
+    max_unfinished_size: int
+    # Bytes of unfinished deliveries all connections may have together; None: only the budget.
+    max_unfinished_total: int | None = None
+    # Seconds the oldest of them may make no progress while they are at that cap; 0: forever.
+    unfinished_timeout: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Stop reading these connections: the server's unfinished deliveries are at their cap."""
+
+    connections: list[PublishingConnection]
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Settle the delivery ``released`` and store nothing; the link goes on (AMQP 1.0 §3.4.4).
+
+    A delivery that begins while the server's unfinished bytes are at their cap: holding it
+    would hold what its first read brought, once per connection; released, the client may send
+    it again later.
+    """
+
+
+RELEASE: Final = Release()
+# The bytes held by the queues a link publishes to (the gateway knows its targets).
+Weigh: TypeAlias = Callable[[IncomingLink], int]
+
+
+@dataclass(slots=True)
+class Flushed:
+    """What a flush asks of the gateway: FLOWs to send, connections to stop or start reading."""
+
+    grants: list[tuple[IncomingLink, int]] = field(default_factory=list)
+    pause: list[PublishingConnection] = field(default_factory=list)
+    resume: list[PublishingConnection] = field(default_factory=list)
+    # Connections to close: their delivery, the oldest, made no progress within the timeout.
+    close: list[PublishingConnection] = field(default_factory=list)
+
+
+class InboundFlow:
+    """Every connection's publishers against the server's memory budget.
+
+    While the budget is exhausted (used at or above its limit, until it is back at its low-water
+    mark), the links publishing to the queues that hold the budget are *held*: a link is held
+    when the bytes its queues hold are at least half the mean over all publishing links (the
+    gateway weighs them). Held links get no new credit, and a connection that still has credit
+    on a held link, or a delivery arriving, is not read. Every other publisher keeps its credit
+    renewals, backed by the margin above the limit up to ``ceiling``; at the ceiling no
+    publishing connection is read at all.
+
+    Bytes of deliveries still arriving are bytes no consumer can drain, so they have a cap of
+    their own, ``max_unfinished_total``, below the budget: from the moment they reach it until
+    they are back at 80 % of it, every connection with a delivery arriving is held, so that they
+    cannot take the budget's room from the publishers whose messages are consumed.
+
+    Whatever the case, the connection whose unfinished delivery is the oldest is always read, so
+    that multi-frame messages finish and the budget cannot be locked up by deliveries that wait
+    for each other. Connections without publishing links are never held: consumers keep
+    consuming, which is what brings the bytes down.
+    """
+
+    def __init__(self, budget: MemoryBudget, limits: InboundLimits) -> None:
+        self.budget = budget
+        self.limits = limits
+        self.connections: set[PublishingConnection] = set()
+        # Connections with a delivery arriving, oldest first (a dict keeps insertion order).
+        self.arriving: dict[PublishingConnection, None] = {}
+        # Links whose credit fell to half: renewed at the next flush.
+        self.renewals: set[IncomingLink] = set()
+        # The unfinished bytes reached max_unfinished_total and are not back at 80 % of it.
+        self.unfinished_full = False
+        total = limits.max_unfinished_total
+        self._unfinished_resume = None if total is None else int(total * DEFAULT_RESUME_RATIO)
+        # Bytes read since the last flush from connections with a delivery arriving.
+        self._unfinished_reading = 0
+        # While the cap is reached: the oldest arriving connection, its unfinished bytes, and
+        # since when they have not changed (its deadline is unfinished_timeout from then).
+        self.watched: PublishingConnection | None = None
+        self._watched_bytes = 0
+        self._watched_since = 0.0
+        # The holds were decided for the bytes held at this figure (None: to be decided).
+        self._classified_at: int | None = None
+        # They were decided with the bytes held at or above the ceiling.
+        self._over_ceiling = False
+        self._oldest: PublishingConnection | None = None
+
+    def join(self, publisher: PublishingConnection) -> None:
+        """A connection's inbound state, from its first publishing link on."""
+        self.connections.add(publisher)
+
+    def leave(self, publisher: PublishingConnection) -> None:
+        """The connection ended: nothing of it is held or watched any more."""
+        self.connections.discard(publisher)
+        if self.watched is publisher:
+            self.watched = None
+
+    def charge_read(self, inbound: PublishingConnection, nbytes: int) -> list[PublishingConnection]:
+        """Bytes were read from ``inbound``'s socket: connections whose reads pause now.
+
+        Only connections with publishing links are charged; the charge stands until the next
+        flush counts what the bytes became. The first read that exhausts the budget, or reaches
+        its ceiling, pauses every publishing connection but the oldest arriving one until the
+        flush decides; the first read that takes the unfinished bytes to their cap pauses every
+        connection with a delivery arriving but the oldest.
+        """
+        if not inbound.links:
+            return []
+        budget = self.budget
+        budget.reading += nbytes
+        hold = False
+        if inbound.unfinished:
+            self._unfinished_reading += nbytes
+            total = self.limits.max_unfinished_total
+            if (
+                total is not None
+                and not self.unfinished_full
+                and budget.unfinished + self._unfinished_reading >= total
+            ):
+                self.unfinished_full = hold = True
+        if budget.blocked:
+            if not self._over_ceiling and budget.current >= budget.ceiling:
+                self._over_ceiling = hold = True
+        elif budget.current >= budget.limit:
+            budget.block()
+            self._classified_at = None
+            hold = True
+        return self._hold().pause if hold else []
+
+    def unfinished_charged(
+        self, inbound: PublishingConnection, begins: bool
+    ) -> Hold | Release | None:
+        """A delivery of ``inbound`` grew (``begins``: it is new): apply the unfinished cap.
+
+        Reaching the cap holds every connection with a delivery arriving but the oldest; past
+        it, a delivery that begins is released and one that goes on holds its connection.
+        """
+        total = self.limits.max_unfinished_total
+        if total is None:
+            return None
+        if not self.unfinished_full:
+            if self.budget.unfinished < total:
+                return None
+            self.unfinished_full = True
+            return Hold(self._hold().pause)
+        if begins:
+            return RELEASE
+        if inbound.budget_paused or inbound is next(iter(self.arriving)):
+            return None
+        inbound.budget_paused = True
+        return Hold([inbound])
+
+    def flush(self, queued: int, outbound: int, weigh: Weigh, now: float = 0.0) -> Flushed | None:
+        """The end of a batch of events: take the bytes held, decide holds, renew credit, and
+        close the oldest arriving connection if it held the cap without progress too long."""
+        budget = self.budget
+        was_blocked = budget.blocked
+        budget.update(queued + outbound + budget.unfinished)
+        self._unfinished_reading = 0
+        moved = False
+        resume = self._unfinished_resume
+        if self.unfinished_full and resume is not None and budget.unfinished <= resume:
+            self.unfinished_full = False
+            moved = True
+        oldest = next(iter(self.arriving), None)
+        out: Flushed | None = None
+        if budget.blocked:
+            classified = self._classified_at
+            if (
+                classified is None
+                or not was_blocked
+                or oldest is not self._oldest
+                or (budget.used >= budget.ceiling) != self._over_ceiling
+                or abs(budget.used - classified) * RECLASSIFY_SHARE >= budget.limit
+            ):
+                out = self._classify(weigh)
+        elif was_blocked:
+            out = self._release()
+        if out is None and (moved or (self.unfinished_full and oldest is not self._oldest)):
+            out = self._hold()
+        self._oldest = oldest
+        if self._overdue(oldest, now):
+            assert oldest is not None
+            if out is None:
+                out = Flushed()
+            out.close.append(oldest)
+        renewals = self.renewals
+        if renewals:
+            if out is None:
+                out = Flushed()
+            self._renew(out.grants)
+        return out
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _overdue(self, oldest: PublishingConnection | None, now: float) -> bool:
+        """Whether ``oldest`` has kept the unfinished cap full without a byte for the timeout.
+
+        Checked at flushes, which others' traffic brings: a deadline that passes while nobody
+        else does anything hurts nobody until they do.
+        """
+        timeout = self.limits.unfinished_timeout
+        if not (timeout and self.unfinished_full and oldest is not None):
+            self.watched = None
+            return False
+        if oldest is not self.watched or oldest.unfinished != self._watched_bytes:
+            self.watched = oldest
+            self._watched_bytes = oldest.unfinished
+            self._watched_since = now
+            return False
+        if now - self._watched_since < timeout:
+            return False
+        self.watched = None
+        return True
+
+    def _classify(self, weigh: Weigh) -> Flushed:
+        """Decide again which links and connections the exhausted budget holds."""
+        budget = self.budget
+        self._classified_at = budget.used
+        self._over_ceiling = budget.used >= budget.ceiling
+        links = [link for inbound in self.connections for link in inbound.links]
+        weights = [weigh(link) for link in links]
+        positive = [weight for weight in weights if weight > 0]
+        mean = sum(positive) / len(positive) if positive else 0.0
+        for link, weight in zip(links, weights, strict=True):
+            was_held = link.held
+            link.held = mean > 0 and 2 * weight >= mean
+            if was_held and not link.held and link.wants_credit:
+                self.renewals.add(link)
+        return self._hold()
+
+    def _release(self) -> Flushed:
+        """The budget is back under its low-water mark: nobody is held for it any more."""
+        self._classified_at = None
+        self._over_ceiling = False
+        for inbound in self.connections:
+            for link in inbound.links:
+                link.held = False
+                if link.wants_credit:
+                    self.renewals.add(link)
+        return self._hold()
+
+    def _holds(self, inbound: PublishingConnection) -> bool:
+        """Whether the budget or the cap on unfinished bytes keeps ``inbound`` unread."""
+        if inbound.unfinished and self.unfinished_full:
+            return True
+        if not self.budget.blocked:
+            return False
+        return (
+            self._classified_at is None
+            or self._over_ceiling
+            or inbound.unfinished > 0
+            or any(link.held and link.credit > 0 for link in inbound.links)
+        )
+
+    def _hold(self) -> Flushed:
+        """Hold the publishing connections :meth:`_holds` names, but never the oldest arriving."""
+        out = Flushed()
+        oldest = next(iter(self.arriving), None)
+        for inbound in self.connections:
+            hold = bool(inbound.links) and inbound is not oldest and self._holds(inbound)
+            if hold != inbound.budget_paused:
+                inbound.budget_paused = hold
+                (out.pause if hold else out.resume).append(inbound)
+        return out
+
+    def _renew(self, grants: list[tuple[IncomingLink, int]]) -> None:
+        """Renew what the rule allows, each grant backed by the budget's headroom."""
+        budget = self.budget
+        blocked = budget.blocked
+        headroom = (budget.ceiling if blocked else budget.limit) - budget.current
+        renewals = self.renewals
+        while renewals:
+            link = renewals.pop()
+            if blocked and link.held:
+                continue  # renewed when the budget lets it go
+            grant = link.renew(headroom=headroom)
+            if grant:
+                grants.append((link, grant))
+                headroom -= grant * link.largest
