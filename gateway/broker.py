@@ -38,6 +38,7 @@ from sluicegate.gateway.expiry import ExpiryTimer
 from sluicegate.gateway.limits import AttachDataExceeded, SessionLimitExceeded
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
+from sluicegate.gateway.peers import Peers
 from sluicegate.gateway.proton.heap_trim import HeapTrimmer
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.publishing import Publishing
@@ -59,7 +60,11 @@ class Broker(Handler):
     """The server's reactor handler: every connection's endpoints and deliveries."""
 
     def __init__(
-        self, config: ServerConfig, tenancy: Tenancy, durability: Durability | None = None
+        self,
+        config: ServerConfig,
+        tenancy: Tenancy,
+        durability: Durability | None = None,
+        peers: Peers | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -141,6 +146,11 @@ class Broker(Handler):
         self.outbound_bytes = sending.outbound_bytes
         self.pending_bytes = sending.pending_bytes
         self.waiting = sending.waiting
+        # The other workers of a server of several (gateway/peers.py).
+        self.peers = peers
+        if peers is not None:
+            sending.held_for_peers = peers.held
+            self.publishing.channel_confirm = peers.confirmed
 
     def close_for_error(self, state: ConnectionState, condition: str, description: str) -> None:
         """Close a connection that broke a limit (gateway/connections.py)."""
@@ -232,4 +242,7 @@ class Broker(Handler):
         self.publishing.flush()
         self.modified_annotations.forget()
         sending.pump_marked()
+        if self.peers is not None:
+            # After the pump: the credit requests it made go out in this pass.
+            self.peers.flush(budget.blocked)
         self.trimmer.flush(total, time.monotonic())

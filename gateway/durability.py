@@ -13,8 +13,9 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TextIO, cast
+from typing import TYPE_CHECKING, Final, TextIO, TypeAlias, cast
 
 from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
 from sluicegate.gateway.rules.vhost_log import split_logged_name
@@ -32,6 +33,19 @@ log = logging.getLogger("sluicegate.log")
 # How long shutdown waits for the last batches before it gives up on a failing disk.
 STOP_TIMEOUT: Final = 10.0
 LOG_DIRECTORY: Final = "log"
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelPublish:
+    """A publish another worker sent over the channel (docs/workers.md): confirmed to it, by
+    ``peer`` and ``publish`` id, once stored, as a publisher's delivery is to its client."""
+
+    peer: int
+    publish: int
+
+
+# Who waits for a message to be stored: a publisher's delivery, or another worker's publish.
+Pending: TypeAlias = "Unconfirmed | ChannelPublish"
 
 
 class DataDirLocked(OSError):
@@ -68,9 +82,9 @@ class Durability:
                 torn.offset,
             )
         self.writer = LogWriter(directory, wakeup, self._committed, self._set_failing, fault)
-        self._waiting: list[Unconfirmed] = []
+        self._waiting: list[Pending] = []
         # The publish path's confirm step (gateway.publishing.Publishing.confirm).
-        self.confirm: Callable[[Unconfirmed], None] | None = None
+        self.confirm: Callable[[Pending], None] | None = None
         # True while the disk refuses writes: publishers to durable queues get no credit.
         self.failing = False
 
@@ -117,7 +131,7 @@ class Durability:
         """Start the writer thread."""
         self.writer.start()
 
-    def persist(self, queue: str, message: Message, pending: Unconfirmed) -> StoredMessage:
+    def persist(self, queue: str, message: Message, pending: Pending) -> StoredMessage:
         """Append a persistent message; ``pending`` is confirmed after the covering fsync."""
         stored = self.store.enqueue(
             queue,
@@ -150,7 +164,7 @@ class Durability:
         for batch, token in group:
             store.written(batch)
             if confirm is not None:
-                for pending in cast("list[Unconfirmed]", token):
+                for pending in cast("list[Pending]", token):
                     confirm(pending)
 
     def _set_failing(self, failing: bool) -> None:

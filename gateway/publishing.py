@@ -22,7 +22,7 @@ from proton import Condition, Delivery, Endpoint, Link, Receiver
 from sluicegate.gateway import reading
 from sluicegate.gateway.conditions import condition_of
 from sluicegate.gateway.config import ServerConfig
-from sluicegate.gateway.durability import Durability
+from sluicegate.gateway.durability import ChannelPublish, Durability, Pending
 from sluicegate.gateway.proton import deliveries
 from sluicegate.gateway.proton.deliveries import CDelivery
 from sluicegate.gateway.proton.internals import c_object
@@ -32,6 +32,7 @@ from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.channel.remote import RemoteQueue
 from sluicegate.session.inbound import (
     RESUME,
     SETTLE,
@@ -100,6 +101,10 @@ class Publishing:
         self.durability = durability
         if durability is not None:
             durability.confirm = self.confirm
+        # Confirms another worker's publish once stored (gateway/peers.py), with workers.
+        self.channel_confirm: Callable[[ChannelPublish, Outcome, AmqpError | None], None] = (
+            _no_channel
+        )
 
     # -- links ----------------------------------------------------------------------------
 
@@ -241,6 +246,11 @@ class Publishing:
         is stored once the log's fsync covers it: :class:`gateway.durability.Durability`
         confirms it then.
         """
+        if type(queue) is RemoteQueue:
+            # Stored by the worker that owns it; confirmed when it says so (docs/workers.md).
+            if not queue.publish(pending, message):
+                self.confirm(pending, Outcome.RELEASED)
+            return
         durability = self.durability
         link = cast(IncomingLinkState, pending.link.owner)
         if durability is not None and link.router.registry.persists(queue, message):
@@ -272,11 +282,14 @@ class Publishing:
 
     def confirm(
         self,
-        pending: Unconfirmed,
+        pending: Pending,
         outcome: Outcome = Outcome.ACCEPTED,
         error: AmqpError | None = None,
     ) -> None:
         """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``error``)."""
+        if isinstance(pending, ChannelPublish):
+            self.channel_confirm(pending, outcome, error)
+            return
         inbound = pending.inbound
         steps = inbound.confirm(pending, outcome, error)
         if steps & RESUME:
@@ -359,3 +372,8 @@ class Publishing:
         if not queues and state.target.queue is not None:
             queues = [state.target.queue]
         return sum(queue.statistics().ready_bytes for queue in queues)
+
+
+def _no_channel(pending: ChannelPublish, outcome: Outcome, error: AmqpError | None) -> None:
+    """A single server has no channels: nothing is ever published to it over one."""
+    raise AssertionError("a channel publish confirmed by a server without workers")
