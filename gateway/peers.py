@@ -80,7 +80,6 @@ class Peers:
 
     def __init__(self, spec: WorkerChannels, registries: Mapping[str, QueueRegistry]) -> None:
         self.spec = spec
-        self.index = spec.index
         self.homes = HomesFile(spec.root, spec.workers)
         # This worker's side of each channel, kept while the other worker restarts.
         self.remotes = {k: Remote(k) for k in range(spec.workers) if k != spec.index}

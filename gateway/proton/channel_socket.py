@@ -52,22 +52,16 @@ class ChannelSocket:
         self._receive = receive
         self._ended = ended
         self.output: deque[bytes | memoryview] = deque()
-        self.unwritten = 0
         self.closed = False
         self.paused = False
         self.selectable: Selectable = register(container, sock, self)
-        # Bytes read and written, for the share of the CPU spent crossing (bench/).
-        self.bytes_in = 0
-        self.bytes_out = 0
 
     def send(self, pieces: list[bytes]) -> None:
         """Queue a frame's pieces; :meth:`flush` writes them."""
         if not self.closed:
             # An empty piece (an empty table, an empty payload) would make a sendmsg of only
             # such pieces write nothing, and look like a full socket.
-            kept = [piece for piece in pieces if piece]
-            self.output.extend(kept)
-            self.unwritten += sum(len(piece) for piece in kept)
+            self.output.extend(piece for piece in pieces if piece)
 
     def flush(self) -> None:
         """Write what the socket takes now; wait for writability for the rest."""
@@ -82,8 +76,6 @@ class ChannelSocket:
             except OSError as error:
                 self.end(f"send failed: {error}")
                 return
-            self.bytes_out += written
-            self.unwritten -= written
             while written:
                 head = output[0]
                 if len(head) <= written:
@@ -130,7 +122,6 @@ class ChannelSocket:
             if count == 0:
                 self.end("the peer worker ended")
                 return
-            self.bytes_in += count
             left -= count
 
     def on_selectable_writable(self, event: Event) -> None:
