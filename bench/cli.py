@@ -29,6 +29,7 @@ from bench.scenarios import (
     slow_consumer,
     tenant,
     throughput,
+    workers,
 )
 from bench.servers import START, ServerError, Target, parse_target
 
@@ -46,6 +47,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
         connections.SCENARIO,
         tenant.SCENARIO,
         hostile.SCENARIO,
+        workers.SCENARIO,
     )
 }
 DEFAULT_OUTPUT: Final[Path] = Path("bench/results")

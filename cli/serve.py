@@ -18,7 +18,7 @@ from sluicegate.gateway.config import ConfigError, load_config, setting_names
 from sluicegate.gateway.durability import VhostNotConfigured
 from sluicegate.gateway.runtime_vhosts import RuntimeVhostsDamaged
 from sluicegate.gateway.server import Server, StartError
-from sluicegate.gateway.supervisor import Supervisor, layout_error
+from sluicegate.gateway.supervisor import Supervisor, WorkerChannels, layout_error
 from sluicegate.queues.log.damage import LogDamaged
 from sluicegate.queues.log.recovery import LogCorrupted
 
@@ -70,11 +70,16 @@ def run(args: argparse.Namespace) -> int:
     return serve(config)
 
 
-def serve(config: Any, ready: Callable[[], None] | None = None) -> int:
+def serve(
+    config: Any,
+    ready: Callable[[], None] | None = None,
+    channels: WorkerChannels | None = None,
+) -> int:
     """Run a server with ``config`` in this process until SIGINT or SIGTERM; a worker's
-    supervisor is told it serves through ``ready`` instead of the listening lines."""
+    supervisor is told it serves through ``ready`` instead of the listening lines, and hands
+    it its ``channels`` to the other workers."""
     try:
-        server = Server(config)
+        server = Server(config, channels=channels)
     except (OSError, LogCorrupted, LogDamaged, VhostNotConfigured, RuntimeVhostsDamaged) as error:
         print(
             f"sluicegate: cannot open the data directory {config.data_dir}: {error}",

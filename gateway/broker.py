@@ -38,6 +38,7 @@ from sluicegate.gateway.expiry import ExpiryTimer
 from sluicegate.gateway.limits import AttachDataExceeded, SessionLimitExceeded
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
+from sluicegate.gateway.peers import Peers
 from sluicegate.gateway.proton.heap_trim import HeapTrimmer
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.publishing import Publishing
@@ -60,7 +61,11 @@ class Broker(Handler):
     """The server's reactor handler: every connection's endpoints and deliveries."""
 
     def __init__(
-        self, config: ServerConfig, tenancy: Tenancy, durability: Durability | None = None
+        self,
+        config: ServerConfig,
+        tenancy: Tenancy,
+        durability: Durability | None = None,
+        peers: Peers | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -71,7 +76,7 @@ class Broker(Handler):
         # the HTTP API reports it. A worker's names it, so a queue's leader says where it lives.
         node = self.node = f"{node_name(config)}@{socket.gethostname()}"
         budget = MemoryBudget(config.memory_budget)
-        sending = self.sending = Sending()
+        sending = self.sending = Sending(_nothing_held if peers is None else peers.held)
         # The management node reaches the links through the broker: it is made first, as the
         # links attach its link pairs.
         self.management = ManagementNode(
@@ -142,6 +147,8 @@ class Broker(Handler):
         self.outbound_bytes = sending.outbound_bytes
         self.pending_bytes = sending.pending_bytes
         self.waiting = sending.waiting
+        # The other workers of a server of several (gateway/peers.py).
+        self.peers = peers
 
     def close_for_error(self, state: ConnectionState, error: AmqpError) -> None:
         """Close a connection that broke a limit (gateway/connections.py)."""
@@ -233,4 +240,12 @@ class Broker(Handler):
         self.publishing.flush()
         self.modified_annotations.forget()
         sending.pump_marked()
+        if self.peers is not None:
+            # After the pump: the credit requests it made go out in this pass.
+            self.peers.flush(budget.blocked)
         self.trimmer.flush(total, time.monotonic())
+
+
+def _nothing_held() -> int:
+    """A single server holds nothing for other workers."""
+    return 0

@@ -8,7 +8,8 @@ settles the delivery with its outcome.
 
 from __future__ import annotations
 
-from typing import Final, cast
+from dataclasses import dataclass
+from typing import Final, Protocol, TypeAlias, cast
 
 from proton import Delivery
 
@@ -28,10 +29,34 @@ DISPOSITIONS: Final[dict[Outcome, int]] = {
 }
 
 
+class ChannelConfirms(Protocol):
+    """Who tells another worker its publishes are stored (gateway/peers.py)."""
+
+    def confirmed(self, pending: ChannelPublish, outcome: Outcome, error: AmqpError | None) -> None:
+        """``pending`` is stored (or refused): frame its Confirm."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelPublish:
+    """A publish another worker sent over the channel (docs/workers.md): confirmed to it, by
+    ``peer`` and ``publish`` id, once stored, as a publisher's delivery is to its client."""
+
+    peer: int
+    publish: int
+    confirms: ChannelConfirms
+
+
+# Who waits for a message to be stored: a publisher's delivery, or another worker's publish.
+Pending: TypeAlias = Unconfirmed | ChannelPublish
+
+
 def confirm(
-    pending: Unconfirmed, outcome: Outcome = Outcome.ACCEPTED, error: AmqpError | None = None
+    pending: Pending, outcome: Outcome = Outcome.ACCEPTED, error: AmqpError | None = None
 ) -> None:
     """One copy of ``pending`` is stored (or refused, with ``outcome`` and ``error``)."""
+    if isinstance(pending, ChannelPublish):
+        pending.confirms.confirmed(pending, outcome, error)
+        return
     inbound = pending.inbound
     steps = inbound.confirm(pending, outcome, error)
     if steps & RESUME:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO, cast
 
-from sluicegate.gateway.confirming import confirm
+from sluicegate.gateway.confirming import Pending, confirm
 from sluicegate.gateway.log_writer import Committed, FaultHook, LogWriter, WriterStatistics
 from sluicegate.gateway.rules.vhost_log import split_logged_name
 from sluicegate.queues.log.store import MessageStore
@@ -26,7 +26,6 @@ from sluicegate.queues.registry import QueueRegistry
 
 if TYPE_CHECKING:
     from sluicegate.gateway.wakeup import Wakeup
-    from sluicegate.session.inbound import Unconfirmed
 
 log = logging.getLogger("sluicegate.log")
 
@@ -69,7 +68,7 @@ class Durability:
                 torn.offset,
             )
         self.writer = LogWriter(directory, wakeup, self._committed, self._set_failing, fault)
-        self._waiting: list[Unconfirmed] = []
+        self._waiting: list[Pending] = []
         # True while the disk refuses writes: publishers to durable queues get no credit.
         self.failing = False
 
@@ -116,7 +115,7 @@ class Durability:
         """Start the writer thread."""
         self.writer.start()
 
-    def persist(self, queue: str, message: Message, pending: Unconfirmed) -> StoredMessage:
+    def persist(self, queue: str, message: Message, pending: Pending) -> StoredMessage:
         """Append a persistent message; ``pending`` is confirmed after the covering fsync."""
         stored = self.store.enqueue(
             queue,
@@ -147,7 +146,7 @@ class Durability:
         store = self.store
         for batch, token in group:
             store.written(batch)
-            for pending in cast("list[Unconfirmed]", token):
+            for pending in cast("list[Pending]", token):
                 confirm(pending)
 
     def _set_failing(self, failing: bool) -> None:

@@ -53,6 +53,7 @@ from sluicegate.queues.queue_type import ConsumerOptions, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import VolatileQueue
+from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.errors import AmqpError
 
@@ -283,6 +284,12 @@ class Links:
         error = ResourceDeleted(f"queue '{name}' was deleted")
         for link in self.queue_links.take(registry, name):
             self.refuse(link, error)
+
+    def refuse_consumer(self, link: OutgoingLink, error: AmqpError) -> None:
+        """Detach a consumer link known by its pure link (another worker's queue ended it)."""
+        state = self._sending.sender_of(link)
+        if state is not None:
+            self.refuse(state.sender, error)
 
     def detached(self, link: Link) -> None:
         """A DETACH: release what the link held and answer it."""

@@ -33,6 +33,7 @@ from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.channel.remote import RemoteQueue
 from sluicegate.session.inbound import (
     CloseConnection,
     CloseLink,
@@ -231,6 +232,11 @@ class Publishing:
         is stored once the log's fsync covers it: :class:`gateway.durability.Durability`
         confirms it then.
         """
+        if type(queue) is RemoteQueue:
+            # Stored by the worker that owns it; confirmed when it says so (docs/workers.md).
+            if not queue.publish(pending, message):
+                confirm(pending, Outcome.RELEASED)
+            return
         durability = self.durability
         link = cast(IncomingLinkState, pending.link.owner)
         if durability is not None and link.router.registry.persists(queue, message):

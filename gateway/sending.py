@@ -9,15 +9,19 @@ buffers of unsettled deliveries go back to proton's pool once framed
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 from sluicegate.gateway.proton import deliveries, payload_buffers
 from sluicegate.gateway.proton.drain import send_drained_flow
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.state import ConnectionState, OutgoingLinkState, SessionState
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_type import Dispatch
+from sluicegate.queues.queue_type import CreditReply, Dispatch
 from sluicegate.session.outbound import (
     UNSETTLED_DELIVERY_COST,
     LinkFlow,
+    Session,
     TransferPart,
     Unsettled,
     resume,
@@ -30,7 +34,7 @@ from sluicegate.writer.writer import ServerBytes
 class Sending:
     """Every session's outbound deliveries and FLOWs, and what the server holds for them."""
 
-    def __init__(self) -> None:
+    def __init__(self, held_for_peers: Callable[[], int]) -> None:
         # Sessions with something new to send since the last pump.
         self._dirty: set[SessionState] = set()
         # Connections with unsettled deliveries whose payload buffers are to be given back.
@@ -43,6 +47,8 @@ class Sending:
         self.unsettled = Unsettled()
         # What deliveries waiting in every connection's sessions hold (session/waiting.py).
         self.waiting = ServerBytes()
+        # What the worker holds for other workers' consumers (gateway/peers.py).
+        self.held_for_peers = held_for_peers
 
     def begin(self, state: SessionState) -> None:
         """A new session: the queues' dispatches may name it from now on."""
@@ -51,7 +57,23 @@ class Sending:
     def route(self, dispatches: list[Dispatch]) -> None:
         states = self._states
         for pure in route(dispatches):
-            self._dirty.add(states[pure])
+            # A remote consumer's outbox (session/channel/owner.py) is no session: the
+            # channel frames what it gathered at its own flush (gateway/peers.py).
+            state = states.get(pure)
+            if state is not None:
+                self._dirty.add(state)
+
+    def replied(self, link: OutgoingLink, reply: CreditReply) -> None:
+        """Another worker's queue answered a consumer's credit request (gateway/peers.py)."""
+        if not link.detached:
+            session = cast(Session, link.session)
+            session.credit_replied(link, reply)
+            self._dirty.add(self._states[session])
+
+    def sender_of(self, link: OutgoingLink) -> OutgoingLinkState | None:
+        """A consumer's link record, if its session still lives."""
+        state = self._states.get(link.session)
+        return None if state is None else state.senders.get(link)
 
     def resume(self, connection: ConnectionState) -> None:
         """Once enough has left a connection's sessions, make its deferred credit requests."""
@@ -72,6 +94,7 @@ class Sending:
             self.waiting.total
             + self.pending_bytes.total
             + self.unsettled.count * UNSETTLED_DELIVERY_COST
+            + self.held_for_peers()
         )
 
     def pump_marked(self) -> None:

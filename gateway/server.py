@@ -31,6 +31,7 @@ from sluicegate.gateway.listener import Listener, anonymous_allowed
 from sluicegate.gateway.log_writer import FaultHook
 from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.metrics import SNAPSHOT_TIMEOUT, MetricsPages
+from sluicegate.gateway.peers import Peers
 from sluicegate.gateway.proton.internals import collector as proton_collector
 from sluicegate.gateway.proton.io_layer import FlowIO
 from sluicegate.gateway.proton.reactor import BrokerContainer
@@ -41,7 +42,7 @@ from sluicegate.gateway.rules.vhost_log import VhostLog
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.gateway.statistics import ServerStatistics, gathering, server_statistics
-from sluicegate.gateway.supervisor import worker_index
+from sluicegate.gateway.supervisor import WorkerChannels, worker_index
 from sluicegate.gateway.tls import server_context
 from sluicegate.gateway.wakeup import Wakeup
 from sluicegate.gateway.worker_metrics import fetch_pages, merge, peer_port_files, publish_port
@@ -62,7 +63,12 @@ class StartError(Exception):
 class Server:
     """An AMQP 1.0 server on one reactor."""
 
-    def __init__(self, config: ServerConfig, storage_fault: FaultHook | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        storage_fault: FaultHook | None = None,
+        channels: WorkerChannels | None = None,
+    ) -> None:
         # Its own users table: grants to virtual hosts' creators change it (creator_grants.py).
         config = replace(config, users=dict(config.users))
         self.config = config
@@ -88,6 +94,9 @@ class Server:
             for name in vhosts
         }
         self.durability.recover(registries)
+        # A worker of several: from here on, a queue declared lives on its recorded home
+        # (the log's own queues were recovered above: they live here).
+        self.peers = None if channels is None else Peers(channels, registries)
         apply_definitions(registries, config.queues, config.exchanges, config.bindings)
         self.tenancy = Tenancy(
             vhosts,
@@ -97,7 +106,7 @@ class Server:
             config.max_cc_keys,
             attach_declares_queues=config.attach_declares_queues,
         )
-        self.broker = Broker(config, self.tenancy, self.durability)
+        self.broker = Broker(config, self.tenancy, self.durability, self.peers)
         self.runtime_vhosts = RuntimeVhosts(
             self.broker, store, config.data_dir, set(created) - set(config.vhosts)
         )
@@ -148,6 +157,20 @@ class Server:
         self._start_tls()
         self._wakeup.attach(self.container)
         self.durability.start()
+        peers = self.peers
+        if peers is not None:
+            broker = self.broker
+            peers.serve(
+                self.tenancy,
+                self.container,
+                self.durability,
+                broker.sending.route,
+                broker.sending.replied,
+                broker.links.refuse_consumer,
+                broker.queue_deleted,
+                config.max_message_size,
+                config.max_queue_credit,
+            )
 
     def _start_http(self) -> None:
         """Open the metrics endpoint and the HTTP API, if configured, on one bounded stack."""
@@ -377,6 +400,8 @@ class Server:
                 continue
             self._force_close(state)
         self.broker.flush()
+        if self.peers is not None:
+            self.peers.close()
         self._wakeup.detach()
         self.broker.expiry.stop()
         self._deadline = time.monotonic() + self.config.shutdown_timeout

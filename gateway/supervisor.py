@@ -9,8 +9,10 @@ signals only: a worker that dies is forked again and recovers its log while the 
 on; SIGTERM or SIGINT is passed to every worker, and those still running after
 ``shutdown_timeout`` (and the watchdog's margin) are killed.
 
-Queues are not shared yet: a client sees the queues of the worker that accepted it
-(docs/workers.md).
+Every pair of workers shares a channel, a socket pair made here before the second of the two
+is forked: the one forked later inherits its end, the other is handed its end over its control
+socket (``SCM_RIGHTS``), so a restarted worker gets fresh channels to every worker that serves
+and no worker ever holds another's end (its death is seen as the end of the stream).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import re
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -49,8 +52,25 @@ MAX_RESTART_PAUSE: Final = 30.0
 # for a worker that is stuck beyond its own watchdog.
 KILL_MARGIN: Final = 2.0
 
+# The control message that comes with a channel's socket: the other worker's index.
+PEER_INDEX: Final = struct.Struct("<I")
+
+
+@dataclass
+class WorkerChannels:
+    """What a worker is handed by its supervisor: its index, one socket per other worker
+    serving when it was forked, and the control socket the later ones arrive on."""
+
+    index: int
+    workers: int
+    # The server's data directory, where the workers' shared placement file is.
+    root: Path
+    channels: dict[int, socket.socket] = field(default_factory=dict)
+    control: socket.socket | None = None
+
+
 # Runs one worker's server with its config until it stops; calls ``ready`` once it serves.
-ServeWorker = Callable[[ServerConfig, Callable[[], None]], int]
+ServeWorker = Callable[[ServerConfig, Callable[[], None], WorkerChannels], int]
 
 
 def worker_dir(data_dir: Path, index: int) -> Path:
@@ -151,6 +171,8 @@ class _Worker:
     failures: int = 0
     retry_at: float | None = None
     restarts: int = 0
+    # The supervisor's end of its control socket.
+    control: socket.socket | None = None
 
 
 class Supervisor:
@@ -210,17 +232,43 @@ class Supervisor:
 
     def _fork(self, worker: _Worker) -> None:
         read, write = os.pipe()
+        control, its_control = socket.socketpair()
+        channels = WorkerChannels(
+            worker.index, self.config.workers, self.config.data_dir, control=its_control
+        )
+        # A channel to every worker that serves (or is starting): this one inherits its end.
+        theirs: list[tuple[_Worker, socket.socket]] = []
+        for other in self.workers:
+            if other is not worker and other.pid:
+                mine, their = socket.socketpair()
+                channels.channels[other.index] = mine
+                theirs.append((other, their))
         pid = os.fork()
         if pid == 0:
             os.close(read)
-            self._become_worker(worker, write)
+            control.close()
+            for _, their in theirs:
+                their.close()
+            self._become_worker(worker, write, channels)
         os.close(write)
+        its_control.close()
+        for mine in channels.channels.values():
+            mine.close()
+        for other, their in theirs:
+            assert other.control is not None
+            # One that died meanwhile gets a fresh channel when it is forked again.
+            with contextlib.suppress(OSError):
+                socket.send_fds(other.control, [PEER_INDEX.pack(worker.index)], [their.fileno()])
+            their.close()
+        if worker.control is not None:
+            worker.control.close()
+        worker.control = control
         worker.pid = pid
         worker.ready = read
         worker.started = time.monotonic()
         worker.retry_at = None
 
-    def _become_worker(self, worker: _Worker, ready: int) -> None:
+    def _become_worker(self, worker: _Worker, ready: int, channels: WorkerChannels) -> None:
         """In the child: run the worker's server and exit; never returns."""
         status = 1
         try:
@@ -229,6 +277,9 @@ class Supervisor:
             for other in self.workers:
                 if other.ready >= 0:
                     os.close(other.ready)
+                # Another worker's control socket (or this one's from its last life).
+                if other.control is not None:
+                    other.control.close()
             end_with_parent()
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
 
@@ -236,7 +287,7 @@ class Supervisor:
                 os.write(ready, b"!")
                 os.close(ready)
 
-            status = self._serve_worker(worker.config, serving)
+            status = self._serve_worker(worker.config, serving, channels)
         except BaseException:
             traceback.print_exc()
         finally:

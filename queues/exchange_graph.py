@@ -22,6 +22,7 @@ from sluicegate.queues.exchanges import (
 )
 from sluicegate.queues.headers import Headers, routing_headers
 from sluicegate.queues.log.records import Arguments
+from sluicegate.queues.queue_homes import Placement
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.topology_log import TopologyLog, loggable
 
@@ -60,6 +61,8 @@ class ExchangeGraph:
         self._sources: dict[tuple[str, bool], dict[str, int]] = {}
         # Exchanges whose bindings to logged queues are logged: the durable ones.
         self._logged_exchanges: set[str] = set(PREDECLARED)
+        # Set when the server runs on several workers: changes are told to the others.
+        self.placement: Placement | None = None
         for name, kind in PREDECLARED.items():
             self._exchanges[name] = Exchange(name, exchange_settings(kind))
 
@@ -101,6 +104,10 @@ class ExchangeGraph:
                 internal=internal,
             )
             self._logged_exchanges.add(name)
+        if self.placement is not None:
+            self.placement.changed(
+                ["exchange", name, type_name, loggable(arguments), durable, auto_delete, internal]
+            )
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
@@ -118,6 +125,8 @@ class ExchangeGraph:
             raise PreconditionFailed(f"exchange '{name}' in use")
         self._drop(exchange)
         self.remove_destination(name, to_exchange=True)
+        if self.placement is not None:
+            self.placement.changed(["delete-exchange", name])
 
     def _drop(self, exchange: Exchange) -> None:
         """Forget an exchange and its bindings as a source; bindings to it are not looked at."""
@@ -214,6 +223,8 @@ class ExchangeGraph:
             and destination in (self._logged_exchanges if to_exchange else self._logged_queues)
         ):
             self.store.bind(source, destination, binding_key, logged, to_exchange=to_exchange)
+        if self.placement is not None:
+            self.placement.changed(["bind", source, destination, binding_key, logged, to_exchange])
         return binding
 
     def unbind(
@@ -236,6 +247,10 @@ class ExchangeGraph:
         self._unindex(binding)
         if self.store is not None:
             self.store.unbind(source, destination, binding_key, logged, to_exchange=to_exchange)
+        if self.placement is not None:
+            self.placement.changed(
+                ["unbind", source, destination, binding_key, logged, to_exchange]
+            )
         self._auto_delete(exchange)
         return True
 

@@ -2,8 +2,9 @@
 
 A queue's messages live in its owner's log (``<data>/worker-K/``), so a queue must not move
 when the number of workers changes. The hash only proposes a home for a queue placed for the
-first time; the home is then recorded (one line appended to the placement file,
-gateway/queue_homes_file.py) and read back at every start, whatever the number of workers.
+first time; the home is then recorded (one line appended to the placement file every worker
+shares under a lock, gateway/queue_homes_file.py) and read back at every start, whatever the
+number of workers.
 With more workers, recorded queues stay where they are and new ones spread over all. With
 fewer, a queue recorded on a worker that no longer exists would lose its log: the server
 refuses to start and names those queues (:meth:`Homes.stranded`) until they are moved by an
@@ -18,12 +19,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Final
+from typing import TYPE_CHECKING, Final, Protocol
+
+if TYPE_CHECKING:
+    from sluicegate.queues.queue_type import QueueType
 
 # The jump hash's linear congruential step (Lamping and Veach, "A Fast, Minimal Memory,
 # Consistent Hash Algorithm", 2014).
 _LCG: Final = 2862933555777941757
 _MASK64: Final = (1 << 64) - 1
+
+
+class Placement(Protocol):
+    """What a virtual host's registry asks when the server runs on several workers: where a
+    queue lives, and who else must hear of a change (gateway/placement.py)."""
+
+    def remote(self, name: str) -> QueueType | None:
+        """The queue as another worker's (placing it first if it is new); None if it lives
+        here."""
+
+    def changed(self, change: list[object]) -> None:
+        """A queue, exchange or binding changed here (its verb first): every worker applies
+        it, so that routing stays local to each."""
 
 
 class HomesDamaged(Exception):
@@ -94,6 +111,12 @@ class Homes:
         """The homes recorded in ``text``; a last line without its newline was torn by a crash
         while it was appended (its queue was never confirmed placed) and is left out."""
         homes = cls(workers)
+        homes.read(text)
+        return homes
+
+    def read(self, text: str) -> int:
+        """Take the records of ``text`` (read on from the last call's end); the length of its
+        whole lines, after which a torn line is left out."""
         lines = text.split("\n")
         for number, line in enumerate(lines[:-1], start=1):
             try:
@@ -103,10 +126,10 @@ class Homes:
                     home = record["worker"]
                     if type(home) is not int or home < 0:
                         raise HomesDamaged(f"line {number}: worker {home!r}")
-                    homes.homes[(str(vhost), str(name))] = home
+                    self.homes[(str(vhost), str(name))] = home
                 else:
                     vhost, name = record["forget"]
-                    homes.homes.pop((str(vhost), str(name)), None)
+                    self.homes.pop((str(vhost), str(name)), None)
             except (ValueError, KeyError, TypeError) as error:
                 raise HomesDamaged(f"line {number}: {error}") from error
-        return homes
+        return len(text) - len(lines[-1])

@@ -167,8 +167,12 @@ class QueueType(Protocol):
 
     def credit(
         self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
-    ) -> tuple[list[Message], CreditReply]:
-        """Top up a consumer's credit: its deliveries first, then the one reply."""
+    ) -> tuple[list[Message], CreditReply | None]:
+        """Top up a consumer's credit: its deliveries first, then the one reply.
+
+        A queue of another worker answers later (None here): its deliveries and then its reply
+        reach the session when they cross the channel (session/channel/remote.py).
+        """
 
     def enqueue(self, message: Message) -> list[Dispatch]:
         """Store a message; consumers with credit may receive it at once."""

@@ -170,18 +170,29 @@ class QueueRegistry(ExchangeGraph):
         check_properties(
             parsed.queue_type, durable=durable, exclusive=exclusive, auto_delete=auto_delete
         )
-        queue = QUEUE_FACTORIES[parsed.queue_type](name, parsed, self.context)
+        # A queue of the server's workers lives on one (its recorded home), the others hold a
+        # stand-in; a connection's exclusive queue lives with its connection (docs/workers.md).
+        placement = None if exclusive else self.placement
+        remote = None if placement is None else placement.remote(name)
+        queue = (
+            QUEUE_FACTORIES[parsed.queue_type](name, parsed, self.context)
+            if remote is None
+            else remote
+        )
         self._queues[name] = queue
         self._names = None
         self._settings[name] = settings
         if exclusive:
             self._owners[name] = owner
-        if parsed.expires is not None:
+        if parsed.expires is not None and remote is None:
             self._leases.grant(name, parsed.expires, self.clock.now)
-        if self.store is not None and durable and not exclusive and not auto_delete:
+        logs = durable and not exclusive and not auto_delete and remote is None
+        if self.store is not None and logs:
             self.store.declare_queue(name, loggable(arguments))
             self._logged.add(name)
             queue.attach_store(self.store)
+        if placement is not None:
+            placement.changed(["queue", name, loggable(arguments), durable, auto_delete])
         return queue
 
     def logged(self, name: str) -> bool:
@@ -316,11 +327,13 @@ class QueueRegistry(ExchangeGraph):
             self.store.delete_queue(name, ())
         del self._queues[name]
         self._names = None
-        del self._settings[name]
+        exclusive = self._settings.pop(name).exclusive
         self.timed.discard(queue)
         self._owners.pop(name, None)
         self._leases.release(name)
         self.remove_destination(name, to_exchange=False)
+        if self.placement is not None and not exclusive:
+            self.placement.changed(["delete-queue", name])
         return stats.ready
 
     def purge_queue(self, name: str) -> int:

@@ -389,7 +389,13 @@ class Session:
             self.pending_bytes += cost
             self.pending_server += server_cost
             self.waiting.charge(cost, server_cost)
-        pending.append((link, reply))
+        if reply is not None:
+            pending.append((link, reply))
+
+    def credit_replied(self, link: OutgoingLink, reply: CreditReply) -> None:
+        """A queue of another worker answered a credit request: the reply waits behind the
+        deliveries that came before it, exactly as a local queue's."""
+        self.outgoing_pending.append((link, reply))
 
     def _sent(self, link: OutgoingLink) -> None:
         """A delivery left the session (RabbitMQ's sent_pending_delivery), forced through even if

@@ -101,6 +101,11 @@ class FlowIO(IOHandler):
         rather than when the hold ends.
         """
         gate: Gate | None = getattr(event.selectable, "gate", None)
+        if gate is None and transport_of(event.selectable) is None:
+            # A pipe or a channel between workers (gateway/proton/channel_socket.py): its own
+            # handler has read it, a peer that left included.
+            self._epoll.left(event.selectable)
+            return
         if self._epoll.left(event.selectable):
             log.info("closing a connection whose client left while it was not read")
             if gate is not None:

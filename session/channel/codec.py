@@ -12,6 +12,7 @@ deep in a queue.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from itertools import accumulate, pairwise
 from typing import Final
 
@@ -28,6 +29,7 @@ from sluicegate.session.channel.frames import (
     Publish,
     Settle,
     Settled,
+    Topology,
 )
 
 # The frame header: the size of the rest, then the kind.
@@ -137,6 +139,8 @@ def encode(frame: Frame) -> list[bytes]:
         unsent = struct.pack(f"<{len(frame.unsent)}Q", *frame.unsent)
         head = _DETACH.pack(frame.consumer, frame.delivery_count, len(frame.unsent))
         return _frame(Kind.DETACH, [head, unsent])
+    if type(frame) is Topology:
+        return _frame(Kind.TOPOLOGY, [*_text(frame.vhost), *_blob(frame.change)])
     assert type(frame) is Error
     return _frame(
         Kind.ERROR,
@@ -266,6 +270,8 @@ def decode(kind: int, data: memoryview) -> Frame:
         consumer, delivery_count, count = body.take(_DETACH)
         _count(body, count, 8)
         frame = Detach(consumer, delivery_count, body.ints("Q", count))
+    elif kind == Kind.TOPOLOGY:
+        frame = Topology(body.text(), body.blob())
     elif kind == Kind.ERROR:
         (consumer,) = body.take(_U32)
         frame = Error(consumer, body.text(), body.text())
@@ -310,6 +316,21 @@ class FrameReader:
         if at:
             del buffer[:at]
         return frames
+
+    def fill(self, read: Callable[[memoryview], int], size: int) -> tuple[int, list[Frame]]:
+        """Read at most ``size`` bytes straight into the buffer with ``read`` (a socket's
+        ``recv_into``): the bytes read (0 at the end of the stream) and the frames completed."""
+        buffer = self.buffer
+        start = len(buffer)
+        buffer.extend(bytes(size))
+        count = 0
+        try:
+            with memoryview(buffer) as view, view[start:] as tail:
+                count = read(tail)
+        finally:
+            # Also when the read failed: only what was read stays.
+            del buffer[start + count :]
+        return count, self.feed(b"")
 
     @property
     def buffered(self) -> int:

@@ -26,6 +26,7 @@ class Kind(enum.IntEnum):
     PUBLISH = 7
     CONFIRM = 8
     ERROR = 9
+    TOPOLOGY = 10
 
 
 class Settled(enum.IntEnum):
@@ -152,8 +153,27 @@ class Error:
     description: str
 
 
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """A change of a virtual host's queues, exchanges or bindings, made on the sending worker:
+    every worker applies it, so that routing stays local (docs/workers.md). ``change`` is the
+    change as an AMQP list (its verb first), so declaration arguments keep their AMQP types."""
+
+    vhost: str
+    change: bytes
+
+
 Frame: TypeAlias = (
-    Attach | Detach | Credit | CreditReply | Deliveries | Settle | Publish | Confirm | Error
+    Attach
+    | Detach
+    | Credit
+    | CreditReply
+    | Deliveries
+    | Settle
+    | Publish
+    | Confirm
+    | Error
+    | Topology
 )
 
 

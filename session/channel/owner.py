@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import (
@@ -45,6 +45,28 @@ OUTCOMES: Final = {
 FindQueue = Callable[[str, str], QueueType | None]
 
 
+class Outbox:
+    """What the owner's queues dispatch to its remote consumers outside a credit request (a
+    publish, a settlement), gathered per consumer until :meth:`Owner.flush` frames each run.
+
+    It stands where a local consumer's session stands (``route`` in session/outbound.py hands
+    it the messages), so a dispatch finds its way without knowing where its consumer is.
+    """
+
+    __slots__ = ("waiting",)
+
+    def __init__(self) -> None:
+        self.waiting: dict[RemoteConsumer, list[Message]] = {}
+
+    def deliver(self, link: object, message: Message) -> None:
+        """Keep ``message`` for the remote consumer ``link`` until the flush."""
+        waiting = self.waiting.get(cast(RemoteConsumer, link))
+        if waiting is None:
+            self.waiting[cast(RemoteConsumer, link)] = [message]
+        else:
+            waiting.append(message)
+
+
 class RemoteConsumer:
     """A consumer across the channel, as its queue knows it.
 
@@ -53,36 +75,61 @@ class RemoteConsumer:
     them (they crossed its DETACH), and either way they return as they were, as locally. The
     session holds at most one batch per consumer (``max_queue_credit``, session/outbound.py),
     so twice that many covers a batch and the deliveries that crossed its next request.
+    ``session`` is the channel's :class:`Outbox` and ``detached`` says it is gone, as for a
+    local consumer's link.
     """
 
-    __slots__ = ("__weakref__", "end", "queue", "recent")
+    __slots__ = ("__weakref__", "detached", "end", "queue", "recent", "session")
 
-    def __init__(self, end: QueueEnd, queue: QueueType, keep: int) -> None:
+    def __init__(self, end: QueueEnd, queue: QueueType, keep: int, session: Outbox) -> None:
         self.end = end
         self.queue = queue
         self.recent: deque[tuple[int, Message]] = deque(maxlen=keep)
+        self.session = session
+        self.detached = False
 
 
 class Owner:
-    """Frames from a channel's session side, applied to this worker's queues."""
+    """Frames from a channel's session side, applied to this worker's queues.
+
+    ``recent_bytes`` is what the recent deliveries of pre-settled consumers hold: gone from
+    their queues, kept only here, so the worker's memory budget counts them (docs/bounds.md).
+    """
 
     def __init__(self, find: FindQueue, max_queue_credit: int) -> None:
         self.find = find
         self.keep = 2 * max_queue_credit
         self.consumers: dict[int, RemoteConsumer] = {}
+        self.outbox = Outbox()
+        self.recent_bytes = 0
 
     def receive(self, frame: Frame) -> tuple[list[Frame], list[Dispatch]]:
-        """Apply one frame; the frames to send back and the dispatches for this worker's own
-        consumers (a settlement or a detach may hand a message to any consumer)."""
+        """Apply one frame; the frames to send back (the outbox's deliveries first, so that a
+        reply never overtakes them) and the dispatches for this worker's own consumers (a
+        settlement or a detach may hand a message to any consumer)."""
+        sent = self.flush()
         if type(frame) is Credit:
-            return self._credit(frame), []
+            return sent + self._credit(frame), []
         if type(frame) is Settle:
-            return self._settle(frame)
-        if type(frame) is Attach:
-            return self._attach(frame), []
-        if type(frame) is Detach:
-            return self._detach(frame)
-        raise ChannelError(f"a {type(frame).__name__} frame sent to a queue's owner")
+            frames, local = self._settle(frame)
+        elif type(frame) is Attach:
+            frames, local = self._attach(frame), []
+        elif type(frame) is Detach:
+            frames, local = self._detach(frame)
+        else:
+            raise ChannelError(f"a {type(frame).__name__} frame sent to a queue's owner")
+        return sent + frames, local
+
+    def flush(self) -> list[Frame]:
+        """The outbox's deliveries as frames, one per consumer still attached."""
+        waiting = self.outbox.waiting
+        if not waiting:
+            return []
+        frames: list[Frame] = [
+            self._deliveries(key, messages) for key, messages in waiting.items() if not key.detached
+        ]
+        waiting.clear()
+        return frames
 
     def route(self, dispatches: list[Dispatch]) -> tuple[list[Frame], list[Dispatch]]:
         """Split a queue's dispatches: deliveries frames for this channel's consumers (one per
@@ -113,6 +160,7 @@ class Owner:
             # and an unsettled one comes back as after a lost connection.
             seen = self.consumers[consumer].end.delivery_count
             dispatches.extend(self._detach(Detach(consumer, seen))[1])
+        self.outbox.waiting.clear()
         return dispatches
 
     # -- frames ---------------------------------------------------------------------------
@@ -131,7 +179,9 @@ class Owner:
                     f"no queue '{frame.queue}' in vhost '{frame.vhost}'",
                 )
             ]
-        key = RemoteConsumer(QueueEnd(frame.consumer, frame.ack_required), queue, self.keep)
+        key = RemoteConsumer(
+            QueueEnd(frame.consumer, frame.ack_required), queue, self.keep, self.outbox
+        )
         queue.attach(
             key,
             ack_required=frame.ack_required,
@@ -151,6 +201,8 @@ class Owner:
         end = key.end
         end.granted(frame)
         messages, reply = key.queue.credit(key, frame.delivery_count, frame.credit, frame.drain)
+        # The owner finds its own queues only, and those answer at once.
+        assert reply is not None
         frames: list[Frame] = [self._deliveries(key, messages)] if messages else []
         frames.append(end.reply(frame, reply.delivery_count, reply.credit, reply.available))
         return frames
@@ -185,6 +237,9 @@ class Owner:
             for count, message in key.recent
             if message.seq in wanted or serial_diff(count, seen) > 0
         ]
+        key.detached = True
+        if not key.end.ack_required:
+            self.recent_bytes -= sum(message.held for _, message in key.recent)
         key.recent.clear()
         return self.route(key.queue.detach(key, unsent))
 
@@ -192,12 +247,16 @@ class Owner:
         end = key.end
         count = end.delivery_count
         end.sending(len(messages))
+        # Read first: a stored message may let its body go once sent, and what it holds
+        # after that is what stays charged.
+        payloads = tuple(message.send() for message in messages)
         recent = key.recent
+        charged = not end.ack_required
         for message in messages:
             count = (count + 1) & SERIAL_MASK
+            if charged:
+                if len(recent) == recent.maxlen:
+                    self.recent_bytes -= recent[0][1].held
+                self.recent_bytes += message.held
             recent.append((count, message))
-        return Deliveries(
-            key.end.consumer,
-            tuple(message.seq for message in messages),
-            tuple(message.send() for message in messages),
-        )
+        return Deliveries(key.end.consumer, tuple(message.seq for message in messages), payloads)

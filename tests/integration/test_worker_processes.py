@@ -4,7 +4,6 @@ on; SIGTERM stops them all (issue 35, stage 2)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -23,77 +22,32 @@ from proton.utils import BlockingConnection
 from support.certificates import self_signed
 from support.polling import wait_until
 from support.process import SERVE, serving, tls_port
+from support.workers import (
+    blocking_on,
+    children,
+    client_ports,
+    connect,
+    homed_on,
+    socket_inodes,
+    tcp_entries,
+    worker_of,
+)
 
 from sluicegate.clients.management import ManagementClient
 
 _WORKERS_OFF = ("--metrics-listen", "off", "--http-api-listen", "off")
 
 
-def _children(pid: int) -> list[int]:
-    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    return [int(child) for child in text.split()]
-
-
-def _tcp_entries() -> list[tuple[int, int, int]]:
-    """(local port, remote port, inode) of every established IPv4 TCP socket."""
-    entries = []
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] != "01":
-            continue
-        local = int(fields[1].rsplit(":", 1)[1], 16)
-        remote = int(fields[2].rsplit(":", 1)[1], 16)
-        entries.append((local, remote, int(fields[9])))
-    return entries
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
-
-
-def _client_ports(port: int) -> set[int]:
-    return {local for local, remote, _ in _tcp_entries() if remote == port}
-
-
 def _connect(port: int, workers: list[int]) -> tuple[BlockingConnection, int]:
     """A connection to the server and the worker process that accepted it."""
-    before = _client_ports(port)
-    connection = BlockingConnection(f"amqp://127.0.0.1:{port}", timeout=20)
-    (mine,) = _client_ports(port) - before
-    owners: list[int] = []
-
-    def accepted() -> bool:
-        inodes = {
-            inode for local, remote, inode in _tcp_entries() if (local, remote) == (port, mine)
-        }
-        owners[:] = [pid for pid in workers if inodes & _socket_inodes(pid)]
-        return bool(owners)
-
-    wait_until(accepted)
-    return connection, owners[0]
-
-
-def _connection_on(port: int, workers: list[int], wanted: int) -> BlockingConnection:
-    """Connect until the kernel hands a connection to worker ``wanted``."""
-    for _ in range(200):
-        connection, owner = _connect(port, workers)
-        if owner == wanted:
-            return connection
-        connection.close()
-    pytest.fail(f"no connection reached worker {wanted} in 200 attempts")
+    return connect(
+        port, workers, lambda: BlockingConnection(f"amqp://127.0.0.1:{port}", timeout=20)
+    )
 
 
 def test_workers_share_one_port_and_each_keeps_its_own_log(tmp_path: Path) -> None:
     with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
-        workers = _children(process.pid)
+        workers = children(process.pid)
         assert len(workers) == 2
         assert sorted(path.name for path in tmp_path.iterdir()) == ["worker-0", "worker-1"]
         connections = [_connect(port, workers) for _ in range(16)]
@@ -145,9 +99,9 @@ def test_one_scrape_adds_up_every_worker(tmp_path: Path) -> None:
         "--memory-budget",
         "64MiB",
     ) as (process, port):
-        first, second = _children(process.pid)
-        on_first = _connection_on(port, [first, second], first)
-        on_second = _connection_on(port, [first, second], second)
+        first, second = children(process.pid)
+        on_first = blocking_on(port, [first, second], first)
+        on_second = blocking_on(port, [first, second], second)
         try:
             for connection, count in ((on_first, 3), (on_second, 5)):
                 sender = connection.create_sender("counted")
@@ -174,15 +128,17 @@ def test_a_killed_worker_comes_back_with_its_confirmed_messages_while_the_other_
     tmp_path: Path,
 ) -> None:
     with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
-        first, second = _children(process.pid)
-        doomed = _connection_on(port, [first, second], first)
-        survivor = _connection_on(port, [first, second], second)
-        sender = doomed.create_sender("kept")
+        first, second = children(process.pid)
+        doomed = blocking_on(port, [first, second], first)
+        survivor = blocking_on(port, [first, second], second)
+        # The killed worker's queue, and one the survivor owns.
+        kept, other = homed_on(worker_of(first), 2), homed_on(worker_of(second), 2)
+        sender = doomed.create_sender(kept)
         for n in range(20):
             # A blocking send returns once the server settled it: stored and fsynced.
             sender.send(Message(body=f"kept-{n}", durable=True))
-        survivor_sender = survivor.create_sender("other")
-        survivor_receiver = survivor.create_receiver("other")
+        survivor_sender = survivor.create_sender(other)
+        survivor_receiver = survivor.create_receiver(other)
         os.kill(first, signal.SIGKILL)
         killed_at = time.monotonic()
         # The other worker serves on meanwhile: its connection is untouched.
@@ -192,14 +148,14 @@ def test_a_killed_worker_comes_back_with_its_confirmed_messages_while_the_other_
         restarted: list[int] = []
 
         def back() -> bool:
-            restarted[:] = [pid for pid in _children(process.pid) if pid not in (first, second)]
+            restarted[:] = [pid for pid in children(process.pid) if pid not in (first, second)]
             return bool(restarted)
 
         wait_until(back, timeout=30)
         (again,) = restarted
-        fresh = _connection_on(port, [again, second], again)
+        fresh = blocking_on(port, [again, second], again)
         recovered = time.monotonic() - killed_at
-        receiver = fresh.create_receiver("kept")
+        receiver = fresh.create_receiver(kept)
         bodies = []
         for _ in range(20):
             bodies.append(receiver.receive(timeout=10).body)
@@ -221,7 +177,7 @@ def test_sigterm_stops_every_worker_within_the_grace(tmp_path: Path) -> None:
     with serving(
         "--workers", "3", "--data-dir", str(tmp_path), "--shutdown-timeout", "2", *_WORKERS_OFF
     ) as (process, port):
-        workers = _children(process.pid)
+        workers = children(process.pid)
         assert len(workers) == 3
         connection, _ = _connect(port, workers)
         started = time.monotonic()
@@ -239,27 +195,27 @@ def test_every_worker_takes_tls_clients_on_the_one_amqps_port(tmp_path: Path) ->
     options = ("--tls-listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"))
     with serving("--workers", "2", *options, *_WORKERS_OFF, env=env) as (process, _):
         port = tls_port(process)
-        workers = _children(process.pid)
+        workers = children(process.pid)
         context = ssl.create_default_context(cafile=str(cert))
         owners: set[int] = set()
         for _ in range(16):
-            before = _client_ports(port)
+            before = client_ports(port)
             with (
                 socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
                 context.wrap_socket(raw, server_hostname="localhost") as tls,
             ):
                 assert tls.version() is not None
-                (mine,) = _client_ports(port) - before
+                (mine,) = client_ports(port) - before
                 ours = (port, mine)
-                inodes = {i for local, remote, i in _tcp_entries() if (local, remote) == ours}
-                owners.update(pid for pid in workers if inodes & _socket_inodes(pid))
+                inodes = {i for local, remote, i in tcp_entries() if (local, remote) == ours}
+                owners.update(pid for pid in workers if inodes & socket_inodes(pid))
         # 16 handshakes all with one worker would happen 1 time in 32,768.
         assert owners == set(workers)
 
 
 def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, _):
-        workers = _children(process.pid)
+        workers = children(process.pid)
         process.kill()
         process.wait(timeout=10)
         # Each was told by the kernel (PR_SET_PDEATHSIG) and shut down: nobody serves the port
@@ -276,40 +232,35 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _worker_of(pid: int) -> int:
-    """The index of the worker ``pid`` is: the worker-K directory its log lock is in."""
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            match = re.search(r"/worker-(\d+)/", os.readlink(fd))
-            if match is not None:
-                return int(match.group(1))
-    raise AssertionError(f"process {pid} holds nothing in a worker directory")
-
-
-def test_a_queues_leader_names_the_worker_it_lives_on(tmp_path: Path) -> None:
+def test_a_queues_leader_names_the_worker_it_lives_on_whoever_asks(tmp_path: Path) -> None:
+    # One queue placed on each worker, declared through whichever worker the client reached.
+    names = {home: homed_on(home, 2) for home in (0, 1)}
     with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
-        workers = _children(process.pid)
-        found: dict[int, str] = {}
+        workers = children(process.pid)
+        found: dict[int, dict[int, str]] = {}
         for _ in range(200):
-            before = _client_ports(port)
+            before = client_ports(port)
             with ManagementClient(f"amqp://127.0.0.1:{port}") as client:
-                (mine,) = _client_ports(port) - before
+                (mine,) = client_ports(port) - before
                 ours = (port, mine)
-                inodes = {i for local, remote, i in _tcp_entries() if (local, remote) == ours}
-                (owner,) = [pid for pid in workers if inodes & _socket_inodes(pid)]
-                index = _worker_of(owner)
+                inodes = {i for local, remote, i in tcp_entries() if (local, remote) == ours}
+                (owner,) = [pid for pid in workers if inodes & socket_inodes(pid)]
+                index = worker_of(owner)
                 if index in found:
                     continue
-                name = f"placed-{index}"
-                assert client.request("PUT", f"/queues/{name}", {"durable": True}).status == 201
-                reply = client.request("GET", f"/queues/{name}")
-                assert isinstance(reply.body, dict)
-                found[index] = str(reply.body["leader"])
+                found[index] = {}
+                for home, name in names.items():
+                    declared = client.request("PUT", f"/queues/{name}", {"durable": True})
+                    assert declared.status in (200, 201)
+                    reply = client.request("GET", f"/queues/{name}")
+                    assert isinstance(reply.body, dict)
+                    found[index][home] = str(reply.body["leader"])
             if len(found) == len(workers):
                 break
         assert sorted(found) == [0, 1]
-        for index, leader in found.items():
-            assert leader.startswith(f"rabbit-worker-{index}@")
+        for leaders in found.values():
+            for home, leader in leaders.items():
+                assert leader.startswith(f"rabbit-worker-{home}@")
 
 
 def _serve_once(*options: str) -> subprocess.CompletedProcess[str]:

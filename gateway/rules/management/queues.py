@@ -27,6 +27,7 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueInfo, QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import is_reply_to
+from sluicegate.session.channel.remote import RemoteQueue
 from sluicegate.wire.amqp_types import UInt, ULong, Utf8Array
 
 
@@ -162,6 +163,11 @@ class QueueRoutes:
         queue_type = settings.arguments.queue_type
         # RabbitMQ counts a stream's readers nowhere: its stat says 0 consumers.
         consumers = 0 if queue_type == "stream" else info.statistics.consumers
+        # A queue another worker owns has that worker's node for its leader (docs/workers.md).
+        queue = self.registry.get(info.name)
+        node = (
+            home_node(self.node, queue.remote.home) if isinstance(queue, RemoteQueue) else self.node
+        )
         return {
             "name": info.name,
             "vhost": self.vhost,
@@ -170,8 +176,8 @@ class QueueRoutes:
             "exclusive": settings.exclusive,
             "type": queue_type,
             "arguments": Arguments(settings.raw_arguments),
-            "leader": self.node,
-            "replicas": Utf8Array([self.node]),
+            "leader": node,
+            "replicas": Utf8Array([node]),
             "message_count": ULong(info.statistics.ready),
             "consumer_count": UInt(consumers),
             **_stream_offsets(info.statistics),
@@ -228,3 +234,8 @@ def _stream_offsets(statistics: QueueStatistics) -> dict[str, object]:
         offsets["first_offset"] = statistics.first_offset
         offsets["last_offset"] = statistics.last_offset
     return offsets
+
+
+def home_node(node: str, home: int) -> str:
+    """The node name of worker ``home`` of the server whose worker is named ``node``."""
+    return f"rabbit-worker-{home}@{node.partition('@')[2]}"

@@ -104,6 +104,7 @@ def test_a_rejection_in_the_loop_keeps_the_message_going_one_pass_at_a_time() ->
         registry.route_dead_letters()
         assert not registry.dead_letters
         [message], reply = b.credit("c", delivery_count, 1, False)
+        assert reply is not None
         delivery_count = reply.delivery_count
         b.settle("c", [message.seq], Outcome.REJECTED, False)
         # One call routes b's rejection to a, whose expiry waits for the next call.

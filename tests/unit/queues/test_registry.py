@@ -298,6 +298,7 @@ def test_a_second_death_in_the_same_queue_counts_up_most_recent_first() -> None:
     # work rejects to retry, retry rejects back to work, work rejects again.
     for queue, key in ((work, "c"), (retry, "r"), (work, "c")):
         [message], reply = queue.credit(key, delivery_counts[key], 1, False)
+        assert reply is not None
         delivery_counts[key] = reply.delivery_count
         queue.settle(key, [message.seq], Outcome.REJECTED, False)
         clock.now += 10

@@ -30,6 +30,7 @@ from sluicegate.session.channel.frames import (
     Publish,
     Settle,
     Settled,
+    Topology,
     ranges_of,
 )
 
@@ -85,6 +86,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Publish, U64, NAMES, NAMES, NAMES, NAMES, PAYLOADS),
     confirms(),
     st.builds(Error, U32, NAMES, NAMES),
+    st.builds(Topology, NAMES, PAYLOADS),
 )
 
 
@@ -101,6 +103,42 @@ def test_frames_come_back_as_sent_whatever_the_pieces(frames: list[Frame], cuts:
         at += cut
     assert got == frames
     assert reader.buffered == 0
+
+
+@given(st.lists(FRAMES, max_size=10), st.lists(st.integers(1, 97), min_size=1))
+def test_frames_read_into_the_buffer_come_back_as_sent(
+    frames: list[Frame], sizes: list[int]
+) -> None:
+    stream = memoryview(b"".join(piece for frame in frames for piece in encode(frame)))
+    reader = FrameReader(MAX_FRAME)
+    got: list[Frame] = []
+    at = 0
+
+    def read(into: memoryview) -> int:
+        count = min(len(into), len(stream) - at)
+        into[:count] = stream[at : at + count]
+        return count
+
+    for size in itertools.cycle(sizes):
+        count, completed = reader.fill(read, size)
+        got.extend(completed)
+        at += count
+        if count == 0:
+            break
+    assert got == frames
+    assert reader.buffered == 0
+
+
+def test_a_failed_read_leaves_the_buffer_as_it_was() -> None:
+    reader = FrameReader(MAX_FRAME)
+    reader.feed(b"\x05\x00")
+
+    def fail(into: memoryview) -> int:
+        raise BlockingIOError
+
+    with pytest.raises(BlockingIOError):
+        reader.fill(fail, 4096)
+    assert reader.buffer == b"\x05\x00"
 
 
 def test_a_payload_is_handed_to_the_socket_as_the_queue_holds_it() -> None:

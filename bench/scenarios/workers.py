@@ -1,0 +1,173 @@
+"""Workers: aggregate messages/s of 1, 2 and 4 queues with ``--workers 1`` and ``--workers 2``.
+
+Issue 35's measure, all in one run so the ratios share the machine's load: for each number of
+workers and of queues, one quiver sender and receiver per queue run at once for a fixed time
+against a fresh server. With several workers, queue ``i`` is named so that it lives on worker
+``i mod N`` (queues/queue_homes.py), and the kernel spreads the clients' connections over the
+workers, so some of each queue's traffic crosses between them. The server's CPU is every one of
+its processes' (the supervisor and its workers, from /proc), per message received; the share
+spent crossing is what a message costs beyond the same queues on one worker, of what it costs.
+The load average is printed with each case: the clients share the cores with the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Final, TextIO
+
+from bench.probes import Sampler
+from bench.record import Record
+from bench.runs import QuiverRun, ScenarioError, quiver_figures, run_quiver
+from bench.scenario import Scenario
+from bench.series import Series
+from bench.servers import Target, running
+from sluicegate.clients.quiver import procstat
+from sluicegate.queues.queue_homes import proposed_home
+
+__all__ = ["SCENARIO", "run"]
+
+DEFAULT_WORKERS: Final[tuple[int, ...]] = (1, 2)  # the issue's pair
+DEFAULT_QUEUES: Final[tuple[int, ...]] = (1, 2, 4)
+DEFAULT_DURATION_S: Final[float] = 20.0  # long enough for the batches to settle, 12 cases fit
+CREDIT: Final[int] = 1_000  # quiver's default credit window
+BODY_SIZE: Final[int] = 100  # quiver's default and the issue's figures'
+COLUMNS: Final[tuple[str, ...]] = (
+    "aggregate msg/s",
+    "server CPU µs/msg",
+    "vs 1 worker CPU/msg",
+    "crossing share %",
+    "load avg",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--workers and --queues (repeatable), --duration, --body-size."""
+    parser.add_argument("--workers", type=int, action="append", metavar="N", help="repeatable")
+    parser.add_argument("--queues", type=int, action="append", metavar="Q", help="repeatable")
+    parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, metavar="S")
+    parser.add_argument("--body-size", type=int, default=BODY_SIZE, metavar="B")
+
+
+def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
+    """Every (workers, queues) case; ratios against one worker with as many queues."""
+    if not target.started:
+        raise ScenarioError("the workers scenario starts its own servers (no --url)")
+    records: list[Record] = []
+    single: dict[int, float] = {}
+    for workers in args.workers or DEFAULT_WORKERS:
+        for queues in args.queues or DEFAULT_QUEUES:
+            record = measure(target, workers, queues, args.duration, args.body_size, out)
+            cost = record.figures["server CPU µs/msg"]
+            assert isinstance(cost, float)
+            if workers == 1:
+                single[queues] = cost
+            elif queues in single:
+                record.figures["vs 1 worker CPU/msg"] = cost / single[queues]
+                record.figures["crossing share %"] = max(0.0, 100 * (1 - single[queues] / cost))
+            records.append(record)
+    return records
+
+
+def queue_names(workers: int, queues: int) -> list[str]:
+    """Queue ``i`` on worker ``i mod workers``: with as many queues as workers, one each."""
+    names: list[str] = []
+    candidates = (f"workers-q{n}" for n in range(100_000))
+    for index in range(queues):
+        wanted = index % workers
+        names.append(
+            next(name for name in candidates if proposed_home("/", name, workers) == wanted)
+        )
+    return names
+
+
+def tree_ticks(pid: int) -> int:
+    """CPU clock ticks of ``pid`` and of all its children (a supervisor's workers)."""
+    total = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            total += procstat.parse_stat_ticks(Path(f"/proc/{current}/stat").read_text())
+            children = Path(f"/proc/{current}/task/{current}/children").read_text()
+        except OSError:
+            continue
+        pending.extend(int(child) for child in children.split())
+    return total
+
+
+def measure(
+    target: Target, workers: int, queues: int, duration: float, body_size: int, out: TextIO
+) -> Record:
+    """One case: ``queues`` quiver pairs at once against a fresh server of ``workers``."""
+    options = [
+        "--duration",
+        f"{duration:g}",
+        "--credit",
+        str(CREDIT),
+        "--body-size",
+        str(body_size),
+    ]
+    with running(target, ["--workers", str(workers)]) as server:
+        assert server.pid is not None
+        sampler = Sampler()
+        sampler.start()
+        results: dict[str, QuiverRun | BaseException] = {}
+        names = queue_names(workers, queues)
+        label = f"{workers} worker{'s' * (workers > 1)}, {queues} queue{'s' * (queues > 1)}"
+        print(f"{label}: quiver {' '.join(options)} on each queue", file=out, flush=True)
+
+        def one(name: str) -> None:
+            try:
+                results[name] = run_quiver(server.url(name), options, sampler, out, name)
+            except BaseException as error:
+                results[name] = error
+
+        before = tree_ticks(server.pid)
+        started = time.monotonic()
+        threads = [threading.Thread(target=one, args=(name,)) for name in names]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        seconds = time.monotonic() - started
+        ticks = tree_ticks(server.pid) - before
+        sampler.stop()
+    failed = [result for result in results.values() if isinstance(result, BaseException)]
+    if failed:
+        raise ScenarioError(f"{label}: {failed[0]}")
+    runs = {name: result for name, result in results.items() if isinstance(result, QuiverRun)}
+    figures = [quiver_figures(result.summary) for result in runs.values()]
+    messages = sum(int(f["messages"] or 0) for f in figures)
+    rate = sum(float(f["e2e msg/s"] or 0) for f in figures)
+    cpu = ticks / procstat.TICKS_PER_S
+    load = os.getloadavg()[0]
+    print(f"{label}: {rate:,.0f} msg/s, {cpu:.1f} s CPU in {seconds:.1f} s, load {load:.2f}",
+          file=out, flush=True)  # fmt: skip
+    series: dict[str, Series] = {}
+    for name, result in runs.items():
+        for key, found in result.series.items():
+            series[f"{name} {key}"] = Series(f"{name} {key}", found.unit, found.points)
+    return Record(
+        server=target.name,
+        case=label,
+        parameters={"workers": workers, "queues": queues, "duration_s": duration,
+                    "body_size": body_size, "credit": CREDIT, "server_cpu_s": cpu,
+                    "messages": messages},
+        figures={"aggregate msg/s": rate,
+                 "server CPU µs/msg": cpu / messages * 1e6 if messages else float("nan"),
+                 "vs 1 worker CPU/msg": None, "crossing share %": None, "load avg": load},
+        series=series,
+    )  # fmt: skip
+
+
+SCENARIO: Final = Scenario(
+    name="workers",
+    help="aggregate msg/s of 1, 2, 4 queues with --workers 1 and 2, server CPU per message",
+    columns=COLUMNS,
+    add_arguments=add_arguments,
+    run=run,
+)

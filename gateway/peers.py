@@ -1,0 +1,466 @@
+"""A worker's channels to the other workers of its server (docs/workers.md, issue 35).
+
+Each pair of workers shares one channel, a socket pair made by the supervisor
+(gateway/supervisor.py); one a restarted worker gets arrives on the control socket. Over it
+both directions run: this worker's sessions consume from and publish to the other's queues
+(:class:`~session.channel.remote.Remote`, one per other worker, kept across restarts), and the
+other's sessions consume from this worker's queues (:class:`~session.channel.owner.Owner`, one
+per live channel). Topology is replicated: every change of queues, exchanges and bindings made
+here is sent to every worker, which applies it, so that each routes locally and only a routed
+copy crosses; a channel that opens starts with everything the worker knows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from typing import cast
+
+from proton.reactor import Container
+
+from sluicegate.gateway.confirming import ChannelPublish, Pending, confirm
+from sluicegate.gateway.durability import Durability
+from sluicegate.gateway.proton.channel_socket import ChannelSocket
+from sluicegate.gateway.proton.internals import register
+from sluicegate.gateway.queue_homes_file import HomesFile
+from sluicegate.gateway.rules.tenancy import Tenancy
+from sluicegate.gateway.rules.vhost_log import logged_name
+from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
+from sluicegate.queues.errors import NotFound, ResourceDeleted
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import CreditReply as QueueReply
+from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
+from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.channel.codec import FRAME_OVERHEAD, ChannelError, FrameReader, encode
+from sluicegate.session.channel.frames import (
+    Confirm,
+    CreditReply,
+    Deliveries,
+    Error,
+    Frame,
+    Publish,
+    Topology,
+)
+from sluicegate.session.channel.owner import Owner
+from sluicegate.session.channel.remote import OUTCOMES, SETTLED, Remote, RemoteQueue, owner_error
+from sluicegate.session.outgoing_link import OutgoingLink
+from sluicegate.wire.amqp_types import Value
+from sluicegate.wire.decoding import decode
+from sluicegate.wire.encoding import encode as encode_value
+from sluicegate.wire.envelope import read_envelope
+from sluicegate.wire.errors import AmqpError
+
+log = logging.getLogger("sluicegate.peers")
+
+
+class VhostPlacement:
+    """One virtual host's queues placed over the workers (queues/queue_homes.py's
+    ``Placement``), its changes sent to every worker."""
+
+    def __init__(self, peers: Peers, vhost: str) -> None:
+        self.peers = peers
+        self.vhost = vhost
+
+    def remote(self, name: str) -> QueueType | None:
+        peers = self.peers
+        home = peers.homes.place(self.vhost, name)
+        remote = peers.remotes.get(home)
+        return None if remote is None else RemoteQueue(name, self.vhost, remote)
+
+    def changed(self, change: list[object]) -> None:
+        peers = self.peers
+        if peers.applying:
+            return
+        if change[0] == "delete-queue":
+            peers.homes.forget(self.vhost, str(change[1]))
+        peers.broadcast(Topology(self.vhost, encode_value(cast(Value, change))))
+
+
+class Peers:
+    """This worker's channels, what crosses them, and the topology it shares."""
+
+    def __init__(self, spec: WorkerChannels, registries: Mapping[str, QueueRegistry]) -> None:
+        self.spec = spec
+        self.homes = HomesFile(spec.root, spec.workers)
+        # This worker's side of each channel, kept while the other worker restarts.
+        self.remotes = {k: Remote(k) for k in range(spec.workers) if k != spec.index}
+        self.owners: dict[int, Owner] = {}
+        self.sockets: dict[int, ChannelSocket] = {}
+        # Confirms of other workers' publishes, framed in runs at the flush.
+        self._confirms: dict[int, list[Confirm]] = {}
+        # Set while a change from another worker is applied: it is not sent on again.
+        self.applying = False
+        for name, registry in registries.items():
+            registry.placement = VhostPlacement(self, name)
+
+    def serve(
+        self,
+        tenancy: Tenancy,
+        container: Container,
+        durability: Durability | None,
+        route: Callable[[list[Dispatch]], None],
+        replied: Callable[[OutgoingLink, QueueReply], None],
+        refuse: Callable[[OutgoingLink, AmqpError], None],
+        queue_deleted: Callable[[QueueRegistry, str], None],
+        max_message_size: int,
+        max_queue_credit: int,
+    ) -> None:
+        """Start serving the channels the worker was forked with, and take new ones."""
+        self.tenancy = tenancy
+        self.container = container
+        self.durability = durability
+        self._route = route
+        self._replied = replied
+        self._refuse = refuse
+        self._queue_deleted = queue_deleted
+        self.max_frame_size = max_message_size + FRAME_OVERHEAD
+        self.max_queue_credit = max_queue_credit
+        for peer, sock in sorted(self.spec.channels.items()):
+            self.open(peer, sock)
+        self.spec.channels = {}
+        if self.spec.control is not None:
+            self.spec.control.setblocking(False)
+            self._control = register(container, self.spec.control, _Control(self))
+
+    # -- channels -------------------------------------------------------------------------
+
+    def open(self, peer: int, sock: socket.socket) -> None:
+        """A channel to worker ``peer`` (again): everything known here goes first."""
+        old = self.sockets.get(peer)
+        if old is not None:
+            old.end("the worker was restarted")
+        self.sockets[peer] = ChannelSocket(
+            self.container,
+            sock,
+            FrameReader(self.max_frame_size),
+            lambda frames: self.received(peer, frames),
+            lambda reason: self.ended(peer, reason),
+        )
+        self.owners[peer] = Owner(self._find, self.max_queue_credit)
+        self.remotes[peer].opened()
+        channel = self.sockets[peer]
+        for frame in self._snapshot():
+            channel.send(encode(frame))
+
+    def ended(self, peer: int, reason: str) -> None:
+        """The channel to ``peer`` ended: what crossed it ends as a lost connection's would."""
+        log.warning("channel to worker %d ended: %s", peer, reason)
+        self.sockets.pop(peer, None)
+        self._confirms.pop(peer, None)
+        owner = self.owners.pop(peer, None)
+        if owner is not None:
+            self._route(owner.close())
+        keys, tokens = self.remotes[peer].lost()
+        gone = ResourceDeleted(f"worker {peer}, where the queue lives, ended; attach again")
+        for key in keys:
+            self._refuse(cast(OutgoingLink, key), gone)
+        for token in tokens:
+            if token is not None:
+                confirm(cast(Pending, token), Outcome.RELEASED, None)
+
+    def close(self) -> None:
+        """The worker stops: every channel and the control socket leave the reactor."""
+        for channel in list(self.sockets.values()):
+            channel.close()
+        self.sockets.clear()
+        control = getattr(self, "_control", None)
+        if control is not None and not control.is_terminal:
+            control.terminate()
+            control.update()
+
+    def held(self) -> int:
+        """Bytes kept only for other workers' pre-settled consumers (docs/bounds.md)."""
+        return sum(owner.recent_bytes for owner in self.owners.values())
+
+    def broadcast(self, frame: Frame) -> None:
+        pieces = encode(frame)
+        for channel in self.sockets.values():
+            channel.send(pieces)
+
+    # -- frames ---------------------------------------------------------------------------
+
+    def received(self, peer: int, frames: list[Frame]) -> None:
+        """Frames from worker ``peer``, in order; a broken one ends the channel."""
+        channel = self.sockets.get(peer)
+        if channel is None:
+            return
+        try:
+            for frame in frames:
+                self._receive(peer, channel, frame)
+        except ChannelError as error:
+            channel.end(f"worker {peer} broke the channel protocol: {error}")
+
+    def _receive(self, peer: int, channel: ChannelSocket, frame: Frame) -> None:
+        kind = type(frame)
+        remote = self.remotes[peer]
+        if kind is Deliveries:
+            self._route(remote.delivered(cast(Deliveries, frame)))
+        elif kind is CreditReply:
+            replied = remote.replied(cast(CreditReply, frame))
+            if replied is not None:
+                self._replied(cast(OutgoingLink, replied[0]), replied[1])
+        elif kind is Confirm:
+            confirmed = cast(Confirm, frame)
+            error = (
+                owner_error(confirmed.condition, confirmed.description)
+                if confirmed.condition
+                else None
+            )
+            for token in remote.confirmed(confirmed):
+                if token is not None:
+                    confirm(cast(Pending, token), OUTCOMES[confirmed.outcome], error)
+        elif kind is Error:
+            refusal = cast(Error, frame)
+            key = remote.refused(refusal)
+            if key is not None:
+                error = owner_error(refusal.condition, refusal.description)
+                self._refuse(cast(OutgoingLink, key), error)
+        elif kind is Publish:
+            self._store(peer, cast(Publish, frame))
+        elif kind is Topology:
+            self.apply(cast(Topology, frame))
+        else:
+            frames, local = self.owners[peer].receive(frame)
+            for out in frames:
+                channel.send(encode(out))
+            if local:
+                self._route(local)
+
+    def flush(self, paused: bool) -> None:
+        """Send what gathered since the last flush; reads stop while ``paused`` (the memory
+        budget holds this worker's publishers, and the channels' with them)."""
+        # A channel that ends while written leaves the dict.
+        for peer, channel in list(self.sockets.items()):
+            if channel.closed:
+                continue
+            for frame in self.owners[peer].flush():
+                channel.send(encode(frame))
+            remote = self.remotes[peer]
+            if remote.outgoing:
+                for frame in remote.outgoing:
+                    channel.send(encode(frame))
+                remote.outgoing.clear()
+            confirms = self._confirms.pop(peer, None)
+            if confirms:
+                for frame in _runs(confirms):
+                    channel.send(encode(frame))
+            channel.pause(paused)
+            if channel.output:
+                channel.flush()
+
+    # -- publishes from other workers -----------------------------------------------------
+
+    def _store(self, peer: int, frame: Publish) -> None:
+        """Store another worker's publish in a queue here; confirmed once stored."""
+        pending = ChannelPublish(peer, frame.publish, self)
+        vhost = self.tenancy.vhosts.get(frame.vhost)
+        queue = None if vhost is None else self._find(frame.vhost, frame.queue)
+        if vhost is None or queue is None:
+            # As a message routed to a queue deleted meanwhile: released.
+            self.confirmed(pending, Outcome.RELEASED, None)
+            return
+        router = vhost.router
+        try:
+            envelope = read_envelope(
+                frame.payload,
+                router.max_application_properties_size,
+                router.max_message_annotations_size,
+            )
+        except AmqpError as error:
+            self.confirmed(pending, Outcome.REJECTED, error)
+            return
+        registry = vhost.registry
+        message = Message(
+            frame.payload,
+            envelope.header.delivery_count,
+            expires=envelope.expires(registry.clock.now),
+            exchange=frame.exchange,
+            routing_key=frame.routing_key,
+            header=envelope.header,
+        )
+        durability = self.durability
+        if durability is not None and registry.persists(queue, message):
+            stored = durability.persist(
+                logged_name(frame.vhost, queue.name), queue.as_stored(message), pending
+            )
+            try:
+                self._route(queue.enqueue(stored))
+            except AmqpError as error:
+                durability.withdraw(stored)
+                self.confirmed(pending, Outcome.REJECTED, error)
+            return
+        try:
+            self._route(queue.enqueue(message))
+        except AmqpError as error:
+            self.confirmed(pending, Outcome.REJECTED, error)
+            return
+        self.confirmed(pending, Outcome.ACCEPTED, None)
+
+    def confirmed(self, pending: ChannelPublish, outcome: Outcome, error: AmqpError | None) -> None:
+        """Another worker's publish is stored (or refused): its confirm goes at the flush."""
+        if pending.peer not in self.sockets:
+            return
+        confirm = Confirm(
+            pending.publish,
+            pending.publish,
+            SETTLED[outcome],
+            "" if error is None else error.condition,
+            "" if error is None else str(error),
+        )
+        self._confirms.setdefault(pending.peer, []).append(confirm)
+
+    # -- topology -------------------------------------------------------------------------
+
+    def _find(self, vhost: str, name: str) -> QueueType | None:
+        """A queue this worker owns."""
+        found = self.tenancy.vhosts.get(vhost)
+        queue = None if found is None else found.registry.get(name)
+        return None if queue is None or type(queue) is RemoteQueue else queue
+
+    def apply(self, frame: Topology) -> None:
+        """Another worker's change of the topology, applied here without being sent on."""
+        vhost = self.tenancy.vhosts.get(frame.vhost)
+        if vhost is None:
+            return
+        registry = vhost.registry
+        change, _ = decode(frame.change, 0)
+        self.applying = True
+        try:
+            _apply(registry, cast(list[Value], change))
+            if cast(list[Value], change)[0] == "delete-queue":
+                self._queue_deleted(registry, str(cast(list[Value], change)[1]))
+        except (AmqpError, ValueError, TypeError, IndexError) as error:
+            log.warning("a topology change from another worker was not applied: %s", error)
+        finally:
+            self.applying = False
+
+    def _snapshot(self) -> list[Frame]:
+        """Every queue, exchange and binding this worker knows, as changes to apply."""
+        frames: list[Frame] = []
+        for name, vhost in self.tenancy.vhosts.items():
+            changes = _known(vhost.registry)
+            frames.extend(Topology(name, encode_value(change)) for change in changes)
+        return frames
+
+
+class _Control:
+    """The control socket: the supervisor hands over a channel to a restarted worker."""
+
+    def __init__(self, peers: Peers) -> None:
+        self.peers = peers
+
+    def on_selectable_readable(self, event: object) -> None:
+        control = self.peers.spec.control
+        assert control is not None
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(control, PEER_INDEX.size, 1)
+            except BlockingIOError:
+                return
+            if not data:
+                log.warning("the supervisor's control socket closed")
+                self.peers.close()
+                return
+            if not fds:
+                continue
+            (peer,) = PEER_INDEX.unpack(data)
+            self.peers.open(peer, socket.socket(fileno=fds[0]))
+
+
+def _runs(confirms: list[Confirm]) -> list[Confirm]:
+    """Consecutive confirms of one outcome and no error, merged into one range each."""
+    merged: list[Confirm] = []
+    for frame in confirms:
+        last = merged[-1] if merged else None
+        if (
+            last is not None
+            and not frame.condition
+            and not last.condition
+            and last.outcome == frame.outcome
+            and last.last + 1 == frame.first
+        ):
+            merged[-1] = Confirm(last.first, frame.last, last.outcome)
+        else:
+            merged.append(frame)
+    return merged
+
+
+def _known(registry: QueueRegistry) -> list[list[Value]]:
+    """A registry's topology as the changes that make it: queues, exchanges, then bindings."""
+    changes: list[list[Value]] = []
+    for info in registry.queues():
+        settings = info.settings
+        if settings.exclusive:
+            continue
+        arguments = cast(dict[Value, Value], dict(settings.raw_arguments))
+        changes.append(["queue", info.name, arguments, settings.durable, settings.auto_delete])
+    for exchange in registry.exchanges():
+        kept = exchange.settings
+        if exchange.name.startswith("amq.") or not exchange.name:
+            continue
+        arguments = cast(dict[Value, Value], dict(kept.arguments))
+        changes.append(
+            [
+                "exchange",
+                exchange.name,
+                kept.type.value,
+                arguments,
+                kept.durable,
+                kept.auto_delete,
+                kept.internal,
+            ]
+        )
+    for binding in registry.bindings():
+        arguments = cast(dict[Value, Value], dict(binding.arguments))
+        changes.append(
+            [
+                "bind",
+                binding.source,
+                binding.destination,
+                binding.binding_key,
+                arguments,
+                binding.to_exchange,
+            ]
+        )
+    return changes
+
+
+def _apply(registry: QueueRegistry, change: list[Value]) -> None:
+    verb = change[0]
+    if verb == "queue":
+        _, name, arguments, durable, auto_delete = change
+        registry.declare_queue(
+            str(name),
+            cast(dict[str, object], arguments) or None,
+            durable=bool(durable),
+            auto_delete=bool(auto_delete),
+        )
+    elif verb == "delete-queue":
+        registry.delete_queue(str(change[1]))
+    elif verb == "exchange":
+        _, name, kind, arguments, durable, auto_delete, internal = change
+        registry.declare_exchange(
+            str(name),
+            str(kind),
+            durable=bool(durable),
+            auto_delete=bool(auto_delete),
+            internal=bool(internal),
+            arguments=cast(dict[str, object], arguments) or None,
+        )
+    elif verb == "delete-exchange":
+        with contextlib.suppress(NotFound):
+            registry.delete_exchange(str(change[1]))
+    elif verb in ("bind", "unbind"):
+        _, source, destination, key, arguments, to_exchange = change
+        act = registry.bind if verb == "bind" else registry.unbind
+        act(
+            str(source),
+            str(destination),
+            str(key),
+            cast(dict[str, object], arguments),
+            to_exchange=bool(to_exchange),
+        )
+    else:
+        raise ValueError(f"unknown topology change {verb!r}")

@@ -1,0 +1,342 @@
+"""The session's side of a channel: queues another worker owns, as this worker's sessions and
+publishers see them (docs/workers.md).
+
+A :class:`RemoteQueue` is a queue type like any other to the session: it takes consumers,
+credit requests and settlements, and hands them to its home worker's :class:`Remote` as frames.
+It answers a credit request later, never at once: the deliveries, then the one reply, arrive on
+the channel and join the session's ``outgoing_pending`` as a local queue's would. Every count
+goes through the consumer's :class:`~.ends.SessionEnd`, so the bounds of the local protocol hold
+across the channel: one request in flight, nothing beyond the credit granted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from sluicegate.queues.errors import (
+    AccessRefused,
+    NotFound,
+    NotImplementedByServer,
+    PreconditionFailed,
+    QueueError,
+    ResourceDeleted,
+    ResourceLimitExceeded,
+    ResourceLocked,
+)
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import (
+    DEFAULT_CONSUMER,
+    ConsumerKey,
+    ConsumerOptions,
+    CreditReply,
+    Dispatch,
+    Outcome,
+    QueueStatistics,
+)
+from sluicegate.queues.storage import QueueStore
+from sluicegate.session.channel import frames
+from sluicegate.session.channel.ends import Publishes, SessionEnd
+from sluicegate.session.channel.frames import (
+    Attach,
+    Confirm,
+    Deliveries,
+    Detach,
+    Error,
+    Frame,
+    Publish,
+    Settle,
+    Settled,
+    ranges_of,
+)
+from sluicegate.wire.errors import AmqpError
+
+SETTLED: Final = {
+    Outcome.ACCEPTED: Settled.ACCEPTED,
+    Outcome.RELEASED: Settled.RELEASED,
+    Outcome.REJECTED: Settled.REJECTED,
+    Outcome.MODIFIED: Settled.MODIFIED,
+}
+OUTCOMES: Final = {settled: outcome for outcome, settled in SETTLED.items()}
+# The refusals an owner may send, by condition, so the publisher or consumer gets the same
+# error class (and condition) as from a local queue.
+_ERRORS: Final[dict[str, type[QueueError]]] = {
+    error.condition: error
+    for error in (
+        AccessRefused,
+        NotFound,
+        NotImplementedByServer,
+        PreconditionFailed,
+        ResourceDeleted,
+        ResourceLimitExceeded,
+        ResourceLocked,
+    )
+}
+
+
+def owner_error(condition: str, description: str) -> AmqpError:
+    """The error an owner's refusal stands for (an unknown condition: an internal error)."""
+    return _ERRORS.get(condition, AmqpError)(description)
+
+
+class WorkerDown(ResourceDeleted):
+    """The queue's home worker is not serving (it is being restarted): attach again later."""
+
+
+class Remote:
+    """This worker's side of its channel to worker ``home``.
+
+    ``outgoing`` collects the frames to send, in order; the gateway writes them at its flush.
+    While the channel is down (``up`` false) nothing is sent: attaches and publishes are
+    refused at once, and the consumers the channel had were detached by :meth:`lost`.
+    """
+
+    def __init__(self, home: int) -> None:
+        self.home = home
+        self.up = False
+        self.outgoing: list[Frame] = []
+        self.consumers: dict[int, tuple[ConsumerKey, SessionEnd]] = {}
+        self.ids: dict[ConsumerKey, int] = {}
+        self.next_consumer = 1
+        # Publishers' deliveries (the publish path's tokens; None for a dead letter) by id.
+        self.publishes: Publishes[object] = Publishes()
+
+    # -- from the sessions ----------------------------------------------------------------
+
+    def attach(self, key: ConsumerKey, attach: Attach) -> None:
+        """Start consuming; ``attach.consumer`` is replaced by the id this channel gives."""
+        consumer = self.next_consumer
+        self.next_consumer += 1
+        self.consumers[consumer] = (key, SessionEnd(consumer))
+        self.ids[key] = consumer
+        self.outgoing.append(
+            Attach(
+                consumer,
+                attach.vhost,
+                attach.queue,
+                attach.ack_required,
+                attach.browse,
+                attach.priority,
+            )
+        )
+
+    def credit(self, key: ConsumerKey, delivery_count: int, credit: int, drain: bool) -> None:
+        """A session's credit request, sent unless one is in flight (then it is stashed)."""
+        consumer = self.ids.get(key)
+        if consumer is None:
+            return
+        request = self.consumers[consumer][1].request(credit, drain, False, delivery_count)
+        if request is not None:
+            self.outgoing.append(request)
+
+    def settle(self, key: ConsumerKey, settle: Settle) -> None:
+        """A consumer's settlement of deliveries, by ranges."""
+        consumer = self.ids.get(key)
+        if consumer is not None:
+            self.outgoing.append(
+                Settle(
+                    consumer,
+                    settle.outcome,
+                    settle.ranges,
+                    settle.delivery_failed,
+                    settle.undeliverable_here,
+                    settle.annotations,
+                )
+            )
+
+    def detach(self, key: ConsumerKey, unsent: Iterable[int]) -> None:
+        """The consumer is gone; ``unsent`` are the sequence numbers its session never sent."""
+        consumer = self.ids.pop(key, None)
+        if consumer is None:
+            return
+        _, end = self.consumers.pop(consumer)
+        self.outgoing.append(Detach(consumer, end.delivery_count, tuple(unsent)))
+
+    def publish(self, token: object, publish: Publish) -> bool:
+        """Send a message to a queue there; False (nothing sent) while the channel is down."""
+        if not self.up:
+            return False
+        self.outgoing.append(
+            Publish(
+                self.publishes.sent(token),
+                publish.vhost,
+                publish.queue,
+                publish.exchange,
+                publish.routing_key,
+                publish.payload,
+            )
+        )
+        return True
+
+    # -- from the owner -------------------------------------------------------------------
+
+    def delivered(self, frame: Deliveries) -> list[Dispatch]:
+        """Deliveries for a consumer, as a local queue's dispatches to it; none for a consumer
+        detached since (the owner takes them back: frames.Detach)."""
+        held = self.consumers.get(frame.consumer)
+        if held is None:
+            return []
+        key, end = held
+        end.delivered(len(frame.seqs))
+        return [
+            (key, Message(payload, seq=seq))
+            for seq, payload in zip(frame.seqs, frame.payloads, strict=True)
+        ]
+
+    def replied(self, frame: frames.CreditReply) -> tuple[ConsumerKey, CreditReply] | None:
+        """The reply to a consumer's request, for its session; the stashed request goes out."""
+        held = self.consumers.get(frame.consumer)
+        if held is None:
+            return None
+        key, end = held
+        stashed = end.replied(frame)
+        if stashed is not None:
+            self.outgoing.append(stashed)
+        return key, CreditReply(frame.delivery_count, frame.credit, frame.available, frame.drain)
+
+    def refused(self, frame: Error) -> ConsumerKey | None:
+        """The owner ended a consumer (its queue is gone, an attach it refused): the key to
+        detach with the owner's error."""
+        consumer = frame.consumer
+        held = self.consumers.pop(consumer, None)
+        if held is None:
+            return None
+        self.ids.pop(held[0], None)
+        return held[0]
+
+    def confirmed(self, frame: Confirm) -> list[object]:
+        """The publish tokens ``frame`` settles."""
+        return self.publishes.confirmed(frame)
+
+    # -- the channel ----------------------------------------------------------------------
+
+    def opened(self) -> None:
+        """A channel to the home worker serves (again)."""
+        self.up = True
+
+    def lost(self) -> tuple[list[ConsumerKey], list[object]]:
+        """The channel ended: the consumers to detach and the publishes to release.
+
+        The owner's worker died; its log keeps what it confirmed, and whatever it had not
+        confirmed is released to the publisher, who may send it again.
+        """
+        self.up = False
+        self.outgoing.clear()
+        keys = [key for key, _ in self.consumers.values()]
+        self.consumers.clear()
+        self.ids.clear()
+        return keys, self.publishes.lost()
+
+
+class RemoteQueue:
+    """A queue worker ``remote.home`` owns, as this worker's sessions and publishers see it.
+
+    It holds no message: statistics are the owner's to report, and it is never stored here.
+    """
+
+    # A session counts a delivery's bytes in the budget of its own worker: nothing here
+    # counts them (session/outgoing_link.py).
+    counts_unacked = False
+
+    def __init__(self, name: str, vhost: str, remote: Remote) -> None:
+        self.name = name
+        self.vhost = vhost
+        self.remote = remote
+
+    def attach(
+        self,
+        consumer: ConsumerKey,
+        *,
+        ack_required: bool,
+        options: ConsumerOptions = DEFAULT_CONSUMER,
+    ) -> None:
+        """Consume across the channel; refused while the home worker is down, and for filters
+        and stream offsets, which the owner does not take across yet (docs/workers.md)."""
+        if not self.remote.up:
+            raise WorkerDown(
+                f"queue '{self.name}' lives on worker {self.remote.home}, which is restarting"
+            )
+        if options.filter is not None or options.offset is not None:
+            raise NotImplementedByServer(
+                f"queue '{self.name}' lives on worker {self.remote.home}: filters and stream "
+                "offsets are not taken across workers"
+            )
+        self.remote.attach(
+            consumer,
+            Attach(0, self.vhost, self.name, ack_required, options.browse, options.priority),
+        )
+
+    def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        self.remote.detach(consumer, [message.seq for message in unsent])
+        return []
+
+    def credit(
+        self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
+    ) -> tuple[list[Message], CreditReply | None]:
+        self.remote.credit(consumer, delivery_count, credit, drain)
+        return [], None
+
+    def enqueue(self, message: Message) -> list[Dispatch]:
+        """A copy routed here by this worker outside a publisher's link (a dead letter): sent
+        with nobody waiting for its confirm."""
+        self.publish(None, message)
+        return []
+
+    def publish(self, token: object, message: Message) -> bool:
+        """Send a publisher's copy; ``token`` comes back confirmed once the owner stored it.
+        False while the home worker is down."""
+        return self.remote.publish(
+            token,
+            Publish(
+                0, self.vhost, self.name, message.exchange, message.routing_key, message.read()
+            ),
+        )
+
+    def settle(
+        self,
+        consumer: ConsumerKey,
+        seqs: list[int],
+        outcome: Outcome,
+        delivery_failed: bool,
+        *,
+        undeliverable_here: bool = False,
+        annotations: bytes | None = None,
+    ) -> list[Dispatch]:
+        self.remote.settle(
+            consumer,
+            Settle(
+                0,
+                SETTLED[outcome],
+                ranges_of(seqs),
+                delivery_failed,
+                undeliverable_here,
+                annotations,
+            ),
+        )
+        return []
+
+    def purge(self) -> int:
+        """Purged by its owner only: nothing is held here."""
+        return 0
+
+    def expire(self) -> list[Dispatch]:
+        return []
+
+    def next_deadline(self) -> int | None:
+        return None
+
+    def statistics(self) -> QueueStatistics:
+        """Zeros: the owner reports the queue's counts, and one scrape adds them up."""
+        return QueueStatistics(self.name, 0, 0, 0, 0, 0, 0, 0)
+
+    def attach_store(self, store: QueueStore) -> None:
+        """Its messages are logged by its owner."""
+
+    def restore(self, store: QueueStore) -> None:
+        """Recovered by its owner."""
+
+    def persists(self, message: Message) -> bool:
+        return False
+
+    def as_stored(self, message: Message) -> Message:
+        return message

@@ -1,0 +1,126 @@
+"""Which worker process of ``sluicegate serve --workers N`` serves a client connection.
+
+The kernel spreads connections over the workers (SO_REUSEPORT); a test that needs a given
+worker connects until that one accepted, telling by which worker holds the socket of the
+connection's port (``/proc``), as an operator would with ``ss -p``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from proton.utils import BlockingConnection
+
+from sluicegate.queues.queue_homes import proposed_home
+from support.polling import wait_until
+
+C = TypeVar("C")
+# Connections tried before a test gives up reaching one worker: with two workers, 200 all
+# landing on the other happen 1 time in 2**200.
+ATTEMPTS = 200
+
+
+def children(pid: int) -> list[int]:
+    """The worker processes of the supervisor ``pid``, in the order they were forked."""
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in text.split()]
+
+
+def tcp_entries() -> list[tuple[int, int, int]]:
+    """(local port, remote port, inode) of every established IPv4 TCP socket."""
+    entries = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] != "01":
+            continue
+        local = int(fields[1].rsplit(":", 1)[1], 16)
+        remote = int(fields[2].rsplit(":", 1)[1], 16)
+        entries.append((local, remote, int(fields[9])))
+    return entries
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets process ``pid`` holds."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def client_ports(port: int) -> set[int]:
+    """Local ports of the connections to ``port`` on this machine."""
+    return {local for local, remote, _ in tcp_entries() if remote == port}
+
+
+def connect(port: int, workers: list[int], opened: Callable[[], C]) -> tuple[C, int]:
+    """A connection ``opened`` makes to the server, and the worker process that accepted it."""
+    before = client_ports(port)
+    connection = opened()
+    (mine,) = client_ports(port) - before
+    owners: list[int] = []
+
+    def accepted() -> bool:
+        inodes = {
+            inode for local, remote, inode in tcp_entries() if (local, remote) == (port, mine)
+        }
+        owners[:] = [pid for pid in workers if inodes & socket_inodes(pid)]
+        return bool(owners)
+
+    wait_until(accepted)
+    return connection, owners[0]
+
+
+def connection_on(
+    port: int,
+    workers: list[int],
+    wanted: int,
+    opened: Callable[[], C],
+    close: Callable[[C], None],
+) -> C:
+    """Connect with ``opened`` until the kernel hands a connection to worker ``wanted``."""
+    for _ in range(ATTEMPTS):
+        connection, owner = connect(port, workers, opened)
+        if owner == wanted:
+            return connection
+        close(connection)
+    raise AssertionError(f"no connection reached worker {wanted} in {ATTEMPTS} attempts")
+
+
+def worker_of(pid: int) -> int:
+    """The index of the worker ``pid`` is: the worker-K directory its log lock is in."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            match = re.search(r"/worker-(\d+)/", os.readlink(fd))
+            if match is not None:
+                return int(match.group(1))
+    raise AssertionError(f"process {pid} holds nothing in a worker directory")
+
+
+def blocking_on(port: int, workers: list[int], wanted: int) -> BlockingConnection:
+    """A proton blocking connection served by worker process ``wanted``."""
+    return connection_on(
+        port,
+        workers,
+        wanted,
+        lambda: BlockingConnection(f"amqp://127.0.0.1:{port}", timeout=20),
+        BlockingConnection.close,
+    )
+
+
+def homed_on(home: int, workers: int, prefix: str = "placed") -> str:
+    """A queue name of the default virtual host the placement hash puts on worker ``home``."""
+    return next(
+        name
+        for name in (f"{prefix}-{n}" for n in range(1000))
+        if proposed_home("/", name, workers) == home
+    )
