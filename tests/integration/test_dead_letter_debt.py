@@ -19,7 +19,7 @@ from typing import Final
 
 import pytest
 from integration.conftest import RunningServer
-from integration.test_dead_letter_bounds import SERVED, _Rejecter
+from integration.test_dead_letter_bounds import SERVED, _Rejecter, consume_other, seed_other
 from proton import Message
 from proton.reactor import Container
 from proton.utils import BlockingConnection
@@ -59,11 +59,7 @@ def test_a_consumers_dead_letter_fan_out_pauses_its_own_reads_and_no_one_elses(
 
     running.call(declare)
     # Another client's messages, published before the attack, consumed while it runs.
-    seeder = BlockingConnection(running.url, timeout=10)
-    sender = seeder.create_sender("/queues/dd-other")
-    for index in range(20):
-        sender.send(Message(body=index))
-    seeder.close()
+    seed_other(running.url, "/queues/dd-other")
     rejecter = _Rejecter(running.url, QUEUES)
     thread = threading.Thread(target=Container(rejecter).run, daemon=True)
     thread.start()
@@ -80,15 +76,7 @@ def test_a_consumers_dead_letter_fan_out_pauses_its_own_reads_and_no_one_elses(
             samples.append(running.call(debts))
             time.sleep(0.1)
         rejected = rejecter.rejected
-        started = time.monotonic()
-        other = BlockingConnection(running.url, timeout=10)
-        receiver = other.create_receiver("/queues/dd-other", credit=20)
-        bodies = []
-        for _ in range(20):
-            bodies.append(receiver.receive(SERVED).body)
-            receiver.accept()
-        served = time.monotonic() - started
-        other.close()
+        bodies, served = consume_other(running.url, "/queues/dd-other")
         time.sleep(1)
         assert rejecter.rejected == rejected, "the paused consumer went on rejecting"
         letters, waiting, dropped, held = running.call(
