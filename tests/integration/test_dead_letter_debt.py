@@ -26,7 +26,8 @@ from proton.utils import BlockingConnection
 from support.polling import wait_until
 
 QUEUES: Final = ("dd-q1", "dd-q2", "dd-q3")
-# Small enough to be passed by one read's rejections; the default (400) works the same.
+# Below the letters this attack makes wait (about 210 of 32 KB fill the 8 MiB budget): with the
+# default (400) its debt stops there, the budget having held the copies first.
 LIMIT: Final = 50
 # The rejecter's prefetch on each of its links: what it can hold unsettled, and so reject in
 # one read, beyond the limit.
