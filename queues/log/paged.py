@@ -1,4 +1,4 @@
-"""Pages of persistent messages: where their records lie in the log, six bytes a message.
+"""Pages of persistent messages: where their records lie in the log, eight bytes a message.
 
 A :class:`DiskPage` holds a run of one queue's ready messages whose records are all in one
 segment within :data:`PAGE_SPAN` bytes, so one read brings them back (``PageStore.page_in``).
@@ -19,8 +19,12 @@ from sluicegate.queues.paging import PAGE_MESSAGES, Page, append_in_memory
 # Bytes of log one page's records may spread over: the read at page-in. Other queues' records
 # interleave with a queue's own; this bounds what a page-in reads that it does not need.
 PAGE_SPAN: Final = 4 * 1024 * 1024
-# What a paged message costs in memory, for the memory budget: a u32 and a u16 in arrays.
-PAGED_MESSAGE_BYTES: Final = 6
+# What a paged message costs in memory, for the memory budget: a u32 and a u16 in arrays (6 B),
+# and 2 B more measured (docs/bounds.md): CPython grows an array by a sixteenth beyond what it
+# holds, each page has its objects (~300 B a 2,048 messages), and the arrays' reallocations
+# leave the allocator holes. Measured 8.3 B a message of RSS in a server (300,000 paged 100-B
+# messages, no body cache); counted 6, the budget missed a quarter of it.
+PAGED_MESSAGE_BYTES: Final = 8
 # The largest id delta a page holds. Ids are the log's (all queues share them), so a queue
 # interleaved with many others gets shorter pages; one publishing alone fills them.
 _MAX_DELTA: Final = 0xFFFF

@@ -147,3 +147,28 @@ def test_a_quorum_queue_answers_as_a_classic_one(running: RunningServer) -> None
     assert [m["payload"] for m in taken] == ["q0", "q1"]
     assert [m["redelivered"] for m in taken] == [True, True]
     assert running.queue("g-quorum").ready == 0
+
+
+def test_gets_that_requeue_a_quorum_message_again_and_again_never_grow_it(
+    running: RunningServer,
+) -> None:
+    """A hostile client repeats a requeueing get on one quorum message 200 times: each return
+    stamps its acquired count (wire/redelivery_counts.py), replaced in place, so what the queue
+    holds is the same after the second get as after the 200th, and one message is left."""
+    running.call(
+        # Each requeueing get counts against the delivery limit (20 by default), as RabbitMQ's
+        # get is a basic.get and a requeueing reject.
+        lambda: running.server.registry.declare_queue(
+            "qq-requeued", {"x-queue-type": "quorum", "x-delivery-limit": 1_000}
+        )
+    )
+    publish(_url(running), "/queues/qq-requeued", [b"once"])
+    assert _get(running, "qq-requeued", count=1)[0] == 200
+    assert _get(running, "qq-requeued", count=1)[0] == 200
+    stamped = running.call(lambda: running.server.registry.held.total)
+    for index in range(200):
+        status, messages = _get(running, "qq-requeued", count=1)
+        assert (index, status, len(messages)) == (index, 200, 1)
+        assert messages[0]["payload"] == "once"
+    assert running.call(lambda: running.server.registry.held.total) == stamped
+    assert running.queue("qq-requeued").ready == 1

@@ -24,6 +24,7 @@ from rabbitmq_amqp_python_client import (
 )
 from rabbitmq_amqp_python_client import Message as RabbitMessage
 from support.polling import wait_until
+from support.prober import Prober
 
 from sluicegate.gateway.oauth2 import OAuth2Settings, parse_oauth2
 from sluicegate.gateway.rules.auth import User, hash_password, parse_users
@@ -218,3 +219,38 @@ def test_a_password_login_renews_nothing_and_succeeds(
     finally:
         connection.close()
     assert running.queue("anything").ready == 1
+
+
+def test_renewals_of_a_megabyte_are_refused_unread_and_others_are_served(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    # PyJWT checks a token's characters one by one, twice: a 1 MB renewal held the reactor
+    # for about 0.6 s (eight answered in 4.5 s). Now one is refused before it is decoded.
+    # The prober logs in anonymously, to its own queue only.
+    anonymous = parse_users(
+        {"anonymous": {"configure": "^prober$", "write": "^prober$", "read": "^prober$"}}
+    )
+    running = make_server(users={**_users(), **anonymous}, oauth2=_settings())
+    header, _, signature = _token().encode().split(b".")
+    body = header + b"." + b"A" * 1_000_000 + b"." + signature
+    connection = _plain(running, "svc", _token())
+    try:
+        with Prober(running.url) as prober:
+            prober.wait_rounds(2, timeout=30)
+            before = len(prober.seen.rounds)
+            requests = connection.create_sender("/management", name="renewal")
+            replies = connection.create_receiver("/management", name="renewal", credit=8)
+            for _ in range(8):
+                requests.send(
+                    Message(subject="PUT", address="/auth/tokens", body=body, reply_to="$me")
+                )
+            answers = [replies.receive(timeout=30) for _ in range(8)]
+            prober.wait_rounds(len(prober.seen.rounds) + 3, timeout=30)
+        rounds = prober.seen.rounds[before:]
+        connection.create_sender("/queues/orders").send(Message(body="still in"))
+    finally:
+        connection.close()
+    assert [(a.subject, "compact JWT" in str(a.body)) for a in answers] == [("401", True)] * 8
+    assert prober.seen.failures == []
+    assert len(rounds) >= 3
+    assert running.queue("orders").ready == 1

@@ -595,6 +595,10 @@ class Fleet:
         annotations: dict[PythonAMQPData, PythonAMQPData] | None = None
         if size is not None:
             annotations = {symbol("x-opt-adversary"): "m" * int(size)}
+        when = _delivery_time(pick)
+        if when is not None:
+            # RabbitMQ 4.3's delayed retry (queues/delayed_returns.py), on any queue type.
+            annotations = {**(annotations or {}), symbol("x-opt-delivery-time"): when}
         state: Described | None
         outcome = p["outcome"]
         if outcome == "modified":
@@ -890,6 +894,26 @@ def _opt_str(value: int | str | bool | None) -> str | None:
 
 def _amqp_list(items: Iterable[PythonAMQPData]) -> PythonAMQPData:
     return list(items)
+
+
+# What a ``modified`` outcome asks of x-opt-delivery-time, by the step's ``pick`` (drawn with
+# it, so that the seeds' streams stay as they were): mostly nothing; else the past, a second
+# from now, the far future (parked for good), a negative time, a time that is not a number.
+_DELIVERY_TIMES: Final = (None, None, None, None, "past", "soon", "far", "negative", "text")
+
+
+def _delivery_time(pick: int) -> PythonAMQPData:
+    kind = _DELIVERY_TIMES[pick // 7 % len(_DELIVERY_TIMES)]
+    if kind is None:
+        return None
+    times: dict[str, int | str] = {
+        "past": 1,
+        "soon": int(time.time() * 1000) + 1000,
+        "far": 2**62,
+        "negative": -1,
+        "text": "tomorrow",
+    }
+    return times[kind]
 
 
 def _exchange_body(kind: str) -> dict[PythonAMQPData, PythonAMQPData]:

@@ -222,7 +222,9 @@ def _management(requests: Sequence[str], collect: float) -> Callable[[random.Ran
             "exchange": _exchange(rng),
             "other_exchange": _exchange(rng),
             "key": _choice(rng, ROUTING_KEYS),
-            "exchange_type": _choice(rng, ("direct", "fanout", "topic", "headers", "bogus")),
+            "exchange_type": _choice(
+                rng, ("direct", "fanout", "topic", "headers", "x-consistent-hash", "bogus")
+            ),
             "queue_type": _choice(rng, (None, None, "classic", "quorum", "stream", "bogus")),
             "ttl": _choice(rng, (None, None, 0, 1, 1000)),
             "dead_letter": _choice(rng, (None, "exchange", "exchange", "default")),
