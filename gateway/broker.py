@@ -21,7 +21,6 @@ import time
 
 from proton import Event, Handler
 
-from sluicegate.gateway import reading
 from sluicegate.gateway.conditions import close
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.connections import Connections
@@ -53,7 +52,6 @@ from sluicegate.gateway.sessions import Sessions
 from sluicegate.gateway.settling import Settling
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.gateway.supervisor import node_name
-from sluicegate.queues.dead_lettering import Cause
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
@@ -225,13 +223,6 @@ class Broker(Handler):
         used = self.registry.held.total + self.sending.outbound_bytes() + budget.unfinished
         return budget.limit - used
 
-    def _resume_blamed(self, causes: list[Cause]) -> None:
-        """Read again the connections whose dead letters took their account back under its
-        resume mark (rare: a walk over the open connections is cheaper than an index)."""
-        for connection in self.connections:
-            if connection.account in causes and not connection.reads_paused:
-                reading.resume(connection)
-
     def flush(self) -> None:
         """Route dead letters, renew publisher credit, pump every session that has something
         new to send, and give the heap back after a large release."""
@@ -241,12 +232,7 @@ class Broker(Handler):
         budget = self.publishing.budget
         held = self.registry.held
         if route_dead_letters(
-            self.tenancy.vhosts.values(),
-            budget,
-            held,
-            sending.outbound_bytes,
-            sending.route,
-            self._resume_blamed,
+            self.tenancy.vhosts.values(), budget, held, sending.outbound_bytes, sending.route
         ):
             self.expiry.soon()
         # Every virtual host's registry shares one count of bytes held (gateway/server.py).

@@ -2,9 +2,7 @@
 
 Their copies are held like a publisher's messages: while the memory budget is blocked no copy
 that grows what it counts is made (the letters wait, their messages held at their place,
-counted), and a pass grows it by at most its headroom (queues/dead_lettering.py). The letters a
-consumer's outcomes made are charged to its connection's account until they leave the outbox;
-a connection whose account they take back under its resume mark is read again. A letter that
+counted), and a pass grows it by at most its headroom (queues/dead_lettering.py). A letter that
 cannot be dead-lettered is logged with what becomes of it: the server's operator has no other
 way to learn of it.
 """
@@ -15,7 +13,6 @@ import logging
 from collections.abc import Callable, Iterable
 
 from sluicegate.gateway.rules.tenancy import VirtualHost
-from sluicegate.queues.dead_lettering import Cause
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.queue_type import Dispatch
 from sluicegate.session.memory_budget import MemoryBudget
@@ -29,7 +26,6 @@ def route_dead_letters(
     held: HeldBytes,
     outbound: Callable[[], int],
     dispatch: Callable[[list[Dispatch]], None],
-    resume: Callable[[list[Cause]], None],
 ) -> bool:
     """Route a batch of every virtual host's pending dead letters, within what the memory
     budget has room for beside the queues' ``held`` bytes and the ``outbound`` ones. Returns
@@ -46,9 +42,6 @@ def route_dead_letters(
             room = max(0, budget.limit - used)
         dispatch(registry.route_dead_letters(room))
         router = registry.dead_letter_router
-        if router.resumed:
-            resume(router.resumed)
-            router.resumed.clear()
         left = left or (bool(router.outbox) and not router.waiting)
         failures = router.failures
         for failure in failures:

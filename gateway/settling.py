@@ -3,10 +3,6 @@
 Consumers' settlements gather in runs (gateway/proton/settlement_run.py), which the reactor
 takes whole and has applied before it dispatches any other event; a ``modified`` outcome, with
 fields of its own, is applied alone. A publisher's transfer goes to gateway/publishing.py.
-
-The dead letters a run of settlements makes are charged to the consumer's connection's account,
-as a publisher's routed copies are: at its limit the connection is not read until they are
-stored (docs/bounds.md, queues/dead_lettering.py).
 """
 
 from __future__ import annotations
@@ -110,29 +106,16 @@ class Settling:
         if taken is None:
             return
         state, outcome, seqs = taken
-        connection = state.session.connection
-        vhost = connection.vhost
-        assert vhost is not None
-        router = vhost.registry.dead_letter_router
-        since = len(router.outbox)
         try:
             dispatches = state.session.pure.settle(state.link, seqs, outcome, False)
         except LockExpired as error:
             self._lock_expired(state, error)
             return
-        finally:
-            if len(router.outbox) > since:
-                router.blame(since, connection.account)
         if dispatches:
             self._dispatch(dispatches)
 
     def _modified(self, state: OutgoingLinkState, delivery: CDelivery) -> None:
         """A ``modified`` outcome, with its own fields: applied alone."""
-        connection = state.session.connection
-        vhost = connection.vhost
-        assert vhost is not None
-        router = vhost.registry.dead_letter_router
-        since = len(router.outbox)
         try:
             dispatches = state.session.pure.settle(
                 state.link,
@@ -154,9 +137,6 @@ class Settling:
             deliveries.settle(delivery)
             self._lock_expired(state, error)
             return
-        finally:
-            if len(router.outbox) > since:
-                router.blame(since, connection.account)
         deliveries.settle(delivery)
         if dispatches:
             self._dispatch(dispatches)

@@ -16,12 +16,6 @@ logged after them. Each dead letter is routed on its own: one that fails (a step
 validation should have made impossible) stays where it was, with its expiry, neither delivered
 nor dead-lettered again, and is recorded once in :attr:`DeadLetterRouter.failures` with its
 queue and id for the gateway to log; the rest of the batch goes on.
-
-A letter a consumer's outcome made (``rejected``, ``modified`` undeliverable, its delivery
-limit) is work that consumer caused: :meth:`DeadLetterRouter.blame` charges it to the
-consumer's :class:`Cause` (its connection's account), one unit while its copies are not known
-and one per copy once a full budget makes them wait, repaid when it leaves the outbox, as a
-publisher's routed copies are (docs/bounds.md). Letters of expiry have no client cause.
 """
 
 from __future__ import annotations
@@ -48,16 +42,6 @@ MAXLEN: Final = "maxlen"
 # at most this many routings and record_death calls (about 10 ms of work at 512), whatever the
 # topology or a queue that dead-letters what it takes at once (x-message-ttl 0) feeds back.
 LETTERS_PER_PASS: Final = 512
-
-
-class Cause(Protocol):
-    """Who a dead letter's work is charged to: a connection's account (session/account.py)."""
-
-    def borrow(self, units: int) -> bool:
-        """Charge ``units``; True if the cause's reads must pause now."""
-
-    def repay(self, units: int) -> bool:
-        """Give ``units`` back; True if the cause's reads may resume now."""
 
 
 class Holder(Protocol):
@@ -96,9 +80,6 @@ class DeadLetter(NamedTuple):
     # Who sent it, and the bytes it was counted at there until it is routed.
     sender: DeadLetterer | None = None
     size: int = 0
-    # Whose outcome made it, and the units charged to them until it leaves the outbox.
-    cause: Cause | None = None
-    charged: int = 0
 
     def stored(self) -> None:
         """Its copies are stored (or it went nowhere): it leaves its queue."""
@@ -202,10 +183,11 @@ Route = Callable[[str, str, bytes], list[QueueType]]
 Persists = Callable[[QueueType, Message], bool]
 
 
-class _Wait(NamedTuple):
-    """A dead letter whose ``copies`` the memory budget has no room for yet."""
+class _Wait:
+    """A dead letter whose copies the memory budget has no room for yet."""
 
-    copies: int
+
+_WAIT: Final = _Wait()
 
 
 class DeadLetterFailure(NamedTuple):
@@ -241,8 +223,6 @@ class DeadLetterRouter:
         self.waiting = False
         # Dead letters that failed, for the gateway to log (it empties the list).
         self.failures: list[DeadLetterFailure] = []
-        # Causes whose reads may resume: their letters left the outbox (the gateway empties it).
-        self.resumed: list[Cause] = []
 
     def route_all(self, room: int | None = None) -> list[Dispatch]:
         """Deliver pending dead letters to their dead-letter exchange's queues, a batch a call.
@@ -265,52 +245,23 @@ class DeadLetterRouter:
             try:
                 left = self._deliver(letter, dispatches, room)
             except Exception as error:
-                self._repay(letter)
                 self._failed(letter, error)
                 continue
             if isinstance(left, _Wait):
-                # Back at the head of the outbox, in their order, until the budget has room;
-                # the waiting letter's cause now owes one unit per copy (docs/bounds.md).
-                pending[:0] = [self._charge_copies(letter, left.copies), *batch[taken + 1 :]]
+                # Back at the head of the outbox, in their order, until the budget has room.
+                pending[:0] = batch[taken:]
                 self.waiting = True
                 break
-            self._repay(letter)
             grown, done = left
             if room is not None:
                 room -= grown
             if done is None:
                 letter.stored()
             else:
-                # At-least-once: still held in its queue, to be sent again; repaid already.
+                # At-least-once: still held in its queue, to be sent again.
                 assert letter.retry is not None
-                letter.retry(letter._replace(done=done, cause=None, charged=0))
+                letter.retry(letter._replace(done=done))
         return dispatches
-
-    def blame(self, since: int, cause: Cause) -> bool:
-        """Charge the letters put in the outbox from index ``since`` on to ``cause``, one unit
-        each (a consumer's outcomes made them); True if its reads must pause now."""
-        pending = self.outbox
-        count = len(pending) - since
-        if count <= 0:
-            return False
-        for index in range(since, len(pending)):
-            pending[index] = pending[index]._replace(cause=cause, charged=1)
-        return cause.borrow(count)
-
-    def _charge_copies(self, letter: DeadLetter, copies: int) -> DeadLetter:
-        """A letter that waits for room owes one unit per copy it will make."""
-        cause = letter.cause
-        more = copies - letter.charged
-        if cause is None or more <= 0:
-            return letter
-        cause.borrow(more)
-        return letter._replace(charged=copies)
-
-    def _repay(self, letter: DeadLetter) -> None:
-        """The letter leaves the outbox: its cause gets back what it was charged."""
-        cause = letter.cause
-        if cause is not None and cause.repay(letter.charged):
-            self.resumed.append(cause)
 
     def _failed(self, letter: DeadLetter, error: Exception) -> None:
         """The message stays in its queue, as it was; record why, once."""
@@ -335,7 +286,7 @@ class DeadLetterRouter:
         returned, for it to be sent again to the others (None: delivered, or dropped), after
         the bytes by which the copies grow what the memory budget counts (the original leaves
         its queue once they are stored). Copies that would grow it past ``room`` are not made:
-        :class:`_Wait`.
+        :data:`_WAIT`.
         """
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
@@ -369,7 +320,7 @@ class DeadLetterRouter:
         # The letter's own bytes are counted while it waits, in its queue or by its sender.
         grown = (len(targets) - 1) * cost
         if room is not None and grown > 0 and grown > room:
-            return _Wait(len(targets))
+            return _WAIT
         done = set(letter.done)
         refused = False
         for queue in targets:

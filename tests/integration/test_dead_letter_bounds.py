@@ -31,32 +31,6 @@ from sluicegate.gateway.events import delivery_of
 SERVED: Final = 5.0
 
 
-# Messages of another client, published before an attack and consumed while it runs.
-OTHERS: Final = 20
-
-
-def seed_other(url: str, address: str) -> None:
-    """Publish another client's :data:`OTHERS` messages, 0 to 19, to ``address``."""
-    seeder = BlockingConnection(url, timeout=10)
-    sender = seeder.create_sender(address)
-    for index in range(OTHERS):
-        sender.send(Message(body=index))
-    seeder.close()
-
-
-def consume_other(url: str, address: str) -> tuple[list[object], float]:
-    """Consume them on a new connection: their bodies and the seconds it took."""
-    started = time.monotonic()
-    other = BlockingConnection(url, timeout=10)
-    receiver = other.create_receiver(address, credit=OTHERS)
-    bodies: list[object] = []
-    for _ in range(OTHERS):
-        bodies.append(receiver.receive(SERVED).body)
-        receiver.accept()
-    other.close()
-    return bodies, time.monotonic() - started
-
-
 def _served(prober: Prober) -> None:
     seen = prober.seen
     assert seen.failures == []
@@ -156,7 +130,11 @@ def test_a_reject_loop_doubling_through_a_fanout_stays_within_the_budget(
     running.call(declare)
     # Another client's messages, published before the attack, consumed while it runs: with
     # the budget full, publishers wait (docs/inbound-flow-control.md), consumers never do.
-    seed_other(running.url, "/queues/dl-other")
+    seeder = BlockingConnection(running.url, timeout=10)
+    sender = seeder.create_sender("/queues/dl-other")
+    for index in range(20):
+        sender.send(Message(body=index))
+    seeder.close()
     rejecter = _Rejecter(running.url, ("dl-q1", "dl-q2"))
     thread = threading.Thread(target=Container(rejecter).run, daemon=True)
     thread.start()
@@ -173,7 +151,15 @@ def test_a_reject_loop_doubling_through_a_fanout_stays_within_the_budget(
             time.sleep(0.1)
         waiting = running.call(lambda: len(registry.dead_letters))
         rejected = rejecter.rejected
-        bodies, served = consume_other(running.url, "/queues/dl-other")
+        started = time.monotonic()
+        other = BlockingConnection(running.url, timeout=10)
+        receiver = other.create_receiver("/queues/dl-other", credit=20)
+        bodies = []
+        for _ in range(20):
+            bodies.append(receiver.receive(SERVED).body)
+            receiver.accept()
+        served = time.monotonic() - started
+        other.close()
         time.sleep(1)
         assert rejecter.rejected == rejected, "the rejections went on past the budget"
     finally:
