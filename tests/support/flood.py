@@ -110,7 +110,9 @@ class _FloodHandler(MessagingHandler):
             counts.credit = sender.credit
             if sender.state & Endpoint.LOCAL_ACTIVE:
                 self._send(sender)
-        if flood.stopping.is_set() and flood.outstanding == 0:
+        gone = flood.error is not None or bool(self.connection.state & Endpoint.REMOTE_CLOSED)
+        if flood.stopping.is_set() and (flood.outstanding == 0 or gone):
+            # Every outcome came, or never will (the server went): the reactor ends.
             self.connection.close()
             return
         container = event.container
