@@ -229,7 +229,9 @@ def test_the_oldest_delivery_holding_the_cap_without_progress_is_closed_in_time(
             wait_until(lambda: server.call(lambda: not flow.unfinished_full), timeout=60)
             _more_rounds(prober, 1)
             assert len(server.call(attackers)) < connections
-            assert _unfinished(server) < budget // 4
+            # Under the cap, but for the oldest delivery, which is always read (at most one
+            # message more: a CI rehearsal read 132 KiB of it between the wait and this line).
+            assert _unfinished(server) < budget // 4 + size
             body = b"p" * size
             published = publish(server.url, "/queues/during-unfinished", [body])
             assert published.outcomes == ["accepted"]
