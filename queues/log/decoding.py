@@ -38,6 +38,7 @@ from sluicegate.queues.log.records import (
     QueueDeleted,
     Record,
     RecordType,
+    SegmentEnd,
     SegmentsDeleted,
     SegmentStart,
 )
@@ -124,6 +125,10 @@ def _decode_body(kind: RecordType, body: _Body) -> Record:
         record = SegmentStart(body.u64(), body.u64())
     elif kind is RecordType.SEGMENT_LIVE:
         record = SegmentStart(body.u64(), body.u64(), body.ids())
+    elif kind is RecordType.SEGMENT_AFTER_END:
+        record = SegmentStart(body.u64(), body.u64(), body.ids(), after_end=True)
+    elif kind is RecordType.SEGMENT_END:
+        record = SegmentEnd(body.u64())
     elif kind is RecordType.SEGMENTS_DELETED:
         record = SegmentsDeleted(body.ids())
     elif kind is RecordType.DELIVERY_COUNTS:

@@ -8,12 +8,12 @@ one fsync (:func:`write_batches`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from sluicegate.queues.log.ledger import SegmentLedger
-from sluicegate.queues.log.records import encode_segment_start
+from sluicegate.queues.log.records import encode_segment_end, encode_segment_start
 
 # MAX_SEGMENT_SIZE lives with the files it bounds; placement is where its users look for it.
 from sluicegate.queues.log.segments import MAX_SEGMENT_SIZE as MAX_SEGMENT_SIZE
@@ -47,7 +47,8 @@ class Placement:
     and the id the next message logged gets (every segment's header names it).
 
     ``snapshot`` gives the records every segment starts with after its header (the topology
-    and the delivery counts), so that compaction may delete any older segment.
+    and the delivery counts), so that compaction may delete any older segment. ``unclosed``
+    are the segments, with their lengths, that have no end record yet.
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class Placement:
         ledger: SegmentLedger,
         next_id: int,
         snapshot: Callable[[], list[bytes]],
+        unclosed: Sequence[tuple[int, int]] = (),
     ) -> None:
         if not 0 < segment_size <= MAX_SEGMENT_SIZE:
             raise ValueError(f"segment size must be 1 to {MAX_SEGMENT_SIZE} bytes")
@@ -69,6 +71,12 @@ class Placement:
         self._snapshot_end = 0
         self.batch = WriteBatch()
         self.placed = 0
+        # Close the segments left without their end record (the one a crash or a stop left
+        # last, those a repair cut) before this segment's header says they have it.
+        for number, length in unclosed:
+            end = encode_segment_end(number)
+            self.batch.writes.append((number, length, [end]))
+            self.placed += len(end)
         self.start_segment()
 
     def append(self, buffers: list[bytes], *, roll: bool = True) -> tuple[int, int]:
@@ -79,6 +87,8 @@ class Placement:
         """
         size = sum(len(b) for b in buffers)
         if roll and self.offset + size > self.segment_size and self.offset > self._snapshot_end:
+            end = encode_segment_end(self.segment)
+            self._place([end], len(end))
             self.segment += 1
             self.start_segment()
         segment, offset = self.segment, self.offset

@@ -79,6 +79,11 @@ class RecordType(enum.IntEnum):
     ENQUEUE_SHARED = 19
     # Absolute failed-delivery counts of messages, superseding earlier RETURN_FAILED records.
     DELIVERY_COUNTS = 20
+    # The last record of a segment the writer moved past.
+    SEGMENT_END = 21
+    # SEGMENT_LIVE whose previous segment ends with SEGMENT_END: one cut short at a record
+    # boundary, which no record's CRC can show, is seen.
+    SEGMENT_AFTER_END = 22
 
 
 KINDS: Final = {kind.value: kind for kind in RecordType}
@@ -99,12 +104,21 @@ class SegmentStart:
     """The first record of every segment: its number and the next message id at its start.
 
     ``older`` lists the segments on disk when it was opened (None in a type-1 record, which
-    did not say), so that recovery notices one that went missing.
+    did not say), so that recovery notices one that went missing; ``after_end`` says the
+    segment before it ends with its :class:`SegmentEnd` (a type-22 record).
     """
 
     segment: int
     next_id: int
     older: tuple[int, ...] | None = None
+    after_end: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEnd:
+    """The record that closes a segment before the next one opens (docs/durability.md)."""
+
+    segment: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +228,7 @@ class MessagesChanged:
 
 Record: TypeAlias = (
     SegmentStart
+    | SegmentEnd
     | SegmentsDeleted
     | DeliveryCounts
     | QueueDeclared
@@ -229,7 +244,8 @@ Record: TypeAlias = (
 # -- encoding -----------------------------------------------------------------------------
 
 
-def _frame(kind: RecordType, body: bytes) -> bytes:
+def frame_record(kind: RecordType, body: bytes) -> bytes:
+    """A record of ``kind`` with its length and CRC: what every encoder returns."""
     typed = bytes((kind,)) + body
     return U32.pack(len(typed)) + U32.pack(zlib.crc32(typed)) + typed
 
@@ -262,29 +278,36 @@ def _ids(values: tuple[int, ...] | list[int]) -> bytes:
 
 
 def encode_segment_start(segment: int, next_id: int, older: list[int]) -> bytes:
-    """The record that opens a segment, naming the ``older`` segments still on disk."""
-    return _frame(RecordType.SEGMENT_LIVE, U64.pack(segment) + U64.pack(next_id) + _ids(older))
+    """The record that opens a segment, naming the ``older`` segments still on disk; the one
+    before it ends with :func:`encode_segment_end` (or there is none)."""
+    body = U64.pack(segment) + U64.pack(next_id) + _ids(older)
+    return frame_record(RecordType.SEGMENT_AFTER_END, body)
+
+
+def encode_segment_end(segment: int) -> bytes:
+    """The record that closes ``segment``: nothing is written to it after this."""
+    return frame_record(RecordType.SEGMENT_END, U64.pack(segment))
 
 
 def encode_segments_deleted(segments: list[int]) -> bytes:
     """Segments about to be deleted by compaction."""
-    return _frame(RecordType.SEGMENTS_DELETED, _ids(segments))
+    return frame_record(RecordType.SEGMENTS_DELETED, _ids(segments))
 
 
 def encode_delivery_counts(counts: list[tuple[int, int]]) -> bytes:
     """Failed-delivery counts, ``(message id, count)`` pairs."""
     body = U32.pack(len(counts)) + b"".join(COUNT_FIELDS.pack(i, c) for i, c in counts)
-    return _frame(RecordType.DELIVERY_COUNTS, body)
+    return frame_record(RecordType.DELIVERY_COUNTS, body)
 
 
 def encode_queue_declared(name: str, arguments: Arguments) -> bytes:
     """A durable queue declaration."""
-    return _frame(RecordType.DECLARE_QUEUE, _name(name) + _arguments(arguments))
+    return frame_record(RecordType.DECLARE_QUEUE, _name(name) + _arguments(arguments))
 
 
 def encode_queue_deleted(name: str) -> bytes:
     """A queue deletion."""
-    return _frame(RecordType.DELETE_QUEUE, _name(name))
+    return frame_record(RecordType.DELETE_QUEUE, _name(name))
 
 
 def encode_exchange_declared(
@@ -297,7 +320,7 @@ def encode_exchange_declared(
 ) -> bytes:
     """A durable exchange declaration with its flags."""
     flags = (AUTO_DELETE if auto_delete else 0) | (INTERNAL if internal else 0)
-    return _frame(
+    return frame_record(
         RecordType.DECLARE_EXCHANGE_FLAGS,
         _name(name) + _name(kind) + bytes((flags,)) + _arguments(arguments),
     )
@@ -305,7 +328,7 @@ def encode_exchange_declared(
 
 def encode_exchange_deleted(name: str) -> bytes:
     """An exchange deletion."""
-    return _frame(RecordType.DELETE_EXCHANGE, _name(name))
+    return frame_record(RecordType.DELETE_EXCHANGE, _name(name))
 
 
 def encode_binding(
@@ -320,7 +343,7 @@ def encode_binding(
     """A binding to a queue (or ``to_exchange``, to an exchange) added (``bound``) or removed."""
     kind = RecordType.BIND_DESTINATION if bound else RecordType.UNBIND_DESTINATION
     ends = _name(exchange) + bytes((TO_EXCHANGE if to_exchange else TO_QUEUE,))
-    return _frame(kind, ends + _name(destination) + _name(key) + _arguments(arguments))
+    return frame_record(kind, ends + _name(destination) + _name(key) + _arguments(arguments))
 
 
 def enqueue_prefix(
@@ -399,4 +422,4 @@ _ENQUEUE_NAMES_SIZE: Final = 512
 
 def encode_messages_changed(kind: RecordType, message_ids: list[int]) -> bytes:
     """A batch of settlements, acquisitions or returns."""
-    return _frame(kind, _ids(message_ids))
+    return frame_record(kind, _ids(message_ids))

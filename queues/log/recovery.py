@@ -30,6 +30,7 @@ from sluicegate.queues.log.records import (
     QueueDeleted,
     Record,
     RecordType,
+    SegmentEnd,
     SegmentsDeleted,
     SegmentStart,
 )
@@ -228,6 +229,10 @@ class RecoveredState:
     damages: list[Damage] = field(default_factory=list)
     # Valid records per segment, for reports.
     records: dict[int, int] = field(default_factory=dict)
+    # Segments that end with their end record, and those that lack it though the segment
+    # after them says they have it (cut short): the store closes these, and the last one.
+    ended: set[int] = field(default_factory=set)
+    unended: set[int] = field(default_factory=set)
 
     @property
     def torn_tail(self) -> Damage | None:
@@ -273,6 +278,8 @@ class Recovery:
                 record, end = decode_record(data, pos)
                 if pos == 0 and not (isinstance(record, SegmentStart) and record.segment == number):
                     raise LogCorrupted(number, 0, "the segment does not start with its own header")
+                if number in state.ended:
+                    raise LogCorrupted(number, pos, "a record follows the segment's end record")
                 self.apply(number, pos, record)
             except TornRecord as error:
                 self._damaged(number, pos, str(error), 0, size, last)
@@ -370,7 +377,13 @@ class Recovery:
                 if messages.find(message_id) is not None:
                     messages.failures[message_id] = count
                     messages.acquired.discard(message_id)
+        elif isinstance(record, SegmentEnd):
+            if record.segment != segment:
+                raise LogCorrupted(segment, offset, f"the end record of segment {record.segment}")
+            state.ended.add(segment)
         elif isinstance(record, SegmentStart):
+            if record.after_end:
+                self._check_ended(segment - 1, segment)
             state.messages.open_segment(segment, record.next_id)
             state.next_id = max(state.next_id, record.next_id)
             self._header = record
@@ -392,6 +405,23 @@ class Recovery:
             self.ledger.topology_removed(segment)
         else:
             self._binding(segment, record)
+
+    def _check_ended(self, previous: int, segment: int) -> None:
+        """The segment before a type-22 header ends with its end record, if it is still here.
+
+        Without one it was cut short, at a record boundary if no other damage says so:
+        confirmed messages may have gone with its last records.
+        """
+        state = self.state
+        if previous not in state.sizes or previous in state.ended:
+            return
+        state.unended.add(previous)
+        if any(damage.segment == previous for damage in state.damages):
+            return
+        length = state.valid_length[previous]
+        reason = f"no end record, though segment {segment} follows it: cut short"
+        dropped = state.sizes[previous] - length
+        state.damages.append(Damage(previous, length, reason, dropped_bytes=dropped))
 
     @staticmethod
     def _check_body(segment: int, offset: int, record: Enqueued) -> None:

@@ -120,6 +120,7 @@ class MessageStore:
             self.ledger,
             self.recovered.next_id,
             self._snapshot,
+            _unclosed(self.recovered, existing),
         )
         self.enqueuing = Enqueuing(self, self.placement, self.ledger, self.bodies, self._changes)
         # Log a persistent message (queues/log/enqueuing.py), bound once: it runs per message.
@@ -413,6 +414,19 @@ class MessageStore:
         written = path.stat().st_size if path.exists() else -1
         if clean and not self.pending and written == placement.offset:
             write_clean_shutdown(self.directory, CleanShutdown(placement.segment, written))
+
+
+def _unclosed(recovered: RecoveredState, existing: list[int]) -> list[tuple[int, int]]:
+    """The segments to close before the next opens, with their lengths: the last one, and
+    those a repair cut short (each ends where its valid records do, its tail cut off)."""
+    closing = set(recovered.unended)
+    if existing:
+        closing.add(existing[-1])
+    return [
+        (number, recovered.valid_length[number])
+        for number in sorted(closing & set(existing))
+        if number not in recovered.ended
+    ]
 
 
 def write_now(store: MessageStore, writer: SegmentWriter) -> WriteBatch:

@@ -10,12 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support.examples import examples
 
 from sluicegate.queues.log.check import check, repair
 from sluicegate.queues.log.damage import LogDamaged
+from sluicegate.queues.log.decoding import iter_records
+from sluicegate.queues.log.records import (
+    RecordType,
+    SegmentEnd,
+    encode_segment_end,
+    frame_record,
+)
 from sluicegate.queues.log.segments import (
     CLEAN_SHUTDOWN,
     SegmentWriter,
@@ -101,6 +108,78 @@ def test_a_damaged_last_record_with_nothing_after_it_is_a_torn_tail(tmp_path: Pa
     assert report.startable
     assert report.state.torn_tail is not None
     assert _recovered(tmp_path) == [m.message_id for m in messages[:-1]]
+
+
+@pytest.mark.parametrize("kept_records", [1, 2, 4])
+def test_a_middle_segment_cut_at_a_record_boundary_refuses_and_repair_closes_it(
+    tmp_path: Path, kept_records: int
+) -> None:
+    """Every record left is whole and its CRC right, so only the end record the next segment's
+    header promises shows the cut: confirmed messages were lost, and the log refuses."""
+    messages = _log(tmp_path, clean=False)
+    victim = list_segments(tmp_path)[1]
+    path = segment_path(tmp_path, victim)
+    data = path.read_bytes()
+    offsets = [offset for offset, _ in iter_records(data)]
+    assert isinstance(list(iter_records(data))[-1][1], SegmentEnd)
+    cut = offsets[kept_records]
+    path.write_bytes(data[:cut])
+    report = check(tmp_path)
+    assert not report.startable
+    [damage] = report.state.damages
+    assert (damage.segment, damage.offset) == (victim, cut)
+    assert f"no end record, though segment {victim + 1} follows it" in damage.reason
+    with pytest.raises(LogDamaged):
+        MessageStore(tmp_path, segment_size=_SEGMENT)
+    repair(tmp_path)
+    if any(m.segment == victim and m.record < cut for m in messages):
+        assert path.read_bytes() == data[:cut] + encode_segment_end(victim)
+    else:
+        assert not path.exists()  # nothing live was left in it: compaction deleted it
+    assert check(tmp_path).startable
+    lost = {m.message_id for m in messages if m.segment == victim and m.record >= cut}
+    assert set(_recovered(tmp_path)) == {m.message_id for m in messages} - lost
+
+
+def test_a_record_after_a_segment_s_end_refuses(tmp_path: Path) -> None:
+    _log(tmp_path, clean=False)
+    first = segment_path(tmp_path, list_segments(tmp_path)[0])
+    with first.open("ab") as file:
+        file.write(encode_segment_end(list_segments(tmp_path)[0]))
+    [damage] = check(tmp_path).state.damages
+    assert "a record follows the segment's end record" in damage.reason
+
+
+def test_a_log_whose_segments_have_no_end_records_still_opens_and_is_closed_from_then_on(
+    tmp_path: Path,
+) -> None:
+    """An older server's log (type-17 headers, no end records) is not refused for lacking what
+    it never wrote; the next start closes its last segment before opening one with type 22."""
+    messages = _log(tmp_path, clean=False)
+    for number in list_segments(tmp_path):
+        path = segment_path(tmp_path, number)
+        data = path.read_bytes()
+        records = list(iter_records(data))
+        old = b""
+        for index, (offset, record) in enumerate(records):
+            end = records[index + 1][0] if index + 1 < len(records) else len(data)
+            raw = data[offset:end]
+            if isinstance(record, SegmentEnd):
+                continue
+            if index == 0:
+                raw = frame_record(RecordType.SEGMENT_LIVE, raw[9:])
+            old += raw
+        path.write_bytes(old)
+    last = list_segments(tmp_path)[-1]
+    assert check(tmp_path).startable
+    store = MessageStore(tmp_path, segment_size=_SEGMENT)
+    writer = SegmentWriter(tmp_path)
+    write_now(store, writer)
+    writer.close()
+    store.close()
+    assert segment_path(tmp_path, last).read_bytes().endswith(encode_segment_end(last))
+    assert check(tmp_path).startable
+    assert _recovered(tmp_path) == [m.message_id for m in messages]
 
 
 def test_a_bit_flip_inside_the_last_segment_refuses_naming_what_follows(tmp_path: Path) -> None:
@@ -193,7 +272,8 @@ def test_two_damages_in_one_segment_are_cut_at_the_first_and_never_lengthen_it(
 ) -> None:
     """A last segment cut inside a record after a clean stop has two damages, a torn record and
     a length short of what the stop left: repair cuts at the first and leaves the second alone
-    (truncating to it again wrote a zero byte back, and the repaired log did not start)."""
+    (truncating to it again wrote a zero byte back, and the repaired log did not start). The
+    segment then ends with its end record, as the next segment's header says it does."""
     messages = _log(tmp_path, clean=True)
     last = list_segments(tmp_path)[-1]
     path = segment_path(tmp_path, last)
@@ -201,7 +281,10 @@ def test_two_damages_in_one_segment_are_cut_at_the_first_and_never_lengthen_it(
     assert len(check(tmp_path).state.damages) == 2
     report = repair(tmp_path)
     assert any("nothing past offset 362 to cut" in line for line in report.lines())
-    assert path.stat().st_size < 362
+    end = encode_segment_end(last)
+    repaired = path.read_bytes()
+    assert repaired.endswith(end)
+    assert len(repaired) - len(end) < 362
     assert check(tmp_path).startable
     kept = _recovered(tmp_path)
     assert kept == [m.message_id for m in messages if m.message_id in set(kept)]
@@ -248,6 +331,8 @@ def _tamper(directory: Path, tampering: tuple[object, ...]) -> None:
 
 @settings(max_examples=examples(80), deadline=None)
 @given(tamperings=st.lists(_TAMPERING, min_size=1, max_size=4), clean=st.booleans())
+# A middle segment cut where a record ends: it went unseen before segments had end records.
+@example(tamperings=[("cut", 1, 37)], clean=False)
 def test_whatever_is_done_to_the_log_no_message_comes_back_twice_or_is_lost_silently(
     tmp_path_factory: pytest.TempPathFactory,
     tamperings: list[tuple[object, ...]],

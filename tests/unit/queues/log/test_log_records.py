@@ -22,6 +22,7 @@ from sluicegate.queues.log.records import (
     QueueDeclared,
     QueueDeleted,
     RecordType,
+    SegmentEnd,
     SegmentsDeleted,
     SegmentStart,
     encode_binding,
@@ -32,6 +33,7 @@ from sluicegate.queues.log.records import (
     encode_messages_changed,
     encode_queue_declared,
     encode_queue_deleted,
+    encode_segment_end,
     encode_segment_start,
     encode_segments_deleted,
     enqueue_prefix,
@@ -59,10 +61,11 @@ def test_every_record_type_round_trips() -> None:
             encode_enqueue_shared(43, "copies", 5, (7, 100, 11), 9, exchange="e", routing_key="k"),
             encode_delivery_counts([(42, 3), (43, 1)]),
             encode_segments_deleted([2, 5]),
+            encode_segment_end(7),
         ]
     )
     records = [record for _, record in iter_records(log)]
-    assert records[0] == SegmentStart(7, 42, (2, 5))
+    assert records[0] == SegmentStart(7, 42, (2, 5), after_end=True)
     assert records[1] == QueueDeclared("orders", arguments)
     assert records[2] == ExchangeDeclared("amq.topic", "topic", {})
     assert records[3] == Binding("amq.topic", "orders", "a.*", {"x": True}, True)
@@ -92,6 +95,7 @@ def test_every_record_type_round_trips() -> None:
     )
     assert records[11] == DeliveryCounts(((42, 3), (43, 1)))
     assert records[12] == SegmentsDeleted((2, 5))
+    assert records[13] == SegmentEnd(7)
 
 
 def test_payload_offset_points_at_the_body_within_the_record() -> None:
