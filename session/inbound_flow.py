@@ -22,6 +22,11 @@ from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
 # While blocked, the holds are decided again once the bytes held moved by this share of the
 # budget: often enough to follow consumers draining, rarely enough to stay O(1) per event.
 RECLASSIFY_SHARE: Final = 16
+# A publisher holds the budget only if its queues hold at least this share of an even split of
+# the limit among the publishers that weigh anything: a quarter, so that a few publishers
+# piling up bytes are all holders, while one whose queue keeps a few messages is not made a
+# holder because nobody else publishing weighs anything (bytes left by publishers gone).
+HOLDER_SHARE: Final = 0.25
 
 
 class PublishingConnection(Protocol):
@@ -261,7 +266,12 @@ class InboundFlow:
         return True
 
     def _classify(self, weigh: Weigh) -> Flushed:
-        """Decide again which links and connections the exhausted budget holds."""
+        """Decide again which links and connections the exhausted budget holds.
+
+        A holder weighs at least half the mean of the positive weights and at least
+        :data:`HOLDER_SHARE` of an even share of the limit: when the bytes are held by nobody
+        publishing now, the one small publisher left would otherwise be its own mean, and held.
+        """
         budget = self.budget
         self._classified_at = budget.used
         self._over_ceiling = budget.used >= budget.ceiling
@@ -269,9 +279,10 @@ class InboundFlow:
         weights = [weigh(link) for link in links]
         positive = [weight for weight in weights if weight > 0]
         mean = sum(positive) / len(positive) if positive else 0.0
+        floor = budget.limit * HOLDER_SHARE / len(positive) if positive else 0.0
         for link, weight in zip(links, weights, strict=True):
             was_held = link.held
-            link.held = mean > 0 and 2 * weight >= mean
+            link.held = mean > 0 and 2 * weight >= mean and weight >= floor
             if was_held and not link.held and link.wants_credit:
                 self.renewals.add(link)
         return self._hold()

@@ -422,6 +422,28 @@ def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_
     assert not hoarder.held
 
 
+def test_a_small_publisher_is_no_holder_when_the_bytes_are_held_by_nobody_publishing() -> None:
+    """Adversary seed 61024: the budget full of bytes no publisher weighs for (a publisher gone,
+    its queue unconsumed), the prober's own small queue was the only positive weight, its own
+    mean, and it was held. A holder weighs at least a quarter of an even share of the limit."""
+    flow = _flow(budget=10_000)
+    modest = Inbound(flow, Account())
+    prober = modest.attach()
+    weights = {prober: 300}
+    out = flow.flush(10_000, 0, weights.__getitem__)
+    assert flow.budget.blocked
+    assert not prober.held
+    assert out is None or modest not in out.pause
+    assert not modest.paused
+    # Two publishers each piling up a quarter of an even share or more are both holders.
+    other = Inbound(flow, Account())
+    piler = other.attach()
+    weights = {prober: 1_300, piler: 1_300}
+    flow.flush(flow.budget.limit + flow.budget.limit // 8, 0, weights.__getitem__)
+    flow.flush(flow.budget.limit, 0, weights.__getitem__)
+    assert (prober.held, piler.held) == (True, True)
+
+
 def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arriving() -> None:
     flow = _flow(budget=10_000)
     first = Inbound(flow, Account())
