@@ -10,6 +10,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
@@ -19,6 +20,7 @@ from proton import Message
 from proton.reactor import Container
 from proton.utils import BlockingConnection
 from support.polling import wait_until
+from support.prober import Prober
 
 from sluicegate.gateway.http.loop_views import LINKS_PAGE
 from sluicegate.gateway.rules.auth import User, hash_password, parse_users
@@ -150,6 +152,34 @@ def test_links_come_a_page_at_a_time(server: RunningServer) -> None:
     assert (second["page"], len(second["consumers"])) == (2, 20)
     names = {c["queue"] for c in first["consumers"]} | {c["queue"] for c in second["consumers"]}
     assert names == {f"paged-{i:03d}" for i in range(count)}
+
+
+@pytest.mark.slow
+def test_asking_for_ever_new_snapshots_leaves_amqp_clients_served(server: RunningServer) -> None:
+    """Eight viewers ask for 200 snapshots nobody asked for before (every page of a connection
+    with two pages of links, and names of no connection), each a reactor read past the cache:
+    every request is answered, the answers stay right, and a prober is served throughout."""
+    client = _open(server, "alice", "snapshot-attack")
+    try:
+        for i in range(LINKS_PAGE + 1):
+            client.create_receiver(f"attack-{i:03d}", credit=0)
+        name = quote(_connection(server, "snapshot-attack"), safe="")
+        paths = [f"/api/sluicegate/connections/{name}?page={page}" for page in range(1, 101)]
+        paths += [f"/api/sluicegate/connections/nobody-{i}" for i in range(100)]
+        with Prober(f"amqp://alice:{PASSWORD}@127.0.0.1:{server.port}") as prober:
+            prober.wait_rounds(1, timeout=30)
+            with ThreadPoolExecutor(8) as viewers:
+                statuses = list(viewers.map(lambda path: fetch(server, path)[0], paths))
+            rounds = len(prober.seen.rounds)
+            prober.wait_rounds(rounds + 2, timeout=30)
+        assert statuses == [200] * 100 + [404] * 100
+        assert prober.seen.failures == []
+        assert len(prober.seen.rounds) >= rounds + 2
+        assert get(server, f"/sluicegate/connections/{name}?page=2")["consumers"][0]["queue"] == (
+            f"attack-{LINKS_PAGE:03d}"
+        )
+    finally:
+        client.close()
 
 
 def test_users_see_only_their_connections_and_vhosts(server: RunningServer) -> None:
