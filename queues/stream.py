@@ -60,13 +60,16 @@ _NO_DISPATCH: Final[list[Dispatch]] = []
 # Paused readers read on per tick of the queues' clock: what one tick costs stays bounded
 # however many readers a stream has.
 _RESUMED_PER_TICK: Final = 4
-# Sizes one byte-range request sums, on the reactor: about 0.2 ms (0.5 on a loaded machine),
+# Sizes one byte-range request sums, on the reactor: about 0.2 ms,
 # because a connection's frames are read READ_FRAMES (64) a pass
 # (gateway/proton/io_layer.py) and the management node lets a link pair have 8 requests in
 # flight, so a flood of requests costs a pass 64 of them: 30 ms. With 100,000 it cost over half
 # a second and stalled other clients (tests/integration/test_stalls_and_lockouts.py). A longer
 # range is asked for in parts.
 MAX_SIZES_PER_RANGE: Final = 10_000
+# Sizes summed at once while a byte range fits: large enough that the sums run in C, small
+# enough that accumulating the one block where the range ends stays cheap.
+SIZES_BLOCK: Final = 1_000
 # RabbitMQ's x-max-age units: years, months, days, hours, minutes, seconds.
 _AGE = re.compile(r"^(\d+)(Y|M|D|h|m|s)$")
 _AGE_MS: Final = {
@@ -90,12 +93,17 @@ def parse_max_age(value: object) -> int:
 
 
 class MessageEntries:
-    """The messages themselves: a stream that is not logged."""
+    """The messages themselves: a stream that is not logged.
 
-    __slots__ = ("_messages",)
+    Their sizes are kept beside them in an array (4 bytes a message), so that a byte range
+    sums them in C instead of asking 10,000 messages one call each (3 ms a request).
+    """
+
+    __slots__ = ("_messages", "_sizes")
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
+        self._sizes = array("I")
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -112,27 +120,29 @@ class MessageEntries:
         return taken
 
     def append(self, message: Message) -> int:
-        """Keep the message."""
+        """Keep the message, stamped with its offset already: its size is final."""
         self._messages.append(message)
-        return message.held + MESSAGE_OVERHEAD
+        self._sizes.append(message.read_size())
+        return message.held + MESSAGE_OVERHEAD + self._sizes.itemsize
 
     def size(self, index: int) -> int:
         """The message's bytes."""
-        return self._messages[index].read_size()
+        return self._sizes[index]
 
-    def sizes(self, start: int, stop: int) -> list[int]:
-        """The bytes of the messages at ``[start, stop)``."""
-        return [message.read_size() for message in self._messages[start:stop]]
+    def sizes(self, start: int, stop: int) -> array[int]:
+        """The bytes of the messages at ``[start, stop)``: a slice of the array."""
+        return self._sizes[start:stop]
 
     def drop(self, index: int) -> int:
         """Archive the message."""
         message = self._messages[index]
         message.archive()
-        return message.held + MESSAGE_OVERHEAD
+        return message.held + MESSAGE_OVERHEAD + self._sizes.itemsize
 
     def trim(self, count: int) -> None:
         """Forget the first ``count`` messages."""
         del self._messages[:count]
+        del self._sizes[:count]
 
 
 @dataclass(slots=True, eq=False)
@@ -463,13 +473,22 @@ class StreamQueue:
             return start, 0, False
         scanned = min(stop, start + MAX_SIZES_PER_RANGE)
         base = self.first - self._head
-        ends = list(accumulate(self.entries.sizes(start - base, scanned - base)))
-        fitting = bisect_right(ends, max_bytes)
-        if fitting == 0 and at_least_one:
-            fitting = 1
-        if fitting < len(ends):
-            return start + fitting, ends[fitting - 1] if fitting else 0, False
-        return scanned, ends[-1], scanned < stop
+        sizes = self.entries.sizes(start - base, scanned - base)
+        # Summed a block at a time in C; only the block where ``max_bytes`` is passed is
+        # accumulated in Python: a request that fits whole costs a tenth of summing one by one.
+        taken = 0
+        for at in range(0, len(sizes), SIZES_BLOCK):
+            block = sizes[at : at + SIZES_BLOCK]
+            total = sum(block)
+            if taken + total <= max_bytes:
+                taken += total
+                continue
+            ends = list(accumulate(block, initial=taken))[1:]
+            fitting = bisect_right(ends, max_bytes)
+            if at + fitting == 0 and at_least_one:
+                return start + 1, ends[0], False
+            return start + at + fitting, ends[fitting - 1] if fitting else taken, False
+        return scanned, taken, scanned < stop
 
     # -- statistics -----------------------------------------------------------------------
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.examples import examples
 
 from sluicegate.queues.arguments import parse_arguments
 from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Outcome
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.queues.stream import StreamQueue, parse_max_age
+from sluicegate.queues.stream import MAX_SIZES_PER_RANGE, StreamQueue, parse_max_age
 from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.annotations import read_stream_offset, stamp_stream_offset
 from sluicegate.wire.encoding import encode
@@ -175,3 +178,45 @@ def test_purge_drops_everything_and_offsets_go_on() -> None:
     assert (stats.ready, stats.first_offset, stats.ready_bytes) == (0, None, 0)
     queue.enqueue(Message(_payload(3)))
     assert queue.statistics().first_offset == 3
+
+
+def _byte_range_one_by_one(
+    sizes: list[int], start: int, stop: int, max_bytes: int, at_least_one: bool
+) -> tuple[int, int, bool]:
+    """What a byte range means, message by message (queues/stream.py sums it in blocks)."""
+    stop = min(stop, len(sizes))
+    if start >= stop:
+        return start, 0, False
+    scanned = min(stop, start + MAX_SIZES_PER_RANGE)
+    taken = 0
+    for offset in range(start, scanned):
+        if taken + sizes[offset] > max_bytes:
+            if offset == start and at_least_one:
+                return start + 1, sizes[offset], False
+            return offset, taken, False
+        taken += sizes[offset]
+    return scanned, taken, scanned < stop
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 60), min_size=1, max_size=40),
+    repeat=st.integers(1, 700),
+    start=st.integers(0, 30_000),
+    span=st.integers(0, 30_000),
+    max_bytes=st.integers(0, 2_000_000),
+    at_least_one=st.booleans(),
+)
+def test_a_byte_range_is_what_summing_message_by_message_gives(
+    lengths: list[int], repeat: int, start: int, span: int, max_bytes: int, at_least_one: bool
+) -> None:
+    queue = _stream()
+    payloads = [_payload(0) + b"\x00" * n for n in lengths]
+    count = len(lengths) * repeat
+    for i in range(count):
+        queue.enqueue(Message(payloads[i % len(payloads)]))
+    # The bytes each message takes on the wire, its offset annotation spliced in.
+    sizes = list(queue.entries.sizes(0, count))
+    assert sizes == [queue.entries[i].read_size() for i in range(count)]
+    expected = _byte_range_one_by_one(sizes, start, start + span, max_bytes, at_least_one)
+    assert queue.byte_range(start, start + span, max_bytes, at_least_one=at_least_one) == expected
