@@ -153,13 +153,13 @@ def test_an_auto_delete_queue_goes_when_its_last_consumer_leaves_whichever_worke
         last = on_far.create_receiver(queue, credit=0, name="last")
         wait_until(lambda: _consumer_count(far, queue) == 3)
         # A consumer on the other worker leaves: two remain, one of them on the owner.
-        first.close()
+        first.close()  # type: ignore[no-untyped-call]
         assert _consumer_count(far, queue) == 2
         # The owner's own consumer leaves: one remains, on the other worker.
-        local.close()
+        local.close()  # type: ignore[no-untyped-call]
         assert _consumer_count(far, queue) == 1
         # The last leaves, from the other worker: the owner deletes the queue everywhere.
-        last.close()
+        last.close()  # type: ignore[no-untyped-call]
         wait_until(lambda: _consumer_count(far, queue) is None, timeout=GONE_WITHIN)
         on_far.close()
         on_home.close()
@@ -177,7 +177,7 @@ def test_a_remote_consumer_keeps_an_x_expires_queue_until_it_leaves(workers: Wor
         # Held on the owner by a consumer of the other worker, for several times its x-expires.
         time.sleep(4 * expires / 1000)
         assert _consumer_count(far, queue) == 1
-        holder.close()
+        holder.close()  # type: ignore[no-untyped-call]
         # Watched through listings: reading the queue's own counts is use, and would keep it.
         wait_until(lambda: queue not in _listed(far), timeout=GONE_WITHIN)
         on_far.close()
