@@ -117,7 +117,7 @@ class HttpApi:
                 # It read queues other workers own: answered again with their figures.
                 failure = await asyncio.wait_for(asyncio.wrap_future(waiting[0]), self._timeout)
                 if failure is not None:
-                    answer = Answer(404 if failure.missing else 503, failure.error)
+                    answer = Answer(503, failure.error)
                 else:
                     answer = await self._calls.call(lambda: self._run(job, []), self._timeout)
         except HttpRefused as refused:

@@ -314,7 +314,7 @@ class ManagementNode(Handler):
         if parked.dropped:
             return
         if failure is not None:
-            response = Response(404 if failure.missing else 503, failure.error)
+            response = Response(503, failure.error)
         else:
             response = self._answer(message, pair, figures)
         reply = parked.reply = encode_reply(

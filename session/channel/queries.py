@@ -125,8 +125,9 @@ class Figures:
     @property
     def failure(self) -> Asked | None:
         """A question that failed, if any: the request cannot be answered with the owners'
-        figures."""
-        return next((a for a in self.asked.values() if a.error is not None), None)
+        figures. A queue its owner no longer has is no failure: its deletion is on its way
+        here, and the stand-in reads zeros until then."""
+        return next((a for a in self.asked.values() if a.error and not a.missing), None)
 
 
 class Reads:

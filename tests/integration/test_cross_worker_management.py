@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,10 +69,12 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
         yield Workers(port, pids, metrics, http)
 
 
-def _http(workers: Workers, path: str) -> object:
-    url = f"http://127.0.0.1:{workers.http}{path}"
-    with urllib.request.urlopen(url, timeout=20) as response:
-        return json.loads(response.read())
+def _http(workers: Workers, path: str, method: str = "GET") -> object:
+    """The HTTP API's JSON answer (None for none); an error status raises HTTPError."""
+    request = urllib.request.Request(f"http://127.0.0.1:{workers.http}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=20) as response:
+        body = response.read()
+        return json.loads(body) if body else None
 
 
 def _ready_gauge(workers: Workers, queue: str) -> float:
@@ -120,6 +123,11 @@ def test_either_worker_shows_the_owners_counts_and_purges_there(workers: Workers
         assert [q["messages"] for q in listed if q["name"] == queue] == [7]
         # One scrape counts the messages once, on their owner.
         assert _ready_gauge(workers, queue) == 7
+        # A conditional deletion is decided on the owner's counts.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _http(workers, f"/api/queues/%2F/{queue}?if-empty=true", "DELETE")
+        refused.value.close()
+        assert refused.value.code == 400
         # A purge where the queue does not live purges where it does.
         purged = far.request("DELETE", f"/queues/{queue}/messages")
         assert purged.status == 200
@@ -127,6 +135,8 @@ def test_either_worker_shows_the_owners_counts_and_purges_there(workers: Workers
         reply = _described(home, queue)
         assert isinstance(reply.body, dict)
         assert reply.body["message_count"] == 0
+        assert _http(workers, f"/api/queues/%2F/{queue}?if-empty=true", "DELETE") is None
+        wait_until(lambda: _described(home, queue).status == 404, timeout=GONE_WITHIN)
 
 
 def _consumer_count(client: ManagementClient, queue: str) -> int | None:
@@ -167,13 +177,22 @@ def test_an_auto_delete_queue_goes_when_its_last_consumer_leaves_whichever_worke
 
 def test_a_remote_consumer_keeps_an_x_expires_queue_until_it_leaves(workers: Workers) -> None:
     queue = homed_on(1, 2, "leased")
-    expires = 300
+    expires = 500
+    body = {"durable": False, "arguments": {"x-expires": expires}}
     with workers.management(0) as far:
-        arguments = {"x-expires": expires}
-        body = {"durable": False, "arguments": arguments}
-        assert far.request("PUT", f"/queues/{queue}", body).status == 201
         on_far = workers.connection(0)
-        holder = on_far.create_receiver(queue, credit=0)
+        for attempt in range(5):
+            assert far.request("PUT", f"/queues/{queue}", body).status == 201
+            holder = on_far.create_receiver(queue, credit=0, name=f"holder-{attempt}")
+            # An attach to a queue that expired first declares it anew, without x-expires.
+            described = _described(far, queue).body
+            assert isinstance(described, dict)
+            if described["arguments"] == {"x-expires": expires}:
+                break
+            holder.close()  # type: ignore[no-untyped-call]
+            assert far.request("DELETE", f"/queues/{queue}").status == 200
+        else:
+            pytest.fail("the queue expired before its consumer attached, five times")
         # Held on the owner by a consumer of the other worker, for several times its x-expires.
         time.sleep(4 * expires / 1000)
         assert _consumer_count(far, queue) == 1

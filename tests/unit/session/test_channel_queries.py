@@ -103,6 +103,10 @@ def test_a_lost_channel_fails_every_question_and_a_missing_queue_says_so() -> No
     questions.answered(Answer(query.query, False, 0, _ZEROS))
     assert missing.missing
     assert missing.error is not None
+    # Its deletion is on its way to the stand-in: the request reads zeros, it does not fail.
+    figures = Figures()
+    figures.asked[("/", "gone", "counts")] = missing
+    assert figures.failure is None
     out = [questions.ask(op, "/", "q")[0] for op in QueryOp]
     questions.lost("worker 1 ended")
     assert [(asked.error, asked.missing) for asked in out] == [("worker 1 ended", False)] * 3
