@@ -16,6 +16,10 @@ comes while its connection is backlogged (at that limit, its writer full, or hol
 while the budget is exhausted) is refused with 503 without being carried out, and a reply whose
 body would pass the limit is refused with 400 before it is built whole
 (``gateway/management/reply_size.py``). An error inside one request is answered with 500.
+
+On a server of several workers, a request that reads or purges a queue another worker owns
+asks that worker (docs/workers.md): its reply is parked in the pair's order, within the same
+8 credits, and the request is routed again once the owners answered (:class:`Parked`).
 """
 
 from __future__ import annotations
