@@ -52,6 +52,7 @@ from sluicegate.gateway.sessions import Sessions
 from sluicegate.gateway.settling import Settling
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.gateway.supervisor import node_name
+from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
@@ -149,6 +150,7 @@ class Broker(Handler):
         self.waiting = sending.waiting
         # The other workers of a server of several (gateway/peers.py).
         self.peers = peers
+        self.management.workers = peers
 
     def close_for_error(self, state: ConnectionState, error: AmqpError) -> None:
         """Close a connection that broke a limit (gateway/connections.py)."""
@@ -157,6 +159,14 @@ class Broker(Handler):
     def queue_deleted(self, registry: QueueRegistry, name: str) -> None:
         """Detach every link of a deleted queue (gateway/links.py)."""
         self.links.queue_deleted(registry, name)
+
+    def remote_consumer_left(self, registry: QueueRegistry, queue: QueueType) -> None:
+        """A consumer on another worker of a queue here left (gateway/peers.py): as a local
+        consumer's DETACH, its x-expires countdown restarts and an auto-delete queue may go."""
+        registry.consumer_left(queue)
+        self.management.consumer_left(
+            registry, queue, self.queue_links.consumers(registry, queue.name)
+        )
 
     def _renew_credential(self, state: ConnectionState, method: str, body: object) -> Response:
         """``PUT /auth/tokens`` on the management node (gateway/links.py)."""

@@ -16,14 +16,15 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Mapping
-from typing import cast
+from typing import Final, cast
 
+from proton import Event, Handler
 from proton.reactor import Container
 
 from sluicegate.gateway.confirming import ChannelPublish, Pending, confirm
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.proton.channel_socket import ChannelSocket
-from sluicegate.gateway.proton.internals import register
+from sluicegate.gateway.proton.internals import Task, register
 from sluicegate.gateway.queue_homes_file import HomesFile
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
@@ -35,6 +36,7 @@ from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import FRAME_OVERHEAD, ChannelError, FrameReader, encode
 from sluicegate.session.channel.frames import (
+    Answer,
     Confirm,
     CreditReply,
     Deliveries,
@@ -44,6 +46,7 @@ from sluicegate.session.channel.frames import (
     Topology,
 )
 from sluicegate.session.channel.owner import Owner
+from sluicegate.session.channel.queries import Asked, Figures, Reads
 from sluicegate.session.channel.remote import OUTCOMES, SETTLED, Remote, RemoteQueue, owner_error
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.amqp_types import Value
@@ -54,14 +57,21 @@ from sluicegate.wire.errors import AmqpError
 
 log = logging.getLogger("sluicegate.peers")
 
+# Seconds a management request waits for the owners' answers before it is refused: a worker
+# answers a query at once, in its next reactor pass, so only one that is stuck takes this long.
+QUERY_TIMEOUT: Final = 5.0
+# A queue's registry and the queue, whose consumer on another worker left.
+ConsumerLeft = Callable[[QueueRegistry, QueueType], None]
+
 
 class VhostPlacement:
     """One virtual host's queues placed over the workers (queues/queue_homes.py's
     ``Placement``), its changes sent to every worker."""
 
-    def __init__(self, peers: Peers, vhost: str) -> None:
+    def __init__(self, peers: Peers, vhost: str, registry: QueueRegistry) -> None:
         self.peers = peers
         self.vhost = vhost
+        self.registry = registry
 
     def remote(self, name: str) -> QueueType | None:
         peers = self.peers
@@ -77,6 +87,13 @@ class VhostPlacement:
             peers.homes.forget(self.vhost, str(change[1]))
         peers.broadcast(Topology(self.vhost, encode_value(cast(Value, change))))
 
+    def used(self, name: str) -> None:
+        if self.peers.applying:
+            return
+        queue = self.registry.get(name)
+        if type(queue) is RemoteQueue:
+            queue.used()
+
 
 class Peers:
     """This worker's channels, what crosses them, and the topology it shares."""
@@ -84,16 +101,20 @@ class Peers:
     def __init__(self, spec: WorkerChannels, registries: Mapping[str, QueueRegistry]) -> None:
         self.spec = spec
         self.homes = HomesFile(spec.root, spec.workers)
+        # The management request being answered: what its stand-ins ask their owners.
+        self.reads = Reads()
         # This worker's side of each channel, kept while the other worker restarts.
-        self.remotes = {k: Remote(k) for k in range(spec.workers) if k != spec.index}
+        self.remotes = {k: Remote(k, self.reads) for k in range(spec.workers) if k != spec.index}
         self.owners: dict[int, Owner] = {}
         self.sockets: dict[int, ChannelSocket] = {}
         # Confirms of other workers' publishes, framed in runs at the flush.
         self._confirms: dict[int, list[Confirm]] = {}
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
+        # Management requests waiting for owners' answers, one per request.
+        self.gathering: dict[_Gathering, None] = {}
         for name, registry in registries.items():
-            registry.placement = VhostPlacement(self, name)
+            registry.placement = VhostPlacement(self, name, registry)
 
     def serve(
         self,
@@ -104,6 +125,7 @@ class Peers:
         replied: Callable[[OutgoingLink, QueueReply], None],
         refuse: Callable[[OutgoingLink, AmqpError], None],
         queue_deleted: Callable[[QueueRegistry, str], None],
+        consumer_left: ConsumerLeft,
         max_message_size: int,
         max_queue_credit: int,
     ) -> None:
@@ -115,6 +137,7 @@ class Peers:
         self._replied = replied
         self._refuse = refuse
         self._queue_deleted = queue_deleted
+        self._consumer_left = consumer_left
         self.max_frame_size = max_message_size + FRAME_OVERHEAD
         self.max_queue_credit = max_queue_credit
         for peer, sock in sorted(self.spec.channels.items()):
@@ -138,7 +161,7 @@ class Peers:
             lambda frames: self.received(peer, frames),
             lambda reason: self.ended(peer, reason),
         )
-        self.owners[peer] = Owner(self._find, self.max_queue_credit)
+        self.owners[peer] = Owner(self._find, self.max_queue_credit, self._used)
         self.remotes[peer].opened()
         channel = self.sockets[peer]
         for frame in self._snapshot():
@@ -152,7 +175,9 @@ class Peers:
         owner = self.owners.pop(peer, None)
         if owner is not None:
             self._route(owner.close())
+            self._left(owner)
         keys, tokens = self.remotes[peer].lost()
+        self._gathered()
         gone = ResourceDeleted(f"worker {peer}, where the queue lives, ended; attach again")
         for key in keys:
             self._refuse(cast(OutgoingLink, key), gone)
@@ -170,6 +195,26 @@ class Peers:
             control.terminate()
             control.update()
 
+    def consumers_of(self, queue: QueueType) -> int:
+        """How many consumers on other workers ``queue`` (one of this worker's) has."""
+        return sum(owner.consumers_of(queue) for owner in self.owners.values())
+
+    def gather(self, figures: Figures, done: Callable[[Asked | None], None]) -> None:
+        """Call ``done`` once every question ``figures`` asked is answered (with None) or
+        cannot be (with why: its owner is not serving or has no such queue, or did not answer
+        within :data:`QUERY_TIMEOUT`)."""
+        if not figures.pending:
+            done(figures.failure)
+            return
+        waiting = _Gathering(self, figures, done)
+        self.gathering[waiting] = None
+        waiting.timer = self.container.schedule(QUERY_TIMEOUT, waiting)
+
+    def _gathered(self) -> None:
+        """Answer the requests whose questions are all done."""
+        for waiting in [w for w in self.gathering if not w.figures.pending]:
+            waiting.finish(waiting.figures.failure)
+
     def held(self) -> int:
         """Bytes kept only for other workers' pre-settled consumers (docs/bounds.md)."""
         return sum(owner.recent_bytes for owner in self.owners.values())
@@ -186,11 +231,15 @@ class Peers:
         channel = self.sockets.get(peer)
         if channel is None:
             return
+        answered = False
         try:
             for frame in frames:
+                answered |= type(frame) is Answer
                 self._receive(peer, channel, frame)
         except ChannelError as error:
             channel.end(f"worker {peer} broke the channel protocol: {error}")
+        if answered:
+            self._gathered()
 
     def _receive(self, peer: int, channel: ChannelSocket, frame: Frame) -> None:
         kind = type(frame)
@@ -221,12 +270,32 @@ class Peers:
             self._store(peer, cast(Publish, frame))
         elif kind is Topology:
             self.apply(cast(Topology, frame))
+        elif kind is Answer:
+            remote.answered(cast(Answer, frame))
         else:
-            frames, local = self.owners[peer].receive(frame)
+            owner = self.owners[peer]
+            frames, local = owner.receive(frame)
             for out in frames:
                 channel.send(encode(out))
             if local:
                 self._route(local)
+            if owner.left:
+                self._left(owner)
+
+    def _left(self, owner: Owner) -> None:
+        """Remote consumers of queues here left: an auto-delete queue may go, and an
+        x-expires countdown restarts, as when a consumer here leaves."""
+        left, owner.left = owner.left, []
+        for vhost, queue in left:
+            found = self.tenancy.vhosts.get(vhost)
+            if found is not None and found.registry.get(queue.name) is queue:
+                self._consumer_left(found.registry, queue)
+
+    def _used(self, vhost: str, name: str) -> None:
+        """A client of another worker used a queue here: its x-expires countdown restarts."""
+        found = self.tenancy.vhosts.get(vhost)
+        if found is not None:
+            found.registry.renew_lease(name)
 
     def flush(self, paused: bool) -> None:
         """Send what gathered since the last flush; reads stop while ``paused`` (the memory
@@ -343,6 +412,35 @@ class Peers:
             changes = _known(vhost.registry)
             frames.extend(Topology(name, encode_value(change)) for change in changes)
         return frames
+
+
+class _Gathering(Handler):
+    """A management request waiting for its owners' answers, and its deadline's timer."""
+
+    def __init__(
+        self, peers: Peers, figures: Figures, done: Callable[[Asked | None], None]
+    ) -> None:
+        super().__init__()
+        self.peers = peers
+        self.figures = figures
+        self.done = done
+        self.timer: Task | None = None
+
+    def finish(self, failure: Asked | None) -> None:
+        gathering = self.peers.gathering
+        if self not in gathering:
+            return
+        del gathering[self]
+        if self.timer is not None:
+            self.timer.cancel()
+        self.done(failure)
+
+    def on_timer_task(self, event: Event) -> None:
+        self.timer = None
+        if self.figures.pending:
+            self.finish(Asked(f"the queue's worker did not answer within {QUERY_TIMEOUT} s"))
+        else:
+            self.finish(self.figures.failure)
 
 
 class _Control:

@@ -168,6 +168,7 @@ class Server:
                 broker.sending.replied,
                 broker.links.refuse_consumer,
                 broker.queue_deleted,
+                broker.remote_consumer_left,
                 config.max_message_size,
                 config.max_queue_credit,
             )

@@ -37,6 +37,8 @@ from typing import Final
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.durability import LOG_DIRECTORY
 from sluicegate.gateway.proton.parent_death import end_with_parent
+from sluicegate.gateway.queue_homes_file import PLACEMENT_FILE
+from sluicegate.queues.queue_homes import Homes, HomesDamaged
 
 log = logging.getLogger("sluicegate.supervisor")
 
@@ -51,6 +53,9 @@ MAX_RESTART_PAUSE: Final = 30.0
 # each has a watchdog of its own one second past it (cli/serve.py), so this is only
 # for a worker that is stuck beyond its own watchdog.
 KILL_MARGIN: Final = 2.0
+
+# Stranded queues named in the refusal to start; the rest are counted.
+_NAMED: Final = 10
 
 # The control message that comes with a channel's socket: the other worker's index.
 PEER_INDEX: Final = struct.Struct("<I")
@@ -113,7 +118,33 @@ def layout_error(config: ServerConfig) -> str | None:
                 f"{data_dir} holds the logs of {len(workers)} workers ({', '.join(workers)}); "
                 "serve it with that many workers"
             )
+    if config.workers > 1:
+        return _stranded(data_dir / PLACEMENT_FILE, config.workers)
     return None
+
+
+def _stranded(placement: Path, workers: int) -> str | None:
+    """Why queues recorded in ``placement`` cannot be served by ``workers`` workers: some live
+    on a worker beyond them, whose log no worker would read (queues/queue_homes.py)."""
+    try:
+        text = placement.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        stranded = Homes.replay(text, workers).stranded()
+    except HomesDamaged as error:
+        return f"{placement} is damaged: {error}"
+    if not stranded:
+        return None
+    named = ", ".join(
+        f"'{name}' (vhost '{vhost}', worker {home})" for vhost, name, home in stranded[:_NAMED]
+    )
+    more = f" and {len(stranded) - _NAMED} more" if len(stranded) > _NAMED else ""
+    needed = max(home for _, _, home in stranded) + 1
+    return (
+        f"{len(stranded)} queues live on workers beyond the {workers} asked for: {named}{more}; "
+        f"serve it with at least {needed} workers (their messages are in those workers' logs)"
+    )
 
 
 def worker_config(

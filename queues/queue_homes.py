@@ -32,7 +32,7 @@ _MASK64: Final = (1 << 64) - 1
 
 class Placement(Protocol):
     """What a virtual host's registry asks when the server runs on several workers: where a
-    queue lives, and who else must hear of a change (gateway/placement.py)."""
+    queue lives, and who else must hear of a change (gateway/peers.py)."""
 
     def remote(self, name: str) -> QueueType | None:
         """The queue as another worker's (placing it first if it is new); None if it lives
@@ -41,6 +41,10 @@ class Placement(Protocol):
     def changed(self, change: list[object]) -> None:
         """A queue, exchange or binding changed here (its verb first): every worker applies
         it, so that routing stays local to each."""
+
+    def used(self, name: str) -> None:
+        """A client used the queue ``name``, which another worker owns (redeclared it, read its
+        stat): its x-expires countdown, kept by its owner, restarts."""
 
 
 class HomesDamaged(Exception):

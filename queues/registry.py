@@ -127,6 +127,9 @@ class QueueRegistry(ExchangeGraph):
         self._owners: dict[str, object] = {}
         # Queues declared with x-expires: unused for that long, they are deleted.
         self._leases = Leases()
+        # Queues other workers own, held here as stand-ins (docs/workers.md): their leases and
+        # messages are their owners'.
+        self._stand_ins: set[str] = set()
         # Direct Reply-To queues, by name: routed to, never listed, gone with their consumer.
         self._volatile: dict[str, VolatileQueue] = {}
         # What deleted queues had counted, so server-wide totals never go back (metrics).
@@ -184,7 +187,9 @@ class QueueRegistry(ExchangeGraph):
         self._settings[name] = settings
         if exclusive:
             self._owners[name] = owner
-        if parsed.expires is not None and remote is None:
+        if remote is not None:
+            self._stand_ins.add(name)
+        elif parsed.expires is not None:
             self._leases.grant(name, parsed.expires, self.clock.now)
         logs = durable and not exclusive and not auto_delete and remote is None
         if self.store is not None and logs:
@@ -319,7 +324,10 @@ class QueueRegistry(ExchangeGraph):
         if if_empty and stats.ready + stats.unacked:
             raise PreconditionFailed(f"queue '{name}' not empty")
         # Its ready messages leave memory now; the memory budget must not count them any more.
-        queue.purge()
+        # A stand-in holds none: its owner deletes the queue when the deletion reaches it.
+        if name not in self._stand_ins:
+            queue.purge()
+        self._stand_ins.discard(name)
         self.deleted_published += stats.published
         self.deleted_delivered += stats.delivered
         if name in self._logged and self.store is not None:
@@ -400,8 +408,12 @@ class QueueRegistry(ExchangeGraph):
         """A client used the queue (redeclared it, asked for its counts): its countdown restarts.
 
         RabbitMQ renews a queue's lease whenever it answers a declaration or a ``stat``
-        (the counts a management ``GET /queues/NAME`` returns).
+        (the counts a management ``GET /queues/NAME`` returns). A stand-in's use is told to
+        its owner, where the lease is.
         """
+        if name in self._stand_ins and self.placement is not None:
+            self.placement.used(name)
+            return
         self._leases.renew(name, self.clock.now)
 
     def consumer_left(self, queue: QueueType) -> None:

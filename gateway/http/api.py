@@ -16,9 +16,11 @@ server without users (loopback only by default) sees everything.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
@@ -39,6 +41,7 @@ from sluicegate.gateway.http.reactor_calls import ReactorCalls
 from sluicegate.gateway.http.stack import BodyTooLarge, read_body
 from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts
+from sluicegate.session.channel.queries import Asked
 
 log = logging.getLogger("sluicegate.http")
 
@@ -108,7 +111,15 @@ class HttpApi:
         try:
             body = await self._body(request)
             job = ApiRequest(self._broker, user, request, segments, body)
-            answer = await self._calls.call(lambda: self._run(job), self._timeout)
+            waiting: list[Future[Asked | None]] = []
+            answer = await self._calls.call(lambda: self._run(job, waiting), self._timeout)
+            if waiting:
+                # It read queues other workers own: answered again with their figures.
+                failure = await asyncio.wait_for(asyncio.wrap_future(waiting[0]), self._timeout)
+                if failure is not None:
+                    answer = Answer(503, failure.error)
+                else:
+                    answer = await self._calls.call(lambda: self._run(job, []), self._timeout)
         except HttpRefused as refused:
             return json_error(refused.status, refused.reason)
         except (BodyTooLarge, TimeoutError):
@@ -180,8 +191,22 @@ class HttpApi:
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise HttpRefused(400, f"the body is not JSON: {error}") from None
 
-    def _run(self, job: ApiRequest) -> Answer:
-        """The request's route, on the reactor thread."""
+    def _run(self, job: ApiRequest, waiting: list[Future[Asked | None]]) -> Answer:
+        """The request's route, on the reactor thread; on a server of several workers, a read
+        or a deletion that asked other workers for figures adds to ``waiting`` what says when
+        they answered."""
+        workers = self._broker.peers
+        if workers is None:
+            return self._route(job)
+        with workers.reads.using(job.figures):
+            answer = self._route(job)
+        if job.asking and job.method in ("GET", "DELETE"):
+            answered: Future[Asked | None] = Future()
+            workers.gather(job.figures, answered.set_result)
+            waiting.append(answered)
+        return answer
+
+    def _route(self, job: ApiRequest) -> Answer:
         segments = job.segments
         if not segments or segments[0] not in self._routes:
             return Answer(404, "Not Found")

@@ -11,6 +11,7 @@ from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.api_connections import ConnectionsApi
 from sluicegate.gateway.http.api_request import Answer, ApiRequest, HttpRefused
 from sluicegate.gateway.http.node_map import node_map
+from sluicegate.session.channel.remote import management_statistics
 
 # The RabbitMQ version sluicegate answers as: the HTTP API of RabbitMQ 4.1.
 RABBITMQ_VERSION: Final = "4.1.0"
@@ -37,7 +38,7 @@ class OverviewApi:
                 queue = registry.get(name)
                 if queue is None:
                     continue
-                stats = queue.statistics()
+                stats = management_statistics(queue)
                 queues += 1
                 ready += stats.ready
                 unacked += stats.unacked

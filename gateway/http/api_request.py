@@ -23,6 +23,7 @@ from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.queues.exchange_graph import PREDECLARED
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.channel.queries import Figures
 
 T = TypeVar("T")
 
@@ -68,6 +69,15 @@ class ApiRequest:
         # RabbitMQ's header for why a connection is closed (DELETE /api/connections/{name}).
         self.reason = request.headers.get("X-Reason")
         self.body = body
+        # What its reads of queues other workers own asked their owners (docs/workers.md):
+        # a request that asked is answered again once they answered.
+        self.figures = Figures()
+
+    @property
+    def asking(self) -> bool:
+        """Whether questions to other workers are out: what depends on them waits for the
+        request's next run (nothing is changed before)."""
+        return self.figures.pending
 
     def allow(self, *methods: str) -> None:
         if self.method not in methods:

@@ -14,6 +14,7 @@ from sluicegate.gateway.http.api_request import Answer, ApiRequest, HttpRefused
 from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.runtime_vhosts import RuntimeVhosts, VhostRefused
+from sluicegate.session.channel.remote import management_statistics
 
 
 class VhostsApi:
@@ -62,7 +63,7 @@ class VhostsApi:
         for name in registry.queue_names():
             queue = registry.get(name)
             if queue is not None:
-                stats = queue.statistics()
+                stats = management_statistics(queue)
                 ready += stats.ready
                 unacked += stats.unacked
         return {

@@ -16,6 +16,10 @@ comes while its connection is backlogged (at that limit, its writer full, or hol
 while the budget is exhausted) is refused with 503 without being carried out, and a reply whose
 body would pass the limit is refused with 400 before it is built whole
 (``gateway/management/reply_size.py``). An error inside one request is answered with 500.
+
+On a server of several workers, a request that reads or purges a queue another worker owns
+asks that worker (docs/workers.md): its reply is parked in the pair's order, within the same
+8 credits, and the request is routed again once the owners answered (:class:`Parked`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, TypeAlias, cast
+from functools import partial
+from typing import Any, Final, Protocol, TypeAlias, cast
 
 from proton import (
     Delivery,
@@ -47,6 +52,8 @@ from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.channel.queries import Asked, Figures, Reads
+from sluicegate.session.channel.remote import RemoteQueue
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.waiting import WAITING_DELIVERY_COST
 from sluicegate.wire.errors import AmqpError, DecodeError, MessageSizeExceeded
@@ -68,6 +75,30 @@ _BACKLOGGED: Final = (
     "the connection holds all the unsent bytes it may (max_outgoing_pending_size): take the "
     "replies waiting, then ask again"
 )
+
+
+class Workers(Protocol):
+    """The other workers of a server of several (gateway/peers.py), as management needs them."""
+
+    reads: Reads
+
+    def gather(self, figures: Figures, done: Callable[[Asked | None], None]) -> None:
+        """Call ``done`` once ``figures``' questions are answered, or with one that failed."""
+
+    def consumers_of(self, queue: QueueType) -> int:
+        """How many consumers on other workers ``queue`` has."""
+
+
+class Parked:
+    """A reply in a pair's order that waits for the owners of the queues its request read
+    (docs/workers.md): filled once they answered, sent in its turn."""
+
+    __slots__ = ("dropped", "reply")
+
+    def __init__(self) -> None:
+        self.reply: bytes | None = None
+        # Its pair's replies were let go: the reply is never sent nor charged.
+        self.dropped = False
 
 
 class Pair:
@@ -92,8 +123,9 @@ class Pair:
         self.session = session
         self.requests: Receiver | None = None
         self.sender: Sender | None = None
-        # Replies waiting for reply credit, each charged to the connection's waiting deliveries.
-        self.replies: deque[bytes] = deque()
+        # Replies waiting for reply credit, each charged to the connection's waiting deliveries
+        # (a parked one once it is filled).
+        self.replies: deque[bytes | Parked] = deque()
         self.tag = 0
 
     def charge(self, reply: bytes, sign: int) -> None:
@@ -104,7 +136,13 @@ class Pair:
         """Nobody will take the waiting replies (their link or session is gone): uncharge them."""
         replies = self.replies
         while replies:
-            self.charge(replies.popleft(), -1)
+            entry = replies.popleft()
+            if isinstance(entry, Parked):
+                entry.dropped = True
+                if entry.reply is not None:
+                    self.charge(entry.reply, -1)
+            else:
+                self.charge(entry, -1)
 
 
 def encode_reply(response: Response, correlation_id: object, limit: int | None = None) -> bytes:
@@ -179,6 +217,9 @@ class ManagementNode(Handler):
         self._exclusive: dict[object, set[tuple[QueueRegistry, str]]] = {}
         # Each session's link pairs by link name; a session's go when it ends.
         self.pairs: dict[SessionState, dict[str, Pair]] = {}
+        # The other workers, on a server of several: a queue one of them owns is counted and
+        # purged there.
+        self.workers: Workers | None = None
 
     @staticmethod
     def is_management(link: Link) -> bool:
@@ -237,17 +278,52 @@ class ManagementNode(Handler):
             self._refuse(link, None, DecodeError(f"cannot decode the request: {error}"))
             return
         connection = pair.session.connection
-        limit = connection.waiting.limit
+        workers = self.workers
+        figures = None if workers is None else Figures()
         if self.backlogged(connection):
-            reply = encode_reply(Response(503, _BACKLOGGED), message.id)
+            response = Response(503, _BACKLOGGED)
         else:
-            try:
-                response = self.handle(message, pair.caller, pair.router)
-                reply = encode_reply(response, message.id, limit)
-            except Exception as error:
-                log.exception("management request %s %s failed", message.subject, message.address)
-                reply = encode_reply(Response(500, f"internal error: {error!r}"), message.id)
-        pair.replies.append(reply)
+            response = self._answer(message, pair, figures)
+        if workers is not None and figures is not None and _again(message, response, figures):
+            parked = Parked()
+            pair.replies.append(parked)
+            workers.gather(figures, partial(self._gathered, pair, parked, message, figures))
+        else:
+            reply = encode_reply(response, message.id, connection.waiting.limit)
+            pair.replies.append(reply)
+            pair.charge(reply, 1)
+        self._send(pair)
+
+    def _answer(self, message: Message, pair: Pair, figures: Figures | None) -> Response:
+        """The request's response, the owners' figures read into ``figures``."""
+        try:
+            if self.workers is None:
+                return self.handle(message, pair.caller, pair.router)
+            with self.workers.reads.using(figures):
+                return self.handle(message, pair.caller, pair.router)
+        except Exception as error:
+            log.exception("management request %s %s failed", message.subject, message.address)
+            return Response(500, f"internal error: {error!r}")
+
+    def _gathered(
+        self,
+        pair: Pair,
+        parked: Parked,
+        message: Message,
+        figures: Figures,
+        failure: Asked | None,
+    ) -> None:
+        """The owners answered a parked request (or ``failure`` says why not): routed again,
+        every stand-in it reads finds its answer."""
+        if parked.dropped:
+            return
+        if failure is not None:
+            response = Response(503, failure.error)
+        else:
+            response = self._answer(message, pair, figures)
+        reply = parked.reply = encode_reply(
+            response, message.id, pair.session.connection.waiting.limit
+        )
         pair.charge(reply, 1)
         self._send(pair)
 
@@ -283,8 +359,13 @@ class ManagementNode(Handler):
         """RabbitMQ's auto-delete: such a queue goes when its last consumer detaches;
         ``consumers`` is how many it still has."""
         name = queue.name
-        if registry.get(name) is not queue or not registry.settings(name).auto_delete:
+        # A stand-in's consumers are its owner's to count: the detach reaches it.
+        if type(queue) is RemoteQueue or registry.get(name) is not queue:
             return
+        if not registry.settings(name).auto_delete:
+            return
+        if self.workers is not None:
+            consumers += self.workers.consumers_of(queue)
         if consumers == 0:
             registry.delete_queue(name)
             self._on_queue_deleted(registry, name)
@@ -341,8 +422,12 @@ class ManagementNode(Handler):
             writer = pair.session.connection.writer
             credit = pair.session.pure.writer_credit
             while replies and sender.credit > 0:
+                entry = replies[0]
+                reply = entry.reply if isinstance(entry, Parked) else entry
+                if reply is None:
+                    break
+                replies.popleft()
                 pair.tag += 1
-                reply = replies.popleft()
                 pair.charge(reply, -1)
                 delivery = sender.delivery(str(pair.tag))
                 sender.stream(reply)
@@ -361,3 +446,17 @@ class ManagementNode(Handler):
         if delivery is not None:
             delivery.settle()
         close(link, error)
+
+
+def _again(message: Message, response: Response, figures: Figures) -> bool:
+    """Whether the request is answered once the owners' figures it asked for are in: a read, a
+    purge, a redeclaration; routing them again changes nothing more (a new queue's reply has
+    its counts, all zero, and is not routed again)."""
+    if not figures.asked:
+        return False
+    method, path = message.subject, str(message.address)
+    return (
+        method == "GET"
+        or (method == "DELETE" and path.partition("?")[0].endswith("/messages"))
+        or (method == "PUT" and response.status == 200)
+    )

@@ -17,6 +17,8 @@ from itertools import accumulate, pairwise
 from typing import Final
 
 from sluicegate.session.channel.frames import (
+    ANSWER_COUNTS,
+    Answer,
     Attach,
     Confirm,
     Credit,
@@ -27,6 +29,8 @@ from sluicegate.session.channel.frames import (
     Frame,
     Kind,
     Publish,
+    Query,
+    QueryOp,
     Settle,
     Settled,
     Topology,
@@ -45,6 +49,8 @@ _DELIVERIES: Final = struct.Struct("<II")
 _SETTLE: Final = struct.Struct("<IBBI")
 _PUBLISH: Final = struct.Struct("<Q")
 _CONFIRM: Final = struct.Struct("<QQB")
+_QUERY: Final = struct.Struct("<IB")
+_ANSWER: Final = struct.Struct(f"<IBQ{ANSWER_COUNTS}q")
 # Flag bits of the one-byte flag fields.
 _DRAIN: Final = 1
 _ECHO: Final = 2
@@ -141,6 +147,15 @@ def encode(frame: Frame) -> list[bytes]:
         return _frame(Kind.DETACH, [head, unsent])
     if type(frame) is Topology:
         return _frame(Kind.TOPOLOGY, [*_text(frame.vhost), *_blob(frame.change)])
+    if type(frame) is Query:
+        head = _QUERY.pack(frame.query, frame.op)
+        return _frame(Kind.QUERY, [head, *_text(frame.vhost), *_text(frame.queue)])
+    if type(frame) is Answer:
+        if len(frame.counts) != ANSWER_COUNTS:
+            raise ValueError(f"an answer carries {ANSWER_COUNTS} counts")
+        return _frame(
+            Kind.ANSWER, [_ANSWER.pack(frame.query, frame.found, frame.purged, *frame.counts)]
+        )
     assert type(frame) is Error
     return _frame(
         Kind.ERROR,
@@ -272,6 +287,16 @@ def decode(kind: int, data: memoryview) -> Frame:
         frame = Detach(consumer, delivery_count, body.ints("Q", count))
     elif kind == Kind.TOPOLOGY:
         frame = Topology(body.text(), body.blob())
+    elif kind == Kind.QUERY:
+        query, op = body.take(_QUERY)
+        try:
+            known = QueryOp(op)
+        except ValueError as error:
+            raise ChannelError(f"unknown query {op}") from error
+        frame = Query(query, known, body.text(), body.text())
+    elif kind == Kind.ANSWER:
+        query, found, purged, *counts = body.take(_ANSWER)
+        frame = Answer(query, bool(found), purged, tuple(counts))
     elif kind == Kind.ERROR:
         (consumer,) = body.take(_U32)
         frame = Error(consumer, body.text(), body.text())

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Final, TypeAlias
+
+# How many counts an :class:`Answer` carries: QueueStatistics's fields after its name.
+ANSWER_COUNTS: Final = 19
 
 
 class Kind(enum.IntEnum):
@@ -27,6 +30,8 @@ class Kind(enum.IntEnum):
     CONFIRM = 8
     ERROR = 9
     TOPOLOGY = 10
+    QUERY = 11
+    ANSWER = 12
 
 
 class Settled(enum.IntEnum):
@@ -36,6 +41,17 @@ class Settled(enum.IntEnum):
     RELEASED = 1
     REJECTED = 2
     MODIFIED = 3
+
+
+class QueryOp(enum.IntEnum):
+    """What a :class:`Query` asks of a queue's owner."""
+
+    # Its counts, as a listing reads them: no use of the queue.
+    COUNTS = 0
+    # Its counts, as RabbitMQ's ``stat`` reads them: use, so its x-expires countdown restarts.
+    STAT = 1
+    # Drop its ready messages; the answer says how many.
+    PURGE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +179,29 @@ class Topology:
     change: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Management on the sending worker asks about a queue the receiving worker owns: its counts
+    or a purge. :class:`Answer` answers it by ``query``, the id the asker gave."""
+
+    query: int
+    op: QueryOp
+    vhost: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The owner's answer to query ``query``: whether it has the queue, how many messages a
+    purge dropped, and the queue's counts after it (queues.queue_type.QueueStatistics's numbers,
+    in its field order, its three optional stream offsets as -1 when absent)."""
+
+    query: int
+    found: bool
+    purged: int
+    counts: tuple[int, ...]
+
+
 Frame: TypeAlias = (
     Attach
     | Detach
@@ -174,6 +213,8 @@ Frame: TypeAlias = (
     | Confirm
     | Error
     | Topology
+    | Query
+    | Answer
 )
 
 

@@ -24,15 +24,19 @@ from sluicegate.queues.queue_type import (
 from sluicegate.session.channel.codec import ChannelError
 from sluicegate.session.channel.ends import QueueEnd
 from sluicegate.session.channel.frames import (
+    Answer,
     Attach,
     Credit,
     Deliveries,
     Detach,
     Error,
     Frame,
+    Query,
+    QueryOp,
     Settle,
     Settled,
 )
+from sluicegate.session.channel.queries import counts_of, no_counts
 from sluicegate.wire.serial import SERIAL_MASK, serial_diff
 
 OUTCOMES: Final = {
@@ -43,6 +47,8 @@ OUTCOMES: Final = {
 }
 # Finds a queue this worker owns by virtual host and name.
 FindQueue = Callable[[str, str], QueueType | None]
+# A client of another worker used a queue of this one (its x-expires countdown restarts).
+UseQueue = Callable[[str, str], None]
 
 
 class Outbox:
@@ -79,10 +85,13 @@ class RemoteConsumer:
     local consumer's link.
     """
 
-    __slots__ = ("__weakref__", "detached", "end", "queue", "recent", "session")
+    __slots__ = ("__weakref__", "detached", "end", "queue", "recent", "session", "vhost")
 
-    def __init__(self, end: QueueEnd, queue: QueueType, keep: int, session: Outbox) -> None:
+    def __init__(
+        self, end: QueueEnd, vhost: str, queue: QueueType, keep: int, session: Outbox
+    ) -> None:
         self.end = end
+        self.vhost = vhost
         self.queue = queue
         self.recent: deque[tuple[int, Message]] = deque(maxlen=keep)
         self.session = session
@@ -94,14 +103,23 @@ class Owner:
 
     ``recent_bytes`` is what the recent deliveries of pre-settled consumers hold: gone from
     their queues, kept only here, so the worker's memory budget counts them (docs/bounds.md).
+    ``left`` names the queues whose remote consumers detached since the gateway last took it:
+    an auto-delete queue goes, and an x-expires countdown restarts, when its last consumer
+    leaves, wherever that consumer was.
     """
 
-    def __init__(self, find: FindQueue, max_queue_credit: int) -> None:
+    def __init__(
+        self, find: FindQueue, max_queue_credit: int, used: UseQueue | None = None
+    ) -> None:
         self.find = find
+        self.used = used
         self.keep = 2 * max_queue_credit
         self.consumers: dict[int, RemoteConsumer] = {}
         self.outbox = Outbox()
         self.recent_bytes = 0
+        self.left: list[tuple[str, QueueType]] = []
+        # This channel's consumers by queue: one entry per queue they consume from.
+        self.attached: dict[QueueType, int] = {}
 
     def receive(self, frame: Frame) -> tuple[list[Frame], list[Dispatch]]:
         """Apply one frame; the frames to send back (the outbox's deliveries first, so that a
@@ -116,6 +134,8 @@ class Owner:
             frames, local = self._attach(frame), []
         elif type(frame) is Detach:
             frames, local = self._detach(frame)
+        elif type(frame) is Query:
+            frames, local = [self._answer(frame)], []
         else:
             raise ChannelError(f"a {type(frame).__name__} frame sent to a queue's owner")
         return sent + frames, local
@@ -130,6 +150,10 @@ class Owner:
         ]
         waiting.clear()
         return frames
+
+    def consumers_of(self, queue: QueueType) -> int:
+        """How many of this channel's consumers ``queue`` has."""
+        return self.attached.get(queue, 0)
 
     def route(self, dispatches: list[Dispatch]) -> tuple[list[Frame], list[Dispatch]]:
         """Split a queue's dispatches: deliveries frames for this channel's consumers (one per
@@ -180,7 +204,11 @@ class Owner:
                 )
             ]
         key = RemoteConsumer(
-            QueueEnd(frame.consumer, frame.ack_required), queue, self.keep, self.outbox
+            QueueEnd(frame.consumer, frame.ack_required),
+            frame.vhost,
+            queue,
+            self.keep,
+            self.outbox,
         )
         queue.attach(
             key,
@@ -188,7 +216,20 @@ class Owner:
             options=ConsumerOptions(browse=frame.browse, priority=frame.priority),
         )
         self.consumers[frame.consumer] = key
+        self.attached[queue] = self.attached.get(queue, 0) + 1
         return []
+
+    def _answer(self, frame: Query) -> Answer:
+        """A question about a queue here, answered at once: its counts after what it asks."""
+        queue = self.find(frame.vhost, frame.queue)
+        if queue is None:
+            return Answer(frame.query, False, 0, counts_of(no_counts(frame.queue)))
+        purged = 0
+        if frame.op is QueryOp.PURGE:
+            purged = queue.purge()
+        elif frame.op is QueryOp.STAT and self.used is not None:
+            self.used(frame.vhost, frame.queue)
+        return Answer(frame.query, True, purged, counts_of(queue.statistics()))
 
     def _consumer(self, consumer: int) -> RemoteConsumer:
         key = self.consumers.get(consumer)
@@ -241,7 +282,14 @@ class Owner:
         if not key.end.ack_required:
             self.recent_bytes -= sum(message.held for _, message in key.recent)
         key.recent.clear()
-        return self.route(key.queue.detach(key, unsent))
+        dispatches = self.route(key.queue.detach(key, unsent))
+        left = self.attached[key.queue] - 1
+        if left:
+            self.attached[key.queue] = left
+        else:
+            del self.attached[key.queue]
+        self.left.append((key.vhost, key.queue))
+        return dispatches
 
     def _deliveries(self, key: RemoteConsumer, messages: list[Message]) -> Deliveries:
         end = key.end

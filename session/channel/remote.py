@@ -33,11 +33,13 @@ from sluicegate.queues.queue_type import (
     Dispatch,
     Outcome,
     QueueStatistics,
+    QueueType,
 )
 from sluicegate.queues.storage import QueueStore
 from sluicegate.session.channel import frames
 from sluicegate.session.channel.ends import Publishes, SessionEnd
 from sluicegate.session.channel.frames import (
+    Answer,
     Attach,
     Confirm,
     Deliveries,
@@ -45,9 +47,17 @@ from sluicegate.session.channel.frames import (
     Error,
     Frame,
     Publish,
+    QueryOp,
     Settle,
     Settled,
     ranges_of,
+)
+from sluicegate.session.channel.queries import (
+    Asked,
+    Questions,
+    Reads,
+    no_counts,
+    statistics_of,
 )
 from sluicegate.wire.errors import AmqpError
 
@@ -87,12 +97,15 @@ class Remote:
     """This worker's side of its channel to worker ``home``.
 
     ``outgoing`` collects the frames to send, in order; the gateway writes them at its flush.
-    While the channel is down (``up`` false) nothing is sent: attaches and publishes are
-    refused at once, and the consumers the channel had were detached by :meth:`lost`.
+    While the channel is down (``up`` false) nothing is sent: attaches, publishes and questions
+    are refused at once, and the consumers the channel had were detached by :meth:`lost`.
+    ``reads`` is the worker's management request being answered, shared by all its channels.
     """
 
-    def __init__(self, home: int) -> None:
+    def __init__(self, home: int, reads: Reads | None = None) -> None:
         self.home = home
+        self.reads = reads if reads is not None else Reads()
+        self.questions = Questions()
         self.up = False
         self.outgoing: list[Frame] = []
         self.consumers: dict[int, tuple[ConsumerKey, SessionEnd]] = {}
@@ -168,7 +181,20 @@ class Remote:
         )
         return True
 
+    def ask(self, op: QueryOp, vhost: str, queue: str) -> Asked:
+        """Ask the owner about one of its queues (joining the same count if it is out)."""
+        if not self.up:
+            return Asked(f"queue '{queue}' lives on worker {self.home}, which is not serving")
+        asked, query = self.questions.ask(op, vhost, queue)
+        if query is not None:
+            self.outgoing.append(query)
+        return asked
+
     # -- from the owner -------------------------------------------------------------------
+
+    def answered(self, frame: Answer) -> Asked:
+        """The owner's answer to a question; one nobody asked ends the channel."""
+        return self.questions.answered(frame)
 
     def delivered(self, frame: Deliveries) -> list[Dispatch]:
         """Deliveries for a consumer, as a local queue's dispatches to it; none for a consumer
@@ -222,6 +248,7 @@ class Remote:
         """
         self.up = False
         self.outgoing.clear()
+        self.questions.lost(f"worker {self.home}, where the queue lives, ended")
         keys = [key for key, _ in self.consumers.values()]
         self.consumers.clear()
         self.ids.clear()
@@ -231,7 +258,10 @@ class Remote:
 class RemoteQueue:
     """A queue worker ``remote.home`` owns, as this worker's sessions and publishers see it.
 
-    It holds no message: statistics are the owner's to report, and it is never stored here.
+    It holds no message: statistics are the owner's to report (:meth:`statistics` reads zeros,
+    so that one scrape adds up), and it is never stored here. Management reads the owner's
+    figures (:meth:`owner_statistics`) and purges through the owner, within a request
+    (queries.py's ``Figures``).
     """
 
     # A session counts a delivery's bytes in the budget of its own worker: nothing here
@@ -316,8 +346,42 @@ class RemoteQueue:
         return []
 
     def purge(self) -> int:
-        """Purged by its owner only: nothing is held here."""
-        return 0
+        """Purged by its owner: asked within a management request, whose next run reads the
+        count the owner purged (0 until then, and outside a request)."""
+        figures = self.remote.reads.current
+        if figures is None:
+            return 0
+        key = (self.vhost, self.name, "purge")
+        asked = figures.asked.get(key)
+        if asked is None:
+            figures.asked[key] = self.remote.ask(QueryOp.PURGE, self.vhost, self.name)
+            return 0
+        return 0 if asked.answer is None else asked.answer.purged
+
+    def owner_statistics(self) -> QueueStatistics:
+        """The owner's counts, as the management request being answered asked them (zeros
+        until answered, and outside a request)."""
+        figures = self.remote.reads.current
+        if figures is None:
+            return no_counts(self.name)
+        key = (self.vhost, self.name, "counts")
+        asked = figures.asked.get(key)
+        if asked is None:
+            figures.asked[key] = self.remote.ask(QueryOp.COUNTS, self.vhost, self.name)
+        elif asked.answer is not None:
+            return statistics_of(self.name, asked.answer.counts)
+        return no_counts(self.name)
+
+    def used(self) -> None:
+        """A client used the queue here (redeclared it, read its stat): its owner restarts its
+        x-expires countdown, as for a use there. Its answer is the request's counts."""
+        figures = self.remote.reads.current
+        key = (self.vhost, self.name, "counts")
+        if figures is not None and key in figures.asked:
+            return
+        asked = self.remote.ask(QueryOp.STAT, self.vhost, self.name)
+        if figures is not None:
+            figures.asked[key] = asked
 
     def expire(self) -> list[Dispatch]:
         return []
@@ -327,7 +391,7 @@ class RemoteQueue:
 
     def statistics(self) -> QueueStatistics:
         """Zeros: the owner reports the queue's counts, and one scrape adds them up."""
-        return QueueStatistics(self.name, 0, 0, 0, 0, 0, 0, 0)
+        return no_counts(self.name)
 
     def attach_store(self, store: QueueStore) -> None:
         """Its messages are logged by its owner."""
@@ -340,3 +404,9 @@ class RemoteQueue:
 
     def as_stored(self, message: Message) -> Message:
         return message
+
+
+def management_statistics(queue: QueueType) -> QueueStatistics:
+    """A queue's counts as management shows them: for a stand-in, its owner's (asked within the
+    request being answered)."""
+    return queue.owner_statistics() if type(queue) is RemoteQueue else queue.statistics()

@@ -34,6 +34,8 @@ from support.workers import (
 )
 
 from sluicegate.clients.management import ManagementClient
+from sluicegate.gateway.queue_homes_file import PLACEMENT_FILE
+from sluicegate.queues.queue_homes import Homes
 
 _WORKERS_OFF = ("--metrics-listen", "off", "--http-api-listen", "off")
 
@@ -285,6 +287,23 @@ def test_a_data_dir_is_served_only_with_the_layout_it_was_written_in(tmp_path: P
     refused = _serve_once("--data-dir", str(spread))
     assert refused.returncode == 1
     assert "holds the logs of 2 workers (worker-0, worker-1)" in refused.stderr
+
+
+def test_fewer_workers_than_the_placement_needs_are_refused_naming_the_stranded_queues(
+    tmp_path: Path,
+) -> None:
+    # Placed as a server of three workers records them (gateway/queue_homes_file.py).
+    homes = Homes(3)
+    kept, stranded = homed_on(0, 3, "kept"), homed_on(2, 3, "stranded")
+    records = [homes.place("/", kept)[1], homes.place("/", stranded)[1]]
+    (tmp_path / PLACEMENT_FILE).write_text("".join(str(record) for record in records))
+    for index in range(3):
+        (tmp_path / f"worker-{index}").mkdir()
+    refused = _serve_once("--workers", "2", "--data-dir", str(tmp_path))
+    assert refused.returncode == 1
+    assert f"'{stranded}' (vhost '/', worker 2)" in refused.stderr
+    assert kept not in refused.stderr
+    assert "at least 3 workers" in refused.stderr
 
 
 def test_a_worker_that_cannot_start_stops_the_server_with_its_reason(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueInfo, QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import is_reply_to
-from sluicegate.session.channel.remote import RemoteQueue
+from sluicegate.session.channel.remote import RemoteQueue, management_statistics
 from sluicegate.wire.amqp_types import UInt, ULong, Utf8Array
 
 
@@ -151,7 +151,8 @@ class QueueRoutes:
 
     def _described(self, name: str) -> QueueInfo:
         registry = self.registry
-        return QueueInfo(name, registry.settings(name), None, registry.queue(name).statistics())
+        statistics = management_statistics(registry.queue(name))
+        return QueueInfo(name, registry.settings(name), None, statistics)
 
     def _listed_queue(self, name: str) -> dict[str, object]:
         """A queue's map in a listing, which is not use: no x-expires lease is renewed."""

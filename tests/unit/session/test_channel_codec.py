@@ -18,6 +18,8 @@ from sluicegate.session.channel.codec import (
     encode,
 )
 from sluicegate.session.channel.frames import (
+    ANSWER_COUNTS,
+    Answer,
     Attach,
     Confirm,
     Credit,
@@ -28,6 +30,8 @@ from sluicegate.session.channel.frames import (
     Frame,
     Kind,
     Publish,
+    Query,
+    QueryOp,
     Settle,
     Settled,
     Topology,
@@ -87,6 +91,16 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     confirms(),
     st.builds(Error, U32, NAMES, NAMES),
     st.builds(Topology, NAMES, PAYLOADS),
+    st.builds(Query, U32, st.sampled_from(QueryOp), NAMES, NAMES),
+    st.builds(
+        Answer,
+        U32,
+        st.booleans(),
+        U64,
+        st.lists(
+            st.integers(-(2**63), 2**63 - 1), min_size=ANSWER_COUNTS, max_size=ANSWER_COUNTS
+        ).map(tuple),
+    ),
 )
 
 
@@ -192,6 +206,9 @@ def _raw(kind: int, body: bytes) -> bytes:
         (_raw(Kind.CONFIRM, struct.pack("<QQB", 5, 4, 0) + b"\0" * 4), "ends before"),
         (_raw(Kind.ERROR, struct.pack("<IH", 1, 2) + b"\xff\xfe" + b"\0\0"), "not UTF-8"),
         (struct.pack("<IB", 0, 1), "over the channel's"),
+        (_raw(Kind.QUERY, struct.pack("<IB", 1, 9) + b"\0" * 4), "unknown query 9"),
+        # An answer one count short: its fixed size is read whole or not at all.
+        (_raw(Kind.ANSWER, struct.pack(f"<IBQ{ANSWER_COUNTS - 1}q", 1, 1, 0, *[0] * 18)), "ends"),
     ],
 )
 def test_a_broken_frame_ends_the_channel_with_a_reason(stream: bytes, reason: str) -> None:

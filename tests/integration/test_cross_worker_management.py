@@ -1,0 +1,208 @@
+"""Management of a queue on the worker that does not own it (issue 35, docs/workers.md): its
+counts are the owner's, a purge purges there, and auto-delete and x-expires count consumers on
+every worker. One server of two workers serves the module: each test uses queues of its own."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from proton import Message
+from proton.utils import BlockingConnection
+from support.polling import wait_until
+from support.process import serving
+from support.workers import blocking_on, children, connection_on, homed_on, worker_of
+
+from sluicegate.clients.management import ManagementClient, Reply
+
+# How long a deletion another worker makes may take to be seen, on a loaded machine.
+GONE_WITHIN = 30.0
+
+
+@dataclass(frozen=True)
+class Workers:
+    """A server of two workers: its AMQP port, worker pids by index, metrics and HTTP ports
+    (both served by worker 0)."""
+
+    port: int
+    pids: list[int]
+    metrics: int
+    http: int
+
+    def management(self, worker: int) -> ManagementClient:
+        url = f"amqp://127.0.0.1:{self.port}"
+        return connection_on(
+            self.port,
+            self.pids,
+            self.pids[worker],
+            lambda: ManagementClient(url),
+            ManagementClient.close,
+        )
+
+    def connection(self, worker: int) -> BlockingConnection:
+        return blocking_on(self.port, self.pids, self.pids[worker])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    metrics, http = _free_port(), _free_port()
+    data_dir = tmp_path_factory.mktemp("workers")
+    options = ("--workers", "2", "--data-dir", str(data_dir))
+    listens = ("--metrics-listen", f"127.0.0.1:{metrics}", "--http-api-listen", f"127.0.0.1:{http}")
+    with serving(*options, *listens) as (process, port):
+        pids = sorted(children(process.pid), key=worker_of)
+        yield Workers(port, pids, metrics, http)
+
+
+def _http(workers: Workers, path: str, method: str = "GET") -> object:
+    """The HTTP API's JSON answer (None for none); an error status raises HTTPError."""
+    request = urllib.request.Request(f"http://127.0.0.1:{workers.http}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=20) as response:
+        body = response.read()
+        return json.loads(body) if body else None
+
+
+def _ready_gauge(workers: Workers, queue: str) -> float:
+    url = f"http://127.0.0.1:{workers.metrics}/metrics"
+    with urllib.request.urlopen(url, timeout=20) as response:
+        text = response.read().decode()
+    labels = {"queue": queue, "vhost": "/"}
+    return next(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "sluicegate_queue_messages_ready" and sample.labels == labels
+    )
+
+
+def _described(client: ManagementClient, queue: str) -> Reply:
+    return client.request("GET", f"/queues/{quote(queue, safe='')}")
+
+
+def test_either_worker_shows_the_owners_counts_and_purges_there(workers: Workers) -> None:
+    queue = homed_on(1, 2, "counted")
+    with workers.management(0) as far, workers.management(1) as home:
+        assert far.request("PUT", f"/queues/{queue}", {"durable": True}).status == 201
+        for worker, count in ((0, 3), (1, 4)):
+            publisher = workers.connection(worker)
+            sender = publisher.create_sender(queue)
+            for n in range(count):
+                sender.send(Message(body=f"m{n}"))
+            publisher.close()
+        for client in (far, home):
+            reply = _described(client, queue)
+            assert reply.status == 200
+            assert isinstance(reply.body, dict)
+            assert reply.body["message_count"] == 7
+        # Declaring it again where it does not live answers the owner's count too.
+        again = far.request("PUT", f"/queues/{queue}", {"durable": True})
+        assert again.status == 200
+        assert isinstance(again.body, dict)
+        assert again.body["message_count"] == 7
+        # The HTTP API runs on worker 0, which holds a stand-in for the queue.
+        shown = _http(workers, f"/api/queues/%2F/{queue}")
+        assert isinstance(shown, dict)
+        assert (shown["messages"], shown["messages_ready"]) == (7, 7)
+        listed = _http(workers, "/api/queues/%2F")
+        assert isinstance(listed, list)
+        assert [q["messages"] for q in listed if q["name"] == queue] == [7]
+        # One scrape counts the messages once, on their owner.
+        assert _ready_gauge(workers, queue) == 7
+        # A conditional deletion is decided on the owner's counts.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _http(workers, f"/api/queues/%2F/{queue}?if-empty=true", "DELETE")
+        refused.value.close()
+        assert refused.value.code == 400
+        # A purge where the queue does not live purges where it does.
+        purged = far.request("DELETE", f"/queues/{queue}/messages")
+        assert purged.status == 200
+        assert purged.body == {"message_count": 7}
+        reply = _described(home, queue)
+        assert isinstance(reply.body, dict)
+        assert reply.body["message_count"] == 0
+        assert _http(workers, f"/api/queues/%2F/{queue}?if-empty=true", "DELETE") is None
+        wait_until(lambda: _described(home, queue).status == 404, timeout=GONE_WITHIN)
+
+
+def _consumer_count(client: ManagementClient, queue: str) -> int | None:
+    reply = _described(client, queue)
+    if reply.status == 404:
+        return None
+    assert reply.status == 200, reply
+    assert isinstance(reply.body, dict)
+    count = reply.body["consumer_count"]
+    assert isinstance(count, int)
+    return count
+
+
+def test_an_auto_delete_queue_goes_when_its_last_consumer_leaves_whichever_worker(
+    workers: Workers,
+) -> None:
+    queue = homed_on(1, 2, "fleeting")
+    with workers.management(0) as far:
+        declared = far.request("PUT", f"/queues/{queue}", {"durable": False, "auto_delete": True})
+        assert declared.status == 201
+        on_far, on_home = workers.connection(0), workers.connection(1)
+        first = on_far.create_receiver(queue, credit=0, name="first")
+        local = on_home.create_receiver(queue, credit=0, name="local")
+        last = on_far.create_receiver(queue, credit=0, name="last")
+        wait_until(lambda: _consumer_count(far, queue) == 3)
+        # A consumer on the other worker leaves: two remain, one of them on the owner.
+        first.close()  # type: ignore[no-untyped-call]
+        assert _consumer_count(far, queue) == 2
+        # The owner's own consumer leaves: one remains, on the other worker.
+        local.close()  # type: ignore[no-untyped-call]
+        assert _consumer_count(far, queue) == 1
+        # The last leaves, from the other worker: the owner deletes the queue everywhere.
+        last.close()  # type: ignore[no-untyped-call]
+        wait_until(lambda: _consumer_count(far, queue) is None, timeout=GONE_WITHIN)
+        on_far.close()
+        on_home.close()
+
+
+def test_a_remote_consumer_keeps_an_x_expires_queue_until_it_leaves(workers: Workers) -> None:
+    queue = homed_on(1, 2, "leased")
+    expires = 500
+    body = {"durable": False, "arguments": {"x-expires": expires}}
+    with workers.management(0) as far:
+        on_far = workers.connection(0)
+        for attempt in range(5):
+            assert far.request("PUT", f"/queues/{queue}", body).status == 201
+            holder = on_far.create_receiver(queue, credit=0, name=f"holder-{attempt}")
+            # An attach to a queue that expired first declares it anew, without x-expires.
+            described = _described(far, queue).body
+            assert isinstance(described, dict)
+            if described["arguments"] == {"x-expires": expires}:
+                break
+            holder.close()  # type: ignore[no-untyped-call]
+            assert far.request("DELETE", f"/queues/{queue}").status == 200
+        else:
+            pytest.fail("the queue expired before its consumer attached, five times")
+        # Held on the owner by a consumer of the other worker, for several times its x-expires.
+        time.sleep(4 * expires / 1000)
+        assert _consumer_count(far, queue) == 1
+        holder.close()  # type: ignore[no-untyped-call]
+        # Watched through listings: reading the queue's own counts is use, and would keep it.
+        wait_until(lambda: queue not in _listed(far), timeout=GONE_WITHIN)
+        on_far.close()
+
+
+def _listed(client: ManagementClient) -> list[str]:
+    reply = client.request("GET", "/queues")
+    assert isinstance(reply.body, list)
+    return [str(item["name"]) for item in reply.body]
