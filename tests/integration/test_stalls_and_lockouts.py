@@ -751,7 +751,7 @@ def test_a_flood_of_byte_range_requests_does_not_stall_other_clients() -> None:
 
 # Messages of the stream the fast readers read, and the credit each keeps open: enough for the
 # gateway's writes to a reader to go on for many of its passes.
-FAST_READER_STREAM: Final = 50_000
+FAST_READER_STREAM: Final = 25_000
 FAST_READER_CREDIT: Final = 5_000
 
 
@@ -813,7 +813,7 @@ def test_readers_that_take_all_they_can_do_not_stall_other_clients() -> None:
             wait_until(lambda: received.value >= FAST_READER_STREAM, timeout=120)
             before = received.value
             with Prober(url) as prober:
-                prober.wait_rounds(8, timeout=60)
+                prober.wait_rounds(5, timeout=60)
             during = received.value - before
             assert all(reader.is_alive() for reader in readers), "a reader failed"
         finally:
@@ -822,7 +822,7 @@ def test_readers_that_take_all_they_can_do_not_stall_other_clients() -> None:
                 reader.join(30)
     seen = prober.seen
     assert seen.failures == []
-    assert len(seen.rounds) >= 8
+    assert len(seen.rounds) >= 5
     assert seen.worst < PROBE_BOUND, seen.rounds
     # The readers were reading all along: a window's worth and more while the prober ran.
     assert during > FAST_READER_CREDIT

@@ -1,6 +1,6 @@
 """Issue 21's data-loss cases, through a real local Spark: each now loses nothing.
 
-1. The README's pipeline, stopped and started again: every one of 60,000 orders arrives, and
+1. The README's pipeline, stopped and started again: every one of 20,000 orders arrives, and
    only a batch Spark had not committed comes back flagged (``redelivered``).
 2. The sink's messages survive a gateway restart (durable by default).
 3. Typed application properties: read with their types, written back with them.
@@ -27,8 +27,10 @@ from support.polling import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-ORDERS = 60_000
-BATCH = 10_000
+# Five batches, the first two before the stop: the issue's 60,000 in batches of 10,000 took 80 s
+# of the suite for the same steps.
+ORDERS = 20_000
+BATCH = 4_000
 
 
 def _readme_pipeline(spark: SparkSession, url: str, checkpoint: Path) -> StreamingQuery:
@@ -58,7 +60,8 @@ def _browse(spark: SparkSession, url: str, address: str) -> DataFrame:
 def test_the_readme_pipeline_stopped_and_started_again_loses_no_order(
     spark: SparkSession, server: RunningServer, tmp_path: Path
 ) -> None:
-    """The issue's case: a clean stop once lost 40,000 of 60,000 orders to a filter."""
+    """The issue's case: a clean stop once lost 40,000 of 60,000 orders to a filter (two
+    thirds of them, whatever their number)."""
     orders = [
         Message(id=f"order-{i:05d}", body=json.dumps({"order": i}).encode(), durable=True)
         for i in range(ORDERS)
