@@ -91,7 +91,7 @@ def run(
     """Perform ``steps`` (until the monotonic time ``until``) and check after each one."""
     result = Result()
     server = ServerProcess(["--memory-budget", str(limits.budget), *limits.server_options])
-    prober = ProberProcess(server.port)
+    prober = ProberProcess(server.port, server.pid)
     fleet = Fleet("127.0.0.1", server.port, server.metrics_port)
     try:
         prober.start()
@@ -162,13 +162,14 @@ def _check(
     result.worst_round_s = max(result.worst_round_s, served.seconds)
     if served.error is not None:
         return Breach("prober-failed", index, served.error)
-    if unexplained(served.seconds, starved.server, starved.prober) > limits.prober_s:
-        busy = server.cpu_seconds() - cpu
+    # The round's own measures: it may have begun during the step, before ``moment``.
+    within = Starved(served.server_wait, served.prober_wait)
+    if unexplained(served.seconds, within.server, within.prober) > limits.prober_s:
         return Breach(
             "prober",
             index,
-            f"a prober round took {served.seconds:.2f} s (server CPU {busy:.2f} s meanwhile, "
-            f"{starved})",
+            f"a prober round took {served.seconds:.2f} s (server CPU {served.server_cpu:.2f} s "
+            f"during it, {within})",
         )
     return None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-__all__ = ["runqueue_wait", "unexplained"]
+__all__ = ["process_cpu_seconds", "runqueue_wait", "unexplained"]
 
 NS: Final = 1e-9
 
@@ -33,6 +33,18 @@ def runqueue_wait(pid: int) -> float:
         except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
             continue
     return total * NS
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time process ``pid`` has used (user + system), from /proc/PID/stat (0 if gone):
+    what tells a busy server from a held or a starved prober."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def unexplained(waited: float, *runqueue_waits: float) -> float:

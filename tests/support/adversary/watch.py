@@ -32,6 +32,7 @@ from typing import Final
 from proton import Message
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
+from support.adversary.starved import process_cpu_seconds, runqueue_wait
 from support.resident import rss as process_rss
 
 __all__ = ["ProberProcess", "Round", "ServerProcess"]
@@ -121,10 +122,8 @@ class ServerProcess:
         return process_rss(self.pid)
 
     def cpu_seconds(self) -> float:
-        """CPU time the server has used (user + system), from /proc/PID/stat."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
-        return ticks / os.sysconf("SC_CLK_TCK")
+        """CPU time the server has used (user + system)."""
+        return process_cpu_seconds(self.pid)
 
     def new_errors(self) -> list[str]:
         """Lines of the log written since the last call that report an internal error."""
@@ -176,11 +175,17 @@ class ServerProcess:
 
 @dataclass(frozen=True)
 class Round:
-    """One prober round: when it started and ended (monotonic), and its error if it failed."""
+    """One prober round: when it started and ended (monotonic), its error if it failed, and
+    what the machine withheld from the server and the prober meanwhile (run-queue waits,
+    support/adversary/starved.py) with the server's CPU over the round: measured by the prober
+    at both ends of each round, since a round that ends after a step began during it."""
 
     start: float
     end: float
     error: str | None = None
+    server_wait: float = 0.0
+    prober_wait: float = 0.0
+    server_cpu: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -198,9 +203,10 @@ class Ledger:
 class LedgerProber(threading.Thread):
     """Round trips on ``/queues/adversary-prober`` until stopped, each one ``report``ed."""
 
-    def __init__(self, port: int, report: Callable[[str, object], None]) -> None:
+    def __init__(self, port: int, server_pid: int, report: Callable[[str, object], None]) -> None:
         super().__init__(name="adversary-prober", daemon=True)
         self.url = f"amqp://127.0.0.1:{port}"
+        self.server_pid = server_pid
         self.address = f"/queues/{PROBER_QUEUE}"
         self.ledger = Ledger()
         self.count = 0
@@ -210,14 +216,23 @@ class LedgerProber(threading.Thread):
 
     def run(self) -> None:
         while not self._stopping.is_set():
+            before = self._machine()
             start = time.monotonic()
             error = None
             try:
                 self._round()
             except Exception as failure:
                 error = repr(failure)
-            self._report("round", (start, time.monotonic(), error))
+            end = time.monotonic()
+            after = self._machine()
+            waits = tuple(b - a for a, b in zip(before, after, strict=True))
+            self._report("round", (start, end, error, *waits))
         self._disconnect()
+
+    def _machine(self) -> tuple[float, float, float]:
+        """The server's and this process's run-queue waits, and the server's CPU, so far."""
+        server = self.server_pid
+        return runqueue_wait(server), runqueue_wait(os.getpid()), process_cpu_seconds(server)
 
     def _round(self) -> None:
         if self._links is None or self.count % RECONNECT_EVERY == 0:
@@ -276,7 +291,7 @@ class LedgerProber(threading.Thread):
         self.join(ROUND_TIMEOUT_S * 3)
 
 
-def _prober_process(port: int, pipe: Channel) -> None:
+def _prober_process(port: int, server_pid: int, pipe: Channel) -> None:
     """The prober process: rounds until told to stop, then the drain's verdict."""
     sending = threading.Lock()
 
@@ -284,7 +299,7 @@ def _prober_process(port: int, pipe: Channel) -> None:
         with sending:
             pipe.send((kind, value))
 
-    prober = LedgerProber(port, report)
+    prober = LedgerProber(port, server_pid, report)
     prober.start()
     timeout = pipe.recv()
     prober.stop()
@@ -301,9 +316,11 @@ class ProberProcess:
     Its rounds come back over a pipe; monotonic time is the system's, the same in both.
     """
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, server_pid: int) -> None:
         self._pipe, theirs = SPAWN.Pipe()
-        self._process = SPAWN.Process(target=_prober_process, args=(port, theirs), daemon=True)
+        self._process = SPAWN.Process(
+            target=_prober_process, args=(port, server_pid, theirs), daemon=True
+        )
         self.rounds: deque[Round] = deque(maxlen=ROUNDS_KEPT)
         self.count = 0
         self.phase = "starting"  # what the round under way is waiting for, for breach reports
