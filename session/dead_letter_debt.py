@@ -37,6 +37,7 @@ class DeadLetterDebtStatistics:
     holds: int
     borrowed: int
     owing_links: int
+    held_links: int
 
 
 class LinkLetters:
@@ -143,4 +144,5 @@ class DeadLetterDebt:
             holds=self.holds,
             borrowed=self.borrowed,
             owing_links=sum(1 for cause in self.causes.values() if cause.owed),
+            held_links=sum(1 for link in self.causes if link.held and not link.detached),
         )
