@@ -15,6 +15,7 @@ messages as long as any was ready.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Final
 
 import pytest
 from integration.conftest import RunningServer
-from proton import Delivery, Event, Message
+from proton import ConnectionException, Delivery, Event, Message, Timeout
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection
@@ -114,32 +115,40 @@ def test_a_consumers_dead_letter_fan_out_holds_its_deliveries_until_its_letters_
     # exhausted is held by any message in its queue (docs/inbound-flow-control.md weighs it
     # against the mean of the publishing links), which would hold the prober.
     publisher = BlockingConnection(running.url, timeout=10)
-    with Prober(running.url, "/queues/dh-prober") as prober:
-        thread.start()
-        try:
-            sender = publisher.create_sender(f"/queues/{QUEUES[0]}")
-            for _ in range(HOARD + 1):
-                sender.send(Message(body=BODY))
-            # The copies fill the budget, the letters wait, and their debt holds the rejecter.
-            wait_until(lambda: any(held for _, held, _ in running.call(debts)), 60)
-            received = hoarder.received
-            # Held, it gets at most what its queues and session held for it already.
-            time.sleep(1)
-            samples.append(running.call(debts))
-            after = hoarder.received
-            time.sleep(1)
-            samples.append(running.call(debts))
-            stopped = hoarder.received
-            rounds = len(prober.seen.rounds)
-            prober.wait_rounds(rounds + 3, timeout=30)
-            letters = running.call(lambda: len(router.outbox))
-            # Its hoard settled, the budget has room: the letters are stored, the debt repaid,
-            # and the rejecter is served again.
-            hoarder.settling.set()
-            wait_until(lambda: hoarder.received > stopped, 30)
-        finally:
-            hoarder.stopping.set()
-            thread.join(10)
+    try:
+        with Prober(running.url, "/queues/dh-prober") as prober:
+            thread.start()
+            try:
+                sender = publisher.create_sender(f"/queues/{QUEUES[0]}")
+                for _ in range(HOARD + 1):
+                    sender.send(Message(body=BODY))
+                # The copies fill the budget, the letters wait, and their debt holds the
+                # rejecter.
+                wait_until(lambda: any(held for _, held, _ in running.call(debts)), 60)
+                received = hoarder.received
+                # Held, it gets at most what its queues and session held for it already.
+                time.sleep(1)
+                samples.append(running.call(debts))
+                after = hoarder.received
+                time.sleep(1)
+                samples.append(running.call(debts))
+                stopped = hoarder.received
+                rounds = len(prober.seen.rounds)
+                prober.wait_rounds(rounds + 3, timeout=30)
+                letters = running.call(lambda: len(router.outbox))
+                # Its hoard settled, the budget has room: the letters are stored, the debt
+                # repaid, and the rejecter is served again.
+                hoarder.settling.set()
+                wait_until(lambda: hoarder.received > stopped, 30)
+            finally:
+                hoarder.stopping.set()
+                thread.join(10)
+    finally:
+        # The budget may hold the publisher unread, its CLOSE with it: the server goes first,
+        # and the close is not waited for.
+        running.stop()
+        publisher.timeout = 0.1
+        with contextlib.suppress(ConnectionException, Timeout):
             publisher.close()
     seen = prober.seen
     assert seen.failures == []
