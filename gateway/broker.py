@@ -242,7 +242,12 @@ class Broker(Handler):
         budget = self.publishing.budget
         held = self.registry.held
         if route_dead_letters(
-            self.tenancy.vhosts.values(), budget, held, sending.outbound_bytes, sending.route
+            self.tenancy.vhosts.values(),
+            budget,
+            held,
+            sending.outbound_bytes,
+            sending.route,
+            sending.hold,
         ):
             self.expiry.soon()
         # Every virtual host's registry shares one count of bytes held (gateway/server.py).

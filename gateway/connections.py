@@ -30,6 +30,7 @@ from sluicegate.gateway.sending import Sending
 from sluicegate.gateway.sessions import Sessions
 from sluicegate.gateway.state import ConnectionState, forget
 from sluicegate.session.account import Account
+from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.waiting import Waiting
 from sluicegate.wire.errors import AmqpError
 from sluicegate.wire.link_names import LinkNames
@@ -90,6 +91,7 @@ class Connections:
             ),
             Account(config.account_limit),
             Waiting(config.max_outgoing_pending_size, self._sending.waiting),
+            DeadLetterDebt(config.account_limit),
             DispositionBound(self._dispositions, self.release),
             LinkNames(config.max_frame_size) if config.rabbitmq_compatible else None,
         )

@@ -2,19 +2,23 @@
 
 Their copies are held like a publisher's messages: while the memory budget is blocked no copy
 that grows what it counts is made (the letters wait, their messages held at their place,
-counted), and a pass grows it by at most its headroom (queues/dead_lettering.py). A letter that
-cannot be dead-lettered is logged with what becomes of it: the server's operator has no other
-way to learn of it.
+counted), and a pass grows it by at most its headroom (queues/dead_lettering.py). The letters a
+consumer's outcomes made are charged to its link, against its connection's dead-letter debt
+(session/dead_letter_debt.py): as they wait or leave, the links that made them are held or let
+go. A letter that cannot be dead-lettered is logged with what becomes of it: the server's
+operator has no other way to learn of it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.queue_type import Dispatch
+from sluicegate.session.dead_letter_debt import DeadLetterDebt, LinkLetters
 from sluicegate.session.memory_budget import MemoryBudget
 
 log = logging.getLogger("sluicegate")
@@ -26,6 +30,7 @@ def route_dead_letters(
     held: HeldBytes,
     outbound: Callable[[], int],
     dispatch: Callable[[list[Dispatch]], None],
+    hold: Callable[[DeadLetterDebt], None],
 ) -> bool:
     """Route a batch of every virtual host's pending dead letters, within what the memory
     budget has room for beside the queues' ``held`` bytes and the ``outbound`` ones. Returns
@@ -42,6 +47,11 @@ def route_dead_letters(
             room = max(0, budget.limit - used)
         dispatch(registry.route_dead_letters(room))
         router = registry.dead_letter_router
+        if router.toggled:
+            # Only gateway/settling.py names causes, and they are links' shares of a debt.
+            for debt in {cast(LinkLetters, cause).debt: None for cause in router.toggled}:
+                hold(debt)
+            router.toggled.clear()
         left = left or (bool(router.outbox) and not router.waiting)
         failures = router.failures
         for failure in failures:

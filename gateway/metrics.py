@@ -114,6 +114,18 @@ class ServerCollector(Collector):
             "Routed copies published and not yet stored, summed over connections.",
             sum(account.debt for account in stats.accounts),
         )
+        yield _gauge(
+            "sluicegate_connection_dead_letter_debt",
+            "Dead letters consumers' outcomes made, not yet stored (one per copy while they wait "
+            "for the memory budget), summed over connections.",
+            sum(debt.debt for debt in stats.dead_letter_debts),
+        )
+        yield _gauge(
+            "sluicegate_consumer_links_held_for_dead_letters",
+            "Consumer links that get no new deliveries: their connection's dead-letter debt is "
+            "over its limit and they made some of it.",
+            sum(debt.held_links for debt in stats.dead_letter_debts),
+        )
         budget = stats.budget
         yield _gauge(
             "sluicegate_memory_budget_used_bytes",

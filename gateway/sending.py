@@ -18,12 +18,14 @@ from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.state import ConnectionState, OutgoingLinkState, SessionState
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import CreditReply, Dispatch
+from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outbound import (
     UNSETTLED_DELIVERY_COST,
     LinkFlow,
     Session,
     TransferPart,
     Unsettled,
+    apply_hold,
     resume,
     route,
 )
@@ -81,6 +83,15 @@ class Sending:
             states = self._states
             for pure in resume(connection.waiting):
                 self._dirty.add(states[pure])
+
+    def hold(self, debt: DeadLetterDebt) -> None:
+        """A connection's dead-letter debt changed whom it holds: hold or let go its links
+        (session/dead_letter_debt.py) and pump their sessions, whose queues answer at once."""
+        states = self._states
+        for pure in apply_hold(debt):
+            state = states.get(pure)
+            if state is not None:
+                self._dirty.add(state)
 
     def mark(self, session: SessionState) -> None:
         """Have a session pumped at the next flush."""

@@ -3,6 +3,11 @@
 Consumers' settlements gather in runs (gateway/proton/settlement_run.py), which the reactor
 takes whole and has applied before it dispatches any other event; a ``modified`` outcome, with
 fields of its own, is applied alone. A publisher's transfer goes to gateway/publishing.py.
+
+The dead letters a consumer's settlements make are charged to its link, against its
+connection's dead-letter debt: at the debt's limit the links that made them get no new
+deliveries, while the connection is still read, so that its settlements go on freeing the
+budget the letters wait for (session/dead_letter_debt.py, docs/outbound-flow-control.md).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.rules.modified_outcomes import ModifiedAnnotations
 from sluicegate.gateway.sending import Sending
 from sluicegate.gateway.state import IncomingLinkState, OutgoingLinkState
+from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.queue_type import LockExpired, Outcome
 from sluicegate.wire.annotations import InvalidAnnotations
 
@@ -45,6 +51,7 @@ class Settling:
         self._publishing = publishing
         self._links = links
         self._dispatch = sending.route
+        self._sending = sending
         self._management = management
         # The annotations of consumers' modified outcomes, checked once per range.
         self._modified_annotations = modified_annotations
@@ -106,16 +113,22 @@ class Settling:
         if taken is None:
             return
         state, outcome, seqs = taken
+        router = self._router(state)
+        since = len(router.outbox)
         try:
             dispatches = state.session.pure.settle(state.link, seqs, outcome, False)
         except LockExpired as error:
             self._lock_expired(state, error)
             return
+        finally:
+            self._blame(state, router, since)
         if dispatches:
             self._dispatch(dispatches)
 
     def _modified(self, state: OutgoingLinkState, delivery: CDelivery) -> None:
         """A ``modified`` outcome, with its own fields: applied alone."""
+        router = self._router(state)
+        since = len(router.outbox)
         try:
             dispatches = state.session.pure.settle(
                 state.link,
@@ -137,9 +150,25 @@ class Settling:
             deliveries.settle(delivery)
             self._lock_expired(state, error)
             return
+        finally:
+            self._blame(state, router, since)
         deliveries.settle(delivery)
         if dispatches:
             self._dispatch(dispatches)
+
+    @staticmethod
+    def _router(state: OutgoingLinkState) -> DeadLetterRouter:
+        """Where the settlements of ``state``'s consumer put the letters they make."""
+        vhost = state.session.connection.vhost
+        assert vhost is not None
+        return vhost.registry.dead_letter_router
+
+    def _blame(self, state: OutgoingLinkState, router: DeadLetterRouter, since: int) -> None:
+        """Charge the letters a settlement put in the outbox from ``since`` on to its link."""
+        if len(router.outbox) > since:
+            letters = state.session.connection.letters
+            if router.blame(since, letters.cause(state.link)):
+                self._sending.hold(letters)
 
     def _lock_expired(self, state: OutgoingLinkState, error: LockExpired) -> None:
         """A settlement came after a delivery's lock expired: the message went back then, the

@@ -41,6 +41,7 @@ from sluicegate.gateway.rules.timeouts import Deadlines
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
+from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.inbound import Inbound
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.outbound import TRANSFER_FRAME_OVERHEAD, LinkFlow
@@ -92,6 +93,7 @@ class ConnectionState:
         "dispositions",
         "fresh_links",
         "inbound",
+        "letters",
         "link_names",
         "name",
         "opened_at",
@@ -117,6 +119,7 @@ class ConnectionState:
         writer: Writer,
         account: Account,
         waiting: Waiting,
+        letters: DeadLetterDebt,
         dispositions: InboundCheck,
         link_names: LinkNames | None,
     ) -> None:
@@ -131,6 +134,9 @@ class ConnectionState:
         # What its sessions hold for its consumers and have not sent, within the configured
         # limit and counted in the server's total.
         self.waiting = waiting
+        # The dead letters its consumers' outcomes made that are not stored yet: at its limit
+        # the links that made them get no new deliveries (session/dead_letter_debt.py).
+        self.letters = letters
         self.sessions: dict[SessionCredit, SessionState] = {}
         # Its publishers' links, forgotten with it whether or not they were detached first.
         self.publishers: set[IncomingLinkState] = set()

@@ -20,6 +20,7 @@ from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.queues.filters.view import ViewStatistics
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.session.account import AccountStatistics
+from sluicegate.session.dead_letter_debt import DeadLetterDebtStatistics
 from sluicegate.session.incoming_link import IncomingLinkStatistics
 from sluicegate.session.memory_budget import BudgetStatistics
 from sluicegate.session.outbound import SessionStatistics
@@ -42,6 +43,8 @@ class ServerStatistics:
     accounts: list[AccountStatistics]
     # What each connection's sessions hold for its consumers (session/waiting.py).
     waiting: list[WaitingStatistics]
+    # The dead letters each connection's consumers owe (session/dead_letter_debt.py).
+    dead_letter_debts: list[DeadLetterDebtStatistics]
     # Connections whose socket is not read, and those of them the memory budget holds.
     reads_paused: int
     reads_paused_by_budget: int
@@ -104,6 +107,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
     writers: list[WriterStatistics] = []
     accounts: list[AccountStatistics] = []
     waiting: list[WaitingStatistics] = []
+    dead_letter_debts: list[DeadLetterDebtStatistics] = []
     reads_paused = reads_paused_by_budget = 0
     connections = [state for state in broker.connections if not state.closed]
     for start in range(0, len(connections), SLICE):
@@ -114,6 +118,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
             writers.append(connection.writer.statistics())
             accounts.append(connection.account.statistics())
             waiting.append(connection.waiting.statistics())
+            dead_letter_debts.append(connection.letters.statistics())
             reads_paused += connection.reads_paused
             inbound = connection.inbound
             reads_paused_by_budget += inbound is not None and inbound.budget_paused
@@ -126,6 +131,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         writers=writers,
         accounts=accounts,
         waiting=waiting,
+        dead_letter_debts=dead_letter_debts,
         reads_paused=reads_paused,
         reads_paused_by_budget=reads_paused_by_budget,
         budget=broker.publishing.budget.statistics(),

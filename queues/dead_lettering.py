@@ -16,6 +16,13 @@ logged after them. Each dead letter is routed on its own: one that fails (a step
 validation should have made impossible) stays where it was, with its expiry, neither delivered
 nor dead-lettered again, and is recorded once in :attr:`DeadLetterRouter.failures` with its
 queue and id for the gateway to log; the rest of the batch goes on.
+
+A letter a consumer's outcome made (``rejected``, ``modified`` undeliverable, its delivery
+limit) is work that consumer caused: :meth:`DeadLetterRouter.blame` charges it to the
+consumer's :class:`Cause` (its link's share of its connection's dead-letter debt,
+session/dead_letter_debt.py), one unit while its copies are not known and one per copy once a
+full budget makes them wait, repaid when it leaves the outbox, as a publisher's routed copies
+are (docs/bounds.md). Letters of expiry have no client cause.
 """
 
 from __future__ import annotations
@@ -42,6 +49,16 @@ MAXLEN: Final = "maxlen"
 # at most this many routings and record_death calls (about 10 ms of work at 512), whatever the
 # topology or a queue that dead-letters what it takes at once (x-message-ttl 0) feeds back.
 LETTERS_PER_PASS: Final = 512
+
+
+class Cause(Protocol):
+    """Who a dead letter's work is charged to: a consumer link (session/dead_letter_debt.py)."""
+
+    def borrow(self, units: int) -> bool:
+        """Charge ``units``; True if its consumer's hold changes (the gateway applies it)."""
+
+    def repay(self, units: int) -> bool:
+        """Give ``units`` back; True if its consumer's hold changes."""
 
 
 class Holder(Protocol):
@@ -80,6 +97,9 @@ class DeadLetter(NamedTuple):
     # Who sent it, and the bytes it was counted at there until it is routed.
     sender: DeadLetterer | None = None
     size: int = 0
+    # Whose outcome made it, and the units charged to them until it leaves the outbox.
+    cause: Cause | None = None
+    charged: int = 0
 
     def stored(self) -> None:
         """Its copies are stored (or it went nowhere): it leaves its queue."""
@@ -183,11 +203,10 @@ Route = Callable[[str, str, bytes], list[QueueType]]
 Persists = Callable[[QueueType, Message], bool]
 
 
-class _Wait:
-    """A dead letter whose copies the memory budget has no room for yet."""
+class _Wait(NamedTuple):
+    """A dead letter whose ``copies`` the memory budget has no room for yet."""
 
-
-_WAIT: Final = _Wait()
+    copies: int
 
 
 class DeadLetterFailure(NamedTuple):
@@ -223,6 +242,9 @@ class DeadLetterRouter:
         self.waiting = False
         # Dead letters that failed, for the gateway to log (it empties the list).
         self.failures: list[DeadLetterFailure] = []
+        # Causes whose consumer's hold changed as their letters waited or left the outbox
+        # (the gateway applies it and empties the list).
+        self.toggled: list[Cause] = []
 
     def route_all(self, room: int | None = None) -> list[Dispatch]:
         """Deliver pending dead letters to their dead-letter exchange's queues, a batch a call.
@@ -245,23 +267,53 @@ class DeadLetterRouter:
             try:
                 left = self._deliver(letter, dispatches, room)
             except Exception as error:
+                self._repay(letter)
                 self._failed(letter, error)
                 continue
             if isinstance(left, _Wait):
-                # Back at the head of the outbox, in their order, until the budget has room.
-                pending[:0] = batch[taken:]
+                # Back at the head of the outbox, in their order, until the budget has room;
+                # the waiting letter's cause now owes one unit per copy (docs/bounds.md).
+                pending[:0] = [self._charge_copies(letter, left.copies), *batch[taken + 1 :]]
                 self.waiting = True
                 break
+            self._repay(letter)
             grown, done = left
             if room is not None:
                 room -= grown
             if done is None:
                 letter.stored()
             else:
-                # At-least-once: still held in its queue, to be sent again.
+                # At-least-once: still held in its queue, to be sent again; repaid already.
                 assert letter.retry is not None
-                letter.retry(letter._replace(done=done))
+                letter.retry(letter._replace(done=done, cause=None, charged=0))
         return dispatches
+
+    def blame(self, since: int, cause: Cause) -> bool:
+        """Charge the letters put in the outbox from index ``since`` on to ``cause``, one unit
+        each (a consumer's outcomes made them); True if its consumer's hold changes now."""
+        pending = self.outbox
+        count = len(pending) - since
+        if count <= 0:
+            return False
+        for index in range(since, len(pending)):
+            pending[index] = pending[index]._replace(cause=cause, charged=1)
+        return cause.borrow(count)
+
+    def _charge_copies(self, letter: DeadLetter, copies: int) -> DeadLetter:
+        """A letter that waits for room owes one unit per copy it will make."""
+        cause = letter.cause
+        more = copies - letter.charged
+        if cause is None or more <= 0:
+            return letter
+        if cause.borrow(more):
+            self.toggled.append(cause)
+        return letter._replace(charged=copies)
+
+    def _repay(self, letter: DeadLetter) -> None:
+        """The letter leaves the outbox: its cause gets back what it was charged."""
+        cause = letter.cause
+        if cause is not None and cause.repay(letter.charged):
+            self.toggled.append(cause)
 
     def _failed(self, letter: DeadLetter, error: Exception) -> None:
         """The message stays in its queue, as it was; record why, once."""
@@ -286,7 +338,7 @@ class DeadLetterRouter:
         returned, for it to be sent again to the others (None: delivered, or dropped), after
         the bytes by which the copies grow what the memory budget counts (the original leaves
         its queue once they are stored). Copies that would grow it past ``room`` are not made:
-        :data:`_WAIT`.
+        :class:`_Wait`.
         """
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
@@ -320,7 +372,7 @@ class DeadLetterRouter:
         # The letter's own bytes are counted while it waits, in its queue or by its sender.
         grown = (len(targets) - 1) * cost
         if room is not None and grown > 0 and grown > room:
-            return _WAIT
+            return _Wait(len(targets))
         done = set(letter.done)
         refused = False
         for queue in targets:

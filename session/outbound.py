@@ -30,6 +30,7 @@ from sluicegate.queues.queue_type import (
     Outcome,
     QueueType,
 )
+from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outgoing_link import CreditReq, LinkOwner, OutgoingLink
 from sluicegate.session.waiting import WAITING_DELIVERY_COST, Waiting
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd, serial_add
@@ -190,6 +191,28 @@ class Session:
         self._uncharge_all()
         self.writer.forget(self.writer_credit)
         return dispatches
+
+    def hold(self, link: OutgoingLink) -> None:
+        """Its connection's dead-letter debt holds the link (session/dead_letter_debt.py): no
+        new credit reaches its queue, and what the queue holds is taken back, by a request
+        for none now or, with one out, when its reply comes. What the session holds for it
+        already still goes out, at most one batch."""
+        link.held = True
+        deferred = self.waiting.deferred
+        if link in deferred:
+            self.ask_queue(link, deferred.pop(link))
+        elif not link.credit_req_in_flight and link.queue_flow_ctl.credit > 0:
+            self._request_credit(link, 0, False)
+
+    def release(self, link: OutgoingLink) -> None:
+        """The debt is back at half its limit: the link asks for the credit its client
+        granted again."""
+        link.held = False
+        client = link.client_flow_ctl
+        if not link.credit_req_in_flight and client.credit > 0:
+            self._request_credit(
+                link, min(client.credit, self.max_queue_credit), link.queue_flow_ctl.drain
+            )
 
     # -- events from the client -----------------------------------------------------------
 
@@ -366,16 +389,20 @@ class Session:
 
     def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
         """Ask the queue for a batch, or defer the request while the connection's waiting
-        deliveries are over its limit (session/waiting.py): it is in flight either way."""
+        deliveries are over its limit (session/waiting.py): it is in flight either way. A held
+        link's request asks for nothing, which costs nothing to make at once."""
         link.queue_flow_ctl.credit = credit
         link.credit_req_in_flight = True
-        if not self.waiting.defer(link, drain):
+        if link.held or not self.waiting.defer(link, drain):
             self.ask_queue(link, drain)
 
     def ask_queue(self, link: OutgoingLink, drain: bool) -> None:
         """Request the credit the link's queue flow control holds; the batch and the reply
-        join ``outgoing_pending``."""
+        join ``outgoing_pending``. Every request to a queue comes here: a held link's asks for
+        none, which takes back what the queue held (a drain is then answered at once)."""
         queue_ctl = link.queue_flow_ctl
+        if link.held:
+            queue_ctl.credit = 0
         messages, reply = link.queue.credit(link, queue_ctl.delivery_count, queue_ctl.credit, drain)
         pending = self.outgoing_pending
         held = 0
@@ -412,7 +439,12 @@ class Session:
         queue_ctl.delivery_count = (queue_ctl.delivery_count + 1) & SERIAL_MASK
         if queue_ctl.credit > 0:
             queue_ctl.credit -= 1
-        if queue_ctl.credit == 0 and client.credit > 0 and not link.credit_req_in_flight:
+        if (
+            queue_ctl.credit == 0
+            and client.credit > 0
+            and not link.credit_req_in_flight
+            and not link.held
+        ):
             # The mid-stream top-up: the queue's batch is used up and the client wants more.
             self._request_credit(link, min(client.credit, self.max_queue_credit), queue_ctl.drain)
 
@@ -420,12 +452,16 @@ class Session:
         """Handle the queue's reply once every earlier delivery has left (handle_credit_reply)."""
         client = link.client_flow_ctl
         queue_ctl = link.queue_flow_ctl
+        held = link.held
         if not reply.drain:
             queue_ctl.delivery_count = reply.delivery_count
             if link.stashed_credit_req is not None:
                 self._pop_credit_req(link)
-            elif reply.credit == 0 and client.credit > 0:
+            elif reply.credit == 0 and client.credit > 0 and not held:
                 self._request_credit(link, min(client.credit, self.max_queue_credit), False)
+            elif reply.credit and held:
+                # Held while this request was out: the queue's credit is taken back.
+                self._request_credit(link, 0, False)
             else:
                 link.credit_req_in_flight = False
                 if client.echo:
@@ -433,8 +469,9 @@ class Session:
                         LinkFlow(link, client.delivery_count, client.credit, reply.available, False)
                     )
             return
-        if reply.delivery_count == queue_ctl.delivery_count and client.credit > 0:
-            # The queue spent the whole batch on messages: it may hold more, drain another round.
+        if reply.delivery_count == queue_ctl.delivery_count and client.credit > 0 and not held:
+            # The queue spent the whole batch on messages: it may hold more, drain another round
+            # (a held link's drain ends here: nothing more is handed out to it).
             self._request_credit(link, min(client.credit, self.max_queue_credit), True)
             return
         queue_ctl.credit = 0
@@ -490,6 +527,21 @@ def route(dispatches: list[Dispatch]) -> set[LinkOwner]:
             continue
         session = link.session
         session.deliver(link, message)
+        touched.add(session)
+    return touched
+
+
+def apply_hold(debt: DeadLetterDebt) -> set[LinkOwner]:
+    """Hold the links a connection's dead-letter debt says to hold, or let them all go once it
+    is back at half its limit; return the sessions to pump."""
+    touched: set[LinkOwner] = set()
+    for link in debt.to_hold():
+        session = cast(Session, link.session)
+        session.hold(link)
+        touched.add(session)
+    for link in debt.let_go():
+        session = cast(Session, link.session)
+        session.release(link)
         touched.add(session)
     return touched
 

@@ -84,6 +84,7 @@ class OutgoingLinkStatistics:
     stashed_credit_req: bool
     drain: bool
     sent: int
+    held: bool = False
 
 
 class OutgoingLink:
@@ -98,6 +99,7 @@ class OutgoingLink:
         "detached",
         "flow_count",
         "handle",
+        "held",
         "queue",
         "queue_flow_ctl",
         "seen_drain",
@@ -125,6 +127,9 @@ class OutgoingLink:
         self.queue_flow_ctl = QueueFlowCtl()
         self.credit_req_in_flight = False
         self.stashed_credit_req: CreditReq | None = None
+        # Held for its connection's dead-letter debt (session/dead_letter_debt.py): every
+        # credit request it makes asks its queue for none.
+        self.held = False
         self.detached = False
         self.sent = 0
         # Deliveries sent and not yet settled by the client.
@@ -191,4 +196,5 @@ class OutgoingLink:
             stashed_credit_req=self.stashed_credit_req is not None,
             drain=self.queue_flow_ctl.drain,
             sent=self.sent,
+            held=self.held,
         )

@@ -91,6 +91,8 @@ def test_scrape_after_a_known_workload(make_server: Callable[..., RunningServer]
         assert samples[("sluicegate_connection_reads_paused_by_memory_budget", ())] == 0
         assert samples[("sluicegate_connection_reads_paused_by_account", ())] == 0
         assert samples[("sluicegate_connection_account_debt", ())] == 0
+        assert samples[("sluicegate_connection_dead_letter_debt", ())] == 0
+        assert samples[("sluicegate_consumer_links_held_for_dead_letters", ())] == 0
         # Held in memory: every message not yet settled for good, as the publisher encoded it
         # plus the annotations section consumers get, and what the queue spends to hold it
         # (queues/held_bytes.py), plus what each of the 4 unsettled deliveries costs.

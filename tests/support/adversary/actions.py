@@ -35,6 +35,9 @@ ANSWER_S: Final = 0.5
 # the connection is dropped, since a half-written frame cannot be continued.
 WRITE_S: Final = 0.3
 CONNECT_S: Final = 2.0
+# How long a reject-fanout step goes on rejecting: long enough for its copies to fill the
+# runs' 64 MiB budget when they are large, short beside the prober's 5 s limit.
+REJECTING_S: Final = 2.0
 # Frames read per connection after each step: enough to keep up, bounded so that a flood of
 # deliveries cannot hold the adversary in one connection.
 PUMP_FRAMES: Final = 2000
@@ -764,6 +767,57 @@ class Fleet:
                 "disposition", role=True, first=uint(got.delivery_id), settled=True, state=rejected
             )
             slot.client.send_raw(encode_frame(slot.client.sessions[channel].channel, disposition))
+
+    def _reject_fanout(self, slot: Slot, step: Step) -> None:
+        """A reject loop through a fanout: ``feed`` dead-letters into a fanout bound back to it
+        and to ``width`` - 1 queues nobody consumes; its consumer rejects every message it
+        gets for up to :data:`REJECTING_S` (issue 31: the fan-out is the consumer's doing,
+        held at its connection's dead-letter debt, docs/bounds.md)."""
+        p = step.params
+        pair = self._management_pair(slot, collect=True)
+        if pair is None:
+            return
+        feed, fan, width = str(p["feed"]), str(p["exchange"]), int(p["width"] or 2)
+        sinks = [f"adv-fan{index}" for index in range(width - 1)]
+        requests: list[tuple[str, str, PythonAMQPData]] = [
+            ("DELETE", f"/queues/{_quote(feed)}", None),
+            ("PUT", f"/exchanges/{_quote(fan)}", _exchange_body("fanout")),
+            ("PUT", f"/queues/{_quote(feed)}", _queue_body({"x-dead-letter-exchange": fan})),
+            *(("PUT", f"/queues/{sink}", _queue_body({})) for sink in sinks),
+            ("POST", "/bindings", _binding(fan, feed, queue=True)),
+            *(("POST", "/bindings", _binding(fan, sink, queue=True)) for sink in sinks),
+        ]
+        self._requests(slot, *pair, requests, collect=True)
+        channel = slot.client.links[pair[0]].channel
+        name = f"adv-{step.slot}-{len(slot.client.links)}"
+        target = slot.client.attach(name, "sender", target=f"/queues/{feed}", channel=channel)
+        try:
+            slot.client.wait_credit(target, timeout=ANSWER_S)
+        except TimeoutError:
+            return
+        count = min(int(p["messages"] or 1), slot.client.links[target].link_credit)
+        for _ in range(count):
+            slot.client.send(target, message(int(p["body"] or 0)), settled=True)
+        name = f"adv-{step.slot}-{len(slot.client.links)}"
+        source = slot.client.attach(name, "receiver", source=f"/queues/{feed}", channel=channel)
+        credit = int(p["credit"] or 1)
+        slot.client.flow(source, link_credit=credit)
+        if p["unsettled"]:
+            return
+        deadline = time.monotonic() + REJECTING_S
+        while (left := deadline - time.monotonic()) > 0:
+            got = slot.client.next_message(left)
+            if got is None:
+                return
+            if got.handle != source:
+                continue  # a management reply
+            rejected = described("rejected", error=_error().encode())
+            disposition = described(
+                "disposition", role=True, first=uint(got.delivery_id), settled=True, state=rejected
+            )
+            slot.client.send_raw(encode_frame(slot.client.sessions[channel].channel, disposition))
+            if slot.client.links[source].link_credit <= credit // 2:
+                slot.client.flow(source, link_credit=credit)
 
     def _manage_chain(self, slot: Slot, step: Step) -> None:
         """``length`` exchanges, each bound to the next, then the head deleted (a cascade)."""

@@ -253,6 +253,20 @@ def _cycle(rng: random.Random) -> Params:
     }
 
 
+def _reject_fanout(rng: random.Random) -> Params:
+    """A queue dead-lettering into a fanout bound back to it and to others, whose consumer
+    rejects what comes: each rejection makes ``width`` copies, one back to be rejected again."""
+    return {
+        "feed": _queue(rng),
+        "exchange": _exchange(rng),
+        "width": _choice(rng, (2, 3, 10, 50)),
+        "messages": _choice(rng, (1, 1, 10)),
+        "body": _choice(rng, (100, 4000, 30_000)),
+        "credit": _choice(rng, (1, 50, 10_000)),
+        "unsettled": rng.random() < 0.3,  # it settles none of them: the letters are its outcomes
+    }
+
+
 def _chain(rng: random.Random) -> Params:
     """Exchanges bound one to the next, auto-deleted or not, then the head deleted."""
     return {
@@ -355,6 +369,7 @@ ACTIONS: Final[dict[str, Callable[[random.Random], Params]]] = {
     "manage-read": _management(("list-queues", "get-queue", "bad-path"), 1.0),
     "manage-uncollected": _management(("list-queues", "get-queue", "declare-queue"), 0.0),
     "manage-cycle": _cycle,
+    "reject-fanout": _reject_fanout,
     "manage-chain": _chain,
     "topic-cc": _topic,
     "churn": _churn,
@@ -392,6 +407,7 @@ DEFAULT_WEIGHTS: Final[Mapping[str, int]] = {
     "manage-read": 1,
     "manage-uncollected": 1,
     "manage-cycle": 1,
+    "reject-fanout": 1,
     "manage-chain": 1,
     "topic-cc": 1,
     "churn": 1,

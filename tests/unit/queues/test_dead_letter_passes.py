@@ -16,6 +16,7 @@ from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.account import Account
 from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.deaths import Death, deaths_of, is_cycle, record_death
 from sluicegate.wire.encoding import encode
@@ -212,6 +213,45 @@ def test_letters_waiting_for_room_weigh_their_queue_and_a_refused_publish_is_cou
     copy = len(record_death(_BODY, Death("dropping", "maxlen", "", ("",), 0))) + MESSAGE_OVERHEAD
     # Two copies of each letter in s1 and s2, the letters themselves gone.
     assert registry.held.total - before == 4 * copy
+
+
+def test_letters_a_consumer_made_are_charged_to_its_cause_per_copy_until_they_leave() -> None:
+    registry = QueueRegistry(Clock(1_000))
+    _fanout_back(registry)
+    registry.declare_queue("expiring", {"x-message-ttl": 10, "x-dead-letter-exchange": "fx"})
+    q1 = registry.queue("q1")
+    for _ in range(3):
+        q1.enqueue(Message(_BODY))
+    registry.queue("expiring").enqueue(Message(_BODY))
+    q1.attach("c", ack_required=True)
+    messages, _ = q1.credit("c", 0, 3, False)
+    # Any cause will do: an account borrows and repays as a link's share of a debt does.
+    account = Account(limit=4)
+    router = registry.dead_letter_router
+    since = len(registry.dead_letters)
+    q1.settle("c", [m.seq for m in messages], Outcome.REJECTED, False)
+    # One unit a letter while its copies are not known: under the limit of 4.
+    assert router.blame(since, account) is False
+    assert (account.debt, account.paused) == (3, False)
+    # A letter of expiry has no client cause: nothing is charged for it.
+    registry.clock.now += 20
+    registry.expire()
+    assert len(registry.dead_letters) == 4
+    assert account.debt == 3
+    # No room: the first letter waits and now owes its two copies, which reaches the limit:
+    # the cause is named for the gateway to hold its consumer (session/dead_letter_debt.py).
+    registry.route_dead_letters(room=0)
+    assert len(registry.dead_letters) == 4
+    assert (account.debt, account.paused) == (4, True)
+    assert router.toggled == [account]
+    registry.route_dead_letters(room=0)
+    assert account.debt == 4
+    assert router.toggled == [account]
+    # Room: the copies are stored, every unit is repaid and the cause named again, to let go.
+    registry.route_dead_letters()
+    assert not registry.dead_letters
+    assert (account.debt, account.paused) == (0, False)
+    assert router.toggled == [account, account]
 
 
 def test_a_long_auto_delete_cascade_is_deleted_without_recursion() -> None:

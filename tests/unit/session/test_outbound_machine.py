@@ -3,8 +3,9 @@
 The machine plays the client (FLOWs with any credit, drain and echo, sometimes with a stale
 delivery-count as when a FLOW crosses transfers on the wire), the publishers (enqueue, routed to
 the session), the network (the remote incoming window opens and closes; the writer drains some
-bytes) and the consumer's settlements and detaches. After every step it checks the bounds the
-design promises.
+bytes), the consumer's settlements and detaches, and the dead letters its outcomes make and the
+router stores (the connection's dead-letter debt, which holds the links that owe letters at its
+limit). After every step it checks the bounds the design promises.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
-from sluicegate.session.outbound import Action, LinkFlow, Session, TransferPart, resume, route
+from sluicegate.session.dead_letter_debt import DeadLetterDebt
+from sluicegate.session.outbound import (
+    Action,
+    LinkFlow,
+    Session,
+    TransferPart,
+    apply_hold,
+    resume,
+    route,
+)
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.waiting import WAITING_DELIVERY_COST, Waiting
 from sluicegate.wire.amqp_types import Described
@@ -33,6 +43,8 @@ WRITER_CREDIT = 8
 WRITER_MORE_AFTER = 4
 # A few deliveries' worth: the connection's bound defers credit requests now and then.
 WAITING_LIMIT = 3000
+# A few rejections' worth of dead letters: the debt holds links now and then.
+DEBT_LIMIT = 6
 
 
 class RecordingQueue(ClassicQueue):
@@ -49,7 +61,13 @@ class RecordingQueue(ClassicQueue):
         assert isinstance(consumer, OutgoingLink)
         self.requests[id(consumer)] += 1
         self.requested.append((id(consumer), credit, drain))
-        return super().credit(consumer, delivery_count, credit, drain)
+        messages, reply = super().credit(consumer, delivery_count, credit, drain)
+        if consumer.held:
+            # A held link's every request asks for nothing, and gets nothing.
+            assert credit == 0
+            assert messages == []
+            assert reply.credit == 0
+        return messages, reply
 
     def consumer_credit(self, link: OutgoingLink) -> int:
         """White box: the credit the queue holds for a consumer."""
@@ -129,6 +147,11 @@ class SessionMachine(RuleBasedStateMachine):
         self.archived_seqs: set[int] = set()
         # The message whose parts are on the wire, and where its next part must start.
         self.partial: tuple[OutgoingLink, Message, int] | None = None
+        self.debt = DeadLetterDebt(DEBT_LIMIT)
+        # What each link owes in dead letters, and the deliveries the queue may still hand a
+        # held link: the credit it held when the link was held, which it is to take back.
+        self.owed: Counter[int] = Counter()
+        self.allowance: dict[int, int] = {}
 
     # -- helpers --
 
@@ -139,8 +162,22 @@ class SessionMachine(RuleBasedStateMachine):
         return self.clients[id(link)]
 
     def route(self, dispatches: list[Dispatch]) -> None:
+        for key, _ in dispatches:
+            assert isinstance(key, OutgoingLink)
+            if key.held:
+                self.allowance[id(key)] -= 1
+                assert self.allowance[id(key)] >= 0, "a held link was handed a new delivery"
         touched = route(dispatches)
         assert touched <= {self.session}
+
+    def apply_hold(self) -> None:
+        """What the gateway does when a cause says the hold changed (gateway/sending.py)."""
+        for held in self.debt.to_hold():
+            self.allowance[id(held)] = self.queue.consumer_credit(held)
+        assert apply_hold(self.debt) <= {self.session}
+        for slot in self.slots:
+            if slot is not None and not slot.held:
+                self.allowance.pop(id(slot), None)
 
     def pending_deliveries(self, link: OutgoingLink) -> int:
         assert not link.detached
@@ -256,6 +293,28 @@ class SessionMachine(RuleBasedStateMachine):
                 self.archived += 1
                 self.archived_seqs.add(seq)
         self.route(self.session.settle(link, seqs, outcome, delivery_failed))
+
+    @rule(slot=slots, units=st.integers(min_value=1, max_value=4))
+    def dead_letters(self, slot: int, units: int) -> None:
+        """The link's outcomes made letters that wait (one unit each, or one per copy)."""
+        link = self.slots[slot]
+        if link is None:
+            return
+        self.owed[id(link)] += units
+        if self.debt.cause(link).borrow(units):
+            self.apply_hold()
+
+    @rule(data=st.data())
+    def letters_stored(self, data: st.DataObject) -> None:
+        """The router stored some of a link's letters (the link may have detached since)."""
+        owing = [cause for cause in self.debt.causes.values() if cause.owed]
+        if not owing:
+            return
+        cause = data.draw(st.sampled_from(owing))
+        units = data.draw(st.integers(min_value=1, max_value=cause.owed))
+        self.owed[id(cause.link)] -= units
+        if cause.repay(units):
+            self.apply_hold()
 
     # -- rules: publishers and the network --
 
@@ -416,8 +475,9 @@ class SessionMachine(RuleBasedStateMachine):
                 assert client.consumed + ctl.credit == max(client.latest_limit, client.consumed)
                 # The queue holds exactly the credit the session thinks it does.
                 assert self.queue.consumer_credit(client.link) == client.link.queue_flow_ctl.credit
-                # No stall: credit left and messages ready means a request would be under way.
-                if ctl.credit > 0:
+                # No stall: credit left and messages ready means a request would be under way,
+                # unless the link is held for its dead letters.
+                if ctl.credit > 0 and not client.link.held:
                     assert self.queue.available == 0, "credit and ready messages, but idle"
                 if client.latest_drain or client.latest_echo:
                     assert client.answered, "a drain or echo FLOW went unanswered"
@@ -446,6 +506,25 @@ class SessionMachine(RuleBasedStateMachine):
             if client.closed:
                 assert self.pending_deliveries(client.link) == 0
                 assert self.queue.consumer_credit(client.link) == 0
+
+    @invariant()
+    def dead_letter_debt_holds_its_owers(self) -> None:
+        """The debt is what the links owe; while it is held every live link owing letters is
+        held and its queue, once the reply to any request out came back, holds no credit for
+        it; once let go, no link is."""
+        debt = self.debt
+        assert debt.debt == sum(self.owed.values())
+        assert all(cause.owed == self.owed[id(link)] for link, cause in debt.causes.items())
+        for client in self.live():
+            link = client.link
+            cause = debt.causes.get(link)
+            if not debt.held:
+                assert not link.held
+            elif cause is not None and cause.owed:
+                assert link.held
+            if link.held and not link.credit_req_in_flight:
+                assert self.queue.consumer_credit(link) == 0
+                assert link.queue_flow_ctl.credit == 0
 
     @invariant()
     def nothing_lost(self) -> None:
