@@ -30,6 +30,7 @@ from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
 from sluicegate.queues.errors import NotFound, ResourceDeleted
+from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import CreditReply as QueueReply
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
@@ -128,8 +129,10 @@ class Peers:
         consumer_left: ConsumerLeft,
         max_message_size: int,
         max_queue_credit: int,
+        filter_views: ViewCache,
     ) -> None:
-        """Start serving the channels the worker was forked with, and take new ones."""
+        """Start serving the channels the worker was forked with, and take new ones;
+        ``filter_views`` is what the worker's consumer filters decode messages through."""
         self.tenancy = tenancy
         self.container = container
         self.durability = durability
@@ -140,6 +143,9 @@ class Peers:
         self._consumer_left = consumer_left
         self.max_frame_size = max_message_size + FRAME_OVERHEAD
         self.max_queue_credit = max_queue_credit
+        self.filter_views = filter_views
+        for remote in self.remotes.values():
+            remote.max_filter_set_size = max_message_size
         for peer, sock in sorted(self.spec.channels.items()):
             self.open(peer, sock)
         self.spec.channels = {}
@@ -161,7 +167,13 @@ class Peers:
             lambda frames: self.received(peer, frames),
             lambda reason: self.ended(peer, reason),
         )
-        self.owners[peer] = Owner(self._find, self.max_queue_credit, self._used)
+        self.owners[peer] = Owner(
+            self._find,
+            self.max_queue_credit,
+            self._used,
+            views=self.filter_views,
+            clock=self.tenancy.default.registry.clock,
+        )
         self.remotes[peer].opened()
         channel = self.sockets[peer]
         for frame in self._snapshot():

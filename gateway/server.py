@@ -171,6 +171,7 @@ class Server:
                 broker.remote_consumer_left,
                 config.max_message_size,
                 config.max_queue_credit,
+                broker.filter_views,
             )
 
     def _start_http(self) -> None:
