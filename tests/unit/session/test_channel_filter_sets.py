@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from sluicegate.queues.arguments import parse_arguments
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.errors import ResourceLimitExceeded
-from sluicegate.queues.filters.filter_set import FilterSet
+from sluicegate.queues.filters.filter_set import LANGUAGES, FilterSet
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec, QueueType
 from sluicegate.queues.stream import StreamQueue
@@ -41,7 +41,7 @@ def _filter_sets(draw: st.DrawFn) -> FilterSet:
     kind = draw(st.sampled_from([None, "first", "last", "next", "offset", "timestamp"]))
     value = draw(st.integers(0, 1 << 40)) if kind in ("offset", "timestamp") else 0
     expressions = draw(
-        st.lists(st.tuples(st.sampled_from(["selector", "sql"]), st.text(max_size=20)), max_size=3)
+        st.lists(st.tuples(st.sampled_from(LANGUAGES), st.text(max_size=20)), max_size=3)
     )
     values = draw(st.none() | st.lists(st.text(max_size=8), max_size=3).map(tuple))
     return FilterSet(
