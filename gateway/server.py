@@ -172,6 +172,7 @@ class Server:
                 config.max_message_size,
                 config.max_queue_credit,
                 broker.filter_views,
+                self.runtime_vhosts,
             )
 
     def _start_http(self) -> None:
