@@ -155,6 +155,9 @@ class RuntimeVhosts:
         same grants (kept in this worker's own file, for its log's sake at its next start)."""
         try:
             if name not in self._broker.tenancy.vhosts:
+                # Worker 0 refuses past the limit; a copy keeps to it whatever it is sent.
+                if len(self.created) >= MAX_RUNTIME_VHOSTS:
+                    raise VhostRefused(403, f"{MAX_RUNTIME_VHOSTS} created at run time already")
                 self._make(name, granted)
             elif name in self.created and self.granted.get(name) != granted:
                 self._save(self.created, {**self.granted, name: granted})

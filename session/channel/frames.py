@@ -58,8 +58,9 @@ class QueryOp(enum.IntEnum):
 class Attach:
     """A session in the sending worker consumes from a queue the receiving worker owns.
 
-    ``filters`` is the consumer's filter-set exactly as its ATTACH encoded it: the owner parses
-    it as a local attach would, so no filter is compiled twice or shipped as code.
+    ``filters`` is the consumer's filter set and stream offset as plain values
+    (:mod:`.filter_sets`, empty for none): the owner compiles it as a local attach would, so no
+    filter is shipped as code.
     """
 
     consumer: int
@@ -171,9 +172,10 @@ class Error:
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """A change of a virtual host's queues, exchanges or bindings, made on the sending worker:
-    every worker applies it, so that routing stays local (docs/workers.md). ``change`` is the
-    change as an AMQP list (its verb first), so declaration arguments keep their AMQP types."""
+    """A change of a virtual host's queues, exchanges or bindings, or of the virtual hosts made
+    at run time, made on the sending worker: every worker applies it, so that routing stays
+    local (docs/workers.md). ``change`` is the change as an AMQP list (its verb first), so
+    declaration arguments keep their AMQP types."""
 
     vhost: str
     change: bytes
