@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -42,6 +44,7 @@ class Workers:
     pids: list[int]
     http_port: int
     data_dir: Path
+    supervisor: int
 
     def connection(self, worker: int, user: str = "root", vhost: str = "/") -> BlockingConnection:
         def opened() -> BlockingConnection:
@@ -99,7 +102,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     listens = ("--metrics-listen", "off", "--http-api-listen", f"127.0.0.1:{http}")
     with serving(*options, *listens) as (process, port):
         pids = sorted(children(process.pid), key=worker_of)
-        yield Workers(port, pids, http, data_dir)
+        yield Workers(port, pids, http, data_dir, process.pid)
 
 
 def _homed(vhost: str, home: int, prefix: str) -> str:
@@ -233,6 +236,14 @@ def test_a_stream_reader_on_another_worker_starts_at_its_offset_and_filters_valu
         consumer.close()
 
 
+def _kept(workers: Workers, worker: int) -> list[dict[str, object]]:
+    """The virtual hosts made at run time that ``worker`` keeps in its own file."""
+    kept: list[dict[str, object]] = json.loads(
+        (workers.data_dir / f"worker-{worker}" / FILE_NAME).read_text()
+    )
+    return kept
+
+
 def _refused(workers: Workers, worker: int, user: str, vhost: str) -> bool:
     try:
         workers.connection(worker, user, vhost).close()
@@ -266,8 +277,45 @@ def test_a_vhost_made_on_worker_0_is_entered_and_used_on_worker_1_with_its_grant
     finally:
         consumer.close()
     # Worker 1 keeps it in its own file, for its log at its next start.
-    kept = json.loads((workers.data_dir / "worker-1" / FILE_NAME).read_text())
-    assert kept == [{"name": vhost, "granted": ["root"]}]
+    assert {"name": vhost, "granted": ["root"]} in _kept(workers, 1)
     assert workers.api("DELETE", f"/vhosts/{vhost}") == 204
     wait_until(lambda: _refused(workers, 1, "root", vhost))
-    assert json.loads((workers.data_dir / "worker-1" / FILE_NAME).read_text()) == []
+    assert vhost not in [entry["name"] for entry in _kept(workers, 1)]
+
+
+def _enters(workers: Workers, worker: int, vhost: str) -> bool:
+    """Whether root enters ``vhost`` on ``worker`` (False too while it is not serving yet)."""
+    try:
+        workers.connection(worker, "root", vhost).close()
+    except (ConnectionException, AssertionError):
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_a_worker_that_was_down_learns_the_vhosts_made_and_deleted_meanwhile(
+    workers: Workers,
+) -> None:
+    kept, gone = "made-before", "deleted-meanwhile"
+    for vhost in (kept, gone):
+        assert workers.api("PUT", f"/vhosts/{vhost}", {}) == 201
+    wait_until(lambda: _enters(workers, 1, gone))
+    old = workers.pids[1]
+    os.kill(old, signal.SIGKILL)
+    assert workers.api("DELETE", f"/vhosts/{gone}") == 204
+    assert workers.api("PUT", "/vhosts/made-meanwhile", {}) == 201
+    restarted: list[int] = []
+
+    def back() -> bool:
+        restarted[:] = [pid for pid in children(workers.supervisor) if pid not in workers.pids]
+        return bool(restarted)
+
+    wait_until(back, timeout=30)
+    # The module's other tests find worker 1 where it is now.
+    workers.pids[1] = restarted[0]
+    wait_until(lambda: _enters(workers, 1, "made-meanwhile"), timeout=30)
+    assert _enters(workers, 1, kept)
+    assert not _enters(workers, 1, gone)
+    names = {entry["name"] for entry in _kept(workers, 1)}
+    assert {kept, "made-meanwhile"} <= names
+    assert gone not in names
