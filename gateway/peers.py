@@ -38,6 +38,7 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import FRAME_OVERHEAD, ChannelError, FrameReader, encode
 from sluicegate.session.channel.frames import (
     Answer,
+    Attached,
     Confirm,
     CreditReply,
     Deliveries,
@@ -147,6 +148,7 @@ class Peers:
         route: Callable[[list[Dispatch]], None],
         replied: Callable[[OutgoingLink, QueueReply], None],
         refuse: Callable[[OutgoingLink, AmqpError], None],
+        attached: Callable[[OutgoingLink], None],
         queue_deleted: Callable[[QueueRegistry, str], None],
         consumer_left: ConsumerLeft,
         max_message_size: int,
@@ -163,6 +165,7 @@ class Peers:
         self._route = route
         self._replied = replied
         self._refuse = refuse
+        self._attached = attached
         self._queue_deleted = queue_deleted
         self._consumer_left = consumer_left
         self.max_frame_size = max_message_size + FRAME_OVERHEAD
@@ -318,6 +321,10 @@ class Peers:
             for token in remote.confirmed(confirmed):
                 if token is not None:
                     confirm(cast(Pending, token), OUTCOMES[confirmed.outcome], error)
+        elif kind is Attached:
+            taken = remote.attached(cast(Attached, frame))
+            if taken is not None:
+                self._attached(cast(OutgoingLink, taken))
         elif kind is Error:
             refusal = cast(Error, frame)
             key = remote.refused(refusal)

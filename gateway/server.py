@@ -167,6 +167,7 @@ class Server:
                 broker.sending.route,
                 broker.sending.replied,
                 broker.links.refuse_consumer,
+                broker.links.owner_took,
                 broker.queue_deleted,
                 broker.remote_consumer_left,
                 config.max_message_size,

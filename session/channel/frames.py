@@ -32,6 +32,7 @@ class Kind(enum.IntEnum):
     TOPOLOGY = 10
     QUERY = 11
     ANSWER = 12
+    ATTACHED = 13
 
 
 class Settled(enum.IntEnum):
@@ -70,6 +71,14 @@ class Attach:
     browse: bool
     priority: int
     filters: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """The owner took consumer ``consumer``: its session answers the client's ATTACH now. A
+    refusal is an :class:`Error` instead, and the session refuses the ATTACH with it."""
+
+    consumer: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +215,7 @@ class Answer:
 
 Frame: TypeAlias = (
     Attach
+    | Attached
     | Detach
     | Credit
     | CreditReply

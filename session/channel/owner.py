@@ -32,6 +32,7 @@ from sluicegate.session.channel.filter_sets import decode_filter_set
 from sluicegate.session.channel.frames import (
     Answer,
     Attach,
+    Attached,
     Credit,
     Deliveries,
     Detach,
@@ -249,7 +250,7 @@ class Owner:
         )
         self.consumers[frame.consumer] = key
         self.attached[queue] = self.attached.get(queue, 0) + 1
-        return []
+        return [Attached(frame.consumer)]
 
     def _answer(self, frame: Query) -> Answer:
         """A question about a queue here, answered at once: its counts after what it asks."""

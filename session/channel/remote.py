@@ -42,6 +42,7 @@ from sluicegate.session.channel.filter_sets import encode_filter_set
 from sluicegate.session.channel.frames import (
     Answer,
     Attach,
+    Attached,
     Confirm,
     Deliveries,
     Detach,
@@ -233,6 +234,12 @@ class Remote:
         if stashed is not None:
             self.outgoing.append(stashed)
         return key, CreditReply(frame.delivery_count, frame.credit, frame.available, frame.drain)
+
+    def attached(self, frame: Attached) -> ConsumerKey | None:
+        """The owner took a consumer: the key whose ATTACH its session answers now (None for
+        one detached since)."""
+        held = self.consumers.get(frame.consumer)
+        return None if held is None else held[0]
 
     def refused(self, frame: Error) -> ConsumerKey | None:
         """The owner ended a consumer (its queue is gone, an attach it refused): the key to

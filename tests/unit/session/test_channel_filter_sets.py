@@ -17,7 +17,14 @@ from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Que
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.session.channel.codec import ChannelError, FrameReader, encode
 from sluicegate.session.channel.filter_sets import decode_filter_set, encode_filter_set
-from sluicegate.session.channel.frames import Attach, Credit, CreditReply, Deliveries, Error
+from sluicegate.session.channel.frames import (
+    Attach,
+    Attached,
+    Credit,
+    CreditReply,
+    Deliveries,
+    Error,
+)
 from sluicegate.session.channel.owner import Owner
 from sluicegate.session.channel.remote import Remote, RemoteQueue
 from sluicegate.wire.amqp_types import Described, Symbol
@@ -123,7 +130,9 @@ def test_the_owner_filters_a_classic_queue_as_a_local_attach_would() -> None:
     for subject in ("red", "blue", "red", "green"):
         queue.enqueue(_message(subject))
     owner = _owner(queue)
-    assert _attach(owner, FilterSet(expressions=(("sql", "properties.subject = 'red'"),))) == []
+    assert _attach(owner, FilterSet(expressions=(("sql", "properties.subject = 'red'"),))) == [
+        Attached(1)
+    ]
     frames, _ = owner.receive(Credit(1, 0, 10, False, False))
     deliveries = frames[0]
     assert isinstance(deliveries, Deliveries)
@@ -147,7 +156,7 @@ def test_a_stream_reader_starts_at_its_offset_with_the_offset_stamped() -> None:
     for subject in ("a", "b", "c", "d"):
         stream.enqueue(_message(subject))
     owner = _owner(stream)
-    assert _attach(owner, FilterSet(offset=OffsetSpec("offset", 2)), "s") == []
+    assert _attach(owner, FilterSet(offset=OffsetSpec("offset", 2)), "s") == [Attached(1)]
     frames, _ = owner.receive(Credit(1, 0, 10, False, False))
     deliveries = frames[0]
     assert isinstance(deliveries, Deliveries)
