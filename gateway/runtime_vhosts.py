@@ -6,8 +6,10 @@ fsynced, renamed over the old) before a creation is acknowledged, so that a virt
 queues the log holds exists again after a restart (gateway/durability.py refuses to start
 otherwise). The user who creates one gets every permission in it, as in RabbitMQ
 (gateway/creator_grants.py); the file keeps who, as ``{"name": NAME, "granted": [USER]}``
-entries (a bare name, as older files have it, granted nothing). Everything here runs on the
-reactor thread.
+entries (a bare name, as older files have it, granted nothing). With several workers, worker 0,
+which serves the API, sends each creation and deletion to the others, which make their copies
+(:meth:`RuntimeVhosts.adopt`, :meth:`RuntimeVhosts.drop`) and keep them in their own file
+(docs/workers.md). Everything here runs on the reactor thread.
 """
 
 from __future__ import annotations
