@@ -22,24 +22,22 @@ from typing import Final
 from proton import Array, Data, Described, Link, Terminus, symbol, timestamp
 
 from sluicegate.queues.errors import InvalidFilter
-from sluicegate.queues.filters.all_of import all_of
+from sluicegate.queues.filters.filter_set import FilterSet, Language, compile_filters
 from sluicegate.queues.filters.properties import (
     APPLICATION_PROPERTIES_FILTER,
     APPLICATION_PROPERTIES_NAME,
     PROPERTIES_FILTER,
     PROPERTIES_NAME,
-    PropertiesFilter,
 )
-from sluicegate.queues.filters.selector import SELECTOR_FILTER, SELECTOR_NAME, parse_selector
-from sluicegate.queues.filters.sql import SQL_DESCRIPTOR, SQL_FILTER, parse_sql
+from sluicegate.queues.filters.selector import SELECTOR_FILTER, SELECTOR_NAME
+from sluicegate.queues.filters.sql import SQL_DESCRIPTOR, SQL_FILTER
 from sluicegate.queues.filters.stream_filter import (
     MATCH_UNFILTERED,
     MAX_FILTER_VALUES,
     STREAM_FILTER,
-    StreamFilter,
 )
 from sluicegate.queues.filters.view import ViewCache
-from sluicegate.queues.queue_type import Clock, ConsumerOptions, MessageFilter, OffsetSpec
+from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec
 from sluicegate.wire.amqp_types import Symbol, Value
 
 PRIORITY: Final = symbol("rabbitmq:priority")
@@ -126,18 +124,16 @@ def _undescribed_kind(key: object) -> str | None:
     return None
 
 
-def consumer_options(
-    link: Link, views: ViewCache, clock: Clock, *, indexes_filter_values: bool = False
-) -> ConsumerOptions:
-    """Read a consumer's filters, distribution mode and priority; trim the echoed filters.
+def filter_set(link: Link) -> FilterSet:
+    """Read a consumer's filter set from its source; trim the echoed filters to those served.
 
-    ``indexes_filter_values``: the queue (a stream) applies stream filter values itself, from
-    its chunk filters; other queues get them as a filter on each message.
+    Raises :class:`~queues.errors.InvalidFilter` for an entry of the wrong shape; the
+    expressions are parsed when the set is compiled (queues/filters/filter_set.py).
     """
     source = link.remote_source
     offset: OffsetSpec | None = None
     served: dict[object, object] = {}
-    filters: list[MessageFilter] = []
+    expressions: list[tuple[Language, str]] = []
     properties: dict[str, Value] | None = None
     application: dict[str, Value] | None = None
     values: list[str] | None = None
@@ -162,26 +158,40 @@ def consumer_options(
                 found = _entries(value, APPLICATION_PROPERTIES_NAME)
                 application = {**(application or {}), **found}
             elif kind == "selector":
-                filters.append(parse_selector(_text(value, SELECTOR_NAME), views, clock))
+                expressions.append(("selector", _text(value, SELECTOR_NAME)))
             elif kind == "sql":
-                filters.append(parse_sql(_text(value, SQL_DESCRIPTOR), views, clock))
+                expressions.append(("sql", _text(value, SQL_DESCRIPTOR)))
             elif kind == "values":
                 values = _values(value)
             elif not isinstance(value, bool):
                 raise InvalidFilter(f"{MATCH_UNFILTERED}: expected a boolean")
             else:
                 match_unfiltered = value
-    if properties is not None or application is not None:
-        filters.insert(0, PropertiesFilter(views, properties, application))
-    stream_filter = None
-    if values is not None:
-        stream_filter = StreamFilter(values, match_unfiltered, views)
-        if not indexes_filter_values:
-            filters.insert(0, stream_filter)
     echoed: Data = link.source.filter
     echoed.clear()
     if served:
         echoed.put_object(served)
+    return FilterSet(
+        offset,
+        properties,
+        application,
+        tuple(expressions),
+        None if values is None else tuple(values),
+        match_unfiltered,
+    )
+
+
+def consumer_options(
+    link: Link, views: ViewCache, clock: Clock, *, indexes_filter_values: bool = False
+) -> ConsumerOptions:
+    """Read a consumer's filters, distribution mode and priority; trim the echoed filters.
+
+    ``indexes_filter_values``: the queue (a stream) applies stream filter values itself, from
+    its chunk filters; other queues get them as a filter on each message. The set read is kept
+    in the options (``filter_set``), for a queue another worker owns to compile there.
+    """
+    filters = filter_set(link)
+    compiled = compile_filters(filters, views, clock, indexes_filter_values=indexes_filter_values)
     priority = 0
     link_properties = link.remote_properties
     if isinstance(link_properties, dict):
@@ -189,10 +199,11 @@ def consumer_options(
         if isinstance(raw, int) and not isinstance(raw, bool):
             priority = raw
     return ConsumerOptions(
-        filter=all_of(filters),
-        browse=source.distribution_mode == Terminus.DIST_MODE_COPY,
+        filter=compiled.filter,
+        browse=link.remote_source.distribution_mode == Terminus.DIST_MODE_COPY,
         priority=priority,
-        offset=offset,
-        stream_filter=stream_filter if indexes_filter_values else None,
+        offset=filters.offset,
+        stream_filter=compiled.stream_filter,
         views=views,
+        filter_set=None if filters.empty else filters,
     )

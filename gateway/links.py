@@ -53,6 +53,7 @@ from sluicegate.queues.queue_type import ConsumerOptions, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.queues.stream import StreamQueue
 from sluicegate.queues.volatile import VolatileQueue
+from sluicegate.session.channel.remote import RemoteQueue
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.errors import AmqpError
@@ -212,8 +213,20 @@ class Links:
         link.sg = state
         if temporary is not None:
             session.connection.temporary[pure_link] = (registry, temporary)
+        if type(queue) is RemoteQueue:
+            state.owner_pending = True
+            return
         session.connection.fresh_links.append(state)
         link.open()
+
+    def owner_took(self, link: OutgoingLink) -> None:
+        """Another worker took a consumer of its queue: the client's ATTACH is answered."""
+        state = self._sending.sender_of(link)
+        if state is None or not state.owner_pending or state.link.detached:
+            return
+        state.owner_pending = False
+        state.session.connection.fresh_links.append(state)
+        state.sender.open()
 
     def _temporary(
         self, connection: ConnectionState, vhost: VirtualHost, access: Access
@@ -286,10 +299,17 @@ class Links:
             self.refuse(link, error)
 
     def refuse_consumer(self, link: OutgoingLink, error: AmqpError) -> None:
-        """Detach a consumer link known by its pure link (another worker's queue ended it)."""
+        """Detach a consumer link known by its pure link (another worker's queue ended it);
+        one whose ATTACH the owner had not taken yet is refused as §2.6.3 says, a null
+        source in the reply, as a local refusal is."""
         state = self._sending.sender_of(link)
-        if state is not None:
-            self.refuse(state.sender, error)
+        if state is None:
+            return
+        if state.owner_pending:
+            state.owner_pending = False
+            state.sender.source.type = Terminus.UNSPECIFIED
+            state.sender.open()
+        self.refuse(state.sender, error)
 
     def detached(self, link: Link) -> None:
         """A DETACH: release what the link held and answer it."""

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Mapping
-from typing import Final, cast
+from typing import Final, Protocol, cast
 
 from proton import Event, Handler
 from proton.reactor import Container
@@ -30,6 +30,7 @@ from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
 from sluicegate.queues.errors import NotFound, ResourceDeleted
+from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import CreditReply as QueueReply
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
@@ -37,6 +38,7 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import FRAME_OVERHEAD, ChannelError, FrameReader, encode
 from sluicegate.session.channel.frames import (
     Answer,
+    Attached,
     Confirm,
     CreditReply,
     Deliveries,
@@ -62,6 +64,28 @@ log = logging.getLogger("sluicegate.peers")
 QUERY_TIMEOUT: Final = 5.0
 # A queue's registry and the queue, whose consumer on another worker left.
 ConsumerLeft = Callable[[QueueRegistry, QueueType], None]
+# The worker that serves the HTTP API (gateway/supervisor.py), the only one that creates and
+# deletes virtual hosts at run time: its list of them is the one every worker keeps.
+VHOSTS_WORKER: Final = 0
+# Topology verbs of virtual hosts rather than of one virtual host's queues and exchanges.
+_VHOST_VERBS: Final = frozenset({"vhost", "delete-vhost", "vhosts"})
+
+
+class RuntimeVhostCopies(Protocol):
+    """This worker's virtual hosts created at run time (gateway/runtime_vhosts.py), as another
+    worker's changes make them."""
+
+    def listing(self) -> dict[str, list[str]]:
+        """Each one's name and the users granted everything in it."""
+        ...
+
+    def adopt(self, name: str, granted: list[str]) -> None:
+        """Make ``name`` here too (or update its grants), without telling the other workers."""
+        ...
+
+    def drop(self, name: str) -> None:
+        """Delete ``name`` here too, without telling the other workers."""
+        ...
 
 
 class VhostPlacement:
@@ -124,22 +148,32 @@ class Peers:
         route: Callable[[list[Dispatch]], None],
         replied: Callable[[OutgoingLink, QueueReply], None],
         refuse: Callable[[OutgoingLink, AmqpError], None],
+        attached: Callable[[OutgoingLink], None],
         queue_deleted: Callable[[QueueRegistry, str], None],
         consumer_left: ConsumerLeft,
         max_message_size: int,
         max_queue_credit: int,
+        filter_views: ViewCache,
+        vhosts: RuntimeVhostCopies,
     ) -> None:
-        """Start serving the channels the worker was forked with, and take new ones."""
+        """Start serving the channels the worker was forked with, and take new ones;
+        ``filter_views`` is what the worker's consumer filters decode messages through,
+        ``vhosts`` its virtual hosts created at run time."""
         self.tenancy = tenancy
         self.container = container
         self.durability = durability
         self._route = route
         self._replied = replied
         self._refuse = refuse
+        self._attached = attached
         self._queue_deleted = queue_deleted
         self._consumer_left = consumer_left
         self.max_frame_size = max_message_size + FRAME_OVERHEAD
         self.max_queue_credit = max_queue_credit
+        self.filter_views = filter_views
+        self.vhosts = vhosts
+        for remote in self.remotes.values():
+            remote.max_filter_set_size = max_message_size
         for peer, sock in sorted(self.spec.channels.items()):
             self.open(peer, sock)
         self.spec.channels = {}
@@ -161,7 +195,13 @@ class Peers:
             lambda frames: self.received(peer, frames),
             lambda reason: self.ended(peer, reason),
         )
-        self.owners[peer] = Owner(self._find, self.max_queue_credit, self._used)
+        self.owners[peer] = Owner(
+            self._find,
+            self.max_queue_credit,
+            self._used,
+            views=self.filter_views,
+            clock=self.tenancy.default.registry.clock,
+        )
         self.remotes[peer].opened()
         channel = self.sockets[peer]
         for frame in self._snapshot():
@@ -219,6 +259,27 @@ class Peers:
         """Bytes kept only for other workers' pre-settled consumers (docs/bounds.md)."""
         return sum(owner.recent_bytes for owner in self.owners.values())
 
+    def place(self, vhost: str, registry: QueueRegistry) -> None:
+        """A virtual host made at run time: its queues are placed over the workers too."""
+        registry.placement = VhostPlacement(self, vhost, registry)
+
+    def vhost_created(self, vhost: str, granted: list[str]) -> None:
+        """Every worker makes ``vhost`` too, its creator's grant with it."""
+        self._vhost_change(Topology(vhost, encode_value(["vhost", cast(Value, granted)])))
+
+    def vhost_deleted(self, vhost: str) -> None:
+        """Every worker deletes ``vhost`` too (its queues' deletions went before)."""
+        self._vhost_change(Topology(vhost, encode_value(["delete-vhost"])))
+
+    def _vhost_change(self, frame: Topology) -> None:
+        """Sent at once rather than at the flush: the HTTP API answers the change next, and a
+        client told it exists may connect to any worker. A channel is read in order, and a
+        new connection needs round trips with that worker before its OPEN names the vhost."""
+        self.broadcast(frame)
+        for channel in list(self.sockets.values()):
+            if not channel.closed and channel.output:
+                channel.flush()
+
     def broadcast(self, frame: Frame) -> None:
         pieces = encode(frame)
         for channel in self.sockets.values():
@@ -260,6 +321,10 @@ class Peers:
             for token in remote.confirmed(confirmed):
                 if token is not None:
                     confirm(cast(Pending, token), OUTCOMES[confirmed.outcome], error)
+        elif kind is Attached:
+            taken = remote.attached(cast(Attached, frame))
+            if taken is not None:
+                self._attached(cast(OutgoingLink, taken))
         elif kind is Error:
             refusal = cast(Error, frame)
             key = remote.refused(refusal)
@@ -390,11 +455,14 @@ class Peers:
 
     def apply(self, frame: Topology) -> None:
         """Another worker's change of the topology, applied here without being sent on."""
+        change, _ = decode(frame.change, 0)
+        if isinstance(change, list) and change and change[0] in _VHOST_VERBS:
+            self._apply_vhosts(frame.vhost, change)
+            return
         vhost = self.tenancy.vhosts.get(frame.vhost)
         if vhost is None:
             return
         registry = vhost.registry
-        change, _ = decode(frame.change, 0)
         self.applying = True
         try:
             _apply(registry, cast(list[Value], change))
@@ -405,9 +473,37 @@ class Peers:
         finally:
             self.applying = False
 
+    def _apply_vhosts(self, name: str, change: list[Value]) -> None:
+        """A virtual host made or deleted by the worker that serves the HTTP API, or its whole
+        list when a channel to it opens: a worker that was down learns what changed."""
+        self.applying = True
+        try:
+            verb = change[0]
+            if verb == "vhost":
+                self.vhosts.adopt(name, _users(change[1]))
+            elif verb == "delete-vhost":
+                self.vhosts.drop(name)
+            else:
+                listing = change[1]
+                if not isinstance(listing, dict):
+                    raise TypeError("a list of virtual hosts is a map")
+                wanted = {str(key): _users(value) for key, value in listing.items()}
+                for gone in set(self.vhosts.listing()) - set(wanted):
+                    self.vhosts.drop(gone)
+                for made, granted in wanted.items():
+                    self.vhosts.adopt(made, granted)
+        except (AmqpError, ValueError, TypeError, IndexError, OSError) as error:
+            log.warning("a virtual host change from another worker was not applied: %s", error)
+        finally:
+            self.applying = False
+
     def _snapshot(self) -> list[Frame]:
-        """Every queue, exchange and binding this worker knows, as changes to apply."""
+        """Every queue, exchange and binding this worker knows, as changes to apply; from the
+        worker that makes virtual hosts, their list first, so that theirs can be applied."""
         frames: list[Frame] = []
+        if self.spec.index == VHOSTS_WORKER:
+            listing = cast(dict[Value, Value], self.vhosts.listing())
+            frames.append(Topology("", encode_value(["vhosts", listing])))
         for name, vhost in self.tenancy.vhosts.items():
             changes = _known(vhost.registry)
             frames.extend(Topology(name, encode_value(change)) for change in changes)
@@ -465,6 +561,13 @@ class _Control:
                 continue
             (peer,) = PEER_INDEX.unpack(data)
             self.peers.open(peer, socket.socket(fileno=fds[0]))
+
+
+def _users(value: Value) -> list[str]:
+    """The users a virtual host change grants everything in it."""
+    if not isinstance(value, list) or not all(isinstance(user, str) for user in value):
+        raise TypeError("a virtual host's grants are a list of user names")
+    return [str(user) for user in value]
 
 
 def _runs(confirms: list[Confirm]) -> list[Confirm]:

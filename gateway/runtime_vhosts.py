@@ -6,13 +6,16 @@ fsynced, renamed over the old) before a creation is acknowledged, so that a virt
 queues the log holds exists again after a restart (gateway/durability.py refuses to start
 otherwise). The user who creates one gets every permission in it, as in RabbitMQ
 (gateway/creator_grants.py); the file keeps who, as ``{"name": NAME, "granted": [USER]}``
-entries (a bare name, as older files have it, granted nothing). Everything here runs on the
-reactor thread.
+entries (a bare name, as older files have it, granted nothing). With several workers, worker 0,
+which serves the API, sends each creation and deletion to the others, which make their copies
+(:meth:`RuntimeVhosts.adopt`, :meth:`RuntimeVhosts.drop`) and keep them in their own file
+(docs/workers.md). Everything here runs on the reactor thread.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Final
@@ -28,6 +31,8 @@ from sluicegate.gateway.rules.vhost_log import VhostLog
 from sluicegate.gateway.rules.vhosts import VhostSettings
 from sluicegate.queues.log.store import MessageStore
 from sluicegate.queues.registry import QueueRegistry
+
+log = logging.getLogger("sluicegate.vhosts")
 
 FILE_NAME: Final = "vhosts.json"
 # Each virtual host is a registry the broker visits on every flush: RabbitMQ's operators run
@@ -117,6 +122,14 @@ class RuntimeVhosts:
                 403, f"virtual host limit reached: {MAX_RUNTIME_VHOSTS} created at run time"
             )
         granted = [creator] if creator is not None and creator in self._users else []
+        self._make(name, granted)
+        peers = self._broker.peers
+        if peers is not None:
+            peers.vhost_created(name, granted)
+        return True
+
+    def _make(self, name: str, granted: list[str]) -> None:
+        tenancy = self._broker.tenancy
         self._save(self.created | {name}, {**self.granted, name: granted})
         self.created.add(name)
         self.granted[name] = granted
@@ -130,18 +143,59 @@ class RuntimeVhosts:
             registry, node=broker.node, vhost=name, quotas=vhost
         )
         broker.expiry.registries.append(registry)
-        return True
+        if broker.peers is not None:
+            broker.peers.place(name, registry)
+
+    # -- copies of the virtual hosts another worker made (gateway/peers.py) ---------------
+
+    def listing(self) -> dict[str, list[str]]:
+        """Each virtual host created at run time and who was granted everything in it."""
+        return {name: list(self.granted.get(name, [])) for name in sorted(self.created)}
+
+    def adopt(self, name: str, granted: list[str]) -> None:
+        """The worker that serves the HTTP API made ``name``: so does this one, with the
+        same grants (kept in this worker's own file, for its log's sake at its next start)."""
+        try:
+            if name not in self._broker.tenancy.vhosts:
+                # Worker 0 refuses past the limit; a copy keeps to it whatever it is sent.
+                if len(self.created) >= MAX_RUNTIME_VHOSTS:
+                    raise VhostRefused(403, f"{MAX_RUNTIME_VHOSTS} created at run time already")
+                self._make(name, granted)
+            elif name in self.created and self.granted.get(name) != granted:
+                self._save(self.created, {**self.granted, name: granted})
+                creator_grants.revoke(self._users, self.granted[name], name)
+                self.granted[name] = granted
+                for user in granted:
+                    creator_grants.grant(self._users, user, name)
+        except VhostRefused as error:
+            log.warning("virtual host '%s' made on another worker: %s", name, error)
+
+    def drop(self, name: str) -> None:
+        """The worker that serves the HTTP API deleted ``name``: so does this one."""
+        if name not in self.created:
+            return
+        try:
+            self._forget(name)
+        except VhostRefused as error:
+            log.warning("virtual host '%s' deleted on another worker: %s", name, error)
 
     def delete(self, name: str) -> None:
-        """Close its connections, delete its queues and exchanges, forget it."""
+        """Close its connections, delete its queues and exchanges, forget it; every other
+        worker does the same."""
         broker = self._broker
-        vhost = broker.tenancy.vhosts.get(name)
-        if vhost is None:
+        if name not in broker.tenancy.vhosts:
             raise VhostRefused(404, "Not Found")
         if name not in self.created or name == DEFAULT_VHOST:
             raise VhostRefused(
                 403, f"virtual host '{name}' is configured ([vhosts.{name}]): it stays"
             )
+        self._forget(name)
+        if broker.peers is not None:
+            broker.peers.vhost_deleted(name)
+
+    def _forget(self, name: str) -> None:
+        broker = self._broker
+        vhost = broker.tenancy.vhosts[name]
         self._close_connections(vhost)
         registry = vhost.registry
         for queue in registry.queue_names():

@@ -167,10 +167,13 @@ class Server:
                 broker.sending.route,
                 broker.sending.replied,
                 broker.links.refuse_consumer,
+                broker.links.owner_took,
                 broker.queue_deleted,
                 broker.remote_consumer_left,
                 config.max_message_size,
                 config.max_queue_credit,
+                broker.filter_views,
+                self.runtime_vhosts,
             )
 
     def _start_http(self) -> None:

@@ -305,6 +305,9 @@ class OutgoingLinkState:
     drain_pending: LinkFlow | None = None
     # Whether the socket has taken the ATTACH reply; until then the client's credit waits.
     attach_written: bool = False
+    # The queue's owner, another worker, has not taken the consumer yet: the ATTACH reply waits
+    # for it, so that a refusal there refuses the ATTACH (docs/workers.md).
+    owner_pending: bool = False
 
 
 def forget(state: ConnectionState) -> None:

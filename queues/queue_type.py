@@ -20,6 +20,7 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.storage import QueueStore
 
 if TYPE_CHECKING:
+    from sluicegate.queues.filters.filter_set import FilterSet
     from sluicegate.queues.filters.stream_filter import StreamFilter
     from sluicegate.queues.filters.view import ViewCache
 
@@ -75,6 +76,9 @@ class ConsumerOptions:
     # The cache the filters decode messages through: a queue charges what they decode to the
     # budget of work it spends per read.
     views: ViewCache | None = None
+    # The filter set these were compiled from, which a queue another worker owns sends there
+    # to be compiled again (session/channel/remote.py); None without one.
+    filter_set: FilterSet | None = None
 
 
 DEFAULT_CONSUMER: ConsumerOptions = ConsumerOptions()

@@ -20,6 +20,7 @@ from sluicegate.session.channel.frames import (
     ANSWER_COUNTS,
     Answer,
     Attach,
+    Attached,
     Confirm,
     Credit,
     CreditReply,
@@ -141,6 +142,8 @@ def encode(frame: Frame) -> list[bytes]:
         return _frame(
             Kind.ATTACH, [head, *_text(frame.vhost), *_text(frame.queue), *_blob(frame.filters)]
         )
+    if type(frame) is Attached:
+        return _frame(Kind.ATTACHED, [_U32.pack(frame.consumer)])
     if type(frame) is Detach:
         unsent = struct.pack(f"<{len(frame.unsent)}Q", *frame.unsent)
         head = _DETACH.pack(frame.consumer, frame.delivery_count, len(frame.unsent))
@@ -281,6 +284,9 @@ def decode(kind: int, data: memoryview) -> Frame:
             priority,
             body.blob(),
         )
+    elif kind == Kind.ATTACHED:
+        (consumer,) = body.take(_U32)
+        frame = Attached(consumer)
     elif kind == Kind.DETACH:
         consumer, delivery_count, count = body.take(_DETACH)
         _count(body, count, 8)

@@ -32,6 +32,7 @@ class Kind(enum.IntEnum):
     TOPOLOGY = 10
     QUERY = 11
     ANSWER = 12
+    ATTACHED = 13
 
 
 class Settled(enum.IntEnum):
@@ -58,8 +59,9 @@ class QueryOp(enum.IntEnum):
 class Attach:
     """A session in the sending worker consumes from a queue the receiving worker owns.
 
-    ``filters`` is the consumer's filter-set exactly as its ATTACH encoded it: the owner parses
-    it as a local attach would, so no filter is compiled twice or shipped as code.
+    ``filters`` is the consumer's filter set and stream offset as plain values
+    (:mod:`.filter_sets`, empty for none): the owner compiles it as a local attach would, so no
+    filter is shipped as code.
     """
 
     consumer: int
@@ -69,6 +71,14 @@ class Attach:
     browse: bool
     priority: int
     filters: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """The owner took consumer ``consumer``: its session answers the client's ATTACH now. A
+    refusal is an :class:`Error` instead, and the session refuses the ATTACH with it."""
+
+    consumer: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +181,10 @@ class Error:
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """A change of a virtual host's queues, exchanges or bindings, made on the sending worker:
-    every worker applies it, so that routing stays local (docs/workers.md). ``change`` is the
-    change as an AMQP list (its verb first), so declaration arguments keep their AMQP types."""
+    """A change of a virtual host's queues, exchanges or bindings, or of the virtual hosts made
+    at run time, made on the sending worker: every worker applies it, so that routing stays
+    local (docs/workers.md). ``change`` is the change as an AMQP list (its verb first), so
+    declaration arguments keep their AMQP types."""
 
     vhost: str
     change: bytes
@@ -204,6 +215,7 @@ class Answer:
 
 Frame: TypeAlias = (
     Attach
+    | Attached
     | Detach
     | Credit
     | CreditReply

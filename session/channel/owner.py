@@ -13,19 +13,26 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, cast
 
+from sluicegate.queues.errors import QueueError
+from sluicegate.queues.filters.filter_set import compile_filters
+from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import (
+    Clock,
     ConsumerOptions,
     Dispatch,
     LockExpired,
     Outcome,
     QueueType,
 )
+from sluicegate.queues.stream import StreamQueue
 from sluicegate.session.channel.codec import ChannelError
 from sluicegate.session.channel.ends import QueueEnd
+from sluicegate.session.channel.filter_sets import decode_filter_set
 from sluicegate.session.channel.frames import (
     Answer,
     Attach,
+    Attached,
     Credit,
     Deliveries,
     Detach,
@@ -109,10 +116,20 @@ class Owner:
     """
 
     def __init__(
-        self, find: FindQueue, max_queue_credit: int, used: UseQueue | None = None
+        self,
+        find: FindQueue,
+        max_queue_credit: int,
+        used: UseQueue | None = None,
+        *,
+        views: ViewCache | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.find = find
         self.used = used
+        # What a remote consumer's filters decode messages through, and the time they read:
+        # the worker's own, as for its local consumers.
+        self.views = views if views is not None else ViewCache()
+        self.clock = clock if clock is not None else Clock()
         self.keep = 2 * max_queue_credit
         self.consumers: dict[int, RemoteConsumer] = {}
         self.outbox = Outbox()
@@ -192,8 +209,7 @@ class Owner:
     def _attach(self, frame: Attach) -> list[Frame]:
         if frame.consumer == 0 or frame.consumer in self.consumers:
             raise ChannelError(f"consumer {frame.consumer} attached twice")
-        if frame.filters:
-            return [Error(frame.consumer, "amqp:not-implemented", "filters across workers")]
+        filters = decode_filter_set(frame.filters)
         queue = self.find(frame.vhost, frame.queue)
         if queue is None:
             return [
@@ -203,6 +219,16 @@ class Owner:
                     f"no queue '{frame.queue}' in vhost '{frame.vhost}'",
                 )
             ]
+        try:
+            # As a local attach compiles them (gateway/consumers.py), for the queue here.
+            compiled = compile_filters(
+                filters,
+                self.views,
+                self.clock,
+                indexes_filter_values=isinstance(queue, StreamQueue),
+            )
+        except QueueError as error:
+            return [Error(frame.consumer, error.condition, str(error))]
         key = RemoteConsumer(
             QueueEnd(frame.consumer, frame.ack_required),
             frame.vhost,
@@ -213,11 +239,18 @@ class Owner:
         queue.attach(
             key,
             ack_required=frame.ack_required,
-            options=ConsumerOptions(browse=frame.browse, priority=frame.priority),
+            options=ConsumerOptions(
+                filter=compiled.filter,
+                browse=frame.browse,
+                priority=frame.priority,
+                offset=filters.offset,
+                stream_filter=compiled.stream_filter,
+                views=self.views,
+            ),
         )
         self.consumers[frame.consumer] = key
         self.attached[queue] = self.attached.get(queue, 0) + 1
-        return []
+        return [Attached(frame.consumer)]
 
     def _answer(self, frame: Query) -> Answer:
         """A question about a queue here, answered at once: its counts after what it asks."""

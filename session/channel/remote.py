@@ -38,9 +38,11 @@ from sluicegate.queues.queue_type import (
 from sluicegate.queues.storage import QueueStore
 from sluicegate.session.channel import frames
 from sluicegate.session.channel.ends import Publishes, SessionEnd
+from sluicegate.session.channel.filter_sets import encode_filter_set
 from sluicegate.session.channel.frames import (
     Answer,
     Attach,
+    Attached,
     Confirm,
     Deliveries,
     Detach,
@@ -68,6 +70,10 @@ SETTLED: Final = {
     Outcome.MODIFIED: Settled.MODIFIED,
 }
 OUTCOMES: Final = {settled: outcome for outcome, settled in SETTLED.items()}
+# A filter set's bytes, until the gateway sets the channel's own limit (its largest message):
+# the server's default largest message, 8 MiB, beyond any set a local ATTACH may carry
+# (max_attach_data_size counts its termini twice: 4 MiB by default).
+DEFAULT_MAX_FILTER_SET_SIZE: Final = 8 * 1024 * 1024
 # The refusals an owner may send, by condition, so the publisher or consumer gets the same
 # error class (and condition) as from a local queue.
 _ERRORS: Final[dict[str, type[QueueError]]] = {
@@ -102,11 +108,19 @@ class Remote:
     ``reads`` is the worker's management request being answered, shared by all its channels.
     """
 
-    def __init__(self, home: int, reads: Reads | None = None) -> None:
+    def __init__(
+        self,
+        home: int,
+        reads: Reads | None = None,
+        max_filter_set_size: int = DEFAULT_MAX_FILTER_SET_SIZE,
+    ) -> None:
         self.home = home
         self.reads = reads if reads is not None else Reads()
         self.questions = Questions()
         self.up = False
+        # The largest filter set a consumer's ATTACH carries: the channel's frames hold a
+        # message as large as the server takes, so a set as large crosses too.
+        self.max_filter_set_size = max_filter_set_size
         self.outgoing: list[Frame] = []
         self.consumers: dict[int, tuple[ConsumerKey, SessionEnd]] = {}
         self.ids: dict[ConsumerKey, int] = {}
@@ -130,6 +144,7 @@ class Remote:
                 attach.ack_required,
                 attach.browse,
                 attach.priority,
+                attach.filters,
             )
         )
 
@@ -220,6 +235,12 @@ class Remote:
             self.outgoing.append(stashed)
         return key, CreditReply(frame.delivery_count, frame.credit, frame.available, frame.drain)
 
+    def attached(self, frame: Attached) -> ConsumerKey | None:
+        """The owner took a consumer: the key whose ATTACH its session answers now (None for
+        one detached since)."""
+        held = self.consumers.get(frame.consumer)
+        return None if held is None else held[0]
+
     def refused(self, frame: Error) -> ConsumerKey | None:
         """The owner ended a consumer (its queue is gone, an attach it refused): the key to
         detach with the owner's error."""
@@ -280,20 +301,22 @@ class RemoteQueue:
         ack_required: bool,
         options: ConsumerOptions = DEFAULT_CONSUMER,
     ) -> None:
-        """Consume across the channel; refused while the home worker is down, and for filters
-        and stream offsets, which the owner does not take across yet (docs/workers.md)."""
+        """Consume across the channel; refused while the home worker is down. The consumer's
+        filter set and stream offset cross as it was read (``options.filter_set``), and the
+        owner compiles them as a local attach would (docs/workers.md)."""
         if not self.remote.up:
             raise WorkerDown(
                 f"queue '{self.name}' lives on worker {self.remote.home}, which is restarting"
             )
-        if options.filter is not None or options.offset is not None:
-            raise NotImplementedByServer(
-                f"queue '{self.name}' lives on worker {self.remote.home}: filters and stream "
-                "offsets are not taken across workers"
-            )
+        filters = options.filter_set
+        carried = (
+            b"" if filters is None else encode_filter_set(filters, self.remote.max_filter_set_size)
+        )
         self.remote.attach(
             consumer,
-            Attach(0, self.vhost, self.name, ack_required, options.browse, options.priority),
+            Attach(
+                0, self.vhost, self.name, ack_required, options.browse, options.priority, carried
+            ),
         )
 
     def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:

@@ -28,6 +28,7 @@ from sluicegate.session.channel.codec import FrameReader, encode
 from sluicegate.session.channel.ends import SessionEnd
 from sluicegate.session.channel.frames import (
     Attach,
+    Attached,
     Credit,
     CreditReply,
     Deliveries,
@@ -177,6 +178,10 @@ class ChannelMachine(RuleBasedStateMachine):
         data = bytes(self.to_session[:cut])
         del self.to_session[:cut]
         for frame in self.session_reader.feed(data):
+            if isinstance(frame, Attached):
+                # The owner took a consumer: a session answers its client's ATTACH.
+                event("attach taken")
+                continue
             number = frame.consumer if isinstance(frame, Deliveries | CreditReply) else -1
             consumer = self.consumers.get(number)
             if consumer is None:

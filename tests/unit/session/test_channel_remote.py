@@ -14,6 +14,7 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome
 from sluicegate.session.channel.codec import FrameReader, encode
 from sluicegate.session.channel.frames import (
+    Attached,
     Confirm,
     CreditReply,
     Deliveries,
@@ -87,6 +88,9 @@ class Pair:
         for frame in self.to_session.feed(data):
             if type(frame) is Deliveries:
                 route(self.remote.delivered(frame))
+            elif type(frame) is Attached:
+                # The owner took the consumer: the gateway answers the client's ATTACH now.
+                assert self.remote.attached(frame) in (self.link, None)
             elif type(frame) is CreditReply:
                 # None for a consumer detached since: nobody waits for the reply.
                 replied = self.remote.replied(frame)
