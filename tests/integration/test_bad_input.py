@@ -9,6 +9,7 @@ from collections.abc import Callable
 import proton
 import pytest
 from integration.conftest import RunningServer
+from proton.utils import BlockingConnection, LinkDetached
 from support.clients import consume, publish
 from support.raw_client import RawClient
 
@@ -94,3 +95,23 @@ def test_bytes_that_are_not_an_amqp_header_get_a_framing_error(
     assert answer.startswith(b"AMQP\x00\x01\x00\x00")
     assert b"amqp:connection:framing-error" in answer
     assert publish(server.url, "/queues/after-garbage", ["ok"]).outcomes == ["accepted"]
+
+
+@pytest.mark.parametrize("role", ["consumer", "publisher"])
+def test_an_attach_that_would_declare_a_queue_named_past_255_bytes_is_refused(
+    server: RunningServer, role: str
+) -> None:
+    """RabbitMQ's limit on names: a queue's name is in every log record of its messages and every
+    frame between workers, so a client may not make one of 64 KiB by attaching to it."""
+    connection = BlockingConnection(server.url)
+    try:
+        address = "/queues/" + "q" * 256
+        attach = connection.create_receiver if role == "consumer" else connection.create_sender
+        with pytest.raises(LinkDetached) as refused:
+            attach(address)
+        assert refused.value.condition == "amqp:invalid-field"
+        assert "longer than 255 bytes" in str(refused.value)
+        connection.create_receiver("/queues/" + "q" * 255).close()
+    finally:
+        connection.close()
+    assert server.queue("q" * 255).consumers == 0

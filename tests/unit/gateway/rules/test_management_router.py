@@ -457,12 +457,22 @@ def test_virtual_host_limits_refuse_new_queues_exchanges_and_bindings_only() -> 
     assert bind("amq.direct", "b").status == 204
 
 
-@pytest.mark.parametrize("name", ["a\nb", "a\rb", "a\x00b"])
-def test_names_with_line_breaks_or_nul_are_refused(router: Router, name: str) -> None:
+@pytest.mark.parametrize("name", ["a\nb", "a\rb", "a\x00b", "q" * 256, "\u00e9" * 128])
+def test_names_with_line_breaks_or_nul_or_past_255_bytes_are_refused(
+    router: Router, name: str
+) -> None:
     assert put_queue(router, name).status == 400
     body = {"type": "fanout"}
     quoted = quote(name, safe="")
     assert router.handle(Request("PUT", f"/exchanges/{quoted}", body)).status == 400
+
+
+def test_a_name_of_255_bytes_is_taken(router: Router) -> None:
+    """RabbitMQ's limit is bytes, not characters: 127 two-byte characters and one more byte."""
+    name = "\u00e9" * 127 + "q"
+    assert put_queue(router, name).status == 201
+    quoted = quote(name, safe="")
+    assert router.handle(Request("PUT", f"/exchanges/{quoted}", {"type": "fanout"})).status == 204
 
 
 def test_declaring_or_reading_a_queue_renews_its_x_expires_lease() -> None:
