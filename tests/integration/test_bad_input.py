@@ -111,7 +111,7 @@ def test_an_attach_that_would_declare_a_queue_named_past_255_bytes_is_refused(
             attach(address)
         assert refused.value.condition == "amqp:invalid-field"
         assert "longer than 255 bytes" in str(refused.value)
-        connection.create_receiver("/queues/" + "q" * 255).close()
+        connection.create_receiver("/queues/" + "q" * 255)
     finally:
         connection.close()
     assert server.queue("q" * 255).consumers == 0
