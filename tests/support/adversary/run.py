@@ -157,7 +157,7 @@ def _check(
             index,
             f"no prober round ended within {limits.prober_s:g} s (prober {prober.phase}, "
             f"server CPU {busy:.2f} s meanwhile, {starved}, RSS {rss / MiB:.0f} MiB; "
-            f"{server.hold_gauges()})",
+            f"{server.hold_gauges()}; budget: {server.budget_holders()})",
         )
     result.worst_round_s = max(result.worst_round_s, served.seconds)
     if served.error is not None:

@@ -10,6 +10,7 @@ every accepted message must have come back.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import multiprocessing
 import os
@@ -38,6 +39,8 @@ from support.resident import rss as process_rss
 __all__ = ["ProberProcess", "Round", "ServerProcess"]
 
 LISTENING: Final = re.compile(r"listening on amqp://127\.0\.0\.1:(\d+)")
+# Characters of the budget's holders a breach report shows: the budget and its first holders.
+HOLDERS_SHOWN: Final = 2_000
 READY_S: Final = 30.0  # a loaded machine takes seconds to import proton
 # Longer than any served round (tens of milliseconds idle), far shorter than a stall.
 ROUND_TIMEOUT_S: Final = 10.0
@@ -85,8 +88,10 @@ class ServerProcess:
         self.metrics_port = _free_port()
         metrics = f"127.0.0.1:{self.metrics_port}"
         command += ["--data-dir", str(scratch / "data"), "--metrics-listen", metrics]
-        # RabbitMQ's port may be taken (by RabbitMQ, by another test's server).
-        command += ["--http-api-listen", "127.0.0.1:0", *options]
+        # RabbitMQ's port may be taken (by RabbitMQ, by another test's server): a free one, known,
+        # so that a breach can show who holds the budget (:meth:`budget_holders`).
+        self.http_api_port = _free_port()
+        command += ["--http-api-listen", f"127.0.0.1:{self.http_api_port}", *options]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, text=True
         )
@@ -148,6 +153,20 @@ class ServerProcess:
             if name in HOLD_GAUGES:
                 kept.append(f"{name.removeprefix('sluicegate_')}={value}")
         return ", ".join(kept)
+
+    def budget_holders(self) -> str:
+        """The budget's holders as the console shows them (``/api/sluicegate/budget``), one
+        line, cut at :data:`HOLDERS_SHOWN` characters: what a held prober waits behind."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.http_api_port}/api/sluicegate/budget",
+            headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=GAUGES_TIMEOUT_S) as response:
+                text = response.read().decode(errors="replace")
+        except OSError as error:
+            return f"budget unavailable: {error}"
+        return " ".join(text.split())[:HOLDERS_SHOWN]
 
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
