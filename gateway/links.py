@@ -353,15 +353,20 @@ class Links:
 
         Their credit counts from now on, so a link's first message never goes out in the same
         write as its ATTACH reply; credit the client granted before the reply waits for the
-        client's next frame or ``attach_credit_hold`` (gateway/rules/credit_hold.py).
+        client's next frame or ``attach_credit_hold`` (gateway/rules/credit_hold.py). Not a
+        dynamic source's: its queue is new, empty and named to no one before the reply, and a
+        Direct Reply-To queue would drop the replies that found the credit held.
         """
         fresh = connection.fresh_links
         connection.fresh_links = []
         hold = connection.credit_hold
         frames = connection.transport.frames_input
         for state in fresh:
-            if state.sender.credit > 0 and hold.hold(
-                state, now, self._config.attach_credit_hold, frames
+            sender = state.sender
+            if (
+                sender.credit > 0
+                and not sender.remote_source.dynamic
+                and hold.hold(state, now, self._config.attach_credit_hold, frames)
             ):
                 continue
             self._count(state)

@@ -159,3 +159,27 @@ def test_many_links_held_at_once_all_get_their_messages_and_nothing_stays_held(
         assert server.call(held) == [False]
     finally:
         client.abort()
+
+
+def test_a_direct_reply_to_requesters_early_credit_is_not_held(holding: RunningServer) -> None:
+    """A dynamic source's queue is empty and named to no one before the reply: nothing to hold,
+    and a Direct Reply-To queue drops a reply that finds no credit."""
+    client = RawClient.connect(holding.host, holding.port)
+    try:
+        client.begin()
+        with client.corked():
+            handle = client.attach(
+                "requester",
+                "receiver",
+                dynamic=True,
+                snd_settle_mode="settled",
+                capabilities=["rabbitmq:volatile-queue"],
+                expiry_policy="link-detach",
+            )
+            client.flow(handle, link_credit=10)
+        address = client.wait_attach(handle).source_address
+        assert address is not None
+        assert publish(holding.url, address, ["reply"]).outcomes == ["accepted"]
+        assert client.next_message() is not None
+    finally:
+        client.abort()
