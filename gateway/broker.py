@@ -141,6 +141,8 @@ class Broker(Handler):
         self.queue_links = self.publishing.queue_links
         self.filter_views = self.links.filter_views
         self.attaches_written = self.links.attaches_written
+        self.credit_heard = self.links.credit_heard
+        self.credit_due = self.links.credit_due
         self.on_delivery_of = settling.on_delivery_of
         self.apply_settlements = settling.apply_settlements
         self.settlements = settling.settlements

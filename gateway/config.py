@@ -17,6 +17,7 @@ from typing import Final
 
 from sluicegate.gateway.oauth2 import OAuth2Settings, parse_oauth2
 from sluicegate.gateway.rules.auth import User, UserError, parse_users
+from sluicegate.gateway.rules.credit_hold import DEFAULT_ATTACH_CREDIT_HOLD
 from sluicegate.gateway.rules.definitions import (
     BindingDefinition,
     DefinitionError,
@@ -216,6 +217,9 @@ class ServerConfig:
     # false refuses the link with amqp:not-found, as RabbitMQ 4 does (its clients' suites
     # expect that refusal).
     attach_declares_queues: bool = True
+    # Seconds credit granted with a consumer's ATTACH waits, once the reply is written, for the
+    # client's next frame before it counts (gateway/rules/credit_hold.py); 0: it counts at once.
+    attach_credit_hold: float = DEFAULT_ATTACH_CREDIT_HOLD
     # Declared at start, in this order (gateway/rules/definitions.py): [[queues]], [[exchanges]],
     # [[bindings]] tables of the configuration file.
     queues: tuple[QueueDefinition, ...] = ()
@@ -237,8 +241,9 @@ class ServerConfig:
         for key in ("http_max_connections", "http_request_timeout", "http_max_request_size"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}: must be positive, got {getattr(self, key)}")
-        if self.http_connection_listing_delay < 0:
-            raise ConfigError("http_connection_listing_delay: must not be negative")
+        for key in ("http_connection_listing_delay", "attach_credit_hold"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{key}: must not be negative")
         for key in (
             "max_message_size",
             "max_application_properties_size",

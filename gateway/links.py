@@ -247,10 +247,11 @@ class Links:
             self.queue_deleted(registry, name)
 
     def release(self, connection: ConnectionState) -> None:
-        """The connection ended: its links' temporary queues go, and no ATTACH reply waits."""
+        """The connection ended: its links' temporary queues go, and no credit waits."""
         for link in list(connection.temporary):
             self.delete_temporary(connection, link)
         connection.fresh_links.clear()
+        connection.credit_hold.clear()
 
     def delete_temporary(self, connection: ConnectionState, link: object) -> None:
         """A link that made a temporary queue is gone: so is the queue, as in RabbitMQ."""
@@ -354,33 +355,56 @@ class Links:
         """Maybe a client FLOW on a consumer link: the session tells (``transport_flow``).
 
         A FLOW for a link the server has detached (its queue was deleted, the client has not
-        read the DETACH yet) is ignored: the DETACH answers it. A FLOW that came with the
-        ATTACH waits until the socket has taken the ATTACH reply (:meth:`attaches_written`).
+        read the DETACH yet) is ignored: the DETACH answers it. Credit granted before the
+        ATTACH reply was written waits (:meth:`attaches_written`).
         """
         state = getattr(link, "sg", None)
         if (
             not isinstance(state, OutgoingLinkState)
             or state.link.detached
-            or not state.attach_written
+            or not state.credit_counts
         ):
             return
         self._credit(link, state)
 
-    def attaches_written(self, connection: ConnectionState) -> None:
-        """The socket took the ATTACH replies of the connection's new consumer links.
+    def attaches_written(self, connection: ConnectionState, now: float) -> None:
+        """The socket took the ATTACH replies of the connection's new consumer links at
+        ``now``.
 
         Their credit counts from now on, so a link's first message never goes out in the same
-        write as its ATTACH reply: with RabbitMQ, whose queues answer credit only after the
-        session has sent the ATTACH, a client that blocks until its link is open (the blocking
-        API of RabbitMQ's Python client, which grants credit with its ATTACH) gets its first
-        message once it handles messages, not inside the call that opens the link.
+        write as its ATTACH reply; credit the client granted before the reply waits for the
+        client's next frame or ``attach_credit_hold`` (gateway/rules/credit_hold.py). Not a
+        dynamic source's: its queue is new, empty and named to no one before the reply, and a
+        Direct Reply-To queue would drop the replies that found the credit held.
         """
         fresh = connection.fresh_links
         connection.fresh_links = []
+        hold = connection.credit_hold
+        frames = connection.transport.frames_input
         for state in fresh:
-            state.attach_written = True
-            if not state.link.detached and not connection.closed:
-                self._credit(state.sender, state)
+            sender = state.sender
+            if (
+                sender.credit > 0
+                and not sender.remote_source.dynamic
+                and hold.hold(state, now, self._config.attach_credit_hold, frames)
+            ):
+                continue
+            self._count(state)
+
+    def credit_heard(self, connection: ConnectionState) -> None:
+        """Bytes were read from the client: held credit counts if they completed a frame."""
+        for state in connection.credit_hold.heard(connection.transport.frames_input):
+            self._count(state)
+
+    def credit_due(self, connection: ConnectionState, now: float) -> None:
+        """Held credit whose ``attach_credit_hold`` has run out by ``now`` counts."""
+        for state in connection.credit_hold.due(now):
+            self._count(state)
+
+    def _count(self, state: OutgoingLinkState) -> None:
+        state.credit_counts = True
+        if not state.link.detached and not state.session.connection.closed:
+            self._credit(state.sender, state)
 
     def _credit(self, link: Link, state: OutgoingLinkState) -> None:
         pending = state.drain_pending

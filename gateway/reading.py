@@ -13,7 +13,8 @@ While the socket is not read the client's frames, heartbeats included, do not ar
 idle timeout (gateway/rules/timeouts.py) starts afresh when reading resumes (RabbitMQ pauses its
 heartbeat monitor when it blocks a reader).
 
-:func:`update` also hands the connection's handshake or idle deadline to the selector.
+:func:`update` also hands the connection's handshake or idle deadline to the selector, and the
+end of its hold on early consumer credit (gateway/rules/credit_hold.py).
 """
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ def watch(transport: Transport, selectable: Selectable, now: float) -> None:
     state: ConnectionState | None = getattr(selectable, "sg", None)
     if state is not None and state.reads_paused:
         selectable.reading = False
-    if state is not None and (due := state.deadlines.deadline):
-        deadline = selectable.deadline
-        selectable.deadline = min(deadline, due) if deadline else due
+    if state is not None:
+        for due in (state.deadlines.deadline, state.credit_hold.deadline):
+            if due:
+                deadline = selectable.deadline
+                selectable.deadline = min(deadline, due) if deadline else due
     gate = getattr(selectable, "gate", None)
     if gate is not None:
         if gate.wants_write:

@@ -35,6 +35,7 @@ from sluicegate.gateway.proton.internals import Selectable
 from sluicegate.gateway.proton.payload_buffers import Held
 from sluicegate.gateway.proton.window import remote_incoming_window, session_address
 from sluicegate.gateway.rules.auth import Permissions, User
+from sluicegate.gateway.rules.credit_hold import CreditHold
 from sluicegate.gateway.rules.routing import PublishTarget, Router
 from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.rules.timeouts import Deadlines
@@ -89,6 +90,7 @@ class ConnectionState:
         "backlog",
         "closed",
         "connection",
+        "credit_hold",
         "deadlines",
         "dispositions",
         "fresh_links",
@@ -177,6 +179,9 @@ class ConnectionState:
         # Consumer links whose ATTACH reply the socket has not taken yet: their credit waits
         # for it (gateway/links.py, Links.attaches_written).
         self.fresh_links: list[OutgoingLinkState] = []
+        # Then, those the client had granted credit: it waits for the client's next frame
+        # (gateway/rules/credit_hold.py).
+        self.credit_hold: CreditHold[OutgoingLinkState] = CreditHold()
 
     @property
     def user(self) -> User | None:
@@ -303,8 +308,9 @@ class OutgoingLinkState:
     session: SessionState
     # A drain completed in the session whose FLOW proton must send after its queued transfers.
     drain_pending: LinkFlow | None = None
-    # Whether the socket has taken the ATTACH reply; until then the client's credit waits.
-    attach_written: bool = False
+    # Whether the client's credit counts: not before the socket has taken the ATTACH reply,
+    # nor, for credit granted before that, while it is held (gateway/rules/credit_hold.py).
+    credit_counts: bool = False
     # The queue's owner, another worker, has not taken the consumer yet: the ATTACH reply waits
     # for it, so that a refusal there refuses the ATTACH (docs/workers.md).
     owner_pending: bool = False

@@ -5,16 +5,12 @@ for an administrator, and who the user is.
 
 from __future__ import annotations
 
-from typing import Final
-
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.api_connections import ConnectionsApi
 from sluicegate.gateway.http.api_request import Answer, ApiRequest, HttpRefused
 from sluicegate.gateway.http.node_map import node_map
+from sluicegate.gateway.identity import PRODUCT, RABBITMQ_VERSION, VERSION
 from sluicegate.session.channel.remote import management_statistics
-
-# The RabbitMQ version sluicegate answers as: the HTTP API of RabbitMQ 4.1.
-RABBITMQ_VERSION: Final = "4.1.0"
 
 
 class OverviewApi:
@@ -50,10 +46,12 @@ class OverviewApi:
         return Answer(
             200,
             {
+                # The version the OPEN frame advertises (gateway/identity.py), and what
+                # sluicegate itself is.
                 "management_version": RABBITMQ_VERSION,
                 "rabbitmq_version": RABBITMQ_VERSION,
-                "product_name": "sluicegate",
-                "product_version": RABBITMQ_VERSION,
+                "product_name": PRODUCT,
+                "product_version": VERSION,
                 "node": self._node,
                 "cluster_name": self._node,
                 "object_totals": {

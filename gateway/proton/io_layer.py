@@ -3,7 +3,9 @@
 - Bytes really written are counted and reported to the connection's writer ledger, which gives
   frame credit back to sessions (proton's own output buffer is unbounded: docs/design.md).
 - Every read from a connection re-checks its sessions with deliveries waiting: a client reopens
-  its incoming window with a session-only FLOW, for which proton raises no event.
+  its incoming window with a session-only FLOW, for which proton raises no event. A frame read
+  also ends the hold on credit granted with a consumer's ATTACH (gateway/rules/credit_hold.py),
+  whose deadline is the connection's too.
 - Sessions with something new to send are pumped before the reactor blocks in ``select``.
 - A connection whose account is over its limit, or which the memory budget holds, is not read
   (gateway/reading.py); bytes read from a publishing connection are charged to the budget as
@@ -118,6 +120,8 @@ class FlowIO(IOHandler):
             return
         state: ConnectionState | None = getattr(event.selectable, "sg", None)
         if state is not None:
+            if state.credit_hold:
+                self.broker.credit_heard(state)
             if state.transport.capacity() < 0:
                 self._input_ended(state)
             for session in state.sessions.values():
@@ -311,7 +315,10 @@ class FlowIO(IOHandler):
         state: ConnectionState | None = getattr(selectable, "sg", None)
         if transport is None or state is None:
             return
-        overdue = state.deadlines.overdue(reactor_now(selectable), state.reads_paused)
+        now = reactor_now(selectable)
+        if state.credit_hold:
+            self.broker.credit_due(state, now)
+        overdue = state.deadlines.overdue(now, state.reads_paused)
         if overdue == "handshake":
             log.info("dropping a client that did not log in and open within handshake_timeout")
             gate: Gate | None = getattr(selectable, "gate", None)
@@ -358,7 +365,11 @@ class FlowIO(IOHandler):
 
     def _written(self, state: ConnectionState, written: int, still_pending: int) -> None:
         if state.fresh_links:
-            self.broker.attaches_written(state)
+            now = reactor_now(state.selectable)
+            self.broker.attaches_written(state, now)
+            if state.credit_hold:
+                # The end of the hold is the socket's deadline too (gateway/reading.py).
+                self.update(state.transport, state.selectable, now)
         writer = state.writer
         unblocked = writer.written(written)
         if not still_pending:

@@ -22,6 +22,7 @@ from support.clients import publish
 from support.polling import wait_until
 from support.raw_client import RawClient
 
+from sluicegate.gateway.identity import PRODUCT, RABBITMQ_VERSION, VERSION
 from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 from sluicegate.gateway.rules.management.listing import MAX_PAGE_SIZE, MAX_UNPAGED
 from sluicegate.gateway.rules.vhosts import parse_vhosts
@@ -195,6 +196,9 @@ def test_connections_are_listed_and_closed_by_name(anonymous: RunningServer) -> 
 def test_overview_vhosts_users_permissions(anonymous: RunningServer) -> None:
     status, overview = call(anonymous, "GET", "/overview")
     assert status == 200
+    # The RabbitMQ version the OPEN frame advertises, and sluicegate's own.
+    assert overview["rabbitmq_version"] == overview["management_version"] == RABBITMQ_VERSION
+    assert (overview["product_name"], overview["product_version"]) == (PRODUCT, VERSION)
     assert {"queues", "connections", "exchanges", "consumers"} <= set(overview["object_totals"])
     assert {"messages", "messages_ready"} <= set(overview["queue_totals"])
     assert call(anonymous, "GET", "/vhosts")[1][0]["name"] == "/"
