@@ -30,6 +30,7 @@ from typing import Final
 import jwt
 
 from sluicegate.gateway.rules.auth import Access, Permissions, User, UserError
+from sluicegate.queues.filters.like import pieces_in_order
 
 # The claims RabbitMQ reads a user's name from, in order, unless preferred_username_claims says.
 DEFAULT_USERNAME_CLAIMS: Final = ("sub", "client_id")
@@ -224,23 +225,9 @@ class _Scope:
     name: str
 
     def names(self, vhost: str) -> bool:
-        """Whether this scope's vhost wildcard matches ``vhost``: its pieces between the ``*``s
-        in order, the first at the start and the last at the end (no expression compiled)."""
+        """Whether this scope's vhost wildcard matches ``vhost`` (no expression compiled)."""
         pieces = self.vhost.split("*")
-        first, last = pieces[0], pieces[-1]
-        if len(pieces) == 1:
-            return vhost == first
-        if len(vhost) < len(first) + len(last):
-            return False
-        if not (vhost.startswith(first) and vhost.endswith(last)):
-            return False
-        at, end = len(first), len(vhost) - len(last)
-        for piece in pieces[1:-1]:
-            found = vhost.find(piece, at, end)
-            if found < 0:
-                return False
-            at = found + len(piece)
-        return True
+        return vhost == pieces[0] if len(pieces) == 1 else pieces_in_order(vhost, pieces)
 
 
 def _pattern(scopes: list[_Scope], access: Access) -> re.Pattern[str]:

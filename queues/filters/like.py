@@ -106,7 +106,7 @@ class LikePattern:
             return subject == self._exact
         pieces = self._pieces
         if pieces is not None:
-            return _placed(subject, pieces)
+            return pieces_in_order(subject, pieces)
         return self._simulated(subject)
 
     def cost(self, subject: str) -> int:
@@ -130,8 +130,11 @@ class LikePattern:
         return bool(states >> self._size & 1)
 
 
-def _placed(subject: str, pieces: list[str]) -> bool:
-    """Match ``first % middle... % last``: prefix, suffix, then middles leftmost in between."""
+def pieces_in_order(subject: str, pieces: list[str]) -> bool:
+    """Match ``first % middle... % last``: prefix, suffix, then middles leftmost in between.
+
+    Any wildcard of one kind, split on it, is matched so (an OAuth 2 scope's ``*`` too,
+    gateway/oauth2.py), with no expression compiled."""
     first = pieces[0]
     last = pieces[-1]
     end = len(subject) - len(last)
