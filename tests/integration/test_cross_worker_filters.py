@@ -10,7 +10,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from proton import ConnectionException, Described, Message, Timeout, symbol, ulo
 from proton.reactor import Filter, Selector
 from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached
 from support.polling import wait_until
+from support.ports import free_port
 from support.process import serving
 from support.workers import children, connection_on, worker_of
 
@@ -78,16 +78,9 @@ def _basic(user: str) -> str:
     return base64.b64encode(f"{user}:{PASSWORD}".encode()).decode()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    http = _free_port()
+    http = free_port()
     root = tmp_path_factory.mktemp("filters")
     data_dir = root / "data"
     hashed = hash_password(PASSWORD)

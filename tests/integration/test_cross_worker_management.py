@@ -5,7 +5,6 @@ every worker. One server of two workers serves the module: each test uses queues
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
+from support.ports import free_port
 from support.process import serving
 from support.workers import blocking_on, children, connection_on, homed_on, worker_of
 
@@ -51,16 +51,9 @@ class Workers:
         return blocking_on(self.port, self.pids, self.pids[worker])
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    metrics, http = _free_port(), _free_port()
+    metrics, http = free_port(), free_port()
     data_dir = tmp_path_factory.mktemp("workers")
     options = ("--workers", "2", "--data-dir", str(data_dir))
     listens = ("--metrics-listen", f"127.0.0.1:{metrics}", "--http-api-listen", f"127.0.0.1:{http}")
