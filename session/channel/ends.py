@@ -12,6 +12,7 @@ settlement names no more deliveries than the consumer holds. A peer that breaks 
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Generic, TypeVar
 
 from sluicegate.session.channel.codec import ChannelError
@@ -149,7 +150,7 @@ class QueueEnd:
                 f"{self.unsettled} unsettled"
             )
         self.unsettled -= total
-        return [seq for first, last in settle.ranges for seq in range(first, last + 1)]
+        return list(chain.from_iterable(range(first, last + 1) for first, last in settle.ranges))
 
 
 class Publishes(Generic[T]):

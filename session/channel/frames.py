@@ -247,6 +247,11 @@ Frame: TypeAlias = (
 def ranges_of(seqs: list[int]) -> tuple[tuple[int, int], ...]:
     """Sorted, merged inclusive ranges of sequence numbers: a client settles runs of deliveries,
     and a run of any length crosses as two integers."""
+    if seqs:
+        first, last = seqs[0], seqs[-1]
+        # The common case, one run settled in order, checked in one C-level comparison.
+        if last - first == len(seqs) - 1 and seqs == list(range(first, last + 1)):
+            return ((first, last),)
     out: list[tuple[int, int]] = []
     for seq in sorted(seqs):
         if out and seq <= out[-1][1] + 1:

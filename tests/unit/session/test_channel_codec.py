@@ -187,6 +187,16 @@ def test_a_payload_is_handed_to_the_socket_as_the_queue_holds_it() -> None:
 def test_ranges_merge_runs_and_keep_gaps() -> None:
     assert ranges_of([5, 1, 2, 3, 3, 9, 10]) == ((1, 3), (5, 5), (9, 10))
     assert ranges_of([]) == ()
+    assert ranges_of([4, 5, 6]) == ((4, 6),)
+    assert ranges_of([4, 4, 6]) == ((4, 4), (6, 6))
+
+
+@given(st.lists(st.integers(0, 60), max_size=30))
+def test_ranges_name_each_sequence_number_once_sorted_and_merged(seqs: list[int]) -> None:
+    ranges = ranges_of(seqs)
+    assert [seq for first, last in ranges for seq in range(first, last + 1)] == sorted(set(seqs))
+    # Merged: no two ranges touch.
+    assert all(before[1] + 1 < after[0] for before, after in itertools.pairwise(ranges))
 
 
 def test_a_frame_announced_over_the_limit_ends_the_channel_before_its_bytes_are_kept() -> None:
