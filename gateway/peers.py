@@ -45,6 +45,7 @@ from sluicegate.session.channel.frames import (
     Error,
     Frame,
     Publish,
+    QueryOp,
     Topology,
 )
 from sluicegate.session.channel.owner import Owner
@@ -117,6 +118,21 @@ class VhostPlacement:
         queue = self.registry.get(name)
         if type(queue) is RemoteQueue:
             queue.used()
+
+    def owner_deletes(self, name: str) -> int | None:
+        figures = self.peers.reads.current
+        if figures is None:
+            return None
+        count = figures.deleted(self.vhost, name)
+        if count is not None:
+            return count
+        queue = self.registry.get(name)
+        if type(queue) is not RemoteQueue:
+            return None
+        key = (self.vhost, name, "delete")
+        if key not in figures.asked:
+            figures.asked[key] = queue.remote.ask(QueryOp.DELETE, self.vhost, name)
+        return 0
 
 
 class Peers:
@@ -199,6 +215,7 @@ class Peers:
             self._find,
             self.max_queue_credit,
             self._used,
+            delete=self._delete,
             views=self.filter_views,
             clock=self.tenancy.default.registry.clock,
         )
@@ -355,6 +372,16 @@ class Peers:
             found = self.tenancy.vhosts.get(vhost)
             if found is not None and found.registry.get(queue.name) is queue:
                 self._consumer_left(found.registry, queue)
+
+    def _delete(self, vhost: str, name: str) -> int:
+        """Management on another worker deletes a queue here, as management here would: the
+        ready messages deleted (0 for a stream, as RabbitMQ's coordinator answers). The
+        deletion is broadcast before the answer is sent, so it reaches the asker first."""
+        registry = self.tenancy.vhosts[vhost].registry
+        stream = registry.settings(name).arguments.queue_type == "stream"
+        count = registry.delete_queue(name)
+        self._queue_deleted(registry, name)
+        return 0 if stream else count
 
     def _used(self, vhost: str, name: str) -> None:
         """A client of another worker used a queue here: its x-expires countdown restarts."""

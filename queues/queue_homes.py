@@ -46,6 +46,12 @@ class Placement(Protocol):
         """A client used the queue ``name``, which another worker owns (redeclared it, read its
         stat): its x-expires countdown, kept by its owner, restarts."""
 
+    def owner_deletes(self, name: str) -> int | None:
+        """Management deletes ``name``: if another worker owns it and a management request is
+        being answered, its owner deletes it and the count of ready messages it deleted is
+        returned (0 until it answered: the request is answered again then). None otherwise: the
+        queue is deleted here."""
+
 
 class HomesDamaged(Exception):
     """A placement record that cannot be read: the file was changed by hand or damaged."""

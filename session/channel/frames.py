@@ -53,6 +53,9 @@ class QueryOp(enum.IntEnum):
     STAT = 1
     # Drop its ready messages; the answer says how many.
     PURGE = 2
+    # Delete it, as management on the owner would; the answer says how many ready messages
+    # went with it (management's ``message_count``), which only the owner knows.
+    DELETE = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +207,9 @@ class Query:
 @dataclass(frozen=True, slots=True)
 class Answer:
     """The owner's answer to query ``query``: whether it has the queue, how many messages a
-    purge dropped, and the queue's counts after it (queues.queue_type.QueueStatistics's numbers,
-    in its field order, its three optional stream offsets as -1 when absent)."""
+    purge dropped or a deletion took, and the queue's counts after it
+    (queues.queue_type.QueueStatistics's numbers, in its field order, its three optional stream
+    offsets as -1 when absent; zeros after a deletion)."""
 
     query: int
     found: bool

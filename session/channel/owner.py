@@ -56,6 +56,8 @@ OUTCOMES: Final = {
 FindQueue = Callable[[str, str], QueueType | None]
 # A client of another worker used a queue of this one (its x-expires countdown restarts).
 UseQueue = Callable[[str, str], None]
+# Management on another worker deletes a queue of this one: how many ready messages went.
+DeleteQueue = Callable[[str, str], int]
 
 
 class Outbox:
@@ -121,11 +123,13 @@ class Owner:
         max_queue_credit: int,
         used: UseQueue | None = None,
         *,
+        delete: DeleteQueue | None = None,
         views: ViewCache | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.find = find
         self.used = used
+        self.delete = delete
         # What a remote consumer's filters decode messages through, and the time they read:
         # the worker's own, as for its local consumers.
         self.views = views if views is not None else ViewCache()
@@ -258,6 +262,11 @@ class Owner:
         if queue is None:
             return Answer(frame.query, False, 0, counts_of(no_counts(frame.queue)))
         purged = 0
+        if frame.op is QueryOp.DELETE:
+            if self.delete is None:
+                raise ChannelError("a deletion asked of an owner that deletes no queue")
+            purged = self.delete(frame.vhost, frame.queue)
+            return Answer(frame.query, True, purged, counts_of(no_counts(frame.queue)))
         if frame.op is QueryOp.PURGE:
             purged = queue.purge()
         elif frame.op is QueryOp.STAT and self.used is not None:

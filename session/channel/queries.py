@@ -20,10 +20,13 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.session.channel.codec import ChannelError
 from sluicegate.session.channel.frames import ANSWER_COUNTS, Answer, Query, QueryOp
 
-# Purges out on one channel at once: each is its own question (a purge drops what reached the
-# owner before it, so two are never one), and each waits on a management request, of which a
-# connection has 8 at most (gateway/management/node.py); past this many, refused at once.
+# Purges and deletions out on one channel at once: each is its own question (a purge drops what
+# reached the owner before it, so two are never one; a second deletion finds nothing, 0, as on
+# one worker), and each waits on a management request, of which a connection has 8 at most
+# (gateway/management/node.py); past this many, refused at once.
 MAX_PURGES: Final = 64
+# The questions that change the queue: never joined, counted against MAX_PURGES.
+_CHANGES: Final = frozenset({QueryOp.PURGE, QueryOp.DELETE})
 # The stream offsets among the counts, sent as -1 when absent.
 _OFFSETS: Final = 3
 _ABSENT: Final = -1
@@ -61,17 +64,19 @@ class Questions:
     def ask(self, op: QueryOp, vhost: str, queue: str) -> tuple[Asked, Query | None]:
         """The outcome to wait for, and the query to send (None: joined one out, or refused)."""
         key = (op, vhost, queue)
-        if op is not QueryOp.PURGE:
+        if op not in _CHANGES:
             joined = self._joined.get(key)
             if joined is not None:
                 return joined, None
         elif self.purges >= MAX_PURGES:
-            return Asked(f"{MAX_PURGES} purges are out to the queue's worker already"), None
+            return Asked(
+                f"{MAX_PURGES} purges and deletions are out to the queue's worker already"
+            ), None
         asked = Asked()
         query = self.next_id
         self.next_id += 1
         self._out[query] = (key, asked)
-        if op is QueryOp.PURGE:
+        if op in _CHANGES:
             self.purges += 1
         else:
             self._joined[key] = asked
@@ -84,7 +89,7 @@ class Questions:
         if out is None:
             raise ChannelError(f"an answer to query {answer.query}, which is not out")
         key, asked = out
-        if key[0] is QueryOp.PURGE:
+        if key[0] in _CHANGES:
             self.purges -= 1
         else:
             del self._joined[key]
@@ -111,12 +116,23 @@ class Questions:
 
 class Figures:
     """One management request's questions to owners, by stand-in and what it needs of it
-    (``"counts"`` or ``"purge"``): asked on its first run, read on the next."""
+    (``"counts"``, ``"purge"`` or ``"delete"``): asked on one run, read on the next."""
 
     __slots__ = ("asked",)
 
     def __init__(self) -> None:
         self.asked: dict[tuple[str, str, str], Asked] = {}
+
+    def deleted(self, vhost: str, queue: str) -> int | None:
+        """How many ready messages the owner deleted with the queue, once it answered (0: it
+        had no such queue any more); None if the request did not ask, or is still waiting.
+
+        Read without the stand-in: the owner's deletion reaches this worker before its answer
+        (gateway/peers.py), and takes the stand-in with it."""
+        asked = self.asked.get((vhost, queue, "delete"))
+        if asked is None or not asked.done:
+            return None
+        return 0 if asked.answer is None else asked.answer.purged
 
     @property
     def pending(self) -> bool:

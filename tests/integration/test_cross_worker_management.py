@@ -132,6 +132,36 @@ def test_either_worker_shows_the_owners_counts_and_purges_there(workers: Workers
         wait_until(lambda: _described(home, queue).status == 404, timeout=GONE_WITHIN)
 
 
+def test_a_deletion_where_the_queue_does_not_live_answers_the_owners_count(
+    workers: Workers,
+) -> None:
+    """The owner deletes the queue and counts what it deleted; the deletion reaches the asking
+    worker before its answer, so neither worker shows the queue once the reply is in."""
+    amqp_queue, http_queue = homed_on(1, 2, "deleted-far"), homed_on(1, 2, "deleted-http")
+    with workers.management(0) as far, workers.management(1) as home:
+        for queue, count in ((amqp_queue, 5), (http_queue, 3)):
+            assert far.request("PUT", f"/queues/{queue}", {"durable": True}).status == 201
+            publisher = workers.connection(0)
+            sender = publisher.create_sender(queue)
+            for n in range(count):
+                sender.send(Message(body=f"m{n}"))
+            publisher.close()
+        deleted = far.request("DELETE", f"/queues/{amqp_queue}")
+        assert deleted.status == 200
+        assert deleted.body == {"message_count": 5}
+        assert _described(far, amqp_queue).status == 404
+        assert _described(home, amqp_queue).status == 404
+        # A second deletion finds nothing, as on one worker.
+        assert far.request("DELETE", f"/queues/{amqp_queue}").body == {"message_count": 0}
+        # The HTTP API (worker 0) answers once the owner deleted it.
+        assert _http(workers, f"/api/queues/%2F/{http_queue}", "DELETE") is None
+        assert _described(home, http_queue).status == 404
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            _http(workers, f"/api/queues/%2F/{http_queue}")
+        gone.value.close()
+        assert gone.value.code == 404
+
+
 def _consumer_count(client: ManagementClient, queue: str) -> int | None:
     reply = _described(client, queue)
     if reply.status == 404:

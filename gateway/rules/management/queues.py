@@ -70,6 +70,12 @@ class QueueRoutes:
         allow(method, "DELETE")
         caller.check("configure", "queue", name)
         check_exclusive(self.registry, self.vhost, name, caller)
+        placement = self.registry.placement
+        owned = None if placement is None else placement.owner_deletes(name)
+        if owned is not None:
+            # Another worker owns it: deleted there, and the deletion, with its consumers'
+            # detaching, reaches this worker from there (docs/workers.md).
+            return Response(200, {"message_count": ULong(owned)})
         # A Direct Reply-To queue lives as long as its requester's link: RabbitMQ answers its
         # deletion with 200 and leaves it.
         existed = self.registry.get(name) is not None and not is_reply_to(name)

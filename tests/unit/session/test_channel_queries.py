@@ -109,7 +109,8 @@ def test_a_lost_channel_fails_every_question_and_a_missing_queue_says_so() -> No
     assert figures.failure is None
     out = [questions.ask(op, "/", "q")[0] for op in QueryOp]
     questions.lost("worker 1 ended")
-    assert [(asked.error, asked.missing) for asked in out] == [("worker 1 ended", False)] * 3
+    ended = [("worker 1 ended", False)] * len(QueryOp)
+    assert [(asked.error, asked.missing) for asked in out] == ended
     assert len(questions) == 0
     assert questions.purges == 0
 
@@ -121,7 +122,12 @@ class Owned:
         self.registry = QueueRegistry()
         self.queue = self.registry.declare_queue("q", durable=False)
         self.used: list[str] = []
-        self.owner = Owner(self._find, 16, lambda vhost, name: self.used.append(name))
+        self.owner = Owner(
+            self._find, 16, lambda vhost, name: self.used.append(name), delete=self._delete
+        )
+
+    def _delete(self, vhost: str, name: str) -> int:
+        return self.registry.delete_queue(name)
 
     def _find(self, vhost: str, name: str) -> ClassicQueue | None:
         queue = self.registry.get(name)
@@ -151,6 +157,45 @@ def test_the_owner_answers_counts_a_stat_is_use_and_a_purge_drops_the_ready() ->
     assert (purged.purged, statistics_of("q", purged.counts).ready) == (5, 0)
     assert owned.queue.statistics().ready == 0
     assert not owned.ask(QueryOp.COUNTS, "elsewhere").found
+
+
+def test_the_owner_deletes_a_queue_asked_and_answers_how_many_ready_messages_went() -> None:
+    owned = Owned()
+    owned.publish(6)
+    deleted = owned.ask(QueryOp.DELETE)
+    assert (deleted.found, deleted.purged) == (True, 6)
+    assert owned.registry.get("q") is None
+    # A second deletion finds nothing, as on one worker.
+    again = owned.ask(QueryOp.DELETE)
+    assert (again.found, again.purged) == (False, 0)
+    # An owner that was given no way to delete ends the channel rather than guess.
+    owned.registry.declare_queue("q", durable=False)
+    with pytest.raises(ChannelError):
+        Owner(owned._find, 16).receive(Query(8, QueryOp.DELETE, "/", "q"))
+
+
+def test_deletions_are_never_joined_and_share_the_purges_bound() -> None:
+    questions = Questions()
+    first, query = questions.ask(QueryOp.DELETE, "/", "q")
+    second, again = questions.ask(QueryOp.DELETE, "/", "q")
+    assert query is not None
+    assert again is not None
+    assert first is not second
+    for _ in range(MAX_PURGES - 2):
+        questions.ask(QueryOp.PURGE, "/", "q")
+    refused, none = questions.ask(QueryOp.DELETE, "/", "q")
+    assert none is None
+    assert refused.error is not None
+    figures = Figures()
+    figures.asked[("/", "q", "delete")] = first
+    assert figures.deleted("/", "q") is None
+    questions.answered(Answer(query.query, True, 9, _ZEROS))
+    assert figures.deleted("/", "q") == 9
+    figures.asked[("/", "q", "delete")] = second
+    questions.answered(Answer(again.query, False, 0, _ZEROS))
+    # The owner no longer had it: 0, and no failure (its deletion is crossing).
+    assert figures.deleted("/", "q") == 0
+    assert figures.failure is None
 
 
 def test_the_owner_counts_remote_consumers_and_tells_when_one_left() -> None:
@@ -253,6 +298,9 @@ class _Placement:
 
     def used(self, name: str) -> None:
         self.channel.ask(QueryOp.STAT, "/", name)
+
+    def owner_deletes(self, name: str) -> int | None:
+        return None
 
 
 def test_a_stand_ins_use_is_told_to_its_owner_and_its_deletion_purges_nothing_here() -> None:
