@@ -29,12 +29,14 @@ from sluicegate.gateway.queue_homes_file import HomesFile
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
-from sluicegate.queues.errors import NotFound, ResourceDeleted
+from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
+from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import CreditReply as QueueReply
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.topology_log import loggable
 from sluicegate.session.channel.codec import FRAME_OVERHEAD, ChannelError, FrameReader, encode
 from sluicegate.session.channel.frames import (
     Answer,
@@ -56,7 +58,7 @@ from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.decoding import decode
 from sluicegate.wire.encoding import encode as encode_value
 from sluicegate.wire.envelope import read_envelope
-from sluicegate.wire.errors import AmqpError
+from sluicegate.wire.errors import AmqpError, DecodeError
 
 log = logging.getLogger("sluicegate.peers")
 
@@ -118,6 +120,35 @@ class VhostPlacement:
         queue = self.registry.get(name)
         if type(queue) is RemoteQueue:
             queue.used()
+
+    def owner_declares(
+        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
+    ) -> OwnerDeclared | None:
+        peers = self.peers
+        figures = peers.reads.current
+        if figures is None:
+            return None
+        key = (self.vhost, name, "declare")
+        asked = figures.asked.get(key)
+        if asked is not None:
+            if not asked.done:
+                return OwnerDeclared.ASKED
+            if asked.answer is None:
+                raise PreconditionFailed(
+                    f"the worker that owns queue '{name}' refused its declaration: {asked.error}"
+                )
+            # Its counts are the answer's: no other question for them.
+            figures.asked[(self.vhost, name, "counts")] = asked
+            return OwnerDeclared.MADE if asked.answer.purged else OwnerDeclared.HAD
+        if self.registry.get(name) is not None:
+            return None
+        remote = peers.remotes.get(peers.homes.place(self.vhost, name))
+        if remote is None:
+            return None
+        change = ["queue", name, loggable(arguments), durable, auto_delete]
+        declaration = encode_value(cast(Value, change))
+        figures.asked[key] = remote.ask(QueryOp.DECLARE, self.vhost, name, declaration)
+        return OwnerDeclared.ASKED
 
     def owner_deletes(self, name: str) -> int | None:
         figures = self.peers.reads.current
@@ -216,6 +247,7 @@ class Peers:
             self.max_queue_credit,
             self._used,
             delete=self._delete,
+            declare=self._declare,
             views=self.filter_views,
             clock=self.tenancy.default.registry.clock,
         )
@@ -372,6 +404,29 @@ class Peers:
             found = self.tenancy.vhosts.get(vhost)
             if found is not None and found.registry.get(queue.name) is queue:
                 self._consumer_left(found.registry, queue)
+
+    def _declare(self, vhost: str, name: str, declaration: bytes) -> bool:
+        """Management on another worker declares a queue here: whether it was made now. One
+        this worker had is not refused when the arguments differ: its declaration reached the
+        asker before this answer, and the asker refuses the client with it, as this worker
+        would (docs/workers.md)."""
+        found = self.tenancy.vhosts.get(vhost)
+        if found is None:
+            raise NotFound(f"no vhost '{vhost}'")
+        try:
+            change, _ = decode(declaration, 0)
+        except DecodeError as error:
+            raise ChannelError(f"a declaration that does not decode: {error}") from error
+        if not isinstance(change, list) or change[:2] != ["queue", name] or len(change) != 5:
+            raise ChannelError(f"a declaration of queue '{name}' that is not one")
+        registry = found.registry
+        had = registry.get(name) is not None
+        try:
+            _apply(registry, change)
+        except PreconditionFailed:
+            if not had:
+                raise
+        return not had
 
     def _delete(self, vhost: str, name: str) -> int:
         """Management on another worker deletes a queue here, as management here would: the

@@ -17,8 +17,10 @@ names when ``N`` grows by one, so an explicit rebalance moves as few queues as p
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
@@ -28,6 +30,18 @@ if TYPE_CHECKING:
 # Consistent Hash Algorithm", 2014).
 _LCG: Final = 2862933555777941757
 _MASK64: Final = (1 << 64) - 1
+
+
+class OwnerDeclared(enum.Enum):
+    """Where a management declaration of a queue another worker owns stands
+    (:meth:`Placement.owner_declares`)."""
+
+    # Asked of the owner: the request is answered again once it answered.
+    ASKED = "asked"
+    # The owner made the queue with this declaration.
+    MADE = "made"
+    # The owner had it: its settings, replicated here before its answer, judge the declaration.
+    HAD = "had"
 
 
 class Placement(Protocol):
@@ -51,6 +65,14 @@ class Placement(Protocol):
         being answered, its owner deletes it and the count of ready messages it deleted is
         returned (0 until it answered: the request is answered again then). None otherwise: the
         queue is deleted here."""
+
+    def owner_declares(
+        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
+    ) -> OwnerDeclared | None:
+        """Management declares ``name``, which this worker does not know: if another worker
+        owns it and a management request is being answered, its owner judges the declaration
+        (two workers declaring it at once with different arguments cannot both win). None
+        otherwise: the queue is declared here."""
 
 
 class HomesDamaged(Exception):

@@ -48,7 +48,7 @@ log = logging.getLogger("sluicegate.http")
 
 # Runs after a request's first that may wait for other workers' answers (docs/workers.md): a
 # deletion of another worker's queue reads its counts (if-empty, if-unused), then asks its
-# owner to delete it, then answers.
+# owner to delete it, then answers; a declaration asks its owner, then answers.
 _MORE_RUNS: Final = 2
 
 
@@ -208,7 +208,11 @@ class HttpApi:
             return self._route(job)
         with workers.reads.using(job.figures):
             answer = self._route(job)
-        if job.asking and job.method in ("GET", "DELETE"):
+        if (job.asking or job.figures.failure is not None) and job.method in (
+            "GET",
+            "DELETE",
+            "PUT",
+        ):
             answered: Future[Asked | None] = Future()
             workers.gather(job.figures, answered.set_result)
             waiting.append(answered)

@@ -152,7 +152,8 @@ def encode(frame: Frame) -> list[bytes]:
         return _frame(Kind.TOPOLOGY, [*_text(frame.vhost), *_blob(frame.change)])
     if type(frame) is Query:
         head = _QUERY.pack(frame.query, frame.op)
-        return _frame(Kind.QUERY, [head, *_text(frame.vhost), *_text(frame.queue)])
+        names = [*_text(frame.vhost), *_text(frame.queue)]
+        return _frame(Kind.QUERY, [head, *names, *_blob(frame.declaration)])
     if type(frame) is Answer:
         if len(frame.counts) != ANSWER_COUNTS:
             raise ValueError(f"an answer carries {ANSWER_COUNTS} counts")
@@ -299,7 +300,7 @@ def decode(kind: int, data: memoryview) -> Frame:
             known = QueryOp(op)
         except ValueError as error:
             raise ChannelError(f"unknown query {op}") from error
-        frame = Query(query, known, body.text(), body.text())
+        frame = Query(query, known, body.text(), body.text(), body.blob())
     elif kind == Kind.ANSWER:
         query, found, purged, *counts = body.take(_ANSWER)
         frame = Answer(query, bool(found), purged, tuple(counts))

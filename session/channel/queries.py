@@ -26,7 +26,7 @@ from sluicegate.session.channel.frames import ANSWER_COUNTS, Answer, Query, Quer
 # (gateway/management/node.py); past this many, refused at once.
 MAX_PURGES: Final = 64
 # The questions that change the queue: never joined, counted against MAX_PURGES.
-_CHANGES: Final = frozenset({QueryOp.PURGE, QueryOp.DELETE})
+_CHANGES: Final = frozenset({QueryOp.PURGE, QueryOp.DELETE, QueryOp.DECLARE})
 # The stream offsets among the counts, sent as -1 when absent.
 _OFFSETS: Final = 3
 _ABSENT: Final = -1
@@ -61,7 +61,9 @@ class Questions:
         self._joined: dict[tuple[QueryOp, str, str], Asked] = {}
         self.purges = 0
 
-    def ask(self, op: QueryOp, vhost: str, queue: str) -> tuple[Asked, Query | None]:
+    def ask(
+        self, op: QueryOp, vhost: str, queue: str, declaration: bytes = b""
+    ) -> tuple[Asked, Query | None]:
         """The outcome to wait for, and the query to send (None: joined one out, or refused)."""
         key = (op, vhost, queue)
         if op not in _CHANGES:
@@ -80,7 +82,7 @@ class Questions:
             self.purges += 1
         else:
             self._joined[key] = asked
-        return asked, Query(query, op, vhost, queue)
+        return asked, Query(query, op, vhost, queue, declaration)
 
     def answered(self, answer: Answer) -> Asked:
         """The question ``answer`` answers, now done; an answer nobody asked for ends the
@@ -116,7 +118,8 @@ class Questions:
 
 class Figures:
     """One management request's questions to owners, by stand-in and what it needs of it
-    (``"counts"``, ``"purge"`` or ``"delete"``): asked on one run, read on the next."""
+    (``"counts"``, ``"purge"``, ``"delete"`` or ``"declare"``): asked on one run, read on the
+    next."""
 
     __slots__ = ("asked",)
 

@@ -4,12 +4,15 @@ reads its owner's figures within a request and zeros outside (so one scrape adds
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 
 import pytest
 
 from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.message import Message
+from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import ChannelError, FrameReader, encode
@@ -28,6 +31,7 @@ from sluicegate.session.channel.queries import (
     Figures,
     Questions,
     counts_of,
+    no_counts,
     statistics_of,
 )
 from sluicegate.session.channel.remote import Remote, RemoteQueue, management_statistics
@@ -174,6 +178,33 @@ def test_the_owner_deletes_a_queue_asked_and_answers_how_many_ready_messages_wen
         Owner(owned._find, 16).receive(Query(8, QueryOp.DELETE, "/", "q"))
 
 
+def test_the_owner_judges_a_declaration_and_says_whether_it_made_the_queue() -> None:
+    owned = Owned()
+    made: list[bytes] = []
+
+    def declare(vhost: str, name: str, declaration: bytes) -> bool:
+        made.append(declaration)
+        if name == "bad":
+            raise PreconditionFailed("refused")
+        had = owned.registry.get(name) is not None
+        owned.registry.declare_queue(name, durable=False)
+        return not had
+
+    owner = Owner(owned._find, 16, declare=declare)
+    # The declaration crosses encoded, as the asker sent it.
+    (query,) = FrameReader(1 << 16).feed(
+        b"".join(encode(Query(1, QueryOp.DECLARE, "/", "new", b"\x45")))
+    )
+    assert owner.receive(query)[0] == [Answer(1, True, 1, counts_of(no_counts("new")))]
+    assert made == [b"\x45"]
+    again = owner.receive(Query(2, QueryOp.DECLARE, "/", "new", b"\x45"))[0]
+    assert again == [Answer(2, True, 0, counts_of(no_counts("new")))]
+    refused = owner.receive(Query(3, QueryOp.DECLARE, "/", "bad", b"\x45"))[0]
+    assert refused == [Answer(3, False, 0, counts_of(no_counts("bad")))]
+    with pytest.raises(ChannelError):
+        Owner(owned._find, 16).receive(Query(4, QueryOp.DECLARE, "/", "q", b"\x45"))
+
+
 def test_deletions_are_never_joined_and_share_the_purges_bound() -> None:
     questions = Questions()
     first, query = questions.ask(QueryOp.DELETE, "/", "q")
@@ -300,6 +331,11 @@ class _Placement:
         self.channel.ask(QueryOp.STAT, "/", name)
 
     def owner_deletes(self, name: str) -> int | None:
+        return None
+
+    def owner_declares(
+        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
+    ) -> OwnerDeclared | None:
         return None
 
 
