@@ -247,7 +247,7 @@ class Peers:
             self.max_queue_credit,
             self._used,
             delete=self._delete,
-            declare=self._declare,
+            declare=lambda vhost, name, declaration: self._declare(peer, vhost, name, declaration),
             views=self.filter_views,
             clock=self.tenancy.default.registry.clock,
         )
@@ -405,11 +405,12 @@ class Peers:
             if found is not None and found.registry.get(queue.name) is queue:
                 self._consumer_left(found.registry, queue)
 
-    def _declare(self, vhost: str, name: str, declaration: bytes) -> bool:
-        """Management on another worker declares a queue here: whether it was made now. One
-        this worker had is not refused when the arguments differ: its declaration reached the
-        asker before this answer, and the asker refuses the client with it, as this worker
-        would (docs/workers.md)."""
+    def _declare(self, peer: int, vhost: str, name: str, declaration: bytes) -> bool:
+        """Management on worker ``peer`` declares a queue here: whether it was made now. One
+        this worker had is not refused when the arguments differ: its declaration goes to the
+        asker again, before this answer, and the asker refuses the client with it, as this
+        worker would (docs/workers.md). Sent again because a third worker's declaration, which
+        made it here, may still be on its way to the asker."""
         found = self.tenancy.vhosts.get(vhost)
         if found is None:
             raise NotFound(f"no vhost '{vhost}'")
@@ -426,6 +427,11 @@ class Peers:
         except PreconditionFailed:
             if not had:
                 raise
+        if had:
+            settings = registry.settings(name)
+            arguments = cast(dict[Value, Value], dict(settings.raw_arguments))
+            kept = ["queue", name, arguments, settings.durable, settings.auto_delete]
+            self.sockets[peer].send(encode(Topology(vhost, encode_value(cast(Value, kept)))))
         return not had
 
     def _delete(self, vhost: str, name: str) -> int:
