@@ -58,7 +58,7 @@ from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.decoding import decode
 from sluicegate.wire.encoding import encode as encode_value
 from sluicegate.wire.envelope import read_envelope
-from sluicegate.wire.errors import AmqpError, DecodeError
+from sluicegate.wire.errors import AmqpError
 
 log = logging.getLogger("sluicegate.peers")
 
@@ -182,6 +182,8 @@ class Peers:
         self._confirms: dict[int, list[Confirm]] = {}
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
+        # Channels ended because their peer broke the protocol (a metric: it never should).
+        self.protocol_errors = 0
         # Management requests waiting for owners' answers, one per request.
         self.gathering: dict[_Gathering, None] = {}
         for name, registry in registries.items():
@@ -258,8 +260,12 @@ class Peers:
 
     def ended(self, peer: int, reason: str) -> None:
         """The channel to ``peer`` ended: what crossed it ends as a lost connection's would."""
-        log.warning("channel to worker %d ended: %s", peer, reason)
-        self.sockets.pop(peer, None)
+        channel = self.sockets.pop(peer, None)
+        if channel is not None and channel.broken:
+            self.protocol_errors += 1
+            log.error("channel to worker %d ended: %s", peer, reason)
+        else:
+            log.warning("channel to worker %d ended: %s", peer, reason)
         self._confirms.pop(peer, None)
         owner = self.owners.pop(peer, None)
         if owner is not None:
@@ -347,7 +353,7 @@ class Peers:
                 answered |= type(frame) is Answer
                 self._receive(peer, channel, frame)
         except ChannelError as error:
-            channel.end(f"worker {peer} broke the channel protocol: {error}")
+            channel.end(f"worker {peer} broke the channel protocol: {error}", broken=True)
         if answered:
             self._gathered()
 
@@ -414,10 +420,8 @@ class Peers:
         found = self.tenancy.vhosts.get(vhost)
         if found is None:
             raise NotFound(f"no vhost '{vhost}'")
-        try:
-            change, _ = decode(declaration, 0)
-        except DecodeError as error:
-            raise ChannelError(f"a declaration that does not decode: {error}") from error
+        # Checked to decode as the frame was read (session/channel/codec.py).
+        change, _ = decode(declaration, 0)
         if not isinstance(change, list) or change[:2] != ["queue", name] or len(change) != 5:
             raise ChannelError(f"a declaration of queue '{name}' that is not one")
         registry = found.registry

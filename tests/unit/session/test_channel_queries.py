@@ -192,11 +192,12 @@ def test_the_owner_judges_a_declaration_and_says_whether_it_made_the_queue() -> 
 
     owner = Owner(owned._find, 16, declare=declare)
     # The declaration crosses encoded, as the asker sent it.
+    declaration = amqp(["queue", "new", {}, False, False])
     (query,) = FrameReader(1 << 16).feed(
-        b"".join(encode(Query(1, QueryOp.DECLARE, "/", "new", b"\x45")))
+        b"".join(encode(Query(1, QueryOp.DECLARE, "/", "new", declaration)))
     )
     assert owner.receive(query)[0] == [Answer(1, True, 1, counts_of(no_counts("new")))]
-    assert made == [b"\x45"]
+    assert made == [declaration]
     again = owner.receive(Query(2, QueryOp.DECLARE, "/", "new", b"\x45"))[0]
     assert again == [Answer(2, True, 0, counts_of(no_counts("new")))]
     refused = owner.receive(Query(3, QueryOp.DECLARE, "/", "bad", b"\x45"))[0]
