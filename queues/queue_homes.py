@@ -8,7 +8,7 @@ number of workers.
 With more workers, recorded queues stay where they are and new ones spread over all. With
 fewer, a queue recorded on a worker that no longer exists would lose its log: the server
 refuses to start and names those queues (:meth:`Homes.stranded`) until they are moved by an
-explicit step, not by a restart.
+explicit step (``sluicegate placement move``, :meth:`Homes.rehome`), not by a restart.
 
 The hash is Lamping and Veach's jump consistent hash over a BLAKE2b digest: Python's ``hash``
 differs between processes, and a jump hash proposes the same home for all but ``1/N`` of the
@@ -130,6 +130,18 @@ class Homes:
             for (vhost, name), home in self.homes.items()
             if home >= self.workers
         )
+
+    def rehome(self) -> list[tuple[str, str, int, int]]:
+        """Give every stranded queue the home the hash proposes among the current workers:
+        ``(vhost, name, old home, new home)`` for each, by name (``sluicegate placement move``
+        moves its log there, docs/operations.md). A jump hash sends each to the worker it would
+        have had, had the server always had this many."""
+        moves = []
+        for vhost, name, home in self.stranded():
+            new = proposed_home(vhost, name, self.workers)
+            self.homes[(vhost, name)] = new
+            moves.append((vhost, name, home, new))
+        return moves
 
     def compacted(self) -> str:
         """One record per queue placed, for rewriting the file without what was forgotten."""
