@@ -1,12 +1,14 @@
-"""Management's questions to the worker that owns a queue (docs/workers.md): its counts, a purge.
+"""Management's questions to the worker that owns a queue (docs/workers.md): its counts, a
+purge, its deletion, a declaration for it to judge.
 
 A worker holds a stand-in (:class:`~.remote.RemoteQueue`) for every queue another worker owns;
 management on it reads the owner's figures with a :class:`~.frames.Query` and its
 :class:`~.frames.Answer`. :class:`Questions` keeps a channel's questions out: a count asked while
 the same one is out joins it, so a channel carries at most one COUNTS and one STAT per queue and
-:data:`MAX_PURGES` purges, whatever management is asked. :class:`Figures` is one request's
-questions: the request is answered once they are (gateway/management/node.py), by routing it
-again, when every stand-in it reads finds its answer there.
+:data:`MAX_PURGES` purges, deletions and declarations, whatever management is asked.
+:class:`Figures` is one request's questions: the request is answered once they are
+(gateway/management/node.py), by routing it again, when every stand-in it reads finds its
+answer there.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.session.channel.codec import ChannelError
 from sluicegate.session.channel.frames import ANSWER_COUNTS, Answer, Query, QueryOp
 
-# Purges and deletions out on one channel at once: each is its own question (a purge drops what
-# reached the owner before it, so two are never one; a second deletion finds nothing, 0, as on
-# one worker), and each waits on a management request, of which a connection has 8 at most
-# (gateway/management/node.py); past this many, refused at once.
+# Purges, deletions and declarations out on one channel at once: each is its own question (a
+# purge drops what reached the owner before it, so two are never one; a second deletion finds
+# nothing, 0, as on one worker; each declaration is judged), and each waits on a management
+# request, of which a connection has 8 at most (gateway/management/node.py); past this many,
+# refused at once.
 MAX_PURGES: Final = 64
 # The questions that change the queue: never joined, counted against MAX_PURGES.
 _CHANGES: Final = frozenset({QueryOp.PURGE, QueryOp.DELETE, QueryOp.DECLARE})
@@ -71,9 +74,8 @@ class Questions:
             if joined is not None:
                 return joined, None
         elif self.purges >= MAX_PURGES:
-            return Asked(
-                f"{MAX_PURGES} purges and deletions are out to the queue's worker already"
-            ), None
+            out = f"{MAX_PURGES} purges, deletions and declarations"
+            return Asked(f"{out} are out to the queue's worker already"), None
         asked = Asked()
         query = self.next_id
         self.next_id += 1
