@@ -29,7 +29,7 @@ from sluicegate.gateway.queue_homes_file import HomesFile
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
-from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted
+from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted, ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_homes import OwnerDeclared
@@ -426,6 +426,9 @@ class Peers:
             raise ChannelError(f"a declaration of queue '{name}' that is not one")
         registry = found.registry
         had = registry.get(name) is not None
+        if had and registry.settings(name).exclusive:
+            # A connection's queue here, never placed nor replicated: not the asker's to see.
+            raise ResourceLocked(f"queue '{name}' is exclusive to a connection on its worker")
         try:
             _apply(registry, change)
         except PreconditionFailed:
