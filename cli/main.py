@@ -1,5 +1,6 @@
 """The ``sluicegate`` command line: ``serve`` runs the server, ``queues`` manages its queues,
-``log`` checks and repairs its durable log, ``quiver`` measures one."""
+``log`` checks and repairs its durable log, ``placement`` moves queues off workers a server no
+longer has, ``quiver`` measures one."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser; each subcommand's module adds its own arguments."""
     from sluicegate.cli import log as log_cli
     from sluicegate.cli import passwd as passwd_cli
+    from sluicegate.cli import placement as placement_cli
     from sluicegate.cli import queues as queues_cli
     from sluicegate.cli import serve as serve_cli
     from sluicegate.clients.quiver import cli as quiver_cli
@@ -24,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     passwd_cli.add_parser(commands)
     queues_cli.add_parser(commands)
     log_cli.add_parser(commands)
+    placement_cli.add_parser(commands)
     quiver_cli.add_parser(commands)
     return parser
 

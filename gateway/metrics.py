@@ -83,6 +83,12 @@ class ServerCollector(Collector):
             "Times the server gave freed heap memory back to the system (malloc_trim).",
             value=stats.heap_trims,
         )
+        yield CounterMetricFamily(
+            "sluicegate_worker_channel_protocol_errors",
+            "Channels to other workers ended because the peer sent a malformed or unexpected "
+            "frame (docs/workers.md).",
+            value=stats.channel_protocol_errors,
+        )
         yield _gauge(
             "sluicegate_connection_reads_paused",
             "Connections whose socket is not read: held by the memory budget or their account.",

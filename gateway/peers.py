@@ -30,12 +30,14 @@ from sluicegate.gateway.queue_homes_file import HomesFile
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
-from sluicegate.queues.errors import NotFound, ResourceDeleted
+from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted, ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
+from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import CreditReply as QueueReply
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.queues.topology_log import loggable
 from sluicegate.session.channel.codec import FRAME_OVERHEAD, ChannelError, FrameReader, encode
 from sluicegate.session.channel.ends import Confirms
 from sluicegate.session.channel.frames import (
@@ -47,6 +49,7 @@ from sluicegate.session.channel.frames import (
     Error,
     Frame,
     Publish,
+    QueryOp,
     Settled,
     Topology,
 )
@@ -120,6 +123,50 @@ class VhostPlacement:
         if type(queue) is RemoteQueue:
             queue.used()
 
+    def owner_declares(
+        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
+    ) -> OwnerDeclared | None:
+        peers = self.peers
+        figures = peers.reads.current
+        if figures is None:
+            return None
+        key = (self.vhost, name, "declare")
+        asked = figures.asked.get(key)
+        if asked is not None:
+            if not asked.done:
+                return OwnerDeclared.ASKED
+            if asked.answer is None:
+                raise PreconditionFailed(
+                    f"the worker that owns queue '{name}' refused its declaration: {asked.error}"
+                )
+            # Its counts are the answer's: no other question for them.
+            figures.asked[(self.vhost, name, "counts")] = asked
+            return OwnerDeclared.MADE if asked.answer.purged else OwnerDeclared.HAD
+        if self.registry.get(name) is not None:
+            return None
+        remote = peers.remotes.get(peers.homes.place(self.vhost, name))
+        if remote is None:
+            return None
+        change = ["queue", name, loggable(arguments), durable, auto_delete]
+        declaration = encode_value(cast(Value, change))
+        figures.asked[key] = remote.ask(QueryOp.DECLARE, self.vhost, name, declaration)
+        return OwnerDeclared.ASKED
+
+    def owner_deletes(self, name: str) -> int | None:
+        figures = self.peers.reads.current
+        if figures is None:
+            return None
+        count = figures.deleted(self.vhost, name)
+        if count is not None:
+            return count
+        queue = self.registry.get(name)
+        if type(queue) is not RemoteQueue:
+            return None
+        key = (self.vhost, name, "delete")
+        if key not in figures.asked:
+            figures.asked[key] = queue.remote.ask(QueryOp.DELETE, self.vhost, name)
+        return 0
+
 
 class Peers:
     """This worker's channels, what crosses them, and the topology it shares."""
@@ -137,6 +184,8 @@ class Peers:
         self._confirms: dict[int, Confirms] = {}
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
+        # Channels ended because their peer broke the protocol (a metric: it never should).
+        self.protocol_errors = 0
         # Management requests waiting for owners' answers, one per request.
         self.gathering: dict[_Gathering, None] = {}
         for name, registry in registries.items():
@@ -202,6 +251,8 @@ class Peers:
             self._find,
             self.max_queue_credit,
             self._used,
+            delete=self._delete,
+            declare=lambda vhost, name, declaration: self._declare(peer, vhost, name, declaration),
             views=self.filter_views,
             clock=self.tenancy.default.registry.clock,
         )
@@ -213,8 +264,12 @@ class Peers:
 
     def ended(self, peer: int, reason: str) -> None:
         """The channel to ``peer`` ended: what crossed it ends as a lost connection's would."""
-        log.warning("channel to worker %d ended: %s", peer, reason)
-        self.sockets.pop(peer, None)
+        channel = self.sockets.pop(peer, None)
+        if channel is not None and channel.broken:
+            self.protocol_errors += 1
+            log.error("channel to worker %d ended: %s", peer, reason)
+        else:
+            log.warning("channel to worker %d ended: %s", peer, reason)
         self._confirms.pop(peer, None)
         owner = self.owners.pop(peer, None)
         if owner is not None:
@@ -302,7 +357,7 @@ class Peers:
                 answered |= type(frame) is Answer
                 self._receive(peer, channel, frame)
         except ChannelError as error:
-            channel.end(f"worker {peer} broke the channel protocol: {error}")
+            channel.end(f"worker {peer} broke the channel protocol: {error}", broken=True)
         if answered:
             self._gathered()
 
@@ -359,6 +414,46 @@ class Peers:
             found = self.tenancy.vhosts.get(vhost)
             if found is not None and found.registry.get(queue.name) is queue:
                 self._consumer_left(found.registry, queue)
+
+    def _declare(self, peer: int, vhost: str, name: str, declaration: bytes) -> bool:
+        """Management on worker ``peer`` declares a queue here: whether it was made now. One
+        this worker had is not refused when the arguments differ: its declaration goes to the
+        asker again, before this answer, and the asker refuses the client with it, as this
+        worker would (docs/workers.md). Sent again because a third worker's declaration, which
+        made it here, may still be on its way to the asker."""
+        found = self.tenancy.vhosts.get(vhost)
+        if found is None:
+            raise NotFound(f"no vhost '{vhost}'")
+        # Checked to decode as the frame was read (session/channel/codec.py).
+        change, _ = decode(declaration, 0)
+        if not isinstance(change, list) or change[:2] != ["queue", name] or len(change) != 5:
+            raise ChannelError(f"a declaration of queue '{name}' that is not one")
+        registry = found.registry
+        had = registry.get(name) is not None
+        if had and registry.settings(name).exclusive:
+            # A connection's queue here, never placed nor replicated: not the asker's to see.
+            raise ResourceLocked(f"queue '{name}' is exclusive to a connection on its worker")
+        try:
+            _apply(registry, change)
+        except PreconditionFailed:
+            if not had:
+                raise
+        if had:
+            settings = registry.settings(name)
+            arguments = cast(dict[Value, Value], dict(settings.raw_arguments))
+            kept = ["queue", name, arguments, settings.durable, settings.auto_delete]
+            self.sockets[peer].send(encode(Topology(vhost, encode_value(cast(Value, kept)))))
+        return not had
+
+    def _delete(self, vhost: str, name: str) -> int:
+        """Management on another worker deletes a queue here, as management here would: the
+        ready messages deleted (0 for a stream, as RabbitMQ's coordinator answers). The
+        deletion is broadcast before the answer is sent, so it reaches the asker first."""
+        registry = self.tenancy.vhosts[vhost].registry
+        stream = registry.settings(name).arguments.queue_type == "stream"
+        count = registry.delete_queue(name)
+        self._queue_deleted(registry, name)
+        return 0 if stream else count
 
     def _used(self, vhost: str, name: str) -> None:
         """A client of another worker used a queue here: its x-expires countdown restarts."""

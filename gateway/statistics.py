@@ -59,6 +59,8 @@ class ServerStatistics:
     # times the heap was given back to the system (gateway/proton/heap_trim.py).
     connection_records: int
     heap_trims: int
+    # Channels to other workers ended because the peer broke the protocol (gateway/peers.py).
+    channel_protocol_errors: int
 
     @property
     def queues(self) -> list[QueueStatistics]:
@@ -141,4 +143,5 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         deleted_delivered=sum(registry.deleted_delivered for registry in registries),
         connection_records=len(broker.records),
         heap_trims=broker.trimmer.trims,
+        channel_protocol_errors=0 if broker.peers is None else broker.peers.protocol_errors,
     )

@@ -143,7 +143,9 @@ def _stranded(placement: Path, workers: int) -> str | None:
     needed = max(home for _, _, home in stranded) + 1
     return (
         f"{len(stranded)} queues live on workers beyond the {workers} asked for: {named}{more}; "
-        f"serve it with at least {needed} workers (their messages are in those workers' logs)"
+        f"serve it with at least {needed} workers (their messages are in those workers' logs), "
+        f"or stop it and move them: sluicegate placement move --to-workers {workers} "
+        f"{placement.parent}"
     )
 
 

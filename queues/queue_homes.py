@@ -8,7 +8,7 @@ number of workers.
 With more workers, recorded queues stay where they are and new ones spread over all. With
 fewer, a queue recorded on a worker that no longer exists would lose its log: the server
 refuses to start and names those queues (:meth:`Homes.stranded`) until they are moved by an
-explicit step, not by a restart.
+explicit step (``sluicegate placement move``, :meth:`Homes.rehome`), not by a restart.
 
 The hash is Lamping and Veach's jump consistent hash over a BLAKE2b digest: Python's ``hash``
 differs between processes, and a jump hash proposes the same home for all but ``1/N`` of the
@@ -17,8 +17,10 @@ names when ``N`` grows by one, so an explicit rebalance moves as few queues as p
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
@@ -28,6 +30,18 @@ if TYPE_CHECKING:
 # Consistent Hash Algorithm", 2014).
 _LCG: Final = 2862933555777941757
 _MASK64: Final = (1 << 64) - 1
+
+
+class OwnerDeclared(enum.Enum):
+    """Where a management declaration of a queue another worker owns stands
+    (:meth:`Placement.owner_declares`)."""
+
+    # Asked of the owner: the request is answered again once it answered.
+    ASKED = "asked"
+    # The owner made the queue with this declaration.
+    MADE = "made"
+    # The owner had it: its settings, replicated here before its answer, judge the declaration.
+    HAD = "had"
 
 
 class Placement(Protocol):
@@ -45,6 +59,20 @@ class Placement(Protocol):
     def used(self, name: str) -> None:
         """A client used the queue ``name``, which another worker owns (redeclared it, read its
         stat): its x-expires countdown, kept by its owner, restarts."""
+
+    def owner_deletes(self, name: str) -> int | None:
+        """Management deletes ``name``: if another worker owns it and a management request is
+        being answered, its owner deletes it and the count of ready messages it deleted is
+        returned (0 until it answered: the request is answered again then). None otherwise: the
+        queue is deleted here."""
+
+    def owner_declares(
+        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
+    ) -> OwnerDeclared | None:
+        """Management declares ``name``, which this worker does not know: if another worker
+        owns it and a management request is being answered, its owner judges the declaration
+        (two workers declaring it at once with different arguments cannot both win). None
+        otherwise: the queue is declared here."""
 
 
 class HomesDamaged(Exception):
@@ -102,6 +130,18 @@ class Homes:
             for (vhost, name), home in self.homes.items()
             if home >= self.workers
         )
+
+    def rehome(self) -> list[tuple[str, str, int, int]]:
+        """Give every stranded queue the home the hash proposes among the current workers:
+        ``(vhost, name, old home, new home)`` for each, by name (``sluicegate placement move``
+        moves its log there, docs/operations.md). A jump hash sends each to the worker it would
+        have had, had the server always had this many."""
+        moves = []
+        for vhost, name, home in self.stranded():
+            new = proposed_home(vhost, name, self.workers)
+            self.homes[(vhost, name)] = new
+            moves.append((vhost, name, home, new))
+        return moves
 
     def compacted(self) -> str:
         """One record per queue placed, for rewriting the file without what was forgotten."""

@@ -21,6 +21,7 @@ import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Final
 from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
@@ -44,6 +45,11 @@ from sluicegate.gateway.runtime_vhosts import RuntimeVhosts
 from sluicegate.session.channel.queries import Asked
 
 log = logging.getLogger("sluicegate.http")
+
+# Runs after a request's first that may wait for other workers' answers (docs/workers.md): a
+# deletion of another worker's queue reads its counts (if-empty, if-unused), then asks its
+# owner to delete it, then answers; a declaration asks its owner, then answers.
+_MORE_RUNS: Final = 2
 
 
 class HttpApi:
@@ -113,13 +119,15 @@ class HttpApi:
             job = ApiRequest(self._broker, user, request, segments, body)
             waiting: list[Future[Asked | None]] = []
             answer = await self._calls.call(lambda: self._run(job, waiting), self._timeout)
-            if waiting:
+            for _ in range(_MORE_RUNS):
+                if not waiting:
+                    break
                 # It read queues other workers own: answered again with their figures.
-                failure = await asyncio.wait_for(asyncio.wrap_future(waiting[0]), self._timeout)
+                failure = await asyncio.wait_for(asyncio.wrap_future(waiting.pop()), self._timeout)
                 if failure is not None:
                     answer = Answer(503, failure.error)
-                else:
-                    answer = await self._calls.call(lambda: self._run(job, []), self._timeout)
+                    break
+                answer = await self._calls.call(lambda: self._run(job, waiting), self._timeout)
         except HttpRefused as refused:
             return json_error(refused.status, refused.reason)
         except (BodyTooLarge, TimeoutError):
@@ -200,7 +208,11 @@ class HttpApi:
             return self._route(job)
         with workers.reads.using(job.figures):
             answer = self._route(job)
-        if job.asking and job.method in ("GET", "DELETE"):
+        if (job.asking or job.figures.failure is not None) and job.method in (
+            "GET",
+            "DELETE",
+            "PUT",
+        ):
             answered: Future[Asked | None] = Future()
             workers.gather(job.figures, answered.set_result)
             waiting.append(answered)

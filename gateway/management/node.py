@@ -450,13 +450,14 @@ class ManagementNode(Handler):
 
 def _again(message: Message, response: Response, figures: Figures) -> bool:
     """Whether the request is answered once the owners' figures it asked for are in: a read, a
-    purge, a redeclaration; routing them again changes nothing more (a new queue's reply has
-    its counts, all zero, and is not routed again)."""
+    purge, a deletion, a redeclaration; routing them again changes nothing more (a new queue's
+    reply has its counts, all zero, and is not routed again; a deletion's second run reads the
+    owner's count)."""
     if not figures.asked:
         return False
     method, path = message.subject, str(message.address)
     return (
         method == "GET"
-        or (method == "DELETE" and path.partition("?")[0].endswith("/messages"))
+        or (method == "DELETE" and path.startswith("/queues/"))
         or (method == "PUT" and response.status == 200)
     )

@@ -53,6 +53,8 @@ class ChannelSocket:
         self._ended = ended
         self.output: deque[bytes | memoryview] = deque()
         self.closed = False
+        # Ended because the peer broke the protocol (a malformed or unexpected frame).
+        self.broken = False
         self.paused = False
         self.selectable: Selectable = register(container, sock, self)
 
@@ -112,7 +114,7 @@ class ChannelSocket:
             except BlockingIOError:
                 break
             except ChannelError as error:
-                self.end(f"the peer broke the channel protocol: {error}")
+                self.end(f"the peer broke the channel protocol: {error}", broken=True)
                 return
             except OSError as error:
                 self.end(f"recv failed: {error}")
@@ -127,11 +129,13 @@ class ChannelSocket:
     def on_selectable_writable(self, event: Event) -> None:
         self.flush()
 
-    def end(self, reason: str) -> None:
-        """Close the socket (its peer is gone or broke the protocol) and say so once."""
+    def end(self, reason: str, *, broken: bool = False) -> None:
+        """Close the socket (its peer is gone or, ``broken``, broke the protocol) and say so
+        once."""
         if self.closed:
             return
         self.closed = True
+        self.broken = broken
         self.output.clear()
         self.selectable.terminate()
         self.selectable.update()

@@ -37,6 +37,8 @@ from sluicegate.session.channel.frames import (
     Stamp,
     Topology,
 )
+from sluicegate.wire.decoding import decode as decode_value
+from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.sections import shared_header
 
 # The frame header: the size of the rest, then the kind.
@@ -185,7 +187,8 @@ def encode(frame: Frame) -> list[bytes]:
         return _frame(Kind.TOPOLOGY, [*_text(frame.vhost), *_blob(frame.change)])
     if type(frame) is Query:
         head = _QUERY.pack(frame.query, frame.op)
-        return _frame(Kind.QUERY, [head, *_text(frame.vhost), *_text(frame.queue)])
+        names = [*_text(frame.vhost), *_text(frame.queue)]
+        return _frame(Kind.QUERY, [head, *names, *_blob(frame.declaration)])
     if type(frame) is Answer:
         if len(frame.counts) != ANSWER_COUNTS:
             raise ValueError(f"an answer carries {ANSWER_COUNTS} counts")
@@ -241,6 +244,23 @@ class _Body:
     def done(self) -> None:
         if self.at != self.end:
             raise ChannelError("a frame has bytes after its fields")
+
+
+def _change(data: bytes) -> bytes:
+    """A topology change (or a declaration) as it crossed, checked to be one whole AMQP list
+    led by its verb: a malformed one ends the channel here, as any malformed frame does,
+    rather than as an exception in whatever applies it (docs/workers.md). Changes are rare
+    (declarations, bindings, a channel's opening), so decoding them twice costs nothing that
+    matters."""
+    try:
+        change, end = decode_value(data, 0)
+    except DecodeError as error:
+        raise ChannelError(f"a topology change does not decode: {error}") from error
+    if end != len(data) or not isinstance(change, list) or not change:
+        raise ChannelError("a topology change is not one whole list")
+    if not isinstance(change[0], str):
+        raise ChannelError("a topology change does not start with its verb")
+    return data
 
 
 def _settled(value: int) -> Settled:
@@ -354,14 +374,19 @@ def decode(kind: int, data: memoryview) -> Frame:
         _count(body, count, 8)
         frame = Detach(consumer, delivery_count, body.ints("Q", count))
     elif kind == Kind.TOPOLOGY:
-        frame = Topology(body.text(), body.blob())
+        frame = Topology(body.text(), _change(body.blob()))
     elif kind == Kind.QUERY:
         query, op = body.take(_QUERY)
         try:
             known = QueryOp(op)
         except ValueError as error:
             raise ChannelError(f"unknown query {op}") from error
-        frame = Query(query, known, body.text(), body.text())
+        vhost, queue, declaration = body.text(), body.text(), body.blob()
+        if known is QueryOp.DECLARE:
+            _change(declaration)
+        elif declaration:
+            raise ChannelError(f"a {known.name} query carries a declaration")
+        frame = Query(query, known, vhost, queue, declaration)
     elif kind == Kind.ANSWER:
         query, found, purged, *counts = body.take(_ANSWER)
         frame = Answer(query, bool(found), purged, tuple(counts))

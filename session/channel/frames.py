@@ -55,6 +55,12 @@ class QueryOp(enum.IntEnum):
     STAT = 1
     # Drop its ready messages; the answer says how many.
     PURGE = 2
+    # Delete it, as management on the owner would; the answer says how many ready messages
+    # went with it (management's ``message_count``), which only the owner knows.
+    DELETE = 3
+    # Declare it (the query carries the declaration): the owner judges a declaration made on
+    # another worker, so two made at once with different arguments cannot both win.
+    DECLARE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,20 +212,24 @@ class Topology:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """Management on the sending worker asks about a queue the receiving worker owns: its counts
-    or a purge. :class:`Answer` answers it by ``query``, the id the asker gave."""
+    """Management on the sending worker asks about a queue the receiving worker owns: its
+    counts, a purge, its deletion or its declaration (``declaration``: the change as a
+    :class:`Topology` frame carries it; empty for the others). :class:`Answer` answers it by
+    ``query``, the id the asker gave."""
 
     query: int
     op: QueryOp
     vhost: str
     queue: str
+    declaration: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
     """The owner's answer to query ``query``: whether it has the queue, how many messages a
-    purge dropped, and the queue's counts after it (queues.queue_type.QueueStatistics's numbers,
-    in its field order, its three optional stream offsets as -1 when absent)."""
+    purge dropped or a deletion took (for a declaration, 1 if it made the queue), and the
+    queue's counts after it (queues.queue_type.QueueStatistics's numbers, in its field order,
+    its three optional stream offsets as -1 when absent; zeros after a deletion)."""
 
     query: int
     found: bool

@@ -44,6 +44,7 @@ from sluicegate.session.channel.frames import (
     Settled,
 )
 from sluicegate.session.channel.queries import counts_of, no_counts
+from sluicegate.wire.errors import AmqpError
 from sluicegate.wire.serial import SERIAL_MASK, serial_diff
 
 OUTCOMES: Final = {
@@ -56,6 +57,11 @@ OUTCOMES: Final = {
 FindQueue = Callable[[str, str], QueueType | None]
 # A client of another worker used a queue of this one (its x-expires countdown restarts).
 UseQueue = Callable[[str, str], None]
+# Management on another worker deletes a queue of this one: how many ready messages went.
+DeleteQueue = Callable[[str, str], int]
+# Management on another worker declares a queue this one owns (the declaration as a Topology
+# change): whether it made the queue; an AmqpError refuses it.
+DeclareQueue = Callable[[str, str, bytes], bool]
 
 
 class Outbox:
@@ -121,11 +127,15 @@ class Owner:
         max_queue_credit: int,
         used: UseQueue | None = None,
         *,
+        delete: DeleteQueue | None = None,
+        declare: DeclareQueue | None = None,
         views: ViewCache | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.find = find
         self.used = used
+        self.delete = delete
+        self.declare = declare
         # What a remote consumer's filters decode messages through, and the time they read:
         # the worker's own, as for its local consumers.
         self.views = views if views is not None else ViewCache()
@@ -254,10 +264,24 @@ class Owner:
 
     def _answer(self, frame: Query) -> Answer:
         """A question about a queue here, answered at once: its counts after what it asks."""
+        made = 0
+        if frame.op is QueryOp.DECLARE:
+            if self.declare is None:
+                raise ChannelError("a declaration sent to an owner that declares no queue")
+            try:
+                made = int(self.declare(frame.vhost, frame.queue, frame.declaration))
+            except AmqpError:
+                # Refused as the asker would have refused it (it checked first): not found.
+                return Answer(frame.query, False, 0, counts_of(no_counts(frame.queue)))
         queue = self.find(frame.vhost, frame.queue)
         if queue is None:
             return Answer(frame.query, False, 0, counts_of(no_counts(frame.queue)))
-        purged = 0
+        purged = made
+        if frame.op is QueryOp.DELETE:
+            if self.delete is None:
+                raise ChannelError("a deletion asked of an owner that deletes no queue")
+            purged = self.delete(frame.vhost, frame.queue)
+            return Answer(frame.query, True, purged, counts_of(no_counts(frame.queue)))
         if frame.op is QueryOp.PURGE:
             purged = queue.purge()
         elif frame.op is QueryOp.STAT and self.used is not None:

@@ -1,12 +1,14 @@
-"""Management's questions to the worker that owns a queue (docs/workers.md): its counts, a purge.
+"""Management's questions to the worker that owns a queue (docs/workers.md): its counts, a
+purge, its deletion, a declaration for it to judge.
 
 A worker holds a stand-in (:class:`~.remote.RemoteQueue`) for every queue another worker owns;
 management on it reads the owner's figures with a :class:`~.frames.Query` and its
 :class:`~.frames.Answer`. :class:`Questions` keeps a channel's questions out: a count asked while
 the same one is out joins it, so a channel carries at most one COUNTS and one STAT per queue and
-:data:`MAX_PURGES` purges, whatever management is asked. :class:`Figures` is one request's
-questions: the request is answered once they are (gateway/management/node.py), by routing it
-again, when every stand-in it reads finds its answer there.
+:data:`MAX_PURGES` purges, deletions and declarations, whatever management is asked.
+:class:`Figures` is one request's questions: the request is answered once they are
+(gateway/management/node.py), by routing it again, when every stand-in it reads finds its
+answer there.
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.session.channel.codec import ChannelError
 from sluicegate.session.channel.frames import ANSWER_COUNTS, Answer, Query, QueryOp
 
-# Purges out on one channel at once: each is its own question (a purge drops what reached the
-# owner before it, so two are never one), and each waits on a management request, of which a
-# connection has 8 at most (gateway/management/node.py); past this many, refused at once.
+# Purges, deletions and declarations out on one channel at once: each is its own question (a
+# purge drops what reached the owner before it, so two are never one; a second deletion finds
+# nothing, 0, as on one worker; each declaration is judged), and each waits on a management
+# request, of which a connection has 8 at most (gateway/management/node.py); past this many,
+# refused at once.
 MAX_PURGES: Final = 64
+# The questions that change the queue: never joined, counted against MAX_PURGES.
+_CHANGES: Final = frozenset({QueryOp.PURGE, QueryOp.DELETE, QueryOp.DECLARE})
 # The stream offsets among the counts, sent as -1 when absent.
 _OFFSETS: Final = 3
 _ABSENT: Final = -1
@@ -58,24 +64,27 @@ class Questions:
         self._joined: dict[tuple[QueryOp, str, str], Asked] = {}
         self.purges = 0
 
-    def ask(self, op: QueryOp, vhost: str, queue: str) -> tuple[Asked, Query | None]:
+    def ask(
+        self, op: QueryOp, vhost: str, queue: str, declaration: bytes = b""
+    ) -> tuple[Asked, Query | None]:
         """The outcome to wait for, and the query to send (None: joined one out, or refused)."""
         key = (op, vhost, queue)
-        if op is not QueryOp.PURGE:
+        if op not in _CHANGES:
             joined = self._joined.get(key)
             if joined is not None:
                 return joined, None
         elif self.purges >= MAX_PURGES:
-            return Asked(f"{MAX_PURGES} purges are out to the queue's worker already"), None
+            out = f"{MAX_PURGES} purges, deletions and declarations"
+            return Asked(f"{out} are out to the queue's worker already"), None
         asked = Asked()
         query = self.next_id
         self.next_id += 1
         self._out[query] = (key, asked)
-        if op is QueryOp.PURGE:
+        if op in _CHANGES:
             self.purges += 1
         else:
             self._joined[key] = asked
-        return asked, Query(query, op, vhost, queue)
+        return asked, Query(query, op, vhost, queue, declaration)
 
     def answered(self, answer: Answer) -> Asked:
         """The question ``answer`` answers, now done; an answer nobody asked for ends the
@@ -84,7 +93,7 @@ class Questions:
         if out is None:
             raise ChannelError(f"an answer to query {answer.query}, which is not out")
         key, asked = out
-        if key[0] is QueryOp.PURGE:
+        if key[0] in _CHANGES:
             self.purges -= 1
         else:
             del self._joined[key]
@@ -111,12 +120,24 @@ class Questions:
 
 class Figures:
     """One management request's questions to owners, by stand-in and what it needs of it
-    (``"counts"`` or ``"purge"``): asked on its first run, read on the next."""
+    (``"counts"``, ``"purge"``, ``"delete"`` or ``"declare"``): asked on one run, read on the
+    next."""
 
     __slots__ = ("asked",)
 
     def __init__(self) -> None:
         self.asked: dict[tuple[str, str, str], Asked] = {}
+
+    def deleted(self, vhost: str, queue: str) -> int | None:
+        """How many ready messages the owner deleted with the queue, once it answered (0: it
+        had no such queue any more); None if the request did not ask, or is still waiting.
+
+        Read without the stand-in: the owner's deletion reaches this worker before its answer
+        (gateway/peers.py), and takes the stand-in with it."""
+        asked = self.asked.get((vhost, queue, "delete"))
+        if asked is None or not asked.done:
+            return None
+        return 0 if asked.answer is None else asked.answer.purged
 
     @property
     def pending(self) -> bool:

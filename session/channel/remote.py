@@ -229,11 +229,11 @@ class Remote:
         outgoing.append(run)
         return True
 
-    def ask(self, op: QueryOp, vhost: str, queue: str) -> Asked:
+    def ask(self, op: QueryOp, vhost: str, queue: str, declaration: bytes = b"") -> Asked:
         """Ask the owner about one of its queues (joining the same count if it is out)."""
         if not self.up:
             return Asked(f"queue '{queue}' lives on worker {self.home}, which is not serving")
-        asked, query = self.questions.ask(op, vhost, queue)
+        asked, query = self.questions.ask(op, vhost, queue, declaration)
         if query is not None:
             self.outgoing.append(query)
         return asked

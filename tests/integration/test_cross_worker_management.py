@@ -5,6 +5,7 @@ every worker. One server of two workers serves the module: each test uses queues
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -62,12 +63,21 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
         yield Workers(port, pids, metrics, http)
 
 
-def _http(workers: Workers, path: str, method: str = "GET") -> object:
-    """The HTTP API's JSON answer (None for none); an error status raises HTTPError."""
-    request = urllib.request.Request(f"http://127.0.0.1:{workers.http}{path}", method=method)
+def _http(workers: Workers, path: str, method: str = "GET", body: object = None) -> object:
+    """The HTTP API's JSON answer (None for none; the status of a PUT); an error status raises
+    HTTPError."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{workers.http}{path}",
+        method=method,
+        data=data,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=20) as response:
-        body = response.read()
-        return json.loads(body) if body else None
+        if method == "PUT":
+            return response.status
+        answer = response.read()
+        return json.loads(answer) if answer else None
 
 
 def _ready_gauge(workers: Workers, queue: str) -> float:
@@ -130,6 +140,101 @@ def test_either_worker_shows_the_owners_counts_and_purges_there(workers: Workers
         assert reply.body["message_count"] == 0
         assert _http(workers, f"/api/queues/%2F/{queue}?if-empty=true", "DELETE") is None
         wait_until(lambda: _described(home, queue).status == 404, timeout=GONE_WITHIN)
+
+
+def test_a_deletion_where_the_queue_does_not_live_answers_the_owners_count(
+    workers: Workers,
+) -> None:
+    """The owner deletes the queue and counts what it deleted; the deletion reaches the asking
+    worker before its answer, so neither worker shows the queue once the reply is in."""
+    amqp_queue, http_queue = homed_on(1, 2, "deleted-far"), homed_on(1, 2, "deleted-http")
+    with workers.management(0) as far, workers.management(1) as home:
+        for queue, count in ((amqp_queue, 5), (http_queue, 3)):
+            assert far.request("PUT", f"/queues/{queue}", {"durable": True}).status == 201
+            publisher = workers.connection(0)
+            sender = publisher.create_sender(queue)
+            for n in range(count):
+                sender.send(Message(body=f"m{n}"))
+            publisher.close()
+        deleted = far.request("DELETE", f"/queues/{amqp_queue}")
+        assert deleted.status == 200
+        assert deleted.body == {"message_count": 5}
+        assert _described(far, amqp_queue).status == 404
+        assert _described(home, amqp_queue).status == 404
+        # A second deletion finds nothing, as on one worker.
+        assert far.request("DELETE", f"/queues/{amqp_queue}").body == {"message_count": 0}
+        # The HTTP API (worker 0) answers once the owner deleted it.
+        assert _http(workers, f"/api/queues/%2F/{http_queue}", "DELETE") is None
+        assert _described(home, http_queue).status == 404
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            _http(workers, f"/api/queues/%2F/{http_queue}")
+        gone.value.close()
+        assert gone.value.code == 404
+
+
+def _at_once(
+    clients: tuple[ManagementClient, ManagementClient], queue: str, bodies: list[object]
+) -> list[Reply]:
+    """Each client declares ``queue`` with its body, both released at the same instant."""
+    start = threading.Barrier(2)
+    replies: dict[int, Reply] = {}
+
+    def declare(worker: int) -> None:
+        start.wait()
+        replies[worker] = clients[worker].request("PUT", f"/queues/{queue}", bodies[worker])
+
+    threads = [threading.Thread(target=declare, args=(worker,)) for worker in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [replies[0], replies[1]]
+
+
+def test_declarations_made_at_once_on_two_workers_are_judged_by_the_owner(
+    workers: Workers,
+) -> None:
+    """Each worker declares the same new queue at the same instant with its own arguments: the
+    owner judges both, so exactly one wins and the other is refused with 409, as on one
+    worker, and both workers then show the winner's arguments. Matching ones both succeed."""
+    with workers.management(0) as zero, workers.management(1) as one:
+        clients = (zero, one)
+        for round_ in range(6):
+            queue = homed_on(round_ % 2, 2, f"raced-{round_}")
+            bodies: list[object] = [
+                {"durable": True, "arguments": {"x-max-length": 10 + worker}} for worker in (0, 1)
+            ]
+            replies = _at_once(clients, queue, bodies)
+            assert sorted(reply.status for reply in replies) == [201, 409], replies
+            winner = 0 if replies[0].status == 201 else 1
+            for client in clients:
+                shown = _described(client, queue)
+                assert isinstance(shown.body, dict)
+                assert shown.body["arguments"] == {"x-max-length": 10 + winner}
+            # The loser's declaration, made again, is refused again; the winner's is idempotent.
+            loser = clients[1 - winner]
+            assert loser.request("PUT", f"/queues/{queue}", bodies[1 - winner]).status == 409
+            assert loser.request("PUT", f"/queues/{queue}", bodies[winner]).status == 200
+            assert zero.request("DELETE", f"/queues/{queue}").status == 200
+        # The same declaration from both at once: both succeed, one queue.
+        queue = homed_on(1, 2, "raced-alike")
+        body = {"durable": True, "arguments": {"x-max-length": 5}}
+        statuses = sorted(reply.status for reply in _at_once(clients, queue, [body, body]))
+        assert statuses in ([200, 201], [201, 201])
+        assert zero.request("DELETE", f"/queues/{queue}").status == 200
+        # Over the HTTP API (worker 0) too: judged by worker 1, which owns the queue.
+        queue = homed_on(1, 2, "declared-http")
+        path = f"/api/queues/%2F/{queue}"
+        assert _http(workers, path, "PUT", {"arguments": {"x-max-length": 3}}) == 201
+        assert _http(workers, path, "PUT", {"arguments": {"x-max-length": 3}}) == 204
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _http(workers, path, "PUT", {"arguments": {"x-max-length": 4}})
+        refused.value.close()
+        assert refused.value.code == 400
+        shown = _described(one, queue)
+        assert isinstance(shown.body, dict)
+        assert shown.body["arguments"] == {"x-max-length": 3}
+        assert zero.request("DELETE", f"/queues/{queue}").status == 200
 
 
 def _consumer_count(client: ManagementClient, queue: str) -> int | None:

@@ -35,7 +35,7 @@ from support.workers import (
 
 from sluicegate.clients.management import ManagementClient
 from sluicegate.gateway.queue_homes_file import PLACEMENT_FILE
-from sluicegate.queues.queue_homes import Homes
+from sluicegate.queues.queue_homes import Homes, proposed_home
 
 _WORKERS_OFF = ("--metrics-listen", "off", "--http-api-listen", "off")
 
@@ -304,6 +304,22 @@ def test_fewer_workers_than_the_placement_needs_are_refused_naming_the_stranded_
     assert f"'{stranded}' (vhost '/', worker 2)" in refused.stderr
     assert kept not in refused.stderr
     assert "at least 3 workers" in refused.stderr
+    # The step it names moves the stranded queue (not durable: only its record) to a worker
+    # of the two, and the two then serve.
+    assert "sluicegate placement move --to-workers 2" in refused.stderr
+    moved = subprocess.run(
+        [sys.executable, "-m", "sluicegate", "placement", "move", "--to-workers=2", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert moved.returncode == 0, moved.stderr
+    home = proposed_home("/", stranded, 2)
+    assert f"'{stranded}' (vhost '/') from worker 2 to worker {home}: 0 durable" in moved.stdout
+    assert Homes.replay((tmp_path / PLACEMENT_FILE).read_text(), 2).stranded() == []
+    with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF):
+        pass
 
 
 def test_a_worker_that_cannot_start_stops_the_server_with_its_reason(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from sluicegate.gateway.rules.management.requests import (
 )
 from sluicegate.gateway.rules.names import check_name
 from sluicegate.queues.errors import ResourceLocked
+from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueInfo, QueueRegistry
 from sluicegate.queues.stream import StreamQueue
@@ -70,6 +71,12 @@ class QueueRoutes:
         allow(method, "DELETE")
         caller.check("configure", "queue", name)
         check_exclusive(self.registry, self.vhost, name, caller)
+        placement = self.registry.placement
+        owned = None if placement is None else placement.owner_deletes(name)
+        if owned is not None:
+            # Another worker owns it: deleted there, and the deletion, with its consumers'
+            # detaching, reaches this worker from there (docs/workers.md).
+            return Response(200, {"message_count": ULong(owned)})
         # A Direct Reply-To queue lives as long as its requester's link: RabbitMQ answers its
         # deletion with 200 and leaves it.
         existed = self.registry.get(name) is not None and not is_reply_to(name)
@@ -95,16 +102,27 @@ class QueueRoutes:
         else:
             _check_dead_letter_exchange(name, arguments, caller)
             self.quotas.check_queue_room(name)
+        durable, auto_delete = flag(body, "durable", True), flag(body, "auto_delete", False)
+        placement = self.registry.placement
+        judged = (
+            None
+            if exclusive or placement is None
+            else placement.owner_declares(name, arguments, durable=durable, auto_delete=auto_delete)
+        )
+        if judged is OwnerDeclared.ASKED:
+            # Another worker owns it and judges the declaration: answered again once it has,
+            # its settings here by then (docs/workers.md).
+            return Response(200, None)
         self.registry.declare_queue(
             name,
             dict(arguments),
-            durable=flag(body, "durable", True),
+            durable=durable,
             exclusive=exclusive,
-            auto_delete=flag(body, "auto_delete", False),
+            auto_delete=auto_delete,
             owner=owner if exclusive else None,
         )
         described = self._queue_map(self._queue_info(name))
-        if existed:
+        if existed and judged is not OwnerDeclared.MADE:
             return Response(200, described)
         return Response(201, described, exclusive_queue=name if exclusive else None)
 

@@ -84,3 +84,26 @@ def test_a_torn_last_record_is_left_out_and_damage_is_named() -> None:
         Homes.replay(whole + "{not json\n", 2)
     with pytest.raises(HomesDamaged, match="line 1"):
         Homes.replay('{"place": ["/", "a"], "worker": -1}\n', 2)
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["/", "v"]), NAMES), max_size=40, unique=True),
+    st.integers(2, 6),
+    st.integers(1, 5),
+)
+def test_a_rehome_moves_only_the_stranded_and_leaves_none(
+    queues: list[tuple[str, str]], workers: int, fewer: int
+) -> None:
+    homes = Homes(workers)
+    text = "".join(record for vhost, name in queues if (record := homes.place(vhost, name)[1]))
+    shrunk = Homes.replay(text, fewer)
+    stranded = shrunk.stranded()
+    moves = shrunk.rehome()
+    assert [(vhost, name, old) for vhost, name, old, _ in moves] == stranded
+    assert shrunk.stranded() == []
+    for vhost, name, _, new in moves:
+        assert new == proposed_home(vhost, name, fewer)
+    # Every other queue keeps its home; the rewritten file says the same after a restart.
+    kept = {key: home for key, home in homes.homes.items() if home < fewer}
+    assert {key: shrunk.homes[key] for key in kept} == kept
+    assert Homes.replay(shrunk.compacted(), fewer).homes == shrunk.homes

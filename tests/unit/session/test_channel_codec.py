@@ -38,6 +38,7 @@ from sluicegate.session.channel.frames import (
     Topology,
     ranges_of,
 )
+from sluicegate.wire.encoding import encode as amqp
 from sluicegate.wire.sections import DEFAULT_HEADER, Header
 
 U32 = st.integers(0, 2**32 - 1)
@@ -92,6 +93,17 @@ def confirms(draw: st.DrawFn) -> Confirm:
     return Confirm(first, last, draw(st.sampled_from(Settled)), draw(NAMES), draw(NAMES))
 
 
+# A topology change as it crosses: one AMQP list led by its verb.
+CHANGES = st.lists(NAMES, max_size=4).map(lambda rest: amqp(["queue", *rest]))
+
+
+@st.composite
+def queries(draw: st.DrawFn) -> Query:
+    op = draw(st.sampled_from(QueryOp))
+    declaration = draw(CHANGES) if op is QueryOp.DECLARE else b""
+    return Query(draw(U32), op, draw(NAMES), draw(NAMES), declaration)
+
+
 FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(
         Attach,
@@ -112,8 +124,8 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     publishes(),
     confirms(),
     st.builds(Error, U32, NAMES, NAMES),
-    st.builds(Topology, NAMES, PAYLOADS),
-    st.builds(Query, U32, st.sampled_from(QueryOp), NAMES, NAMES),
+    st.builds(Topology, NAMES, CHANGES),
+    queries(),
     st.builds(
         Answer,
         U32,
@@ -240,6 +252,18 @@ def _raw(kind: int, body: bytes) -> bytes:
     return struct.pack("<IB", len(body) + 1, kind) + body
 
 
+def _topology(change: bytes) -> bytes:
+    """A TOPOLOGY frame for vhost "/" carrying ``change`` as it is."""
+    vhost = struct.pack("<H", 1) + b"/"
+    return _raw(Kind.TOPOLOGY, vhost + struct.pack("<I", len(change)) + change)
+
+
+def _query(op: int, declaration: bytes) -> bytes:
+    names = struct.pack("<H", 1) + b"/" + struct.pack("<H", 1) + b"q"
+    blob = struct.pack("<I", len(declaration)) + declaration
+    return _raw(Kind.QUERY, struct.pack("<IB", 1, op) + names + blob)
+
+
 @pytest.mark.parametrize(
     ("stream", "reason"),
     [
@@ -260,6 +284,17 @@ def _raw(kind: int, body: bytes) -> bytes:
         (_raw(Kind.ERROR, struct.pack("<IH", 1, 2) + b"\xff\xfe" + b"\0\0"), "not UTF-8"),
         (struct.pack("<IB", 0, 1), "over the channel's"),
         (_raw(Kind.QUERY, struct.pack("<IB", 1, 9) + b"\0" * 4), "unknown query 9"),
+        # Topology changes that are not one whole AMQP list led by its verb (issue 35): ended
+        # here, never a DecodeError in whatever applies them.
+        (_topology(b"\xff\x01"), "does not decode"),
+        (_topology(b""), "does not decode"),
+        (_topology(b"\xc0\x05\x02\xa1\x01q"), "does not decode"),
+        (_topology(amqp(["queue"]) + b"\x40"), "not one whole list"),
+        (_topology(amqp("queue")), "not one whole list"),
+        (_topology(amqp([])), "not one whole list"),
+        (_topology(amqp([7, "q"])), "does not start with its verb"),
+        (_query(QueryOp.DECLARE, b"\xa1\x09queue"), "does not decode"),
+        (_query(QueryOp.COUNTS, amqp(["queue", "q"])), "COUNTS query carries a declaration"),
         # An answer one count short: its fixed size is read whole or not at all.
         (_raw(Kind.ANSWER, struct.pack(f"<IBQ{ANSWER_COUNTS - 1}q", 1, 1, 0, *[0] * 18)), "ends"),
     ],

@@ -4,12 +4,15 @@ reads its owner's figures within a request and zeros outside (so one scrape adds
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 
 import pytest
 
 from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.message import Message
+from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import ChannelError, FrameReader, encode
@@ -28,6 +31,7 @@ from sluicegate.session.channel.queries import (
     Figures,
     Questions,
     counts_of,
+    no_counts,
     statistics_of,
 )
 from sluicegate.session.channel.remote import Remote, RemoteQueue, management_statistics
@@ -109,7 +113,8 @@ def test_a_lost_channel_fails_every_question_and_a_missing_queue_says_so() -> No
     assert figures.failure is None
     out = [questions.ask(op, "/", "q")[0] for op in QueryOp]
     questions.lost("worker 1 ended")
-    assert [(asked.error, asked.missing) for asked in out] == [("worker 1 ended", False)] * 3
+    ended = [("worker 1 ended", False)] * len(QueryOp)
+    assert [(asked.error, asked.missing) for asked in out] == ended
     assert len(questions) == 0
     assert questions.purges == 0
 
@@ -121,7 +126,12 @@ class Owned:
         self.registry = QueueRegistry()
         self.queue = self.registry.declare_queue("q", durable=False)
         self.used: list[str] = []
-        self.owner = Owner(self._find, 16, lambda vhost, name: self.used.append(name))
+        self.owner = Owner(
+            self._find, 16, lambda vhost, name: self.used.append(name), delete=self._delete
+        )
+
+    def _delete(self, vhost: str, name: str) -> int:
+        return self.registry.delete_queue(name)
 
     def _find(self, vhost: str, name: str) -> ClassicQueue | None:
         queue = self.registry.get(name)
@@ -151,6 +161,73 @@ def test_the_owner_answers_counts_a_stat_is_use_and_a_purge_drops_the_ready() ->
     assert (purged.purged, statistics_of("q", purged.counts).ready) == (5, 0)
     assert owned.queue.statistics().ready == 0
     assert not owned.ask(QueryOp.COUNTS, "elsewhere").found
+
+
+def test_the_owner_deletes_a_queue_asked_and_answers_how_many_ready_messages_went() -> None:
+    owned = Owned()
+    owned.publish(6)
+    deleted = owned.ask(QueryOp.DELETE)
+    assert (deleted.found, deleted.purged) == (True, 6)
+    assert owned.registry.get("q") is None
+    # A second deletion finds nothing, as on one worker.
+    again = owned.ask(QueryOp.DELETE)
+    assert (again.found, again.purged) == (False, 0)
+    # An owner that was given no way to delete ends the channel rather than guess.
+    owned.registry.declare_queue("q", durable=False)
+    with pytest.raises(ChannelError):
+        Owner(owned._find, 16).receive(Query(8, QueryOp.DELETE, "/", "q"))
+
+
+def test_the_owner_judges_a_declaration_and_says_whether_it_made_the_queue() -> None:
+    owned = Owned()
+    made: list[bytes] = []
+
+    def declare(vhost: str, name: str, declaration: bytes) -> bool:
+        made.append(declaration)
+        if name == "bad":
+            raise PreconditionFailed("refused")
+        had = owned.registry.get(name) is not None
+        owned.registry.declare_queue(name, durable=False)
+        return not had
+
+    owner = Owner(owned._find, 16, declare=declare)
+    # The declaration crosses encoded, as the asker sent it.
+    declaration = amqp(["queue", "new", {}, False, False])
+    (query,) = FrameReader(1 << 16).feed(
+        b"".join(encode(Query(1, QueryOp.DECLARE, "/", "new", declaration)))
+    )
+    assert owner.receive(query)[0] == [Answer(1, True, 1, counts_of(no_counts("new")))]
+    assert made == [declaration]
+    again = owner.receive(Query(2, QueryOp.DECLARE, "/", "new", b"\x45"))[0]
+    assert again == [Answer(2, True, 0, counts_of(no_counts("new")))]
+    refused = owner.receive(Query(3, QueryOp.DECLARE, "/", "bad", b"\x45"))[0]
+    assert refused == [Answer(3, False, 0, counts_of(no_counts("bad")))]
+    with pytest.raises(ChannelError):
+        Owner(owned._find, 16).receive(Query(4, QueryOp.DECLARE, "/", "q", b"\x45"))
+
+
+def test_deletions_are_never_joined_and_share_the_purges_bound() -> None:
+    questions = Questions()
+    first, query = questions.ask(QueryOp.DELETE, "/", "q")
+    second, again = questions.ask(QueryOp.DELETE, "/", "q")
+    assert query is not None
+    assert again is not None
+    assert first is not second
+    for _ in range(MAX_PURGES - 2):
+        questions.ask(QueryOp.PURGE, "/", "q")
+    refused, none = questions.ask(QueryOp.DELETE, "/", "q")
+    assert none is None
+    assert refused.error is not None
+    figures = Figures()
+    figures.asked[("/", "q", "delete")] = first
+    assert figures.deleted("/", "q") is None
+    questions.answered(Answer(query.query, True, 9, _ZEROS))
+    assert figures.deleted("/", "q") == 9
+    figures.asked[("/", "q", "delete")] = second
+    questions.answered(Answer(again.query, False, 0, _ZEROS))
+    # The owner no longer had it: 0, and no failure (its deletion is crossing).
+    assert figures.deleted("/", "q") == 0
+    assert figures.failure is None
 
 
 def test_the_owner_counts_remote_consumers_and_tells_when_one_left() -> None:
@@ -253,6 +330,14 @@ class _Placement:
 
     def used(self, name: str) -> None:
         self.channel.ask(QueryOp.STAT, "/", name)
+
+    def owner_deletes(self, name: str) -> int | None:
+        return None
+
+    def owner_declares(
+        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
+    ) -> OwnerDeclared | None:
+        return None
 
 
 def test_a_stand_ins_use_is_told_to_its_owner_and_its_deletion_purges_nothing_here() -> None:

@@ -50,6 +50,8 @@ class Pair:
             0, RemoteQueue("q", "/", self.remote), ack_required=ack_required
         )
         self.received: list[Message] = []
+        # The consumers the owner refused, as the gateway would detach them.
+        self.refused: list[tuple[object, Error]] = []
         self.flows: list[LinkFlow] = []
         self.client_dc = 0
         # Frames each way not yet delivered: the test decides when they cross.
@@ -97,6 +99,13 @@ class Pair:
                 replied = self.remote.replied(frame)
                 if replied is not None:
                     self.session.credit_replied(self.link, replied[1])
+            elif type(frame) is Error:
+                key = self.remote.refused(frame)
+                if key is not None:
+                    # The gateway refuses the client's ATTACH with the owner's condition and
+                    # detaches the link (gateway/links.py refuse_consumer).
+                    self.refused.append((key, frame))
+                    route(self.session.detach_link(self.link))
             else:
                 raise AssertionError(frame)
 
@@ -235,3 +244,31 @@ def test_an_owners_refusal_names_the_consumer_to_detach_once() -> None:
     queue.attach("consumer", ack_required=True)
     assert remote.refused(Error(1, "amqp:not-found", "gone")) == "consumer"
     assert remote.refused(Error(1, "amqp:not-found", "gone")) is None
+
+
+def test_an_attach_the_owner_refuses_leaves_nothing_on_either_side() -> None:
+    """The queue went on its owner between the stand-in's check and the owner's (docs/workers.md):
+    the owner's ATTACH refusal is the session's, once, and nothing of the consumer remains."""
+    pair = Pair(ack_required=True)
+    pair.publish(3)
+    # The ATTACH waits in the frames to the owner (the client's credit counts only once the
+    # owner took it: gateway/links.py, owner_took).
+    pair.up()
+    # The owner no longer has the queue when the ATTACH reaches it.
+    gone = pair.queue
+    pair.owner.find = lambda vhost, name: None
+    pair.deliver_up()
+    assert pair.owner.consumers == {}
+    assert pair.owner.consumers_of(gone) == 0
+    assert gone.statistics().consumers == 0
+    pair.deliver_down()
+    ((key, error),) = pair.refused
+    assert key is pair.link
+    assert (error.condition, error.description) == ("amqp:not-found", "no queue 'q' in vhost '/'")
+    # The consumer is gone from the session's side: nothing more crosses for it, and what the
+    # owner's queue holds stays there.
+    assert pair.remote.consumers == {}
+    pair.settle_all()
+    assert pair.received == []
+    assert pair.remote.outgoing == []
+    assert gone.statistics().ready == 3
