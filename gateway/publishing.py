@@ -189,7 +189,7 @@ class Publishing:
         deliveries.advance(link)
         routed = state.router.route(state.target, payload)
         queues = routed.queues
-        pending, pause = inbound.route(pure, delivery, len(queues))
+        pending, pause = inbound.route(pure, delivery, len(queues), total)
         deliveries.hold(delivery)
         if not queues:
             error = routed.error

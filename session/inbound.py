@@ -197,8 +197,17 @@ class Inbound:
             link.largest = size
         return None
 
-    def route(self, link: IncomingLink, token: object, copies: int) -> tuple[Unconfirmed, bool]:
-        """The delivery goes to ``copies`` queues; True if reads must pause now."""
+    def route(
+        self, link: IncomingLink, token: object, copies: int, size: int
+    ) -> tuple[Unconfirmed, bool]:
+        """The delivery of ``size`` bytes goes to ``copies`` queues; True if reads must pause
+        now. Each queue counts its copy's bytes in the budget, so what one credit of the link
+        may cost is the size times the copies: a renewal sized by the size alone let a
+        publisher to a fanout of 50 queues take the budget 50 times past its headroom
+        (adversary seed 64101)."""
+        cost = size * copies
+        if cost > link.largest:
+            link.largest = cost
         pending = Unconfirmed(token, self, link, copies)
         return pending, bool(copies) and self.account.borrow(copies)
 

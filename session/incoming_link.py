@@ -59,7 +59,7 @@ class IncomingLink:
         self.arriving = False
         # Bytes of that delivery received so far.
         self.unfinished = 0
-        # The largest whole message received: what one credit may cost the budget.
+        # The most one whole message received cost the budget: its size times its copies.
         self.largest = 0
         # Publishing to queues that hold the budget while it is exhausted: no new credit.
         self.held = False

@@ -365,7 +365,7 @@ def test_the_last_copy_settles_and_a_rejection_wins() -> None:
     inbound = Inbound(flow, Account(limit=3))
     link = inbound.attach()
     assert inbound.receive(link, 10, aborted=False) is None
-    pending, pause = inbound.route(link, "token", 3)
+    pending, pause = inbound.route(link, "token", 3, 10)
     assert pause, "three copies reach the account's limit of 3"
     assert pending.token == "token"
     rejected = ResourceLimitExceeded("full")
@@ -382,11 +382,30 @@ def test_renewals_are_backed_by_the_budgets_headroom() -> None:
     link = inbound.attach()
     for _ in range(4):
         assert inbound.receive(link, 900, aborted=False) is None
-        pending, _ = inbound.route(link, None, 1)
+        pending, _ = inbound.route(link, None, 1, 900)
         inbound.confirm(pending)
     out = flow.flush(7_300, 0, _nothing)
     assert out is not None
     # 2,700 bytes of headroom back three messages of the 900 bytes this link sends.
+    assert out.grants == [(link, 3)]
+
+
+def test_a_renewal_is_backed_for_every_copy_its_messages_make() -> None:
+    """Adversary seed 64101: each queue a message is routed to counts its copy in the budget,
+    so a publisher to a fanout of 50 queues, its credit sized by one copy, took the budget
+    past its ceiling and every publisher waited. A credit now costs the size times the copies."""
+    flow = _flow(budget=100_000)
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
+    for _ in range(4):
+        assert inbound.receive(link, 100, aborted=False) is None
+        pending, _ = inbound.route(link, None, 50, 100)
+        for _ in range(50):
+            inbound.confirm(pending)
+    assert link.largest == 5_000
+    out = flow.flush(85_000, 0, _nothing)
+    assert out is not None
+    # 15,000 bytes of headroom back three messages of 50 copies of 100 bytes, not 150.
     assert out.grants == [(link, 3)]
 
 
@@ -407,7 +426,7 @@ def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_
     # The prober spends its credit and gets more from the margin above the limit.
     for _ in range(4):
         assert modest.receive(prober, 100, aborted=False) is None
-        pending, _ = modest.route(prober, None, 1)
+        pending, _ = modest.route(prober, None, 1, 100)
         modest.confirm(pending)
     out = flow.flush(10_000, 0, weights.__getitem__)
     assert out is not None
@@ -603,7 +622,7 @@ class InboundMachine(RuleBasedStateMachine):
             return
         message = self.next_message
         self.next_message += 1
-        pending, pause = inbound.route(link, message, len(publisher.targets))
+        pending, pause = inbound.route(link, message, len(publisher.targets), total)
         assert pause == inbound.account.paused or not pause
         self.unstored.extend(Copy(pending, q, total) for q in publisher.targets)
 
