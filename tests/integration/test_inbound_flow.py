@@ -393,6 +393,61 @@ def test_fan_out_charges_every_copy_and_debt_bounds_the_work_in_flight(
     assert all(server.queue(name).ready == accepted for name in queues)
 
 
+@pytest.mark.slow
+def test_a_publisher_to_a_wide_fanout_is_held_below_the_ceiling(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Adversary seeds 64101 and 64103: each of a fanout's queues counts its copy in the budget,
+    but the publisher's credit and its reads were charged for one. Its 170 credits of 10 KB to
+    10 queues are 17 MB, twice the 4 MiB margin of a 32 MiB budget: it took the budget past
+    the ceiling, where every publisher waits, for good since nobody consumes those queues. A
+    credit is now backed for every copy, and the copies are charged as they are routed, so the
+    publisher is held with the budget below its ceiling and the others go on."""
+    body = 10_000
+    budget = 32 * MiB
+    server = make_server(memory_budget=budget)
+    queues = [f"wide-{i}" for i in range(10)]
+
+    def declare() -> None:
+        registry = server.server.registry
+        registry.declare_exchange("wide", "fanout")
+        for name in queues:
+            registry.declare_queue(name)
+            registry.bind("wide", name)
+
+    server.call(declare)
+    fanning = Flood(server.url, ["/exchanges/wide"], body_size=body)
+    fanning.start()
+    try:
+        _wait_held(fanning)
+        stats = _budget(server)
+        assert stats.blocked
+        assert stats.used < stats.ceiling, "the fanout's publisher stopped short of the ceiling"
+        (link,) = _links(server).values()
+        assert link.held
+        # Another publisher, whose messages are consumed, goes on through the margin.
+        polite = Flood(server.url, ["polite"], body_size=100)
+        consumer = SlowConsumer(server.url, "polite", 100, credit=100, rate=None)
+        consumer.start()
+        polite.start()
+        wait_until(lambda: len(polite.accepted) >= 500, timeout=60)
+        polite.stop()
+        consumer.stop()
+        # Consumed, the fanout's queues let the budget go and its publisher ends: every
+        # message it was told was accepted is in each of them.
+        fanning.stopping.set()
+        drains = [SlowConsumer(server.url, name, body, credit=500, rate=None) for name in queues]
+        for drain in drains:
+            drain.start()
+        wait_until(lambda: fanning.outstanding == 0, timeout=60)
+    finally:
+        fanning.stop()
+    wait_until(lambda: all(len(d.received) == len(fanning.accepted) for d in drains), timeout=60)
+    for drain in drains:
+        drain.stop()
+    assert all(sorted(d.received) == sorted(fanning.accepted) for d in drains)
+
+
 def test_reject_publish_refuses_only_that_queues_messages(
     make_server: Callable[..., RunningServer],
 ) -> None:
