@@ -29,6 +29,7 @@ from sluicegate.gateway.queue_homes_file import HomesFile
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
+from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import NotFound, ResourceDeleted
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
@@ -44,12 +45,21 @@ from sluicegate.session.channel.frames import (
     Deliveries,
     Error,
     Frame,
+    Letters,
     Publish,
     Topology,
 )
 from sluicegate.session.channel.owner import Owner
 from sluicegate.session.channel.queries import Asked, Figures, Reads
-from sluicegate.session.channel.remote import OUTCOMES, SETTLED, Remote, RemoteQueue, owner_error
+from sluicegate.session.channel.remote import (
+    OUTCOMES,
+    SETTLED,
+    DebtOf,
+    Remote,
+    RemoteQueue,
+    owner_error,
+)
+from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.decoding import decode
@@ -155,10 +165,14 @@ class Peers:
         max_queue_credit: int,
         filter_views: ViewCache,
         vhosts: RuntimeVhostCopies,
+        debt_of: DebtOf,
+        hold: Callable[[DeadLetterDebt], None],
     ) -> None:
         """Start serving the channels the worker was forked with, and take new ones;
         ``filter_views`` is what the worker's consumer filters decode messages through,
-        ``vhosts`` its virtual hosts created at run time."""
+        ``vhosts`` its virtual hosts created at run time; ``debt_of`` finds a consumer's
+        connection's dead-letter debt, which the letters its outcomes make on another worker
+        are charged to, and ``hold`` applies a debt's changed hold (gateway/sending.py)."""
         self.tenancy = tenancy
         self.container = container
         self.durability = durability
@@ -172,8 +186,10 @@ class Peers:
         self.max_queue_credit = max_queue_credit
         self.filter_views = filter_views
         self.vhosts = vhosts
+        self._hold = hold
         for remote in self.remotes.values():
             remote.max_filter_set_size = max_message_size
+            remote.debt_of = debt_of
         for peer, sock in sorted(self.spec.channels.items()):
             self.open(peer, sock)
         self.spec.channels = {}
@@ -201,6 +217,7 @@ class Peers:
             self._used,
             views=self.filter_views,
             clock=self.tenancy.default.registry.clock,
+            routers=self._router,
         )
         self.remotes[peer].opened()
         channel = self.sockets[peer]
@@ -216,7 +233,10 @@ class Peers:
         if owner is not None:
             self._route(owner.close())
             self._left(owner)
-        keys, tokens = self.remotes[peer].lost()
+        remote = self.remotes[peer]
+        keys, tokens = remote.lost()
+        for debt in remote.forgive():
+            self._hold(debt)
         self._gathered()
         gone = ResourceDeleted(f"worker {peer}, where the queue lives, ended; attach again")
         for key in keys:
@@ -337,6 +357,10 @@ class Peers:
             self.apply(cast(Topology, frame))
         elif kind is Answer:
             remote.answered(cast(Answer, frame))
+        elif kind is Letters:
+            debt = remote.letters(cast(Letters, frame))
+            if debt is not None:
+                self._hold(debt)
         else:
             owner = self.owners[peer]
             frames, local = owner.receive(frame)
@@ -355,6 +379,11 @@ class Peers:
             found = self.tenancy.vhosts.get(vhost)
             if found is not None and found.registry.get(queue.name) is queue:
                 self._consumer_left(found.registry, queue)
+
+    def _router(self, vhost: str) -> DeadLetterRouter | None:
+        """Where the letters of a remote consumer's settlement in ``vhost`` go."""
+        found = self.tenancy.vhosts.get(vhost)
+        return None if found is None else found.registry.dead_letter_router
 
     def _used(self, vhost: str, name: str) -> None:
         """A client of another worker used a queue here: its x-expires countdown restarts."""

@@ -30,6 +30,7 @@ from sluicegate.session.channel.frames import (
     Error,
     Frame,
     Kind,
+    Letters,
     Publish,
     Query,
     QueryOp,
@@ -92,6 +93,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Publish, U64, NAMES, NAMES, NAMES, NAMES, PAYLOADS),
     confirms(),
     st.builds(Error, U32, NAMES, NAMES),
+    st.builds(Letters, U32, U64),
     st.builds(Topology, NAMES, PAYLOADS),
     st.builds(Query, U32, st.sampled_from(QueryOp), NAMES, NAMES),
     st.builds(
