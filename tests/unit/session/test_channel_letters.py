@@ -143,7 +143,8 @@ def test_a_remote_queues_letters_hold_the_consumer_until_they_are_stored() -> No
     assert (pair.debt.debt, pair.debt.held, pair.link.held) == (0, False, False)
     for name in FAN_OUT:
         fanned = pair.registry.get(name)
-        assert fanned is not None and fanned.statistics().ready == LIMIT
+        assert fanned is not None
+        assert fanned.statistics().ready == LIMIT
     assert len(pair.received) == 12
     assert queue.statistics().ready == before - 10
 
