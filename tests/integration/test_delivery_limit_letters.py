@@ -4,9 +4,10 @@
 A consumer takes 1,000 deliveries of a queue with ``x-delivery-limit`` 1 that dead-letters into
 a fanout bound to 20 queues, settles none, and drops its socket, twice. Every delivery comes
 back a failed attempt, the second time past its limit: 1,000 letters of 20 copies each, some
-80 MB of copies against a 16 MiB budget, and no consumer left to charge them to (its link and connection are gone). They
-are the budget's: copies are made only within its room, the rest wait with their messages held
-in place, counted, and a prober publishing and consuming on its own queue is served all along.
+80 MB of copies against a 16 MiB budget, and no consumer left to charge them to (its link and
+connection are gone). They are the budget's: copies are made only within its room, the rest
+wait with their messages held in place, counted, and a prober publishing and consuming on its
+own queue is served all along.
 Measured: 134 letters stored (the budget's 16,769,853 bytes held of 16,777,216), 866 waiting,
 the prober's worst round 0.5 s on a machine at load 12.
 """
