@@ -301,6 +301,10 @@ class Remote:
         if held is None:
             return None
         self.ids.pop(held[0], None)
+        owed = self.owed.get(consumer)
+        if owed is not None and not owed.units:
+            # No Detach follows, so no last report: what it owes from here is not charged.
+            del self.owed[consumer]
         return held[0]
 
     def confirmed(self, frame: Confirm) -> list[object]:

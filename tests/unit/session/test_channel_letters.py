@@ -19,6 +19,7 @@ from sluicegate.session.channel.frames import (
     Attached,
     CreditReply,
     Deliveries,
+    Error,
     Frame,
     Letters,
 )
@@ -191,3 +192,16 @@ def test_letters_of_a_channel_that_ended_are_forgiven() -> None:
     assert debts == [pair.debt]
     apply_hold(pair.debt)
     assert (pair.debt.debt, pair.debt.held, pair.link.held) == (0, False, False)
+
+
+def test_a_consumer_the_owner_ends_owing_nothing_is_forgotten() -> None:
+    pair = Pair()
+    pair.registry.delete_exchange("fan")
+    pair.publish(2)
+    pair.grant(2)
+    pair.reject(1)
+    pair.store_letters()
+    assert list(pair.remote.owed) == [1]
+    # The owner ends the consumer (its lock expired, say): no Detach, so no last report.
+    assert pair.remote.refused(Error(1, "amqp:resource-deleted", "gone")) is pair.link
+    assert pair.remote.owed == {}
