@@ -6,7 +6,9 @@ consumer's credit (``QueueEnd``), encodes it and writes it with one ``sendmsg``;
 side reads it into its buffer, decodes it (one copy of each payload) and checks it against the
 credit (``SessionEnd``). CPU time is the process's, so the figure is both ends' work together;
 it is what a cross-worker delivery adds to a local one, before the session and the writer,
-which a local delivery pays too. Prints a Markdown table.
+which a local delivery pays too. Prints a Markdown table. ``--pinned`` measures whole servers
+instead, a publisher and a consumer pinned to one worker and the queue on the other
+(bench/pinned_cost.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
+from bench import pinned_cost
 from sluicegate.session.channel.codec import FRAME_OVERHEAD, FrameReader, encode
 from sluicegate.session.channel.ends import QueueEnd, SessionEnd
 from sluicegate.session.channel.frames import Credit, CreditReply, Deliveries
@@ -71,7 +74,17 @@ def crossing_cpu(batch: int, size: int, messages: int) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.channel_cost", description=__doc__)
     parser.add_argument("--messages", type=int, default=50_000, help="messages per row")
+    parser.add_argument(
+        "--pinned",
+        action="store_true",
+        help="instead: whole servers' CPU per message, local and across workers "
+        "(bench/pinned_cost.py)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--pinned: runs per case")
     args = parser.parse_args(argv)
+    if args.pinned:
+        print("\n".join(pinned_cost.report(args.messages, args.rounds)))
+        return 0
     print("| batch | body bytes | CPU µs per message, both ends |")
     print("|---:|---:|---:|")
     for batch in BATCHES:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Mapping
+from itertools import count
 from typing import Final, Protocol, cast
 
 from proton import Event, Handler
@@ -37,6 +38,7 @@ from sluicegate.queues.queue_type import CreditReply as QueueReply
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import FRAME_OVERHEAD, ChannelError, FrameReader, encode
+from sluicegate.session.channel.ends import Confirms
 from sluicegate.session.channel.frames import (
     Answer,
     Attached,
@@ -47,6 +49,7 @@ from sluicegate.session.channel.frames import (
     Frame,
     Letters,
     Publish,
+    Settled,
     Topology,
 )
 from sluicegate.session.channel.owner import Owner
@@ -64,7 +67,6 @@ from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.decoding import decode
 from sluicegate.wire.encoding import encode as encode_value
-from sluicegate.wire.envelope import read_envelope
 from sluicegate.wire.errors import AmqpError
 
 log = logging.getLogger("sluicegate.peers")
@@ -142,7 +144,7 @@ class Peers:
         self.owners: dict[int, Owner] = {}
         self.sockets: dict[int, ChannelSocket] = {}
         # Confirms of other workers' publishes, framed in runs at the flush.
-        self._confirms: dict[int, list[Confirm]] = {}
+        self._confirms: dict[int, Confirms] = {}
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
         # Management requests waiting for owners' answers, one per request.
@@ -189,6 +191,7 @@ class Peers:
         self._hold = hold
         for remote in self.remotes.values():
             remote.max_filter_set_size = max_message_size
+            remote.max_publish_size = max_message_size
             remote.debt_of = debt_of
         for peer, sock in sorted(self.spec.channels.items()):
             self.open(peer, sock)
@@ -219,6 +222,7 @@ class Peers:
             clock=self.tenancy.default.registry.clock,
             routers=self._router,
         )
+        self._confirms[peer] = Confirms()
         self.remotes[peer].opened()
         channel = self.sockets[peer]
         for frame in self._snapshot():
@@ -405,10 +409,8 @@ class Peers:
                 for frame in remote.outgoing:
                     channel.send(encode(frame))
                 remote.outgoing.clear()
-            confirms = self._confirms.pop(peer, None)
-            if confirms:
-                for frame in _runs(confirms):
-                    channel.send(encode(frame))
+            for frame in self._confirms[peer].take():
+                channel.send(encode(frame))
             channel.pause(paused)
             if channel.output:
                 channel.flush()
@@ -416,63 +418,62 @@ class Peers:
     # -- publishes from other workers -----------------------------------------------------
 
     def _store(self, peer: int, frame: Publish) -> None:
-        """Store another worker's publish in a queue here; confirmed once stored."""
-        pending = ChannelPublish(peer, frame.publish, self)
+        """Store another worker's run of publishes in a queue here; each is confirmed once
+        stored. Their envelopes were read where they were published (``frame.stamps``)."""
+        confirms = self._confirms[peer]
+        first = frame.publish
         vhost = self.tenancy.vhosts.get(frame.vhost)
         queue = None if vhost is None else self._find(frame.vhost, frame.queue)
         if vhost is None or queue is None:
             # As a message routed to a queue deleted meanwhile: released.
-            self.confirmed(pending, Outcome.RELEASED, None)
-            return
-        router = vhost.router
-        try:
-            envelope = read_envelope(
-                frame.payload,
-                router.max_application_properties_size,
-                router.max_message_annotations_size,
-            )
-        except AmqpError as error:
-            self.confirmed(pending, Outcome.REJECTED, error)
+            for publish in range(first, first + len(frame.payloads)):
+                confirms.add(publish, Settled.RELEASED)
             return
         registry = vhost.registry
-        message = Message(
-            frame.payload,
-            envelope.header.delivery_count,
-            expires=envelope.expires(registry.clock.now),
-            exchange=frame.exchange,
-            routing_key=frame.routing_key,
-            header=envelope.header,
-        )
         durability = self.durability
-        if durability is not None and registry.persists(queue, message):
-            stored = durability.persist(
-                logged_name(frame.vhost, queue.name), queue.as_stored(message), pending
+        exchange, routing_key = frame.exchange, frame.routing_key
+        dispatches: list[Dispatch] = []
+        for publish, payload, (expires, header, delivery_count) in zip(
+            count(first), frame.payloads, frame.stamps
+        ):
+            message = Message(
+                payload,
+                delivery_count,
+                expires=expires,
+                exchange=exchange,
+                routing_key=routing_key,
+                header=header,
             )
+            if durability is not None and registry.persists(queue, message):
+                pending = ChannelPublish(peer, publish, self)
+                stored = durability.persist(
+                    logged_name(frame.vhost, queue.name), queue.as_stored(message), pending
+                )
+                try:
+                    dispatches.extend(queue.enqueue(stored))
+                except AmqpError as error:
+                    durability.withdraw(stored)
+                    confirms.add(publish, Settled.REJECTED, error.condition, str(error))
+                continue
             try:
-                self._route(queue.enqueue(stored))
+                dispatches.extend(queue.enqueue(message))
             except AmqpError as error:
-                durability.withdraw(stored)
-                self.confirmed(pending, Outcome.REJECTED, error)
-            return
-        try:
-            self._route(queue.enqueue(message))
-        except AmqpError as error:
-            self.confirmed(pending, Outcome.REJECTED, error)
-            return
-        self.confirmed(pending, Outcome.ACCEPTED, None)
+                confirms.add(publish, Settled.REJECTED, error.condition, str(error))
+                continue
+            confirms.add(publish, Settled.ACCEPTED)
+        if dispatches:
+            self._route(dispatches)
 
     def confirmed(self, pending: ChannelPublish, outcome: Outcome, error: AmqpError | None) -> None:
         """Another worker's publish is stored (or refused): its confirm goes at the flush."""
-        if pending.peer not in self.sockets:
-            return
-        confirm = Confirm(
-            pending.publish,
-            pending.publish,
-            SETTLED[outcome],
-            "" if error is None else error.condition,
-            "" if error is None else str(error),
-        )
-        self._confirms.setdefault(pending.peer, []).append(confirm)
+        confirms = self._confirms.get(pending.peer)
+        if confirms is not None:
+            confirms.add(
+                pending.publish,
+                SETTLED[outcome],
+                "" if error is None else error.condition,
+                "" if error is None else str(error),
+            )
 
     # -- topology -------------------------------------------------------------------------
 
@@ -597,24 +598,6 @@ def _users(value: Value) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(user, str) for user in value):
         raise TypeError("a virtual host's grants are a list of user names")
     return [str(user) for user in value]
-
-
-def _runs(confirms: list[Confirm]) -> list[Confirm]:
-    """Consecutive confirms of one outcome and no error, merged into one range each."""
-    merged: list[Confirm] = []
-    for frame in confirms:
-        last = merged[-1] if merged else None
-        if (
-            last is not None
-            and not frame.condition
-            and not last.condition
-            and last.outcome == frame.outcome
-            and last.last + 1 == frame.first
-        ):
-            merged[-1] = Confirm(last.first, frame.last, last.outcome)
-        else:
-            merged.append(frame)
-    return merged
 
 
 def _known(registry: QueueRegistry) -> list[list[Value]]:

@@ -20,12 +20,15 @@ from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
 
 # While blocked, the holds are decided again once the bytes held moved by this share of the
-# budget: often enough to follow consumers draining, rarely enough to stay O(1) per event.
+# margin above the limit: a publisher not yet weighed (a fresh link) adds at most a sixteenth of
+# the margin before it is, and the weighing stays O(1) per event averaged over what moved.
 RECLASSIFY_SHARE: Final = 16
 # A publisher holds the budget only if its queues hold at least this share of an even split of
-# the limit among the publishers that weigh anything: a quarter, so that a few publishers
+# the margin among the publishers that weigh anything: a quarter, so that a few publishers
 # piling up bytes are all holders, while one whose queue keeps a few messages is not made a
-# holder because nobody else publishing weighs anything (bytes left by publishers gone).
+# holder because nobody else publishing weighs anything (bytes left by publishers gone). Of
+# the margin, not the limit: the margin is what a publisher not held may fill, and a floor
+# above it let one publisher fill it to the ceiling unheld (adversary seeds 64000, 64001).
 HOLDER_SHARE: Final = 0.25
 
 
@@ -223,7 +226,7 @@ class InboundFlow:
                 or not was_blocked
                 or oldest is not self._oldest
                 or (budget.used >= budget.ceiling) != self._over_ceiling
-                or abs(budget.used - classified) * RECLASSIFY_SHARE >= budget.limit
+                or abs(budget.used - classified) * RECLASSIFY_SHARE >= budget.margin
             ):
                 out = self._classify(weigh)
         elif was_blocked:
@@ -269,7 +272,7 @@ class InboundFlow:
         """Decide again which links and connections the exhausted budget holds.
 
         A holder weighs at least half the mean of the positive weights and at least
-        :data:`HOLDER_SHARE` of an even share of the limit: when the bytes are held by nobody
+        :data:`HOLDER_SHARE` of an even share of the margin: when the bytes are held by nobody
         publishing now, the one small publisher left would otherwise be its own mean, and held.
         """
         budget = self.budget
@@ -279,7 +282,7 @@ class InboundFlow:
         weights = [weigh(link) for link in links]
         positive = [weight for weight in weights if weight > 0]
         mean = sum(positive) / len(positive) if positive else 0.0
-        floor = budget.limit * HOLDER_SHARE / len(positive) if positive else 0.0
+        floor = budget.margin * HOLDER_SHARE / len(positive) if positive else 0.0
         for link, weight in zip(links, weights, strict=True):
             was_held = link.held
             link.held = mean > 0 and 2 * weight >= mean and weight >= floor

@@ -73,6 +73,11 @@ class MemoryBudget:
         self.blocks = 0
 
     @property
+    def margin(self) -> int:
+        """The bytes above the limit that publishers not holding the budget may still add."""
+        return self.ceiling - self.limit
+
+    @property
     def current(self) -> int:
         """The bytes held now, counting what was read since the last update."""
         return self.used + self.reading

@@ -138,7 +138,7 @@ def header_from(value: Value) -> Header:
         raise DecodeError("the header section is not a list")
     fields = [*value, None, None, None, None, None][:5]
     durable, priority, ttl, first_acquirer, delivery_count = fields
-    return _shared_header(
+    return shared_header(
         _boolean("durable", durable),
         4 if priority is None else _unsigned("priority", priority, _UBYTE_MAX),
         None if ttl is None else _unsigned("ttl", ttl, _UINT_MAX),
@@ -148,7 +148,7 @@ def header_from(value: Value) -> Header:
 
 
 @lru_cache(maxsize=1024)
-def _shared_header(
+def shared_header(
     durable: bool, priority: int, ttl: int | None, first_acquirer: bool, delivery_count: int
 ) -> Header:
     """One object for equal headers: every message keeps its header, and most are alike."""

@@ -35,8 +35,10 @@ from sluicegate.session.channel.frames import (
     QueryOp,
     Settle,
     Settled,
+    Stamp,
     Topology,
 )
+from sluicegate.wire.sections import shared_header
 
 # The frame header: the size of the rest, then the kind.
 _HEAD: Final = struct.Struct("<IB")
@@ -49,7 +51,12 @@ _CREDIT: Final = struct.Struct("<IIIB")
 _REPLY: Final = struct.Struct("<IIIQB")
 _DELIVERIES: Final = struct.Struct("<II")
 _SETTLE: Final = struct.Struct("<IBBI")
-_PUBLISH: Final = struct.Struct("<Q")
+_PUBLISH: Final = struct.Struct("<QI")
+# Per published message: its size, expiry, header (ttl, delivery-count, priority) and own
+# delivery-count, and the flags below.
+_STAMP: Final = struct.Struct("<IqIIIBB")
+# Bytes each published message adds to its frame beyond its payload.
+STAMP_SIZE: Final = _STAMP.size
 _CONFIRM: Final = struct.Struct("<QQB")
 _QUERY: Final = struct.Struct("<IB")
 _ANSWER: Final = struct.Struct(f"<IBQ{ANSWER_COUNTS}q")
@@ -60,6 +67,10 @@ _ECHO: Final = 2
 _FAILED: Final = 1
 _UNDELIVERABLE: Final = 2
 _ANNOTATED: Final = 4
+_DURABLE: Final = 1
+_FIRST_ACQUIRER: Final = 2
+_TTL: Final = 4
+_EXPIRES: Final = 8
 # Bytes a frame adds around the payloads it carries, beyond their table: a DELIVERIES or PUBLISH
 # frame with a 255-character vhost, queue, exchange and routing key stays under it.
 FRAME_OVERHEAD: Final = 2048
@@ -119,15 +130,37 @@ def encode(frame: Frame) -> list[bytes]:
             body.extend(_blob(frame.annotations))
         return _frame(Kind.SETTLE, body)
     if type(frame) is Publish:
+        count = len(frame.payloads)
+        if count != len(frame.stamps):
+            raise ValueError("a published message needs one stamp and one payload")
+        pack = _STAMP.pack
+        table = b"".join(
+            pack(
+                len(payload),
+                0 if expires is None else expires,
+                header.ttl or 0,
+                header.delivery_count,
+                delivery_count,
+                header.priority,
+                (_DURABLE if header.durable else 0)
+                | (_FIRST_ACQUIRER if header.first_acquirer else 0)
+                | (0 if header.ttl is None else _TTL)
+                | (0 if expires is None else _EXPIRES),
+            )
+            for payload, (expires, header, delivery_count) in zip(
+                frame.payloads, frame.stamps, strict=True
+            )
+        )
         return _frame(
             Kind.PUBLISH,
             [
-                _PUBLISH.pack(frame.publish),
+                _PUBLISH.pack(frame.publish, count),
                 *_text(frame.vhost),
                 *_text(frame.queue),
                 *_text(frame.exchange),
                 *_text(frame.routing_key),
-                *_blob(frame.payload),
+                table,
+                *frame.payloads,
             ],
         )
     if type(frame) is Confirm:
@@ -229,6 +262,36 @@ def _count(body: _Body, count: int, width: int) -> int:
     return count
 
 
+def _publish(body: _Body) -> Publish:
+    """A PUBLISH frame's run of messages: its names once, a table of stamps, the payloads."""
+    publish, count = body.take(_PUBLISH)
+    vhost, queue, exchange, routing_key = body.text(), body.text(), body.text(), body.text()
+    _count(body, count, _STAMP.size)
+    at = body.at
+    table_end = at + count * _STAMP.size
+    sizes: list[int] = []
+    stamps: list[Stamp] = []
+    for size, expires, ttl, header_count, delivery_count, priority, flags in _STAMP.iter_unpack(
+        body.data[at:table_end]
+    ):
+        sizes.append(size)
+        header = shared_header(
+            bool(flags & _DURABLE),
+            priority,
+            ttl if flags & _TTL else None,
+            bool(flags & _FIRST_ACQUIRER),
+            header_count,
+        )
+        stamps.append((expires if flags & _EXPIRES else None, header, delivery_count))
+    offsets = list(accumulate(sizes, initial=table_end))
+    if offsets[-1] > body.end:
+        raise ChannelError("a frame ends inside its fields")
+    view = body.data
+    payloads = [view[start:end].tobytes() for start, end in pairwise(offsets)]
+    body.at = offsets[-1]
+    return Publish(publish, vhost, queue, exchange, routing_key, payloads, stamps)
+
+
 def decode(kind: int, data: memoryview) -> Frame:
     """One frame from its kind and body (what follows the kind byte)."""
     body = _Body(data)
@@ -270,8 +333,7 @@ def decode(kind: int, data: memoryview) -> Frame:
             annotations,
         )
     elif kind == Kind.PUBLISH:
-        (publish,) = body.take(_PUBLISH)
-        frame = Publish(publish, body.text(), body.text(), body.text(), body.text(), body.blob())
+        frame = _publish(body)
     elif kind == Kind.CONFIRM:
         first, last, outcome = body.take(_CONFIRM)
         if first > last:

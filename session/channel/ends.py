@@ -12,10 +12,11 @@ settlement names no more deliveries than the consumer holds. A peer that breaks 
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Generic, TypeVar
 
 from sluicegate.session.channel.codec import ChannelError
-from sluicegate.session.channel.frames import Confirm, Credit, CreditReply, Settle
+from sluicegate.session.channel.frames import Confirm, Credit, CreditReply, Settle, Settled
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd, serial_diff
 
 T = TypeVar("T")
@@ -149,7 +150,7 @@ class QueueEnd:
                 f"{self.unsettled} unsettled"
             )
         self.unsettled -= total
-        return [seq for first, last in settle.ranges for seq in range(first, last + 1)]
+        return list(chain.from_iterable(range(first, last + 1) for first, last in settle.ranges))
 
 
 class Publishes(Generic[T]):
@@ -189,3 +190,49 @@ class Publishes(Generic[T]):
         waiting = list(self.unconfirmed.values())
         self.unconfirmed.clear()
         return waiting
+
+
+class Confirms:
+    """The confirms an owner owes one channel until its flush, merged as they come: a run of
+    consecutive ids of one outcome and no error is one :class:`Confirm`, so a flush's publishes
+    stored in order cost one frame, however many there were. A refusal with an error is a
+    frame of its own (its condition and description are for that message alone)."""
+
+    __slots__ = ("first", "frames", "last", "outcome")
+
+    def __init__(self) -> None:
+        self.frames: list[Confirm] = []
+        # The run being extended (first > last: none).
+        self.first = 1
+        self.last = 0
+        self.outcome = Settled.ACCEPTED
+
+    def add(
+        self, publish: int, outcome: Settled, condition: str = "", description: str = ""
+    ) -> None:
+        """Publish ``publish`` is stored (or refused with ``condition``)."""
+        if not condition and outcome is self.outcome and publish == self.last + 1:
+            if self.first > self.last:
+                self.first = publish
+            self.last = publish
+            return
+        self._close()
+        if condition:
+            self.frames.append(Confirm(publish, publish, outcome, condition, description))
+            # The next id may start a run, after this frame.
+            self.first, self.last = publish + 1, publish
+        else:
+            self.first = self.last = publish
+            self.outcome = outcome
+
+    def take(self) -> list[Confirm]:
+        """The frames owed, in order; none owed afterwards."""
+        self._close()
+        frames, self.frames = self.frames, []
+        return frames
+
+    def _close(self) -> None:
+        if self.first <= self.last:
+            self.frames.append(Confirm(self.first, self.last, self.outcome))
+            # An empty run that a publish of the next id extends.
+            self.first = self.last + 1

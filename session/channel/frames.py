@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from sluicegate.wire.sections import Header
+
 # How many counts an :class:`Answer` carries: QueueStatistics's fields after its name.
 ANSWER_COUNTS: Final = 19
 
@@ -145,17 +147,29 @@ class Settle:
     annotations: bytes | None = None
 
 
+# What the publishing worker read of a message's envelope, so that its owner need not read it
+# again: when it expires (None: never), its header, and its delivery-count.
+Stamp: TypeAlias = tuple[int | None, Header, int]
+
+
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """A message for a queue the receiving worker owns; :class:`Confirm` answers it once the
-    owner has stored it (the publisher's credit is renewed only then)."""
+    """Messages for a queue the receiving worker owns, published with one exchange and routing
+    key, with the ids ``publish``, ``publish + 1``, ...; :class:`Confirm` answers each once the
+    owner has stored it (the publisher's credit is renewed only then).
+
+    One frame carries a flush's run of such messages (``Remote.publish`` extends the last frame
+    while it is still unsent), so the names cross and are read once per run, not per message.
+    ``stamps`` are the envelopes as the publishing worker read them, one per payload.
+    """
 
     publish: int
     vhost: str
     queue: str
     exchange: str
     routing_key: str
-    payload: bytes
+    payloads: list[bytes]
+    stamps: list[Stamp]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +260,11 @@ Frame: TypeAlias = (
 def ranges_of(seqs: list[int]) -> tuple[tuple[int, int], ...]:
     """Sorted, merged inclusive ranges of sequence numbers: a client settles runs of deliveries,
     and a run of any length crosses as two integers."""
+    if seqs:
+        first, last = seqs[0], seqs[-1]
+        # The common case, one run settled in order, checked in one C-level comparison.
+        if last - first == len(seqs) - 1 and seqs == list(range(first, last + 1)):
+            return ((first, last),)
     out: list[tuple[int, int]] = []
     for seq in sorted(seqs):
         if out and seq <= out[-1][1] + 1:

@@ -41,6 +41,7 @@ from sluicegate.queues.queue_type import (
 )
 from sluicegate.queues.storage import QueueStore
 from sluicegate.session.channel import frames
+from sluicegate.session.channel.codec import STAMP_SIZE
 from sluicegate.session.channel.ends import Publishes, SessionEnd
 from sluicegate.session.channel.filter_sets import encode_filter_set
 from sluicegate.session.channel.frames import (
@@ -57,6 +58,7 @@ from sluicegate.session.channel.frames import (
     QueryOp,
     Settle,
     Settled,
+    Stamp,
     ranges_of,
 )
 from sluicegate.session.channel.queries import (
@@ -143,7 +145,13 @@ class Remote:
         # The largest filter set a consumer's ATTACH carries: the channel's frames hold a
         # message as large as the server takes, so a set as large crosses too.
         self.max_filter_set_size = max_filter_set_size
+        # The largest run of publishes one frame carries (payloads and stamps): the gateway
+        # sets the server's largest message, so a frame never exceeds what a reader takes.
+        self.max_publish_size = max_filter_set_size
         self.outgoing: list[Frame] = []
+        # The PUBLISH frame publishes join while it is the last of ``outgoing``, and its bytes.
+        self._run: Publish | None = None
+        self._run_size = 0
         self.consumers: dict[int, tuple[ConsumerKey, SessionEnd]] = {}
         self.ids: dict[ConsumerKey, int] = {}
         self.next_consumer = 1
@@ -211,20 +219,45 @@ class Remote:
         _, end = self.consumers.pop(consumer)
         self.outgoing.append(Detach(consumer, end.delivery_count, tuple(unsent)))
 
-    def publish(self, token: object, publish: Publish) -> bool:
-        """Send a message to a queue there; False (nothing sent) while the channel is down."""
+    def publish(
+        self,
+        token: object,
+        vhost: str,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        payload: bytes,
+        stamp: Stamp,
+    ) -> bool:
+        """Send a message to a queue there; False (nothing sent) while the channel is down.
+
+        It joins the last frame to send when that is a run to the same queue, exchange and
+        routing key with room for it (at most :attr:`max_publish_size` bytes: a frame the
+        owner's reader takes), so a flush's publishes cross as few frames.
+        """
         if not self.up:
             return False
-        self.outgoing.append(
-            Publish(
-                self.publishes.sent(token),
-                publish.vhost,
-                publish.queue,
-                publish.exchange,
-                publish.routing_key,
-                publish.payload,
-            )
-        )
+        publish = self.publishes.sent(token)
+        outgoing = self.outgoing
+        run = self._run
+        size = len(payload) + STAMP_SIZE
+        if (
+            run is not None
+            and outgoing
+            and outgoing[-1] is run
+            and run.queue == queue
+            and run.routing_key == routing_key
+            and run.exchange == exchange
+            and run.vhost == vhost
+            and self._run_size + size <= self.max_publish_size
+        ):
+            run.payloads.append(payload)
+            run.stamps.append(stamp)
+            self._run_size += size
+            return True
+        run = self._run = Publish(publish, vhost, queue, exchange, routing_key, [payload], [stamp])
+        self._run_size = size
+        outgoing.append(run)
         return True
 
     def ask(self, op: QueryOp, vhost: str, queue: str) -> Asked:
@@ -406,9 +439,12 @@ class RemoteQueue:
         False while the home worker is down."""
         return self.remote.publish(
             token,
-            Publish(
-                0, self.vhost, self.name, message.exchange, message.routing_key, message.read()
-            ),
+            self.vhost,
+            self.name,
+            message.exchange,
+            message.routing_key,
+            message.read(),
+            (message.expires, message.read_header(), message.delivery_count),
         )
 
     def settle(

@@ -39,6 +39,7 @@ from sluicegate.session.channel.frames import (
     Topology,
     ranges_of,
 )
+from sluicegate.wire.sections import DEFAULT_HEADER, Header
 
 U32 = st.integers(0, 2**32 - 1)
 U64 = st.integers(0, 2**64 - 1)
@@ -66,6 +67,25 @@ def settles(draw: st.DrawFn) -> Settle:
     )
 
 
+HEADERS = st.builds(
+    Header,
+    st.booleans(),
+    st.integers(0, 255),
+    st.none() | U32,
+    st.booleans(),
+    U32,
+)
+STAMPS = st.tuples(st.none() | st.integers(-(2**63), 2**63 - 1), HEADERS, U32)
+
+
+@st.composite
+def publishes(draw: st.DrawFn) -> Publish:
+    stamps = draw(st.lists(STAMPS, max_size=6))
+    payloads = draw(st.lists(PAYLOADS, min_size=len(stamps), max_size=len(stamps)))
+    vhost, queue, exchange, routing_key = (draw(NAMES) for _ in range(4))
+    return Publish(draw(U64), vhost, queue, exchange, routing_key, payloads, stamps)
+
+
 @st.composite
 def confirms(draw: st.DrawFn) -> Confirm:
     first = draw(U64)
@@ -90,7 +110,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(CreditReply, U32, U32, U32, U64, st.booleans(), st.booleans()),
     deliveries(),
     settles(),
-    st.builds(Publish, U64, NAMES, NAMES, NAMES, NAMES, PAYLOADS),
+    publishes(),
     confirms(),
     st.builds(Error, U32, NAMES, NAMES),
     st.builds(Letters, U32, U64),
@@ -169,6 +189,16 @@ def test_a_payload_is_handed_to_the_socket_as_the_queue_holds_it() -> None:
 def test_ranges_merge_runs_and_keep_gaps() -> None:
     assert ranges_of([5, 1, 2, 3, 3, 9, 10]) == ((1, 3), (5, 5), (9, 10))
     assert ranges_of([]) == ()
+    assert ranges_of([4, 5, 6]) == ((4, 6),)
+    assert ranges_of([4, 4, 6]) == ((4, 4), (6, 6))
+
+
+@given(st.lists(st.integers(0, 60), max_size=30))
+def test_ranges_name_each_sequence_number_once_sorted_and_merged(seqs: list[int]) -> None:
+    ranges = ranges_of(seqs)
+    assert [seq for first, last in ranges for seq in range(first, last + 1)] == sorted(set(seqs))
+    # Merged: no two ranges touch.
+    assert all(before[1] + 1 < after[0] for before, after in itertools.pairwise(ranges))
 
 
 def test_a_frame_announced_over_the_limit_ends_the_channel_before_its_bytes_are_kept() -> None:
@@ -178,13 +208,34 @@ def test_a_frame_announced_over_the_limit_ends_the_channel_before_its_bytes_are_
         reader.feed(head)
 
 
+def _publish(payloads: list[bytes]) -> Publish:
+    return Publish(1, "/", "q", "", "k", payloads, [(None, DEFAULT_HEADER, 0)] * len(payloads))
+
+
 def test_a_half_frame_waits_and_holds_only_its_bytes() -> None:
-    stream = b"".join(encode(Publish(1, "/", "q", "", "k", b"p" * 500)))
+    stream = b"".join(encode(_publish([b"p" * 500])))
     reader = FrameReader(MAX_FRAME)
     assert reader.feed(stream[:100]) == []
     assert reader.buffered == 100
-    assert reader.feed(stream[100:]) == [Publish(1, "/", "q", "", "k", b"p" * 500)]
+    assert reader.feed(stream[100:]) == [_publish([b"p" * 500])]
     assert reader.buffered == 0
+
+
+def test_a_run_of_publishes_reads_its_names_once_and_each_stamp_back() -> None:
+    header = Header(durable=True, priority=9, ttl=60_000, first_acquirer=True, delivery_count=2)
+    frame = Publish(7, "/", "q", "x", "k", [b"a", b"", b"ccc"], [
+        (None, DEFAULT_HEADER, 0), (1_700_000_000_000, header, 3), (0, header, 0)
+    ])  # fmt: skip
+    (back,) = FrameReader(MAX_FRAME).feed(b"".join(encode(frame)))
+    assert back == frame
+    # One pieces list: the head, four names (size and bytes), the table, then the payloads.
+    assert encode(frame)[-3:] == [b"a", b"", b"ccc"]
+
+
+def test_a_publish_counting_more_stamps_than_it_holds_ends_the_channel() -> None:
+    body = struct.pack("<QI", 1, 1_000_000) + b"\x00\x00" * 4
+    with pytest.raises(ChannelError, match="counts more"):
+        FrameReader(MAX_FRAME).feed(_raw(Kind.PUBLISH, body))
 
 
 def _raw(kind: int, body: bytes) -> bytes:

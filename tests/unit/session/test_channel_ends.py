@@ -4,12 +4,14 @@ gets (ChannelError, the channel ends), and what a consumer of a missing queue ge
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.channel.codec import ChannelError
-from sluicegate.session.channel.ends import Publishes, QueueEnd, SessionEnd
+from sluicegate.session.channel.ends import Confirms, Publishes, QueueEnd, SessionEnd
 from sluicegate.session.channel.frames import (
     Attach,
     Confirm,
@@ -147,3 +149,54 @@ def test_credit_counted_from_a_session_behind_counts_what_waits_in_it() -> None:
     ahead = SessionEnd(3)
     with pytest.raises(ValueError, match="credit counted from 9, ahead of the 0 seen"):
         ahead.request(1, False, False, delivery_count=9)
+
+
+# A publish's confirm as the owner makes it: its id, outcome, and an error condition or "".
+_CONFIRMED = st.tuples(
+    st.integers(1, 40), st.sampled_from(Settled), st.sampled_from(["", "amqp:x"])
+)
+
+
+@given(st.lists(st.lists(_CONFIRMED, max_size=12), max_size=4))
+def test_confirms_merged_into_runs_say_what_each_publish_got_in_order(
+    flushes: list[list[tuple[int, Settled, str]]],
+) -> None:
+    confirms = Confirms()
+    for added in flushes:
+        for publish, outcome, condition in added:
+            confirms.add(publish, outcome, condition, condition and "why")
+        frames = confirms.take()
+        expanded = [
+            (publish, frame.outcome, frame.condition)
+            for frame in frames
+            for publish in range(frame.first, frame.last + 1)
+        ]
+        assert expanded == added
+        # As few frames as there are breaks: an error, another outcome, an id out of turn.
+        breaks = sum(
+            1
+            for before, (publish, outcome, condition) in zip([None, *added], added, strict=False)
+            if before is None
+            or condition
+            or before[2]
+            or outcome is not before[1]
+            or publish != before[0] + 1
+        )
+        assert len(frames) == breaks
+        assert all(frame.first <= frame.last for frame in frames)
+    assert confirms.take() == []
+
+
+def test_a_flush_of_confirms_stored_in_order_is_one_frame() -> None:
+    confirms = Confirms()
+    for publish in range(5, 105):
+        confirms.add(publish, Settled.ACCEPTED)
+    assert confirms.take() == [Confirm(5, 104, Settled.ACCEPTED)]
+    confirms.add(105, Settled.ACCEPTED)
+    confirms.add(106, Settled.REJECTED, "amqp:resource-limit-exceeded", "full")
+    confirms.add(107, Settled.ACCEPTED)
+    assert confirms.take() == [
+        Confirm(105, 105, Settled.ACCEPTED),
+        Confirm(106, 106, Settled.REJECTED, "amqp:resource-limit-exceeded", "full"),
+        Confirm(107, 107, Settled.ACCEPTED),
+    ]

@@ -28,6 +28,7 @@ from sluicegate.session.channel.remote import Remote, RemoteQueue, WorkerDown
 from sluicegate.session.outbound import LinkFlow, Session, route
 from sluicegate.wire.amqp_types import Described
 from sluicegate.wire.encoding import encode as amqp
+from sluicegate.wire.sections import DEFAULT_HEADER
 from sluicegate.writer.writer import Writer
 
 MAX_FRAME = 1 << 20
@@ -186,10 +187,37 @@ def test_a_publish_is_confirmed_by_id_and_lost_ones_come_back_to_be_released() -
     remote.opened()
     assert queue.publish("first", message)
     assert queue.publish("second", message)
-    sent = [frame for frame in remote.outgoing if type(frame) is Publish]
-    assert [frame.publish for frame in sent] == [1, 2]
+    # One frame for the run, ids 1 and 2.
+    (sent,) = [frame for frame in remote.outgoing if type(frame) is Publish]
+    assert (sent.publish, sent.payloads) == (1, [b"x", b"x"])
     assert remote.confirmed(Confirm(1, 1, Settled.ACCEPTED)) == ["first"]
     assert remote.lost() == ([], ["second"])
+
+
+def test_publishes_share_a_frame_only_while_it_is_unsent_to_one_queue_and_within_the_limit() -> (
+    None
+):
+    remote = Remote(1, max_filter_set_size=100)
+    remote.opened()
+    here, there = RemoteQueue("q", "/", remote), RemoteQueue("r", "/", remote)
+    small, large = Message(b"s" * 10, routing_key="a"), Message(b"l" * 60, routing_key="a")
+    for queue, message in [(here, small), (here, small), (there, small), (here, small)]:
+        assert queue.publish(None, message)
+    assert here.publish(None, Message(b"s" * 10, routing_key="b"))
+    assert here.publish(None, large)
+    # Over the 100 bytes (payloads and their stamps) a frame may carry.
+    assert here.publish(None, large)
+    frames = [frame for frame in remote.outgoing if type(frame) is Publish]
+    runs = [(f.publish, f.queue, f.routing_key, len(f.payloads)) for f in frames]
+    assert runs == [(1, "q", "a", 2), (3, "r", "a", 1), (4, "q", "a", 1), (5, "q", "b", 1),
+                    (6, "q", "a", 1), (7, "q", "a", 1)]  # fmt: skip
+    assert frames[0].stamps == [(None, DEFAULT_HEADER, 0)] * 2
+    # Once the flush took them, a publish starts a frame of its own.
+    remote.outgoing.clear()
+    assert here.publish(None, large)
+    (alone,) = remote.outgoing
+    assert isinstance(alone, Publish)
+    assert alone.publish == 8
 
 
 def test_an_attach_while_the_home_worker_is_down_is_refused_cleanly() -> None:

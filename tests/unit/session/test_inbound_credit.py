@@ -425,7 +425,7 @@ def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_
 def test_a_small_publisher_is_no_holder_when_the_bytes_are_held_by_nobody_publishing() -> None:
     """Adversary seed 61024: the budget full of bytes no publisher weighs for (a publisher gone,
     its queue unconsumed), the prober's own small queue was the only positive weight, its own
-    mean, and it was held. A holder weighs at least a quarter of an even share of the limit."""
+    mean, and it was held. A holder weighs at least a quarter of an even share of the margin."""
     flow = _flow(budget=10_000)
     modest = Inbound(flow, Account())
     prober = modest.attach()
@@ -442,6 +442,30 @@ def test_a_small_publisher_is_no_holder_when_the_bytes_are_held_by_nobody_publis
     flow.flush(flow.budget.limit + flow.budget.limit // 8, 0, weights.__getitem__)
     flow.flush(flow.budget.limit, 0, weights.__getitem__)
     assert (prober.held, piler.held) == (True, True)
+
+
+def test_one_publisher_piling_up_in_the_margin_is_a_holder_before_it_reaches_the_ceiling() -> None:
+    """Adversary seeds 64000 and 64001: the budget full of letters in queues nobody consumes, a
+    fresh publisher's queue took 7 MB of the 8 MiB margin and it was no holder, since the floor
+    was a quarter of the limit (16 MiB); at the ceiling every publisher waited for good. The
+    floor is a share of the margin, and the holds are weighed again each sixteenth of it."""
+    flow = _flow(budget=10_000)
+    margin = flow.budget.margin
+    assert margin == 1_250
+    modest = Inbound(flow, Account())
+    prober = modest.attach()
+    greedy = Inbound(flow, Account())
+    weights = {prober: 40}
+    flow.flush(10_000, 0, weights.__getitem__)
+    assert flow.budget.blocked
+    assert not prober.held
+    piler = greedy.attach()
+    # It fills a third of the margin, moving the bytes held by more than a sixteenth of it.
+    weights[piler] = margin // 3
+    flow.flush(10_000 + margin // 3, 0, weights.__getitem__)
+    assert piler.held, "a publisher whose queue took a third of the margin holds the budget"
+    assert not prober.held
+    assert flow.budget.current < flow.budget.ceiling
 
 
 def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arriving() -> None:
