@@ -15,6 +15,7 @@ import random
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Final, TextIO
@@ -46,6 +47,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--steps-per-seed", type=int, default=STEPS_PER_SEED, metavar="N")
     parser.add_argument("--budget", default="64MiB", metavar="SIZE", help="--memory-budget")
     parser.add_argument("--prober-limit", type=float, default=1.0, metavar="S")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve with --workers N; most link steps aim at another worker's queue",
+    )
     parser.add_argument("--only", action="append", default=[], metavar="ACTION")
     parser.add_argument("--without", action="append", default=[], metavar="ACTION")
     parser.add_argument("--shrink-minutes", type=float, default=SHRINK_MINUTES, metavar="N")
@@ -80,7 +88,11 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
     except ValueError as error:
         say(f"python -m bench adversary: {error}")
         return 2
-    limits = Limits(budget=parse_size("--budget", args.budget), prober_s=args.prober_limit)
+    limits = Limits(
+        budget=parse_size("--budget", args.budget),
+        prober_s=args.prober_limit,
+        workers=args.workers,
+    )
     args.output.mkdir(parents=True, exist_ok=True)
 
     def report(seed: int | None, steps: list[plan.Step], result: Result) -> None:
@@ -92,7 +104,9 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
         shrunk, seen = shrink(steps, breach, limits, seconds=args.shrink_minutes * 60, log=say)
         name = f"breach-{seen.invariant}-seed{seed}-{int(time.time())}.json"
         path = args.output / name
-        plan.save(path, shrunk, seed=seed, budget=limits.budget, breach=str(seen))
+        plan.save(
+            path, shrunk, seed=seed, budget=limits.budget, workers=limits.workers, breach=str(seen)
+        )
         say(f"  reproduction ({len(shrunk)} steps, {seen}):")
         say(f"  python -m bench adversary --replay {path}")
         for step in shrunk:
@@ -113,12 +127,15 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
             steps, context = plan.load(args.replay)
             seed = context.get("seed")
             seed = seed if isinstance(seed, int) else None
+            workers = context.get("workers")
+            if isinstance(workers, int) and workers != limits.workers:
+                limits = replace(limits, workers=workers)
         else:
             if args.seed is None:
                 say("python -m bench adversary: --steps needs --seed")
                 return 2
             seed = args.seed
-            steps = plan.generate(seed, args.steps, weights)
+            steps = plan.generate(seed, args.steps, weights, limits.workers)
         started = time.monotonic()
         result = run(steps, limits, log=say)
         summary(seed, result, time.monotonic() - started)
@@ -128,11 +145,14 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
         return 0
 
     seed = args.seed if args.seed is not None else random.randrange(2**31)
-    say(f"adversary: first seed {seed}, {args.minutes:g} minutes, actions {sorted(weights)}")
+    say(
+        f"adversary: first seed {seed}, {args.minutes:g} minutes, {limits.workers} worker(s), "
+        f"actions {sorted(weights)}"
+    )
     end = time.monotonic() + args.minutes * 60
     breaches = 0
     while time.monotonic() < end:
-        steps = plan.generate(seed, args.steps_per_seed, weights)
+        steps = plan.generate(seed, args.steps_per_seed, weights, limits.workers)
         started = time.monotonic()
         try:
             result = run(steps, limits, until=end, log=say)

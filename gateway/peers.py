@@ -30,6 +30,7 @@ from sluicegate.gateway.queue_homes_file import HomesFile
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
+from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted, ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.message import Message
@@ -48,6 +49,7 @@ from sluicegate.session.channel.frames import (
     Deliveries,
     Error,
     Frame,
+    Letters,
     Publish,
     QueryOp,
     Settled,
@@ -55,7 +57,15 @@ from sluicegate.session.channel.frames import (
 )
 from sluicegate.session.channel.owner import Owner
 from sluicegate.session.channel.queries import Asked, Figures, Reads
-from sluicegate.session.channel.remote import OUTCOMES, SETTLED, Remote, RemoteQueue, owner_error
+from sluicegate.session.channel.remote import (
+    OUTCOMES,
+    SETTLED,
+    DebtOf,
+    Remote,
+    RemoteQueue,
+    owner_error,
+)
+from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.decoding import decode
@@ -206,10 +216,14 @@ class Peers:
         max_queue_credit: int,
         filter_views: ViewCache,
         vhosts: RuntimeVhostCopies,
+        debt_of: DebtOf,
+        hold: Callable[[DeadLetterDebt], None],
     ) -> None:
         """Start serving the channels the worker was forked with, and take new ones;
         ``filter_views`` is what the worker's consumer filters decode messages through,
-        ``vhosts`` its virtual hosts created at run time."""
+        ``vhosts`` its virtual hosts created at run time; ``debt_of`` finds a consumer's
+        connection's dead-letter debt, which the letters its outcomes make on another worker
+        are charged to, and ``hold`` applies a debt's changed hold (gateway/sending.py)."""
         self.tenancy = tenancy
         self.container = container
         self.durability = durability
@@ -223,9 +237,11 @@ class Peers:
         self.max_queue_credit = max_queue_credit
         self.filter_views = filter_views
         self.vhosts = vhosts
+        self._hold = hold
         for remote in self.remotes.values():
             remote.max_filter_set_size = max_message_size
             remote.max_publish_size = max_message_size
+            remote.debt_of = debt_of
         for peer, sock in sorted(self.spec.channels.items()):
             self.open(peer, sock)
         self.spec.channels = {}
@@ -255,6 +271,7 @@ class Peers:
             declare=lambda vhost, name, declaration: self._declare(peer, vhost, name, declaration),
             views=self.filter_views,
             clock=self.tenancy.default.registry.clock,
+            routers=self._router,
         )
         self._confirms[peer] = Confirms()
         self.remotes[peer].opened()
@@ -275,7 +292,10 @@ class Peers:
         if owner is not None:
             self._route(owner.close())
             self._left(owner)
-        keys, tokens = self.remotes[peer].lost()
+        remote = self.remotes[peer]
+        keys, tokens = remote.lost()
+        for debt in remote.forgive():
+            self._hold(debt)
         self._gathered()
         gone = ResourceDeleted(f"worker {peer}, where the queue lives, ended; attach again")
         for key in keys:
@@ -396,6 +416,10 @@ class Peers:
             self.apply(cast(Topology, frame))
         elif kind is Answer:
             remote.answered(cast(Answer, frame))
+        elif kind is Letters:
+            debt = remote.letters(cast(Letters, frame))
+            if debt is not None:
+                self._hold(debt)
         else:
             owner = self.owners[peer]
             frames, local = owner.receive(frame)
@@ -454,6 +478,11 @@ class Peers:
         count = registry.delete_queue(name)
         self._queue_deleted(registry, name)
         return 0 if stream else count
+
+    def _router(self, vhost: str) -> DeadLetterRouter | None:
+        """Where the letters of a remote consumer's settlement in ``vhost`` go."""
+        found = self.tenancy.vhosts.get(vhost)
+        return None if found is None else found.registry.dead_letter_router
 
     def _used(self, vhost: str, name: str) -> None:
         """A client of another worker used a queue here: its x-expires countdown restarts."""

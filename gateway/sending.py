@@ -17,7 +17,7 @@ from sluicegate.gateway.proton.drain import send_drained_flow
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.state import ConnectionState, OutgoingLinkState, SessionState
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_type import CreditReply, Dispatch
+from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outbound import (
     UNSETTLED_DELIVERY_COST,
@@ -92,6 +92,12 @@ class Sending:
             state = states.get(pure)
             if state is not None:
                 self._dirty.add(state)
+
+    def debt_of(self, link: ConsumerKey) -> DeadLetterDebt | None:
+        """The dead-letter debt of a consumer's connection, while its session lives: what the
+        letters its outcomes make on another worker are charged to (gateway/peers.py)."""
+        state = self._states.get(cast(OutgoingLink, link).session)
+        return None if state is None else state.connection.letters
 
     def mark(self, session: SessionState) -> None:
         """Have a session pumped at the next flush."""

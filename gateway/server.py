@@ -174,6 +174,8 @@ class Server:
                 config.max_queue_credit,
                 broker.filter_views,
                 self.runtime_vhosts,
+                broker.sending.debt_of,
+                broker.sending.hold,
             )
 
     def _start_http(self) -> None:

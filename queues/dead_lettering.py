@@ -22,7 +22,10 @@ limit) is work that consumer caused: :meth:`DeadLetterRouter.blame` charges it t
 consumer's :class:`Cause` (its link's share of its connection's dead-letter debt,
 session/dead_letter_debt.py), one unit while its copies are not known and one per copy once a
 full budget makes them wait, repaid when it leaves the outbox, as a publisher's routed copies
-are (docs/bounds.md). Letters of expiry have no client cause.
+are (docs/bounds.md). Letters of expiry have no client cause, nor have the delivery-limit
+letters of deliveries a consumer left unsettled as its link detached or its connection closed
+(QueueType.detach): their cause is gone, so they are the memory budget's alone, like every
+letter: copies only within its room, the rest waiting with their messages held in place.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ reaches them. The connection's socket is still read, since its settlements are w
 budget the letters wait for (pausing its reads instead never resumed: the revert c8603bc), and
 its links that owe nothing (a consumer of the dead-letter queues, say) are served on. A link
 that makes letters while the connection is over its limit is held as well. Every held link is
-let go once the debt is back at half the limit (docs/outbound-flow-control.md).
+let go once the debt is back at half the limit (docs/outbound-flow-control.md). The letters of
+deliveries returned as a link detaches or a connection closes (past their delivery limit) have
+no link left to hold: the memory budget alone bounds them (docs/bounds.md).
 """
 
 from __future__ import annotations

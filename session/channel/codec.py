@@ -29,6 +29,7 @@ from sluicegate.session.channel.frames import (
     Error,
     Frame,
     Kind,
+    Letters,
     Publish,
     Query,
     QueryOp,
@@ -61,6 +62,7 @@ STAMP_SIZE: Final = _STAMP.size
 _CONFIRM: Final = struct.Struct("<QQB")
 _QUERY: Final = struct.Struct("<IB")
 _ANSWER: Final = struct.Struct(f"<IBQ{ANSWER_COUNTS}q")
+_LETTERS: Final = struct.Struct("<IQ")
 # Flag bits of the one-byte flag fields.
 _DRAIN: Final = 1
 _ECHO: Final = 2
@@ -195,6 +197,8 @@ def encode(frame: Frame) -> list[bytes]:
         return _frame(
             Kind.ANSWER, [_ANSWER.pack(frame.query, frame.found, frame.purged, *frame.counts)]
         )
+    if type(frame) is Letters:
+        return _frame(Kind.LETTERS, [_LETTERS.pack(frame.consumer, frame.owed)])
     assert type(frame) is Error
     return _frame(
         Kind.ERROR,
@@ -390,6 +394,9 @@ def decode(kind: int, data: memoryview) -> Frame:
     elif kind == Kind.ANSWER:
         query, found, purged, *counts = body.take(_ANSWER)
         frame = Answer(query, bool(found), purged, tuple(counts))
+    elif kind == Kind.LETTERS:
+        consumer, owed = body.take(_LETTERS)
+        frame = Letters(consumer, owed)
     elif kind == Kind.ERROR:
         (consumer,) = body.take(_U32)
         frame = Error(consumer, body.text(), body.text())

@@ -35,6 +35,7 @@ class Kind(enum.IntEnum):
     QUERY = 11
     ANSWER = 12
     ATTACHED = 13
+    LETTERS = 14
 
 
 class Settled(enum.IntEnum):
@@ -237,6 +238,17 @@ class Answer:
     counts: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Letters:
+    """The dead-letter units consumer ``consumer``'s outcomes owe on the owner now: letters its
+    settlements made there and not yet stored (session/dead_letter_debt.py). The session's
+    worker charges the change since the last report to the consumer's link, so that the
+    consumer is held as it would be by a local queue's letters (docs/workers.md)."""
+
+    consumer: int
+    owed: int
+
+
 Frame: TypeAlias = (
     Attach
     | Attached
@@ -251,6 +263,7 @@ Frame: TypeAlias = (
     | Topology
     | Query
     | Answer
+    | Letters
 )
 
 

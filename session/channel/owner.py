@@ -5,6 +5,11 @@ dispatch to one becomes :class:`~.frames.Deliveries` frames instead of entries i
 ``outgoing_pending``, and the one reply of every credit request follows its deliveries, as it
 does locally. Every count crossing the channel goes through the consumer's
 :class:`~.ends.QueueEnd` first.
+
+The dead letters a remote consumer's outcomes make here are charged to its
+:class:`RemoteLetters`, whose total crosses back as a :class:`~.frames.Letters` frame at the
+flush: the consumer's worker charges it to the consumer's link, which its connection's
+dead-letter debt holds as it holds a consumer of a local queue (session/dead_letter_debt.py).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, cast
 
+from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import QueueError
 from sluicegate.queues.filters.filter_set import compile_filters
 from sluicegate.queues.filters.view import ViewCache
@@ -38,6 +44,7 @@ from sluicegate.session.channel.frames import (
     Detach,
     Error,
     Frame,
+    Letters,
     Query,
     QueryOp,
     Settle,
@@ -62,6 +69,41 @@ DeleteQueue = Callable[[str, str], int]
 # Management on another worker declares a queue this one owns (the declaration as a Topology
 # change): whether it made the queue; an AmqpError refuses it.
 DeclareQueue = Callable[[str, str, bytes], bool]
+# The dead-letter router of a virtual host here, whose outbox a settlement's letters join.
+FindRouter = Callable[[str], DeadLetterRouter | None]
+# The outcomes that may make a dead letter (a rejection, a modified one: its delivery limit).
+_LETTER_OUTCOMES: Final = frozenset({Settled.REJECTED, Settled.MODIFIED})
+
+
+class RemoteLetters:
+    """The letters a remote consumer's outcomes made here and not yet stored, in units
+    (queues/dead_lettering.py charges them as it charges a local consumer's link).
+
+    Nothing is held here: each change marks it in ``changed`` and :meth:`Owner.flush` reports
+    the total to the consumer's worker, which holds the consumer's link. It lives as long as
+    the letters charged to it, beyond the consumer's detach, so that every unit is repaid.
+    """
+
+    __slots__ = ("changed", "consumer", "owed")
+
+    def __init__(self, consumer: int, changed: dict[int, RemoteLetters]) -> None:
+        self.consumer = consumer
+        self.changed = changed
+        self.owed = 0
+
+    def borrow(self, units: int) -> bool:
+        """Charge ``units``; the hold is the consumer's worker's to apply: always False."""
+        self.owed += units
+        self.changed[self.consumer] = self
+        return False
+
+    def repay(self, units: int) -> bool:
+        """Letters worth ``units`` left the outbox; always False, as :meth:`borrow`."""
+        if units > self.owed:
+            raise ValueError(f"repaying {units} units of a remote consumer's {self.owed}")
+        self.owed -= units
+        self.changed[self.consumer] = self
+        return False
 
 
 class Outbox:
@@ -98,7 +140,16 @@ class RemoteConsumer:
     local consumer's link.
     """
 
-    __slots__ = ("__weakref__", "detached", "end", "queue", "recent", "session", "vhost")
+    __slots__ = (
+        "__weakref__",
+        "detached",
+        "end",
+        "letters",
+        "queue",
+        "recent",
+        "session",
+        "vhost",
+    )
 
     def __init__(
         self, end: QueueEnd, vhost: str, queue: QueueType, keep: int, session: Outbox
@@ -109,6 +160,8 @@ class RemoteConsumer:
         self.recent: deque[tuple[int, Message]] = deque(maxlen=keep)
         self.session = session
         self.detached = False
+        # What its outcomes' letters owe here, from its first settlement that made one.
+        self.letters: RemoteLetters | None = None
 
 
 class Owner:
@@ -131,11 +184,15 @@ class Owner:
         declare: DeclareQueue | None = None,
         views: ViewCache | None = None,
         clock: Clock | None = None,
+        routers: FindRouter | None = None,
     ) -> None:
         self.find = find
         self.used = used
         self.delete = delete
         self.declare = declare
+        self.routers = routers
+        # Remote consumers whose letters' units changed since the last flush, by id.
+        self.changed: dict[int, RemoteLetters] = {}
         # What a remote consumer's filters decode messages through, and the time they read:
         # the worker's own, as for its local consumers.
         self.views = views if views is not None else ViewCache()
@@ -168,14 +225,21 @@ class Owner:
         return sent + frames, local
 
     def flush(self) -> list[Frame]:
-        """The outbox's deliveries as frames, one per consumer still attached."""
+        """The outbox's deliveries as frames, one per consumer still attached, then what each
+        consumer whose letters changed owes now (one frame each, detached ones included)."""
         waiting = self.outbox.waiting
-        if not waiting:
-            return []
-        frames: list[Frame] = [
-            self._deliveries(key, messages) for key, messages in waiting.items() if not key.detached
-        ]
-        waiting.clear()
+        frames: list[Frame] = []
+        if waiting:
+            frames = [
+                self._deliveries(key, messages)
+                for key, messages in waiting.items()
+                if not key.detached
+            ]
+            waiting.clear()
+        changed = self.changed
+        if changed:
+            frames.extend(Letters(letters.consumer, letters.owed) for letters in changed.values())
+            changed.clear()
         return frames
 
     def consumers_of(self, queue: QueueType) -> int:
@@ -309,6 +373,8 @@ class Owner:
         key = self._consumer(frame.consumer)
         seqs = key.end.settled(frame)
         errors: list[Frame] = []
+        router = None if self.routers is None else self.routers(key.vhost)
+        since = 0 if router is None else len(router.outbox)
         try:
             dispatches = key.queue.settle(
                 key,
@@ -321,6 +387,15 @@ class Owner:
         except LockExpired as error:
             dispatches = error.dispatches
             errors.append(Error(frame.consumer, error.condition, str(error)))
+        finally:
+            if frame.outcome in _LETTER_OUTCOMES and key.letters is None:
+                # Its worker tracks it from this settlement on (remote.py): it hears of it
+                # again at its detach at the latest.
+                key.letters = RemoteLetters(frame.consumer, self.changed)
+            if router is not None and len(router.outbox) > since and key.letters is not None:
+                # The letters this settlement made, charged to the consumer as locally
+                # (gateway/settling.py); reported at the flush.
+                router.blame(since, key.letters)
         frames, local = self.route(dispatches)
         return errors + frames, local
 
@@ -336,6 +411,10 @@ class Owner:
             if message.seq in wanted or serial_diff(count, seen) > 0
         ]
         key.detached = True
+        if key.letters is not None:
+            # The last word on what it owes after its last settlement, so that its worker
+            # forgets it once nothing is owed (remote.py).
+            self.changed[key.end.consumer] = key.letters
         if not key.end.ack_required:
             self.recent_bytes -= sum(message.held for _, message in key.recent)
         key.recent.clear()

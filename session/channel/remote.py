@@ -6,13 +6,17 @@ credit requests and settlements, and hands them to its home worker's :class:`Rem
 It answers a credit request later, never at once: the deliveries, then the one reply, arrive on
 the channel and join the session's ``outgoing_pending`` as a local queue's would. Every count
 goes through the consumer's :class:`~.ends.SessionEnd`, so the bounds of the local protocol hold
-across the channel: one request in flight, nothing beyond the credit granted.
+across the channel: one request in flight, nothing beyond the credit granted. The dead letters
+a consumer's outcomes make on the owner are reported back (:class:`~.frames.Letters`) and
+charged to the consumer's link against its connection's dead-letter debt, as a local queue's
+letters are (session/dead_letter_debt.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, cast
 
 from sluicegate.queues.errors import (
     AccessRefused,
@@ -49,6 +53,7 @@ from sluicegate.session.channel.frames import (
     Detach,
     Error,
     Frame,
+    Letters,
     Publish,
     QueryOp,
     Settle,
@@ -63,7 +68,14 @@ from sluicegate.session.channel.queries import (
     no_counts,
     statistics_of,
 )
+from sluicegate.session.dead_letter_debt import DeadLetterDebt
+from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.errors import AmqpError
+
+# A consumer's connection's dead-letter debt, while its session lives (the gateway's).
+DebtOf = Callable[[ConsumerKey], DeadLetterDebt | None]
+# The outcomes that may make a dead letter (a rejection, a modified one: its delivery limit).
+_LETTER_OUTCOMES: Final = frozenset({Settled.REJECTED, Settled.MODIFIED})
 
 SETTLED: Final = {
     Outcome.ACCEPTED: Settled.ACCEPTED,
@@ -95,6 +107,16 @@ _ERRORS: Final[dict[str, type[QueueError]]] = {
 def owner_error(condition: str, description: str) -> AmqpError:
     """The error an owner's refusal stands for (an unknown condition: an internal error)."""
     return _ERRORS.get(condition, AmqpError)(description)
+
+
+@dataclass(slots=True)
+class Owed:
+    """A consumer's dead-letter units on the owner as last reported, and the debt they are
+    charged to (its connection's, found when it settled)."""
+
+    key: ConsumerKey
+    debt: DeadLetterDebt
+    units: int = 0
 
 
 class WorkerDown(ResourceDeleted):
@@ -135,6 +157,11 @@ class Remote:
         self.next_consumer = 1
         # Publishers' deliveries (the publish path's tokens; None for a dead letter) by id.
         self.publishes: Publishes[object] = Publishes()
+        # Finds a consumer's connection's dead-letter debt (gateway/peers.py sets it).
+        self.debt_of: DebtOf = lambda key: None
+        # Consumers that settled with an outcome that may make letters, while attached or
+        # owing: what their owner said they owe.
+        self.owed: dict[int, Owed] = {}
 
     # -- from the sessions ----------------------------------------------------------------
 
@@ -169,6 +196,10 @@ class Remote:
         """A consumer's settlement of deliveries, by ranges."""
         consumer = self.ids.get(key)
         if consumer is not None:
+            if settle.outcome in _LETTER_OUTCOMES and consumer not in self.owed:
+                debt = self.debt_of(key)
+                if debt is not None:
+                    self.owed[consumer] = Owed(key, debt)
             self.outgoing.append(
                 Settle(
                     consumer,
@@ -268,6 +299,27 @@ class Remote:
             self.outgoing.append(stashed)
         return key, CreditReply(frame.delivery_count, frame.credit, frame.available, frame.drain)
 
+    def letters(self, frame: Letters) -> DeadLetterDebt | None:
+        """What a consumer owes on the owner now: the change is charged to its link; the debt
+        whose hold changed, for the gateway to apply (None if none did).
+
+        A consumer is tracked from its first such settlement until, detached, its owner says
+        it owes nothing (the owner reports at its detach: owner.py); one whose debt was not
+        found at that settlement is charged nothing.
+        """
+        owed = self.owed.get(frame.consumer)
+        if owed is None:
+            return None
+        change = frame.owed - owed.units
+        owed.units = frame.owed
+        cause = owed.debt.cause(cast(OutgoingLink, owed.key))
+        toggled = (
+            cause.borrow(change) if change > 0 else cause.repay(-change) if change < 0 else False
+        )
+        if not owed.units and frame.consumer not in self.consumers:
+            del self.owed[frame.consumer]
+        return owed.debt if toggled else None
+
     def attached(self, frame: Attached) -> ConsumerKey | None:
         """The owner took a consumer: the key whose ATTACH its session answers now (None for
         one detached since)."""
@@ -282,6 +334,10 @@ class Remote:
         if held is None:
             return None
         self.ids.pop(held[0], None)
+        owed = self.owed.get(consumer)
+        if owed is not None and not owed.units:
+            # No Detach follows, so no last report: what it owes from here is not charged.
+            del self.owed[consumer]
         return held[0]
 
     def confirmed(self, frame: Confirm) -> list[object]:
@@ -307,6 +363,16 @@ class Remote:
         self.consumers.clear()
         self.ids.clear()
         return keys, self.publishes.lost()
+
+    def forgive(self) -> list[DeadLetterDebt]:
+        """The channel ended: the letters its owner made for our consumers went with it, and
+        what they owed is repaid; the debts whose hold changed."""
+        toggled: dict[DeadLetterDebt, None] = {}
+        for owed in self.owed.values():
+            if owed.units and owed.debt.cause(cast(OutgoingLink, owed.key)).repay(owed.units):
+                toggled[owed.debt] = None
+        self.owed.clear()
+        return list(toggled)
 
 
 class RemoteQueue:

@@ -220,6 +220,12 @@ class RawClient:
         self._by_remote_channel: dict[int, SessionState] = {}
         self._deliveries: deque[Delivery] = deque()
 
+    @property
+    def local_port(self) -> int:
+        """This end's port: which worker accepted the connection (tests/support/workers.py)."""
+        port: int = self._sock.getsockname()[1]
+        return port
+
     @classmethod
     def connect(
         cls,

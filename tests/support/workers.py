@@ -62,6 +62,12 @@ def client_ports(port: int) -> set[int]:
     return {local for local, remote, _ in tcp_entries() if remote == port}
 
 
+def serving_worker(port: int, local: int, workers: list[int]) -> int | None:
+    """The worker process that holds the server's end of the connection from ``local``."""
+    inodes = {inode for here, there, inode in tcp_entries() if (here, there) == (port, local)}
+    return next((pid for pid in workers if inodes & socket_inodes(pid)), None)
+
+
 def connect(port: int, workers: list[int], opened: Callable[[], C]) -> tuple[C, int]:
     """A connection ``opened`` makes to the server, and the worker process that accepted it."""
     before = client_ports(port)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from support.adversary.starved import runqueue_wait, unexplained
+from support.adversary.starved import family, process_cpu_seconds, runqueue_wait, unexplained
 
 
 def test_only_the_largest_run_queue_wait_excuses_a_late_round() -> None:
@@ -25,3 +25,18 @@ def test_run_queue_waits_are_read_for_every_thread_and_gone_processes_wait_nothi
         text=True,
     )
     assert runqueue_wait(int(ended.stdout)) == 0.0
+
+
+def test_a_servers_family_is_its_process_and_its_workers() -> None:
+    """A ``--workers N`` server is a supervisor and its children: their RSS, CPU and waits
+    count, and a process gone counts as one without children."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        members = family(os.getpid())
+        assert members[0] == os.getpid()
+        assert child.pid in members
+        assert process_cpu_seconds(os.getpid()) >= process_cpu_seconds(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert family(child.pid) == [child.pid]

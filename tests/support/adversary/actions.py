@@ -22,9 +22,11 @@ from typing import Final
 from proton import Described, symbol, ubyte, uint, ulong
 from proton._data import PythonAMQPData
 
+from sluicegate.queues.queue_homes import proposed_home
 from support.adversary.steps import QUEUES, Params, Step
 from support.frames import AMQP_FRAME, FRAME_HEADER, ProtocolError, described, encode, encode_frame
 from support.raw_client import AmqpError, LinkState, PeerClosedError, RawClient
+from support.workers import serving_worker
 
 __all__ = ["Fleet"]
 
@@ -75,6 +77,8 @@ _SELECTORS: Final = {
     "selector-bad": "subject = = 'a' AND",
     "selector-like": "subject LIKE '" + "%a" * 40 + "%b'",
 }
+# The adversary's queue names (steps.py), which a step aimed at another worker picks among.
+_ADV_QUEUES: Final = tuple(f"adv-q{index}" for index in range(QUEUES))
 # Errors that end a connection, not the adversary: the server closed it, or stopped reading.
 _GONE: Final = (OSError, PeerClosedError, ProtocolError, ConnectionError)
 
@@ -131,6 +135,8 @@ class Slot:
     received: dict[int, deque[int]] = field(default_factory=dict)
     management: tuple[int, int] | None = None
     requests: int = 0
+    # With --workers N: the index of the worker serving it, once a step needed it.
+    worker: int | None = None
 
     def channels(self) -> list[int]:
         """Our sessions that have not ended, by channel."""
@@ -151,10 +157,19 @@ class Slot:
 class Fleet:
     """The adversary's connections to one server, and the addresses it learned."""
 
-    def __init__(self, host: str, port: int, metrics_port: int | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics_port: int | None = None,
+        workers: Sequence[int] = (),
+    ) -> None:
         self.host = host
         self.port = port
         self.metrics_port = metrics_port
+        # The worker processes by index (--workers N), for the steps aimed at another
+        # worker's queue; empty against one process.
+        self.workers = list(workers)
         # Sockets to the metrics endpoint left open with half a request, oldest first.
         self.hanging: deque[socket.socket] = deque()
         self.slots: dict[int, Slot] = {}
@@ -319,6 +334,27 @@ class Fleet:
             return "/queues/adv-q0"
         return self.learned[pick % len(self.learned)]
 
+    def _far(self, slot: Slot, step: Step, queue: str) -> str:
+        """With --workers N and the step's ``far``: an adversary queue (``adv-qN``) another
+        worker owns than the one serving ``slot``, so that what the step does crosses the
+        channel (docs/workers.md); ``queue`` as it is otherwise."""
+        if not self.workers or not step.params.get("far") or not queue.startswith("adv-q"):
+            return queue
+        if slot.worker is None:
+            pid = serving_worker(self.port, slot.client.local_port, self.workers)
+            slot.worker = -1 if pid is None else self.workers.index(pid)
+        count = len(self.workers)
+        far = [name for name in _ADV_QUEUES if proposed_home("/", name, count) != slot.worker]
+        if not far or queue in far:
+            return queue
+        return far[_ADV_QUEUES.index(queue) % len(far)]
+
+    def _placed(self, slot: Slot, step: Step, address: str | None) -> str | None:
+        """``address``, its adversary queue aimed as :meth:`_far` says."""
+        if address is None or not address.startswith("/queues/"):
+            return address
+        return "/queues/" + self._far(slot, step, address.removeprefix("/queues/"))
+
     def _attach(
         self,
         slot: Slot,
@@ -368,7 +404,7 @@ class Fleet:
             slot,
             step,
             "receiver",
-            self._address(p["address"], int(p["credit"] or 0)),
+            self._placed(slot, step, self._address(p["address"], int(p["credit"] or 0))),
             filters=filters or None,
             distribution="copy" if p["copy"] else None,
         )
@@ -403,9 +439,8 @@ class Fleet:
 
     def _publisher(self, slot: Slot, step: Step) -> None:
         p = step.params
-        handle = self._attach(
-            slot, step, "sender", self._address(p["address"], len(slot.client.links))
-        )
+        address = self._address(p["address"], len(slot.client.links))
+        handle = self._attach(slot, step, "sender", self._placed(slot, step, address))
         if handle is not None:
             # Refused, or no credit yet: later steps may publish anyway.
             with contextlib.suppress(TimeoutError):
@@ -712,7 +747,11 @@ class Fleet:
         pair = self._management_pair(slot, collect=True)
         if pair is None:
             return
-        feed, first, second = str(p["feed"]), str(p["queue"]), str(p["other_queue"])
+        feed, first, second = (
+            self._far(slot, step, str(p["feed"])),
+            str(p["queue"]),
+            str(p["other_queue"]),
+        )
         into_first, into_second = str(p["exchange"]), str(p["other_exchange"])
         looping: dict[PythonAMQPData, PythonAMQPData] = {}
         if p["ttl"] is not None:
@@ -777,7 +816,8 @@ class Fleet:
         pair = self._management_pair(slot, collect=True)
         if pair is None:
             return
-        feed, fan, width = str(p["feed"]), str(p["exchange"]), int(p["width"] or 2)
+        feed, fan = self._far(slot, step, str(p["feed"])), str(p["exchange"])
+        width = int(p["width"] or 2)
         sinks = [f"adv-fan{index}" for index in range(width - 1)]
         requests: list[tuple[str, str, PythonAMQPData]] = [
             ("DELETE", f"/queues/{_quote(feed)}", None),
@@ -818,6 +858,70 @@ class Fleet:
             slot.client.send_raw(encode_frame(slot.client.sessions[channel].channel, disposition))
             if slot.client.links[source].link_credit <= credit // 2:
                 slot.client.flow(source, link_credit=credit)
+
+    def _delivery_limit(self, slot: Slot, step: Step) -> None:
+        """``messages`` for a queue with ``x-delivery-limit`` that dead-letters into a fanout
+        bound to ``width`` queues nobody consumes, taken unsettled by one link and let go as
+        ``end`` says (the connection dropped or closed, the link detached): each comes back a
+        failed attempt, and at its limit is a letter whose cause is gone (docs/bounds.md)."""
+        p = step.params
+        pair = self._management_pair(slot, collect=True)
+        if pair is None:
+            return
+        feed, fan = self._far(slot, step, str(p["feed"])), str(p["exchange"])
+        sinks = [f"adv-fan{index}" for index in range(int(p["width"] or 2))]
+        arguments: dict[PythonAMQPData, PythonAMQPData] = {
+            "x-dead-letter-exchange": fan,
+            "x-delivery-limit": ulong(int(p["limit"] or 0)),
+        }
+        requests: list[tuple[str, str, PythonAMQPData]] = [
+            ("DELETE", f"/queues/{_quote(feed)}", None),
+            ("PUT", f"/exchanges/{_quote(fan)}", _exchange_body("fanout")),
+            ("PUT", f"/queues/{_quote(feed)}", _queue_body(arguments)),
+            *(("PUT", f"/queues/{sink}", _queue_body({})) for sink in sinks),
+            *(("POST", "/bindings", _binding(fan, sink, queue=True)) for sink in sinks),
+        ]
+        self._requests(slot, *pair, requests, collect=True)
+        client = slot.client
+        channel = client.links[pair[0]].channel
+        target = client.attach(
+            f"adv-{step.slot}-{len(client.links)}",
+            "sender",
+            target=f"/queues/{feed}",
+            channel=channel,
+        )
+        count = int(p["messages"] or 1)
+        sent = 0
+        deadline = time.monotonic() + REJECTING_S
+        while sent < count and time.monotonic() < deadline:
+            try:
+                credit = client.wait_credit(target, timeout=ANSWER_S)
+            except TimeoutError:
+                break
+            for _ in range(min(credit, count - sent)):
+                client.send(target, message(int(p["body"] or 0)), settled=True)
+                sent += 1
+        source = client.attach(
+            f"adv-{step.slot}-{len(client.links)}",
+            "receiver",
+            source=f"/queues/{feed}",
+            channel=channel,
+        )
+        client.flow(source, link_credit=max(sent, 1))
+        taken = 0
+        while taken < sent and (left := deadline - time.monotonic()) > 0:
+            got = client.next_message(left)
+            if got is None:
+                break
+            taken += got.handle == source
+        end = p["end"]
+        if end == "detach":
+            client.detach(source)
+            slot.detached.add(source)
+        elif end == "close":
+            self._close(slot, step)
+        else:
+            self._forget(step.slot)
 
     def _manage_chain(self, slot: Slot, step: Step) -> None:
         """``length`` exchanges, each bound to the next, then the head deleted (a cascade)."""

@@ -49,6 +49,8 @@ class Limits:
     prober_s: float = 1.0
     grace_s: float = GRACE_S
     server_options: tuple[str, ...] = ()
+    # Worker processes (--workers N): the budget is split over them, RSS and CPU summed.
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,14 @@ def run(
 ) -> Result:
     """Perform ``steps`` (until the monotonic time ``until``) and check after each one."""
     result = Result()
-    server = ServerProcess(["--memory-budget", str(limits.budget), *limits.server_options])
+    workers = ["--workers", str(limits.workers)] if limits.workers > 1 else []
+    server = ServerProcess(
+        ["--memory-budget", str(limits.budget), *workers, *limits.server_options]
+    )
     prober = ProberProcess(server.port, server.pid)
-    fleet = Fleet("127.0.0.1", server.port, server.metrics_port)
+    fleet = Fleet(
+        "127.0.0.1", server.port, server.metrics_port, server.workers() if workers else []
+    )
     try:
         prober.start()
         for _ in range(WARM_ROUNDS):

@@ -14,12 +14,28 @@ from __future__ import annotations
 import os
 from typing import Final
 
-__all__ = ["process_cpu_seconds", "runqueue_wait", "unexplained"]
+__all__ = ["family", "process_cpu_seconds", "runqueue_wait", "unexplained"]
 
 NS: Final = 1e-9
 
 
+def family(pid: int) -> list[int]:
+    """``pid`` and its child processes: a server of ``--workers N`` is a supervisor and its N
+    workers (docs/workers.md)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [pid, *(int(child) for child in children.read().split())]
+    except OSError:
+        return [pid]
+
+
 def runqueue_wait(pid: int) -> float:
+    """Seconds the threads of process ``pid`` or of one of its children (the most of any)
+    have spent waiting for a CPU: the largest only, as in :func:`unexplained`."""
+    return max(_runqueue_wait(member) for member in family(pid))
+
+
+def _runqueue_wait(pid: int) -> float:
     """Seconds the threads of process ``pid`` have spent waiting for a CPU (0 if it is gone)."""
     total = 0
     try:
@@ -36,8 +52,12 @@ def runqueue_wait(pid: int) -> float:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """CPU time process ``pid`` has used (user + system), from /proc/PID/stat (0 if gone):
-    what tells a busy server from a held or a starved prober."""
+    """CPU time process ``pid`` and its children have used (user + system), from
+    /proc/PID/stat (0 for one gone): what tells a busy server from a held or a starved prober."""
+    return sum(_cpu_seconds(member) for member in family(pid))
+
+
+def _cpu_seconds(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rpartition(")")[2].split()

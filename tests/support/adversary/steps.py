@@ -43,6 +43,13 @@ FRAME_SIZES: Final = (512, 4096, 65536, 2**32 - 1)
 SPANS: Final = (0, 0, 1, 3, 20, 1000, 2**31)  # how far past ``first`` a disposition reaches
 
 Params = dict[str, int | str | bool | None]
+# With --workers N: the actions that attach consumers or publishers to a queue, which may be
+# aimed at a queue of another worker than their connection's (actions.py maps the name), and
+# how often: most of them, since crossing the channel is what a multi-worker run is for.
+FAR_ACTIONS: Final = frozenset(
+    {"consume", "consume-filtered", "publisher", "reject-fanout", "manage-cycle", "delivery-limit"}
+)
+FAR_SHARE: Final = 0.75
 
 
 @dataclass(frozen=True)
@@ -253,6 +260,21 @@ def _cycle(rng: random.Random) -> Params:
     }
 
 
+def _delivery_limit(rng: random.Random) -> Params:
+    """Deliveries of a queue with ``x-delivery-limit`` dead-lettering into a fanout, taken
+    unsettled and then let go with the link or connection: each comes back a failed attempt, at
+    its limit a letter with ``width`` copies and no consumer left to charge (docs/bounds.md)."""
+    return {
+        "feed": _queue(rng),
+        "exchange": _exchange(rng),
+        "width": _choice(rng, (2, 10, 50)),
+        "messages": _choice(rng, (10, 170, 1000)),
+        "body": _choice(rng, (100, 4000, 30_000)),
+        "limit": _choice(rng, (0, 1, 2)),
+        "end": _choice(rng, ("drop", "close", "detach")),
+    }
+
+
 def _reject_fanout(rng: random.Random) -> Params:
     """A queue dead-lettering into a fanout bound back to it and to others, whose consumer
     rejects what comes: each rejection makes ``width`` copies, one back to be rejected again."""
@@ -370,6 +392,7 @@ ACTIONS: Final[dict[str, Callable[[random.Random], Params]]] = {
     "manage-uncollected": _management(("list-queues", "get-queue", "declare-queue"), 0.0),
     "manage-cycle": _cycle,
     "reject-fanout": _reject_fanout,
+    "delivery-limit": _delivery_limit,
     "manage-chain": _chain,
     "topic-cc": _topic,
     "churn": _churn,
@@ -408,6 +431,7 @@ DEFAULT_WEIGHTS: Final[Mapping[str, int]] = {
     "manage-uncollected": 1,
     "manage-cycle": 1,
     "reject-fanout": 1,
+    "delivery-limit": 1,
     "manage-chain": 1,
     "topic-cc": 1,
     "churn": 1,
@@ -433,19 +457,28 @@ def weights_from(only: Sequence[str] = (), without: Sequence[str] = ()) -> dict[
     return {a: w for a, w in DEFAULT_WEIGHTS.items() if a in chosen and a not in without}
 
 
-def stream(seed: int, weights: Mapping[str, int]) -> Iterator[Step]:
-    """Steps drawn from ``seed`` without end: the same seed and weights give the same steps."""
+def stream(seed: int, weights: Mapping[str, int], workers: int = 1) -> Iterator[Step]:
+    """Steps drawn from ``seed`` without end: the same seed and weights give the same steps.
+
+    Against ``workers`` > 1, the steps of :data:`FAR_ACTIONS` say whether they aim at a queue
+    another worker owns than the one serving their connection (``far``), drawn from a second
+    generator so that a seed's steps are otherwise those it draws against one worker.
+    """
     rng = random.Random(seed)
+    far = random.Random(f"far:{seed}") if workers > 1 else None
     names = sorted(weights)
     chances = [weights[n] for n in names]
     while True:
         action = rng.choices(names, weights=chances)[0]
-        yield Step(action, rng.randrange(CONNECTIONS), ACTIONS[action](rng))
+        params = ACTIONS[action](rng)
+        if far is not None and action in FAR_ACTIONS:
+            params["far"] = far.random() < FAR_SHARE
+        yield Step(action, rng.randrange(CONNECTIONS), params)
 
 
-def generate(seed: int, count: int, weights: Mapping[str, int]) -> list[Step]:
-    """The first ``count`` steps of ``stream(seed, weights)``."""
-    return list(itertools.islice(stream(seed, weights), count))
+def generate(seed: int, count: int, weights: Mapping[str, int], workers: int = 1) -> list[Step]:
+    """The first ``count`` steps of ``stream(seed, weights, workers)``."""
+    return list(itertools.islice(stream(seed, weights, workers), count))
 
 
 def save(path: Path, steps: Sequence[Step], **context: object) -> None:

@@ -33,8 +33,9 @@ from typing import Final
 from proton import Message
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
-from support.adversary.starved import process_cpu_seconds, runqueue_wait
+from support.adversary.starved import family, process_cpu_seconds, runqueue_wait
 from support.resident import rss as process_rss
+from support.workers import worker_of
 
 __all__ = ["ProberProcess", "Round", "ServerProcess"]
 
@@ -123,8 +124,13 @@ class ServerProcess:
         return self.process.pid
 
     def rss(self) -> int:
-        """The server's resident set, in bytes (Linux's /proc)."""
-        return process_rss(self.pid)
+        """The server's resident set, in bytes (Linux's /proc): its workers' too."""
+        return sum(process_rss(member) for member in family(self.pid))
+
+    def workers(self) -> list[int]:
+        """The worker processes of a ``--workers N`` server by index (none for one process)."""
+        pids = family(self.pid)[1:]
+        return sorted(pids, key=worker_of) if pids else []
 
     def cpu_seconds(self) -> float:
         """CPU time the server has used (user + system)."""

@@ -91,6 +91,8 @@ def worker1(tmp_path: Path) -> Iterator[Worker1]:
         max_queue_credit=256,
         filter_views=ViewCache(),
         vhosts=_NoRuntimeVhosts(),
+        debt_of=lambda link: None,
+        hold=lambda debt: None,
     )
     yield Worker1(peers, registry, container, zero)
     peers.close()

@@ -30,6 +30,7 @@ from sluicegate.session.channel.frames import (
     Error,
     Frame,
     Kind,
+    Letters,
     Publish,
     Query,
     QueryOp,
@@ -126,6 +127,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Error, U32, NAMES, NAMES),
     st.builds(Topology, NAMES, CHANGES),
     queries(),
+    st.builds(Letters, U32, U64),
     st.builds(
         Answer,
         U32,
