@@ -22,6 +22,7 @@ from sluicegate.gateway.identity import open_properties
 from sluicegate.gateway.limits import Handshakes, check_connections
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
+from sluicegate.gateway.oauth2 import credential_lifetime
 from sluicegate.gateway.proton.heap_trim import HeapTrimmer
 from sluicegate.gateway.proton.internals import Selectable, reactor_now
 from sluicegate.gateway.publishing import Publishing
@@ -142,7 +143,7 @@ class Connections:
         user = state.user
         if user is not None and user.expires_at is not None:
             now = reactor_now(state.selectable)
-            state.deadlines.credential(now, user.expires_at - time.time())
+            state.deadlines.credential(now, credential_lifetime(user.expires_at, time.time()))
 
     def closed_by_client(self, connection: Connection) -> None:
         """The client closed: give back what it held and answer CLOSE."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -193,6 +194,20 @@ def verify_token(settings: OAuth2Settings, token: bytes, now: float) -> User:
     )
     scopes = ScopedVhosts.from_claim(claims.get("scope"), settings.scope_prefix)
     return User(name, None, scopes, expires_at=float(expiry))
+
+
+def credential_lifetime(expires_at: float, wall_now: float) -> float:
+    """Seconds a connection goes on with a token that expires at ``expires_at``, counted as
+    RabbitMQ counts them (both times in seconds since the epoch).
+
+    RabbitMQ's AMQP reader arms its expiry timer for ``(exp - os:system_time(second)) * 1000``
+    ms: from the start of the second it is in, so a connection outlives its token by the part
+    of a second that had passed when the timer was armed (at OPEN, and again at each renewal).
+    ``exp`` is whole seconds, and RabbitMQ's clients' tests give tokens a second or two to live
+    and renew them a second in (docs/management.md#rabbitmqs-own-client-suites): closing at
+    ``exp`` itself took up to a second of the time those tests have and RabbitMQ gives them.
+    """
+    return expires_at - math.floor(wall_now)
 
 
 def _header(token: bytes) -> dict[str, object]:

@@ -10,7 +10,12 @@ RabbitMQ's internal backend, a renewal changes nothing and succeeds.
 
 from __future__ import annotations
 
-from sluicegate.gateway.oauth2 import OAuth2Settings, TokenError, verify_token
+from sluicegate.gateway.oauth2 import (
+    OAuth2Settings,
+    TokenError,
+    credential_lifetime,
+    verify_token,
+)
 from sluicegate.gateway.rules.management.requests import Response
 from sluicegate.gateway.state import ConnectionState
 
@@ -52,5 +57,5 @@ def renew_credential(
         return Response(401, f"the token gives no access to vhost '{state.vhost.name}'")
     state.renewed(renewed, permissions)
     expires_at = renewed.expires_at if renewed.expires_at is not None else wall_now
-    state.deadlines.credential(now, expires_at - wall_now)
+    state.deadlines.credential(now, credential_lifetime(expires_at, wall_now))
     return Response(204)

@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 from sluicegate.gateway.oauth2 import (
     OAuth2Settings,
     TokenError,
+    credential_lifetime,
     looks_like_token,
     parse_oauth2,
     verify_token,
 )
 from sluicegate.gateway.rules.auth import UserError
+from sluicegate.gateway.rules.timeouts import Deadlines
 
 # Long enough for HS512, so that PyJWT does not warn about a short key when the tests sign with it.
 SECRET = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ.-"
@@ -221,3 +223,31 @@ def test_a_shared_secret_may_be_written_as_a_jwks_base64url() -> None:
     assert "-" in url or "_" in url
     settings = parse_oauth2({"signing_keys": {"k": {"alg": "HS256", "key": url}}})
     assert settings.keys["k"].key == secret
+
+
+def test_a_connection_outlives_its_token_by_the_part_of_a_second_rabbitmq_gives_it() -> None:
+    """RabbitMQ's Python client suite's refresh test: a token made at 998.6 for "2.5 s" has
+    ``exp`` 1001 (its whole seconds), the connection opens at 998.7 and the renewal comes at
+    1001.4 under load. RabbitMQ's timer, armed for (1001 - 998) s at 998.7, has not fired; nor
+    has sluicegate's, which closed at 1001.0 when it counted from the exact time."""
+    assert credential_lifetime(1001.0, 998.7) == 3.0
+    deadlines = Deadlines()
+    deadlines.credential(998.7, credential_lifetime(1001.0, 998.7))
+    assert deadlines.deadline == pytest.approx(1001.7)
+    assert deadlines.overdue(1001.4, reads_paused=False) is None
+    # The renewal, for 5 s more (exp 1006), is counted from its own second.
+    deadlines.credential(1001.4, credential_lifetime(1006.0, 1001.4))
+    assert deadlines.deadline == pytest.approx(1006.4)
+    assert deadlines.overdue(1006.4, reads_paused=False) == "credential"
+
+
+@given(
+    st.integers(min_value=1, max_value=2**33),
+    st.floats(min_value=0.0, max_value=3600.0, exclude_min=True),
+)
+def test_the_credential_ends_within_the_second_after_exp(expiry: int, before: float) -> None:
+    """Whenever a token that is still valid is counted, the connection ends at its ``exp`` plus
+    the part of a second that had passed then: never before ``exp``, at most a second after."""
+    wall_now = expiry - before
+    end = wall_now + credential_lifetime(float(expiry), wall_now)
+    assert expiry <= end <= expiry + 1
