@@ -7,7 +7,9 @@ against a fresh server. With several workers, queue ``i`` is named so that it li
 workers, so some of each queue's traffic crosses between them. The server's CPU is every one of
 its processes' (the supervisor and its workers, from /proc), per message received; the share
 spent crossing is what a message costs beyond the same queues on one worker, of what it costs.
-The load average is printed with each case: the clients share the cores with the server.
+The load average is printed with each case: the clients share the cores with the server, which
+is why the quivers use the C arrows (``--impl c``, clients/quiver/native.py) whenever they can be
+built: they take a fraction of the Python arrows' CPU (their own, per message, is a column).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from bench.runs import QuiverRun, ScenarioError, quiver_figures, run_quiver
 from bench.scenario import Scenario
 from bench.series import Series
 from bench.servers import Target, running
-from sluicegate.clients.quiver import procstat
+from sluicegate.clients.quiver import native, procstat
+from sluicegate.clients.quiver.native import NativeBuildError
 from sluicegate.queues.queue_homes import proposed_home
 
 __all__ = ["SCENARIO", "run"]
@@ -38,6 +41,7 @@ BODY_SIZE: Final[int] = 100  # quiver's default and the issue's figures'
 COLUMNS: Final[tuple[str, ...]] = (
     "aggregate msg/s",
     "server CPU µs/msg",
+    "client CPU µs/msg",
     "vs 1 worker CPU/msg",
     "crossing share %",
     "load avg",
@@ -45,11 +49,30 @@ COLUMNS: Final[tuple[str, ...]] = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--workers and --queues (repeatable), --duration, --body-size."""
+    """--workers and --queues (repeatable), --duration, --body-size, --impl."""
     parser.add_argument("--workers", type=int, action="append", metavar="N", help="repeatable")
     parser.add_argument("--queues", type=int, action="append", metavar="Q", help="repeatable")
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, metavar="S")
     parser.add_argument("--body-size", type=int, default=BODY_SIZE, metavar="B")
+    parser.add_argument(
+        "--impl",
+        choices=("c", "python"),
+        help="the quivers' arrows (default: c when it builds here, else python)",
+    )
+
+
+def choose_impl(wanted: str | None, out: TextIO) -> str:
+    """The arrows to use: as asked, or C when it builds (built once here, not per quiver)."""
+    if wanted == "python":
+        return wanted
+    try:
+        native.build()
+    except NativeBuildError as error:
+        if wanted == "c":
+            raise ScenarioError(str(error)) from None
+        print(f"the quivers use Python arrows: {error}", file=out, flush=True)
+        return "python"
+    return "c"
 
 
 def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
@@ -58,9 +81,10 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
         raise ScenarioError("the workers scenario starts its own servers (no --url)")
     records: list[Record] = []
     single: dict[int, float] = {}
+    impl = choose_impl(args.impl, out)
     for workers in args.workers or DEFAULT_WORKERS:
         for queues in args.queues or DEFAULT_QUEUES:
-            record = measure(target, workers, queues, args.duration, args.body_size, out)
+            record = measure(target, workers, queues, args.duration, args.body_size, impl, out)
             cost = record.figures["server CPU µs/msg"]
             assert isinstance(cost, float)
             if workers == 1:
@@ -100,10 +124,18 @@ def tree_ticks(pid: int) -> int:
 
 
 def measure(
-    target: Target, workers: int, queues: int, duration: float, body_size: int, out: TextIO
+    target: Target,
+    workers: int,
+    queues: int,
+    duration: float,
+    body_size: int,
+    impl: str,
+    out: TextIO,
 ) -> Record:
     """One case: ``queues`` quiver pairs at once against a fresh server of ``workers``."""
     options = [
+        "--impl",
+        impl,
         "--duration",
         f"{duration:g}",
         "--credit",
@@ -143,10 +175,11 @@ def measure(
     figures = [quiver_figures(result.summary) for result in runs.values()]
     messages = sum(int(f["messages"] or 0) for f in figures)
     rate = sum(float(f["e2e msg/s"] or 0) for f in figures)
+    client_cpu = sum(client_cpu_s(result.summary) for result in runs.values())
     cpu = ticks / procstat.TICKS_PER_S
     load = os.getloadavg()[0]
-    print(f"{label}: {rate:,.0f} msg/s, {cpu:.1f} s CPU in {seconds:.1f} s, load {load:.2f}",
-          file=out, flush=True)  # fmt: skip
+    print(f"{label}: {rate:,.0f} msg/s, {cpu:.1f} s server CPU and {client_cpu:.1f} s client "
+          f"CPU in {seconds:.1f} s, load {load:.2f}", file=out, flush=True)  # fmt: skip
     series: dict[str, Series] = {}
     for name, result in runs.items():
         for key, found in result.series.items():
@@ -156,12 +189,20 @@ def measure(
         case=label,
         parameters={"workers": workers, "queues": queues, "duration_s": duration,
                     "body_size": body_size, "credit": CREDIT, "server_cpu_s": cpu,
-                    "messages": messages},
+                    "messages": messages, "impl": impl, "client_cpu_s": client_cpu},
         figures={"aggregate msg/s": rate,
                  "server CPU µs/msg": cpu / messages * 1e6 if messages else float("nan"),
+                 "client CPU µs/msg": client_cpu / messages * 1e6 if messages else float("nan"),
                  "vs 1 worker CPU/msg": None, "crossing share %": None, "load avg": load},
         series=series,
     )  # fmt: skip
+
+
+def client_cpu_s(summary: dict[str, object]) -> float:
+    """The senders' and receivers' own CPU from a quiver summary (each arrow measures its own)."""
+    results = summary["results"]
+    assert isinstance(results, dict)
+    return float(results.get("client_cpu_s") or 0.0)
 
 
 SCENARIO: Final = Scenario(

@@ -61,6 +61,7 @@ class Arrow(ABC):
         self.attached = False
         self.finished = False
         self.next_tick = 0.0
+        self.cpu_start_s = time.process_time()  # after the imports: the run's cost only
 
     # -- what subclasses fill in
 
@@ -83,6 +84,10 @@ class Arrow(ABC):
     @abstractmethod
     def publish(self) -> None:
         """Copy the counters to the scoreboard."""
+
+    def cpu_s(self) -> float:
+        """CPU time used since the arrow was made, for its done report."""
+        return time.process_time() - self.cpu_start_s
 
     @abstractmethod
     def done_report(self) -> Report:

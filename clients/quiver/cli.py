@@ -15,6 +15,7 @@ from typing import Any, Final, TextIO
 
 from proton import VERSION
 
+from sluicegate.clients.quiver import native
 from sluicegate.clients.quiver.endpoint import DEFAULT_PORT, UrlError, parse_url
 from sluicegate.clients.quiver.runner import RunError, measure
 from sluicegate.clients.quiver.settings import (
@@ -22,6 +23,7 @@ from sluicegate.clients.quiver.settings import (
     DEFAULT_COUNT,
     DEFAULT_CREDIT,
     DEFAULT_TIMEOUT,
+    IMPLS,
     Settings,
     SettingsError,
 )
@@ -36,6 +38,7 @@ __all__ = ["add_parser", "run"]
 
 PROG: Final[str] = "sluicegate quiver"
 IMPLEMENTATION: Final[str] = "python-qpid-proton {}.{}.{}".format(*VERSION)
+IMPLEMENTATIONS: Final[dict[str, str]] = {"python": IMPLEMENTATION, "c": native.IMPLEMENTATION}
 EXIT_FAILED: Final[int] = 1
 EXIT_USAGE: Final[int] = 2  # argparse's status for bad arguments
 EXIT_INTERRUPTED: Final[int] = 130  # 128 + SIGINT, as shells report it
@@ -96,6 +99,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--peer-to-peer", action="store_true", help="no server: the receivers listen on the URL"
     )
+    parser.add_argument(
+        "--impl",
+        choices=IMPLS,
+        default="python",
+        help="the senders' and receivers' language; c is built on first use and needs "
+        f"{native.PACKAGE} (default: python)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -119,6 +129,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         peer_to_peer=args.peer_to_peer,
         output=args.output,
         json_summary=args.json,
+        impl=args.impl,
     )
 
 
@@ -155,9 +166,10 @@ def run(args: argparse.Namespace) -> int:
 
 def write_summary(settings: Settings, results: Results, human: TextIO) -> None:
     """Print the text blocks; write them and the JSON where asked."""
-    text = f"{render_configuration(settings, IMPLEMENTATION)}\n\n{render_results(results)}\n"
+    implementation = IMPLEMENTATIONS[settings.impl]
+    text = f"{render_configuration(settings, implementation)}\n\n{render_results(results)}\n"
     print(f"\n{text}", file=human, end="", flush=True)
-    document = json.dumps(summary_document(settings, IMPLEMENTATION, results), indent=2) + "\n"
+    document = json.dumps(summary_document(settings, implementation, results), indent=2) + "\n"
     if settings.output is not None:
         with open(os.path.join(settings.output, "summary.txt"), "w") as file:
             file.write(text)

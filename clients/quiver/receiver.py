@@ -165,6 +165,7 @@ class ReceiverArrow(Arrow):
             self.first_ns,
             self.last_ns,
             self.latencies.tobytes(),
+            self.cpu_s(),
         )
 
 

@@ -42,20 +42,26 @@ class Failed:
 
 @dataclass(frozen=True, slots=True)
 class SenderDone:
-    """A sender's totals; ``accepted`` counts outcomes, 0 when sending presettled."""
+    """A sender's totals; ``accepted`` counts outcomes, 0 when sending presettled.
+
+    ``cpu_s`` is the process's CPU time from the start of its run (imports left out), for the
+    clients' cost per message.
+    """
 
     name: str
     sent: int
     accepted: int
     first_ns: int | None
     last_ns: int | None
+    cpu_s: float
 
 
 @dataclass(frozen=True, slots=True)
 class ReceiverDone:
     """A receiver's totals; ``latencies`` is an ``array('q')`` of nanoseconds, as bytes.
 
-    ``stale`` counts messages left over from an earlier run, drained and not measured.
+    ``stale`` counts messages left over from an earlier run, drained and not measured;
+    ``cpu_s`` is as in ``SenderDone``.
     """
 
     name: str
@@ -64,6 +70,7 @@ class ReceiverDone:
     first_ns: int | None
     last_ns: int | None
     latencies: bytes
+    cpu_s: float
 
 
 Report = Ready | Failed | SenderDone | ReceiverDone

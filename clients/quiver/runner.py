@@ -1,9 +1,10 @@
 """One measurement: start the sender and receiver processes, watch them, gather their totals.
 
 Each sender and receiver is its own process (``spawn``, so none shares a GIL or a forked proton
-state with another). The parent never touches a message: it reads the shared scoreboard every
-``POLL_S`` to decide when the receivers have everything and whether anything still moves,
-prints a status row every ``STATUS_PERIOD_S``, and turns any child's failure into one line.
+state with another; with ``--impl c``, the C arrow's, see ``native``). The parent never touches
+a message: it reads the shared scoreboard every ``POLL_S`` to decide when the receivers have
+everything and whether anything still moves, prints a status row every ``STATUS_PERIOD_S``, and
+turns any child's failure into one line.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection as Channel
 from multiprocessing.connection import wait
-from multiprocessing.context import SpawnContext, SpawnProcess
-from typing import Final, TextIO
+from multiprocessing.context import SpawnContext
+from pathlib import Path
+from typing import Any, Final, Protocol, TextIO
 
-from sluicegate.clients.children import end
-from sluicegate.clients.quiver import procstat, receiver, sender
+from sluicegate.clients.children import Ending, end
+from sluicegate.clients.quiver import native, procstat, receiver, sender
+from sluicegate.clients.quiver.native import NativeArrow, NativeBuildError
 from sluicegate.clients.quiver.procstat import ProcSample
 from sluicegate.clients.quiver.reports import (
     STOP,
@@ -56,14 +60,48 @@ class RunError(Exception):
     """The run cannot finish; the message is the one line the user sees."""
 
 
+class ArrowProcess(Ending, Protocol):
+    """A sender or receiver process: ``multiprocessing``'s, or a ``NativeArrow``."""
+
+    @property
+    def sentinel(self) -> int:
+        """A descriptor that becomes readable when the process ends."""
+
+    @property
+    def exitcode(self) -> int | None:
+        """The exit status once ended."""
+
+    def start(self) -> None:
+        """Start the process."""
+
+
+class ArrowChannel(Protocol):
+    """The pipe to a sender or receiver: ``multiprocessing``'s, or a ``NativeArrow``.
+
+    ``recv`` returns a report, or ``None`` when what arrived held none (the C arrow's progress).
+    """
+
+    def fileno(self) -> int:
+        """What to wait on for reports."""
+
+    def poll(self) -> bool:
+        """A report can be read without blocking."""
+
+    def recv(self) -> Any:
+        """The next report."""
+
+    def send(self, obj: Any) -> None:
+        """The parent's stop."""
+
+
 @dataclass
 class Child:
     """A sender or receiver process as the parent sees it."""
 
     config: ArrowConfig
     slot: int
-    process: SpawnProcess
-    channel: Channel
+    process: ArrowProcess
+    channel: ArrowChannel
     ready: bool = False
     hung_up: bool = False
     done: SenderDone | ReceiverDone | None = None
@@ -73,9 +111,10 @@ class Child:
 class Measurement:
     """The parent's side of one run."""
 
-    def __init__(self, settings: Settings, out: TextIO) -> None:
+    def __init__(self, settings: Settings, out: TextIO, binary: Path | None = None) -> None:
         self.settings = settings
         self.out = out
+        self.binary = binary  # the C arrow, with --impl c
         self.context: SpawnContext = multiprocessing.get_context("spawn")
         sender_configs, receiver_configs = plan_arrows(settings, time.time_ns())
         self.board = Scoreboard(self.context, len(sender_configs) + len(receiver_configs))
@@ -93,6 +132,9 @@ class Measurement:
 
     def spawn(self, config: ArrowConfig, slot: int, entry: Entry) -> Child:
         """Prepare a process (not started yet) and the pipe to it."""
+        if self.binary is not None:
+            arrow = NativeArrow(self.binary, config, self.board, slot)
+            return Child(config=config, slot=slot, process=arrow, channel=arrow)
         ours, theirs = self.context.Pipe()
         process = self.context.Process(
             target=entry, args=(config, theirs, self.board, slot), name=config.name, daemon=True
@@ -143,19 +185,22 @@ class Measurement:
 
     def pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` for reports or exits and take them in."""
-        waiting = [c for c in self.children if c.done is None and c.process.pid is not None]
-        by_channel = {c.channel: c for c in waiting if not c.hung_up}
-        by_sentinel = {c.process.sentinel: c for c in waiting}
-        for ready in wait([*by_channel, *by_sentinel], timeout):
-            if isinstance(ready, Channel):
-                self.take(by_channel[ready])
-            elif isinstance(ready, int):
-                self.exited(by_sentinel[ready])
+        actions: dict[int, Callable[[], None]] = {}
+        for child in self.children:
+            if child.done is None and child.process.pid is not None:
+                actions[child.process.sentinel] = partial(self.exited, child)
+                if not child.hung_up:
+                    actions[child.channel.fileno()] = partial(self.take, child)
+        for ready in wait(list(actions), timeout):
+            assert isinstance(ready, int)
+            actions[ready]()
 
     def take(self, child: Child) -> None:
         """Handle one report from a child (or learn that it closed its end)."""
+        if child.done is not None or child.hung_up:
+            return  # what woke the wait was already taken in, with the exit
         try:
-            report: Report = child.channel.recv()
+            report: Report | None = child.channel.recv()
         except EOFError:
             child.hung_up = True
             return
@@ -258,11 +303,14 @@ class Measurement:
                 child.process.terminate()
         for child in self.children:
             end(child.process, EXIT_GRACE_S)
+            if isinstance(child.process, NativeArrow):
+                child.process.close()
 
     def results(self) -> Results:
         """Merge the children's totals into quiver's results."""
         sent = [c.done for c in self.senders if isinstance(c.done, SenderDone)]
         received = [c.done for c in self.receivers if isinstance(c.done, ReceiverDone)]
+        cpu_s = sum(d.cpu_s for d in sent) + sum(d.cpu_s for d in received)
         latencies = array("q")
         for report in received:
             latencies.frombytes(report.latencies)
@@ -271,12 +319,19 @@ class Measurement:
             merge_spans([Span(d.received, d.first_ns, d.last_ns) for d in received]),
             None if self.settings.presettled else sum(d.accepted for d in sent),
             latencies,
+            cpu_s,
         )
 
 
 def measure(settings: Settings, out: TextIO) -> Results:
     """Run one measurement, writing status rows to ``out``; raise ``RunError`` on failure."""
-    measurement = Measurement(settings, out)
+    binary = None
+    if settings.impl == "c":
+        try:
+            binary = native.build()
+        except NativeBuildError as error:
+            raise RunError(str(error)) from None
+    measurement = Measurement(settings, out, binary)
     try:
         return measurement.run()
     finally:

@@ -160,7 +160,9 @@ class SenderArrow(Arrow):
 
     def done_report(self) -> Report:
         """What was sent, and how much of it the peer accepted."""
-        return SenderDone(self.config.name, self.sent, self.accepted, self.first_ns, self.last_ns)
+        return SenderDone(
+            self.config.name, self.sent, self.accepted, self.first_ns, self.last_ns, self.cpu_s()
+        )
 
 
 def main(config: ArrowConfig, channel: Channel, board: Scoreboard, slot: int) -> None:

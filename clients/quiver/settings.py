@@ -16,8 +16,10 @@ __all__ = [
     "DEFAULT_COUNT",
     "DEFAULT_CREDIT",
     "DEFAULT_TIMEOUT",
+    "IMPLS",
     "STAMP_SIZE",
     "ArrowConfig",
+    "Impl",
     "Role",
     "Settings",
     "SettingsError",
@@ -34,6 +36,8 @@ DEFAULT_TIMEOUT: Final[float] = 10.0  # seconds without progress: a server pause
 STAMP_SIZE: Final[int] = 8  # the send time, big-endian int64 nanoseconds, opens every body
 
 Role = Literal["sender", "receiver"]
+Impl = Literal["python", "c"]  # the arrows' language: Python over proton's engine, or C
+IMPLS: Final[tuple[Impl, ...]] = ("python", "c")
 
 
 class SettingsError(ValueError):
@@ -58,6 +62,7 @@ class Settings:
     peer_to_peer: bool = False
     output: str | None = None
     json_summary: bool = False
+    impl: Impl = "python"
 
     def __post_init__(self) -> None:
         if (self.count is None) == (self.duration is None):
@@ -78,6 +83,8 @@ class Settings:
             raise SettingsError("--count must be at least --senders (each sender sends)")
         if self.peer_to_peer and self.senders != self.receivers:
             raise SettingsError("--peer-to-peer pairs senders with receivers: give as many of each")
+        if self.peer_to_peer and self.impl == "c":
+            raise SettingsError("--impl c connects to a server: it has no --peer-to-peer")
         if self.peer_to_peer and self.endpoint.port + self.receivers - 1 > 65535:
             raise SettingsError("--peer-to-peer needs one port per receiver above the URL's port")
 

@@ -82,6 +82,7 @@ class Results:
     receiver_rate: float | None
     end_to_end_rate: float | None
     latency: Latency | None
+    client_cpu_s: float | None = None  # the senders' and receivers' CPU, for cost per message
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +136,11 @@ def summarize_latency(latencies_ns: Sequence[int]) -> Latency | None:
 
 
 def summarize(
-    sent: Span, received: Span, accepted: int | None, latencies_ns: Sequence[int]
+    sent: Span,
+    received: Span,
+    accepted: int | None,
+    latencies_ns: Sequence[int],
+    client_cpu_s: float | None = None,
 ) -> Results:
     """Quiver's results: duration from the first send to the last receive, and rates over it."""
     end_to_end_s = (
@@ -152,6 +157,7 @@ def summarize(
         receiver_rate=rate(received.count, received.first_ns, received.last_ns),
         end_to_end_rate=rate(received.count, sent.first_ns, received.last_ns),
         latency=summarize_latency(latencies_ns),
+        client_cpu_s=client_cpu_s,
     )
 
 
@@ -259,6 +265,7 @@ def summary_document(
             "sender_rate": results.sender_rate,
             "receiver_rate": results.receiver_rate,
             "end_to_end_rate": results.end_to_end_rate,
+            "client_cpu_s": results.client_cpu_s,
             "latency_ms": None
             if latency is None
             else {
