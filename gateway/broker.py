@@ -259,7 +259,7 @@ class Broker(Handler):
         sending.pump_marked()
         if self.peers is not None:
             # After the pump: the credit requests it made go out in this pass.
-            self.peers.flush(budget.blocked)
+            self.peers.flush(budget)
         self.trimmer.flush(total, time.monotonic())
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+from collections import deque
 from collections.abc import Callable, Mapping
 from itertools import count
 from typing import Final, Protocol, cast
@@ -33,6 +34,7 @@ from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
 from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted, ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import CreditReply as QueueReply
@@ -66,6 +68,8 @@ from sluicegate.session.channel.remote import (
     owner_error,
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
+from sluicegate.session.inbound_flow import HOLDER_SHARE
+from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.decoding import decode
@@ -192,6 +196,20 @@ class Peers:
         self.sockets: dict[int, ChannelSocket] = {}
         # Confirms of other workers' publishes, framed in runs at the flush.
         self._confirms: dict[int, Confirms] = {}
+        # Other workers' publishes that reached this one while its memory budget was blocked,
+        # in their order, and their bytes, which the budget counts (:meth:`held`): stored and
+        # confirmed once it is not. The channel is read meanwhile, since it also carries the
+        # credit and settlements of other workers' consumers of queues here, which drain them;
+        # they are at most the other workers' publishers' credit, renewed only on confirms.
+        self._parked: deque[tuple[int, Publish]] = deque()
+        self._parked_bytes = 0
+        # The queues they go to: a later publish to one of these is parked too, so that a
+        # queue's messages are stored in their order.
+        self._parked_queues: set[tuple[str, str]] = set()
+        # The budget as the last flush found it: blocked, and the bytes a queue must weigh
+        # for its publishes to be parked (0: every publish, at the ceiling).
+        self._blocked = False
+        self._heavy = 0
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
         # Channels ended because their peer broke the protocol (a metric: it never should).
@@ -273,6 +291,7 @@ class Peers:
             clock=self.tenancy.default.registry.clock,
             routers=self._router,
         )
+        self.owners[peer].max_deliveries_size = self.max_frame_size - FRAME_OVERHEAD
         self._confirms[peer] = Confirms()
         self.remotes[peer].opened()
         channel = self.sockets[peer]
@@ -288,6 +307,12 @@ class Peers:
         else:
             log.warning("channel to worker %d ended: %s", peer, reason)
         self._confirms.pop(peer, None)
+        # Its parked publishes go unconfirmed: the peer releases their publishers as its side
+        # of the channel ends.
+        kept = [(other, publish) for other, publish in self._parked if other != peer]
+        self._parked = deque(kept)
+        self._parked_bytes = sum(_publish_bytes(publish) for _, publish in kept)
+        self._parked_queues = {(publish.vhost, publish.queue) for _, publish in kept}
         owner = self.owners.pop(peer, None)
         if owner is not None:
             self._route(owner.close())
@@ -335,8 +360,9 @@ class Peers:
             waiting.finish(waiting.figures.failure)
 
     def held(self) -> int:
-        """Bytes kept only for other workers' pre-settled consumers (docs/bounds.md)."""
-        return sum(owner.recent_bytes for owner in self.owners.values())
+        """Bytes kept only for other workers: their pre-settled consumers' recent deliveries
+        and their publishes parked while the budget is blocked (docs/bounds.md)."""
+        return self._parked_bytes + sum(owner.recent_bytes for owner in self.owners.values())
 
     def place(self, vhost: str, registry: QueueRegistry) -> None:
         """A virtual host made at run time: its queues are placed over the workers too."""
@@ -411,7 +437,13 @@ class Peers:
                 error = owner_error(refusal.condition, refusal.description)
                 self._refuse(cast(OutgoingLink, key), error)
         elif kind is Publish:
-            self._store(peer, cast(Publish, frame))
+            publish = cast(Publish, frame)
+            if self._blocked and self._parks(publish):
+                self._parked.append((peer, publish))
+                self._parked_bytes += _publish_bytes(publish)
+                self._parked_queues.add((publish.vhost, publish.queue))
+            else:
+                self._store(peer, publish)
         elif kind is Topology:
             self.apply(cast(Topology, frame))
         elif kind is Answer:
@@ -490,9 +522,21 @@ class Peers:
         if found is not None:
             found.registry.renew_lease(name)
 
-    def flush(self, paused: bool) -> None:
-        """Send what gathered since the last flush; reads stop while ``paused`` (the memory
-        budget holds this worker's publishers, and the channels' with them)."""
+    def flush(self, budget: MemoryBudget) -> None:
+        """Send what gathered since the last flush. While the memory budget is blocked, other
+        workers' publishes to the queues that hold it are parked, as this worker's publishers
+        to them are held, and every one at the ceiling; once it is not blocked, the parked
+        ones are stored first, in their order."""
+        blocked = self._blocked = budget.blocked
+        self._heavy = 0 if budget.used >= budget.ceiling else int(budget.margin * HOLDER_SHARE)
+        parked = self._parked
+        while parked and not blocked:
+            peer, publish = parked.popleft()
+            self._parked_bytes -= _publish_bytes(publish)
+            if peer in self._confirms:
+                self._store(peer, publish)
+        if not parked:
+            self._parked_queues.clear()
         # A channel that ends while written leaves the dict.
         for peer, channel in list(self.sockets.items()):
             if channel.closed:
@@ -506,11 +550,24 @@ class Peers:
                 remote.outgoing.clear()
             for frame in self._confirms[peer].take():
                 channel.send(encode(frame))
-            channel.pause(paused)
             if channel.output:
                 channel.flush()
 
     # -- publishes from other workers -----------------------------------------------------
+
+    def _parks(self, publish: Publish) -> bool:
+        """Whether a publish that arrives while the budget is blocked waits: at the ceiling,
+        after another parked one to its queue, or when its queue holds at least a holder's
+        floor (session/inbound_flow.py: a quarter of the margin), as this worker's publishers
+        are weighed. A publish to a queue that is drained as it fills goes on."""
+        if self._heavy == 0 or (publish.vhost, publish.queue) in self._parked_queues:
+            return True
+        queue = self._find(publish.vhost, publish.queue)
+        if queue is None:
+            return False
+        statistics = queue.statistics()
+        held = statistics.ready_bytes + statistics.unacked_bytes + statistics.dead_lettering_bytes
+        return held >= self._heavy
 
     def _store(self, peer: int, frame: Publish) -> None:
         """Store another worker's run of publishes in a queue here; each is confirmed once
@@ -686,6 +743,13 @@ class _Control:
                 continue
             (peer,) = PEER_INDEX.unpack(data)
             self.peers.open(peer, socket.socket(fileno=fds[0]))
+
+
+def _publish_bytes(publish: Publish) -> int:
+    """What a parked run of publishes holds: its messages and their overhead in a queue."""
+    return sum(len(payload) for payload in publish.payloads) + MESSAGE_OVERHEAD * len(
+        publish.payloads
+    )
 
 
 def _users(value: Value) -> list[str]:

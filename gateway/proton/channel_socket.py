@@ -55,7 +55,6 @@ class ChannelSocket:
         self.closed = False
         # Ended because the peer broke the protocol (a malformed or unexpected frame).
         self.broken = False
-        self.paused = False
         self.selectable: Selectable = register(container, sock, self)
 
     def send(self, pieces: list[bytes]) -> None:
@@ -91,24 +90,15 @@ class ChannelSocket:
             self.selectable.writing = wanted
             self.selectable.update()
 
-    def pause(self, paused: bool) -> None:
-        """Stop (or start again) reading: the worker's budget holds its publishers."""
-        if paused != self.paused and not self.closed:
-            self.paused = paused
-            self.selectable.reading = not paused
-            self.selectable.update()
-
     def on_selectable_readable(self, event: Event) -> None:
-        """Read up to :data:`READ_BATCH` into the frame buffer and hand the frames on.
-
-        Paused, the socket is watched only for its peer leaving: what it sent before it died
-        is read to the end then (confirms among it settle publishes), bounded by the socket's
-        buffer.
-        """
+        """Read up to :data:`READ_BATCH` into the frame buffer and hand the frames on. Always
+        read: the channel carries the other worker's consumers' credit and settlements, which
+        drain this worker's queues, beside its publishes, which gateway/peers.py parks while
+        the budget is blocked."""
         left = READ_BATCH
         reader = self.reader
         recv_into = self.sock.recv_into
-        while (left > 0 or self.paused) and not self.closed:
+        while left > 0 and not self.closed:
             try:
                 count, frames = reader.fill(recv_into, READ_CHUNK)
             except BlockingIOError:

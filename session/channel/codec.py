@@ -73,6 +73,8 @@ _DURABLE: Final = 1
 _FIRST_ACQUIRER: Final = 2
 _TTL: Final = 4
 _EXPIRES: Final = 8
+# Bytes each delivered message adds to its DELIVERIES frame's table: its sequence number and size.
+DELIVERY_ENTRY_SIZE: Final = struct.calcsize("<QI")
 # Bytes a frame adds around the payloads it carries, beyond their table: a DELIVERIES or PUBLISH
 # frame with a 255-character vhost, queue, exchange and routing key stays under it.
 FRAME_OVERHEAD: Final = 2048

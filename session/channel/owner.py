@@ -32,7 +32,7 @@ from sluicegate.queues.queue_type import (
     QueueType,
 )
 from sluicegate.queues.stream import StreamQueue
-from sluicegate.session.channel.codec import ChannelError
+from sluicegate.session.channel.codec import DELIVERY_ENTRY_SIZE, ChannelError
 from sluicegate.session.channel.ends import QueueEnd
 from sluicegate.session.channel.filter_sets import decode_filter_set
 from sluicegate.session.channel.frames import (
@@ -60,6 +60,8 @@ OUTCOMES: Final = {
     Settled.REJECTED: Outcome.REJECTED,
     Settled.MODIFIED: Outcome.MODIFIED,
 }
+# The server's default largest message, until the gateway sets the channel's own.
+DEFAULT_MAX_DELIVERIES_SIZE: Final = 8 * 1024 * 1024
 # Finds a queue this worker owns by virtual host and name.
 FindQueue = Callable[[str, str], QueueType | None]
 # A client of another worker used a queue of this one (its x-expires countdown restarts).
@@ -198,6 +200,9 @@ class Owner:
         self.views = views if views is not None else ViewCache()
         self.clock = clock if clock is not None else Clock()
         self.keep = 2 * max_queue_credit
+        # The most payload bytes one DELIVERIES frame carries, with their table: the reader
+        # takes a frame of the largest message and FRAME_OVERHEAD (the gateway sets it).
+        self.max_deliveries_size = DEFAULT_MAX_DELIVERIES_SIZE
         self.consumers: dict[int, RemoteConsumer] = {}
         self.outbox = Outbox()
         self.recent_bytes = 0
@@ -230,11 +235,9 @@ class Owner:
         waiting = self.outbox.waiting
         frames: list[Frame] = []
         if waiting:
-            frames = [
-                self._deliveries(key, messages)
-                for key, messages in waiting.items()
-                if not key.detached
-            ]
+            for key, messages in waiting.items():
+                if not key.detached:
+                    frames.extend(self._deliveries(key, messages))
             waiting.clear()
         changed = self.changed
         if changed:
@@ -259,11 +262,11 @@ class Owner:
                 continue
             if key is not current:
                 if current is not None:
-                    frames.append(self._deliveries(current, run))
+                    frames.extend(self._deliveries(current, run))
                 current, run = key, []
             run.append(message)
         if current is not None:
-            frames.append(self._deliveries(current, run))
+            frames.extend(self._deliveries(current, run))
         return frames, local
 
     def close(self) -> list[Dispatch]:
@@ -365,7 +368,7 @@ class Owner:
         messages, reply = key.queue.credit(key, frame.delivery_count, frame.credit, frame.drain)
         # The owner finds its own queues only, and those answer at once.
         assert reply is not None
-        frames: list[Frame] = [self._deliveries(key, messages)] if messages else []
+        frames: list[Frame] = [*self._deliveries(key, messages)] if messages else []
         frames.append(end.reply(frame, reply.delivery_count, reply.credit, reply.available))
         return frames
 
@@ -427,7 +430,10 @@ class Owner:
         self.left.append((key.vhost, key.queue))
         return dispatches
 
-    def _deliveries(self, key: RemoteConsumer, messages: list[Message]) -> Deliveries:
+    def _deliveries(self, key: RemoteConsumer, messages: list[Message]) -> list[Deliveries]:
+        """A run of one consumer's messages as DELIVERIES frames, each within
+        :attr:`max_deliveries_size`: one frame of a credit's worth of large messages would be
+        over what the other worker's reader takes, and end the channel."""
         end = key.end
         count = end.delivery_count
         end.sending(len(messages))
@@ -443,4 +449,16 @@ class Owner:
                     self.recent_bytes -= recent[0][1].held
                 self.recent_bytes += message.held
             recent.append((count, message))
-        return Deliveries(key.end.consumer, tuple(message.seq for message in messages), payloads)
+        consumer = key.end.consumer
+        seqs = tuple(message.seq for message in messages)
+        limit = self.max_deliveries_size
+        frames: list[Deliveries] = []
+        start = size = 0
+        for index, payload in enumerate(payloads):
+            cost = len(payload) + DELIVERY_ENTRY_SIZE
+            if index > start and size + cost > limit:
+                frames.append(Deliveries(consumer, seqs[start:index], payloads[start:index]))
+                start, size = index, 0
+            size += cost
+        frames.append(Deliveries(consumer, seqs[start:], payloads[start:]))
+        return frames

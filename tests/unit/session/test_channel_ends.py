@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import QueueType
-from sluicegate.session.channel.codec import ChannelError
+from sluicegate.session.channel.codec import DELIVERY_ENTRY_SIZE, ChannelError
 from sluicegate.session.channel.ends import Confirms, Publishes, QueueEnd, SessionEnd
 from sluicegate.session.channel.frames import (
     Attach,
@@ -67,6 +67,30 @@ def test_a_settlement_names_no_more_than_the_consumer_holds() -> None:
         owner.receive(Settle(1, Settled.ACCEPTED, ((0, 2**40 - 1),)))
     owner.receive(Settle(1, Settled.ACCEPTED, ((0, 1),)))
     assert queue.statistics().acknowledged == 2
+
+
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=12), limit=st.integers(1, 700))
+def test_a_credits_worth_of_deliveries_crosses_in_frames_the_other_reader_takes(
+    sizes: list[int], limit: int
+) -> None:
+    """A credit's worth of large messages in one DELIVERIES frame was over the largest frame
+    the other worker reads (the largest message and FRAME_OVERHEAD): the channel ended, and
+    every remote consumer with it. A run is split into frames within the limit, each holding
+    at least one message (a message never exceeds it), in order."""
+    queue = ClassicQueue("q")
+    owner = _owner(queue)
+    owner.max_deliveries_size = limit
+    for size in sizes:
+        queue.enqueue(Message(b"m" * size))
+    owner.receive(Attach(1, "/", "q", True, False, 0))
+    frames, _ = owner.receive(Credit(1, 0, len(sizes), False, False))
+    runs = [frame for frame in frames if isinstance(frame, Deliveries)]
+    assert [len(p) for run in runs for p in run.payloads] == sizes
+    assert [seq for run in runs for seq in run.seqs] == list(range(len(sizes)))
+    for run in runs:
+        assert run.payloads
+        cost = sum(len(payload) + DELIVERY_ENTRY_SIZE for payload in run.payloads)
+        assert cost <= limit or len(run.payloads) == 1
 
 
 def test_the_owner_refuses_to_send_more_than_the_request_granted() -> None:
