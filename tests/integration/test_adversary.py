@@ -41,6 +41,7 @@ def _attack(seed: int) -> None:
     assert result.peak_rss <= result.base_rss + CI_LIMITS.budget + CI_LIMITS.rss_margin
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.parametrize("seed", QUICK_SEEDS)
 def test_a_seeded_adversary_breaks_no_invariant(seed: int) -> None:
     _attack(seed)

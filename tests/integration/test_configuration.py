@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Alone under xdist (docs/testing.md): its servers bind the default HTTP API and metrics ports.
+pytestmark = pytest.mark.alone
+
 # Generous: the machine running the tests may be loaded.
 START_TIMEOUT = 60
 

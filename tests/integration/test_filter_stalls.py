@@ -23,6 +23,9 @@ from support.prober import Prober
 
 from sluicegate.queues.filters.view import ViewStatistics
 
+# Alone under xdist (docs/testing.md): its probers bound latencies (PROBE_BOUND).
+pytestmark = pytest.mark.alone
+
 # A served prober's round, with room for a loaded shared machine; the stalls were 29 s to hours.
 PROBE_BOUND: Final = 5.0
 # The scenario: application-properties maps of 0.95 MB, many small entries.

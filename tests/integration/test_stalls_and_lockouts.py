@@ -49,6 +49,9 @@ from sluicegate.gateway.rules.auth import User, hash_password, parse_users
 from sluicegate.queues.stream import MAX_SIZES_PER_RANGE
 from sluicegate.transport.channel import client_context
 
+# Alone under xdist (docs/testing.md): its probers and login timings bound latencies.
+pytestmark = pytest.mark.alone
+
 # A served prober's round, with room for a loaded shared machine; the stalls were 10-60 s.
 PROBE_BOUND: Final = 5.0
 # How often a flood looks whether it is told to stop.
