@@ -108,7 +108,6 @@ sys.exit(main(["serve", *sys.argv[1:]]))
 """
 
 
-@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_sigterm_ends_a_server_whose_reactor_is_stuck_within_its_shutdown_timeout(
     tmp_path: Path,
 ) -> None:
