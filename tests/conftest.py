@@ -27,14 +27,19 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("quick")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep the tests of one costly process in one xdist worker (``--dist loadgroup``): each
-    worker would otherwise start its own Spark session (a JVM) or Chromium for a few tests."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, keep the tests of one costly process in one worker (``--dist loadgroup``):
+    each worker would otherwise start its own Spark session (a JVM) or Chromium for a few tests.
+    And run the ``alone`` tests last: each waits for the tests running beside it to end, and at
+    the end that wait is paid once rather than before every one of them."""
+    if not hasattr(config, "workerinput"):
+        return
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         for fixture, group in (("spark", "spark"), ("browser", "chromium")):
             if fixture in fixtures:
                 item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("alone") is not None)
 
 
 @contextmanager
@@ -48,7 +53,8 @@ def _locked(path: Path, operation: int) -> Iterator[None]:
             fcntl.flock(file, fcntl.LOCK_UN)
 
 
-@pytest.hookimpl(wrapper=True)
+# First, so outside pytest-timeout's timer: the wait for the lock is not the test's time.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
     """Under xdist, run a test marked ``alone`` while no other worker runs a test.
 
