@@ -47,12 +47,14 @@ def test_a_seeded_adversary_breaks_no_invariant(seed: int) -> None:
     _attack(seed)
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
 def test_more_seeded_adversaries_break_no_invariant(seed: int) -> None:
     _attack(seed)
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 @pytest.mark.parametrize("saved", BREACHES, ids=lambda path: path.stem)
 def test_every_saved_breach_replays_clean(saved: Path) -> None:
