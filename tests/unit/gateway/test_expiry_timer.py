@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from proton import Event, Handler
 from proton.reactor import Container
 
@@ -40,6 +41,7 @@ class _Stop(Handler):
         self.timer.stop()
 
 
+@pytest.mark.alone  # counts the timer's runs in 0.5 s: docs/testing.md
 def test_a_run_that_fails_is_logged_and_the_timer_goes_on() -> None:
     registry = _FailingOnce()
     timer = ExpiryTimer([registry], lambda dispatches: None, lambda registry, name: None)
