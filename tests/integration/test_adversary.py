@@ -41,17 +41,20 @@ def _attack(seed: int) -> None:
     assert result.peak_rss <= result.base_rss + CI_LIMITS.budget + CI_LIMITS.rss_margin
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.parametrize("seed", QUICK_SEEDS)
 def test_a_seeded_adversary_breaks_no_invariant(seed: int) -> None:
     _attack(seed)
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
 def test_more_seeded_adversaries_break_no_invariant(seed: int) -> None:
     _attack(seed)
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 @pytest.mark.parametrize("saved", BREACHES, ids=lambda path: path.stem)
 def test_every_saved_breach_replays_clean(saved: Path) -> None:

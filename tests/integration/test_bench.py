@@ -147,6 +147,7 @@ def test_a_tenant_gets_its_quotas_and_no_more(tmp_path: Path) -> None:
     assert figures["links"] == 3 * 256
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_hostile_partial_deliveries_are_cut_off_and_the_prober_served(tmp_path: Path) -> None:
     run = bench("hostile", "--attack", "partial", "--duration", "3", "--output", str(tmp_path))

@@ -64,6 +64,7 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 def test_python_m_gateway_without_arguments_serves_the_default(tmp_path: Path) -> None:
     """``python -m sluicegate`` alone is ``serve`` on 127.0.0.1:5672.
 

@@ -74,6 +74,7 @@ def test_an_invalid_value_stops_the_server_with_one_line(
     assert lines[0].startswith(expected)
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 @pytest.mark.slow
 @pytest.mark.parametrize("key", ["listen", "metrics_listen"])
 def test_an_address_in_use_stops_the_server_with_one_line(bound_port: int, key: str) -> None:
@@ -86,6 +87,7 @@ def test_an_address_in_use_stops_the_server_with_one_line(bound_port: int, key: 
     ]
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 def test_settings_from_file_and_flags(tmp_path: Path) -> None:
     """The flag's listen address wins over the file's; the file's metrics address is used."""
     with socket.socket() as probe:

@@ -26,6 +26,9 @@ from support.prober import Prober
 
 from sluicegate.gateway.events import delivery_of
 
+# Alone under xdist (docs/testing.md): its probers bound latencies (SERVED).
+pytestmark = pytest.mark.alone
+
 # A served prober's round takes well under a second, even on a loaded machine; the attacks
 # held the reactor for good.
 SERVED: Final = 5.0

@@ -88,6 +88,7 @@ class _Hoarder(MessagingHandler):
         self.rejected += 1
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_a_consumers_dead_letter_fan_out_holds_its_deliveries_until_its_letters_are_stored(
     make_server: Callable[..., RunningServer],

@@ -98,6 +98,7 @@ def test_released_and_modified_outcomes_survive_a_restart(tmp_path: Path) -> Non
         running.stop()
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 def test_a_second_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     running = start_server(data_dir=tmp_path)
     try:
@@ -205,6 +206,7 @@ def _stop(process: subprocess.Popen[str]) -> None:
     process.communicate(timeout=30)
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 @pytest.mark.slow
 # 12,000 is past RESIDENT_READY: the queue was paging when the process died.
 @pytest.mark.parametrize("after", [300, 3000, 12_000])

@@ -56,6 +56,7 @@ def _drain(receiver: BlockingReceiver, timeout: float = 0.5) -> list[object]:
         bodies.append(message.body)
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_a_backtracking_like_pattern_does_not_stall_other_clients(server: RunningServer) -> None:
     """``p LIKE '%a%a%a%a%a%a%a%a%b'`` against 100 a's: hours for a backtracking matcher."""
     address = "/queues/like-attack"
@@ -88,6 +89,7 @@ def test_a_backtracking_like_pattern_does_not_stall_other_clients(server: Runnin
     assert server.queue("like-attack").ready == 3
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.parametrize(
     "selector",
     [
@@ -147,6 +149,7 @@ def test_application_properties_over_the_limit_are_rejected_at_publish(
     assert server.queue("big-properties").ready == 1
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_filtered_consumers_decode_each_message_once(
     make_server: Callable[..., RunningServer],
@@ -195,6 +198,7 @@ class _Encoded(Message):
         return self._encoded
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_filtered_consumers_attaching_to_a_long_queue_do_not_stall_others(
     server: RunningServer,
@@ -227,6 +231,7 @@ def test_filtered_consumers_attaching_to_a_long_queue_do_not_stall_others(
     assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_an_expensive_like_is_charged_its_cost_and_others_are_served(
     server: RunningServer,

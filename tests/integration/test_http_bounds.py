@@ -21,6 +21,9 @@ from support.process import serving
 
 from sluicegate.gateway.http.stack import LISTEN_BACKLOG
 
+# Alone under xdist (docs/testing.md): its probers bound latencies (PROBE_BOUND, DEADLINE).
+pytestmark = pytest.mark.alone
+
 # Half-sent requests, as in the report, split between the metrics endpoint and the API.
 ATTACKERS: Final = 1100
 DESCRIPTOR_LIMIT: Final = 1024

@@ -32,6 +32,7 @@ def _log(*arguments: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 @pytest.mark.slow
 def test_a_missing_segment_refuses_start_until_repaired_and_repair_says_what_it_lost(
     tmp_path: Path,
@@ -140,6 +141,7 @@ def _no_traceback(result: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in result.stdout
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 @pytest.mark.slow
 def test_an_emptied_middle_segment_is_damage_and_repair_removes_it(
     pristine: Path, tmp_path: Path
@@ -165,6 +167,7 @@ def test_an_emptied_middle_segment_is_damage_and_repair_removes_it(
     assert len(_kept_once_each(data_dir, _TAMPERED_COUNT - lost)) == _TAMPERED_COUNT - lost
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 @pytest.mark.slow
 @pytest.mark.parametrize("stray", ["2.seg", "02.seg", "\u00b2.seg"])
 def test_a_stray_segment_name_is_refused_never_replayed_twice(
@@ -187,6 +190,7 @@ def test_a_stray_segment_name_is_refused_never_replayed_twice(
     assert _kept_once_each(data_dir, _TAMPERED_COUNT) == list(range(_TAMPERED_COUNT))
 
 
+@pytest.mark.alone  # binds a default port: docs/testing.md
 @pytest.mark.slow
 def test_a_huge_sparse_segment_is_refused_unread(pristine: Path, tmp_path: Path) -> None:
     data_dir, log = _copy(pristine, tmp_path)

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
+import pytest
 from integration.conftest import RunningServer
 from proton import symbol, uint
 from support.frames import described, encode_frame
@@ -129,6 +130,7 @@ class _Churn(threading.Thread):
             self.detached += answered
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_a_deleted_queue_detaches_its_own_links_and_no_others(
     make_server: Callable[..., RunningServer],
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
+import pytest
 from integration.conftest import RunningServer
 from proton import Message, symbol
 from proton.utils import BlockingConnection
@@ -70,6 +71,7 @@ def test_x_cc_over_the_limit_is_rejected_and_the_link_stays_open(server: Running
     assert sum(server.queue(f"cc-limit-{q}").ready for q in range(_QUEUES)) == 2
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_x_cc_at_the_limit_through_many_bindings_leaves_others_served(
     server: RunningServer,
 ) -> None:
@@ -89,6 +91,7 @@ def test_x_cc_at_the_limit_through_many_bindings_leaves_others_served(
     assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_message_annotations_over_the_limit_are_rejected_unread(server: RunningServer) -> None:
     """Annotations of 0.9 MB: ``rejected`` with ``amqp:link:message-size-exceeded`` naming both
     sizes, the link open; the prober is served while 8 of them are refused."""
@@ -120,6 +123,7 @@ def test_message_annotations_over_the_limit_are_rejected_unread(server: RunningS
     assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_x_cc_keys_through_a_headers_exchange_read_the_headers_once(
     server: RunningServer,
 ) -> None:

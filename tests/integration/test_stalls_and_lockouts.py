@@ -136,6 +136,7 @@ class _AttachStorm(threading.Thread):
             self.waves += 1
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_attach_storms_do_not_stall_other_clients(scheme: Scheme) -> None:
     """Each ATTACH costs the same however many links the connection holds (issue 17 §2).
@@ -338,6 +339,7 @@ class _Tricklers(threading.Thread):
             sock.close()
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_sockets_that_never_log_in_are_dropped_and_lock_nobody_out(
     make_server: Callable[..., RunningServer],
@@ -393,6 +395,7 @@ def _client_hello(context: ssl.SSLContext) -> bytes:
     return outgoing.read()
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_tls_clients_that_never_open_are_dropped_at_the_handshake_timeout(
     make_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
@@ -439,6 +442,7 @@ def test_tls_clients_that_never_open_are_dropped_at_the_handshake_timeout(
     assert all(handshake - 0.1 <= lifetime < handshake + 1.5 for lifetime in lifetimes.values())
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_idle_timeout_counts_whole_frames_and_fires_on_time(
     make_server: Callable[..., RunningServer], scheme: Scheme
@@ -473,6 +477,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_at_the_descriptor_limit_the_listener_backs_off() -> None:
     """EMFILE makes the listener stop polling for a while and log once, not spin (issue 17 §4).
@@ -568,6 +573,7 @@ class _LoginFlood(threading.Thread):
             self.sent += 1
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_a_login_flood_does_not_delay_other_logins(
     make_server: Callable[..., RunningServer],
 ) -> None:
@@ -617,6 +623,7 @@ def test_a_login_over_the_queue_bounds_is_told_to_try_later(
     assert _plain_login(running.port, "alice", ALICE_PASSWORD) == SASL_OK
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_a_wrong_user_name_takes_as_long_as_a_wrong_password(
     make_server: Callable[..., RunningServer],
 ) -> None:
@@ -708,6 +715,7 @@ class _RangeFlood(MessagingHandler):
             connection.close()
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_a_flood_of_byte_range_requests_does_not_stall_other_clients() -> None:
     """Each byte-range request sums at most MAX_SIZES_PER_RANGE sizes on the reactor, and
@@ -782,6 +790,7 @@ def _read_stream_again_and_again(url: str, address: str, stopping: Any, received
         amqp.close()
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_readers_that_take_all_they_can_do_not_stall_other_clients() -> None:
     """Consumers' output is written until a socket is full, proton has nothing framed or
@@ -837,6 +846,7 @@ DRAIN_FLOOD_BURST: Final = 20
 FLOOD_READ_S: Final = 0.001
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_a_flood_of_drain_flows_does_not_stall_others_and_its_drain_still_ends() -> None:
     """A consumer sending drain FLOWs in bursts, each raising its credit, has each stashed

@@ -145,6 +145,7 @@ def test_stream_filters_after_a_restart(tmp_path: Path) -> None:
         running.stop()
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_a_filtered_read_of_a_long_stream_does_not_stall_others(server: RunningServer) -> None:
     """An SQL filter that matches only the last of 20,000 messages: each read is bounded, the

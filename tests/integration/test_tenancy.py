@@ -326,6 +326,7 @@ _REFUSED_AT_OPEN: Final = {
 }
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_open_is_refused_for_an_unknown_virtual_host_or_one_without_permissions(
     tenants: RunningServer,
 ) -> None:

@@ -125,6 +125,7 @@ def test_one_scrape_adds_up_every_worker(tmp_path: Path) -> None:
             on_second.close()
 
 
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.slow
 def test_a_killed_worker_comes_back_with_its_confirmed_messages_while_the_other_serves_on(
     tmp_path: Path,
@@ -175,6 +176,8 @@ def test_a_killed_worker_comes_back_with_its_confirmed_messages_while_the_other_
         assert re.search(r"worker 0 serves again \(pid \d+\), recovered in [0-9.]+ s", log)
 
 
+@pytest.mark.slow  # waits out the 2 s shutdown_timeout of 3 workers
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_sigterm_stops_every_worker_within_the_grace(tmp_path: Path) -> None:
     with serving(
         "--workers", "3", "--data-dir", str(tmp_path), "--shutdown-timeout", "2", *_WORKERS_OFF
@@ -274,6 +277,7 @@ def _serve_once(*options: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # starts a server four times
 def test_a_data_dir_is_served_only_with_the_layout_it_was_written_in(tmp_path: Path) -> None:
     single = tmp_path / "single"
     with serving("--data-dir", str(single), *_WORKERS_OFF):

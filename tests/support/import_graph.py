@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -50,20 +51,27 @@ def imported(path: Path, *, typing_only: bool = True) -> Iterator[tuple[int, str
 
     ``typing_only=False`` leaves out what is imported under ``if TYPE_CHECKING:``.
     """
+    yield from _imports(path, typing_only)
+
+
+# Read once per process: the layering tests walk the same few hundred files a dozen times.
+@functools.cache
+def _imports(path: Path, typing_only: bool) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
     tree = ast.parse(path.read_text(), str(path))
     skipped: set[int] = set()
     if not typing_only:
         for node in ast.walk(tree):
             if isinstance(node, ast.If) and _is_type_checking(node.test):
                 skipped.update(id(child) for block in node.body for child in ast.walk(block))
+    found: list[tuple[int, str, tuple[str, ...]]] = []
     for node in ast.walk(tree):
         if id(node) in skipped:
             continue
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name, ()
+            found.extend((node.lineno, alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.lineno, node.module, tuple(alias.name for alias in node.names)
+            found.append((node.lineno, node.module, tuple(alias.name for alias in node.names)))
+    return tuple(found)
 
 
 def _is_type_checking(test: ast.expr) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.topic_trie import TopicTrie
@@ -39,7 +40,7 @@ _WORDS = st.sampled_from(["a", "b", "c", "", "*", "#"])
 _KEYS = st.lists(_WORDS, min_size=1, max_size=6).map(".".join)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.lists(_KEYS, max_size=12, unique=True), st.lists(_KEYS, max_size=6), _KEYS)
 def test_the_trie_matches_what_topic_matching_matches(
     bound: list[str], removed: list[str], routing_key: str

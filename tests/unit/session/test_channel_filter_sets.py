@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from sluicegate.queues.arguments import parse_arguments
 from sluicegate.queues.classic import ClassicQueue
@@ -61,7 +62,7 @@ def _filter_sets(draw: st.DrawFn) -> FilterSet:
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_filter_sets())
 def test_a_filter_set_reads_back_as_it_was_sent(filters: FilterSet) -> None:
     data = encode_filter_set(filters, LIMIT)

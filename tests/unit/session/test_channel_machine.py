@@ -20,6 +20,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from support.examples import examples
 
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
@@ -258,5 +259,7 @@ class ChannelMachine(RuleBasedStateMachine):
         assert self.session_reader.buffered < MAX_FRAME
 
 
-ChannelMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+ChannelMachine.TestCase.settings = settings(
+    max_examples=examples(150), stateful_step_count=60, deadline=None
+)
 TestChannel = ChannelMachine.TestCase

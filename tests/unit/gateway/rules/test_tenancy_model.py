@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support.examples import examples
 
 from sluicegate.gateway.rules.auth import User, UserLimits, parse_users
 from sluicegate.gateway.rules.tenancy import QuotaExceeded, Tenancy, VirtualHost
@@ -129,5 +130,7 @@ class TenancyMachine(RuleBasedStateMachine):
         self.model.connections.remove(connection)
 
 
-TenancyMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+TenancyMachine.TestCase.settings = settings(
+    max_examples=examples(100), stateful_step_count=30, deadline=None
+)
 test_tenancy_counts_follow_the_model = TenancyMachine.TestCase

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from sluicegate.queues.log.segments import SegmentWriter
 from sluicegate.queues.log.store import MessageStore, write_now
@@ -43,7 +44,7 @@ def test_a_stored_message_without_a_header_counts_the_one_a_failure_inserts(
     assert message.read_size() == len(message.send())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(header=st.booleans(), steps=_STEPS)
 def test_read_size_is_the_length_of_the_bytes_sent(header: bool, steps: list[str]) -> None:
     payload = _WITH_HEADER if header else _BODY
