@@ -36,6 +36,7 @@ SERVED: Final = 5.0
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # bounds a latency: docs/testing.md
 def test_letters_of_a_dropped_consumers_deliveries_at_their_limit_stay_within_the_budget(
     make_server: Callable[..., RunningServer],
 ) -> None:
