@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from proton import Message
 
+from bench.scenarios.workers import tree_ticks
 from bench.servers import Server, start_sluicegate, stop
 from sluicegate.clients.capi import PN_ACCEPTED, ffi, lib, link_pointer
 from sluicegate.clients.pump import Pump
@@ -87,21 +88,6 @@ class Cost:
 
     publish: float
     consume: float
-
-
-def tree_ticks(pid: int) -> int:
-    """CPU clock ticks of ``pid`` and of all its children (a supervisor's workers)."""
-    total = 0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            total += procstat.parse_stat_ticks(Path(f"/proc/{current}/stat").read_text())
-            children = Path(f"/proc/{current}/task/{current}/children").read_text()
-        except OSError:
-            continue
-        pending.extend(int(child) for child in children.split())
-    return total
 
 
 def workers_by_index(server: Server, workers: int) -> list[int]:
