@@ -13,7 +13,7 @@ import time
 from functools import partial
 from typing import cast
 
-from proton import Endpoint, Link, Sender, Terminus
+from proton import Array, Data, Endpoint, Link, Sender, Terminus, symbol
 
 from sluicegate.gateway.conditions import close
 from sluicegate.gateway.config import ServerConfig
@@ -37,6 +37,7 @@ from sluicegate.gateway.rules.access import (
 )
 from sluicegate.gateway.rules.auth import Access, Permissions, User
 from sluicegate.gateway.rules.management.requests import Response
+from sluicegate.gateway.rules.outcomes import stated_outcomes
 from sluicegate.gateway.rules.settle_modes import refuse_unhonoured
 from sluicegate.gateway.rules.tenancy import VirtualHost
 from sluicegate.gateway.sending import Sending
@@ -57,6 +58,25 @@ from sluicegate.session.channel.remote import RemoteQueue
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.addresses import parse_address
 from sluicegate.wire.errors import AmqpError
+
+
+def _state_outcomes(link: Link) -> None:
+    """The consumer's source in the reply lists the outcomes the server takes of those the
+    client listed (gateway/rules/outcomes.py); raises if it listed one the server does not."""
+    asked = link.remote_source.outcomes
+    asked.rewind()
+    listed: list[str] | None = None
+    if asked.next() is not None:
+        value = asked.get_object()
+        elements = value.elements if isinstance(value, Array) else [value]
+        listed = [str(element) for element in elements]
+    stated = link.source.outcomes
+    stated.clear()
+    stated.put_array(False, Data.SYMBOL)
+    stated.enter()
+    for outcome in stated_outcomes(listed):
+        stated.put_symbol(symbol(outcome))
+    stated.exit()
 
 
 def _authorise(
@@ -128,6 +148,7 @@ class Links:
             assert vhost is not None
             _authorise(connection.user, connection.permissions, link, vhost)
             if link.is_sender:
+                _state_outcomes(link)
                 self._attach_consumer(link, vhost)
             elif link.remote_target.dynamic:
                 name = dynamic_target(link, self._temporary(connection, vhost, "write"))

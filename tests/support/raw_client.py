@@ -423,12 +423,15 @@ class RawClient:
         max_message_size: int | None = None,
         capabilities: Sequence[str] = (),
         expiry_policy: str | None = None,
+        terminus: Mapping[str, PythonAMQPData] | None = None,
     ) -> int:
         """Send ATTACH and return our handle; ``dynamic`` asks the peer to name our node.
 
-        ``capabilities`` and ``expiry_policy`` go on our own terminus (the source of a
-        receiver, the target of a sender), as Direct Reply-To and temporary queues ask.
-        Handles are unique across the client's sessions, so link calls need no channel.
+        ``capabilities``, ``expiry_policy`` and the other ``terminus`` fields (by their names
+        in §3.5.3 and §3.5.4: ``durable``, ``timeout``, ``outcomes``...) go on our own terminus
+        (the source of a receiver, the target of a sender), as Direct Reply-To and temporary
+        queues ask. Handles are unique across the client's sessions, so link calls need no
+        channel.
         """
         handle = len(self.links)
         self.links[handle] = LinkState(
@@ -447,6 +450,7 @@ class RawClient:
             ours["capabilities"] = Array(undescribed, Data.SYMBOL, *map(symbol, capabilities))
         if expiry_policy is not None:
             ours["expiry_policy"] = symbol(expiry_policy)
+        ours.update(terminus or {})
         source_node = described(
             "source",
             address=source,

@@ -1,0 +1,41 @@
+"""The outcomes a consumer's source states in the ATTACH reply: those the server takes.
+
+A consumer's source lists the outcomes its client may give (AMQP 1.0 §3.5.3, ``outcomes``). The
+server settles a delivery by any of accepted, rejected, released and modified
+(docs/queues.md), so, as RabbitMQ's session does, the reply states the client's list when every
+outcome in it is one of those, all four when the client lists none, and an outcome outside them
+refuses the link with ``amqp:not-implemented`` (a null terminus, then a DETACH): the client
+learns at attach that an outcome it means to give would not be taken, not at its first
+DISPOSITION. A single symbol is a list of one, as §1.6 allows for a multiple field.
+
+Pure: tests/unit/gateway/rules/test_outcomes.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from sluicegate.queues.errors import NotImplementedByServer
+
+# The descriptors' symbolic names of the four outcomes (§3.4), in the spec's order.
+OUTCOMES: Final = (
+    "amqp:accepted:list",
+    "amqp:rejected:list",
+    "amqp:released:list",
+    "amqp:modified:list",
+)
+
+
+def stated_outcomes(asked: Sequence[str] | None) -> tuple[str, ...]:
+    """The outcomes the reply states for a client that listed ``asked`` (None: none listed);
+    raises :class:`NotImplementedByServer` for one the server does not take."""
+    if asked is None:
+        return OUTCOMES
+    unsupported = [outcome for outcome in asked if outcome not in OUTCOMES]
+    if unsupported:
+        raise NotImplementedByServer(
+            f"outcomes not supported: {', '.join(unsupported)}; this server takes "
+            f"{', '.join(OUTCOMES)}"
+        )
+    return tuple(asked)
