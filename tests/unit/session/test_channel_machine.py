@@ -35,6 +35,7 @@ from sluicegate.session.channel.frames import (
     Deliveries,
     Detach,
     Frame,
+    Letters,
     Settle,
     Settled,
     ranges_of,
@@ -182,6 +183,12 @@ class ChannelMachine(RuleBasedStateMachine):
             if isinstance(frame, Attached):
                 # The owner took a consumer: a session answers its client's ATTACH.
                 event("attach taken")
+                continue
+            if isinstance(frame, Letters):
+                # What a consumer's rejections owe in dead letters, live or detached (this
+                # machine's queue has no dead-letter exchange, so nothing is owed).
+                assert frame.owed == 0, frame
+                event("letters reported")
                 continue
             number = frame.consumer if isinstance(frame, Deliveries | CreditReply) else -1
             consumer = self.consumers.get(number)
