@@ -3,9 +3,10 @@
 RabbitMQ states back the client's source and target as they came, but for a consumer's source:
 its filter is the one in force (test_queues.py, test_stream_filters.py), its outcomes are the
 client's when the server takes every one of them, all four when the client lists none, and a
-link listing another is refused with ``amqp:not-implemented``. sluicegate does the same, with one difference: RabbitMQ also states
-``default-outcome`` released, which proton's terminus cannot carry (proton-c has no such field),
-so the reply omits it. The settle modes are test_attach_conformance.py's.
+link listing another is refused with ``amqp:not-implemented``. sluicegate does the same, with
+one difference: RabbitMQ also states ``default-outcome`` released, which proton's terminus
+cannot carry (proton-c has no such field), so the reply omits it. The settle modes are
+test_attach_conformance.py's.
 """
 
 from __future__ import annotations
