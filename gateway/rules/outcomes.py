@@ -8,7 +8,7 @@ refuses the link with ``amqp:not-implemented`` (a null terminus, then a DETACH):
 learns at attach that an outcome it means to give would not be taken, not at its first
 DISPOSITION. A single symbol is a list of one, as §1.6 allows for a multiple field.
 
-Pure: tests/unit/gateway/rules/test_outcomes.py.
+Pure: tests/unit/gateway/rules/test_stated_outcomes.py.
 """
 
 from __future__ import annotations
