@@ -193,6 +193,7 @@ def test_unfinished_deliveries_of_many_connections_are_capped_server_wide(
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # bounds a latency (the 2 s unfinished_timeout): docs/testing.md
 def test_the_oldest_delivery_holding_the_cap_without_progress_is_closed_in_time(
     make_server: Callable[..., RunningServer],
 ) -> None:
