@@ -62,6 +62,7 @@ def free_port() -> int:
     return port
 
 
+@pytest.mark.slow
 def test_count_run_prints_both_blocks(server: RunningServer) -> None:
     run = quiver(f"{server.url}/queues/quiver-count", "--count", "2000", "--credit", "100")
     assert run.returncode == 0, run.stderr
@@ -80,6 +81,7 @@ def test_count_run_prints_both_blocks(server: RunningServer) -> None:
     assert run.stderr == ""
 
 
+@pytest.mark.slow
 def test_json_summary_to_a_file(server: RunningServer, tmp_path: Path) -> None:
     output = tmp_path / "run"
     run = quiver(
@@ -95,6 +97,7 @@ def test_json_summary_to_a_file(server: RunningServer, tmp_path: Path) -> None:
     assert block(run.stdout, "RESULTS")["Count"] == "2,000 messages"
 
 
+@pytest.mark.slow
 def test_json_summary_alone_on_stdout(server: RunningServer) -> None:
     run = quiver(f"{server.url}/queues/quiver-stdout", "--count", "2000", "--json")
     assert run.returncode == 0, run.stderr
@@ -121,6 +124,7 @@ def test_several_senders_and_receivers_split_the_count(server: RunningServer) ->
     assert all(f"{p} CPU/RSS" in heading for p in ("S1", "S2", "R1", "R2"))
 
 
+@pytest.mark.slow
 def test_presettled_durable_run(server: RunningServer) -> None:
     run = quiver(
         f"{server.url}/queues/quiver-presettled", "--count", "2000", "--presettled", "--durable",
@@ -142,6 +146,7 @@ def test_duration_run_receives_everything_sent(server: RunningServer) -> None:
     assert results["count"] == results["sent"] == results["accepted"]
 
 
+@pytest.mark.slow
 def test_peer_to_peer(free_port: int) -> None:
     run = quiver(f"amqp://127.0.0.1:{free_port}/p2p", "--count", "2000", "--peer-to-peer")
     assert run.returncode == 0, run.stderr
@@ -150,6 +155,7 @@ def test_peer_to_peer(free_port: int) -> None:
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1/q", "amqp://127.0.0.1:5672", "q1"])
+@pytest.mark.slow
 def test_bad_url_is_one_line(url: str) -> None:
     run = quiver(url)
     assert run.returncode == 2
@@ -158,6 +164,7 @@ def test_bad_url_is_one_line(url: str) -> None:
     assert run.stderr.startswith("sluicegate quiver: ")
 
 
+@pytest.mark.slow
 def test_connection_refused_is_one_line(free_port: int) -> None:
     run = quiver(f"amqp://127.0.0.1:{free_port}/q", "--count", "10")
     assert run.returncode == 1

@@ -44,6 +44,7 @@ def results_of(run: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return results
 
 
+@pytest.mark.slow
 def test_count_run_settles_every_message(server: RunningServer) -> None:
     results = results_of(quiver(f"{server.url}/queues/quiver-c-count", "--count", "2000", "--json"))
     assert (results["count"], results["sent"], results["accepted"]) == (2000, 2000, 2000)
@@ -55,6 +56,7 @@ def test_count_run_settles_every_message(server: RunningServer) -> None:
     assert results["client_cpu_s"] > 0
 
 
+@pytest.mark.slow
 def test_several_senders_and_receivers_split_the_count(server: RunningServer) -> None:
     run = quiver(
         f"{server.url}/queues/quiver-c-many", "--count", "2001", "--senders", "2",
@@ -66,6 +68,7 @@ def test_several_senders_and_receivers_split_the_count(server: RunningServer) ->
     assert all(f"{p} CPU/RSS" in heading for p in ("S1", "S2", "R1", "R2"))
 
 
+@pytest.mark.slow
 def test_presettled_durable_run(server: RunningServer) -> None:
     run = quiver(
         f"{server.url}/queues/quiver-c-presettled", "--count", "2000", "--presettled",
@@ -75,6 +78,7 @@ def test_presettled_durable_run(server: RunningServer) -> None:
     assert (results["count"], results["sent"], results["accepted"]) == (2000, 2000, None)
 
 
+@pytest.mark.slow
 def test_duration_run_receives_everything_sent(server: RunningServer) -> None:
     results = results_of(
         quiver(f"{server.url}/queues/quiver-c-duration", "--duration", "1", "--json")
