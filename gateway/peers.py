@@ -1,7 +1,9 @@
 """A worker's channels to the other workers of its server (docs/workers.md, issue 35).
 
 Each pair of workers shares one channel, a socket pair made by the supervisor
-(gateway/supervisor.py); one a restarted worker gets arrives on the control socket. Over it
+(gateway/supervisor.py); one a restarted worker gets arrives on the control socket, and so
+does a new one after this worker or the other ended a channel for a protocol error (this
+worker asks for it on the same socket). Over it
 both directions run: this worker's sessions consume from and publish to the other's queues
 (:class:`~session.channel.remote.Remote`, one per other worker, kept across restarts), and the
 other's sessions consume from this worker's queues (:class:`~session.channel.owner.Owner`, one
@@ -30,7 +32,7 @@ from sluicegate.gateway.proton.internals import Task, register
 from sluicegate.gateway.queue_homes_file import HomesFile
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
-from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
+from sluicegate.gateway.supervisor import CHANNEL, WorkerChannels
 from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted, ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
@@ -194,6 +196,9 @@ class Peers:
         self.remotes = {k: Remote(k, self.reads) for k in range(spec.workers) if k != spec.index}
         self.owners: dict[int, Owner] = {}
         self.sockets: dict[int, ChannelSocket] = {}
+        # Each live channel's serial number (gateway/supervisor.py), which names it when this
+        # worker asks the supervisor for a new one.
+        self.serials: dict[int, int] = {}
         # Confirms of other workers' publishes, framed in runs at the flush.
         self._confirms: dict[int, Confirms] = {}
         # Other workers' publishes that reached this one while its memory budget was blocked,
@@ -261,7 +266,7 @@ class Peers:
             remote.max_publish_size = max_message_size
             remote.debt_of = debt_of
         for peer, sock in sorted(self.spec.channels.items()):
-            self.open(peer, sock)
+            self.open(peer, sock, self.spec.serials.get(peer, 0))
         self.spec.channels = {}
         if self.spec.control is not None:
             self.spec.control.setblocking(False)
@@ -269,11 +274,12 @@ class Peers:
 
     # -- channels -------------------------------------------------------------------------
 
-    def open(self, peer: int, sock: socket.socket) -> None:
+    def open(self, peer: int, sock: socket.socket, serial: int) -> None:
         """A channel to worker ``peer`` (again): everything known here goes first."""
         old = self.sockets.get(peer)
         if old is not None:
-            old.end("the worker was restarted")
+            old.end("the supervisor made a new channel")
+        self.serials[peer] = serial
         self.sockets[peer] = ChannelSocket(
             self.container,
             sock,
@@ -304,6 +310,7 @@ class Peers:
         if channel is not None and channel.broken:
             self.protocol_errors += 1
             log.error("channel to worker %d ended: %s", peer, reason)
+            self._ask_again(peer)
         else:
             log.warning("channel to worker %d ended: %s", peer, reason)
         self._confirms.pop(peer, None)
@@ -328,6 +335,19 @@ class Peers:
         for token in tokens:
             if token is not None:
                 confirm(cast(Pending, token), Outcome.RELEASED, None)
+
+    def _ask_again(self, peer: int) -> None:
+        """Ask the supervisor for a new channel to ``peer``, this one having been ended for a
+        protocol error: the two workers' queues are out of each other's reach until it comes
+        (after the supervisor's pause, session/channel/remakes.py)."""
+        control = self.spec.control
+        if control is None:
+            return
+        try:
+            control.send(CHANNEL.pack(peer, self.serials.get(peer, 0)))
+        except OSError as error:
+            # Full (the supervisor is stuck) or gone (it died: this worker is told to stop).
+            log.error("could not ask the supervisor for a channel to worker %d: %s", peer, error)
 
     def close(self) -> None:
         """The worker stops: every channel and the control socket leave the reactor."""
@@ -722,7 +742,8 @@ class _Gathering(Handler):
 
 
 class _Control:
-    """The control socket: the supervisor hands over a channel to a restarted worker."""
+    """The control socket: the supervisor hands over a channel, to a restarted worker or in
+    place of one ended for a protocol error."""
 
     def __init__(self, peers: Peers) -> None:
         self.peers = peers
@@ -732,7 +753,7 @@ class _Control:
         assert control is not None
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(control, PEER_INDEX.size, 1)
+                data, fds, _, _ = socket.recv_fds(control, CHANNEL.size, 1)
             except BlockingIOError:
                 return
             if not data:
@@ -741,8 +762,8 @@ class _Control:
                 return
             if not fds:
                 continue
-            (peer,) = PEER_INDEX.unpack(data)
-            self.peers.open(peer, socket.socket(fileno=fds[0]))
+            peer, serial = CHANNEL.unpack(data)
+            self.peers.open(peer, socket.socket(fileno=fds[0]), serial)
 
 
 def _publish_bytes(publish: Publish) -> int:
