@@ -465,7 +465,7 @@ class Peers:
             else:
                 self._store(peer, publish)
         elif kind is Topology:
-            self.apply(cast(Topology, frame))
+            self.apply(peer, cast(Topology, frame))
         elif kind is Answer:
             remote.answered(cast(Answer, frame))
         elif kind is Letters:
@@ -655,8 +655,8 @@ class Peers:
         queue = None if found is None else found.registry.get(name)
         return None if queue is None or type(queue) is RemoteQueue else queue
 
-    def apply(self, frame: Topology) -> None:
-        """Another worker's change of the topology, applied here without being sent on."""
+    def apply(self, peer: int, frame: Topology) -> None:
+        """Worker ``peer``'s change of the topology, applied here without being sent on."""
         change, _ = decode(frame.change, 0)
         if isinstance(change, list) and change and change[0] in _VHOST_VERBS:
             self._apply_vhosts(frame.vhost, change)
@@ -667,13 +667,43 @@ class Peers:
         registry = vhost.registry
         self.applying = True
         try:
-            _apply(registry, cast(list[Value], change))
+            try:
+                _apply(registry, cast(list[Value], change))
+            except PreconditionFailed:
+                if not self._owners_declaration(peer, frame.vhost, registry, change):
+                    raise
             if cast(list[Value], change)[0] == "delete-queue":
                 self._queue_deleted(registry, str(cast(list[Value], change)[1]))
         except (AmqpError, ValueError, TypeError, IndexError) as error:
             log.warning("a topology change from another worker was not applied: %s", error)
         finally:
             self.applying = False
+
+    def _owners_declaration(
+        self, peer: int, vhost: str, registry: QueueRegistry, change: Value
+    ) -> bool:
+        """Whether a declaration that differs from the stand-in's here is its owner's, then
+        taken in place of the stand-in's. A link attaching here declared the queue with the
+        defaults while the owner declared it otherwise (management there, or another worker's
+        declaration it judged first): the two crossed on the channel, the owner refused this
+        worker's, and its own stands on every worker (docs/workers.md)."""
+        if not isinstance(change, list) or change[0] != "queue" or len(change) != 5:
+            return False
+        _, name, arguments, durable, auto_delete = change
+        name = str(name)
+        if (
+            type(registry.get(name)) is not RemoteQueue
+            or self.homes.homes.home(vhost, name) != peer
+        ):
+            return False
+        registry.take_declaration(
+            name,
+            cast(dict[str, object], arguments) or None,
+            durable=bool(durable),
+            auto_delete=bool(auto_delete),
+        )
+        log.info("queue '%s' of vhost '%s' takes its worker's declaration", name, vhost)
+        return True
 
     def _apply_vhosts(self, name: str, change: list[Value]) -> None:
         """A virtual host made or deleted by the worker that serves the HTTP API, or its whole
