@@ -3,13 +3,13 @@
 Each pair of workers shares one channel, a socket pair made by the supervisor
 (gateway/supervisor.py); one a restarted worker gets arrives on the control socket, and so
 does a new one after this worker or the other ended a channel for a protocol error (this
-worker asks for it on the same socket). Over it
-both directions run: this worker's sessions consume from and publish to the other's queues
-(:class:`~session.channel.remote.Remote`, one per other worker, kept across restarts), and the
-other's sessions consume from this worker's queues (:class:`~session.channel.owner.Owner`, one
-per live channel). Topology is replicated: every change of queues, exchanges and bindings made
-here is sent to every worker, which applies it, so that each routes locally and only a routed
-copy crosses; a channel that opens starts with everything the worker knows.
+worker asks for it on the same socket). Over a channel both directions run: this worker's
+sessions consume from and publish to the other's queues (:class:`~session.channel.remote.Remote`,
+one per other worker, kept across restarts), and the other's sessions consume from this
+worker's queues (:class:`~session.channel.owner.Owner`, one per live channel). Topology is
+replicated: every change of queues, exchanges and bindings made here is sent to every worker,
+which applies it, so that each routes locally and only a routed copy crosses; a channel that
+opens starts with everything the worker knows.
 """
 
 from __future__ import annotations
