@@ -158,8 +158,11 @@ class VhostPlacement:
             # Its counts are the answer's: no other question for them.
             figures.asked[(self.vhost, name, "counts")] = asked
             return OwnerDeclared.MADE if asked.answer.purged else OwnerDeclared.HAD
-        if self.registry.get(name) is not None:
+        known = self.registry.get(name)
+        if known is not None and type(known) is not RemoteQueue:
             return None
+        # A stand-in's declaration is asked too: the one it was made with may be an attach's
+        # that the owner's crossed, still on its way here (docs/workers.md).
         remote = peers.remotes.get(peers.homes.place(self.vhost, name))
         if remote is None:
             return None
