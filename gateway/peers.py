@@ -208,7 +208,8 @@ class Peers:
         # in their order, and their bytes, which the budget counts (:meth:`held`): stored and
         # confirmed once it is not. The channel is read meanwhile, since it also carries the
         # credit and settlements of other workers' consumers of queues here, which drain them;
-        # they are at most the other workers' publishers' credit, renewed only on confirms.
+        # they are at most the other workers' publishers' credit, renewed only on confirms,
+        # and their dead letters' windows (``Remote.letter_fits``).
         self._parked: deque[tuple[int, Publish]] = deque()
         self._parked_bytes = 0
         # The queues they go to: a later publish to one of these is parked too, so that a
@@ -225,7 +226,7 @@ class Peers:
         # Management requests waiting for owners' answers, one per request.
         self.gathering: dict[_Gathering, None] = {}
         for name, registry in registries.items():
-            registry.placement = VhostPlacement(self, name, registry)
+            self.place(name, registry)
 
     def serve(
         self,
@@ -388,8 +389,10 @@ class Peers:
         return self._parked_bytes + sum(owner.recent_bytes for owner in self.owners.values())
 
     def place(self, vhost: str, registry: QueueRegistry) -> None:
-        """A virtual host made at run time: its queues are placed over the workers too."""
+        """A virtual host's queues are placed over the workers (one made at run time too), and
+        its dead letters to other workers' queues kept within their channels' windows."""
         registry.placement = VhostPlacement(self, vhost, registry)
+        registry.dead_letter_router.fits = _letter_fits
 
     def vhost_created(self, vhost: str, granted: list[str]) -> None:
         """Every worker makes ``vhost`` too, its creator's grant with it."""
@@ -551,6 +554,11 @@ class Peers:
         to them are held, and every one at the ceiling; once it is not blocked, the parked
         ones are stored first, in their order."""
         blocked = self._blocked = budget.blocked
+        # What one peer's letters may make this worker's peers park past their limit (they
+        # park publishes to heavy queues from the limit on): half the margin, split.
+        window = budget.margin // (2 * len(self.remotes))
+        for remote in self.remotes.values():
+            remote.letter_window = window
         self._heavy = 0 if budget.used >= budget.ceiling else int(budget.margin * HOLDER_SHARE)
         parked = self._parked
         while parked and not blocked:
@@ -890,3 +898,9 @@ def _apply(registry: QueueRegistry, change: list[Value]) -> None:
         )
     else:
         raise ValueError(f"unknown topology change {verb!r}")
+
+
+def _letter_fits(queue: QueueType, size: int) -> bool:
+    """Whether a dead letter of ``size`` bytes may go to ``queue`` now: a queue on another
+    worker takes the letters its channel's window has room for (``Remote.letter_fits``)."""
+    return type(queue) is not RemoteQueue or queue.remote.letter_fits(size)

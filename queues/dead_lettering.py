@@ -204,6 +204,9 @@ class DeadLetterer:
 Route = Callable[[str, str, bytes], list[QueueType]]
 # Whether a message to a queue goes through the log (the registry's rule for durable queues).
 Persists = Callable[[QueueType, Message], bool]
+# Whether a queue takes a letter of so many bytes now: one on another worker takes a window of
+# them until its owner confirms (gateway/peers.py sets it; docs/workers.md).
+Fits = Callable[[QueueType, int], bool]
 
 
 class _Wait(NamedTuple):
@@ -248,6 +251,8 @@ class DeadLetterRouter:
         # Causes whose consumer's hold changed as their letters waited or left the outbox
         # (the gateway applies it and empties the list).
         self.toggled: list[Cause] = []
+        # None: every queue takes a letter whenever the budget has room (a single process).
+        self.fits: Fits | None = None
 
     def route_all(self, room: int | None = None) -> list[Dispatch]:
         """Deliver pending dead letters to their dead-letter exchange's queues, a batch a call.
@@ -375,6 +380,9 @@ class DeadLetterRouter:
         # The letter's own bytes are counted while it waits, in its queue or by its sender.
         grown = (len(targets) - 1) * cost
         if room is not None and grown > 0 and grown > room:
+            return _Wait(len(targets))
+        fits = self.fits
+        if fits is not None and not all(fits(queue, len(payload)) for queue in targets):
             return _Wait(len(targets))
         done = set(letter.done)
         refused = False

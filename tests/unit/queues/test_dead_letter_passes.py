@@ -274,3 +274,38 @@ def test_a_long_auto_delete_cascade_is_deleted_without_recursion() -> None:
     assert [q.name for q in registry.route("kept", "")] == ["again"]
     registry.delete_exchange("kept")
     assert registry.binding_count == 0
+
+
+def test_a_letter_a_target_has_no_room_for_waits_in_its_queue_until_it_fits() -> None:
+    # A queue on another worker takes a window of letters until its owner confirms them
+    # (docs/workers.md): while the window is full the letter waits, its message in its queue.
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_queue("dead")
+    work = registry.declare_queue(
+        "work",
+        {"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"},
+    )
+    work.enqueue(Message(_BODY))
+    registry.clock.now += 10
+    registry.expire()
+    asked: list[tuple[str, int]] = []
+    room = False
+
+    def fits(queue: object, size: int) -> bool:
+        asked.append((getattr(queue, "name", ""), size))
+        return room
+
+    registry.dead_letter_router.fits = fits
+    registry.route_dead_letters()
+    assert registry.dead_letter_router.waiting
+    assert len(registry.dead_letters) == 1
+    assert registry.queue("dead").statistics().ready == 0
+    assert work.statistics().dead_lettering_bytes > 0
+    room = True
+    registry.route_dead_letters()
+    assert not registry.dead_letters
+    assert registry.queue("dead").statistics().ready == 1
+    # Asked with the letter's bytes: its death recorded, so more than the body.
+    name, size = asked[-1]
+    assert name == "dead"
+    assert size > len(_BODY)
