@@ -740,6 +740,40 @@ class Fleet:
     _manage_read = _manage
     _manage_uncollected = _manage
 
+    def _feed(
+        self,
+        slot: Slot,
+        step: Step,
+        channel: int,
+        queue: str,
+        count: int,
+        body: int,
+        *,
+        until: float | None = None,
+    ) -> int:
+        """Up to ``count`` pre-settled messages of ``body`` bytes sent to ``queue`` by a new
+        sender on ``channel``: one credit's worth, or with ``until`` (a monotonic time) credit
+        after credit until then; how many went, 0 when no credit came within :data:`ANSWER_S`."""
+        client = slot.client
+        target = client.attach(
+            f"adv-{step.slot}-{len(client.links)}",
+            "sender",
+            target=f"/queues/{queue}",
+            channel=channel,
+        )
+        sent = 0
+        while sent < count:
+            try:
+                credit = client.wait_credit(target, timeout=ANSWER_S)
+            except TimeoutError:
+                break
+            for _ in range(min(credit, count - sent)):
+                client.send(target, message(body), settled=True)
+                sent += 1
+            if until is None or time.monotonic() >= until:
+                break
+        return sent
+
     def _manage_cycle(self, slot: Slot, step: Step) -> None:
         """Two queues dead-lettering into each other through two exchanges, fed by a third
         queue whose consumer rejects (so the dead letters carry a rejection), in one step."""
@@ -778,16 +812,8 @@ class Fleet:
         ]
         self._requests(slot, *pair, requests, collect=True)
         channel = slot.client.links[pair[0]].channel
-        name = f"adv-{step.slot}-{len(slot.client.links)}"
-        target = slot.client.attach(name, "sender", target=f"/queues/{feed}", channel=channel)
-        try:
-            slot.client.wait_credit(target, timeout=ANSWER_S)
-        except TimeoutError:
-            return
-        count = min(int(p["messages"] or 1), slot.client.links[target].link_credit)
-        for _ in range(count):
-            slot.client.send(target, message(100), settled=True)
-        if not p["reject"]:
+        count = self._feed(slot, step, channel, feed, int(p["messages"] or 1), 100)
+        if not count or not p["reject"]:
             return
         name = f"adv-{step.slot}-{len(slot.client.links)}"
         source = slot.client.attach(name, "receiver", source=f"/queues/{feed}", channel=channel)
@@ -829,15 +855,8 @@ class Fleet:
         ]
         self._requests(slot, *pair, requests, collect=True)
         channel = slot.client.links[pair[0]].channel
-        name = f"adv-{step.slot}-{len(slot.client.links)}"
-        target = slot.client.attach(name, "sender", target=f"/queues/{feed}", channel=channel)
-        try:
-            slot.client.wait_credit(target, timeout=ANSWER_S)
-        except TimeoutError:
+        if not self._feed(slot, step, channel, feed, int(p["messages"] or 1), int(p["body"] or 0)):
             return
-        count = min(int(p["messages"] or 1), slot.client.links[target].link_credit)
-        for _ in range(count):
-            slot.client.send(target, message(int(p["body"] or 0)), settled=True)
         name = f"adv-{step.slot}-{len(slot.client.links)}"
         source = slot.client.attach(name, "receiver", source=f"/queues/{feed}", channel=channel)
         credit = int(p["credit"] or 1)
@@ -884,23 +903,9 @@ class Fleet:
         self._requests(slot, *pair, requests, collect=True)
         client = slot.client
         channel = client.links[pair[0]].channel
-        target = client.attach(
-            f"adv-{step.slot}-{len(client.links)}",
-            "sender",
-            target=f"/queues/{feed}",
-            channel=channel,
-        )
-        count = int(p["messages"] or 1)
-        sent = 0
         deadline = time.monotonic() + REJECTING_S
-        while sent < count and time.monotonic() < deadline:
-            try:
-                credit = client.wait_credit(target, timeout=ANSWER_S)
-            except TimeoutError:
-                break
-            for _ in range(min(credit, count - sent)):
-                client.send(target, message(int(p["body"] or 0)), settled=True)
-                sent += 1
+        count, body = int(p["messages"] or 1), int(p["body"] or 0)
+        sent = self._feed(slot, step, channel, feed, count, body, until=deadline)
         source = client.attach(
             f"adv-{step.slot}-{len(client.links)}",
             "receiver",
