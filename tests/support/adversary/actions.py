@@ -17,9 +17,9 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from proton import Described, symbol, ubyte, uint, ulong
+from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, uint, ulong
 from proton._data import PythonAMQPData
 
 from sluicegate.queues.queue_homes import proposed_home
@@ -28,7 +28,7 @@ from support.frames import AMQP_FRAME, FRAME_HEADER, ProtocolError, described, e
 from support.raw_client import AmqpError, LinkState, PeerClosedError, RawClient
 from support.workers import serving_worker
 
-__all__ = ["Fleet"]
+__all__ = ["Fleet", "outcomes_field"]
 
 # A step waits this long for an answer it needs (an ATTACH naming a dynamic address); the
 # server owes it in milliseconds, and the prober, not this wait, judges its speed.
@@ -77,6 +77,22 @@ _SELECTORS: Final = {
     "selector-bad": "subject = = 'a' AND",
     "selector-like": "subject LIKE '" + "%a" * 40 + "%b'",
 }
+# The outcomes a consumer's source may list (AMQP 1.0 §3.4): the four the server takes
+# (gateway/rules/outcomes.py), and some it does not (a delivery state that is no outcome, a
+# transaction's, made-up ones).
+OUTCOMES: Final = (
+    "amqp:accepted:list",
+    "amqp:rejected:list",
+    "amqp:released:list",
+    "amqp:modified:list",
+)
+UNKNOWN_OUTCOMES: Final = ("amqp:received:list", "amqp:declared:list", "x-adversary:outcome", "")
+# Symbols in a long outcomes list: some 90 KB, so that its ATTACH fits the server's default
+# max-frame-size (128 KiB; an ATTACH cannot span frames) and is taken whole, under
+# max_attach_data_size (8 MiB, termini counted twice) for one link and past it for 48 on
+# one connection. The server states a valid one back in its reply, and names the unknown ones
+# of an unknown one in its error.
+LONG_OUTCOMES: Final = 4000
 # The adversary's queue names (steps.py), which a step aimed at another worker picks among.
 _ADV_QUEUES: Final = tuple(f"adv-q{index}" for index in range(QUEUES))
 # Errors that end a connection, not the adversary: the server closed it, or stopped reading.
@@ -367,6 +383,7 @@ class Fleet:
         capabilities: Sequence[str] = (),
         expiry_policy: str | None = None,
         distribution: str | None = None,
+        terminus: dict[str, PythonAMQPData] | None = None,
     ) -> int | None:
         p = step.params
         channel = int(p["channel"] or 0)
@@ -388,6 +405,7 @@ class Fleet:
             max_message_size=None if p["max_message_size"] is None else int(p["max_message_size"]),
             capabilities=capabilities,
             expiry_policy=expiry_policy,
+            terminus=terminus,
         )
         if role == "receiver" and p["credit"]:
             slot.client.flow(handle, link_credit=int(p["credit"]), drain=bool(p["drain"]))
@@ -407,6 +425,7 @@ class Fleet:
             self._placed(slot, step, self._address(p["address"], int(p["credit"] or 0))),
             filters=filters or None,
             distribution="copy" if p["copy"] else None,
+            terminus=outcomes_field(p),
         )
         if handle is not None:
             with contextlib.suppress(TimeoutError):  # refused or slow: later steps find out
@@ -1077,6 +1096,32 @@ def _delivery_time(pick: int) -> PythonAMQPData:
         "text": "tomorrow",
     }
     return times[kind]
+
+
+def outcomes_field(p: Params) -> dict[str, PythonAMQPData] | None:
+    """The ``outcomes`` field of a consumer's source as the step drew it (steps.py), or None
+    for a source without one (older reproductions have no such parameter)."""
+    kind = p.get("outcomes")
+    if kind is None:
+        return None
+    pick = int(p.get("outcomes_pick") or 0)
+    if kind == "single":  # a multiple field of one may be the value alone (§1.6)
+        return {"outcomes": symbol(OUTCOMES[pick % len(OUTCOMES)])}
+    listed: list[str]
+    if kind == "valid":  # a non-empty subset, in an order of the pick's
+        listed = [o for bit, o in enumerate(OUTCOMES) if pick >> bit & 1] or [OUTCOMES[0]]
+        listed = listed[pick >> 4 & 3 :] + listed[: pick >> 4 & 3]
+    elif kind == "unknown":
+        unknown = UNKNOWN_OUTCOMES[pick // len(OUTCOMES) % len(UNKNOWN_OUTCOMES)]
+        listed = [OUTCOMES[pick % len(OUTCOMES)], unknown]
+    elif kind == "long":
+        listed = [OUTCOMES[index % len(OUTCOMES)] for index in range(LONG_OUTCOMES)]
+    elif kind == "long-unknown":
+        listed = [f"x:{index}" for index in range(LONG_OUTCOMES)]
+    else:
+        listed = []
+    undescribed: Any = UNDESCRIBED  # proton types an Array's descriptor as data
+    return {"outcomes": Array(undescribed, Data.SYMBOL, *map(symbol, listed))}
 
 
 def _exchange_body(kind: str) -> dict[PythonAMQPData, PythonAMQPData]:
