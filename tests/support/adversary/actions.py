@@ -22,6 +22,7 @@ from typing import Any, Final
 from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, uint, ulong
 from proton._data import PythonAMQPData
 
+from sluicegate.gateway.rules.outcomes import OUTCOMES
 from sluicegate.queues.queue_homes import proposed_home
 from support.adversary.steps import QUEUES, Params, Step
 from support.frames import AMQP_FRAME, FRAME_HEADER, ProtocolError, described, encode, encode_frame
@@ -77,15 +78,9 @@ _SELECTORS: Final = {
     "selector-bad": "subject = = 'a' AND",
     "selector-like": "subject LIKE '" + "%a" * 40 + "%b'",
 }
-# The outcomes a consumer's source may list (AMQP 1.0 §3.4): the four the server takes
-# (gateway/rules/outcomes.py), and some it does not (a delivery state that is no outcome, a
-# transaction's, made-up ones).
-OUTCOMES: Final = (
-    "amqp:accepted:list",
-    "amqp:rejected:list",
-    "amqp:released:list",
-    "amqp:modified:list",
-)
+# Outcomes a consumer's source may list that the server does not take (gateway/rules/
+# outcomes.py's OUTCOMES are those it does): a delivery state that is no outcome, a
+# transaction's, made-up ones.
 UNKNOWN_OUTCOMES: Final = ("amqp:received:list", "amqp:declared:list", "x-adversary:outcome", "")
 # Symbols in a long outcomes list: some 90 KB, so that its ATTACH fits the server's default
 # max-frame-size (128 KiB; an ATTACH cannot span frames) and is taken whole, under
