@@ -70,7 +70,7 @@ from sluicegate.session.channel.remote import (
     owner_error,
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
-from sluicegate.session.inbound_flow import HOLDER_SHARE
+from sluicegate.session.inbound_flow import HOLDER_SHARE, queue_weight
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.amqp_types import Value
@@ -596,9 +596,7 @@ class Peers:
         queue = self._find(publish.vhost, publish.queue)
         if queue is None:
             return False
-        statistics = queue.statistics()
-        held = statistics.ready_bytes + statistics.unacked_bytes + statistics.dead_lettering_bytes
-        return held >= self._heavy
+        return queue_weight(queue) >= self._heavy
 
     def _store(self, peer: int, frame: Publish) -> None:
         """Store another worker's run of publishes in a queue here; each is confirmed once

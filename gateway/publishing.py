@@ -42,7 +42,14 @@ from sluicegate.session.inbound import (
     Unconfirmed,
     UnfinishedLimitExceeded,
 )
-from sluicegate.session.inbound_flow import Flushed, Hold, InboundFlow, InboundLimits, Release
+from sluicegate.session.inbound_flow import (
+    Flushed,
+    Hold,
+    InboundFlow,
+    InboundLimits,
+    Release,
+    queue_weight,
+)
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
@@ -332,11 +339,9 @@ class Publishing:
                 )
 
     def _weigh(self, link: IncomingLink) -> int:
-        """Bytes piling up in the queues a link published to last (its target's, at first):
-        ready, held unsettled by consumers (one that takes everything and never settles keeps
-        its queue empty), or given up on and waiting for the budget's room to be dead-lettered
-        (a queue that overflows into a fan-out stays empty while its letters wait). Each queue
-        is weighed once per flush, however many links publish to it."""
+        """What the queues a link published to last (its target's, at first) weigh
+        (:func:`queue_weight`). Each queue is weighed once per flush, however many links
+        publish to it."""
         state = cast(IncomingLinkState, link.owner)
         queues = state.queues
         if not queues and state.target.queue is not None:
@@ -346,12 +351,6 @@ class Publishing:
         for queue in queues:
             held = weights.get(queue)
             if held is None:
-                statistics = queue.statistics()
-                held = (
-                    statistics.ready_bytes
-                    + statistics.unacked_bytes
-                    + statistics.dead_lettering_bytes
-                )
-                weights[queue] = held
+                held = weights[queue] = queue_weight(queue)
             weight += held
         return weight

@@ -452,6 +452,8 @@ class Owner:
         consumer = key.end.consumer
         seqs = tuple(message.seq for message in messages)
         limit = self.max_deliveries_size
+        if sum(map(len, payloads)) + DELIVERY_ENTRY_SIZE * len(payloads) <= limit:
+            return [Deliveries(consumer, seqs, payloads)]  # most runs: no per-message walk
         frames: list[Deliveries] = []
         start = size = 0
         for index, payload in enumerate(payloads):

@@ -18,6 +18,7 @@ import pytest
 from integration.conftest import RunningServer
 from proton import Endpoint, Event, Handler
 from proton.reactor import ApplicationEvent, Container, EventInjector
+from support.ports import free_port
 
 RUN_TIMEOUT_S = 60  # a hung run fails the test instead of eating CI's time
 FIELD = re.compile(r"^(?P<name>.*?) \.+ (?P<value>.+)$")  # quiver's "Name ..... value unit"
@@ -51,15 +52,6 @@ def block(output: str, heading: str) -> dict[str, str]:
 def number(text: str) -> float:
     """The figure that opens a field: ``"2,000 messages"`` → 2000."""
     return float(text.split()[0].replace(",", ""))
-
-
-@pytest.fixture
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, read, released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 @pytest.mark.slow
@@ -147,8 +139,8 @@ def test_duration_run_receives_everything_sent(server: RunningServer) -> None:
 
 
 @pytest.mark.slow
-def test_peer_to_peer(free_port: int) -> None:
-    run = quiver(f"amqp://127.0.0.1:{free_port}/p2p", "--count", "2000", "--peer-to-peer")
+def test_peer_to_peer() -> None:
+    run = quiver(f"amqp://127.0.0.1:{free_port()}/p2p", "--count", "2000", "--peer-to-peer")
     assert run.returncode == 0, run.stderr
     assert block(run.stdout, "RESULTS")["Count"] == "2,000 messages"
     assert block(run.stdout, "CONFIGURATION")["Flags"] == "peer-to-peer"
@@ -165,12 +157,12 @@ def test_bad_url_is_one_line(url: str) -> None:
 
 
 @pytest.mark.slow
-def test_connection_refused_is_one_line(free_port: int) -> None:
-    run = quiver(f"amqp://127.0.0.1:{free_port}/q", "--count", "10")
+def test_connection_refused_is_one_line() -> None:
+    port = free_port()
+    run = quiver(f"amqp://127.0.0.1:{port}/q", "--count", "10")
     assert run.returncode == 1
     assert run.stderr.splitlines() == [
-        f"sluicegate quiver: receiver 1: cannot connect to 127.0.0.1:{free_port}: "
-        "Connection refused"
+        f"sluicegate quiver: receiver 1: cannot connect to 127.0.0.1:{port}: Connection refused"
     ]
 
 
@@ -223,9 +215,9 @@ class Withholder(Handler):
 
 
 @pytest.fixture
-def withholder(free_port: int) -> Iterator[Withholder]:
+def withholder() -> Iterator[Withholder]:
     """A ``Withholder`` on a background thread, stopped after the test."""
-    peer = Withholder(free_port)
+    peer = Withholder(free_port())
     thread = threading.Thread(target=peer.container.run, daemon=True)
     thread.start()
     assert peer.ready.wait(5.0)

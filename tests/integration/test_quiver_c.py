@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from integration.conftest import RunningServer
 from proton import Message
 from proton.utils import BlockingConnection
+from support.ports import free_port
 
 from sluicegate.clients.quiver import native
 
@@ -103,9 +103,7 @@ def test_a_foreign_message_fails_the_run_in_one_line(server: RunningServer) -> N
 
 
 def test_connection_refused_is_one_line() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     run = quiver(f"amqp://127.0.0.1:{port}/q", "--count", "10")
     assert run.returncode == 1
     assert run.stderr.splitlines() == [

@@ -21,6 +21,7 @@ from proton import Message
 from proton.utils import BlockingConnection
 from support.certificates import self_signed
 from support.polling import wait_until
+from support.ports import free_port
 from support.process import SERVE, serving, tls_port
 from support.workers import (
     blocking_on,
@@ -88,9 +89,7 @@ def _resident(pid: int) -> int:
 
 @pytest.mark.slow
 def test_one_scrape_adds_up_every_worker(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        metrics = probe.getsockname()[1]
+    metrics = free_port()
     with serving(
         "--workers",
         "2",
