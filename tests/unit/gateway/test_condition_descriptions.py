@@ -15,6 +15,7 @@ def test_a_description_is_kept_whole_or_cut_within_the_bound(description: str) -
     made = condition("amqp:not-found", description)
     assert made.name == "amqp:not-found"
     kept = made.description
+    assert kept is not None
     assert len(kept.encode()) <= MAX_DESCRIPTION
     if len(description.encode()) <= MAX_DESCRIPTION:
         assert kept == description
@@ -26,4 +27,5 @@ def test_a_description_is_kept_whole_or_cut_within_the_bound(description: str) -
 def test_an_errors_condition_names_it_and_is_cut_the_same_way() -> None:
     made = condition_of(NotFound("no queue '" + "q" * 1_000 + "'"))
     assert made.name == "amqp:not-found"
+    assert made.description is not None
     assert len(made.description.encode()) == MAX_DESCRIPTION
