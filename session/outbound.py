@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias, cast
 
+from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
@@ -157,6 +158,13 @@ class Session:
     ) -> OutgoingLink:
         """Register a consumer link; it gets nothing until the client's first FLOW."""
         link = OutgoingLink(self, handle, queue, ack_required)
+        held = getattr(queue, "held", None)
+        if options.browse and getattr(queue, "counts_unacked", False) and held is not None:
+            # What it sees stays in its queue, whose copy counts the payload: each waiting
+            # delivery is a copy that shares it, counted until sent (adversary seed 64201: a
+            # browser's deliveries counted again made the budget 85 MB of 75.5 MB).
+            link.browsed = held
+            link.counted = True
         self.links[handle] = link
         queue.attach(link, ack_required=ack_required, options=options)
         return link
@@ -180,6 +188,8 @@ class Session:
         if unsent:
             held = sum(m.held for m in unsent)
             self._uncharge(held + len(unsent) * WAITING_DELIVERY_COST, held if link.counted else 0)
+            if link.browsed is not None:
+                link.browsed.let_go_all(m for m in unsent if type(m) is Message)
         return link.queue.detach(link, unsent)
 
     def end(self) -> list[Dispatch]:
@@ -268,6 +278,8 @@ class Session:
 
     def deliver(self, link: OutgoingLink, message: Message) -> None:
         """A queue dispatched a message to one of this session's links."""
+        if link.browsed is not None:
+            message = _browsed(link.browsed, message)
         self.outgoing_pending.append((link, message))
         link.waiting.append(message)
         cost = message.held + WAITING_DELIVERY_COST
@@ -322,6 +334,8 @@ class Session:
                 sent_held += held
                 if link.counted:
                     sent_counted += held
+                    if link.browsed is not None and type(item) is Message:
+                        link.browsed.let_go(item)
                 sent += 1
                 self.remote_incoming_window -= frames
                 room_bytes = handed(credit, frames, size - start)
@@ -404,6 +418,9 @@ class Session:
         if link.held:
             queue_ctl.credit = 0
         messages, reply = link.queue.credit(link, queue_ctl.delivery_count, queue_ctl.credit, drain)
+        if messages and link.browsed is not None:
+            browsed = link.browsed
+            messages = [_browsed(browsed, message) for message in messages]
         pending = self.outgoing_pending
         held = 0
         for message in messages:
@@ -556,3 +573,16 @@ def resume(waiting: Waiting) -> set[LinkOwner]:
         session.ask_queue(link, drain)
         touched.add(session)
     return touched
+
+
+def _browsed(held: HeldBytes, message: Message) -> Message:
+    """What a browser's session keeps of a plain message its queue holds: a copy sharing the
+    payload, counted in ``held`` (its overhead only while the queue's copy counts the payload)
+    until it is sent or dropped, so that the payload counts once whether the queue drops its
+    own first or not. A stored message's body is the store's, counted there."""
+    if type(message) is not Message:
+        return message
+    browsed = message.copy(counted=True)
+    browsed.seq = message.seq
+    held.take(browsed)
+    return browsed

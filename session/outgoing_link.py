@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.wire.serial import SERIAL_MASK, serial_add, serial_diff
@@ -93,6 +94,7 @@ class OutgoingLink:
     __slots__ = (
         "__weakref__",
         "ack_required",
+        "browsed",
         "client_flow_ctl",
         "counted",
         "credit_req_in_flight",
@@ -123,6 +125,9 @@ class OutgoingLink:
         # settled (a classic queue's unacked messages): a waiting delivery then adds only its
         # own cost to the server's count, not its message's bytes again (session/waiting.py).
         self.counted = ack_required and getattr(queue, "counts_unacked", False)
+        # Set for a browser of such a queue: the held bytes that count its waiting deliveries,
+        # copies sharing their queue's payload (session/outbound.py).
+        self.browsed: HeldBytes | None = None
         self.client_flow_ctl = ClientFlowCtl()
         self.queue_flow_ctl = QueueFlowCtl()
         self.credit_req_in_flight = False
