@@ -228,6 +228,8 @@ class StreamQueue:
         message_digest = self._stamped
         if message_digest is None:
             message.payload, value = stamp_stream_offset(message.payload, self.next_offset)
+            # Bytes of its own: out of a fan-out's share before it is counted.
+            message.share = None
             message_digest = digest(value)
         self._stamped = None
         return self._append(message, self.clock.now, message_digest)
