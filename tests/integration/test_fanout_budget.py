@@ -10,8 +10,9 @@ same messages (seed 64201). Copies now share a count of their holders (queues/he
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Literal
 
+import pytest
 from integration.conftest import RunningServer
 from support.clients import publish
 from support.polling import wait_until
@@ -77,13 +78,16 @@ def _waiting_bytes(running: RunningServer, name: str) -> int:
     return 0
 
 
+@pytest.mark.parametrize("mode", ["settled", "unsettled"])
 def test_a_browsers_waiting_deliveries_share_their_queues_payload(
-    make_server: Callable[..., RunningServer],
+    make_server: Callable[..., RunningServer], mode: Literal["settled", "unsettled"]
 ) -> None:
     """Seed 64201: a browser with all the credit it may ask for, on a socket it never reads,
     over a queue of 6 MB. Its waiting deliveries are copies sharing the queue's payload: the
     count grows by their overhead only, and still counts what they hold once the queue drops
-    its own (a purge), until they are gone with their connection."""
+    its own (a purge), until they are gone with their connection. Settled mode is the seed's:
+    its deliveries were counted in full on top of the queue's; an unsettled browser's were
+    counted as the queue's, which a purge left counting nothing of what they held."""
     running = make_server(memory_budget=32 * MiB, writer_buffer_size=256 * KiB)
     broker = running.server.broker
     body = b"b" * (200 * KiB)
@@ -99,7 +103,11 @@ def test_a_browsers_waiting_deliveries_share_their_queues_payload(
     with client:
         client.begin(0)
         handle = client.attach(
-            "browser", "receiver", source="/queues/browsed", distribution_mode="copy"
+            "browser",
+            "receiver",
+            source="/queues/browsed",
+            distribution_mode="copy",
+            snd_settle_mode=mode,
         )
         assert client.wait_attach(handle).error is None
         client.flow(handle, link_credit=2**32 - 1)
