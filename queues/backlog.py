@@ -29,7 +29,7 @@ from sluicegate.queues.dead_lettering import DELIVERY_LIMIT
 from sluicegate.queues.deadlines import Deadlines
 from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.filters.view import ViewCache
-from sluicegate.queues.held_bytes import HeldBytes
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import (
     ACQUIRED,
     AVAILABLE,
@@ -139,7 +139,13 @@ class Backlog:
         self.messages[seq] = message
         self.ready += 1
         self.ready_bytes += message.read_size()
-        self.held.take(message)
+        held = self.held
+        if message.share is None:
+            # HeldBytes.take for a message alone with its payload, the common case, inlined:
+            # every message published passes here.
+            held.total += message.held + MESSAGE_OVERHEAD
+        else:
+            held.take(message)
 
     def archive(self, message: Message, *, sending: bool = False) -> None:
         """A delivered message is settled (``sending``: before it is sent): it leaves."""
