@@ -159,12 +159,18 @@ class Session:
         """Register a consumer link; it gets nothing until the client's first FLOW."""
         link = OutgoingLink(self, handle, queue, ack_required)
         held = getattr(queue, "held", None)
-        if options.browse and getattr(queue, "counts_unacked", False) and held is not None:
-            # What it sees stays in its queue, whose copy counts the payload: each waiting
-            # delivery is a copy that shares it, counted until sent (adversary seed 64201: a
-            # browser's deliveries counted again made the budget 85 MB of 75.5 MB).
-            link.browsed = held
-            link.counted = True
+        if getattr(queue, "counts_unacked", False) and held is not None:
+            if options.browse:
+                # What it sees stays in its queue, whose copy counts the payload: each waiting
+                # delivery is a copy that shares it, counted until sent (adversary seed 64201:
+                # a browser's deliveries counted again made the budget 85 MB of 75.5 MB).
+                link.shares = held
+                link.browse = link.counted = True
+            elif not ack_required:
+                # Its messages leave their queue as they are handed out, but a fan-out's other
+                # queues may still count their payload: each waiting one is counted as one more
+                # holder of it until sent (adversary seed 64301: 7.5 MB counted twice).
+                link.shares = held
         self.links[handle] = link
         queue.attach(link, ack_required=ack_required, options=options)
         return link
@@ -187,9 +193,15 @@ class Session:
         self.waiting.deferred.pop(link, None)
         if unsent:
             held = sum(m.held for m in unsent)
-            self._uncharge(held + len(unsent) * WAITING_DELIVERY_COST, held if link.counted else 0)
-            if link.browsed is not None:
-                link.browsed.let_go_all(m for m in unsent if type(m) is Message)
+            shares = link.shares
+            if shares is not None:
+                shared = [m for m in unsent if type(m) is Message]
+                counted = held if link.counted else sum(m.held for m in shared)
+                # Before their queue takes back what it archived as it handed them out.
+                shares.let_go_all(shared)
+            else:
+                counted = held if link.counted else 0
+            self._uncharge(held + len(unsent) * WAITING_DELIVERY_COST, counted)
         return link.queue.detach(link, unsent)
 
     def end(self) -> list[Dispatch]:
@@ -278,12 +290,14 @@ class Session:
 
     def deliver(self, link: OutgoingLink, message: Message) -> None:
         """A queue dispatched a message to one of this session's links."""
-        if link.browsed is not None:
-            message = _browsed(link.browsed, message)
+        counted = link.counted
+        if link.shares is not None and type(message) is Message:
+            message = _shared(link, link.shares, message)
+            counted = True
         self.outgoing_pending.append((link, message))
         link.waiting.append(message)
         cost = message.held + WAITING_DELIVERY_COST
-        server_cost = WAITING_DELIVERY_COST if link.counted else cost
+        server_cost = WAITING_DELIVERY_COST if counted else cost
         self.pending_bytes += cost
         self.pending_server += server_cost
         self.waiting.charge(cost, server_cost)
@@ -332,10 +346,12 @@ class Session:
                 # A plain message holds its size; a stored one may hold nothing of it.
                 held = size if type(item) is Message else item.held
                 sent_held += held
-                if link.counted:
+                shares = link.shares
+                if shares is not None and type(item) is Message:
+                    shares.let_go(item)
                     sent_counted += held
-                    if link.browsed is not None and type(item) is Message:
-                        link.browsed.let_go(item)
+                elif link.counted:
+                    sent_counted += held
                 sent += 1
                 self.remote_incoming_window -= frames
                 room_bytes = handed(credit, frames, size - start)
@@ -418,18 +434,21 @@ class Session:
         if link.held:
             queue_ctl.credit = 0
         messages, reply = link.queue.credit(link, queue_ctl.delivery_count, queue_ctl.credit, drain)
-        if messages and link.browsed is not None:
-            browsed = link.browsed
-            messages = [_browsed(browsed, message) for message in messages]
         pending = self.outgoing_pending
         held = 0
+        # Of held, what is counted elsewhere: by their queue, or as holders of their payload.
+        counted = 0
+        shares = link.shares
+        if messages and shares is not None:
+            messages = [_shared(link, shares, message) for message in messages]
+            counted = sum(m.held for m in messages if type(m) is Message)
         for message in messages:
             pending.append((link, message))
             held += message.held
         if messages:
             link.waiting.extend(messages)
             cost = held + len(messages) * WAITING_DELIVERY_COST
-            server_cost = cost - held if link.counted else cost
+            server_cost = cost - (held if link.counted else counted)
             self.pending_bytes += cost
             self.pending_server += server_cost
             self.waiting.charge(cost, server_cost)
@@ -575,14 +594,16 @@ def resume(waiting: Waiting) -> set[LinkOwner]:
     return touched
 
 
-def _browsed(held: HeldBytes, message: Message) -> Message:
-    """What a browser's session keeps of a plain message its queue holds: a copy sharing the
-    payload, counted in ``held`` (its overhead only while the queue's copy counts the payload)
-    until it is sent or dropped, so that the payload counts once whether the queue drops its
-    own first or not. A stored message's body is the store's, counted there."""
-    if type(message) is not Message:
+def _shared(link: OutgoingLink, held: HeldBytes, message: Message) -> Message:
+    """What the session of ``link`` keeps of a plain message, counted in ``held`` as one more
+    holder of its payload until it is sent or dropped, so that the payload counts once whether
+    its queue (or a fan-out's other queues) let go of theirs first or not. A browser's is a copy
+    sharing the payload of the one its queue keeps (counted there already); a pre-settled
+    consumer's is the message itself, which its queue let go of as it handed it out."""
+    if not link.browse:
+        held.take(message)
         return message
-    browsed = message.copy(counted=True)
-    browsed.seq = message.seq
-    held.take(browsed)
-    return browsed
+    shared = message.copy(counted=True)
+    shared.seq = message.seq
+    held.take(shared)
+    return shared

@@ -94,7 +94,7 @@ class OutgoingLink:
     __slots__ = (
         "__weakref__",
         "ack_required",
-        "browsed",
+        "browse",
         "client_flow_ctl",
         "counted",
         "credit_req_in_flight",
@@ -108,6 +108,7 @@ class OutgoingLink:
         "seen_limit",
         "sent",
         "session",
+        "shares",
         "stashed_credit_req",
         "transport_count",
         "unsettled",
@@ -125,9 +126,12 @@ class OutgoingLink:
         # settled (a classic queue's unacked messages): a waiting delivery then adds only its
         # own cost to the server's count, not its message's bytes again (session/waiting.py).
         self.counted = ack_required and getattr(queue, "counts_unacked", False)
-        # Set for a browser of such a queue: the held bytes that count its waiting deliveries,
-        # copies sharing their queue's payload (session/outbound.py).
-        self.browsed: HeldBytes | None = None
+        # Set for a browser or a pre-settled consumer of such a queue: the held bytes that
+        # count its waiting plain messages, whose payload their queue (or a fan-out's other
+        # queues) may count too, so that it counts once (session/outbound.py).
+        self.shares: HeldBytes | None = None
+        # A browser: what it is given stays in its queue, so it waits as a copy of its own.
+        self.browse = False
         self.client_flow_ctl = ClientFlowCtl()
         self.queue_flow_ctl = QueueFlowCtl()
         self.credit_req_in_flight = False
