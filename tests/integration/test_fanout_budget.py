@@ -125,3 +125,44 @@ def test_a_browsers_waiting_deliveries_share_their_queues_payload(
         client.reset()
     wait_until(lambda: running.call(broker.outbound_bytes) == 0)
     assert running.call(lambda: broker.registry.held.total) == 0
+
+
+def test_a_presettled_consumers_waiting_messages_count_their_fanout_payload_once(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """Seed 64301: a pre-settled consumer with all the credit it may ask for, on a socket it
+    never reads, on one queue of a fanout. Its queue lets go of each message as it hands it
+    out, but the fanout's other queue still counts the payload: the waiting messages count as
+    one more holder of it, their overhead only, and keep it counted once that queue drops its
+    copies, until they are gone with their connection (the unsent back in their queue)."""
+    running = make_server(memory_budget=32 * MiB, writer_buffer_size=256 * KiB)
+    _fanout(running, 2)
+    broker = running.server.broker
+    body = b"s" * (200 * KiB)
+    count = 30
+    published = publish(running.url, "/exchanges/fx", [body] * count)
+    assert published.outcomes == ["accepted"] * count
+
+    def counted() -> int:
+        return int(running.call(lambda: broker.registry.held.total + broker.outbound_bytes()))
+
+    queued = counted()
+    assert queued <= count * (len(body) + FRAMING + 2 * MESSAGE_OVERHEAD)
+    client = RawClient.connect(running.host, running.port, container_id="takes", rcvbuf=16 * KiB)
+    with client:
+        client.begin(0)
+        handle = client.attach(
+            "presettled", "receiver", source="/queues/fan-0", snd_settle_mode="settled"
+        )
+        assert client.wait_attach(handle).error is None
+        client.flow(handle, link_credit=2**32 - 1)
+        taken = count * len(body) // 2
+        wait_until(lambda: running.call(lambda: _waiting_bytes(running, "takes")) >= taken)
+        waiting = running.call(lambda: _waiting_bytes(running, "takes"))
+        assert counted() < queued + waiting // 4 + 512 * KiB
+        assert running.call(lambda: broker.registry.purge_queue("fan-1")) == count
+        assert running.call(lambda: broker.registry.held.total) >= taken
+        client.reset()
+    wait_until(lambda: running.call(broker.outbound_bytes) == 0)
+    running.call(lambda: broker.registry.purge_queue("fan-0"))
+    assert running.call(lambda: broker.registry.held.total) == 0
