@@ -139,13 +139,14 @@ class Backlog:
         self.messages[seq] = message
         self.ready += 1
         self.ready_bytes += message.read_size()
-        held = self.held
-        if message.share is None:
-            # HeldBytes.take for a message alone with its payload, the common case, inlined:
-            # every message published passes here.
-            held.total += message.held + MESSAGE_OVERHEAD
+        # HeldBytes.take inlined: every message published passes here.
+        share = message.share
+        if share is None or not share.holders:
+            self.held.total += message.held + MESSAGE_OVERHEAD
         else:
-            held.take(message)
+            self.held.total += MESSAGE_OVERHEAD
+        if share is not None:
+            share.holders += 1
 
     def archive(self, message: Message, *, sending: bool = False) -> None:
         """A delivered message is settled (``sending``: before it is sent): it leaves."""

@@ -81,10 +81,13 @@ class HeldBytes:
         freed = count = 0
         for message in messages:
             count += 1
-            if message.share is None:
+            share = message.share
+            if share is None:
                 freed += message.held
             else:
-                freed += refund(message) - MESSAGE_OVERHEAD
+                share.holders -= 1
+                if not share.holders:
+                    freed += message.held
         self.total -= freed + count * MESSAGE_OVERHEAD
 
     def rewrite(self, message: Message, change: Callable[[], None]) -> None:
