@@ -30,6 +30,7 @@ from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -218,11 +219,12 @@ class Publishing:
         if len(queues) == 1:
             self.store(pending, queues[0], message)
             return
-        # Each queue counts its copy in the budget: charged now as bytes read, so that the
-        # copies of one read's messages hold the publishers before the next read rather than
-        # at the flush (adversary seed 64103: one read to a fanout of 50 queues went 11 MB past
-        # the ceiling).
-        self.charge_read(state.connection, (len(queues) - 1) * total)
+        # Each further copy costs the budget its overhead (the payload counts once,
+        # queues/held_bytes.py): charged now as bytes read, so that the copies of one read's
+        # messages hold the publishers before the next read rather than at the flush (adversary
+        # seed 64103: one read to a fanout of 50 queues went 11 MB past the ceiling when each
+        # copy counted its payload).
+        self.charge_read(state.connection, (len(queues) - 1) * MESSAGE_OVERHEAD)
         # Copies first: a queue may change its copy (its x-message-ttl) when it stores it.
         copies = [message, *(message.copy() for _ in queues[1:])]
         for queue, copy in zip(queues, copies, strict=True):

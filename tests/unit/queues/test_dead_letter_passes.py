@@ -165,9 +165,11 @@ def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_never
     messages, _ = q1.credit("c", 0, 3, False)
     q1.settle("c", [m.seq for m in messages], Outcome.REJECTED, False)
     held = registry.held.total
-    # Two copies of a held message grow the count by one copy: room for one letter, not two.
-    copy = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0))) + MESSAGE_OVERHEAD
-    registry.route_dead_letters(room=copy + copy // 2)
+    # Two copies of a held message share one payload and grow the count by one copy's
+    # overhead (and the death record the payload gains): room for one letter, not two.
+    dead = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0)))
+    copy = dead - len(_BODY) + MESSAGE_OVERHEAD
+    registry.route_dead_letters(room=MESSAGE_OVERHEAD + MESSAGE_OVERHEAD // 2)
     assert len(registry.dead_letters) == 2
     assert registry.dead_letter_router.waiting
     assert registry.held.total - held <= copy + copy // 2
@@ -210,9 +212,9 @@ def test_letters_waiting_for_room_weigh_their_queue_and_a_refused_publish_is_cou
     assert not registry.dead_letters
     assert dropping.statistics().dead_lettering_bytes == 0
     assert refusing.statistics().dead_lettering_bytes == 0
-    copy = len(record_death(_BODY, Death("dropping", "maxlen", "", ("",), 0))) + MESSAGE_OVERHEAD
-    # Two copies of each letter in s1 and s2, the letters themselves gone.
-    assert registry.held.total - before == 4 * copy
+    dead = len(record_death(_BODY, Death("dropping", "maxlen", "", ("",), 0)))
+    # Two copies of each letter in s1 and s2, sharing its payload, the letters themselves gone.
+    assert registry.held.total - before == 2 * (dead + 2 * MESSAGE_OVERHEAD)
 
 
 def test_letters_a_consumer_made_are_charged_to_its_cause_per_copy_until_they_leave() -> None:
