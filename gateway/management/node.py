@@ -296,6 +296,7 @@ class ManagementNode(Handler):
             if renewed is None:
                 # Verified off the reactor: its reply takes its turn once filled.
                 pair.replies.append(parked)
+                self._send(pair)
                 return
             response = renewed
         else:
