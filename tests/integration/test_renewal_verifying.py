@@ -31,9 +31,7 @@ def _renewal(token: str, message_id: str) -> bytes:
 @contextmanager
 def _pair(running: RunningServer, token: str, name: str) -> Iterator[tuple[RawClient, int]]:
     """A raw connection logged in with ``token`` and its management pair: (client, requests)."""
-    client = RawClient.connect(
-        running.host, running.port, plain=("svc", token), container_id=name
-    )
+    client = RawClient.connect(running.host, running.port, plain=("svc", token), container_id=name)
     with client:
         client.begin()
         requests = client.attach("renewal", "sender", target="/management")
