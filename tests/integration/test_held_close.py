@@ -69,8 +69,10 @@ def _held_publisher(server: RunningServer, name: str) -> tuple[RawClient, int]:
     for _ in range(4 * BUDGET // len(BODY)):
         delivery = client.send(handle, BODY)
         client.wait_outcomes([delivery], timeout=10)
-        # The hold is decided at the end of the reactor's batch that confirmed the message.
-        deadline = time.monotonic() + 0.2
+        if not _blocked(server):
+            continue
+        # The hold is decided at the end of the reactor's batch that exhausted the budget.
+        deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             if _held(server, name):
                 assert client.links[handle].link_credit > 0
