@@ -68,11 +68,12 @@ def watch(transport: Transport, selectable: Selectable, now: float) -> None:
 
 def reads_ahead(state: ConnectionState, selectable: Selectable) -> bool:
     """Whether a held connection's socket is still read, into its held bytes and no further
-    (wire/held_frames.py): plain TCP only, as a TLS record cannot be read in part."""
+    (wire/held_frames.py); under TLS through its gate once logged in (gateway/gate.py)."""
+    gate = getattr(selectable, "gate", None)
     return (
         state.held.room > 0
         and not state.closed
-        and getattr(selectable, "gate", None) is None
+        and (gate is None or gate.reads_ahead)
         and state.dispositions.cut() is not None
     )
 

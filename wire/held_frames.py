@@ -9,7 +9,8 @@ CLOSE, empty frames) go to proton at once and make room for more; the first othe
 TRANSFER, FLOW, ATTACH...) stops that, and everything from it on waits for the hold to end. A
 CLOSE found further on, behind such a frame, still ends the connection, without what came
 before it (:attr:`Scan.close`). What the client sends beyond the buffer stays in TCP's buffers,
-so however much it sends, a held connection costs :data:`HELD_READ` bytes more, no more.
+so however much it sends, a held connection costs :data:`HELD_READ` bytes more (through TLS,
+plus the rest of one record, :data:`TLS_RECORD`), no more.
 
 Frames are found by their headers only (AMQP 1.0 §2.3.1: size, data offset, type, channel),
 from where the previous read left the frame being received (wire/disposition_frames.py).
@@ -20,12 +21,15 @@ from __future__ import annotations
 import struct
 from typing import Final, NamedTuple
 
-__all__ = ["FREEING", "HELD_READ", "HeldFrames", "Scan"]
+__all__ = ["FREEING", "HELD_READ", "TLS_RECORD", "HeldFrames", "Scan"]
 
 # What a held connection may make the server read and keep beyond what it read before the
 # hold: a CLOSE with a long error description, or a few of the small frames that precede it,
 # and as much as proton's own input buffer of an idle connection (8 KiB).
 HELD_READ: Final = 8 * 1024
+# The most plaintext one TLS record holds (RFC 8446 §5.1): through TLS, a read that stops at
+# the held bytes' room passes on the rest of the record it began.
+TLS_RECORD: Final = 16 * 1024
 # Performatives that only free what the connection holds: DISPOSITION, DETACH, END, CLOSE.
 FREEING: Final = frozenset({0x15, 0x16, 0x17, 0x18})
 _CLOSE: Final = 0x18

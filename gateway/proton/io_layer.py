@@ -142,7 +142,7 @@ class FlowIO(IOHandler):
         state: ConnectionState | None = getattr(selectable, "sg", None)
         if state is not None:
             if state.reads_paused:
-                self._read_ahead(event, state, transport)
+                self._read_ahead(event, state, transport, None)
                 return
             if state.held.data:
                 feed(state, transport, state.held.take())
@@ -181,9 +181,12 @@ class FlowIO(IOHandler):
             state.deadlines.frames_read(now, transport.frames_input)
         self.update(transport, selectable, now)
 
-    def _read_ahead(self, event: Event, state: ConnectionState, transport: Transport) -> None:
-        """Read a held connection's socket into its held bytes, at most ``HELD_READ`` of them,
-        and give proton the frames at their start that free things (wire/held_frames.py).
+    def _read_ahead(
+        self, event: Event, state: ConnectionState, transport: Transport, gate: Gate | None
+    ) -> bool:
+        """Read a held connection's socket into its held bytes, at most ``HELD_READ`` of them
+        (through TLS, plus the rest of a record), and give proton the frames at their start
+        that free things (wire/held_frames.py); False once the connection is gone.
 
         A held client that says CLOSE, END or DETACH is heard, though the hold may never end;
         one that floods it with transfers has read of them what the buffer takes, no more.
@@ -193,25 +196,41 @@ class FlowIO(IOHandler):
         left = READ_BATCH
         frames_before = transport.frames_input
         while left > 0 and state.reads_paused and reading.reads_ahead(state, selectable):
-            try:
-                data = selectable.recv(min(held.room, READ_CHUNK))
-            except BlockingIOError:
-                break
-            except OSError as error:
-                log.debug("recv failed: %r", error)
-                transport.close_tail()
-                break
-            if not data:
-                self.on_selectable_error(event)
-                return
-            held.data += data
-            left -= len(data)
-            self.broker.publishing.charge_read(state, len(data))
+            size = min(held.room, READ_CHUNK)
+            if gate is not None:
+                # The gate puts the plaintext in the held bytes while the connection is held.
+                if not gate.read(selectable, transport, size):
+                    gate.abandon()
+                    self.on_selectable_error(event)
+                    return False
+                received = gate.received
+                if not received:
+                    break
+            else:
+                try:
+                    data = selectable.recv(size)
+                except BlockingIOError:
+                    break
+                except OSError as error:
+                    log.debug("recv failed: %r", error)
+                    transport.close_tail()
+                    break
+                if not data:
+                    self.on_selectable_error(event)
+                    return False
+                held.data += data
+                received = len(data)
+            left -= received
+            self.broker.publishing.charge_read(state, received)
             if not self._free_held(state, transport):
                 break
             if transport.frames_input - frames_before >= READ_FRAMES:
                 break
-        self.update(transport, selectable, reactor_now(selectable))
+        if gate is not None:
+            self._after_gate(selectable, gate, transport)
+        else:
+            self.update(transport, selectable, reactor_now(selectable))
+        return True
 
     def _free_held(self, state: ConnectionState, transport: Transport) -> bool:
         """Give proton the frames that free things at the start of the held bytes, or close
@@ -313,6 +332,11 @@ class FlowIO(IOHandler):
         if transport is None:
             return False
         state: ConnectionState | None = getattr(selectable, "sg", None)
+        if state is not None:
+            if state.reads_paused:
+                return self._read_ahead(event, state, transport, gate)
+            if state.held.data:
+                feed(state, transport, state.held.take())
         publishing = self.broker.publishing
         left = READ_BATCH
         frames_before = transport.frames_input
