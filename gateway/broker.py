@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 
 from proton import Event, Handler
 
@@ -37,12 +38,14 @@ from sluicegate.gateway.events import (
 from sluicegate.gateway.expiry import ExpiryTimer
 from sluicegate.gateway.limits import AttachDataExceeded, SessionLimitExceeded
 from sluicegate.gateway.links import Links
+from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.management.node import ManagementNode
 from sluicegate.gateway.peers import Peers
 from sluicegate.gateway.proton.heap_trim import HeapTrimmer
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
+from sluicegate.gateway.renewal import RENEWALS_WAITING
 from sluicegate.gateway.rules.management.requests import Response
 from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.rules.modified_outcomes import ModifiedAnnotations
@@ -67,6 +70,8 @@ class Broker(Handler):
         tenancy: Tenancy,
         durability: Durability | None = None,
         peers: Peers | None = None,
+        *,
+        logins: PasswordChecks,
     ) -> None:
         super().__init__()
         self.config = config
@@ -100,7 +105,12 @@ class Broker(Handler):
             durability,
         )
         self.links = Links(
-            config, self.management, self.publishing, self.publishing.queue_links, sending
+            config,
+            self.management,
+            self.publishing,
+            self.publishing.queue_links,
+            sending,
+            logins.queue(RENEWALS_WAITING, 1),
         )
         self.sessions = Sessions(
             config, tenancy, self.management, self.publishing, self.links, sending
@@ -170,9 +180,11 @@ class Broker(Handler):
             registry, queue, self.queue_links.consumers(registry, queue.name)
         )
 
-    def _renew_credential(self, state: ConnectionState, method: str, body: object) -> Response:
+    def _renew_credential(
+        self, state: ConnectionState, method: str, body: object, done: Callable[[Response], None]
+    ) -> Response | None:
         """``PUT /auth/tokens`` on the management node (gateway/links.py)."""
-        return self.links.renew_credential(state, method, body)
+        return self.links.renew_credential(state, method, body, done)
 
     # -- connections ----------------------------------------------------------------------
 

@@ -67,6 +67,11 @@ class DispositionBound:
         # (closing proton's input instead would make its CLOSE say framing-error).
         self.refused = False
 
+    def cut(self) -> tuple[int, bytes] | None:
+        """Where the next frame begins in what the client sends next (DispositionFrames.cut);
+        None once nothing it sends reaches proton."""
+        return None if self.refused else self.frames.cut()
+
     def admits(self, state: ConnectionState, data: bytes) -> bool:
         """False if ``data`` holds a DISPOSITION too costly for proton: the connection is
         then closed and ``data`` (and all it sends after) must not reach proton."""

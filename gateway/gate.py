@@ -112,6 +112,12 @@ class Gate:
             self._ticket = None
 
     @property
+    def reads_ahead(self) -> bool:
+        """Whether a held connection may be read ahead through this gate (gateway/reading.py):
+        once logged in, and not closing."""
+        return self.sasl.phase is Phase.DONE and not self.closing
+
+    @property
     def removable(self) -> bool:
         """Whether proton can have the socket directly from now on."""
         return self._tls is None and self.sasl.phase is Phase.DONE and not self.output
@@ -159,7 +165,11 @@ class Gate:
         if user is not None and self.state.principal.user is None:
             self.state.logged_in(user)  # before proton sees the frames that came meanwhile
         if step.passthrough and transport is not None:
-            feed(self.state, transport, step.passthrough)
+            if self.state.reads_paused:
+                # Read ahead while held, not for proton yet (wire/held_frames.py).
+                self.state.held.data += step.passthrough
+            else:
+                feed(self.state, transport, step.passthrough)
         if step.verify is not None:
             name, password = step.verify
             self._ticket = self._logins.submit(name, password, self._address, self._verified)

@@ -10,6 +10,7 @@ gateway/publishing.py.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import cast
 
@@ -25,11 +26,12 @@ from sluicegate.gateway.limits import (
     link_attached,
     link_detached,
 )
+from sluicegate.gateway.login import LoginQueue, Ticket
 from sluicegate.gateway.management.node import ManagementNode, management_caller
 from sluicegate.gateway.proton.internals import reactor_now
 from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.queue_links import QueueLinks
-from sluicegate.gateway.renewal import renew_credential
+from sluicegate.gateway.renewal import apply_renewal, token_to_verify
 from sluicegate.gateway.rules.access import (
     authorise_attach,
     authorise_reply_to,
@@ -104,8 +106,13 @@ class Links:
         publishing: Publishing,
         queue_links: QueueLinks,
         sending: Sending,
+        renewals: LoginQueue,
     ) -> None:
         self._config = config
+        # Renewed tokens wait here for the login workers (gateway/renewal.py), one per
+        # connection at most: the connection's check, until its verdict.
+        self._renewals = renewals
+        self._renewing: dict[ConnectionState, Ticket] = {}
         self._management = management
         self._publishing = publishing
         # Consumer and publisher links by their queue, for the queue's deletion.
@@ -273,6 +280,9 @@ class Links:
             self.delete_temporary(connection, link)
         connection.fresh_links.clear()
         connection.credit_hold.clear()
+        renewing = self._renewing.pop(connection, None)
+        if renewing is not None:
+            renewing.cancel()
 
     def delete_temporary(self, connection: ConnectionState, link: object) -> None:
         """A link that made a temporary queue is gone: so is the queue, as in RabbitMQ."""
@@ -282,16 +292,50 @@ class Links:
             registry.delete_queue(name)
             self.queue_deleted(registry, name)
 
-    def renew_credential(self, state: ConnectionState, method: str, body: object) -> Response:
-        """``PUT /auth/tokens`` (gateway/renewal.py). As RabbitMQ does, the links the renewed
-        token no longer allows are detached with ``amqp:unauthorized-access``."""
-        response = renew_credential(
-            state,
-            method,
-            body,
-            self._config.oauth2,
-            wall_now=time.time(),
-            now=reactor_now(state.selectable),
+    def renew_credential(
+        self,
+        state: ConnectionState,
+        method: str,
+        body: object,
+        done: Callable[[Response], None],
+    ) -> Response | None:
+        """``PUT /auth/tokens`` (gateway/renewal.py): the answer, or None while the token is
+        verified on the login workers, ``done`` then getting it. A renewal that comes while
+        the connection's previous one is verified, or while the workers have
+        :data:`gateway.renewal.RENEWALS_WAITING` waiting, is refused with 503."""
+        token = token_to_verify(state, method, body, self._config.oauth2)
+        if isinstance(token, Response):
+            return token
+        if state in self._renewing:
+            return Response(
+                503,
+                "a renewal of this connection is being verified: renew again once it is answered",
+            )
+        user, vhost = state.user, state.vhost
+        assert user is not None  # token_to_verify saw to it
+        assert vhost is not None
+        ticket = self._renewals.submit(
+            user.name, token, state.name, partial(self._verified, state, done), token_for=vhost.name
+        )
+        if ticket is None:
+            return Response(503, "too many token renewals are being verified: try again")
+        self._renewing[state] = ticket
+        return None
+
+    def _verified(
+        self, state: ConnectionState, done: Callable[[Response], None], renewed: User | None
+    ) -> None:
+        """The login workers' verdict on a connection's renewed token, on the reactor."""
+        ticket = self._renewing.pop(state, None)
+        if ticket is None or state.closed:
+            return
+        done(self._renewed(state, renewed, ticket.refusal))
+
+    def _renewed(self, state: ConnectionState, renewed: User | None, refusal: str) -> Response:
+        """Apply a verified renewal. As RabbitMQ does, the links the renewed token no longer
+        allows are detached with ``amqp:unauthorized-access``."""
+        response = apply_renewal(
+            state, renewed, refusal, wall_now=time.time(), now=reactor_now(state.selectable)
         )
         vhost = state.vhost
         if response.status != 204 or vhost is None:
@@ -306,8 +350,8 @@ class Links:
                     # Whatever the rule that refuses it, the token no longer allows it.
                     refused.append((link, AccessRefused(str(error))))
             link = link.next(Endpoint.LOCAL_ACTIVE)
-        for gone, refusal in refused:
-            self.refuse(gone, refusal)
+        for gone, refusal_of_link in refused:
+            self.refuse(gone, refusal_of_link)
         return response
 
     def queue_deleted(self, registry: QueueRegistry, name: str) -> None:

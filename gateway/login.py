@@ -11,6 +11,10 @@ either bound is refused at once (SASL ``sys-temp``: try again later). The worker
 listeners' queues in turn. A waiting check whose client has gone is dropped before it costs any
 hashing (:meth:`Ticket.cancel`). All the bookkeeping runs on the reactor thread; the workers
 only hash.
+
+OAuth 2 tokens are checked the same way, at login and when a connection renews its token
+(gateway/renewal.py): verifying one (PyJWT's walk over every character, then RSA or EC) took
+the reactor up to 5 ms a token, for every other client, as often as a client renewed.
 """
 
 from __future__ import annotations
@@ -48,10 +52,18 @@ class Ticket:
     queue: LoginQueue
     started: bool = False
     cancelled: bool = False
+    # A token renewal's (gateway/renewal.py): verified as a token or refused, never a password;
+    # the permissions of ``vhost`` resolved on the worker too, and a refusal's reason kept.
+    token: bool = False
+    vhost: str | None = None
+    refusal: str = ""
 
     def cancel(self) -> None:
-        """The client has gone: drop the check if it has not started, and its verdict anyway."""
+        """The client has gone: drop the check if it has not started, and its verdict anyway;
+        the ticket keeps nothing of the client while it waits for its turn."""
         self.queue.cancel(self)
+        self.done = _nobody
+        self.password = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +88,28 @@ class LoginQueue:
     live: int = 0
     by_address: dict[str, int] = field(default_factory=dict)
 
-    def submit(self, name: str, password: bytes, address: str, done: Verdict) -> Ticket | None:
-        """Queue a check; None if this listener or this address has too many waiting."""
+    def submit(
+        self,
+        name: str,
+        password: bytes,
+        address: str,
+        done: Verdict,
+        *,
+        token_for: str | None = None,
+    ) -> Ticket | None:
+        """Queue a check; None if this listener or this address has too many waiting.
+
+        With ``token_for`` (a virtual host), ``password`` is a renewed token, verified as one
+        with the permissions it gives there resolved.
+        """
         from_address = self.by_address.get(address, 0)
         if self.live >= self.limit or from_address >= self.per_address:
             self.checks.refused += 1
             return None
         ticket = Ticket(name, password, address, done, self)
+        if token_for is not None:
+            ticket.token = True
+            ticket.vhost = token_for
         self.waiting.append(ticket)
         self.live += 1
         self.by_address[address] = from_address + 1
@@ -120,6 +147,10 @@ class LoginQueue:
             self.by_address[ticket.address] = left
         else:
             del self.by_address[ticket.address]
+
+
+def _nobody(user: User | None) -> None:
+    """The verdict of a cancelled check: nobody waits for it."""
 
 
 class PasswordChecks:
@@ -162,18 +193,27 @@ class PasswordChecks:
             else:
                 return
             self._running += 1
-            future = self._pool.submit(self._check, ticket.name, ticket.password)
+            future = self._pool.submit(self._check, ticket)
             future.add_done_callback(functools.partial(self._deliver, ticket))
 
-    def _check(self, name: str, password: bytes) -> User | None:
+    def _check(self, ticket: Ticket) -> User | None:
         """On a worker thread: a password that is a JWT is a token where OAuth 2 is configured
-        (the user is whoever the token names, as with RabbitMQ's oauth2 backend)."""
-        if self._oauth2 is not None and looks_like_token(password):
+        (the user is whoever the token names, as with RabbitMQ's oauth2 backend); a renewal's
+        is a token or nothing."""
+        name, password = ticket.name, ticket.password
+        if self._oauth2 is not None and (ticket.token or looks_like_token(password)):
             try:
-                return verify_token(self._oauth2, password, time.time())
+                user = verify_token(self._oauth2, password, time.time())
             except TokenError as error:
                 log.info("refused a token presented as %r: %s", name, error)
+                ticket.refusal = str(error)
                 return None
+            if ticket.vhost is not None:
+                user.permissions(ticket.vhost)  # compiled here, kept by the user
+            return user
+        if ticket.token:
+            ticket.refusal = "tokens are not accepted by this server"
+            return None
         return check_plain(self._users, name, password)
 
     def _deliver(self, ticket: Ticket, future: Future[User | None]) -> None:

@@ -6,8 +6,9 @@ The reactor selects a socket for reading when ``selectable.reading`` is true, wh
 module's :func:`watch` does what proton's does and then forces ``reading`` off while the
 connection's account is paused; the selector picks the flag up (at once from the IO handler,
 else when it handles the ``selectable_updated`` event that :func:`update` queues), so a paused
-socket is simply never read. The kernel's receive
-buffer then fills and TCP closes its window on the client, which blocks in ``send``.
+socket is simply never read, but for :data:`wire.held_frames.HELD_READ` bytes read ahead for
+a CLOSE, END or DETACH (:func:`reads_ahead`). The kernel's receive buffer then fills and TCP
+closes its window on the client, which blocks in ``send``.
 
 While the socket is not read the client's frames, heartbeats included, do not arrive, so the
 idle timeout (gateway/rules/timeouts.py) starts afresh when reading resumes (RabbitMQ pauses its
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from proton import ProtonException, Transport
 
+from sluicegate.gateway.feeding import feed
 from sluicegate.gateway.proton.internals import (
     Selectable,
     forget_transport,
@@ -49,7 +51,7 @@ def watch(transport: Transport, selectable: Selectable, now: float) -> None:
         _closed(transport, selectable)
     selectable.deadline = transport.tick(now)
     state: ConnectionState | None = getattr(selectable, "sg", None)
-    if state is not None and state.reads_paused:
+    if state is not None and state.reads_paused and not reads_ahead(state, selectable):
         selectable.reading = False
     if state is not None:
         for due in (state.deadlines.deadline, state.credit_hold.deadline):
@@ -62,6 +64,18 @@ def watch(transport: Transport, selectable: Selectable, now: float) -> None:
             selectable.writing = True
         if not gate.readable:
             selectable.reading = False
+
+
+def reads_ahead(state: ConnectionState, selectable: Selectable) -> bool:
+    """Whether a held connection's socket is still read, into its held bytes and no further
+    (wire/held_frames.py); under TLS through its gate once logged in (gateway/gate.py)."""
+    gate = getattr(selectable, "gate", None)
+    return (
+        state.held.room > 0
+        and not state.closed
+        and (gate is None or gate.reads_ahead)
+        and state.dispositions.cut() is not None
+    )
 
 
 def _closed(transport: Transport, selectable: Selectable) -> None:
@@ -87,4 +101,7 @@ def resume(state: ConnectionState) -> None:
         return
     now = reactor_now(selectable)
     state.deadlines.resumed(now)
+    if state.held.data and not state.reads_paused:
+        # What was read ahead while held goes first (wire/held_frames.py).
+        feed(state, state.transport, state.held.take())
     update(state.transport, selectable, now)

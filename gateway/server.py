@@ -106,14 +106,14 @@ class Server:
             config.max_cc_keys,
             attach_declares_queues=config.attach_declares_queues,
         )
-        self.broker = Broker(config, self.tenancy, self.durability, self.peers)
+        # PLAIN password checks and tokens, on worker threads (gateway/login.py).
+        self.logins = PasswordChecks(config.users, self._wakeup.call_soon, config.oauth2)
+        self.broker = Broker(config, self.tenancy, self.durability, self.peers, logins=self.logins)
         self.runtime_vhosts = RuntimeVhosts(
             self.broker, store, config.data_dir, set(created) - set(config.vhosts)
         )
         self._io = FlowIO(self.broker)
         self.container = BrokerContainer(self.broker, self._io)
-        # PLAIN password checks, on worker threads (gateway/login.py).
-        self.logins = PasswordChecks(config.users, self._wakeup.call_soon, config.oauth2)
         self._listener: Listener | None = None
         # The metrics endpoint and the HTTP API (gateway/http/stack.py).
         self._http: HttpStack | None = None

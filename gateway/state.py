@@ -49,6 +49,7 @@ from sluicegate.session.outbound import TRANSFER_FRAME_OVERHEAD, LinkFlow
 from sluicegate.session.outbound import Session as PureSession
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.waiting import Waiting
+from sluicegate.wire.held_frames import HeldFrames
 from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
@@ -64,6 +65,8 @@ class InboundCheck(Protocol):
     named here so that the record does not import the check that reads it."""
 
     def admits(self, state: ConnectionState, data: bytes) -> bool: ...
+
+    def cut(self) -> tuple[int, bytes] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,7 @@ class ConnectionState:
         "deadlines",
         "dispositions",
         "fresh_links",
+        "held",
         "inbound",
         "letters",
         "link_names",
@@ -170,6 +174,9 @@ class ConnectionState:
         self.dispositions = dispositions
         # Bytes for proton that it had no room for yet (gateway/feeding.py).
         self.backlog = bytearray()
+        # What it sent while held unread, read ahead for the frames that free things
+        # (wire/held_frames.py, gateway/proton/io_layer.py).
+        self.held = HeldFrames()
         # Temporary queues its links' dynamic termini made, by the link (a consumer's pure
         # link, a publisher's state): deleted when that link detaches or the connection closes
         # (gateway/dynamic.py).

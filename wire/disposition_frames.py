@@ -53,6 +53,12 @@ class DispositionFrames:
         # Set on bytes that are not AMQP framing: proton refuses them, nothing is read.
         self._broken = False
 
+    def cut(self) -> tuple[int, bytes] | None:
+        """Where the next frame begins after the bytes scanned: how many bytes of the frame
+        being received are still to come, or the start of one cut by a read; None if the
+        bytes are not AMQP framing (wire/held_frames.py)."""
+        return None if self._broken else (self._skip, self._head)
+
     def scan(self, data: bytes) -> list[Disposition]:
         """The DISPOSITION frames of :data:`WEIGHED_SIZE` bytes or more that begin in ``data``."""
         if self._broken:

@@ -77,6 +77,13 @@ _BACKLOGGED: Final = (
 )
 
 
+# Answers a renewal (connection, method, body) at once, or returns None and answers later
+# through the callback (gateway/links.py).
+Renew: TypeAlias = Callable[
+    [ConnectionState, str, object, Callable[[Response], None]], Response | None
+]
+
+
 class Workers(Protocol):
     """The other workers of a server of several (gateway/peers.py), as management needs them."""
 
@@ -204,14 +211,15 @@ class ManagementNode(Handler):
         routers: dict[QueueRegistry, Router],
         on_queue_deleted: Callable[[QueueRegistry, str], None],
         budget: MemoryBudget,
-        renew: Callable[[ConnectionState, str, object], Response],
+        renew: Renew,
     ) -> None:
         super().__init__()
         self.routers = routers
         # The server's memory budget: while it is exhausted, backlogged connections wait.
         self.budget = budget
         self._on_queue_deleted = on_queue_deleted
-        # Answers PUT /auth/tokens for the caller's connection (gateway/renewal.py).
+        # Answers PUT /auth/tokens for the caller's connection, at once or once its token is
+        # verified off the reactor (gateway/renewal.py).
         self._renew = renew
         # Exclusive queues by the connection that declared them: deleted when it closes.
         self._exclusive: dict[object, set[tuple[QueueRegistry, str]]] = {}
@@ -282,6 +290,15 @@ class ManagementNode(Handler):
         figures = None if workers is None else Figures()
         if self.backlogged(connection):
             response = Response(503, _BACKLOGGED)
+        elif message.address == RENEWAL_PATH:
+            parked = Parked()
+            renewed = self._renewal(message, pair, parked)
+            if renewed is None:
+                # Verified off the reactor: its reply takes its turn once filled.
+                pair.replies.append(parked)
+                self._send(pair)
+                return
+            response = renewed
         else:
             response = self._answer(message, pair, figures)
         if workers is not None and figures is not None and _again(message, response, figures):
@@ -304,6 +321,35 @@ class ManagementNode(Handler):
         except Exception as error:
             log.exception("management request %s %s failed", message.subject, message.address)
             return Response(500, f"internal error: {error!r}")
+
+    def _renewal(self, message: Message, pair: Pair, parked: Parked) -> Response | None:
+        """Renew the connection's token (gateway/renewal.py); None while it is verified, the
+        answer then filling ``parked``."""
+        method = message.subject
+        if not isinstance(method, str):
+            return Response(400, "a request needs the method in 'subject' and the path in 'to'")
+        try:
+            return self._renew(
+                pair.session.connection,
+                method,
+                message.body,
+                partial(self._renewed, pair, parked, message.id),
+            )
+        except Exception as error:
+            log.exception("token renewal failed")
+            return Response(500, f"internal error: {error!r}")
+
+    def _renewed(
+        self, pair: Pair, parked: Parked, correlation_id: object, response: Response
+    ) -> None:
+        """A renewal's token was verified: its reply takes its turn."""
+        if parked.dropped:
+            return
+        reply = parked.reply = encode_reply(
+            response, correlation_id, pair.session.connection.waiting.limit
+        )
+        pair.charge(reply, 1)
+        self._send(pair)
 
     def _gathered(
         self,
@@ -338,8 +384,6 @@ class ManagementNode(Handler):
         method, path = message.subject, message.address
         if not isinstance(method, str) or not isinstance(path, str):
             return Response(400, "a request needs the method in 'subject' and the path in 'to'")
-        if path == RENEWAL_PATH and isinstance(caller.owner, ConnectionState):
-            return self._renew(caller.owner, method, message.body)
         return self.route(Request(method, path, message.body), caller, router)
 
     def route(self, request: Request, caller: Caller, router: Router) -> Response:

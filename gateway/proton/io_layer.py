@@ -140,6 +140,12 @@ class FlowIO(IOHandler):
         if not transport:
             return
         state: ConnectionState | None = getattr(selectable, "sg", None)
+        if state is not None:
+            if state.reads_paused:
+                self._read_ahead(event, state, transport, None)
+                return
+            if state.held.data:
+                feed(state, transport, state.held.take())
         publishing = self.broker.publishing
         left = READ_BATCH
         frames_before = transport.frames_input
@@ -174,6 +180,83 @@ class FlowIO(IOHandler):
         if state is not None:
             state.deadlines.frames_read(now, transport.frames_input)
         self.update(transport, selectable, now)
+
+    def _read_ahead(
+        self, event: Event, state: ConnectionState, transport: Transport, gate: Gate | None
+    ) -> bool:
+        """Read a held connection's socket into its held bytes, at most ``HELD_READ`` of them
+        (through TLS, plus the rest of a record), and give proton the frames at their start
+        that free things (wire/held_frames.py); False once the connection is gone.
+
+        A held client that says CLOSE, END or DETACH is heard, though the hold may never end;
+        one that floods it with transfers has read of them what the buffer takes, no more.
+        """
+        selectable = event.selectable
+        held = state.held
+        left = READ_BATCH
+        frames_before = transport.frames_input
+        while left > 0 and state.reads_paused and reading.reads_ahead(state, selectable):
+            size = min(held.room, READ_CHUNK)
+            if gate is not None:
+                # The gate puts the plaintext in the held bytes while the connection is held.
+                if not gate.read(selectable, transport, size):
+                    gate.abandon()
+                    self.on_selectable_error(event)
+                    return False
+                received = gate.received
+                if not received:
+                    break
+            else:
+                try:
+                    data = selectable.recv(size)
+                except BlockingIOError:
+                    break
+                except OSError as error:
+                    log.debug("recv failed: %r", error)
+                    transport.close_tail()
+                    break
+                if not data:
+                    self.on_selectable_error(event)
+                    return False
+                held.data += data
+                received = len(data)
+            left -= received
+            self.broker.publishing.charge_read(state, received)
+            if not self._free_held(state, transport):
+                break
+            if transport.frames_input - frames_before >= READ_FRAMES:
+                break
+        if gate is not None:
+            self._after_gate(selectable, gate, transport)
+        else:
+            self.update(transport, selectable, reactor_now(selectable))
+        return True
+
+    def _free_held(self, state: ConnectionState, transport: Transport) -> bool:
+        """Give proton the frames that free things at the start of the held bytes, or close
+        the connection for a CLOSE behind others; False once nothing more is to be read."""
+        cut = state.dispositions.cut()
+        if cut is None:
+            return False
+        held = state.held
+        found = held.scan(*cut)
+        if found.free:
+            feed(state, transport, held.pop(found.free))
+        if not found.close:
+            return True
+        unread = len(held.take())
+        log.info("closing a held connection whose client sent CLOSE behind frames not read")
+        self.broker.release_connection(state)
+        why = "its account" if state.account.paused else "the memory budget"
+        condition = Condition(
+            "amqp:resource-limit-exceeded",
+            f"CLOSE came while {why} held the connection unread: "
+            f"the frames before it were not read ({unread} bytes of them at least)",
+        )
+        transport.condition = state.connection.condition = condition
+        state.connection.close()
+        transport.close_tail()
+        return False
 
     def _input_ended(self, state: ConnectionState) -> None:
         """Close with ``amqp:decode-error`` a connection whose frame proton could not decode.
@@ -249,6 +332,11 @@ class FlowIO(IOHandler):
         if transport is None:
             return False
         state: ConnectionState | None = getattr(selectable, "sg", None)
+        if state is not None:
+            if state.reads_paused:
+                return self._read_ahead(event, state, transport, gate)
+            if state.held.data:
+                feed(state, transport, state.held.take())
         publishing = self.broker.publishing
         left = READ_BATCH
         frames_before = transport.frames_input
