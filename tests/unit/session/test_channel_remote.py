@@ -16,6 +16,7 @@ from sluicegate.session.channel.codec import FrameReader, encode
 from sluicegate.session.channel.frames import (
     Attached,
     Confirm,
+    Credit,
     CreditReply,
     Deliveries,
     Error,
@@ -90,7 +91,9 @@ class Pair:
         self.in_flight_down.clear()
         for frame in self.to_session.feed(data):
             if type(frame) is Deliveries:
-                route(self.remote.delivered(frame))
+                delivered = self.remote.delivered(frame)
+                if delivered is not None:
+                    self.session.deliver_all(self.link, delivered[1])
             elif type(frame) is Attached:
                 # The owner took the consumer: the gateway answers the client's ATTACH now.
                 assert self.remote.attached(frame) in (self.link, None)
@@ -272,3 +275,72 @@ def test_an_attach_the_owner_refuses_leaves_nothing_on_either_side() -> None:
     assert pair.received == []
     assert pair.remote.outgoing == []
     assert gone.statistics().ready == 3
+
+
+def _credit_requests(pair: Pair) -> list[Credit]:
+    return [frame for frame in pair.remote.outgoing if type(frame) is Credit]
+
+
+def _send(pair: Pair, count: int) -> None:
+    """The client's window lets ``count`` transfers go."""
+    pair.session.remote_incoming_window = count
+    pair.pump()
+
+
+def test_the_next_batch_is_asked_once_half_the_last_has_left_and_only_then() -> None:
+    pair = Pair()
+    pair.publish(100)
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    pair.up()
+    pair.deliver_up()
+    pair.deliver_down()
+    # A batch of 16 waits in the session; the reply came with it and is taken at once.
+    assert len(pair.link.waiting) == 16
+    assert pair.session.statistics().credit_requests_in_flight == 0
+    _send(pair, 8)
+    assert _credit_requests(pair) == []
+    # The ninth leaves 7 of the batch, under half: the next request goes now, counted from
+    # what has left, so the 7 still waiting count against it.
+    _send(pair, 1)
+    (request,) = _credit_requests(pair)
+    assert (request.delivery_count, request.credit) == (9, 16)
+    assert len(pair.link.waiting) == 7
+    assert pair.session.statistics().credit_requests_in_flight == 1
+    # While it is out, no other request goes however much leaves.
+    _send(pair, 7)
+    assert _credit_requests(pair) == [request]
+    pair.up()
+    pair.deliver_up()
+    pair.deliver_down()
+    # The queue sent what the request left it (16 from 9, less the 7 it had sent before).
+    assert len(pair.received) == 16
+    assert len(pair.link.waiting) == 9
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=40), st.booleans())
+def test_a_pipelined_consumer_keeps_one_request_out_and_at_most_a_batch_waiting(
+    windows: list[int], ack_required: bool
+) -> None:
+    pair = Pair(ack_required)
+    pair.publish(120)
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    out = 0
+    asked_early = False
+    for window in [*windows, *[1 << 20] * 16]:
+        requests = _credit_requests(pair)
+        out += len(requests)
+        # Counted from what left the session, behind what it has received: asked while
+        # deliveries of the last batch still waited.
+        seen = pair.remote.consumers[1][1].delivery_count
+        asked_early |= any(request.delivery_count != seen for request in requests)
+        assert out <= 1
+        pair.up()
+        pair.deliver_up()
+        crossing = FrameReader(MAX_FRAME).feed(b"".join(pair.in_flight_down))
+        out -= sum(1 for frame in crossing if type(frame) is CreditReply)
+        pair.deliver_down()
+        assert len(pair.link.waiting) <= 16
+        _send(pair, window)
+    assert bodies(pair.received) == [amqp(Described(0x77, f"m{n}")) for n in range(100)]
+    assert asked_early
