@@ -287,7 +287,7 @@ def _send(pair: Pair, count: int) -> None:
     pair.pump()
 
 
-def test_the_next_batch_is_asked_once_half_the_last_has_left_and_only_then() -> None:
+def test_the_next_batch_is_asked_before_the_last_has_left_and_only_then() -> None:
     pair = Pair()
     pair.publish(100)
     pair.session.client_flow(pair.link, 0, 100, False, False)
@@ -297,24 +297,27 @@ def test_the_next_batch_is_asked_once_half_the_last_has_left_and_only_then() -> 
     # A batch of 16 waits in the session; the reply came with it and is taken at once.
     assert len(pair.link.waiting) == 16
     assert pair.session.statistics().credit_requests_in_flight == 0
-    _send(pair, 8)
+    below = pair.link.top_up_below
+    assert 0 < below < 16
+    _send(pair, 16 - below)
     assert _credit_requests(pair) == []
-    # The ninth leaves 7 of the batch, under half: the next request goes now, counted from
-    # what has left, so the 7 still waiting count against it.
+    # One more leaves fewer than ``below`` of the batch: the next request goes now, counted
+    # from what has left, so the deliveries still waiting count against it.
     _send(pair, 1)
     (request,) = _credit_requests(pair)
-    assert (request.delivery_count, request.credit) == (9, 16)
-    assert len(pair.link.waiting) == 7
+    assert (request.delivery_count, request.credit) == (17 - below, 16)
+    assert len(pair.link.waiting) == below - 1
     assert pair.session.statistics().credit_requests_in_flight == 1
     # While it is out, no other request goes however much leaves.
-    _send(pair, 7)
+    _send(pair, below - 1)
     assert _credit_requests(pair) == [request]
     pair.up()
     pair.deliver_up()
     pair.deliver_down()
-    # The queue sent what the request left it (16 from 9, less the 7 it had sent before).
+    # The queue sent what the request left it room for: 16 from where it was counted, less
+    # what it had sent before.
     assert len(pair.received) == 16
-    assert len(pair.link.waiting) == 9
+    assert len(pair.link.waiting) == 17 - below
 
 
 @settings(max_examples=40, deadline=None)
