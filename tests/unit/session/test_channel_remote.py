@@ -320,17 +320,33 @@ def test_the_next_batch_is_asked_before_the_last_has_left_and_only_then() -> Non
     assert len(pair.link.waiting) == 17 - below
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 12), min_size=1, max_size=40), st.booleans())
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 12), st.sampled_from([None, "drain", "echo", "grant"])),
+        min_size=1,
+        max_size=40,
+    ),
+    st.booleans(),
+)
 def test_a_pipelined_consumer_keeps_one_request_out_and_at_most_a_batch_waiting(
-    windows: list[int], ack_required: bool
+    steps: list[tuple[int, str | None]], ack_required: bool
 ) -> None:
     pair = Pair(ack_required)
     pair.publish(120)
     pair.session.client_flow(pair.link, 0, 100, False, False)
+    # The most the client's FLOWs ever allowed it (delivery-count + credit).
+    limit = 100
     out = 0
     asked_early = False
-    for window in [*windows, *[1 << 20] * 16]:
+    for window, flow in [*steps, *[(1 << 20, None)] * 16]:
+        if flow is not None:
+            # A client FLOW mid-stream: a drain, an echo, or more credit, from what it has seen.
+            credit = 30 if flow == "grant" else 10
+            limit = max(limit, pair.client_dc + credit)
+            pair.session.client_flow(
+                pair.link, pair.client_dc, credit, flow == "drain", flow == "echo"
+            )
         requests = _credit_requests(pair)
         out += len(requests)
         # Counted from what left the session, behind what it has received: asked while
@@ -345,5 +361,9 @@ def test_a_pipelined_consumer_keeps_one_request_out_and_at_most_a_batch_waiting(
         pair.deliver_down()
         assert len(pair.link.waiting) <= 16
         _send(pair, window)
-    assert bodies(pair.received) == [amqp(Described(0x77, f"m{n}")) for n in range(100)]
-    assert asked_early
+        assert len(pair.received) <= limit
+    expected = [amqp(Described(0x77, f"m{n}")) for n in range(120)]
+    assert bodies(pair.received) == expected[: len(pair.received)]
+    if all(flow is None for _, flow in steps):
+        assert len(pair.received) == 100
+        assert asked_early
