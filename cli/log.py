@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sluicegate.gateway.config import ConfigError, parse_size
+from sluicegate.cli.segment_size import add_segment_size, segment_size
 from sluicegate.gateway.durability import LOG_DIRECTORY, DataDirLocked, lock_data_dir
 from sluicegate.queues.log.check import check, repair
 from sluicegate.queues.log.damage import LogDamaged
 from sluicegate.queues.log.recovery import LogCorrupted
 from sluicegate.queues.log.segments import list_segments
-from sluicegate.queues.log.store import DEFAULT_SEGMENT_SIZE
 from sluicegate.wire.errors import DecodeError
 
 
@@ -34,24 +33,19 @@ def add_parser(commands: Any) -> None:
     ):
         action = actions.add_parser(name, help=help_text)
         action.add_argument("directory", type=Path, metavar="DIR", help="data or log directory")
-        action.add_argument(
-            "--log-segment-size",
-            metavar="SIZE",
-            default=str(DEFAULT_SEGMENT_SIZE),
-            help="the server's log_segment_size (a larger segment file is refused unread)",
+        add_segment_size(
+            action, "the server's log_segment_size (a larger segment file is refused unread)"
         )
         action.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Check or repair the log; 0 when the server can start on it afterwards."""
-    try:
-        segment_size = parse_size("--log-segment-size", args.log_segment_size)
-    except ConfigError as error:
-        print(f"sluicegate: {error}", file=sys.stderr)
+    size = segment_size(args)
+    if size is None:
         return 2
     try:
-        return _run(args, segment_size)
+        return _run(args, size)
     except (OSError, LogCorrupted, LogDamaged, DecodeError) as error:
         print(f"sluicegate: cannot {args.action} the log: {error}", file=sys.stderr)
         return 2

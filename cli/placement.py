@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sluicegate.gateway.config import ConfigError, parse_size
+from sluicegate.cli.segment_size import add_segment_size, segment_size
 from sluicegate.gateway.durability import DataDirLocked
 from sluicegate.gateway.queue_moves import MoveRefused, move_queues
 from sluicegate.queues.log.damage import LogDamaged
 from sluicegate.queues.log.recovery import LogCorrupted
-from sluicegate.queues.log.store import DEFAULT_SEGMENT_SIZE
 from sluicegate.queues.queue_homes import HomesDamaged
 from sluicegate.wire.errors import DecodeError
 
@@ -38,24 +37,17 @@ def add_parser(commands: Any) -> None:
     move.add_argument(
         "--to-workers", type=int, required=True, metavar="N", help="the workers it will serve"
     )
-    move.add_argument(
-        "--log-segment-size",
-        metavar="SIZE",
-        default=str(DEFAULT_SEGMENT_SIZE),
-        help="the server's log_segment_size",
-    )
+    add_segment_size(move)
     move.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Move the queues; 0 once the directory can be served with ``--to-workers`` workers."""
-    try:
-        segment_size = parse_size("--log-segment-size", args.log_segment_size)
-    except ConfigError as error:
-        print(f"sluicegate: {error}", file=sys.stderr)
+    size = segment_size(args)
+    if size is None:
         return 2
     try:
-        report = move_queues(args.directory, args.to_workers, segment_size)
+        report = move_queues(args.directory, args.to_workers, size)
     except DataDirLocked as error:
         print(f"sluicegate: {error}: stop the server first", file=sys.stderr)
         return 2

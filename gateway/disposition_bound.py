@@ -19,8 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from proton import Condition
-
+from sluicegate.gateway.conditions import condition
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.wire.disposition_frames import Disposition, DispositionFrames
 
@@ -105,7 +104,7 @@ class DispositionBound:
         self.refused = True
         self._release(state)
         connection = state.connection
-        connection.condition = Condition(
+        connection.condition = condition(
             "amqp:resource-limit-exceeded",
             f"a disposition of {disposition.size} bytes over {disposition.span} deliveries "
             f"needs {copies} bytes; the server's memory budget has {room} left",

@@ -1,13 +1,15 @@
 """A worker's channels to the other workers of its server (docs/workers.md, issue 35).
 
 Each pair of workers shares one channel, a socket pair made by the supervisor
-(gateway/supervisor.py); one a restarted worker gets arrives on the control socket. Over it
-both directions run: this worker's sessions consume from and publish to the other's queues
-(:class:`~session.channel.remote.Remote`, one per other worker, kept across restarts), and the
-other's sessions consume from this worker's queues (:class:`~session.channel.owner.Owner`, one
-per live channel). Topology is replicated: every change of queues, exchanges and bindings made
-here is sent to every worker, which applies it, so that each routes locally and only a routed
-copy crosses; a channel that opens starts with everything the worker knows.
+(gateway/supervisor.py); one a restarted worker gets arrives on the control socket, and so
+does a new one after this worker or the other ended a channel for a protocol error (this
+worker asks for it on the same socket). Over a channel both directions run: this worker's
+sessions consume from and publish to the other's queues (:class:`~session.channel.remote.Remote`,
+one per other worker, kept across restarts), and the other's sessions consume from this
+worker's queues (:class:`~session.channel.owner.Owner`, one per live channel). Topology is
+replicated: every change of queues, exchanges and bindings made here is sent to every worker,
+which applies it, so that each routes locally and only a routed copy crosses; a channel that
+opens starts with everything the worker knows.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sluicegate.gateway.proton.internals import Task, register
 from sluicegate.gateway.queue_homes_file import HomesFile
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhost_log import logged_name
-from sluicegate.gateway.supervisor import PEER_INDEX, WorkerChannels
+from sluicegate.gateway.supervisor import CHANNEL, WorkerChannels
 from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted, ResourceLocked
 from sluicegate.queues.filters.view import ViewCache
@@ -68,7 +70,7 @@ from sluicegate.session.channel.remote import (
     owner_error,
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
-from sluicegate.session.inbound_flow import HOLDER_SHARE
+from sluicegate.session.inbound_flow import HOLDER_SHARE, queue_weight
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.wire.amqp_types import Value
@@ -156,8 +158,11 @@ class VhostPlacement:
             # Its counts are the answer's: no other question for them.
             figures.asked[(self.vhost, name, "counts")] = asked
             return OwnerDeclared.MADE if asked.answer.purged else OwnerDeclared.HAD
-        if self.registry.get(name) is not None:
+        known = self.registry.get(name)
+        if known is not None and type(known) is not RemoteQueue:
             return None
+        # A stand-in's declaration is asked too: the one it was made with may be an attach's
+        # that the owner's crossed, still on its way here (docs/workers.md).
         remote = peers.remotes.get(peers.homes.place(self.vhost, name))
         if remote is None:
             return None
@@ -194,13 +199,17 @@ class Peers:
         self.remotes = {k: Remote(k, self.reads) for k in range(spec.workers) if k != spec.index}
         self.owners: dict[int, Owner] = {}
         self.sockets: dict[int, ChannelSocket] = {}
+        # Each live channel's serial number (gateway/supervisor.py), which names it when this
+        # worker asks the supervisor for a new one.
+        self.serials: dict[int, int] = {}
         # Confirms of other workers' publishes, framed in runs at the flush.
         self._confirms: dict[int, Confirms] = {}
         # Other workers' publishes that reached this one while its memory budget was blocked,
         # in their order, and their bytes, which the budget counts (:meth:`held`): stored and
         # confirmed once it is not. The channel is read meanwhile, since it also carries the
         # credit and settlements of other workers' consumers of queues here, which drain them;
-        # they are at most the other workers' publishers' credit, renewed only on confirms.
+        # they are at most the other workers' publishers' credit, renewed only on confirms,
+        # and their dead letters' windows (``Remote.letter_fits``).
         self._parked: deque[tuple[int, Publish]] = deque()
         self._parked_bytes = 0
         # The queues they go to: a later publish to one of these is parked too, so that a
@@ -217,7 +226,7 @@ class Peers:
         # Management requests waiting for owners' answers, one per request.
         self.gathering: dict[_Gathering, None] = {}
         for name, registry in registries.items():
-            registry.placement = VhostPlacement(self, name, registry)
+            self.place(name, registry)
 
     def serve(
         self,
@@ -263,7 +272,7 @@ class Peers:
             remote.max_publish_size = max_message_size
             remote.debt_of = debt_of
         for peer, sock in sorted(self.spec.channels.items()):
-            self.open(peer, sock)
+            self.open(peer, sock, self.spec.serials.get(peer, 0))
         self.spec.channels = {}
         if self.spec.control is not None:
             self.spec.control.setblocking(False)
@@ -271,11 +280,12 @@ class Peers:
 
     # -- channels -------------------------------------------------------------------------
 
-    def open(self, peer: int, sock: socket.socket) -> None:
+    def open(self, peer: int, sock: socket.socket, serial: int) -> None:
         """A channel to worker ``peer`` (again): everything known here goes first."""
         old = self.sockets.get(peer)
         if old is not None:
-            old.end("the worker was restarted")
+            old.end("the supervisor made a new channel")
+        self.serials[peer] = serial
         self.sockets[peer] = ChannelSocket(
             self.container,
             sock,
@@ -306,6 +316,7 @@ class Peers:
         if channel is not None and channel.broken:
             self.protocol_errors += 1
             log.error("channel to worker %d ended: %s", peer, reason)
+            self._ask_again(peer)
         else:
             log.warning("channel to worker %d ended: %s", peer, reason)
         self._confirms.pop(peer, None)
@@ -330,6 +341,19 @@ class Peers:
         for token in tokens:
             if token is not None:
                 confirm(cast(Pending, token), Outcome.RELEASED, None)
+
+    def _ask_again(self, peer: int) -> None:
+        """Ask the supervisor for a new channel to ``peer``, this one having been ended for a
+        protocol error: the two workers' queues are out of each other's reach until it comes
+        (after the supervisor's pause, session/channel/remakes.py)."""
+        control = self.spec.control
+        if control is None:
+            return
+        try:
+            control.send(CHANNEL.pack(peer, self.serials.get(peer, 0)))
+        except OSError as error:
+            # Full (the supervisor is stuck) or gone (it died: this worker is told to stop).
+            log.error("could not ask the supervisor for a channel to worker %d: %s", peer, error)
 
     def close(self) -> None:
         """The worker stops: every channel and the control socket leave the reactor."""
@@ -367,8 +391,10 @@ class Peers:
         return self._parked_bytes + sum(owner.recent_bytes for owner in self.owners.values())
 
     def place(self, vhost: str, registry: QueueRegistry) -> None:
-        """A virtual host made at run time: its queues are placed over the workers too."""
+        """A virtual host's queues are placed over the workers (one made at run time too), and
+        its dead letters to other workers' queues kept within their channels' windows."""
         registry.placement = VhostPlacement(self, vhost, registry)
+        registry.dead_letter_router.fits = _letter_fits
 
     def vhost_created(self, vhost: str, granted: list[str]) -> None:
         """Every worker makes ``vhost`` too, its creator's grant with it."""
@@ -449,7 +475,7 @@ class Peers:
             else:
                 self._store(peer, publish)
         elif kind is Topology:
-            self.apply(cast(Topology, frame))
+            self.apply(peer, cast(Topology, frame))
         elif kind is Answer:
             remote.answered(cast(Answer, frame))
         elif kind is Letters:
@@ -532,6 +558,11 @@ class Peers:
         to them are held, and every one at the ceiling; once it is not blocked, the parked
         ones are stored first, in their order."""
         blocked = self._blocked = budget.blocked
+        # What one peer's letters may make this worker's peers park past their limit (they
+        # park publishes to heavy queues from the limit on): half the margin, split.
+        window = budget.margin // (2 * len(self.remotes))
+        for remote in self.remotes.values():
+            remote.letter_window = window
         self._heavy = 0 if budget.used >= budget.ceiling else int(budget.margin * HOLDER_SHARE)
         parked = self._parked
         while parked and not blocked:
@@ -569,9 +600,7 @@ class Peers:
         queue = self._find(publish.vhost, publish.queue)
         if queue is None:
             return False
-        statistics = queue.statistics()
-        held = statistics.ready_bytes + statistics.unacked_bytes + statistics.dead_lettering_bytes
-        return held >= self._heavy
+        return queue_weight(queue) >= self._heavy
 
     def _store(self, peer: int, frame: Publish) -> None:
         """Store another worker's run of publishes in a queue here; each is confirmed once
@@ -639,8 +668,8 @@ class Peers:
         queue = None if found is None else found.registry.get(name)
         return None if queue is None or type(queue) is RemoteQueue else queue
 
-    def apply(self, frame: Topology) -> None:
-        """Another worker's change of the topology, applied here without being sent on."""
+    def apply(self, peer: int, frame: Topology) -> None:
+        """Worker ``peer``'s change of the topology, applied here without being sent on."""
         change, _ = decode(frame.change, 0)
         if isinstance(change, list) and change and change[0] in _VHOST_VERBS:
             self._apply_vhosts(frame.vhost, change)
@@ -651,13 +680,43 @@ class Peers:
         registry = vhost.registry
         self.applying = True
         try:
-            _apply(registry, cast(list[Value], change))
+            try:
+                _apply(registry, cast(list[Value], change))
+            except PreconditionFailed:
+                if not self._owners_declaration(peer, frame.vhost, registry, change):
+                    raise
             if cast(list[Value], change)[0] == "delete-queue":
                 self._queue_deleted(registry, str(cast(list[Value], change)[1]))
         except (AmqpError, ValueError, TypeError, IndexError) as error:
             log.warning("a topology change from another worker was not applied: %s", error)
         finally:
             self.applying = False
+
+    def _owners_declaration(
+        self, peer: int, vhost: str, registry: QueueRegistry, change: Value
+    ) -> bool:
+        """Whether a declaration that differs from the stand-in's here is its owner's, then
+        taken in place of the stand-in's. A link attaching here declared the queue with the
+        defaults while the owner declared it otherwise (management there, or another worker's
+        declaration it judged first): the two crossed on the channel, the owner refused this
+        worker's, and its own stands on every worker (docs/workers.md)."""
+        if not isinstance(change, list) or change[0] != "queue" or len(change) != 5:
+            return False
+        _, name, arguments, durable, auto_delete = change
+        name = str(name)
+        if (
+            type(registry.get(name)) is not RemoteQueue
+            or self.homes.homes.home(vhost, name) != peer
+        ):
+            return False
+        registry.take_declaration(
+            name,
+            cast(dict[str, object], arguments) or None,
+            durable=bool(durable),
+            auto_delete=bool(auto_delete),
+        )
+        log.info("queue '%s' of vhost '%s' takes its worker's declaration", name, vhost)
+        return True
 
     def _apply_vhosts(self, name: str, change: list[Value]) -> None:
         """A virtual host made or deleted by the worker that serves the HTTP API, or its whole
@@ -726,7 +785,8 @@ class _Gathering(Handler):
 
 
 class _Control:
-    """The control socket: the supervisor hands over a channel to a restarted worker."""
+    """The control socket: the supervisor hands over a channel, to a restarted worker or in
+    place of one ended for a protocol error."""
 
     def __init__(self, peers: Peers) -> None:
         self.peers = peers
@@ -736,7 +796,7 @@ class _Control:
         assert control is not None
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(control, PEER_INDEX.size, 1)
+                data, fds, _, _ = socket.recv_fds(control, CHANNEL.size, 1)
             except BlockingIOError:
                 return
             if not data:
@@ -745,8 +805,8 @@ class _Control:
                 return
             if not fds:
                 continue
-            (peer,) = PEER_INDEX.unpack(data)
-            self.peers.open(peer, socket.socket(fileno=fds[0]))
+            peer, serial = CHANNEL.unpack(data)
+            self.peers.open(peer, socket.socket(fileno=fds[0]), serial)
 
 
 def _publish_bytes(publish: Publish) -> int:
@@ -840,3 +900,9 @@ def _apply(registry: QueueRegistry, change: list[Value]) -> None:
         )
     else:
         raise ValueError(f"unknown topology change {verb!r}")
+
+
+def _letter_fits(queue: QueueType, size: int) -> bool:
+    """Whether a dead letter of ``size`` bytes may go to ``queue`` now: a queue on another
+    worker takes the letters its channel's window has room for (``Remote.letter_fits``)."""
+    return type(queue) is not RemoteQueue or queue.remote.letter_fits(size)

@@ -30,6 +30,7 @@ from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -42,7 +43,14 @@ from sluicegate.session.inbound import (
     Unconfirmed,
     UnfinishedLimitExceeded,
 )
-from sluicegate.session.inbound_flow import Flushed, Hold, InboundFlow, InboundLimits, Release
+from sluicegate.session.inbound_flow import (
+    Flushed,
+    Hold,
+    InboundFlow,
+    InboundLimits,
+    Release,
+    queue_weight,
+)
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
@@ -211,11 +219,12 @@ class Publishing:
         if len(queues) == 1:
             self.store(pending, queues[0], message)
             return
-        # Each queue counts its copy in the budget: charged now as bytes read, so that the
-        # copies of one read's messages hold the publishers before the next read rather than
-        # at the flush (adversary seed 64103: one read to a fanout of 50 queues went 11 MB past
-        # the ceiling).
-        self.charge_read(state.connection, (len(queues) - 1) * total)
+        # Each further copy costs the budget its overhead (the payload counts once,
+        # queues/held_bytes.py): charged now as bytes read, so that the copies of one read's
+        # messages hold the publishers before the next read rather than at the flush (adversary
+        # seed 64103: one read to a fanout of 50 queues went 11 MB past the ceiling when each
+        # copy counted its payload).
+        self.charge_read(state.connection, (len(queues) - 1) * MESSAGE_OVERHEAD)
         # Copies first: a queue may change its copy (its x-message-ttl) when it stores it.
         copies = [message, *(message.copy() for _ in queues[1:])]
         for queue, copy in zip(queues, copies, strict=True):
@@ -332,11 +341,9 @@ class Publishing:
                 )
 
     def _weigh(self, link: IncomingLink) -> int:
-        """Bytes piling up in the queues a link published to last (its target's, at first):
-        ready, held unsettled by consumers (one that takes everything and never settles keeps
-        its queue empty), or given up on and waiting for the budget's room to be dead-lettered
-        (a queue that overflows into a fan-out stays empty while its letters wait). Each queue
-        is weighed once per flush, however many links publish to it."""
+        """What the queues a link published to last (its target's, at first) weigh
+        (:func:`queue_weight`). Each queue is weighed once per flush, however many links
+        publish to it."""
         state = cast(IncomingLinkState, link.owner)
         queues = state.queues
         if not queues and state.target.queue is not None:
@@ -346,12 +353,6 @@ class Publishing:
         for queue in queues:
             held = weights.get(queue)
             if held is None:
-                statistics = queue.statistics()
-                held = (
-                    statistics.ready_bytes
-                    + statistics.unacked_bytes
-                    + statistics.dead_lettering_bytes
-                )
-                weights[queue] = held
+                held = weights[queue] = queue_weight(queue)
             weight += held
         return weight

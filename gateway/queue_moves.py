@@ -14,8 +14,12 @@ left (``Homes.rehome``), in an order that loses no confirmed message if it is in
    remove; nothing reads them again.
 
 With ``N = 1`` the data directory then takes a single server's layout (``worker-0``'s log and
-files moved up), as ``sluicegate serve --workers 1`` reads it. Streams are refused: their
-offsets are their log positions, which a copy would change.
+files moved up), as ``sluicegate serve --workers 1`` reads it. A stream moves as any queue: each
+message's bytes carry its offset (``x-stream-offset``, stamped as it was appended), its arrival
+time is copied with it, and the messages are copied in order with none left out, so the stream
+recovered on its new worker starts at its first message's offset and numbers the rest as
+before (queues/stream.py, ``StreamQueue.restore``): a reader attaching at an offset gets the
+same messages.
 """
 
 from __future__ import annotations
@@ -93,22 +97,14 @@ def _index(name: str) -> int:
 
 
 def _copy(data_dir: Path, moves: list[tuple[str, str, int, int]], segment_size: int) -> list[str]:
-    """Copy each moved queue into its new worker's log, fsynced; refuse streams first."""
+    """Copy each moved queue into its new worker's log, fsynced."""
     report: list[str] = []
     sources: dict[int, MessageStore] = {}
     targets: dict[int, tuple[MessageStore, SegmentWriter]] = {}
     try:
-        for vhost, name, old, _ in moves:
-            source = sources.get(old)
-            if source is None:
-                source = sources[old] = _open(worker_dir(data_dir, old), segment_size)
-            arguments = source.queues.get(logged_name(vhost, name))
-            if arguments is not None and arguments.get("x-queue-type") == "stream":
-                raise MoveRefused(
-                    f"queue '{name}' (vhost '{vhost}') on worker {old} is a stream: its offsets "
-                    "are its log positions; serve it with enough workers instead"
-                )
         for vhost, name, old, new in moves:
+            if old not in sources:
+                sources[old] = _open(worker_dir(data_dir, old), segment_size)
             if new not in targets:
                 directory = worker_dir(data_dir, new)
                 store = _open(directory, segment_size)

@@ -20,10 +20,9 @@ import os
 from pathlib import Path
 from typing import Final
 
-from proton import Condition
-
 from sluicegate.gateway import creator_grants
 from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.conditions import condition
 from sluicegate.gateway.rules.auth import DEFAULT_VHOST, User
 from sluicegate.gateway.rules.management.router import Router
 from sluicegate.gateway.rules.tenancy import VirtualHost
@@ -215,7 +214,7 @@ class RuntimeVhosts:
         broker = self._broker
         for state in [c for c in broker.connections if c.vhost is vhost]:
             broker.release_connection(state)
-            state.connection.condition = Condition(
+            state.connection.condition = condition(
                 "amqp:connection:forced", f"virtual host '{vhost.name}' is deleted"
             )
             state.connection.close()

@@ -12,7 +12,9 @@ on; SIGTERM or SIGINT is passed to every worker, and those still running after
 Every pair of workers shares a channel, a socket pair made here before the second of the two
 is forked: the one forked later inherits its end, the other is handed its end over its control
 socket (``SCM_RIGHTS``), so a restarted worker gets fresh channels to every worker that serves
-and no worker ever holds another's end (its death is seen as the end of the stream).
+and no worker ever holds another's end (its death is seen as the end of the stream). A worker
+that ends a channel for a protocol error says so on its control socket, and the pair gets a
+fresh one the same way, after a pause (session/channel/remakes.py).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from sluicegate.gateway.durability import LOG_DIRECTORY
 from sluicegate.gateway.proton.parent_death import end_with_parent
 from sluicegate.gateway.queue_homes_file import PLACEMENT_FILE
 from sluicegate.queues.queue_homes import Homes, HomesDamaged
+from sluicegate.session.channel.remakes import Remakes, pair_of
 
 log = logging.getLogger("sluicegate.supervisor")
 
@@ -57,8 +60,12 @@ KILL_MARGIN: Final = 2.0
 # Stranded queues named in the refusal to start; the rest are counted.
 _NAMED: Final = 10
 
-# The control message that comes with a channel's socket: the other worker's index.
-PEER_INDEX: Final = struct.Struct("<I")
+# The control message that comes with a channel's socket: the other worker's index and the
+# channel's serial number. A worker sends the same back when it ends that channel for a
+# protocol error, asking for a new one; the serial tells a late report from a current one.
+CHANNEL: Final = struct.Struct("<II")
+# Bytes of reports read from a worker's control socket at once.
+_REPORTS: Final = CHANNEL.size * 64
 
 
 @dataclass
@@ -71,6 +78,8 @@ class WorkerChannels:
     # The server's data directory, where the workers' shared placement file is.
     root: Path
     channels: dict[int, socket.socket] = field(default_factory=dict)
+    # Each channel's serial number, by the other worker's index.
+    serials: dict[int, int] = field(default_factory=dict)
     control: socket.socket | None = None
 
 
@@ -204,8 +213,9 @@ class _Worker:
     failures: int = 0
     retry_at: float | None = None
     restarts: int = 0
-    # The supervisor's end of its control socket.
+    # The supervisor's end of its control socket, and a report read from it in part.
     control: socket.socket | None = None
+    reports: bytes = b""
 
 
 class Supervisor:
@@ -218,6 +228,7 @@ class Supervisor:
         self.workers: list[_Worker] = []
         self.port = 0
         self.tls_port: int | None = None
+        self.remakes = Remakes()
 
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT; the exit status."""
@@ -260,6 +271,8 @@ class Supervisor:
             self._reap()
             self._poll_ready()
             self._retry()
+            self._poll_reports()
+            self._remake()
 
     # -- workers --------------------------------------------------------------------------
 
@@ -270,36 +283,48 @@ class Supervisor:
             worker.index, self.config.workers, self.config.data_dir, control=its_control
         )
         # A channel to every worker that serves (or is starting): this one inherits its end.
-        theirs: list[tuple[_Worker, socket.socket]] = []
+        theirs: list[tuple[_Worker, socket.socket, int]] = []
         for other in self.workers:
             if other is not worker and other.pid:
-                mine, their = socket.socketpair()
+                mine, their, serial = self._channel(worker, other)
                 channels.channels[other.index] = mine
-                theirs.append((other, their))
+                channels.serials[other.index] = serial
+                theirs.append((other, their, serial))
         pid = os.fork()
         if pid == 0:
             os.close(read)
             control.close()
-            for _, their in theirs:
+            for _, their, _ in theirs:
                 their.close()
             self._become_worker(worker, write, channels)
         os.close(write)
         its_control.close()
         for mine in channels.channels.values():
             mine.close()
-        for other, their in theirs:
-            assert other.control is not None
-            # One that died meanwhile gets a fresh channel when it is forked again.
-            with contextlib.suppress(OSError):
-                socket.send_fds(other.control, [PEER_INDEX.pack(worker.index)], [their.fileno()])
-            their.close()
+        for other, their, serial in theirs:
+            self._hand(other, worker.index, serial, their)
         if worker.control is not None:
             worker.control.close()
         worker.control = control
+        worker.reports = b""
         worker.pid = pid
         worker.ready = read
         worker.started = time.monotonic()
         worker.retry_at = None
+
+    def _channel(self, one: _Worker, other: _Worker) -> tuple[socket.socket, socket.socket, int]:
+        """A new socket pair between two workers: ``one``'s end, ``other``'s, its serial."""
+        mine, theirs = socket.socketpair()
+        return mine, theirs, self.remakes.made(pair_of(one.index, other.index), time.monotonic())
+
+    def _hand(self, worker: _Worker, peer: int, serial: int, end: socket.socket) -> None:
+        """Send a running worker its end of a channel to ``peer`` (SCM_RIGHTS) and close the
+        supervisor's copy: only the two workers hold the channel's ends."""
+        assert worker.control is not None
+        # One that died meanwhile gets a fresh channel when it is forked again.
+        with contextlib.suppress(OSError):
+            socket.send_fds(worker.control, [CHANNEL.pack(peer, serial)], [end.fileno()])
+        end.close()
 
     def _become_worker(self, worker: _Worker, ready: int, channels: WorkerChannels) -> None:
         """In the child: run the worker's server and exit; never returns."""
@@ -381,6 +406,54 @@ class Supervisor:
         for worker in self.workers:
             if worker.pid == 0 and worker.retry_at is not None and worker.retry_at <= now:
                 self._fork(worker)
+
+    def _poll_reports(self) -> None:
+        """Read the workers' reports of channels they ended for a protocol error."""
+        controls = {
+            worker.control: worker
+            for worker in self.workers
+            if worker.pid and worker.control is not None
+        }
+        if not controls:
+            return
+        readable, _, _ = select.select(list(controls), [], [], 0)
+        now = time.monotonic()
+        for control in readable:
+            worker = controls[control]
+            try:
+                data = control.recv(_REPORTS, socket.MSG_DONTWAIT)
+            except OSError:
+                # It died: the reaper forks it again with fresh channels.
+                continue
+            reports = worker.reports + data
+            whole = len(reports) - len(reports) % CHANNEL.size
+            worker.reports = reports[whole:]
+            for peer, serial in CHANNEL.iter_unpack(reports[:whole]):
+                if peer >= len(self.workers) or peer == worker.index:
+                    log.error("worker %d reported a channel to no worker (%d)", worker.index, peer)
+                    continue
+                pause = self.remakes.broken(pair_of(worker.index, peer), serial, now)
+                if pause is not None:
+                    log.warning(
+                        "worker %d ended its channel to worker %d for a protocol error; "
+                        "a new one in %.1f s",
+                        worker.index,
+                        peer,
+                        pause,
+                    )
+
+    def _remake(self) -> None:
+        """Give each pair whose channel is due a new one, handed to both as to a worker that
+        was restarted; a pair with a worker that is not running gets one when it is forked."""
+        for pair in self.remakes.due(time.monotonic()):
+            one, other = (self.workers[index] for index in pair)
+            if not (one.pid and other.pid):
+                self.remakes.cancel(pair)
+                continue
+            mine, theirs, serial = self._channel(one, other)
+            self._hand(one, other.index, serial, mine)
+            self._hand(other, one.index, serial, theirs)
+            log.warning("workers %d and %d have a new channel", one.index, other.index)
 
     def _stop(self) -> int:
         """SIGTERM to every worker; SIGKILL to those still running past the grace."""

@@ -139,13 +139,20 @@ class Backlog:
         self.messages[seq] = message
         self.ready += 1
         self.ready_bytes += message.read_size()
-        self.held.total += message.held + MESSAGE_OVERHEAD
+        # HeldBytes.take inlined: every message published passes here.
+        share = message.share
+        if share is None or not share.holders:
+            self.held.total += message.held + MESSAGE_OVERHEAD
+        else:
+            self.held.total += MESSAGE_OVERHEAD
+        if share is not None:
+            share.holders += 1
 
     def archive(self, message: Message, *, sending: bool = False) -> None:
         """A delivered message is settled (``sending``: before it is sent): it leaves."""
+        self.held.let_go(message)
         message.archive(sending=sending)
         del self.messages[message.seq]
-        self.held.total -= message.held + MESSAGE_OVERHEAD
 
     def remove(self, message: Message) -> None:
         """Take a message given up on out of the queue: ready (expired, dropped) or rejected."""
@@ -154,7 +161,7 @@ class Backlog:
             self.ready_bytes -= message.read_size()
         message.discard()
         del self.messages[message.seq]
-        self.held.total -= message.held + MESSAGE_OVERHEAD
+        self.held.let_go(message)
 
     def hold(self, message: Message) -> None:
         """A message given up on goes to the dead-letter exchange: it is no longer ready, and
@@ -171,7 +178,7 @@ class Backlog:
         if message.state == DEAD_LETTERING:
             message.discard()
             del self.messages[message.seq]
-            self.held.total -= message.held + MESSAGE_OVERHEAD
+            self.held.let_go(message)
 
     def dead_letter_failed(self, message: Message) -> bool:
         """Its dead-lettering failed: it stays where it is, as it is; False if it is gone."""
@@ -185,7 +192,7 @@ class Backlog:
         """Put back a message archived when it was handed out, its session never sent it."""
         self.messages[message.seq] = message
         self.low = min(self.low, message.seq)
-        self.held.total += message.held + MESSAGE_OVERHEAD
+        self.held.take(message)
 
     def count_failures(
         self, messages: list[Message], limit: int | None, give_up: Callable[[Message, str], None]
@@ -196,15 +203,15 @@ class Backlog:
         re-encoded loses nothing: that message keeps its old count, the others get theirs.
         """
         error: Exception | None = None
+        rewrite = self.held.rewrite
         for message in messages:
-            size, held = message.read_size(), message.held
+            size = message.read_size()
             try:
-                message.count_failed_delivery()
+                rewrite(message, message.count_failed_delivery)
             except Exception as exc:
                 error = error or exc
                 continue
             self.ready_bytes += message.read_size() - size
-            self.held.total += message.held - held
             if limit is not None and message.delivery_count > limit:
                 give_up(message, DELIVERY_LIMIT)
         if error is not None:
@@ -260,17 +267,17 @@ class Backlog:
         self.paged -= len(messages)
         seq = self.next_seq
         resident = self.messages
-        held = 0
         for message in messages:
             message.seq = seq
             resident[seq] = message
-            held += message.held
             expires = message.expires
             if expires is not None:
                 deadlines.watch(message, expires)
             seq += 1
         self.next_seq = seq
-        self.held.total += held + len(messages) * MESSAGE_OVERHEAD - page.held
+        # The page counted itself (queues/paging.py); its messages count as resident ones.
+        self.held.total -= page.held
+        self.held.take_all(messages)
         return messages
 
     def drop_expired_pages(self, now: int) -> int:
@@ -305,11 +312,11 @@ class Backlog:
         count = self.ready + self.stranded
         messages = self.messages
         freed = 0
-        for seq, message in list(messages.items()):
-            if message.state != ACQUIRED:
-                message.discard()
-                freed += message.held + MESSAGE_OVERHEAD
-                del messages[seq]
+        dropped = [message for message in messages.values() if message.state != ACQUIRED]
+        self.held.let_go_all(dropped)
+        for message in dropped:
+            message.discard()
+            del messages[message.seq]
         for page in self.pages:
             page.drop()
             freed += page.held

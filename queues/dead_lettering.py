@@ -177,8 +177,12 @@ class DeadLetterer:
             holder = self.holder
             holder.hold(message)
         else:
-            # In no queue, so counted here while it waits for the budget's room.
-            self.held.total += size + MESSAGE_OVERHEAD
+            # In no queue, so counted here while it waits for the budget's room (a plain
+            # message as a copy of its payload, which other queues' copies may share).
+            if type(message) is Message:
+                self.held.take(message)
+            else:
+                self.held.total += size + MESSAGE_OVERHEAD
         self.outbox.append(
             DeadLetter(
                 self.queue,
@@ -197,13 +201,19 @@ class DeadLetterer:
         """``letter`` left the outbox for good (stored, dropped or failed)."""
         self.waiting_bytes -= letter.size
         if letter.holder is None:
-            self.held.total -= letter.size + MESSAGE_OVERHEAD
+            if type(letter.message) is Message:
+                self.held.let_go(letter.message)
+            else:
+                self.held.total -= letter.size + MESSAGE_OVERHEAD
 
 
 # Where a message published to an exchange with a routing key goes (the exchange graph's route).
 Route = Callable[[str, str, bytes], list[QueueType]]
 # Whether a message to a queue goes through the log (the registry's rule for durable queues).
 Persists = Callable[[QueueType, Message], bool]
+# Whether a queue takes a letter of so many bytes now: one on another worker takes a window of
+# them until its owner confirms (gateway/peers.py sets it; docs/workers.md).
+Fits = Callable[[QueueType, int], bool]
 
 
 class _Wait(NamedTuple):
@@ -248,6 +258,8 @@ class DeadLetterRouter:
         # Causes whose consumer's hold changed as their letters waited or left the outbox
         # (the gateway applies it and empties the list).
         self.toggled: list[Cause] = []
+        # None: every queue takes a letter whenever the budget has room (a single process).
+        self.fits: Fits | None = None
 
     def route_all(self, room: int | None = None) -> list[Dispatch]:
         """Deliver pending dead letters to their dead-letter exchange's queues, a batch a call.
@@ -371,21 +383,27 @@ class DeadLetterRouter:
             # A fully automatic loop: dropped, at-least-once or not (RabbitMQ's rule).
             self.dropped += 1
             return 0, None
-        cost = len(payload) + MESSAGE_OVERHEAD
-        # The letter's own bytes are counted while it waits, in its queue or by its sender.
-        grown = (len(targets) - 1) * cost
+        # The copies share one payload, counted once (queues/held_bytes.py), as the letter's
+        # own bytes are while it waits, in its queue or by its sender: each further copy grows
+        # the count by its overhead.
+        grown = (len(targets) - 1) * MESSAGE_OVERHEAD
         if room is not None and grown > 0 and grown > room:
+            return _Wait(len(targets))
+        fits = self.fits
+        if fits is not None and not all(fits(queue, len(payload)) for queue in targets):
             return _Wait(len(targets))
         done = set(letter.done)
         refused = False
-        for queue in targets:
-            copy = Message(
-                payload,
-                message.delivery_count,
-                exchange=letter.exchange,
-                routing_key=routing_key,
-                header=message.read_header(),
-            )
+        first = Message(
+            payload,
+            message.delivery_count,
+            exchange=letter.exchange,
+            routing_key=routing_key,
+            header=message.read_header(),
+        )
+        # Copies first: a queue may change its copy (its x-message-ttl) when it stores it.
+        copies = [first, *(first.copy() for _ in targets[1:])]
+        for queue, copy in zip(targets, copies, strict=True):
             logged = self._log(queue, copy)
             try:
                 dispatches.extend(queue.enqueue(logged))

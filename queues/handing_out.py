@@ -12,7 +12,7 @@ from __future__ import annotations
 from sluicegate.queues.backlog import Backlog
 from sluicegate.queues.consumers import Consumer
 from sluicegate.queues.deadlines import Deadlines
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.log.stored import acquire_all
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
@@ -62,7 +62,6 @@ class HandOut:
         backlog = self._backlog
         messages = backlog.messages
         size_taken = 0
-        held_taken = 0
         ack_required = consumer.ack_required
         if ack_required:
             unacked = consumer.unacked
@@ -71,9 +70,9 @@ class HandOut:
                 unacked[message.seq] = message
             acquire_all(taken)
         else:
+            self._held.let_go_all(taken)
             for message in taken:
                 size_taken += message.read_size()
-                held_taken += message.held
                 message.archive(sending=True)
                 del messages[message.seq]
         count = len(taken)
@@ -85,4 +84,3 @@ class HandOut:
             backlog.ready_bytes -= size_taken
             if not ack_required:
                 self.archived += count
-                self._held.total -= held_taken + count * MESSAGE_OVERHEAD

@@ -1,14 +1,24 @@
 """Bytes of message bodies the server's queues hold in memory, for the memory budget.
 
 One counter is shared by every queue of a server, so the gateway reads the total in O(1) after
-each batch of events instead of summing over queues. A queue adds a message's bytes plus
-:data:`MESSAGE_OVERHEAD` when it takes the message and subtracts them when the message leaves
-(archived, dropped, purged); a durable queue counts only the bodies it keeps cached.
+each batch of events instead of summing over queues. A queue adds a message with :meth:`take`
+when it takes it and :meth:`let_go` when the message leaves (archived, dropped, purged); a
+durable queue counts only the bodies it keeps cached.
+
+Copies of one message share its payload (``Message.copy``: a fan-out's queues, a browser's
+deliveries): the payload is counted once, by the first copy taken, and refunded by the last one
+let go, whatever order they go in; each copy costs its own :data:`MESSAGE_OVERHEAD`. Counting
+each copy in full made a fan-out of 50 queues count 50 times what it held, and the budget
+blocked every publisher with RSS tens of MiB under it (issue 31, docs/adversary.md).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from sluicegate.queues.message import Message
 
 # What a queued message costs beyond its bytes, measured with 100-byte bodies on CPython 3.11:
 # ~220 bytes ready (the Message and its slots, the bytes header, the queue's log entry) and ~100
@@ -17,10 +27,74 @@ from typing import Final
 MESSAGE_OVERHEAD: Final = 384
 
 
+def charge(message: Message) -> int:
+    """What counting ``message`` adds: its bytes, unless a copy sharing them is counted, and
+    its overhead. Every :func:`charge` is matched by one :func:`refund` of the message as it
+    is (:meth:`HeldBytes.rewrite` for a change of its bytes meanwhile)."""
+    share = message.share
+    if share is None:
+        return message.held + MESSAGE_OVERHEAD
+    share.holders += 1
+    return MESSAGE_OVERHEAD if share.holders > 1 else message.held + MESSAGE_OVERHEAD
+
+
+def refund(message: Message) -> int:
+    """What no longer counting ``message``, charged before, takes away: the payload's bytes
+    go with the last copy sharing them."""
+    share = message.share
+    if share is None:
+        return message.held + MESSAGE_OVERHEAD
+    share.holders -= 1
+    return MESSAGE_OVERHEAD if share.holders else message.held + MESSAGE_OVERHEAD
+
+
 class HeldBytes:
-    """A running total of message bytes held in memory."""
+    """A running total of message bytes held in memory: every message a queue holds is
+    counted through :meth:`take` and :meth:`let_go` (or :func:`charge` and :func:`refund`)."""
 
     __slots__ = ("total",)
 
     def __init__(self) -> None:
         self.total = 0
+
+    def take(self, message: Message) -> None:
+        """Count ``message`` (:func:`charge`, inlined for the one alone with its payload)."""
+        if message.share is None:
+            self.total += message.held + MESSAGE_OVERHEAD
+        else:
+            self.total += charge(message)
+
+    def let_go(self, message: Message) -> None:
+        """Stop counting ``message``, taken before (:func:`refund`, inlined likewise)."""
+        if message.share is None:
+            self.total -= message.held + MESSAGE_OVERHEAD
+        else:
+            self.total -= refund(message)
+
+    def take_all(self, messages: Iterable[Message]) -> None:
+        """:meth:`take` for each of ``messages``."""
+        self.total += sum(map(charge, messages))
+
+    def let_go_all(self, messages: Iterable[Message]) -> None:
+        """:meth:`let_go` for each of ``messages``, in one pass: a consumer settles thousands
+        in one DISPOSITION, and the common message, alone with its payload, costs no call."""
+        freed = count = 0
+        for message in messages:
+            count += 1
+            share = message.share
+            if share is None:
+                freed += message.held
+            else:
+                share.holders -= 1
+                if not share.holders:
+                    freed += message.held
+        self.total -= freed + count * MESSAGE_OVERHEAD
+
+    def rewrite(self, message: Message, change: Callable[[], None]) -> None:
+        """Run ``change`` on a counted message, which may give it new bytes: it is counted
+        again as it is after, out of its share if the change made it leave one."""
+        self.let_go(message)
+        try:
+            change()
+        finally:
+            self.take(message)

@@ -25,6 +25,17 @@ DEAD_LETTER_FAILED: Final = 4
 DELAYED: Final = 5
 
 
+class Share:
+    """The copies of one message that share its payload and are counted in the held bytes
+    (queues/held_bytes.py): the first of them to be counted charges the payload's bytes, the
+    last to let go refunds them, so a fan-out's payload counts once (issue 31)."""
+
+    __slots__ = ("holders",)
+
+    def __init__(self, holders: int) -> None:
+        self.holders = holders
+
+
 class Message:
     """One enqueued message; ``seq`` orders it within its queue and tags its deliveries.
 
@@ -47,6 +58,7 @@ class Message:
         "returned",
         "routing_key",
         "seq",
+        "share",
         "state",
         "view",
     )
@@ -78,6 +90,9 @@ class Message:
         # what a quorum queue's delivery limit counts, as RabbitMQ 4's acquired count.
         self.returned = 0
         self.view: FilterView | None = None
+        # The copies sharing its payload (:meth:`copy`); None for a message alone with it, the
+        # common case, which the held bytes count in full at no extra cost.
+        self.share: Share | None = None
 
     def read_header(self) -> Header:
         """The header fields as published, read once (the live count is ``delivery_count``).
@@ -98,9 +113,14 @@ class Message:
         """Bytes of the message kept in memory (a stored message's body may be on disk only)."""
         return len(self.payload)
 
-    def copy(self) -> Message:
-        """The same message for another queue: shares the bytes, not the queue's state."""
-        return Message(
+    def copy(self, *, counted: bool = False) -> Message:
+        """The same message for another queue: shares the bytes, not the queue's state.
+
+        A plain message's copies join its :class:`Share`, made now if it has none: ``counted``
+        says whether this one is in the held bytes already (a browser's copy of a queued
+        message), so that it stands as the share's one holder, whose charge is the same.
+        """
+        copy = Message(
             self.read(),
             self.delivery_count,
             expires=self.expires,
@@ -108,6 +128,12 @@ class Message:
             routing_key=self.routing_key,
             header=self._header,
         )
+        if type(self) is Message:
+            share = self.share
+            if share is None:
+                share = self.share = Share(1 if counted else 0)
+            copy.share = share
+        return copy
 
     def read(self) -> bytes:
         """The bytes to send: a stored message reads them from the log (a read, maybe a disk's)."""
@@ -143,10 +169,12 @@ class Message:
         """
         payload = with_delivery_count(self.payload, self.delivery_count + 1)
         self.payload = payload
+        self.share = None
         self.delivery_count += 1
 
     def annotate(self, additions: bytes) -> None:
         """Merge the encoded map ``additions`` into the message annotations (a consumer's
         ``modified`` outcome); raises ``DecodeError``, changing nothing, if either is bad."""
         self.payload = merge_annotations(self.payload, additions)
+        self.share = None
         self.view = None

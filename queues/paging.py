@@ -69,6 +69,9 @@ class MemoryPage:
     __slots__ = ("held", "messages", "ready_bytes")
 
     def __init__(self, message: Message) -> None:
+        # Each message counts its payload in full while paged, shared with a fan-out's other
+        # copies or not (an upper bound, matched by its own refund): a page is counted as a
+        # whole, and its messages join their share when paged in (queues/held_bytes.py).
         self.messages = [message]
         self.ready_bytes = message.read_size()
         self.held = message.held + MESSAGE_OVERHEAD

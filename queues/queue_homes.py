@@ -69,10 +69,10 @@ class Placement(Protocol):
     def owner_declares(
         self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
     ) -> OwnerDeclared | None:
-        """Management declares ``name``, which this worker does not know: if another worker
-        owns it and a management request is being answered, its owner judges the declaration
-        (two workers declaring it at once with different arguments cannot both win). None
-        otherwise: the queue is declared here."""
+        """Management declares ``name``, which this worker does not know or holds as a
+        stand-in: if another worker owns it and a management request is being answered, its
+        owner judges the declaration (two workers declaring it at once with different arguments
+        cannot both win). None otherwise: the queue is declared here."""
 
 
 class HomesDamaged(Exception):

@@ -82,6 +82,7 @@ KEPT_LETTER_OVERHEAD: Final = 320
 def _stamp_payload(message: Message) -> None:
     """Stamp a plain message's payload with its redelivery counts."""
     message.payload = with_redelivery_counts(message.payload, message.returned)
+    message.share = None
     message.view = None
 
 

@@ -200,6 +200,27 @@ class QueueRegistry(ExchangeGraph):
             placement.changed(["queue", name, loggable(arguments), durable, auto_delete])
         return queue
 
+    def take_declaration(
+        self,
+        name: str,
+        arguments: Mapping[str, object] | None,
+        *,
+        durable: bool,
+        auto_delete: bool,
+    ) -> None:
+        """A stand-in takes its owner's declaration in place of the one it was made with: a
+        link that attached here declared the queue with the defaults as the owner declared it
+        otherwise, the two crossed between the workers, and the owner's stands everywhere
+        (docs/workers.md). A queue that lives here keeps its own."""
+        if name not in self._stand_ins:
+            raise PreconditionFailed(f"queue '{name}' lives here: its own declaration stands")
+        parsed = parse_arguments(arguments)
+        check_properties(
+            parsed.queue_type, durable=durable, exclusive=False, auto_delete=auto_delete
+        )
+        raw = tuple(sorted((arguments or {}).items()))
+        self._settings[name] = QueueSettings(durable, False, auto_delete, parsed, raw)
+
     def logged(self, name: str) -> bool:
         """True if ``name`` is a durable queue whose persistent messages are logged."""
         return name in self._logged

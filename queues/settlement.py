@@ -20,7 +20,7 @@ from functools import partial
 from sluicegate.queues.backlog import Backlog
 from sluicegate.queues.consumers import Consumer
 from sluicegate.queues.dead_lettering import REJECTED, DeadLetterer
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.log.stored import archive_all
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome
@@ -43,10 +43,8 @@ class Settled:
 
 def rewrite(held: HeldBytes, message: Message, change: Callable[[], None]) -> None:
     """Change an acquired message's bytes (annotations, delivery-count): the server's count of
-    bytes held follows."""
-    before = message.held
-    change()
-    held.total += message.held - before
+    bytes held follows, out of the payload's share if the message gets bytes of its own."""
+    held.rewrite(message, change)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +69,8 @@ def accept_all(consumer: Consumer, seqs: list[int], backlog: Backlog, held: Held
         if message is not None:
             del messages[seq]
             keep(message)
+    held.let_go_all(accepted)
     archive_all(accepted)
-    held.total -= sum(message.held for message in accepted) + len(accepted) * MESSAGE_OVERHEAD
     return len(accepted)
 
 

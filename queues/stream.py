@@ -37,7 +37,7 @@ from sluicegate.queues.filters.stream_filter import (
     digest,
     filter_size,
 )
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
+from sluicegate.queues.held_bytes import HeldBytes, charge, refund
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
@@ -123,7 +123,8 @@ class MessageEntries:
         """Keep the message, stamped with its offset already: its size is final."""
         self._messages.append(message)
         self._sizes.append(message.read_size())
-        return message.held + MESSAGE_OVERHEAD + self._sizes.itemsize
+        # A copy of a fan-out's payload counts it once (queues/held_bytes.py).
+        return charge(message) + self._sizes.itemsize
 
     def size(self, index: int) -> int:
         """The message's bytes."""
@@ -137,7 +138,7 @@ class MessageEntries:
         """Archive the message."""
         message = self._messages[index]
         message.archive()
-        return message.held + MESSAGE_OVERHEAD + self._sizes.itemsize
+        return refund(message) + self._sizes.itemsize
 
     def trim(self, count: int) -> None:
         """Forget the first ``count`` messages."""
@@ -227,6 +228,8 @@ class StreamQueue:
         message_digest = self._stamped
         if message_digest is None:
             message.payload, value = stamp_stream_offset(message.payload, self.next_offset)
+            # Bytes of its own: out of a fan-out's share before it is counted.
+            message.share = None
             message_digest = digest(value)
         self._stamped = None
         return self._append(message, self.clock.now, message_digest)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
 from sluicegate.session.inbound_flow import RELEASE, Hold, InboundFlow, Release
@@ -201,11 +202,11 @@ class Inbound:
         self, link: IncomingLink, token: object, copies: int, size: int
     ) -> tuple[Unconfirmed, bool]:
         """The delivery of ``size`` bytes goes to ``copies`` queues; True if reads must pause
-        now. Each queue counts its copy's bytes in the budget, so what one credit of the link
-        may cost is the size times the copies: a renewal sized by the size alone let a
-        publisher to a fanout of 50 queues take the budget 50 times past its headroom
-        (adversary seed 64101)."""
-        cost = size * copies
+        now. What one credit of the link may cost is its bytes, counted once however many
+        queues share them, and each further copy's overhead (queues/held_bytes.py): a renewal
+        sized by the size alone let a publisher to a fanout of 50 queues, when each copy
+        counted its bytes, take the budget 50 times past its headroom (adversary seed 64101)."""
+        cost = size + max(copies - 1, 0) * MESSAGE_OVERHEAD
         if cost > link.largest:
             link.largest = cost
         pending = Unconfirmed(token, self, link, copies)

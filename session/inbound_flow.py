@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeAlias
 
+from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
 
@@ -30,6 +31,15 @@ RECLASSIFY_SHARE: Final = 16
 # the margin, not the limit: the margin is what a publisher not held may fill, and a floor
 # above it let one publisher fill it to the ceiling unheld (adversary seeds 64000, 64001).
 HOLDER_SHARE: Final = 0.25
+
+
+def queue_weight(queue: QueueType) -> int:
+    """What ``queue`` weighs when the budget picks who holds it: bytes ready, held unsettled by
+    consumers (one that takes everything and never settles keeps its queue empty), and given up
+    on, waiting for the budget's room to be dead-lettered (a queue that overflows into a
+    fan-out stays empty while its letters wait)."""
+    statistics = queue.statistics()
+    return statistics.ready_bytes + statistics.unacked_bytes + statistics.dead_lettering_bytes
 
 
 class PublishingConnection(Protocol):

@@ -59,7 +59,8 @@ class IncomingLink:
         self.arriving = False
         # Bytes of that delivery received so far.
         self.unfinished = 0
-        # The most one whole message received cost the budget: its size times its copies.
+        # The most one whole message received cost the budget: its size and its copies'
+        # overhead.
         self.largest = 0
         # Publishing to queues that hold the budget while it is exhausted: no new credit.
         self.held = False

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias, cast
 
+from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
@@ -172,6 +173,19 @@ class Session:
             # last has left, the next is on its way while the rest is sent
             # (docs/outbound-flow-control.md#a-queue-that-answers-later).
             link.top_up_below = max(1, self.max_queue_credit // TOP_UP_FRACTION)
+        held = getattr(queue, "held", None)
+        if getattr(queue, "counts_unacked", False) and held is not None:
+            if options.browse:
+                # What it sees stays in its queue, whose copy counts the payload: each waiting
+                # delivery is a copy that shares it, counted until sent (adversary seed 64201:
+                # a browser's deliveries counted again made the budget 85 MB of 75.5 MB).
+                link.shares = held
+                link.browse = link.counted = True
+            elif not ack_required:
+                # Its messages leave their queue as they are handed out, but a fan-out's other
+                # queues may still count their payload: each waiting one is counted as one more
+                # holder of it until sent (adversary seed 64301: 7.5 MB counted twice).
+                link.shares = held
         self.links[handle] = link
         queue.attach(link, ack_required=ack_required, options=options)
         return link
@@ -194,7 +208,15 @@ class Session:
         self.waiting.deferred.pop(link, None)
         if unsent:
             held = sum(m.held for m in unsent)
-            self._uncharge(held + len(unsent) * WAITING_DELIVERY_COST, held if link.counted else 0)
+            shares = link.shares
+            if shares is not None:
+                shared = [m for m in unsent if type(m) is Message]
+                counted = held if link.counted else sum(m.held for m in shared)
+                # Before their queue takes back what it archived as it handed them out.
+                shares.let_go_all(shared)
+            else:
+                counted = held if link.counted else 0
+            self._uncharge(held + len(unsent) * WAITING_DELIVERY_COST, counted)
         return link.queue.detach(link, unsent)
 
     def end(self) -> list[Dispatch]:
@@ -283,17 +305,22 @@ class Session:
 
     def deliver(self, link: OutgoingLink, message: Message) -> None:
         """A queue dispatched a message to one of this session's links."""
+        counted = link.counted
+        if link.shares is not None and type(message) is Message:
+            message = _shared(link, link.shares, message)
+            counted = True
         self.outgoing_pending.append((link, message))
         link.waiting.append(message)
         cost = message.held + WAITING_DELIVERY_COST
-        server_cost = WAITING_DELIVERY_COST if link.counted else cost
+        server_cost = WAITING_DELIVERY_COST if counted else cost
         self.pending_bytes += cost
         self.pending_server += server_cost
         self.waiting.charge(cost, server_cost)
 
     def deliver_all(self, link: OutgoingLink, messages: list[Message]) -> None:
         """A run of deliveries for one of this session's links (another worker's batch),
-        charged once as :meth:`ask_queue` charges a local queue's."""
+        charged once as :meth:`ask_queue` charges a local queue's. Their bytes are the
+        channel's copy, held by nothing else here (``link.shares`` is a local queue's)."""
         if link.detached or not messages:
             return
         self.outgoing_pending.extend([(link, message) for message in messages])
@@ -349,7 +376,11 @@ class Session:
                 # A plain message holds its size; a stored one may hold nothing of it.
                 held = size if type(item) is Message else item.held
                 sent_held += held
-                if link.counted:
+                shares = link.shares
+                if shares is not None and type(item) is Message:
+                    shares.let_go(item)
+                    sent_counted += held
+                elif link.counted:
                     sent_counted += held
                 sent += 1
                 self.remote_incoming_window -= frames
@@ -435,13 +466,19 @@ class Session:
         messages, reply = link.queue.credit(link, queue_ctl.delivery_count, queue_ctl.credit, drain)
         pending = self.outgoing_pending
         held = 0
+        # Of held, what is counted elsewhere: by their queue, or as holders of their payload.
+        counted = 0
+        shares = link.shares
+        if messages and shares is not None:
+            messages = [_shared(link, shares, message) for message in messages]
+            counted = sum(m.held for m in messages if type(m) is Message)
         for message in messages:
             pending.append((link, message))
             held += message.held
         if messages:
             link.waiting.extend(messages)
             cost = held + len(messages) * WAITING_DELIVERY_COST
-            server_cost = cost - held if link.counted else cost
+            server_cost = cost - (held if link.counted else counted)
             self.pending_bytes += cost
             self.pending_server += server_cost
             self.waiting.charge(cost, server_cost)
@@ -612,3 +649,18 @@ def resume(waiting: Waiting) -> set[LinkOwner]:
         session.ask_queue(link, drain)
         touched.add(session)
     return touched
+
+
+def _shared(link: OutgoingLink, held: HeldBytes, message: Message) -> Message:
+    """What the session of ``link`` keeps of a plain message, counted in ``held`` as one more
+    holder of its payload until it is sent or dropped, so that the payload counts once whether
+    its queue (or a fan-out's other queues) let go of theirs first or not. A browser's is a copy
+    sharing the payload of the one its queue keeps (counted there already); a pre-settled
+    consumer's is the message itself, which its queue let go of as it handed it out."""
+    if not link.browse:
+        held.take(message)
+        return message
+    shared = message.copy(counted=True)
+    shared.seq = message.seq
+    held.take(shared)
+    return shared

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.wire.serial import SERIAL_MASK, serial_add, serial_diff
@@ -93,6 +94,7 @@ class OutgoingLink:
     __slots__ = (
         "__weakref__",
         "ack_required",
+        "browse",
         "client_flow_ctl",
         "counted",
         "credit_req_in_flight",
@@ -106,6 +108,7 @@ class OutgoingLink:
         "seen_limit",
         "sent",
         "session",
+        "shares",
         "stashed_credit_req",
         "top_up_below",
         "transport_count",
@@ -124,6 +127,12 @@ class OutgoingLink:
         # settled (a classic queue's unacked messages): a waiting delivery then adds only its
         # own cost to the server's count, not its message's bytes again (session/waiting.py).
         self.counted = ack_required and getattr(queue, "counts_unacked", False)
+        # Set for a browser or a pre-settled consumer of such a queue: the held bytes that
+        # count its waiting plain messages, whose payload their queue (or a fan-out's other
+        # queues) may count too, so that it counts once (session/outbound.py).
+        self.shares: HeldBytes | None = None
+        # A browser: what it is given stays in its queue, so it waits as a copy of its own.
+        self.browse = False
         self.client_flow_ctl = ClientFlowCtl()
         self.queue_flow_ctl = QueueFlowCtl()
         self.credit_req_in_flight = False

@@ -12,9 +12,8 @@ import time
 from collections.abc import Mapping
 from urllib.parse import quote
 
-from proton import Condition
-
 from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.conditions import condition
 from sluicegate.gateway.http.api_request import Answer, ApiRequest, HttpRefused
 from sluicegate.gateway.rules.management.listing import listing
 from sluicegate.gateway.rules.management.requests import Refused
@@ -86,7 +85,7 @@ class ConnectionsApi:
         # reason, as its AMQP 1.0 reader words it (RabbitMQ's Go client checks the prefix).
         self._broker.release_connection(found)
         reason = job.reason or "Closed via management plugin"
-        found.connection.condition = Condition(
+        found.connection.condition = condition(
             "amqp:connection:forced", f"Connection forced: {reason}"
         )
         found.connection.close()

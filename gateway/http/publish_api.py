@@ -27,6 +27,7 @@ from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.rules.routing import PublishTarget
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.queues.errors import NotFound
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.inbound import Unconfirmed
 from sluicegate.wire.errors import AmqpError
@@ -149,7 +150,8 @@ class PublishApi:
         # Each copy is charged its bytes (queues.message: ``held``): a fan-out counts them all.
         # The queues' live count too, in case the budget was not updated since the last store.
         held = max(budget.current, publishing.registry.held.total)
-        if held + len(payload) * len(queues) > budget.limit:
+        # Its copies share the payload, counted once (queues/held_bytes.py).
+        if held + len(payload) + MESSAGE_OVERHEAD * len(queues) > budget.limit:
             raise ApiError(503, "the server's memory budget is full: publishing is paused")
         durability = publishing.durability
         if (

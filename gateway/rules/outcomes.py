@@ -26,16 +26,22 @@ OUTCOMES: Final = (
     "amqp:modified:list",
 )
 
+# The unsupported outcomes a refusal names: the first few tell the client what went wrong.
+NAMED: Final = 3
+
 
 def stated_outcomes(asked: Sequence[str] | None) -> tuple[str, ...]:
     """The outcomes the reply states for a client that listed ``asked`` (None: none listed);
     raises :class:`NotImplementedByServer` for one the server does not take."""
     if asked is None:
         return OUTCOMES
-    unsupported = [outcome for outcome in asked if outcome not in OUTCOMES]
+    # Each once: the reply must fit the client's frames, however often it named one.
+    distinct = dict.fromkeys(asked)
+    unsupported = [outcome for outcome in distinct if outcome not in OUTCOMES]
     if unsupported:
+        named = ", ".join(unsupported[:NAMED])
+        more = f" and {len(unsupported) - NAMED} more" if len(unsupported) > NAMED else ""
         raise NotImplementedByServer(
-            f"outcomes not supported: {', '.join(unsupported)}; this server takes "
-            f"{', '.join(OUTCOMES)}"
+            f"outcomes not supported: {named}{more}; this server takes {', '.join(OUTCOMES)}"
         )
-    return tuple(asked)
+    return tuple(distinct)

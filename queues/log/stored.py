@@ -112,6 +112,8 @@ class StoredMessage(Message):
         self.view = None
         self._header = None
         self.returned = 0
+        # Never shared: its body is the store's, counted by the store's cache.
+        self.share = None
         # Annotations consumers added with ``modified`` (an encoded map), merged into the body
         # each time it is read; kept in memory only.
         self.annotations: bytes | None = None

@@ -88,6 +88,9 @@ OUTCOMES: Final = {settled: outcome for outcome, settled in SETTLED.items()}
 # the server's default largest message, 8 MiB, beyond any set a local ATTACH may carry
 # (max_attach_data_size counts its termini twice: 4 MiB by default).
 DEFAULT_MAX_FILTER_SET_SIZE: Final = 8 * 1024 * 1024
+# The bytes of dead letters in flight to one owner until the gateway sets the window from its
+# budget (gateway/peers.py): a quarter of the margin a 64 MiB budget on 2 workers leaves.
+DEFAULT_LETTER_WINDOW: Final = 1024 * 1024
 # The refusals an owner may send, by condition, so the publisher or consumer gets the same
 # error class (and condition) as from a local queue.
 _ERRORS: Final[dict[str, type[QueueError]]] = {
@@ -157,6 +160,13 @@ class Remote:
         self.next_consumer = 1
         # Publishers' deliveries (the publish path's tokens; None for a dead letter) by id.
         self.publishes: Publishes[object] = Publishes()
+        # Dead letters sent and not confirmed yet: each one's bytes by publish id, and their
+        # sum, kept within ``letter_window`` (:meth:`letter_fits`). A letter has no publisher
+        # whose credit waits for its confirm, so without it a fan-out of letters would make
+        # the owner park as many as the letters' queue holds (docs/workers.md).
+        self.letter_sizes: dict[int, int] = {}
+        self.letters_in_flight = 0
+        self.letter_window = DEFAULT_LETTER_WINDOW
         # Finds a consumer's connection's dead-letter debt (gateway/peers.py sets it).
         self.debt_of: DebtOf = lambda key: None
         # Consumers that settled with an outcome that may make letters, while attached or
@@ -238,6 +248,9 @@ class Remote:
         if not self.up:
             return False
         publish = self.publishes.sent(token)
+        if token is None:
+            self.letter_sizes[publish] = len(payload)
+            self.letters_in_flight += len(payload)
         outgoing = self.outgoing
         run = self._run
         size = len(payload) + STAMP_SIZE
@@ -343,8 +356,19 @@ class Remote:
         return held[0]
 
     def confirmed(self, frame: Confirm) -> list[object]:
-        """The publish tokens ``frame`` settles."""
-        return self.publishes.confirmed(frame)
+        """The publish tokens ``frame`` settles; the letters among them leave the window."""
+        tokens = self.publishes.confirmed(frame)
+        letters = self.letter_sizes
+        if letters:
+            for publish in range(frame.first, frame.last + 1):
+                self.letters_in_flight -= letters.pop(publish, 0)
+        return tokens
+
+    def letter_fits(self, size: int) -> bool:
+        """Whether a dead letter of ``size`` bytes may be sent now: within the window, or
+        alone in it (a letter larger than the window still goes, one at a time)."""
+        in_flight = self.letters_in_flight
+        return in_flight == 0 or in_flight + size <= self.letter_window
 
     # -- the channel ----------------------------------------------------------------------
 
@@ -364,6 +388,8 @@ class Remote:
         keys = [key for key, _ in self.consumers.values()]
         self.consumers.clear()
         self.ids.clear()
+        self.letter_sizes.clear()
+        self.letters_in_flight = 0
         return keys, self.publishes.lost()
 
     def forgive(self) -> list[DeadLetterDebt]:
@@ -435,8 +461,13 @@ class RemoteQueue:
 
     def enqueue(self, message: Message) -> list[Dispatch]:
         """A copy routed here by this worker outside a publisher's link (a dead letter): sent
-        with nobody waiting for its confirm."""
-        self.publish(None, message)
+        with nobody waiting for its confirm but the window (:meth:`Remote.letter_fits`), or
+        refused while the home worker is down, so that the letter is dropped or, at least
+        once, sent again, rather than lost unseen."""
+        if not self.publish(None, message):
+            raise WorkerDown(
+                f"queue '{self.name}' lives on worker {self.remote.home}, which is restarting"
+            )
         return []
 
     def publish(self, token: object, message: Message) -> bool:

@@ -43,6 +43,7 @@ def _attack(seed: int) -> None:
 
 @pytest.mark.alone  # bounds a latency: docs/testing.md
 @pytest.mark.parametrize("seed", QUICK_SEEDS)
+@pytest.mark.slow
 def test_a_seeded_adversary_breaks_no_invariant(seed: int) -> None:
     _attack(seed)
 
@@ -64,6 +65,7 @@ def test_every_saved_breach_replays_clean(saved: Path) -> None:
     assert result.steps == len(steps)
 
 
+@pytest.mark.slow
 def test_a_breach_is_reported_shrunk_and_replayable(tmp_path: Path) -> None:
     """An invariant no server can hold (the prober served in 0 s) must be seen and shrunk."""
     impossible = Limits(prober_s=0.0)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.ports import free_port
 
 # Generous: the machine running the tests may be loaded.
 START_TIMEOUT = 60
@@ -90,9 +91,7 @@ def test_an_address_in_use_stops_the_server_with_one_line(bound_port: int, key: 
 @pytest.mark.alone  # binds a default port: docs/testing.md
 def test_settings_from_file_and_flags(tmp_path: Path) -> None:
     """The flag's listen address wins over the file's; the file's metrics address is used."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        metrics_port = probe.getsockname()[1]
+    metrics_port = free_port()
     config = tmp_path / "sluicegate.toml"
     config.write_text(f'listen = "127.0.0.1:1"\nmetrics_listen = "127.0.0.1:{metrics_port}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICEGATE_")}

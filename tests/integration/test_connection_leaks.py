@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gc
 import re
-import socket
 import time
 import urllib.request
 import weakref
@@ -34,6 +33,7 @@ from support.clients import consume, publish
 from support.flood import Flood
 from support.frames import FRAME_HEADER, described, encode_frame
 from support.polling import wait_until
+from support.ports import free_port
 from support.process import serving
 from support.raw_client import RawClient
 from support.resident import rss
@@ -325,9 +325,7 @@ def test_consumers_that_drop_many_unsettled_deliveries_give_the_memory_back() ->
     in the queue. The level before is taken after a consumer that read the queue once and
     closed politely, so that it counts what the queue itself keeps of messages read once.
     """
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        metrics_port = probe.getsockname()[1]
+    metrics_port = free_port()
     with serving("--metrics-listen", f"127.0.0.1:{metrics_port}") as (process, port):
         flood = Flood(f"amqp://127.0.0.1:{port}", ["/queues/held"], body_size=100)
         flood.start()

@@ -1,8 +1,9 @@
 """A consumer on one worker rejecting the messages of a queue another worker owns is held by
 the dead letters its rejections make there, as by a local queue's (issue 31, docs/workers.md).
 
-The queue on worker 1 dead-letters into a fanout bound to three queues of worker 1; its
-messages fill most of worker 1's share of the memory budget, so the copies soon wait for room.
+The queue on worker 1 dead-letters into a fanout bound to 40 queues of worker 1; its messages
+fill most of worker 1's share of the memory budget, so the copies soon wait for room (a letter's
+copies share its payload: what grows is each copy's overhead, 39 x 384 bytes a letter).
 The consumer on worker 0 rejects everything. The owner charges the letters to the consumer and
 reports what it owes (session/channel/owner.py); worker 0 charges it to the consumer's link,
 which is held at the connection's limit (``account_limit``). Before, nothing was charged on
@@ -40,6 +41,8 @@ from sluicegate.gateway.events import delivery_of
 # The queue's messages: 6 MB of the 8 MiB a worker has of a 16 MiB budget over two.
 MESSAGES: Final = 1_500
 BODY: Final = "x" * 4_000
+# The fanout's queues: enough that 1,500 letters' copies outgrow the room the queue leaves.
+FANNED: Final = 40
 # The connection's dead-letter debt limit, and the consumer's prefetch.
 LIMIT: Final = 20
 PREFETCH: Final = 20
@@ -94,7 +97,7 @@ def test_a_consumer_rejecting_another_workers_messages_is_held_by_its_letters_th
 ) -> None:
     port, pids = two_workers
     queue = homed_on(1, 2, "rejected")
-    fanned = [homed_on(1, 2, f"fanned{n}") for n in range(3)]
+    fanned = [homed_on(1, 2, f"fanned{n}") for n in range(FANNED)]
     with connection_on(
         port,
         pids,
@@ -120,9 +123,8 @@ def test_a_consumer_rejecting_another_workers_messages_is_held_by_its_letters_th
         try:
             rejecter.go.set()
             wait_until(lambda: rejecter.received > 0, 30)
-            # Held: the count stops well short of the queue's messages (measured: 200, the
-            # letters stored before the budget was full, the limit and a prefetch; before,
-            # all 1,500).
+            # Held: the count stops well short of the queue's messages (the letters stored
+            # before the budget was full, the limit and a prefetch; without the charge, all).
             stopped = _settled(rejecter)
             assert stopped < MESSAGES // 2, f"{stopped} of {MESSAGES} taken and rejected"
             # The letters go nowhere once their queues are gone: repaid, and it goes on.

@@ -5,12 +5,15 @@ every worker. One server of two workers serves the module: each test uses queues
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import quote
 
 import pytest
@@ -20,6 +23,7 @@ from proton.utils import BlockingConnection
 from support.polling import wait_until
 from support.ports import free_port
 from support.process import serving
+from support.raw_client import RawClient
 from support.workers import blocking_on, children, connection_on, homed_on, worker_of
 
 from sluicegate.clients.management import ManagementClient, Reply
@@ -235,6 +239,71 @@ def test_declarations_made_at_once_on_two_workers_are_judged_by_the_owner(
         assert isinstance(shown.body, dict)
         assert shown.body["arguments"] == {"x-max-length": 3}
         assert zero.request("DELETE", f"/queues/{queue}").status == 200
+
+
+def _arguments(client: ManagementClient, queue: str) -> object:
+    shown = _described(client, queue)
+    assert shown.status == 200, shown
+    assert isinstance(shown.body, dict)
+    return shown.body["arguments"]
+
+
+def _attach_and_declare_at_once(workers: Workers, one: ManagementClient, queue: str) -> int:
+    """A publisher attaching on worker 0 declares ``queue`` with the defaults while management
+    on worker 1 declares it with arguments: both workers are stopped while each is sent its
+    request, then let go together, so that their declarations cross on the channel. The
+    status of the management declaration."""
+    port, pids = workers.port, workers.pids
+    attacher = connection_on(
+        port, pids, pids[0], lambda: RawClient.connect("127.0.0.1", port), RawClient.abort
+    )
+    try:
+        attacher.begin()
+        replies: list[Reply] = []
+        body = {"durable": True, "arguments": {"x-max-length": 7}}
+        declare = threading.Thread(
+            target=lambda: replies.append(one.request("PUT", f"/queues/{queue}", body))
+        )
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            handle = attacher.attach("raced", "sender", target=f"/queues/{queue}")
+            declare.start()
+            # Time for the request to reach worker 1's socket; if it has not, the two
+            # declarations cross less tightly, and what the test checks still holds.
+            time.sleep(0.2)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        declare.join()
+        assert attacher.wait_attach(handle).error is None
+    finally:
+        attacher.abort()
+    (reply,) = replies
+    return reply.status
+
+
+def _shows(client: ManagementClient, queue: str, arguments: object) -> bool:
+    return _arguments(client, queue) == arguments
+
+
+def test_an_attach_that_declares_a_queue_yields_to_the_owners_declaration(
+    workers: Workers,
+) -> None:
+    """An attach on one worker and a management declaration with other arguments on the
+    queue's worker at once: whichever the owner made first stands on both workers, the
+    management declaration's (201) or the attach's defaults (then 409 for the arguments),
+    never the attach's on one worker and the arguments on the other."""
+    with workers.management(0) as zero, workers.management(1) as one:
+        for round_ in range(4):
+            queue = homed_on(1, 2, f"attach-raced-{round_}")
+            status = _attach_and_declare_at_once(workers, one, queue)
+            assert status in (201, 409)
+            wanted = {"x-max-length": 7} if status == 201 else {}
+            assert _arguments(one, queue) == wanted
+            # Worker 0 takes the owner's declaration once it crosses.
+            wait_until(partial(_shows, zero, queue, wanted), timeout=GONE_WITHIN)
+            assert zero.request("DELETE", f"/queues/{queue}").status == 200
 
 
 def _consumer_count(client: ManagementClient, queue: str) -> int | None:

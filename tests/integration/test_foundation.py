@@ -31,6 +31,7 @@ def test_ten_thousand_messages_in_order_unsettled(server: RunningServer) -> None
     assert (stats.ready, stats.acknowledged) == (0, 10_000)
 
 
+@pytest.mark.slow
 def test_ten_thousand_messages_in_order_settled(server: RunningServer) -> None:
     bodies = [f"m{i}" for i in range(10_000)]
     published = publish(server.url, "order-settled", bodies, presettled=True)

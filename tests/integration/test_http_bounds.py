@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import IO, Final
 
 import pytest
+from support.ports import free_port
 from support.prober import Prober
 from support.process import serving
 
@@ -77,13 +77,6 @@ print(len(socks), flush=True)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _descriptors(pid: int) -> int:
     return len(os.listdir(Path(f"/proc/{pid}/fd")))
 
@@ -95,7 +88,7 @@ def test_half_sent_http_requests_leave_amqp_clients_served() -> None:
     1,024: the server's descriptors stay within the HTTP caps, an AMQP prober connects and is
     served throughout, every half-sent socket is closed within the request deadline, and then
     a scrape and an API request are answered."""
-    metrics, api = _free_port(), _free_port()
+    metrics, api = free_port(), free_port()
     env = {
         **os.environ,
         "SLUICEGATE_HTTP_MAX_CONNECTIONS": str(CAP),

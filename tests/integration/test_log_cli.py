@@ -228,6 +228,7 @@ def test_a_garbage_clean_shutdown_marker_is_ignored_and_reported(
     assert _kept_once_each(data_dir, _TAMPERED_COUNT) == list(range(_TAMPERED_COUNT))
 
 
+@pytest.mark.slow
 def test_log_tools_answer_unreadable_input_with_an_exit_status(tmp_path: Path) -> None:
     """A directory where a segment should be, or a bad option: a message, never a traceback."""
     log = tmp_path / "log"

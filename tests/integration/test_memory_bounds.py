@@ -552,6 +552,7 @@ def _stream_readers(sessions: int, per_session: int, address: str) -> tuple[byte
     return attaches, flows
 
 
+@pytest.mark.slow
 def test_readers_that_never_read_hold_at_most_the_outgoing_pending_bound(
     make_server: Callable[..., RunningServer],
 ) -> None:
@@ -616,6 +617,7 @@ def test_readers_that_never_read_hold_at_most_the_outgoing_pending_bound(
     assert server.call(lambda: _connection(server, "never-reads")) is None
 
 
+@pytest.mark.slow
 def test_deferred_credit_requests_are_made_as_the_client_reads(
     make_server: Callable[..., RunningServer],
 ) -> None:

@@ -188,6 +188,7 @@ def test_window_closed_lets_flows_through_and_a_session_flow_reopens_it(
 # -- §8.2 TCP back-pressure -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tcp_back_pressure_bounds_what_the_server_holds(
     make_server: MakeServer, consumer: Consumer
 ) -> None:

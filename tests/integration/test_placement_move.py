@@ -1,15 +1,18 @@
 """``sluicegate placement move`` (docs/operations.md, issue 35): a data directory of two workers,
 with confirmed durable messages on each worker's queue, moved to one worker while the server is
-stopped and served again with every message there, in order; refused while a server runs."""
+stopped and served again with every message there, in order; refused while a server runs. A
+stream moves with every offset kept."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from typing import Final, cast
 
 import pytest
-from proton import Message
+from proton import Described, Message, symbol
+from proton.reactor import Filter
 from proton.utils import BlockingConnection
 from support.ports import free_port
 from support.process import SERVE, serving
@@ -20,6 +23,8 @@ from sluicegate.clients.management import ManagementClient
 PLACEMENT = (sys.executable, "-m", "sluicegate", "placement", "move")
 # Each server here has its own data directory; no metrics endpoint is needed.
 QUIET = ("--metrics-listen", "off", "--http-api-listen", "off")
+_OFFSET_SPEC: Final = symbol("rabbitmq:stream-offset-spec")
+_OFFSET: Final = symbol("x-stream-offset")
 
 
 def _move(data_dir: Path, workers: int) -> subprocess.CompletedProcess[str]:
@@ -97,3 +102,72 @@ def test_queues_of_a_worker_that_is_gone_move_with_every_confirmed_message(
         url = f"amqp://127.0.0.1:{port}"
         for home, queue in queues.items():
             assert _bodies(url, queue, 20) == [f"{home}-{n}" for n in range(20)]
+
+
+def _read_stream(url: str, stream: str, start: int | str, count: int) -> list[tuple[int, object]]:
+    """``count`` messages of ``stream`` from the offset spec ``start``: each one's offset (its
+    ``x-stream-offset``) and body."""
+    connection = BlockingConnection(url, timeout=20)
+    try:
+        offset = Filter({_OFFSET_SPEC: Described(_OFFSET_SPEC, start)})
+        receiver = connection.create_receiver(stream, credit=count, options=offset)
+        read: list[tuple[int, object]] = []
+        for _ in range(count):
+            message = receiver.receive(timeout=20)
+            annotations = cast(dict[symbol, int], message.annotations)
+            read.append((annotations[_OFFSET], message.body))
+            receiver.accept()
+        return read
+    finally:
+        connection.close()
+
+
+@pytest.mark.slow
+def test_a_stream_moves_with_every_offset_kept(tmp_path: Path) -> None:
+    """A stream of the worker that goes, whose retention dropped its first messages (so its
+    first offset is not 0): moved, a reader from ``first`` or from an offset gets the same
+    messages at the same offsets, and the next message appended takes the next offset."""
+    data_dir = tmp_path / "data"
+    stream = homed_on(1, 2, "stream")
+    options = ("--data-dir", str(data_dir), *QUIET)
+    arguments = {"x-queue-type": "stream", "x-max-length-bytes": 4000}
+    with serving("--workers", "2", *options) as (process, port):
+        with ManagementClient(f"amqp://127.0.0.1:{port}") as management:
+            declared = management.request(
+                "PUT", f"/queues/{stream}", {"durable": True, "arguments": arguments}
+            )
+            assert declared.ok, declared
+            pids = sorted(children(process.pid), key=worker_of)
+            # Published on worker 0: each message confirmed once worker 1 logged it.
+            connection = blocking_on(port, pids, pids[0])
+            sender = connection.create_sender(stream)
+            for n in range(60):
+                sender.send(Message(body=f"s{n}-" + "x" * 100, durable=True))
+            connection.close()
+            shown = management.request("GET", f"/queues/{stream}")
+            assert isinstance(shown.body, dict)
+            count = shown.body["message_count"]
+            assert isinstance(count, int)
+            kept = int(count)
+            assert 0 < kept < 60
+        url = f"amqp://127.0.0.1:{port}"
+        before = _read_stream(url, stream, "first", kept)
+        first = before[0][0]
+        assert first > 0
+        assert before == [(first + n, f"s{first + n}-" + "x" * 100) for n in range(kept)]
+
+    moved = _move(data_dir, 1)
+    assert moved.returncode == 0, moved.stderr
+    assert f"moved queue '{stream}' (vhost '/') from worker 1 to worker 0: {kept}" in moved.stdout
+
+    with serving("--workers", "1", *options) as (_, port):
+        url = f"amqp://127.0.0.1:{port}"
+        assert _read_stream(url, stream, "first", kept) == before
+        middle = first + kept // 2
+        assert _read_stream(url, stream, middle, 3) == before[kept // 2 : kept // 2 + 3]
+        connection = BlockingConnection(url, timeout=20)
+        try:
+            connection.create_sender(stream).send(Message(body="after", durable=True))
+        finally:
+            connection.close()
+        assert _read_stream(url, stream, first + kept, 1) == [(first + kept, "after")]

@@ -76,6 +76,7 @@ def test_refusals_are_one_line_and_exit_1(
     assert (status, err) == (2, "sluicegate: --argument: expected KEY=VALUE, got 'novalue'\n")
 
 
+@pytest.mark.slow
 def test_the_command_as_a_subprocess() -> None:
     """The real entry point, once: an unreachable server is one line and exit status 2."""
     result = subprocess.run(
@@ -163,6 +164,7 @@ def _declare_many(running: RunningServer, names: list[str]) -> None:
         running.call(functools.partial(declare, names[start : start + 5000]))
 
 
+@pytest.mark.slow
 def test_list_streams_thousands_of_queues_page_by_page(
     capsys: pytest.CaptureFixture[str], make_server: Callable[..., RunningServer]
 ) -> None:

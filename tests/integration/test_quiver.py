@@ -18,6 +18,7 @@ import pytest
 from integration.conftest import RunningServer
 from proton import Endpoint, Event, Handler
 from proton.reactor import ApplicationEvent, Container, EventInjector
+from support.ports import free_port
 
 RUN_TIMEOUT_S = 60  # a hung run fails the test instead of eating CI's time
 FIELD = re.compile(r"^(?P<name>.*?) \.+ (?P<value>.+)$")  # quiver's "Name ..... value unit"
@@ -53,15 +54,7 @@ def number(text: str) -> float:
     return float(text.split()[0].replace(",", ""))
 
 
-@pytest.fixture
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, read, released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
+@pytest.mark.slow
 def test_count_run_prints_both_blocks(server: RunningServer) -> None:
     run = quiver(f"{server.url}/queues/quiver-count", "--count", "2000", "--credit", "100")
     assert run.returncode == 0, run.stderr
@@ -80,6 +73,7 @@ def test_count_run_prints_both_blocks(server: RunningServer) -> None:
     assert run.stderr == ""
 
 
+@pytest.mark.slow
 def test_json_summary_to_a_file(server: RunningServer, tmp_path: Path) -> None:
     output = tmp_path / "run"
     run = quiver(
@@ -95,6 +89,7 @@ def test_json_summary_to_a_file(server: RunningServer, tmp_path: Path) -> None:
     assert block(run.stdout, "RESULTS")["Count"] == "2,000 messages"
 
 
+@pytest.mark.slow
 def test_json_summary_alone_on_stdout(server: RunningServer) -> None:
     run = quiver(f"{server.url}/queues/quiver-stdout", "--count", "2000", "--json")
     assert run.returncode == 0, run.stderr
@@ -121,6 +116,7 @@ def test_several_senders_and_receivers_split_the_count(server: RunningServer) ->
     assert all(f"{p} CPU/RSS" in heading for p in ("S1", "S2", "R1", "R2"))
 
 
+@pytest.mark.slow
 def test_presettled_durable_run(server: RunningServer) -> None:
     run = quiver(
         f"{server.url}/queues/quiver-presettled", "--count", "2000", "--presettled", "--durable",
@@ -142,14 +138,16 @@ def test_duration_run_receives_everything_sent(server: RunningServer) -> None:
     assert results["count"] == results["sent"] == results["accepted"]
 
 
-def test_peer_to_peer(free_port: int) -> None:
-    run = quiver(f"amqp://127.0.0.1:{free_port}/p2p", "--count", "2000", "--peer-to-peer")
+@pytest.mark.slow
+def test_peer_to_peer() -> None:
+    run = quiver(f"amqp://127.0.0.1:{free_port()}/p2p", "--count", "2000", "--peer-to-peer")
     assert run.returncode == 0, run.stderr
     assert block(run.stdout, "RESULTS")["Count"] == "2,000 messages"
     assert block(run.stdout, "CONFIGURATION")["Flags"] == "peer-to-peer"
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1/q", "amqp://127.0.0.1:5672", "q1"])
+@pytest.mark.slow
 def test_bad_url_is_one_line(url: str) -> None:
     run = quiver(url)
     assert run.returncode == 2
@@ -158,12 +156,13 @@ def test_bad_url_is_one_line(url: str) -> None:
     assert run.stderr.startswith("sluicegate quiver: ")
 
 
-def test_connection_refused_is_one_line(free_port: int) -> None:
-    run = quiver(f"amqp://127.0.0.1:{free_port}/q", "--count", "10")
+@pytest.mark.slow
+def test_connection_refused_is_one_line() -> None:
+    port = free_port()
+    run = quiver(f"amqp://127.0.0.1:{port}/q", "--count", "10")
     assert run.returncode == 1
     assert run.stderr.splitlines() == [
-        f"sluicegate quiver: receiver 1: cannot connect to 127.0.0.1:{free_port}: "
-        "Connection refused"
+        f"sluicegate quiver: receiver 1: cannot connect to 127.0.0.1:{port}: Connection refused"
     ]
 
 
@@ -216,9 +215,9 @@ class Withholder(Handler):
 
 
 @pytest.fixture
-def withholder(free_port: int) -> Iterator[Withholder]:
+def withholder() -> Iterator[Withholder]:
     """A ``Withholder`` on a background thread, stopped after the test."""
-    peer = Withholder(free_port)
+    peer = Withholder(free_port())
     thread = threading.Thread(target=peer.container.run, daemon=True)
     thread.start()
     assert peer.ready.wait(5.0)

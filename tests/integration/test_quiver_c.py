@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from integration.conftest import RunningServer
 from proton import Message
 from proton.utils import BlockingConnection
+from support.ports import free_port
 
 from sluicegate.clients.quiver import native
 
@@ -44,6 +44,7 @@ def results_of(run: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return results
 
 
+@pytest.mark.slow
 def test_count_run_settles_every_message(server: RunningServer) -> None:
     results = results_of(quiver(f"{server.url}/queues/quiver-c-count", "--count", "2000", "--json"))
     assert (results["count"], results["sent"], results["accepted"]) == (2000, 2000, 2000)
@@ -55,6 +56,7 @@ def test_count_run_settles_every_message(server: RunningServer) -> None:
     assert results["client_cpu_s"] > 0
 
 
+@pytest.mark.slow
 def test_several_senders_and_receivers_split_the_count(server: RunningServer) -> None:
     run = quiver(
         f"{server.url}/queues/quiver-c-many", "--count", "2001", "--senders", "2",
@@ -66,6 +68,7 @@ def test_several_senders_and_receivers_split_the_count(server: RunningServer) ->
     assert all(f"{p} CPU/RSS" in heading for p in ("S1", "S2", "R1", "R2"))
 
 
+@pytest.mark.slow
 def test_presettled_durable_run(server: RunningServer) -> None:
     run = quiver(
         f"{server.url}/queues/quiver-c-presettled", "--count", "2000", "--presettled",
@@ -75,6 +78,7 @@ def test_presettled_durable_run(server: RunningServer) -> None:
     assert (results["count"], results["sent"], results["accepted"]) == (2000, 2000, None)
 
 
+@pytest.mark.slow
 def test_duration_run_receives_everything_sent(server: RunningServer) -> None:
     results = results_of(
         quiver(f"{server.url}/queues/quiver-c-duration", "--duration", "1", "--json")
@@ -99,9 +103,7 @@ def test_a_foreign_message_fails_the_run_in_one_line(server: RunningServer) -> N
 
 
 def test_connection_refused_is_one_line() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     run = quiver(f"amqp://127.0.0.1:{port}/q", "--count", "10")
     assert run.returncode == 1
     assert run.stderr.splitlines() == [

@@ -108,6 +108,7 @@ sys.exit(main(["serve", *sys.argv[1:]]))
 """
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_server_whose_reactor_is_stuck_within_its_shutdown_timeout(
     tmp_path: Path,
 ) -> None:

@@ -21,6 +21,7 @@ from proton import Message
 from proton.utils import BlockingConnection
 from support.certificates import self_signed
 from support.polling import wait_until
+from support.ports import free_port
 from support.process import SERVE, serving, tls_port
 from support.workers import (
     blocking_on,
@@ -47,6 +48,7 @@ def _connect(port: int, workers: list[int]) -> tuple[BlockingConnection, int]:
     )
 
 
+@pytest.mark.slow
 def test_workers_share_one_port_and_each_keeps_its_own_log(tmp_path: Path) -> None:
     with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, port):
         workers = children(process.pid)
@@ -85,10 +87,9 @@ def _resident(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
+@pytest.mark.slow
 def test_one_scrape_adds_up_every_worker(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        metrics = probe.getsockname()[1]
+    metrics = free_port()
     with serving(
         "--workers",
         "2",
@@ -194,6 +195,7 @@ def test_sigterm_stops_every_worker_within_the_grace(tmp_path: Path) -> None:
         connection.close()
 
 
+@pytest.mark.slow
 def test_every_worker_takes_tls_clients_on_the_one_amqps_port(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
     env = {**os.environ, "SLUICEGATE_TLS_CERT_FILE": str(cert), "SLUICEGATE_TLS_KEY_FILE": str(key)}
@@ -218,6 +220,7 @@ def test_every_worker_takes_tls_clients_on_the_one_amqps_port(tmp_path: Path) ->
         assert owners == set(workers)
 
 
+@pytest.mark.slow
 def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     with serving("--workers", "2", "--data-dir", str(tmp_path), *_WORKERS_OFF) as (process, _):
         workers = children(process.pid)
@@ -237,6 +240,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_a_queues_leader_names_the_worker_it_lives_on_whoever_asks(tmp_path: Path) -> None:
     # One queue placed on each worker, declared through whichever worker the client reached.
     names = {home: homed_on(home, 2) for home in (0, 1)}
@@ -293,6 +297,7 @@ def test_a_data_dir_is_served_only_with_the_layout_it_was_written_in(tmp_path: P
     assert "holds the logs of 2 workers (worker-0, worker-1)" in refused.stderr
 
 
+@pytest.mark.slow
 def test_fewer_workers_than_the_placement_needs_are_refused_naming_the_stranded_queues(
     tmp_path: Path,
 ) -> None:
@@ -326,6 +331,7 @@ def test_fewer_workers_than_the_placement_needs_are_refused_naming_the_stranded_
         pass
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_start_stops_the_server_with_its_reason(tmp_path: Path) -> None:
     # worker-1 cannot be a directory: its server cannot open its log.
     (tmp_path / "worker-1").write_text("not a directory")
@@ -357,6 +363,7 @@ def _serving_dir(data_dir: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_number_of_workers_out_of_range_is_refused_naming_the_setting() -> None:
     for value in ("0", "257"):
         refused = _serve_once("--workers", value)

@@ -63,6 +63,7 @@ def test_the_server_imports_neither_the_clients_nor_the_command_line() -> None:
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_nothing_imports_a_package_by_its_bare_name() -> None:
     folders = (*sorted(ALLOWED), "tests", "bench", "examples", "sluicegate")
     wrong = [
@@ -104,6 +105,7 @@ def test_only_the_quarantine_imports_protons_private_modules() -> None:
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_only_the_quarantine_calls_protons_c_layer() -> None:
     """ruff's banned-api says the same; this holds whatever a per-file-ignore lets through."""
     wrong = [
@@ -115,6 +117,7 @@ def test_only_the_quarantine_calls_protons_c_layer() -> None:
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_only_the_quarantine_reaches_protons_private_attributes() -> None:
     """Including ``self._x`` in a subclass of a proton class where ``_x`` is the base's, and
     ``setattr(obj, "_x", ...)``, which ruff's SLF001 does not see."""

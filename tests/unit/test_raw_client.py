@@ -38,6 +38,7 @@ from support.frames import (
     parse_frame,
 )
 from support.polling import wait_until
+from support.ports import free_port
 from support.raw_client import AmqpError, Outcome, RawClient
 
 _T = TypeVar("_T")
@@ -71,7 +72,7 @@ class Broker(Handler):
         self.consumers: dict[str, list[Link]] = collections.defaultdict(list)
         self.unsettled: dict[str, bytes] = {}  # payloads sent unsettled, by delivery tag
         self.outcomes: list[tuple[bytes, int, bool, bool]] = []
-        self.port = _free_port()
+        self.port = free_port()
         self.ready = threading.Event()
         self.injector = EventInjector()
         self.container = Container(self)
@@ -194,13 +195,6 @@ def _of(value: _T | None) -> _T:
 
 def _source(link: Link) -> str:
     return link.source.address or ""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class StartBroker(Protocol):

@@ -17,18 +17,19 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from proton import Described, symbol, ubyte, uint, ulong
+from proton import UNDESCRIBED, Array, Data, Described, symbol, ubyte, uint, ulong
 from proton._data import PythonAMQPData
 
+from sluicegate.gateway.rules.outcomes import OUTCOMES
 from sluicegate.queues.queue_homes import proposed_home
 from support.adversary.steps import QUEUES, Params, Step
 from support.frames import AMQP_FRAME, FRAME_HEADER, ProtocolError, described, encode, encode_frame
 from support.raw_client import AmqpError, LinkState, PeerClosedError, RawClient
 from support.workers import serving_worker
 
-__all__ = ["Fleet"]
+__all__ = ["Fleet", "outcomes_field"]
 
 # A step waits this long for an answer it needs (an ATTACH naming a dynamic address); the
 # server owes it in milliseconds, and the prober, not this wait, judges its speed.
@@ -77,6 +78,16 @@ _SELECTORS: Final = {
     "selector-bad": "subject = = 'a' AND",
     "selector-like": "subject LIKE '" + "%a" * 40 + "%b'",
 }
+# Outcomes a consumer's source may list that the server does not take (gateway/rules/
+# outcomes.py's OUTCOMES are those it does): a delivery state that is no outcome, a
+# transaction's, made-up ones.
+UNKNOWN_OUTCOMES: Final = ("amqp:received:list", "amqp:declared:list", "x-adversary:outcome", "")
+# Symbols in a long outcomes list: some 90 KB, so that its ATTACH fits the server's default
+# max-frame-size (128 KiB; an ATTACH cannot span frames) and is taken whole, under
+# max_attach_data_size (8 MiB, termini counted twice) for one link and past it for 48 on
+# one connection. The server states a valid one back in its reply, and names the unknown ones
+# of an unknown one in its error.
+LONG_OUTCOMES: Final = 4000
 # The adversary's queue names (steps.py), which a step aimed at another worker picks among.
 _ADV_QUEUES: Final = tuple(f"adv-q{index}" for index in range(QUEUES))
 # Errors that end a connection, not the adversary: the server closed it, or stopped reading.
@@ -367,6 +378,7 @@ class Fleet:
         capabilities: Sequence[str] = (),
         expiry_policy: str | None = None,
         distribution: str | None = None,
+        terminus: dict[str, PythonAMQPData] | None = None,
     ) -> int | None:
         p = step.params
         channel = int(p["channel"] or 0)
@@ -388,6 +400,7 @@ class Fleet:
             max_message_size=None if p["max_message_size"] is None else int(p["max_message_size"]),
             capabilities=capabilities,
             expiry_policy=expiry_policy,
+            terminus=terminus,
         )
         if role == "receiver" and p["credit"]:
             slot.client.flow(handle, link_credit=int(p["credit"]), drain=bool(p["drain"]))
@@ -407,6 +420,7 @@ class Fleet:
             self._placed(slot, step, self._address(p["address"], int(p["credit"] or 0))),
             filters=filters or None,
             distribution="copy" if p["copy"] else None,
+            terminus=outcomes_field(p),
         )
         if handle is not None:
             with contextlib.suppress(TimeoutError):  # refused or slow: later steps find out
@@ -740,6 +754,40 @@ class Fleet:
     _manage_read = _manage
     _manage_uncollected = _manage
 
+    def _feed(
+        self,
+        slot: Slot,
+        step: Step,
+        channel: int,
+        queue: str,
+        count: int,
+        body: int,
+        *,
+        until: float | None = None,
+    ) -> int:
+        """Up to ``count`` pre-settled messages of ``body`` bytes sent to ``queue`` by a new
+        sender on ``channel``: one credit's worth, or with ``until`` (a monotonic time) credit
+        after credit until then; how many went, 0 when no credit came within :data:`ANSWER_S`."""
+        client = slot.client
+        target = client.attach(
+            f"adv-{step.slot}-{len(client.links)}",
+            "sender",
+            target=f"/queues/{queue}",
+            channel=channel,
+        )
+        sent = 0
+        while sent < count:
+            try:
+                credit = client.wait_credit(target, timeout=ANSWER_S)
+            except TimeoutError:
+                break
+            for _ in range(min(credit, count - sent)):
+                client.send(target, message(body), settled=True)
+                sent += 1
+            if until is None or time.monotonic() >= until:
+                break
+        return sent
+
     def _manage_cycle(self, slot: Slot, step: Step) -> None:
         """Two queues dead-lettering into each other through two exchanges, fed by a third
         queue whose consumer rejects (so the dead letters carry a rejection), in one step."""
@@ -778,16 +826,8 @@ class Fleet:
         ]
         self._requests(slot, *pair, requests, collect=True)
         channel = slot.client.links[pair[0]].channel
-        name = f"adv-{step.slot}-{len(slot.client.links)}"
-        target = slot.client.attach(name, "sender", target=f"/queues/{feed}", channel=channel)
-        try:
-            slot.client.wait_credit(target, timeout=ANSWER_S)
-        except TimeoutError:
-            return
-        count = min(int(p["messages"] or 1), slot.client.links[target].link_credit)
-        for _ in range(count):
-            slot.client.send(target, message(100), settled=True)
-        if not p["reject"]:
+        count = self._feed(slot, step, channel, feed, int(p["messages"] or 1), 100)
+        if not count or not p["reject"]:
             return
         name = f"adv-{step.slot}-{len(slot.client.links)}"
         source = slot.client.attach(name, "receiver", source=f"/queues/{feed}", channel=channel)
@@ -829,15 +869,8 @@ class Fleet:
         ]
         self._requests(slot, *pair, requests, collect=True)
         channel = slot.client.links[pair[0]].channel
-        name = f"adv-{step.slot}-{len(slot.client.links)}"
-        target = slot.client.attach(name, "sender", target=f"/queues/{feed}", channel=channel)
-        try:
-            slot.client.wait_credit(target, timeout=ANSWER_S)
-        except TimeoutError:
+        if not self._feed(slot, step, channel, feed, int(p["messages"] or 1), int(p["body"] or 0)):
             return
-        count = min(int(p["messages"] or 1), slot.client.links[target].link_credit)
-        for _ in range(count):
-            slot.client.send(target, message(int(p["body"] or 0)), settled=True)
         name = f"adv-{step.slot}-{len(slot.client.links)}"
         source = slot.client.attach(name, "receiver", source=f"/queues/{feed}", channel=channel)
         credit = int(p["credit"] or 1)
@@ -884,23 +917,9 @@ class Fleet:
         self._requests(slot, *pair, requests, collect=True)
         client = slot.client
         channel = client.links[pair[0]].channel
-        target = client.attach(
-            f"adv-{step.slot}-{len(client.links)}",
-            "sender",
-            target=f"/queues/{feed}",
-            channel=channel,
-        )
-        count = int(p["messages"] or 1)
-        sent = 0
         deadline = time.monotonic() + REJECTING_S
-        while sent < count and time.monotonic() < deadline:
-            try:
-                credit = client.wait_credit(target, timeout=ANSWER_S)
-            except TimeoutError:
-                break
-            for _ in range(min(credit, count - sent)):
-                client.send(target, message(int(p["body"] or 0)), settled=True)
-                sent += 1
+        count, body = int(p["messages"] or 1), int(p["body"] or 0)
+        sent = self._feed(slot, step, channel, feed, count, body, until=deadline)
         source = client.attach(
             f"adv-{step.slot}-{len(client.links)}",
             "receiver",
@@ -1072,6 +1091,32 @@ def _delivery_time(pick: int) -> PythonAMQPData:
         "text": "tomorrow",
     }
     return times[kind]
+
+
+def outcomes_field(p: Params) -> dict[str, PythonAMQPData] | None:
+    """The ``outcomes`` field of a consumer's source as the step drew it (steps.py), or None
+    for a source without one (older reproductions have no such parameter)."""
+    kind = p.get("outcomes")
+    if kind is None:
+        return None
+    pick = int(p.get("outcomes_pick") or 0)
+    if kind == "single":  # a multiple field of one may be the value alone (§1.6)
+        return {"outcomes": symbol(OUTCOMES[pick % len(OUTCOMES)])}
+    listed: list[str]
+    if kind == "valid":  # a non-empty subset, in an order of the pick's
+        listed = [o for bit, o in enumerate(OUTCOMES) if pick >> bit & 1] or [OUTCOMES[0]]
+        listed = listed[pick >> 4 & 3 :] + listed[: pick >> 4 & 3]
+    elif kind == "unknown":
+        unknown = UNKNOWN_OUTCOMES[pick // len(OUTCOMES) % len(UNKNOWN_OUTCOMES)]
+        listed = [OUTCOMES[pick % len(OUTCOMES)], unknown]
+    elif kind == "long":
+        listed = [OUTCOMES[index % len(OUTCOMES)] for index in range(LONG_OUTCOMES)]
+    elif kind == "long-unknown":
+        listed = [f"x:{index}" for index in range(LONG_OUTCOMES)]
+    else:
+        listed = []
+    undescribed: Any = UNDESCRIBED  # proton types an Array's descriptor as data
+    return {"outcomes": Array(undescribed, Data.SYMBOL, *map(symbol, listed))}
 
 
 def _exchange_body(kind: str) -> dict[PythonAMQPData, PythonAMQPData]:

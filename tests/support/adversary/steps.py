@@ -50,6 +50,21 @@ FAR_ACTIONS: Final = frozenset(
     {"consume", "consume-filtered", "publisher", "reject-fanout", "manage-cycle", "delivery-limit"}
 )
 FAR_SHARE: Final = 0.75
+# The consumer attaches whose source may list the outcomes its client will give (checked by
+# gateway/rules/outcomes.py), and how: mostly not at all (the field absent, as most clients
+# send it), else a valid list, a lone symbol, a list with an outcome no server takes, an empty
+# list, or a long one of valid or of unknown outcomes (actions.py builds each). Drawn from a
+# third generator, so that a seed's steps are otherwise those it drew before they were.
+OUTCOME_ACTIONS: Final = frozenset({"consume", "consume-filtered"})
+OUTCOME_LISTS: Final = (
+    *(None,) * 6,
+    "valid",
+    "single",
+    "unknown",
+    "empty",
+    "long",
+    "long-unknown",
+)
 
 
 @dataclass(frozen=True)
@@ -150,6 +165,14 @@ def _filtered(rng: random.Random) -> Params:
             ),
         ),
     }
+
+
+def _outcomes(rng: random.Random) -> Params:
+    """Which outcomes a consumer's source lists (nothing: no field), and a pick among them."""
+    kind = _choice(rng, OUTCOME_LISTS)
+    if kind is None:
+        return {}
+    return {"outcomes": kind, "outcomes_pick": rng.randrange(1 << 16)}
 
 
 def _publish_link(rng: random.Random) -> Params:
@@ -462,10 +485,12 @@ def stream(seed: int, weights: Mapping[str, int], workers: int = 1) -> Iterator[
 
     Against ``workers`` > 1, the steps of :data:`FAR_ACTIONS` say whether they aim at a queue
     another worker owns than the one serving their connection (``far``), drawn from a second
-    generator so that a seed's steps are otherwise those it draws against one worker.
+    generator so that a seed's steps are otherwise those it draws against one worker. The
+    outcomes a consumer's source lists come from a third (:data:`OUTCOME_ACTIONS`).
     """
     rng = random.Random(seed)
     far = random.Random(f"far:{seed}") if workers > 1 else None
+    outcomes = random.Random(f"outcomes:{seed}")
     names = sorted(weights)
     chances = [weights[n] for n in names]
     while True:
@@ -473,6 +498,8 @@ def stream(seed: int, weights: Mapping[str, int], workers: int = 1) -> Iterator[
         params = ACTIONS[action](rng)
         if far is not None and action in FAR_ACTIONS:
             params["far"] = far.random() < FAR_SHARE
+        if action in OUTCOME_ACTIONS:
+            params |= _outcomes(outcomes)
         yield Step(action, rng.randrange(CONNECTIONS), params)
 
 

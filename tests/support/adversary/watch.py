@@ -16,7 +16,6 @@ import multiprocessing
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from proton import Message
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
 from support.adversary.starved import family, process_cpu_seconds, runqueue_wait
+from support.ports import free_port
 from support.resident import rss as process_rss
 from support.workers import worker_of
 
@@ -69,14 +69,6 @@ SPAWN: Final = multiprocessing.get_context("spawn")  # no fork of a process with
 RECONNECT_EVERY: Final = 20
 
 
-def _free_port() -> int:
-    """A loopback port nothing listens on now, for the metrics endpoint."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 class ServerProcess:
     """``python -m sluicegate serve`` on a free port, with its log in a file."""
 
@@ -86,12 +78,12 @@ class ServerProcess:
         self.log_path = scratch / "server.log"
         self._log = self.log_path.open("w")
         command = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
         metrics = f"127.0.0.1:{self.metrics_port}"
         command += ["--data-dir", str(scratch / "data"), "--metrics-listen", metrics]
         # RabbitMQ's port may be taken (by RabbitMQ, by another test's server): a free one, known,
         # so that a breach can show who holds the budget (:meth:`budget_holders`).
-        self.http_api_port = _free_port()
+        self.http_api_port = free_port()
         command += ["--http-api-listen", f"127.0.0.1:{self.http_api_port}", *options]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, text=True

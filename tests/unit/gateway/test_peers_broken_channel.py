@@ -1,7 +1,8 @@
 """A peer worker that sends a malformed frame (docs/workers.md, issue 35): the channel ends
 cleanly, logged and counted, its consumers and publishes end as when the peer dies, and no
-exception reaches the reactor. Worker 1's side runs in a real reactor over a real socket pair;
-the test writes worker 0's bytes itself."""
+exception reaches the reactor; the worker asks its supervisor for a new channel, which opens
+as after a restart. Worker 1's side runs in a real reactor over real socket pairs; the test
+writes worker 0's bytes itself and plays the supervisor on the control socket."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from proton.reactor import Container
 from sluicegate.gateway.peers import Peers
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhosts import parse_vhosts
-from sluicegate.gateway.supervisor import WorkerChannels
+from sluicegate.gateway.supervisor import CHANNEL, WorkerChannels
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import encode
@@ -49,6 +50,8 @@ class Worker1:
     registry: QueueRegistry
     container: Container
     zero: socket.socket
+    # The supervisor's end of worker 1's control socket.
+    supervisor: socket.socket
 
     def send(self, data: bytes) -> None:
         self.zero.sendall(data)
@@ -73,7 +76,8 @@ def worker1(tmp_path: Path) -> Iterator[Worker1]:
     registry = QueueRegistry()
     tenancy = Tenancy(vhosts, {"/": registry})
     zero, one = socket.socketpair()
-    spec = WorkerChannels(1, 2, tmp_path, channels={0: one})
+    supervisor, control = socket.socketpair()
+    spec = WorkerChannels(1, 2, tmp_path, channels={0: one}, serials={0: 7}, control=control)
     peers = Peers(spec, {"/": registry})
     container = Container()
     container.start()
@@ -95,9 +99,12 @@ def worker1(tmp_path: Path) -> Iterator[Worker1]:
         debt_of=lambda link: None,
         hold=lambda debt: None,
     )
-    yield Worker1(peers, registry, container, zero)
+    worker = Worker1(peers, registry, container, zero, supervisor)
+    yield worker
+    sockets = [channel.sock for channel in peers.sockets.values()]
     peers.close()
-    zero.close()
+    for sock in [*sockets, one, zero, worker.zero, supervisor, control]:
+        sock.close()
 
 
 def _topology(change: bytes) -> bytes:
@@ -122,6 +129,30 @@ def test_a_topology_change_that_does_not_decode_ends_the_channel_and_is_counted(
     assert worker1.zero_sees_the_end()
     # Worker 0's queues are out of reach until a channel serves again, as when it dies.
     assert not worker1.peers.remotes[0].up
+    # Worker 1 asked its supervisor for a new channel, naming the one it ended.
+    worker1.supervisor.settimeout(WITHIN)
+    assert CHANNEL.unpack(worker1.supervisor.recv(CHANNEL.size)) == (0, 7)
+    # The supervisor's new channel opens as one after a restart: everything worker 1 knows
+    # goes first, and worker 0's frames are read again.
+    zero, one = socket.socketpair()
+    socket.send_fds(worker1.supervisor, [CHANNEL.pack(0, 8)], [one.fileno()])
+    one.close()
+    deadline = time.monotonic() + WITHIN
+    remote = worker1.peers.remotes[0]
+    while not remote.up:
+        assert time.monotonic() < deadline
+        worker1.container.process()
+    assert worker1.peers.serials[0] == 8
+    worker1.zero.close()
+    worker1.zero = zero
+    worker1.peers.sockets[0].flush()
+    zero.settimeout(WITHIN)
+    assert b"exchange" in zero.recv(1 << 16)
+    again: list[Value] = ["exchange", "y", "fanout", {}, True, False, False]
+    worker1.send(b"".join(encode(Topology("/", amqp(again)))))
+    while not any(x.name == "y" for x in worker1.registry.exchanges()):
+        assert time.monotonic() < deadline
+        worker1.container.process()
 
 
 def test_a_declaration_that_is_no_queue_declaration_ends_the_channel(

@@ -165,9 +165,11 @@ def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_never
     messages, _ = q1.credit("c", 0, 3, False)
     q1.settle("c", [m.seq for m in messages], Outcome.REJECTED, False)
     held = registry.held.total
-    # Two copies of a held message grow the count by one copy: room for one letter, not two.
-    copy = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0))) + MESSAGE_OVERHEAD
-    registry.route_dead_letters(room=copy + copy // 2)
+    # Two copies of a held message share one payload and grow the count by one copy's
+    # overhead (and the death record the payload gains): room for one letter, not two.
+    dead = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0)))
+    copy = dead - len(_BODY) + MESSAGE_OVERHEAD
+    registry.route_dead_letters(room=MESSAGE_OVERHEAD + MESSAGE_OVERHEAD // 2)
     assert len(registry.dead_letters) == 2
     assert registry.dead_letter_router.waiting
     assert registry.held.total - held <= copy + copy // 2
@@ -210,9 +212,9 @@ def test_letters_waiting_for_room_weigh_their_queue_and_a_refused_publish_is_cou
     assert not registry.dead_letters
     assert dropping.statistics().dead_lettering_bytes == 0
     assert refusing.statistics().dead_lettering_bytes == 0
-    copy = len(record_death(_BODY, Death("dropping", "maxlen", "", ("",), 0))) + MESSAGE_OVERHEAD
-    # Two copies of each letter in s1 and s2, the letters themselves gone.
-    assert registry.held.total - before == 4 * copy
+    dead = len(record_death(_BODY, Death("dropping", "maxlen", "", ("",), 0)))
+    # Two copies of each letter in s1 and s2, sharing its payload, the letters themselves gone.
+    assert registry.held.total - before == 2 * (dead + 2 * MESSAGE_OVERHEAD)
 
 
 def test_letters_a_consumer_made_are_charged_to_its_cause_per_copy_until_they_leave() -> None:
@@ -274,3 +276,38 @@ def test_a_long_auto_delete_cascade_is_deleted_without_recursion() -> None:
     assert [q.name for q in registry.route("kept", "")] == ["again"]
     registry.delete_exchange("kept")
     assert registry.binding_count == 0
+
+
+def test_a_letter_a_target_has_no_room_for_waits_in_its_queue_until_it_fits() -> None:
+    # A queue on another worker takes a window of letters until its owner confirms them
+    # (docs/workers.md): while the window is full the letter waits, its message in its queue.
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_queue("dead")
+    work = registry.declare_queue(
+        "work",
+        {"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"},
+    )
+    work.enqueue(Message(_BODY))
+    registry.clock.now += 10
+    registry.expire()
+    asked: list[tuple[str, int]] = []
+    room = False
+
+    def fits(queue: object, size: int) -> bool:
+        asked.append((getattr(queue, "name", ""), size))
+        return room
+
+    registry.dead_letter_router.fits = fits
+    registry.route_dead_letters()
+    assert registry.dead_letter_router.waiting
+    assert len(registry.dead_letters) == 1
+    assert registry.queue("dead").statistics().ready == 0
+    assert work.statistics().dead_lettering_bytes > 0
+    room = True
+    registry.route_dead_letters()
+    assert not registry.dead_letters
+    assert registry.queue("dead").statistics().ready == 1
+    # Asked with the letter's bytes: its death recorded, so more than the body.
+    name, size = asked[-1]
+    assert name == "dead"
+    assert size > len(_BODY)

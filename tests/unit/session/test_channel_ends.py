@@ -76,7 +76,7 @@ def test_a_credits_worth_of_deliveries_crosses_in_frames_the_other_reader_takes(
     """A credit's worth of large messages in one DELIVERIES frame was over the largest frame
     the other worker reads (the largest message and FRAME_OVERHEAD): the channel ended, and
     every remote consumer with it. A run is split into frames within the limit, each holding
-    at least one message (a message never exceeds it), in order."""
+    at least one message (a message never exceeds it), in order; a run within it is one."""
     queue = ClassicQueue("q")
     owner = _owner(queue)
     owner.max_deliveries_size = limit
@@ -91,6 +91,8 @@ def test_a_credits_worth_of_deliveries_crosses_in_frames_the_other_reader_takes(
         assert run.payloads
         cost = sum(len(payload) + DELIVERY_ENTRY_SIZE for payload in run.payloads)
         assert cost <= limit or len(run.payloads) == 1
+    if sum(sizes) + DELIVERY_ENTRY_SIZE * len(sizes) <= limit:
+        assert len(runs) == 1
 
 
 def test_the_owner_refuses_to_send_more_than_the_request_granted() -> None:

@@ -393,7 +393,8 @@ def test_renewals_are_backed_by_the_budgets_headroom() -> None:
 def test_a_renewal_is_backed_for_every_copy_its_messages_make() -> None:
     """Adversary seed 64101: each queue a message is routed to counts its copy in the budget,
     so a publisher to a fanout of 50 queues, its credit sized by one copy, took the budget
-    past its ceiling and every publisher waited. A credit now costs the size times the copies."""
+    past its ceiling and every publisher waited. The copies share the payload, counted once
+    (queues/held_bytes.py): a credit costs the size and each further copy's overhead."""
     flow = _flow(budget=100_000)
     inbound = Inbound(flow, Account())
     link = inbound.attach()
@@ -402,10 +403,11 @@ def test_a_renewal_is_backed_for_every_copy_its_messages_make() -> None:
         pending, _ = inbound.route(link, None, 50, 100)
         for _ in range(50):
             inbound.confirm(pending)
-    assert link.largest == 5_000
-    out = flow.flush(85_000, 0, _nothing)
+    cost = 100 + 49 * MESSAGE_OVERHEAD
+    assert link.largest == cost
+    out = flow.flush(100_000 - 3 * cost - cost // 2, 0, _nothing)
     assert out is not None
-    # 15,000 bytes of headroom back three messages of 50 copies of 100 bytes, not 150.
+    # Three and a half messages' worth of headroom backs three messages of 50 copies.
     assert out.grants == [(link, 3)]
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch, Outcome
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
@@ -485,7 +486,8 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def waiting_deliveries_charged(self) -> None:
         """Every delivery waiting is charged, exactly, to its connection; the server's count
-        takes only what the queue does not count already (an unacked message's bytes); a pause
+        takes only what the held bytes do not count already (an unacked message's bytes, a
+        pre-settled one's as a holder of its payload); a pause
         lasts only while they hold more than half the limit."""
         waiting = self.session.waiting
         waiting_now = [
@@ -494,8 +496,18 @@ class SessionMachine(RuleBasedStateMachine):
             if isinstance(item, Message) and not link.detached
         ]
         charged = sum(item.held + WAITING_DELIVERY_COST for _, item in waiting_now)
-        counted = sum(item.held for link, item in waiting_now if link.ack_required)
+        # A pre-settled link's plain messages are counted as holders of their payload in the
+        # held bytes (session/outbound.py ``_shared``), not again in the server's count.
+        counted = sum(
+            item.held
+            for link, item in waiting_now
+            if link.ack_required or (link.shares is not None and type(item) is Message)
+        )
         assert self.session.pending_bytes == waiting.bytes == charged
+        # The held bytes count each message once: in its queue, or waiting as a holder.
+        queued = self.queue._backlog.messages.values()
+        holders = [item for link, item in waiting_now if link.shares is not None]
+        assert self.queue.held.total == sum(m.held + MESSAGE_OVERHEAD for m in (*queued, *holders))
         assert self.session.pending_server == waiting.server.total == charged - counted
         assert not waiting.resumable, "deferred credit requests with room for them"
         assert waiting.paused or not waiting.deferred
