@@ -234,6 +234,7 @@ class Peers:
         container: Container,
         durability: Durability | None,
         route: Callable[[list[Dispatch]], None],
+        delivered: Callable[[OutgoingLink, list[Message]], None],
         replied: Callable[[OutgoingLink, QueueReply], None],
         refuse: Callable[[OutgoingLink, AmqpError], None],
         attached: Callable[[OutgoingLink], None],
@@ -255,6 +256,7 @@ class Peers:
         self.container = container
         self.durability = durability
         self._route = route
+        self._delivered = delivered
         self._replied = replied
         self._refuse = refuse
         self._attached = attached
@@ -437,7 +439,9 @@ class Peers:
         kind = type(frame)
         remote = self.remotes[peer]
         if kind is Deliveries:
-            self._route(remote.delivered(cast(Deliveries, frame)))
+            delivered = remote.delivered(cast(Deliveries, frame))
+            if delivered is not None:
+                self._delivered(cast(OutgoingLink, delivered[0]), delivered[1])
         elif kind is CreditReply:
             replied = remote.replied(cast(CreditReply, frame))
             if replied is not None:

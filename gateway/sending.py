@@ -65,6 +65,13 @@ class Sending:
             if state is not None:
                 self._dirty.add(state)
 
+    def delivered(self, link: OutgoingLink, messages: list[Message]) -> None:
+        """Another worker's queue sent a consumer a run of deliveries (gateway/peers.py)."""
+        if not link.detached:
+            session = cast(Session, link.session)
+            session.deliver_all(link, messages)
+            self._dirty.add(self._states[session])
+
     def replied(self, link: OutgoingLink, reply: CreditReply) -> None:
         """Another worker's queue answered a consumer's credit request (gateway/peers.py)."""
         if not link.detached:

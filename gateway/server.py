@@ -165,6 +165,7 @@ class Server:
                 self.container,
                 self.durability,
                 broker.sending.route,
+                broker.sending.delivered,
                 broker.sending.replied,
                 broker.links.refuse_consumer,
                 broker.links.owner_took,

@@ -110,6 +110,7 @@ class OutgoingLink:
         "session",
         "shares",
         "stashed_credit_req",
+        "top_up_below",
         "transport_count",
         "unsettled",
         "waiting",
@@ -136,6 +137,10 @@ class OutgoingLink:
         self.queue_flow_ctl = QueueFlowCtl()
         self.credit_req_in_flight = False
         self.stashed_credit_req: CreditReq | None = None
+        # The queue's credit left below which the session asks for the next batch: at none
+        # for a queue that answers at once; the session sets more for one that answers a
+        # round trip later (session/outbound.py ``attach_link``).
+        self.top_up_below = 1
         # Held for its connection's dead-letter debt (session/dead_letter_debt.py): every
         # credit request it makes asks its queue for none.
         self.held = False

@@ -15,6 +15,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import Final
 
 from proton import Event
@@ -62,14 +63,15 @@ class ChannelSocket:
         if not self.closed:
             # An empty piece (an empty table, an empty payload) would make a sendmsg of only
             # such pieces write nothing, and look like a full socket.
-            self.output.extend(piece for piece in pieces if piece)
+            self.output.extend(filter(None, pieces))
 
     def flush(self) -> None:
         """Write what the socket takes now; wait for writability for the rest."""
         output = self.output
         sock = self.sock
         while output and not self.closed:
-            batch = [output[i] for i in range(min(len(output), IOV_MAX))]
+            whole = len(output) <= IOV_MAX
+            batch = list(output) if whole else list(islice(output, IOV_MAX))
             try:
                 written = sock.sendmsg(batch)
             except BlockingIOError:
@@ -77,6 +79,10 @@ class ChannelSocket:
             except OSError as error:
                 self.end(f"send failed: {error}")
                 return
+            if whole and written == sum(map(len, batch)):
+                # All of it, as almost always: no walk over a frame's pieces.
+                output.clear()
+                break
             while written:
                 head = output[0]
                 if len(head) <= written:

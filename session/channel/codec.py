@@ -104,9 +104,7 @@ def encode(frame: Frame) -> list[bytes]:
         count = len(frame.seqs)
         if count != len(frame.payloads):
             raise ValueError("a delivery needs one sequence number and one payload")
-        table = struct.pack(
-            f"<{count}Q{count}I", *frame.seqs, *(len(payload) for payload in frame.payloads)
-        )
+        table = struct.pack(f"<{count}Q{count}I", *frame.seqs, *map(len, frame.payloads))
         return _frame(
             Kind.DELIVERIES, [_DELIVERIES.pack(frame.consumer, count), table, *frame.payloads]
         )

@@ -436,24 +436,34 @@ class Owner:
         over what the other worker's reader takes, and end the channel."""
         end = key.end
         count = end.delivery_count
-        end.sending(len(messages))
+        sending = len(messages)
+        end.sending(sending)
         # Read first: a stored message may let its body go once sent, and what it holds
         # after that is what stays charged.
-        payloads = tuple(message.send() for message in messages)
+        payloads = tuple([message.send() for message in messages])
         recent = key.recent
-        charged = not end.ack_required
-        for message in messages:
-            count = (count + 1) & SERIAL_MASK
-            if charged:
+        if end.ack_required:
+            # Nothing charged: the counts each delivery took, in one pass (a run that wraps
+            # the serial numbers is rare enough to take one at a time).
+            if count + sending <= SERIAL_MASK:
+                recent.extend(zip(range(count + 1, count + sending + 1), messages, strict=True))
+            else:
+                for message in messages:
+                    count = (count + 1) & SERIAL_MASK
+                    recent.append((count, message))
+        else:
+            for message in messages:
+                count = (count + 1) & SERIAL_MASK
                 if len(recent) == recent.maxlen:
                     self.recent_bytes -= recent[0][1].held
                 self.recent_bytes += message.held
-            recent.append((count, message))
-        consumer = key.end.consumer
-        seqs = tuple(message.seq for message in messages)
+                recent.append((count, message))
+        consumer = end.consumer
+        seqs = tuple([message.seq for message in messages])
         limit = self.max_deliveries_size
-        if sum(map(len, payloads)) + DELIVERY_ENTRY_SIZE * len(payloads) <= limit:
-            return [Deliveries(consumer, seqs, payloads)]  # most runs: no per-message walk
+        if sum(map(len, payloads)) + sending * DELIVERY_ENTRY_SIZE <= limit:
+            # The common case: the run fits one frame.
+            return [Deliveries(consumer, seqs, payloads)]
         frames: list[Deliveries] = []
         start = size = 0
         for index, payload in enumerate(payloads):

@@ -288,16 +288,18 @@ class Remote:
         """The owner's answer to a question; one nobody asked ends the channel."""
         return self.questions.answered(frame)
 
-    def delivered(self, frame: Deliveries) -> list[Dispatch]:
-        """Deliveries for a consumer, as a local queue's dispatches to it; none for a consumer
-        detached since (the owner takes them back: frames.Detach)."""
+    def delivered(self, frame: Deliveries) -> tuple[ConsumerKey, list[Message]] | None:
+        """Deliveries for a consumer, as a local queue's batch for it: the consumer and its
+        messages in order (its session takes them at once: ``Session.deliver_all``); None for
+        a consumer detached since (the owner takes them back: frames.Detach)."""
         held = self.consumers.get(frame.consumer)
         if held is None:
-            return []
+            return None
         key, end = held
         end.delivered(len(frame.seqs))
-        return [
-            (key, Message(payload, seq=seq))
+        # Positional arguments: a keyword costs a third again per message.
+        return key, [
+            Message(payload, 0, seq)
             for seq, payload in zip(frame.seqs, frame.payloads, strict=True)
         ]
 
@@ -413,6 +415,9 @@ class RemoteQueue:
     # A session counts a delivery's bytes in the budget of its own worker: nothing here
     # counts them (session/outgoing_link.py).
     counts_unacked = False
+    # Its deliveries and reply come a round trip after a credit request: the session asks
+    # for the next batch before this one has left (session/outbound.py ``attach_link``).
+    answers_later = True
 
     def __init__(self, name: str, vhost: str, remote: Remote) -> None:
         self.name = name

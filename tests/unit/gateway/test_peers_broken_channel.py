@@ -86,6 +86,7 @@ def worker1(tmp_path: Path) -> Iterator[Worker1]:
         container,
         None,
         lambda dispatches: None,
+        lambda link, messages: None,
         lambda link, reply: None,
         lambda link, error: None,
         lambda link: None,

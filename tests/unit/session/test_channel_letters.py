@@ -92,7 +92,9 @@ class Pair:
 
     def _down(self, frame: Frame) -> None:
         if type(frame) is Deliveries:
-            route(self.remote.delivered(frame))
+            delivered = self.remote.delivered(frame)
+            if delivered is not None:
+                self.session.deliver_all(self.link, delivered[1])
         elif type(frame) is CreditReply:
             replied = self.remote.replied(frame)
             if replied is not None:

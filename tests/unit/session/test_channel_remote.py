@@ -16,6 +16,7 @@ from sluicegate.session.channel.codec import FrameReader, encode
 from sluicegate.session.channel.frames import (
     Attached,
     Confirm,
+    Credit,
     CreditReply,
     Deliveries,
     Error,
@@ -90,7 +91,9 @@ class Pair:
         self.in_flight_down.clear()
         for frame in self.to_session.feed(data):
             if type(frame) is Deliveries:
-                route(self.remote.delivered(frame))
+                delivered = self.remote.delivered(frame)
+                if delivered is not None:
+                    self.session.deliver_all(self.link, delivered[1])
             elif type(frame) is Attached:
                 # The owner took the consumer: the gateway answers the client's ATTACH now.
                 assert self.remote.attached(frame) in (self.link, None)
@@ -272,3 +275,95 @@ def test_an_attach_the_owner_refuses_leaves_nothing_on_either_side() -> None:
     assert pair.received == []
     assert pair.remote.outgoing == []
     assert gone.statistics().ready == 3
+
+
+def _credit_requests(pair: Pair) -> list[Credit]:
+    return [frame for frame in pair.remote.outgoing if type(frame) is Credit]
+
+
+def _send(pair: Pair, count: int) -> None:
+    """The client's window lets ``count`` transfers go."""
+    pair.session.remote_incoming_window = count
+    pair.pump()
+
+
+def test_the_next_batch_is_asked_before_the_last_has_left_and_only_then() -> None:
+    pair = Pair()
+    pair.publish(100)
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    pair.up()
+    pair.deliver_up()
+    pair.deliver_down()
+    # A batch of 16 waits in the session; the reply came with it and is taken at once.
+    assert len(pair.link.waiting) == 16
+    assert pair.session.statistics().credit_requests_in_flight == 0
+    below = pair.link.top_up_below
+    assert 0 < below < 16
+    _send(pair, 16 - below)
+    assert _credit_requests(pair) == []
+    # One more leaves fewer than ``below`` of the batch: the next request goes now, counted
+    # from what has left, so the deliveries still waiting count against it.
+    _send(pair, 1)
+    (request,) = _credit_requests(pair)
+    assert (request.delivery_count, request.credit) == (17 - below, 16)
+    assert len(pair.link.waiting) == below - 1
+    assert pair.session.statistics().credit_requests_in_flight == 1
+    # While it is out, no other request goes however much leaves.
+    _send(pair, below - 1)
+    assert _credit_requests(pair) == [request]
+    pair.up()
+    pair.deliver_up()
+    pair.deliver_down()
+    # The queue sent what the request left it room for: 16 from where it was counted, less
+    # what it had sent before.
+    assert len(pair.received) == 16
+    assert len(pair.link.waiting) == 17 - below
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 12), st.sampled_from([None, "drain", "echo", "grant"])),
+        min_size=1,
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_a_pipelined_consumer_keeps_one_request_out_and_at_most_a_batch_waiting(
+    steps: list[tuple[int, str | None]], ack_required: bool
+) -> None:
+    pair = Pair(ack_required)
+    pair.publish(120)
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    # The most the client's FLOWs ever allowed it (delivery-count + credit).
+    limit = 100
+    out = 0
+    asked_early = False
+    for window, flow in [*steps, *[(1 << 20, None)] * 16]:
+        if flow is not None:
+            # A client FLOW mid-stream: a drain, an echo, or more credit, from what it has seen.
+            credit = 30 if flow == "grant" else 10
+            limit = max(limit, pair.client_dc + credit)
+            pair.session.client_flow(
+                pair.link, pair.client_dc, credit, flow == "drain", flow == "echo"
+            )
+        requests = _credit_requests(pair)
+        out += len(requests)
+        # Counted from what left the session, behind what it has received: asked while
+        # deliveries of the last batch still waited.
+        seen = pair.remote.consumers[1][1].delivery_count
+        asked_early |= any(request.delivery_count != seen for request in requests)
+        assert out <= 1
+        pair.up()
+        pair.deliver_up()
+        crossing = FrameReader(MAX_FRAME).feed(b"".join(pair.in_flight_down))
+        out -= sum(1 for frame in crossing if type(frame) is CreditReply)
+        pair.deliver_down()
+        assert len(pair.link.waiting) <= 16
+        _send(pair, window)
+        assert len(pair.received) <= limit
+    expected = [amqp(Described(0x77, f"m{n}")) for n in range(120)]
+    assert bodies(pair.received) == expected[: len(pair.received)]
+    if all(flow is None for _, flow in steps):
+        assert len(pair.received) == 100
+        assert asked_early
