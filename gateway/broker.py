@@ -268,6 +268,7 @@ class Broker(Handler):
         total = held.total
         self.publishing.flush()
         self.modified_annotations.forget()
+        sending.budget_blocked(budget.blocked)
         sending.pump_marked()
         if self.peers is not None:
             # After the pump: the credit requests it made go out in this pass.

@@ -30,6 +30,7 @@ from sluicegate.session.outbound import (
     route,
 )
 from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
+from sluicegate.session.waiting import WaitingBytes
 from sluicegate.writer.writer import ServerBytes
 
 
@@ -48,7 +49,7 @@ class Sending:
         # Unsettled deliveries to consumers, over every session.
         self.unsettled = Unsettled()
         # What deliveries waiting in every connection's sessions hold (session/waiting.py).
-        self.waiting = ServerBytes()
+        self.waiting = WaitingBytes()
         # What the worker holds for other workers' consumers (gateway/peers.py).
         self.held_for_peers = held_for_peers
 
@@ -90,6 +91,23 @@ class Sending:
             states = self._states
             for pure in resume(connection.waiting):
                 self._dirty.add(states[pure])
+
+    def budget_blocked(self, blocked: bool) -> None:
+        """The memory budget as this flush left it: while it is blocked, consumers' requests
+        for deliveries that would be new bytes here wait (session/waiting.py), and once it
+        lets go those are made, connection by connection."""
+        waiting = self.waiting
+        waiting.blocked = blocked
+        if blocked or not waiting.starved:
+            return
+        starved = list(waiting.starved)
+        waiting.starved.clear()
+        states = self._states
+        for connection in starved:
+            for pure in resume(connection):
+                state = states.get(pure)
+                if state is not None:
+                    self._dirty.add(state)
 
     def hold(self, debt: DeadLetterDebt) -> None:
         """A connection's dead-letter debt changed whom it holds: hold or let go its links

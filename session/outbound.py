@@ -35,7 +35,7 @@ from sluicegate.queues.queue_type import (
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outgoing_link import CreditReq, LinkOwner, OutgoingLink
-from sluicegate.session.waiting import WAITING_DELIVERY_COST, Waiting
+from sluicegate.session.waiting import IMPORT_BATCH, WAITING_DELIVERY_COST, Waiting
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd, serial_add, serial_diff
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
@@ -173,6 +173,7 @@ class Session:
             # last has left, the next is on its way while the rest is sent
             # (docs/outbound-flow-control.md#a-queue-that-answers-later).
             link.top_up_below = max(1, self.max_queue_credit // TOP_UP_FRACTION)
+            link.imports = True
         held = getattr(queue, "held", None)
         if getattr(queue, "counts_unacked", False) and held is not None:
             if options.browse:
@@ -205,7 +206,7 @@ class Session:
         # taking them out here cost a walk over every link's entries per DETACH.
         unsent = list(link.waiting)
         link.waiting.clear()
-        self.waiting.deferred.pop(link, None)
+        self.waiting.forget(link)
         if unsent:
             held = sum(m.held for m in unsent)
             shares = link.shares
@@ -235,9 +236,9 @@ class Session:
         for none now or, with one out, when its reply comes. What the session holds for it
         already still goes out, at most one batch."""
         link.held = True
-        deferred = self.waiting.deferred
-        if link in deferred:
-            self.ask_queue(link, deferred.pop(link))
+        drain = self.waiting.forget(link)
+        if drain is not None:
+            self.ask_queue(link, drain)
         elif not link.credit_req_in_flight and link.queue_flow_ctl.credit > 0:
             self._request_credit(link, 0, False)
 
@@ -325,7 +326,11 @@ class Session:
             return
         self.outgoing_pending.extend([(link, message) for message in messages])
         link.waiting.extend(messages)
-        held = sum([message.held for message in messages])
+        sizes = [message.held for message in messages]
+        held = sum(sizes)
+        largest = max(sizes)
+        if largest > link.largest:
+            link.largest = largest
         cost = held + len(messages) * WAITING_DELIVERY_COST
         server_cost = cost - held if link.counted else cost
         self.pending_bytes += cost
@@ -449,8 +454,14 @@ class Session:
 
     def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
         """Ask the queue for a batch, or defer the request while the connection's waiting
-        deliveries are over its limit (session/waiting.py): it is in flight either way. A held
-        link's request asks for nothing, which costs nothing to make at once."""
+        deliveries are over its limit or, for deliveries that would be new bytes here, while the
+        memory budget is blocked (session/waiting.py): it is in flight either way. A held
+        link's request asks for nothing, which costs nothing to make at once. Another worker's
+        queue is asked for at most ``IMPORT_BATCH`` bytes by the largest delivery the link was
+        sent, one before it was sent any."""
+        if link.imports and credit > 1:
+            largest = link.largest
+            credit = min(credit, max(1, IMPORT_BATCH // largest)) if largest else 1
         link.queue_flow_ctl.credit = credit
         link.credit_req_in_flight = True
         if link.held or not self.waiting.defer(link, drain):

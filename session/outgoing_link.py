@@ -102,6 +102,8 @@ class OutgoingLink:
         "flow_count",
         "handle",
         "held",
+        "imports",
+        "largest",
         "queue",
         "queue_flow_ctl",
         "seen_drain",
@@ -141,6 +143,11 @@ class OutgoingLink:
         # for a queue that answers at once; the session sets more for one that answers a
         # round trip later (session/outbound.py ``attach_link``).
         self.top_up_below = 1
+        # Its deliveries are bytes this worker did not hold (another worker's queue): asked
+        # for only while the memory budget is not blocked, in batches of at most
+        # ``IMPORT_BATCH`` bytes by the largest it was sent (session/waiting.py).
+        self.imports = False
+        self.largest = 0
         # Held for its connection's dead-letter debt (session/dead_letter_debt.py): every
         # credit request it makes asks its queue for none.
         self.held = False

@@ -30,6 +30,11 @@ from sluicegate.writer.writer import ServerBytes
 # outgoing_pending (a tuple and two deque slots) and a message object of its own (a durable
 # stream's reader gets fresh ones), about 250 bytes measured with 4,096 readers' batches.
 WAITING_DELIVERY_COST: Final = 256
+# The bytes a request to a queue of another worker asks for at most, by the largest delivery its
+# link was sent (the first asks for one): its deliveries come over the channel as bytes this
+# worker did not hold, so what the requests out when the budget blocks can still bring is a
+# quarter MiB a link, while a batch of 100-byte messages is still the whole 256.
+IMPORT_BATCH: Final = 256 * 1024
 # Twice the writer's buffer (4 MiB): a connection over it has more ready than its writer may
 # hand proton at once, so deferring its credit requests never leaves its socket idle.
 DEFAULT_MAX_OUTGOING_PENDING: Final = 8 * 1024 * 1024
@@ -47,19 +52,39 @@ class WaitingStatistics:
     deferred: int
 
 
+class WaitingBytes(ServerBytes):
+    """What deliveries waiting in every connection's sessions hold, and whether the memory
+    budget is blocked (the gateway sets it at each flush).
+
+    While it is, no session asks a queue for deliveries that would be new bytes here (another
+    worker's queue, ``OutgoingLink.imports``): a local queue's deliveries are bytes its queue
+    counts already, but another worker's would push the budget on past its ceiling, where every
+    publisher waits (issue 31's seed 65200, docs/workers.md). Such requests wait with the
+    connection's deferred ones; ``starved`` names the connections that have some, for the
+    gateway to make them once the budget lets go.
+    """
+
+    __slots__ = ("blocked", "starved")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocked = False
+        self.starved: set[Waiting] = set()
+
+
 class Waiting:
     """One connection's charge for the deliveries waiting in its sessions, against its limit."""
 
     __slots__ = ("bytes", "deferred", "limit", "paused", "pauses", "resume_at", "server")
 
     def __init__(
-        self, limit: int = DEFAULT_MAX_OUTGOING_PENDING, server: ServerBytes | None = None
+        self, limit: int = DEFAULT_MAX_OUTGOING_PENDING, server: WaitingBytes | None = None
     ) -> None:
         if limit <= 0:
             raise ValueError(f"max_outgoing_pending_size must be positive, got {limit}")
         self.limit = limit
         self.resume_at = limit // 2
-        self.server = ServerBytes() if server is None else server
+        self.server = WaitingBytes() if server is None else server
         self.bytes = 0
         # Over the limit: credit requests wait in ``deferred`` until the bytes are at resume_at.
         self.paused = False
@@ -82,7 +107,13 @@ class Waiting:
         self.server.total += nbytes if server_nbytes is None else server_nbytes
 
     def defer(self, link: OutgoingLink, drain: bool) -> bool:
-        """True if the link's credit request must wait (it is then kept, in order)."""
+        """True if the link's credit request must wait (it is then kept, in order): the
+        connection holds its limit, or the request would bring new bytes into a blocked
+        budget (:class:`WaitingBytes`)."""
+        if link.imports and self.server.blocked:
+            self.deferred[link] = drain
+            self.server.starved.add(self)
+            return True
         if not self.paused:
             if self.bytes < self.limit:
                 return False
@@ -90,6 +121,15 @@ class Waiting:
             self.pauses += 1
         self.deferred[link] = drain
         return True
+
+    def forget(self, link: OutgoingLink) -> bool | None:
+        """Take the link's deferred request out (its drain flag; None if it had none): it
+        detached, or is held and asks for none now. A connection left with none is no longer
+        starved, so a closed one leaves nothing in the server's set."""
+        drain = self.deferred.pop(link, None)
+        if not self.deferred:
+            self.server.starved.discard(self)
+        return drain
 
     def backlogged(self, budget_exhausted: bool) -> bool:
         """Whether the connection holds as much unsent as it may: its limit, or anything at
@@ -106,15 +146,21 @@ class Waiting:
     def next_deferred(self) -> tuple[OutgoingLink, bool] | None:
         """The oldest deferred request, while the bytes stay under the limit; None pauses again
         (or ends the pause once none is left)."""
-        if not self.deferred:
+        deferred = self.deferred
+        if not deferred:
             self.paused = False
+            self.server.starved.discard(self)
             return None
         if self.bytes >= self.limit:
             self.paused = True
             self.pauses += 1
             return None
+        if self.server.blocked and next(iter(deferred)).imports:
+            # Its bytes would be new here: it waits for the budget, and those behind it too.
+            self.server.starved.add(self)
+            return None
         self.paused = False
-        return self.deferred.popitem(last=False)
+        return deferred.popitem(last=False)
 
     def statistics(self) -> WaitingStatistics:
         """Counts for metrics and tests."""

@@ -26,7 +26,8 @@ from sluicegate.session.channel.frames import (
 )
 from sluicegate.session.channel.owner import Owner
 from sluicegate.session.channel.remote import Remote, RemoteQueue, WorkerDown
-from sluicegate.session.outbound import LinkFlow, Session, route
+from sluicegate.session.outbound import LinkFlow, Session, resume, route
+from sluicegate.session.waiting import IMPORT_BATCH
 from sluicegate.wire.amqp_types import Described
 from sluicegate.wire.encoding import encode as amqp
 from sluicegate.wire.sections import DEFAULT_HEADER
@@ -291,9 +292,12 @@ def test_the_next_batch_is_asked_before_the_last_has_left_and_only_then() -> Non
     pair = Pair()
     pair.publish(100)
     pair.session.client_flow(pair.link, 0, 100, False, False)
-    pair.up()
-    pair.deliver_up()
-    pair.deliver_down()
+    # The first request asks for one delivery, the next, its size known, for the batch,
+    # counted from what has left the session (none yet): 16 in all.
+    for _ in range(2):
+        pair.up()
+        pair.deliver_up()
+        pair.deliver_down()
     # A batch of 16 waits in the session; the reply came with it and is taken at once.
     assert len(pair.link.waiting) == 16
     assert pair.session.statistics().credit_requests_in_flight == 0
@@ -367,3 +371,49 @@ def test_a_pipelined_consumer_keeps_one_request_out_and_at_most_a_batch_waiting(
     if all(flow is None for _, flow in steps):
         assert len(pair.received) == 100
         assert asked_early
+
+
+def test_another_workers_queue_is_asked_for_one_then_a_batch_within_its_bytes() -> None:
+    pair = Pair()
+    pair.publish(40)
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    (first,) = _credit_requests(pair)
+    assert first.credit == 1
+    pair.up()
+    pair.deliver_up()
+    pair.deliver_down()
+    size = pair.link.largest
+    assert size > 0
+    (second,) = _credit_requests(pair)
+    assert second.credit == min(16, max(1, IMPORT_BATCH // size))
+
+
+def test_while_the_budget_is_blocked_nothing_new_is_asked_of_another_worker() -> None:
+    pair = Pair()
+    pair.publish(40)
+    server = pair.session.waiting.server
+    server.blocked = True
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    # Deferred, in flight as far as the client's FLOWs go, and the connection named.
+    assert _credit_requests(pair) == []
+    assert pair.session.statistics().credit_requests_in_flight == 1
+    assert server.starved == {pair.session.waiting}
+    # Still blocked: making the deferred requests makes none.
+    assert resume(pair.session.waiting) == set()
+    server.blocked = False
+    server.starved.clear()
+    assert resume(pair.session.waiting) == {pair.session}
+    (request,) = _credit_requests(pair)
+    assert request.credit == 1
+    pair.settle_all()
+    assert len(pair.received) == 40
+
+
+def test_a_starved_consumer_that_detaches_leaves_nothing_in_the_servers_set() -> None:
+    pair = Pair()
+    server = pair.session.waiting.server
+    server.blocked = True
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    assert server.starved == {pair.session.waiting}
+    route(pair.session.detach_link(pair.link))
+    assert server.starved == set()

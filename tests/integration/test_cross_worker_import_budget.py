@@ -1,0 +1,103 @@
+"""Deliveries that cross from another worker's queue are new bytes in the consumer's worker, so
+its consumers ask for them only while its memory budget is not blocked (issue 31,
+docs/workers.md).
+
+A local queue's deliveries waiting in a session are bytes the queue counts already; another
+worker's come over the channel and are counted where they wait. Worker 1 holds 25 MB of its
+own, under its 32 MiB share of the budget; three connections on worker 1 then take credit for
+all of worker 0's 27 MB and never read. Each may hold its own limit of waiting deliveries
+(``max_outgoing_pending_size``, 8 MiB) and more in its writer: before, worker 1 asked for
+them whatever its budget said and counted them far past its ceiling, where every publisher on
+it waits (the adversary's seed 65200). Now its consumers stop asking once it is blocked, with
+at most a quarter MiB a link on its way, and a publisher of a small queue there is served.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+from proton import Message
+from proton.utils import BlockingConnection
+from support.polling import wait_until
+from support.ports import free_port
+from support.process import serving
+from support.workers import blocking_on, children, homed_on, worker_of
+
+from sluicegate.clients.management import ManagementClient
+
+MESSAGES: Final = 1_000
+BODY: Final = "x" * 30_000
+READERS: Final = 3
+# Worker 1's own messages: 25.5 MB, under its limit and above its resume mark.
+OWN: Final = 850
+# Each worker's share of a 64 MiB budget over two, and its ceiling: the limit and an eighth.
+LIMIT: Final = 32 * 1024 * 1024
+CEILING: Final = LIMIT + LIMIT // 8
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
+    options = ("--workers", "2", "--data-dir", str(tmp_path), "--memory-budget", "64MiB")
+    metrics = ("--metrics-listen", f"127.0.0.1:{free_port()}", "--http-api-listen", "off")
+    with serving(*options, *metrics) as (process, port):
+        yield port, sorted(children(process.pid), key=worker_of), tmp_path
+
+
+def _budget_used(data_dir: Path, worker: int) -> float:
+    """What worker ``worker``'s own metrics endpoint says its budget counts."""
+    metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith("sluicegate_memory_budget_used_bytes "):
+                return float(line.split()[1])
+    raise AssertionError("no sluicegate_memory_budget_used_bytes sample")
+
+
+@pytest.mark.slow
+def test_consumers_of_another_workers_queue_ask_only_while_their_worker_has_room(
+    two_workers: tuple[int, list[int], Path],
+) -> None:
+    port, pids, data_dir = two_workers
+    queues = [homed_on(0, 2, f"imported{n}") for n in range(READERS)]
+    owner = blocking_on(port, pids, pids[0])
+    management = ManagementClient(f"amqp://127.0.0.1:{port}")
+    readers: list[BlockingConnection] = []
+    try:
+        for queue in queues:
+            assert management.request("PUT", f"/queues/{queue}", {"durable": False}).status == 201
+            sender = owner.create_sender(f"/queues/{queue}")
+            for _ in range(MESSAGES // READERS):
+                sender.send(Message(body=BODY))
+            sender.close()  # type: ignore[no-untyped-call]
+        local = blocking_on(port, pids, pids[1])
+        own = homed_on(1, 2, "import-own")
+        assert management.request("PUT", f"/queues/{own}", {"durable": False}).status == 201
+        sender = local.create_sender(f"/queues/{own}")
+        for _ in range(OWN):
+            sender.send(Message(body=BODY))
+        local.close()
+        for queue in queues:
+            reader = blocking_on(port, pids, pids[1])
+            readers.append(reader)
+            # Credit for every message, and then never a read: the deliveries wait on worker 1.
+            reader.create_receiver(f"/queues/{queue}", credit=MESSAGES)
+        wait_until(lambda: _budget_used(data_dir, 1) >= LIMIT, 30)
+        peak = max(_budget_used(data_dir, 1) for _ in range(20))
+        assert peak <= CEILING, f"worker 1 counts {peak:.0f} bytes, ceiling {CEILING}"
+        publisher = blocking_on(port, pids, pids[1])
+        try:
+            probe = homed_on(1, 2, "import-probe")
+            assert management.request("PUT", f"/queues/{probe}", {"durable": False}).status == 201
+            # A publisher of a small queue there is no holder: served, not blocked.
+            publisher.create_sender(f"/queues/{probe}").send(Message(body="probe"), timeout=10)
+        finally:
+            publisher.close()
+    finally:
+        for reader in readers:
+            reader.close()
+        management.close()
+        owner.close()
