@@ -260,8 +260,12 @@ class Session:
         """A client FLOW for a consumer link: request credit, or stash it (RabbitMQ's
         handle_outgoing_link_flow_control)."""
         if link.credit_req_in_flight:
-            link.stashed_credit_req = CreditReq(delivery_count, link_credit, drain, echo)
-            return
+            if not (drain and self._starved(link)):
+                link.stashed_credit_req = CreditReq(delivery_count, link_credit, drain, echo)
+                return
+            # Its request waits for the budget: the drain replaces it and is answered now.
+            self.waiting.forget(link)
+            link.credit_req_in_flight = False
         client = link.client_flow_ctl
         desired = link_credit_snd(delivery_count, link_credit, client.delivery_count)
         client.credit = desired
@@ -458,14 +462,24 @@ class Session:
         memory budget is blocked (session/waiting.py): it is in flight either way. A held
         link's request asks for nothing, which costs nothing to make at once. Another worker's
         queue is asked for at most ``IMPORT_BATCH`` bytes by the largest delivery the link was
-        sent, one before it was sent any."""
-        if link.imports and credit > 1:
-            largest = link.largest
-            credit = min(credit, max(1, IMPORT_BATCH // largest)) if largest else 1
+        sent, one before it was sent any, and for none by a drain while the budget is
+        blocked."""
+        if link.imports:
+            if drain and self.waiting.server.blocked:
+                # Nothing new may come while the budget is blocked: a drain asks for none and
+                # is answered at once, its credit spent (AMQP 1.0 §2.6.7).
+                credit = 0
+            elif credit > 1:
+                largest = link.largest
+                credit = min(credit, max(1, IMPORT_BATCH // largest)) if largest else 1
         link.queue_flow_ctl.credit = credit
         link.credit_req_in_flight = True
         if link.held or not self.waiting.defer(link, drain):
             self.ask_queue(link, drain)
+
+    def _starved(self, link: OutgoingLink) -> bool:
+        """Whether the link's request waits for the memory budget (session/waiting.py)."""
+        return link.imports and self.waiting.server.blocked and link in self.waiting.deferred
 
     def ask_queue(self, link: OutgoingLink, drain: bool) -> None:
         """Request the credit the link's queue flow control holds; the batch and the reply
@@ -573,9 +587,15 @@ class Session:
                         LinkFlow(link, client.delivery_count, client.credit, reply.available, False)
                     )
             return
-        if reply.delivery_count == queue_ctl.delivery_count and client.credit > 0 and not held:
+        if (
+            reply.delivery_count == queue_ctl.delivery_count
+            and client.credit > 0
+            and not held
+            and not (link.imports and self.waiting.server.blocked)
+        ):
             # The queue spent the whole batch on messages: it may hold more, drain another round
-            # (a held link's drain ends here: nothing more is handed out to it).
+            # (a held link's drain ends here: nothing more is handed out to it, nor to one that
+            # would bring new bytes into a blocked budget).
             self._request_credit(link, min(client.credit, self.max_queue_credit), True)
             return
         queue_ctl.credit = 0

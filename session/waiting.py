@@ -110,7 +110,7 @@ class Waiting:
         """True if the link's credit request must wait (it is then kept, in order): the
         connection holds its limit, or the request would bring new bytes into a blocked
         budget (:class:`WaitingBytes`)."""
-        if link.imports and self.server.blocked:
+        if link.imports and self.server.blocked and link.queue_flow_ctl.credit:
             self.deferred[link] = drain
             self.server.starved.add(self)
             return True

@@ -417,3 +417,24 @@ def test_a_starved_consumer_that_detaches_leaves_nothing_in_the_servers_set() ->
     assert server.starved == {pair.session.waiting}
     route(pair.session.detach_link(pair.link))
     assert server.starved == set()
+
+
+def test_a_drain_while_the_budget_is_blocked_is_answered_with_nothing_new() -> None:
+    pair = Pair()
+    pair.publish(40)
+    server = pair.session.waiting.server
+    server.blocked = True
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    assert _credit_requests(pair) == []
+    # The drain replaces the request that waits for the budget and asks for none.
+    pair.session.client_flow(pair.link, 0, 100, True, False)
+    (request,) = _credit_requests(pair)
+    assert (request.credit, request.drain) == (0, True)
+    assert server.starved == set()
+    pair.settle_all()
+    assert pair.received == []
+    drained = [flow for flow in pair.flows if flow.drain]
+    assert [flow.delivery_count for flow in drained] == [100]
+    # Answered once: no drain round after round for credit the budget would not let come.
+    assert _credit_requests(pair) == []
+    assert pair.session.statistics().credit_requests_in_flight == 0
