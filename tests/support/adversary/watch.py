@@ -138,19 +138,19 @@ class ServerProcess:
         return [line for line in text.splitlines() if INTERNAL_ERROR.search(line)]
 
     def hold_gauges(self) -> str:
-        """The metrics that say what holds a prober while the server is idle, as one line."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=GAUGES_TIMEOUT_S) as response:
-                text = response.read().decode(errors="replace")
-        except OSError as error:
-            return f"metrics unavailable: {error}"
-        kept = []
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            if name in HOLD_GAUGES:
-                kept.append(f"{name.removeprefix('sluicegate_')}={value}")
-        return ", ".join(kept)
+        """The metrics that say what holds a prober while the server is idle, as one line:
+        the server's (summed over its workers), then each worker's but the first's own, read
+        from the port it leaves in ``worker-K/metrics.port`` (docs/workers.md), since one
+        worker past its ceiling holds every publisher of its queues."""
+        line = _gauges(self.metrics_port)
+        data = Path(self._scratch.name) / "data"
+        for port_file in sorted(data.glob("worker-*/metrics.port")):
+            try:
+                port = int(port_file.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            line += f" | {port_file.parent.name}: {_gauges(port)}"
+        return line
 
     def budget_holders(self) -> str:
         """The budget's holders as the console shows them (``/api/sluicegate/budget``), one
@@ -413,3 +413,19 @@ class ProberProcess:
             self._process.kill()
             self._process.join()
         self._pipe.close()
+
+
+def _gauges(port: int) -> str:
+    """:data:`HOLD_GAUGES` of the metrics endpoint on ``port``, as one line."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=GAUGES_TIMEOUT_S) as response:
+            text = response.read().decode(errors="replace")
+    except OSError as error:
+        return f"metrics unavailable: {error}"
+    kept = []
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in HOLD_GAUGES:
+            kept.append(f"{name.removeprefix('sluicegate_')}={value}")
+    return ", ".join(kept)
