@@ -268,7 +268,10 @@ class Broker(Handler):
         total = held.total
         self.publishing.flush()
         self.modified_annotations.forget()
-        sending.budget_blocked(budget.blocked)
+        # Half way through the margin: what requests out for another worker's deliveries
+        # bring then lands within it (session/waiting.py).
+        full = budget.used >= budget.ceiling - budget.margin // 2
+        sending.budget_blocked(budget.blocked, full)
         sending.pump_marked()
         if self.peers is not None:
             # After the pump: the credit requests it made go out in this pass.

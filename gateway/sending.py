@@ -92,13 +92,16 @@ class Sending:
             for pure in resume(connection.waiting):
                 self._dirty.add(states[pure])
 
-    def budget_blocked(self, blocked: bool) -> None:
-        """The memory budget as this flush left it: while it is blocked, consumers' requests
-        for deliveries that would be new bytes here wait (session/waiting.py), and once it
-        lets go those are made, connection by connection."""
+    def budget_blocked(self, blocked: bool, full: bool) -> None:
+        """The memory budget as this flush left it, which says whether consumers may ask
+        another worker's queue for deliveries, new bytes here (session/waiting.py); when it
+        lets go, or is no longer ``full``, the requests that waited for it are made,
+        connection by connection, each as far as it now may."""
         waiting = self.waiting
+        let_go = (waiting.blocked and not blocked) or (waiting.full and not full)
         waiting.blocked = blocked
-        if blocked or not waiting.starved:
+        waiting.full = full
+        if not (let_go and waiting.starved):
             return
         starved = list(waiting.starved)
         waiting.starved.clear()

@@ -459,15 +459,14 @@ class Session:
     def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
         """Ask the queue for a batch, or defer the request while the connection's waiting
         deliveries are over its limit or, for deliveries that would be new bytes here, while the
-        memory budget is blocked (session/waiting.py): it is in flight either way. A held
+        memory budget has no room for them (session/waiting.py): it is in flight either way. A held
         link's request asks for nothing, which costs nothing to make at once. Another worker's
         queue is asked for at most ``IMPORT_BATCH`` bytes by the largest delivery the link was
-        sent, one before it was sent any, and for none by a drain while the budget is
-        blocked."""
+        sent, one before it was sent any, and for none by a drain while it may not ask."""
         if link.imports:
-            if drain and self.waiting.server.blocked:
-                # Nothing new may come while the budget is blocked: a drain asks for none and
-                # is answered at once, its credit spent (AMQP 1.0 §2.6.7).
+            if drain and not self.waiting.may_import():
+                # Nothing new may come now (session/waiting.py): a drain asks for none and is
+                # answered at once, its credit spent (AMQP 1.0 §2.6.7).
                 credit = 0
             elif credit > 1:
                 largest = link.largest
@@ -479,7 +478,8 @@ class Session:
 
     def _starved(self, link: OutgoingLink) -> bool:
         """Whether the link's request waits for the memory budget (session/waiting.py)."""
-        return link.imports and self.waiting.server.blocked and link in self.waiting.deferred
+        waiting = self.waiting
+        return link.imports and link in waiting.deferred and not waiting.may_import()
 
     def ask_queue(self, link: OutgoingLink, drain: bool) -> None:
         """Request the credit the link's queue flow control holds; the batch and the reply
@@ -591,7 +591,7 @@ class Session:
             reply.delivery_count == queue_ctl.delivery_count
             and client.credit > 0
             and not held
-            and not (link.imports and self.waiting.server.blocked)
+            and not (link.imports and not self.waiting.may_import())
         ):
             # The queue spent the whole batch on messages: it may hold more, drain another round
             # (a held link's drain ends here: nothing more is handed out to it, nor to one that

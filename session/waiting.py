@@ -53,22 +53,27 @@ class WaitingStatistics:
 
 
 class WaitingBytes(ServerBytes):
-    """What deliveries waiting in every connection's sessions hold, and whether the memory
-    budget is blocked (the gateway sets it at each flush).
+    """What deliveries waiting in every connection's sessions hold, and the memory budget's
+    state as the gateway's last flush found it.
 
-    While it is, no session asks a queue for deliveries that would be new bytes here (another
-    worker's queue, ``OutgoingLink.imports``): a local queue's deliveries are bytes its queue
-    counts already, but another worker's would push the budget on past its ceiling, where every
-    publisher waits (issue 31's seed 65200, docs/workers.md). Such requests wait with the
-    connection's deferred ones; ``starved`` names the connections that have some, for the
-    gateway to make them once the budget lets go.
+    A local queue's deliveries are bytes its queue counts already; another worker's
+    (``OutgoingLink.imports``) are new bytes here, and a client granting credit and never
+    reading made a worker count them past its ceiling, where every publisher waits (issue 31's
+    seed 65200, docs/workers.md). So, as publishers that do not hold the budget go on into its
+    margin: while the budget is blocked a connection asks for such deliveries only while it
+    holds less than ``IMPORT_BATCH`` of waiting ones (a client that reads is still served,
+    one that does not stops there), and once the budget is half way through its margin
+    (``full``) none does, so that what the requests already out bring lands within it. A
+    request that may not go waits with the connection's deferred ones; ``starved`` names the
+    connections that have some, for the gateway to make them once the budget lets go.
     """
 
-    __slots__ = ("blocked", "starved")
+    __slots__ = ("blocked", "full", "starved")
 
     def __init__(self) -> None:
         super().__init__()
         self.blocked = False
+        self.full = False
         self.starved: set[Waiting] = set()
 
 
@@ -110,7 +115,7 @@ class Waiting:
         """True if the link's credit request must wait (it is then kept, in order): the
         connection holds its limit, or the request would bring new bytes into a blocked
         budget (:class:`WaitingBytes`)."""
-        if link.imports and self.server.blocked and link.queue_flow_ctl.credit:
+        if link.imports and link.queue_flow_ctl.credit and not self.may_import():
             self.deferred[link] = drain
             self.server.starved.add(self)
             return True
@@ -121,6 +126,14 @@ class Waiting:
             self.pauses += 1
         self.deferred[link] = drain
         return True
+
+    def may_import(self) -> bool:
+        """Whether the connection may ask another worker's queue for deliveries now
+        (:class:`WaitingBytes`)."""
+        server = self.server
+        if not server.blocked:
+            return True
+        return not server.full and self.bytes < IMPORT_BATCH
 
     def forget(self, link: OutgoingLink) -> bool | None:
         """Take the link's deferred request out (its drain flag; None if it had none): it
@@ -140,8 +153,11 @@ class Waiting:
 
     @property
     def resumable(self) -> bool:
-        """Paused, and enough has left the sessions for the deferred requests to go on."""
-        return self.paused and self.bytes <= self.resume_at
+        """Enough has left the sessions for the deferred requests to go on: paused and back
+        at ``resume_at``, or, starved (:class:`WaitingBytes`), allowed to ask again."""
+        if self.paused:
+            return self.bytes <= self.resume_at
+        return self in self.server.starved and self.may_import()
 
     def next_deferred(self) -> tuple[OutgoingLink, bool] | None:
         """The oldest deferred request, while the bytes stay under the limit; None pauses again
@@ -155,7 +171,7 @@ class Waiting:
             self.paused = True
             self.pauses += 1
             return None
-        if self.server.blocked and next(iter(deferred)).imports:
+        if next(iter(deferred)).imports and not self.may_import():
             # Its bytes would be new here: it waits for the budget, and those behind it too.
             self.server.starved.add(self)
             return None

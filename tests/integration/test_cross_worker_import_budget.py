@@ -1,15 +1,15 @@
 """Deliveries that cross from another worker's queue are new bytes in the consumer's worker, so
-its consumers ask for them only while its memory budget is not blocked (issue 31,
-docs/workers.md).
+its consumers ask for them within its memory budget (issue 31, docs/workers.md).
 
 A local queue's deliveries waiting in a session are bytes the queue counts already; another
 worker's come over the channel and are counted where they wait. Worker 1 holds 25 MB of its
 own, under its 32 MiB share of the budget; three connections on worker 1 then take credit for
 all of worker 0's 27 MB and never read. Each may hold its own limit of waiting deliveries
-(``max_outgoing_pending_size``, 8 MiB) and more in its writer: before, worker 1 asked for
+(``max_outgoing_pending_size``, 8 MiB) and its writer's buffer: before, worker 1 asked for
 them whatever its budget said and counted them far past its ceiling, where every publisher on
-it waits (the adversary's seed 65200). Now its consumers stop asking once it is blocked, with
-at most a quarter MiB a link on its way, and a publisher of a small queue there is served.
+it waits (the adversary's seed 65200). Now, once it is blocked, a connection asks only while
+less than a batch of 256 KiB waits in it, and none does half way through the margin, so the
+count stays under the ceiling and a publisher of a small queue there is served.
 """
 
 from __future__ import annotations

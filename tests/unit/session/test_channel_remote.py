@@ -388,19 +388,20 @@ def test_another_workers_queue_is_asked_for_one_then_a_batch_within_its_bytes() 
     assert second.credit == min(16, max(1, IMPORT_BATCH // size))
 
 
-def test_while_the_budget_is_blocked_nothing_new_is_asked_of_another_worker() -> None:
+def test_with_the_budget_full_nothing_new_is_asked_of_another_worker() -> None:
     pair = Pair()
     pair.publish(40)
     server = pair.session.waiting.server
-    server.blocked = True
+    server.blocked = server.full = True
     pair.session.client_flow(pair.link, 0, 100, False, False)
     # Deferred, in flight as far as the client's FLOWs go, and the connection named.
     assert _credit_requests(pair) == []
     assert pair.session.statistics().credit_requests_in_flight == 1
     assert server.starved == {pair.session.waiting}
-    # Still blocked: making the deferred requests makes none.
+    assert not pair.session.waiting.resumable
+    # Still full: making the deferred requests makes none.
     assert resume(pair.session.waiting) == set()
-    server.blocked = False
+    server.blocked = server.full = False
     server.starved.clear()
     assert resume(pair.session.waiting) == {pair.session}
     (request,) = _credit_requests(pair)
@@ -409,21 +410,48 @@ def test_while_the_budget_is_blocked_nothing_new_is_asked_of_another_worker() ->
     assert len(pair.received) == 40
 
 
+def test_while_the_budget_is_blocked_a_connection_holding_a_batch_asks_nothing_new() -> None:
+    # Blocked but not full: a client that reads is served, one that does not stops
+    # at a batch's worth waiting (session/waiting.py).
+    pair = Pair()
+    pair.publish(40)
+    waiting = pair.session.waiting
+    waiting.server.blocked = True
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    assert [request.credit for request in _credit_requests(pair)] == [1]
+    pair.settle_all()
+    assert len(pair.received) == 40
+    # The connection's other links hold a batch's worth the client has not read.
+    waiting.charge(IMPORT_BATCH, 0)
+    pair.publish(10, start=40)
+    pair.session.client_flow(pair.link, pair.client_dc, 100, False, False)
+    assert _credit_requests(pair) == []
+    assert waiting.server.starved == {waiting}
+    held_back = waiting.resumable
+    assert not held_back
+    # The client reads them: the request goes, the budget still blocked.
+    waiting.charge(-IMPORT_BATCH, 0)
+    assert waiting.resumable
+    assert resume(waiting) == {pair.session}
+    pair.settle_all()
+    assert len(pair.received) == 50
+
+
 def test_a_starved_consumer_that_detaches_leaves_nothing_in_the_servers_set() -> None:
     pair = Pair()
     server = pair.session.waiting.server
-    server.blocked = True
+    server.blocked = server.full = True
     pair.session.client_flow(pair.link, 0, 100, False, False)
     assert server.starved == {pair.session.waiting}
     route(pair.session.detach_link(pair.link))
     assert server.starved == set()
 
 
-def test_a_drain_while_the_budget_is_blocked_is_answered_with_nothing_new() -> None:
+def test_a_drain_with_the_budget_full_is_answered_with_nothing_new() -> None:
     pair = Pair()
     pair.publish(40)
     server = pair.session.waiting.server
-    server.blocked = True
+    server.blocked = server.full = True
     pair.session.client_flow(pair.link, 0, 100, False, False)
     assert _credit_requests(pair) == []
     # The drain replaces the request that waits for the budget and asks for none.
