@@ -79,19 +79,22 @@ class Connections:
         """A client connected: its record, whose writer and sessions' waiting deliveries count
         toward the server's outbound bytes."""
         config = self._config
+        writer = Writer(
+            config.writer_initial_credit,
+            config.writer_more_credit_after,
+            config.writer_buffer_size,
+            self._sending.pending_bytes,
+        )
+        waiting = Waiting(config.max_outgoing_pending_size, self._sending.waiting)
+        waiting.writer = writer
         state = ConnectionState(
             connection,
             transport,
             selectable,
             name,
-            Writer(
-                config.writer_initial_credit,
-                config.writer_more_credit_after,
-                config.writer_buffer_size,
-                self._sending.pending_bytes,
-            ),
+            writer,
             Account(config.account_limit),
-            Waiting(config.max_outgoing_pending_size, self._sending.waiting),
+            waiting,
             DeadLetterDebt(config.account_limit),
             DispositionBound(self._dispositions, self.release),
             LinkNames(config.max_frame_size) if config.rabbitmq_compatible else None,

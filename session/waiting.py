@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluicegate.session.outgoing_link import OutgoingLink
-from sluicegate.writer.writer import ServerBytes
+from sluicegate.writer.writer import ServerBytes, Writer
 
 # What a delivery waiting in a session costs beyond its message's bytes: its entry in
 # outgoing_pending (a tuple and two deque slots) and a message object of its own (a durable
@@ -61,9 +61,10 @@ class WaitingBytes(ServerBytes):
     reading made a worker count them past its ceiling, where every publisher waits (issue 31's
     seed 65200, docs/workers.md). So, as publishers that do not hold the budget go on into its
     margin: while the budget is blocked a connection asks for such deliveries only while it
-    holds less than ``IMPORT_BATCH`` of waiting ones (a client that reads is still served,
-    one that does not stops there), and once the budget is half way through its margin
-    (``full``) none does, so that what the requests already out bring lands within it. A
+    holds less than ``IMPORT_BATCH`` unsent, in its sessions and its writer (a client that
+    reads is still served, one that does not stops there), and once the budget is half way
+    through its margin (``full``) only while it holds nothing unsent, so that what the
+    requests already out bring lands within it. A
     request that may not go waits with the connection's deferred ones; ``starved`` names the
     connections that have some, for the gateway to make them once the budget lets go.
     """
@@ -80,7 +81,16 @@ class WaitingBytes(ServerBytes):
 class Waiting:
     """One connection's charge for the deliveries waiting in its sessions, against its limit."""
 
-    __slots__ = ("bytes", "deferred", "limit", "paused", "pauses", "resume_at", "server")
+    __slots__ = (
+        "bytes",
+        "deferred",
+        "limit",
+        "paused",
+        "pauses",
+        "resume_at",
+        "server",
+        "writer",
+    )
 
     def __init__(
         self, limit: int = DEFAULT_MAX_OUTGOING_PENDING, server: WaitingBytes | None = None
@@ -90,6 +100,9 @@ class Waiting:
         self.limit = limit
         self.resume_at = limit // 2
         self.server = WaitingBytes() if server is None else server
+        # The connection's writer, whose unwritten bytes count with the waiting ones when the
+        # connection asks for new bytes (:meth:`may_import`); set by the gateway.
+        self.writer: Writer | None = None
         self.bytes = 0
         # Over the limit: credit requests wait in ``deferred`` until the bytes are at resume_at.
         self.paused = False
@@ -133,7 +146,9 @@ class Waiting:
         server = self.server
         if not server.blocked:
             return True
-        return not server.full and self.bytes < IMPORT_BATCH
+        writer = self.writer
+        unsent = self.bytes + (0 if writer is None else writer.unwritten)
+        return unsent == 0 if server.full else unsent < IMPORT_BATCH
 
     def forget(self, link: OutgoingLink) -> bool | None:
         """Take the link's deferred request out (its drain flag; None if it had none): it

@@ -92,6 +92,11 @@ class Writer:
         self._sessions.remove(credit)
 
     @property
+    def unwritten(self) -> int:
+        """Bytes handed to the transport and not written yet."""
+        return self._handed - self._written
+
+    @property
     def room(self) -> int:
         """Bytes a session may still hand over now (0 while the writer is full)."""
         if self.full:

@@ -472,6 +472,9 @@ class FlowIO(IOHandler):
             session = state.sessions.get(credit)
             if session is not None:
                 self.broker.mark(session)
+        if state.waiting in state.waiting.server.starved:
+            # What it asked another worker for waited on its unsent bytes (session/waiting.py).
+            self.broker.sending.resume(state)
 
 
 def listen_socket(host: str, port: int, backlog: int, *, reuse_port: bool = False) -> socket.socket:

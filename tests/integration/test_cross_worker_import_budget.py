@@ -8,8 +8,9 @@ all of worker 0's 27 MB and never read. Each may hold its own limit of waiting d
 (``max_outgoing_pending_size``, 8 MiB) and its writer's buffer: before, worker 1 asked for
 them whatever its budget said and counted them far past its ceiling, where every publisher on
 it waits (the adversary's seed 65200). Now, once it is blocked, a connection asks only while
-less than a batch of 256 KiB waits in it, and none does half way through the margin, so the
-count stays under the ceiling and a publisher of a small queue there is served.
+less than a batch of 256 KiB is unsent in it, and half way through the margin only while
+nothing is, so the count stays under the ceiling and a publisher of a small queue there is
+served.
 """
 
 from __future__ import annotations

@@ -393,6 +393,8 @@ def test_with_the_budget_full_nothing_new_is_asked_of_another_worker() -> None:
     pair.publish(40)
     server = pair.session.waiting.server
     server.blocked = server.full = True
+    # Full: only a connection holding nothing unsent asks, and this one holds a byte.
+    pair.session.waiting.charge(1, 0)
     pair.session.client_flow(pair.link, 0, 100, False, False)
     # Deferred, in flight as far as the client's FLOWs go, and the connection named.
     assert _credit_requests(pair) == []
@@ -441,6 +443,8 @@ def test_a_starved_consumer_that_detaches_leaves_nothing_in_the_servers_set() ->
     pair = Pair()
     server = pair.session.waiting.server
     server.blocked = server.full = True
+    # Full: only a connection holding nothing unsent asks, and this one holds a byte.
+    pair.session.waiting.charge(1, 0)
     pair.session.client_flow(pair.link, 0, 100, False, False)
     assert server.starved == {pair.session.waiting}
     route(pair.session.detach_link(pair.link))
@@ -452,6 +456,8 @@ def test_a_drain_with_the_budget_full_is_answered_with_nothing_new() -> None:
     pair.publish(40)
     server = pair.session.waiting.server
     server.blocked = server.full = True
+    # Full: only a connection holding nothing unsent asks, and this one holds a byte.
+    pair.session.waiting.charge(1, 0)
     pair.session.client_flow(pair.link, 0, 100, False, False)
     assert _credit_requests(pair) == []
     # The drain replaces the request that waits for the budget and asks for none.
@@ -466,3 +472,22 @@ def test_a_drain_with_the_budget_full_is_answered_with_nothing_new() -> None:
     # Answered once: no drain round after round for credit the budget would not let come.
     assert _credit_requests(pair) == []
     assert pair.session.statistics().credit_requests_in_flight == 0
+
+
+def test_with_the_budget_full_a_connection_holding_nothing_unsent_is_still_served() -> None:
+    # A consumer that reads what it is sent (the adversary's prober, seed 65300) is not
+    # starved by a budget others' queues keep full.
+    pair = Pair()
+    pair.publish(10)
+    server = pair.session.waiting.server
+    server.blocked = server.full = True
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    assert [request.credit for request in _credit_requests(pair)] == [1]
+    waiting = pair.session.waiting
+    for _ in range(20):
+        pair.settle_all()
+        # As the gateway after each pump (gateway/sending.py): once what it was sent has
+        # left, the request that waited on it goes.
+        if waiting.resumable:
+            resume(waiting)
+    assert len(pair.received) == 10
