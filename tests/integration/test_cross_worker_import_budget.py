@@ -15,7 +15,6 @@ served.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -24,9 +23,7 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
-from support.ports import free_port
-from support.process import serving
-from support.workers import blocking_on, children, homed_on, worker_of
+from support.workers import blocking_on, budget_used, homed_on, metered_workers
 
 from sluicegate.clients.management import ManagementClient
 
@@ -42,20 +39,8 @@ CEILING: Final = LIMIT + LIMIT // 8
 
 @pytest.fixture
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
-    options = ("--workers", "2", "--data-dir", str(tmp_path), "--memory-budget", "64MiB")
-    metrics = ("--metrics-listen", f"127.0.0.1:{free_port()}", "--http-api-listen", "off")
-    with serving(*options, *metrics) as (process, port):
-        yield port, sorted(children(process.pid), key=worker_of), tmp_path
-
-
-def _budget_used(data_dir: Path, worker: int) -> float:
-    """What worker ``worker``'s own metrics endpoint says its budget counts."""
-    metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith("sluicegate_memory_budget_used_bytes "):
-                return float(line.split()[1])
-    raise AssertionError("no sluicegate_memory_budget_used_bytes sample")
+    with metered_workers(tmp_path, "64MiB") as (port, pids):
+        yield port, pids, tmp_path
 
 
 @pytest.mark.slow
@@ -86,8 +71,8 @@ def test_consumers_of_another_workers_queue_ask_only_while_their_worker_has_room
             readers.append(reader)
             # Credit for every message, and then never a read: the deliveries wait on worker 1.
             reader.create_receiver(f"/queues/{queue}", credit=MESSAGES)
-        wait_until(lambda: _budget_used(data_dir, 1) >= LIMIT, 30)
-        peak = max(_budget_used(data_dir, 1) for _ in range(20))
+        wait_until(lambda: budget_used(data_dir, 1) >= LIMIT, 30)
+        peak = max(budget_used(data_dir, 1) for _ in range(20))
         assert peak <= CEILING, f"worker 1 counts {peak:.0f} bytes, ceiling {CEILING}"
         publisher = blocking_on(port, pids, pids[1])
         try:

@@ -14,7 +14,6 @@ letter arrives.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -23,9 +22,7 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
-from support.ports import free_port
-from support.process import serving
-from support.workers import blocking_on, children, homed_on, worker_of
+from support.workers import blocking_on, budget_used, homed_on, metered_workers
 
 from sluicegate.clients.management import ManagementClient
 
@@ -39,20 +36,8 @@ CEILING: Final = LIMIT + LIMIT // 8
 
 @pytest.fixture
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
-    options = ("--workers", "2", "--data-dir", str(tmp_path), "--memory-budget", "16MiB")
-    metrics = ("--metrics-listen", f"127.0.0.1:{free_port()}", "--http-api-listen", "off")
-    with serving(*options, *metrics) as (process, port):
-        yield port, sorted(children(process.pid), key=worker_of), tmp_path
-
-
-def _budget_used(data_dir: Path, worker: int) -> float:
-    """What worker ``worker``'s own metrics endpoint says its budget counts."""
-    metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith("sluicegate_memory_budget_used_bytes "):
-                return float(line.split()[1])
-    raise AssertionError("no sluicegate_memory_budget_used_bytes sample")
+    with metered_workers(tmp_path, "16MiB") as (port, pids):
+        yield port, pids, tmp_path
 
 
 def _drain(connection: BlockingConnection, queue: str) -> int:
@@ -107,8 +92,8 @@ def test_letters_to_another_workers_queues_wait_within_a_window_and_all_arrive(
         rejecter.close()  # type: ignore[no-untyped-call]
         # Worker 1 parked what it had no room for: at most its window past its limit (before:
         # 3 times its limit, as many letters as worker 0 made).
-        wait_until(lambda: _budget_used(data_dir, 1) >= LIMIT * 0.8, 30)
-        used = _budget_used(data_dir, 1)
+        wait_until(lambda: budget_used(data_dir, 1) >= LIMIT * 0.8, 30)
+        used = budget_used(data_dir, 1)
         assert used <= CEILING, f"worker 1 counts {used:.0f} bytes, ceiling {CEILING}"
         far = blocking_on(port, pids, pids[1])
         try:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,6 +19,8 @@ from proton.utils import BlockingConnection
 
 from sluicegate.queues.queue_homes import proposed_home
 from support.polling import wait_until
+from support.ports import free_port
+from support.process import serving
 
 C = TypeVar("C")
 # Connections tried before a test gives up reaching one worker: with two workers, 200 all
@@ -130,3 +133,24 @@ def homed_on(home: int, workers: int, prefix: str = "placed") -> str:
         for name in (f"{prefix}-{n}" for n in range(1000))
         if proposed_home("/", name, workers) == home
     )
+
+
+@contextlib.contextmanager
+def metered_workers(data_dir: Path, budget: str) -> Iterator[tuple[int, list[int]]]:
+    """``serve --workers 2`` with ``budget`` and a metrics endpoint, so that each worker's own
+    budget can be read (:func:`budget_used`): the port and the workers' processes by index."""
+    options = ("--workers", "2", "--data-dir", str(data_dir), "--memory-budget", budget)
+    metrics = ("--metrics-listen", f"127.0.0.1:{free_port()}", "--http-api-listen", "off")
+    with serving(*options, *metrics) as (process, port):
+        yield port, sorted(children(process.pid), key=worker_of)
+
+
+def budget_used(data_dir: Path, worker: int) -> float:
+    """What worker ``worker`` (1 or more: worker 0's endpoint adds up every worker's) says
+    its own memory budget counts, from the port it leaves in ``worker-K/metrics.port``."""
+    metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith("sluicegate_memory_budget_used_bytes "):
+                return float(line.split()[1])
+    raise AssertionError("no sluicegate_memory_budget_used_bytes sample")
