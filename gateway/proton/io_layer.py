@@ -155,16 +155,10 @@ class FlowIO(IOHandler):
             capacity = transport.capacity()
             if capacity <= 0:
                 break
-            try:
-                data = selectable.recv(min(capacity, left, READ_CHUNK))
-            except BlockingIOError:
-                break
-            except OSError as error:
-                log.debug("recv failed: %r", error)
-                transport.close_tail()
+            data = self._recv(event, transport, min(capacity, left, READ_CHUNK))
+            if data is None:
                 break
             if not data:
-                self.on_selectable_error(event)
                 return
             if state is None:
                 transport.push(data)
@@ -207,16 +201,10 @@ class FlowIO(IOHandler):
                 if not received:
                     break
             else:
-                try:
-                    data = selectable.recv(size)
-                except BlockingIOError:
-                    break
-                except OSError as error:
-                    log.debug("recv failed: %r", error)
-                    transport.close_tail()
+                data = self._recv(event, transport, size)
+                if data is None:
                     break
                 if not data:
-                    self.on_selectable_error(event)
                     return False
                 held.data += data
                 received = len(data)
@@ -231,6 +219,21 @@ class FlowIO(IOHandler):
         else:
             self.update(transport, selectable, reactor_now(selectable))
         return True
+
+    def _recv(self, event: Event, transport: Transport, size: int) -> bytes | None:
+        """Up to ``size`` bytes of the socket. None: nothing now (it would block, or it failed
+        and the transport's tail is closed); empty: the client ended, its error handled."""
+        try:
+            data: bytes = event.selectable.recv(size)
+        except BlockingIOError:
+            return None
+        except OSError as error:
+            log.debug("recv failed: %r", error)
+            transport.close_tail()
+            return None
+        if not data:
+            self.on_selectable_error(event)
+        return data
 
     def _free_held(self, state: ConnectionState, transport: Transport) -> bool:
         """Give proton the frames that free things at the start of the held bytes, or close
