@@ -4,9 +4,13 @@ The message takes the path an AMQP transfer takes once it is read (gateway/publi
 vhost's router (gateway/rules/routing.py) reads its envelope and picks the queues, each queue stores
 its copy and hands it to a waiting consumer, a persistent copy to a durable queue goes through
 the log, and the reply waits for the fsync that covers it, as a publisher's settlement does.
+A copy routed to a queue another worker owns (docs/workers.md) crosses the channel as a
+publisher's does, and the reply waits for the owner's confirm as a publisher's settlement does.
 What differs is only what the HTTP request can do that a link cannot: it is refused up front
 rather than held, since an HTTP reply cannot wait for credit. Over the memory budget it gets
-503 and nothing is stored; over ``max_message_size`` 413; without *write* on the exchange 403.
+503 and nothing is stored; over ``max_message_size`` 413; without *write* on the exchange 403;
+while a queue's owner is down, or while as many publishes wait for their confirms as the
+listener takes connections (``http_max_connections``), 503.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from collections.abc import Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, InvalidStateError
 from typing import Final, cast
 
 from proton import Message as ProtonMessage
@@ -29,6 +33,7 @@ from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.queues.errors import NotFound
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.queue_type import Outcome
+from sluicegate.session.channel.remote import Remote, RemoteQueue
 from sluicegate.session.inbound import Unconfirmed
 from sluicegate.wire.errors import AmqpError
 
@@ -54,17 +59,25 @@ _LONG: Final = 2**63
 class _Confirmation:
     """The HTTP request's stand-in for a publisher's delivery while its copies are stored.
 
-    The log confirms it as it confirms a publisher's (``gateway.confirming.confirm`` calls
-    ``pending.inbound.confirm``): it is its own ``inbound``, counts its copies down and then
-    completes ``done`` with whether any copy was stored.
+    The log and the channel confirm it as they confirm a publisher's
+    (``gateway.confirming.confirm`` calls ``pending.inbound.confirm``): it is its own
+    ``inbound``, counts its copies down and then completes ``done`` with whether any copy was
+    stored, or with a 503 when a copy was released because its owner's worker ended (its
+    channel is down by then: ``Remote.lost``), and calls ``finished`` on the reactor whether or
+    not anybody still awaits ``done``.
     """
 
-    __slots__ = ("copies", "done", "inbound", "stored")
+    __slots__ = ("copies", "done", "finished", "homes", "inbound", "lost", "stored")
 
-    def __init__(self, copies: int) -> None:
+    def __init__(self, copies: int, homes: list[Remote], finished: Callable[[], None]) -> None:
         self.copies = copies
         self.stored = 0
         self.inbound = self
+        # The channels its remote copies crossed: one down when a copy comes back released
+        # means the owner ended, not that its queue was gone.
+        self.homes = homes
+        self.lost: Remote | None = None
+        self.finished = finished
         self.done: Future[bool] = Future()
 
     def confirm(
@@ -76,9 +89,21 @@ class _Confirmation:
         """One copy stored (or refused); no steps for the publish path to take."""
         if outcome is Outcome.ACCEPTED:
             self.stored += 1
+        elif outcome is Outcome.RELEASED and self.lost is None:
+            self.lost = next((home for home in self.homes if not home.up), None)
         self.copies -= 1
         if self.copies == 0:
-            self.done.set_result(self.stored > 0)
+            self.finished()
+            lost = self.lost
+            try:
+                if lost is None:
+                    self.done.set_result(self.stored > 0)
+                else:
+                    self.done.set_exception(
+                        ApiError(503, f"worker {lost.home}, where a queue lives, ended")
+                    )
+            except InvalidStateError:
+                pass  # cancelled: the request timed out or its connection closed
         return 0
 
 
@@ -89,6 +114,9 @@ class PublishApi:
         self._broker = broker
         self._calls = calls
         self._timeout = timeout
+        # Publishes whose copies are not all confirmed yet, counted on the reactor: at most
+        # ``http_max_connections`` (docs/bounds.md), whether their requests still wait or not.
+        self.unconfirmed = 0
 
     async def publish(self, user: User, vhost: str, exchange: str, body: object) -> bool:
         """Whether the message was routed to (and stored by) some queue; raises ApiError."""
@@ -104,7 +132,8 @@ class PublishApi:
         )
         if confirmation is None:
             return False
-        # The log's fsync completes it on the reactor; the listener's deadline bounds the wait.
+        # The log's fsync, or the owner's confirm, completes it on the reactor; the listener's
+        # deadline bounds the wait (503), and a closed connection cancels it.
         return await asyncio.wrap_future(confirmation.done)
 
     def _store(
@@ -121,6 +150,9 @@ class PublishApi:
         shown = exchange or DEFAULT_EXCHANGE
         if not permissions.allows("write", exchange):
             raise ApiError(403, f"user '{user.name}' may not write to exchange '{shown}'")
+        cap = broker.config.http_max_connections
+        if self.unconfirmed >= cap:
+            raise ApiError(503, f"{cap} publishes wait for their queues to store them")
         limit = broker.config.max_message_size
         if len(payload) > limit:
             raise ApiError(413, f"message of {len(payload)} bytes over max_message_size {limit}")
@@ -160,11 +192,26 @@ class PublishApi:
             and any(registry.persists(queue, message) for queue in queues)
         ):
             raise ApiError(503, "the log cannot be written: persistent publishing is paused")
-        confirmation = _Confirmation(len(queues))
+        homes: list[Remote] = []
+        for queue in queues:
+            if type(queue) is RemoteQueue:
+                remote = queue.remote
+                if not remote.up:
+                    raise ApiError(
+                        503, f"queue '{queue.name}' lives on worker {remote.home}, not serving"
+                    )
+                homes.append(remote)
+        self.unconfirmed += 1
+        confirmation = _Confirmation(len(queues), homes, self._finished)
         # gateway.confirming.confirm reads ``pending.inbound``: the confirmation is its own.
         pending = cast(Unconfirmed, confirmation)
         copies = [message, *(message.copy() for _ in queues[1:])]
         for queue, copy in zip(queues, copies, strict=True):
+            if type(queue) is RemoteQueue:
+                # Stored by the worker that owns it; confirmed when it says so (its channel is
+                # up: checked above, in this same job).
+                queue.publish(pending, copy)
+                continue
             if durability is not None and registry.persists(queue, copy):
                 logged = logged_name(vhost.name, queue.name)
                 stored = durability.persist(logged, queue.as_stored(copy), pending)
@@ -184,6 +231,9 @@ class PublishApi:
             if dispatches:
                 publishing.dispatch(dispatches)
         return confirmation
+
+    def _finished(self) -> None:
+        self.unconfirmed -= 1
 
 
 def encode(body: Mapping[str, object]) -> bytes:
