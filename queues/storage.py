@@ -43,6 +43,13 @@ class StreamEntries(Protocol):
     def drop(self, index: int) -> int:
         """Archive the message (retention or a purge); return the bytes it counted."""
 
+    def emptied(self, offset: int) -> None:
+        """Every message was dropped: the next one gets ``offset``, after a restart too."""
+
+    def resumed_offset(self) -> int:
+        """The offset the stream went on at when it last held no message (0 if it never did),
+        for a restore that finds none."""
+
     def trim(self, count: int) -> None:
         """Forget the first ``count`` messages, dropped before."""
 

@@ -140,6 +140,13 @@ class MessageEntries:
         message.archive()
         return refund(message) + self._sizes.itemsize
 
+    def emptied(self, offset: int) -> None:
+        """Nothing to keep: a stream that is not logged does not outlive the server."""
+
+    def resumed_offset(self) -> int:
+        """Nothing was kept: a stream that is not logged starts at 0."""
+        return 0
+
     def trim(self, count: int) -> None:
         """Forget the first ``count`` messages."""
         del self._messages[:count]
@@ -237,10 +244,15 @@ class StreamQueue:
     def restore(self, store: QueueStore) -> None:
         """Put back the messages recovery found with their arrival times, stamped already.
 
-        Offsets continue from them. They are read a page at a time: only what the stream keeps
-        of each message stays in memory. Their filter values are not read now (that would read
-        every body): readers read them from the messages they reach.
+        Offsets continue from them, or, when retention or a purge dropped them all, from where
+        the log says the stream went on (its offsets only grow: a reader that stored offset N
+        never sees another message at N). They are read a page at a time: only what the stream
+        keeps of each message stays in memory. Their filter values are not read now (that would
+        read every body): readers read them from the messages they reach.
         """
+        resumed = self.entries.resumed_offset()
+        self.first = self.next_offset = resumed
+        self._chunks.base = self._chunks.end = resumed
         started = False
         for message in store.iter_recovered_messages(self.name):
             if not started:
@@ -454,6 +466,8 @@ class StreamQueue:
         self._head = head + 1
         self.first += 1
         self._chunks.trim(self.first)
+        if self._head == len(self.entries):
+            self.entries.emptied(self.first)
 
     # -- sizes ----------------------------------------------------------------------------
 

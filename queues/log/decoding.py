@@ -41,6 +41,7 @@ from sluicegate.queues.log.records import (
     SegmentEnd,
     SegmentsDeleted,
     SegmentStart,
+    StreamOffset,
 )
 from sluicegate.wire.decoding import decode
 from sluicegate.wire.errors import DecodeError
@@ -139,6 +140,8 @@ def _decode_body(kind: RecordType, body: _Body) -> Record:
         record = QueueDeclared(body.name(), body.arguments())
     elif kind is RecordType.DELETE_QUEUE:
         record = QueueDeleted(body.name())
+    elif kind is RecordType.STREAM_OFFSET:
+        record = StreamOffset(body.name(), body.u64())
     elif kind is RecordType.DECLARE_EXCHANGE:
         record = ExchangeDeclared(body.name(), body.name(), body.arguments())
     elif kind is RecordType.DECLARE_EXCHANGE_FLAGS:

@@ -84,6 +84,9 @@ class RecordType(enum.IntEnum):
     # SEGMENT_LIVE whose previous segment ends with SEGMENT_END: one cut short at a record
     # boundary, which no record's CRC can show, is seen.
     SEGMENT_AFTER_END = 22
+    # A durable stream that retention or a purge emptied: the offset its next message gets,
+    # which its messages no longer say after a restart.
+    STREAM_OFFSET = 23
 
 
 KINDS: Final = {kind.value: kind for kind in RecordType}
@@ -141,6 +144,14 @@ class QueueDeclared:
 
     name: str
     arguments: Arguments
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOffset:
+    """A durable stream emptied: its next message gets ``offset`` (its offsets only grow)."""
+
+    name: str
+    offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +244,7 @@ Record: TypeAlias = (
     | DeliveryCounts
     | QueueDeclared
     | QueueDeleted
+    | StreamOffset
     | ExchangeDeclared
     | ExchangeDeleted
     | Binding
@@ -308,6 +320,11 @@ def encode_queue_declared(name: str, arguments: Arguments) -> bytes:
 def encode_queue_deleted(name: str) -> bytes:
     """A queue deletion."""
     return frame_record(RecordType.DELETE_QUEUE, _name(name))
+
+
+def encode_stream_offset(name: str, offset: int) -> bytes:
+    """A durable stream emptied at ``offset``."""
+    return frame_record(RecordType.STREAM_OFFSET, _name(name) + U64.pack(offset))
 
 
 def encode_exchange_declared(

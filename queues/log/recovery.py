@@ -33,6 +33,7 @@ from sluicegate.queues.log.records import (
     SegmentEnd,
     SegmentsDeleted,
     SegmentStart,
+    StreamOffset,
 )
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.encoding import encode_canonical
@@ -218,6 +219,8 @@ class RecoveredState:
     queues: dict[str, Arguments] = field(default_factory=dict)
     exchanges: dict[str, ExchangeState] = field(default_factory=dict)
     bindings: dict[BindingKey, Arguments] = field(default_factory=dict)
+    # The offset each durable stream emptied by retention or a purge went on from.
+    stream_offsets: dict[str, int] = field(default_factory=dict)
     messages: MessageStates = field(default_factory=MessageStates)
     # Each declared queue's messages, in log order, settled ones included.
     backlogs: dict[str, list[RecoveredPage]] = field(default_factory=dict)
@@ -395,6 +398,9 @@ class Recovery:
             state.backlogs.setdefault(record.name, [])
         elif isinstance(record, QueueDeleted):
             self._delete_queue(segment, record.name)
+        elif isinstance(record, StreamOffset):
+            if record.name in state.queues:
+                state.stream_offsets[record.name] = record.offset
         elif isinstance(record, ExchangeDeclared):
             state.exchanges[record.name] = ExchangeState(
                 record.kind, record.arguments, record.auto_delete, record.internal
@@ -456,6 +462,7 @@ class Recovery:
     def _delete_queue(self, segment: int, name: str) -> None:
         state = self.state
         state.queues.pop(name, None)
+        state.stream_offsets.pop(name, None)
         messages = state.messages
         for page in state.backlogs.pop(name, ()):
             for message_id in page.message_ids():

@@ -251,6 +251,17 @@ class MessageStore:
         """Where the durable stream ``queue`` keeps its messages: their log positions."""
         return LoggedEntries(self, queue)
 
+    def stream_emptied(self, queue: str, offset: int) -> None:
+        """Log that the durable stream ``queue`` holds no message and goes on at ``offset``."""
+        record = self.topology.stream_emptied(queue, offset)
+        if record is not None:
+            self.placement.append([record])
+
+    def stream_offset(self, queue: str) -> int:
+        """Where the durable stream ``queue`` goes on when it holds no message (0 unless
+        retention or a purge emptied it)."""
+        return self.topology.stream_offsets.get(queue, 0)
+
     def stored_message(
         self, queue: str, message_id: int, segment: int, offset: int, length: int
     ) -> StoredMessage:

@@ -70,6 +70,12 @@ class EntryStore(Protocol):
     def paged_entry(self, message: Message) -> StoredMessage | None:
         """``message`` if it is logged by this store."""
 
+    def stream_emptied(self, queue: str, offset: int) -> None:
+        """Log that the stream holds no message and goes on at ``offset``."""
+
+    def stream_offset(self, queue: str) -> int:
+        """Where the stream goes on when it holds no message, as the log says."""
+
 
 class LoggedEntries:
     """Implements :class:`queues.stream.StreamEntries` over the log."""
@@ -201,6 +207,14 @@ class LoggedEntries:
         else:
             self.store.settle_entry(message_id, self._segments[index])
         return ENTRY_BYTES
+
+    def emptied(self, offset: int) -> None:
+        """Every message was dropped: the log keeps the offset the next one gets."""
+        self.store.stream_emptied(self.queue, offset)
+
+    def resumed_offset(self) -> int:
+        """The offset the log says the stream went on at when it last held no message."""
+        return self.store.stream_offset(self.queue)
 
     def trim(self, count: int) -> None:
         """Forget the first ``count`` entries."""

@@ -15,6 +15,7 @@ from sluicegate.queues.log.records import (
     encode_exchange_deleted,
     encode_queue_declared,
     encode_queue_deleted,
+    encode_stream_offset,
 )
 from sluicegate.queues.log.recovery import (
     BindingKey,
@@ -32,6 +33,7 @@ class LoggedTopology:
         self.queues: dict[str, Arguments] = dict(recovered.queues)
         self.exchanges: dict[str, ExchangeState] = dict(recovered.exchanges)
         self.bindings: dict[BindingKey, Arguments] = dict(recovered.bindings)
+        self.stream_offsets: dict[str, int] = dict(recovered.stream_offsets)
 
     def declare_queue(self, name: str, arguments: Arguments) -> bytes | None:
         """A durable queue (again, if its arguments changed)."""
@@ -43,8 +45,17 @@ class LoggedTopology:
     def delete_queue(self, name: str) -> bytes:
         """A queue's deletion, and so its bindings'."""
         self.queues.pop(name, None)
+        self.stream_offsets.pop(name, None)
         without_queue(self.bindings, name)
         return encode_queue_deleted(name)
+
+    def stream_emptied(self, name: str, offset: int) -> bytes | None:
+        """A durable stream holds no message: its next one gets ``offset``. Kept in every
+        segment's snapshot, since the segments of its messages may all be compacted away."""
+        if name not in self.queues or self.stream_offsets.get(name) == offset:
+            return None
+        self.stream_offsets[name] = offset
+        return encode_stream_offset(name, offset)
 
     def declare_exchange(self, name: str, exchange: ExchangeState) -> bytes | None:
         """A durable exchange with everything its declaration fixes."""
@@ -75,6 +86,7 @@ class LoggedTopology:
         """Records that declare everything that exists, exchanges first."""
         records = [_exchange_record(name, e) for name, e in self.exchanges.items()]
         records += [encode_queue_declared(name, args) for name, args in self.queues.items()]
+        records += [encode_stream_offset(name, at) for name, at in self.stream_offsets.items()]
         records += [_binding_record(k, arguments, True) for k, arguments in self.bindings.items()]
         return records
 
