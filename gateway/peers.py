@@ -35,10 +35,11 @@ from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.supervisor import CHANNEL, WorkerChannels
 from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import NotFound, PreconditionFailed, ResourceDeleted, ResourceLocked
+from sluicegate.queues.exchanges import Exchange
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_homes import OwnerDeclared
+from sluicegate.queues.queue_homes import OwnerDeclared, proposed_home
 from sluicegate.queues.queue_type import CreditReply as QueueReply
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -169,6 +170,49 @@ class VhostPlacement:
         change = ["queue", name, loggable(arguments), durable, auto_delete]
         declaration = encode_value(cast(Value, change))
         figures.asked[key] = remote.ask(QueryOp.DECLARE, self.vhost, name, declaration)
+        return OwnerDeclared.ASKED
+
+    def owner_declares_exchange(
+        self,
+        name: str,
+        type_name: str,
+        arguments: Mapping[str, object],
+        *,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+    ) -> OwnerDeclared | None:
+        peers = self.peers
+        figures = peers.reads.current
+        if figures is None:
+            return None
+        key = (self.vhost, name, "declare-exchange")
+        asked = figures.asked.get(key)
+        if asked is not None:
+            if not asked.done:
+                return OwnerDeclared.ASKED
+            if asked.answer is None:
+                raise PreconditionFailed(
+                    f"the worker that judges exchange '{name}' refused its declaration"
+                )
+            return OwnerDeclared.MADE if asked.answer.purged else OwnerDeclared.HAD
+        if _exchange_of(self.registry, name) is not None:
+            return None
+        # No worker owns an exchange: the one the placement hash names for its name judges it.
+        remote = peers.remotes.get(proposed_home(self.vhost, name, peers.spec.workers))
+        if remote is None:
+            return None
+        change = [
+            "exchange",
+            name,
+            type_name,
+            loggable(arguments),
+            durable,
+            auto_delete,
+            internal,
+        ]
+        declaration = encode_value(cast(Value, change))
+        figures.asked[key] = remote.ask(QueryOp.DECLARE_EXCHANGE, self.vhost, name, declaration)
         return OwnerDeclared.ASKED
 
     def owner_deletes(self, name: str) -> int | None:
@@ -512,6 +556,8 @@ class Peers:
             raise NotFound(f"no vhost '{vhost}'")
         # Checked to decode as the frame was read (session/channel/codec.py).
         change, _ = decode(declaration, 0)
+        if isinstance(change, list) and change[:2] == ["exchange", name] and len(change) == 7:
+            return self._declare_exchange(peer, vhost, found.registry, change)
         if not isinstance(change, list) or change[:2] != ["queue", name] or len(change) != 5:
             raise ChannelError(f"a declaration of queue '{name}' that is not one")
         registry = found.registry
@@ -530,6 +576,24 @@ class Peers:
             kept = ["queue", name, arguments, settings.durable, settings.auto_delete]
             self.sockets[peer].send(encode(Topology(vhost, encode_value(cast(Value, kept)))))
         return not had
+
+    def _declare_exchange(
+        self, peer: int, vhost: str, registry: QueueRegistry, change: list[Value]
+    ) -> bool:
+        """Management on worker ``peer`` declares an exchange this worker judges: whether it
+        was made now (and broadcast, before the answer). One this worker had goes to the asker
+        again, before the answer, and the asker judges the declaration by it, as this worker
+        would: a different type or flags refused with precondition-failed (docs/workers.md)."""
+        had = _exchange_of(registry, str(change[1]))
+        try:
+            _apply(registry, change)
+        except PreconditionFailed:
+            if had is None:
+                raise
+        if had is not None:
+            kept = _exchange_change(had)
+            self.sockets[peer].send(encode(Topology(vhost, encode_value(cast(Value, kept)))))
+        return had is None
 
     def _delete(self, vhost: str, name: str) -> int:
         """Management on another worker deletes a queue here, as management here would: the
@@ -832,22 +896,7 @@ def _known(registry: QueueRegistry) -> list[list[Value]]:
             continue
         arguments = cast(dict[Value, Value], dict(settings.raw_arguments))
         changes.append(["queue", info.name, arguments, settings.durable, settings.auto_delete])
-    for exchange in registry.exchanges():
-        kept = exchange.settings
-        if exchange.name.startswith("amq.") or not exchange.name:
-            continue
-        arguments = cast(dict[Value, Value], dict(kept.arguments))
-        changes.append(
-            [
-                "exchange",
-                exchange.name,
-                kept.type.value,
-                arguments,
-                kept.durable,
-                kept.auto_delete,
-                kept.internal,
-            ]
-        )
+    changes += _known_exchanges(registry)
     for binding in registry.bindings():
         arguments = cast(dict[Value, Value], dict(binding.arguments))
         changes.append(
@@ -861,6 +910,38 @@ def _known(registry: QueueRegistry) -> list[list[Value]]:
             ]
         )
     return changes
+
+
+def _known_exchanges(registry: QueueRegistry) -> list[list[Value]]:
+    """A registry's exchanges but the server's own, as the changes that declare them."""
+    return [
+        _exchange_change(exchange)
+        for exchange in registry.exchanges()
+        if exchange.name and not exchange.name.startswith("amq.")
+    ]
+
+
+def _exchange_change(exchange: Exchange) -> list[Value]:
+    """The change that declares ``exchange`` as it is."""
+    kept = exchange.settings
+    arguments = cast(dict[Value, Value], dict(kept.arguments))
+    return [
+        "exchange",
+        exchange.name,
+        kept.type.value,
+        arguments,
+        kept.durable,
+        kept.auto_delete,
+        kept.internal,
+    ]
+
+
+def _exchange_of(registry: QueueRegistry, name: str) -> Exchange | None:
+    """The exchange ``name`` if the registry has it."""
+    try:
+        return registry.exchange(name)
+    except NotFound:
+        return None
 
 
 def _apply(registry: QueueRegistry, change: list[Value]) -> None:

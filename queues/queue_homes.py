@@ -74,6 +74,22 @@ class Placement(Protocol):
         owner judges the declaration (two workers declaring it at once with different arguments
         cannot both win). None otherwise: the queue is declared here."""
 
+    def owner_declares_exchange(
+        self,
+        name: str,
+        type_name: str,
+        arguments: Mapping[str, object],
+        *,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+    ) -> OwnerDeclared | None:
+        """Management declares the exchange ``name``, which this worker does not know: if
+        another worker judges it (the one :func:`proposed_home` names for it) and a management
+        request is being answered, that worker judges the declaration, so that two workers
+        declaring it at once with different types or flags cannot both win. None otherwise:
+        the exchange is declared here."""
+
 
 class HomesDamaged(Exception):
     """A placement record that cannot be read: the file was changed by hand or damaged."""

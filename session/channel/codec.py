@@ -386,7 +386,7 @@ def decode(kind: int, data: memoryview) -> Frame:
         except ValueError as error:
             raise ChannelError(f"unknown query {op}") from error
         vhost, queue, declaration = body.text(), body.text(), body.blob()
-        if known is QueryOp.DECLARE:
+        if known is QueryOp.DECLARE or known is QueryOp.DECLARE_EXCHANGE:
             _change(declaration)
         elif declaration:
             raise ChannelError(f"a {known.name} query carries a declaration")

@@ -62,6 +62,10 @@ class QueryOp(enum.IntEnum):
     # Declare it (the query carries the declaration): the owner judges a declaration made on
     # another worker, so two made at once with different arguments cannot both win.
     DECLARE = 4
+    # Declare an exchange (the query carries the declaration, the exchange's name in place of
+    # a queue's): the worker the placement hash names for it judges a declaration made on
+    # another worker, so two made at once with different types cannot both win.
+    DECLARE_EXCHANGE = 5
 
 
 @dataclass(frozen=True, slots=True)

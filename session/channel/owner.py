@@ -332,6 +332,14 @@ class Owner:
     def _answer(self, frame: Query) -> Answer:
         """A question about a queue here, answered at once: its counts after what it asks."""
         made = 0
+        if frame.op is QueryOp.DECLARE_EXCHANGE:
+            if self.declare is None:
+                raise ChannelError("an exchange declaration sent to a worker that judges none")
+            try:
+                made = int(self.declare(frame.vhost, frame.queue, frame.declaration))
+            except AmqpError:
+                return Answer(frame.query, False, 0, counts_of(no_counts(frame.queue)))
+            return Answer(frame.query, True, made, counts_of(no_counts(frame.queue)))
         if frame.op is QueryOp.DECLARE:
             if self.declare is None:
                 raise ChannelError("a declaration sent to an owner that declares no queue")

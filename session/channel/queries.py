@@ -29,7 +29,9 @@ from sluicegate.session.channel.frames import ANSWER_COUNTS, Answer, Query, Quer
 # refused at once.
 MAX_PURGES: Final = 64
 # The questions that change the queue: never joined, counted against MAX_PURGES.
-_CHANGES: Final = frozenset({QueryOp.PURGE, QueryOp.DELETE, QueryOp.DECLARE})
+_CHANGES: Final = frozenset(
+    {QueryOp.PURGE, QueryOp.DELETE, QueryOp.DECLARE, QueryOp.DECLARE_EXCHANGE}
+)
 # The stream offsets among the counts, sent as -1 when absent.
 _OFFSETS: Final = 3
 _ABSENT: Final = -1
@@ -120,8 +122,8 @@ class Questions:
 
 class Figures:
     """One management request's questions to owners, by stand-in and what it needs of it
-    (``"counts"``, ``"purge"``, ``"delete"`` or ``"declare"``): asked on one run, read on the
-    next."""
+    (``"counts"``, ``"purge"``, ``"delete"``, ``"declare"`` or ``"declare-exchange"``): asked
+    on one run, read on the next."""
 
     __slots__ = ("asked",)
 

@@ -20,7 +20,8 @@ from sluicegate.gateway.rules.management.requests import (
 )
 from sluicegate.gateway.rules.names import check_name
 from sluicegate.queues.errors import NotFound
-from sluicegate.queues.exchanges import Exchange
+from sluicegate.queues.exchanges import Exchange, exchange_settings
+from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.registry import QueueRegistry
 
 # The default exchange's name in permissions, as RabbitMQ checks it.
@@ -61,12 +62,40 @@ class ExchangeRoutes:
             if not self._exchange_exists(name):
                 check_routing_argument("exchange", name, arguments, "alternate-exchange", caller)
                 self.quotas.check_exchange_room(name)
+            durable = flag(body, "durable", True)
+            auto_delete = flag(body, "auto_delete", False)
+            internal = flag(body, "internal", False)
+            # Checked here first, so that a bad declaration is refused with its own reason.
+            exchange_settings(
+                type_name,
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
+                arguments=arguments,
+            )
+            placement = self.registry.placement
+            judged = (
+                None
+                if placement is None
+                else placement.owner_declares_exchange(
+                    name,
+                    type_name,
+                    arguments,
+                    durable=durable,
+                    auto_delete=auto_delete,
+                    internal=internal,
+                )
+            )
+            if judged is OwnerDeclared.ASKED:
+                # Another worker judges it: answered again once it has, its declaration here
+                # by then, so this one is judged as on one worker (docs/workers.md).
+                return Response(200, None)
             self.registry.declare_exchange(
                 name,
                 type_name,
-                durable=flag(body, "durable", True),
-                auto_delete=flag(body, "auto_delete", False),
-                internal=flag(body, "internal", False),
+                durable=durable,
+                auto_delete=auto_delete,
+                internal=internal,
                 arguments=dict(arguments),
             )
             return Response(204)

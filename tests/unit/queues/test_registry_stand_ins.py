@@ -38,6 +38,18 @@ class _Elsewhere:
     ) -> OwnerDeclared | None:
         return None
 
+    def owner_declares_exchange(
+        self,
+        name: str,
+        type_name: str,
+        arguments: Mapping[str, object],
+        *,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+    ) -> OwnerDeclared | None:
+        return None
+
 
 def test_a_stand_in_takes_its_owners_declaration_and_judges_by_it() -> None:
     registry = QueueRegistry()

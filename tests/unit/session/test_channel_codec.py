@@ -101,7 +101,7 @@ CHANGES = st.lists(NAMES, max_size=4).map(lambda rest: amqp(["queue", *rest]))
 @st.composite
 def queries(draw: st.DrawFn) -> Query:
     op = draw(st.sampled_from(QueryOp))
-    declaration = draw(CHANGES) if op is QueryOp.DECLARE else b""
+    declaration = draw(CHANGES) if op in (QueryOp.DECLARE, QueryOp.DECLARE_EXCHANGE) else b""
     return Query(draw(U32), op, draw(NAMES), draw(NAMES), declaration)
 
 
@@ -296,6 +296,7 @@ def _query(op: int, declaration: bytes) -> bytes:
         (_topology(amqp([])), "not one whole list"),
         (_topology(amqp([7, "q"])), "does not start with its verb"),
         (_query(QueryOp.DECLARE, b"\xa1\x09queue"), "does not decode"),
+        (_query(QueryOp.DECLARE_EXCHANGE, b"\xa1\x09exchange"), "does not decode"),
         (_query(QueryOp.COUNTS, amqp(["queue", "q"])), "COUNTS query carries a declaration"),
         # An answer one count short: its fixed size is read whole or not at all.
         (_raw(Kind.ANSWER, struct.pack(f"<IBQ{ANSWER_COUNTS - 1}q", 1, 1, 0, *[0] * 18)), "ends"),

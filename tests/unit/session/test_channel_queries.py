@@ -339,6 +339,18 @@ class _Placement:
     ) -> OwnerDeclared | None:
         return None
 
+    def owner_declares_exchange(
+        self,
+        name: str,
+        type_name: str,
+        arguments: Mapping[str, object],
+        *,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+    ) -> OwnerDeclared | None:
+        return None
+
 
 def test_a_stand_ins_use_is_told_to_its_owner_and_its_deletion_purges_nothing_here() -> None:
     remote = Remote(1)
