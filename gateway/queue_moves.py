@@ -19,7 +19,8 @@ message's bytes carry its offset (``x-stream-offset``, stamped as it was appende
 time is copied with it, and the messages are copied in order with none left out, so the stream
 recovered on its new worker starts at its first message's offset and numbers the rest as
 before (queues/stream.py, ``StreamQueue.restore``): a reader attaching at an offset gets the
-same messages.
+same messages. A stream retention emptied has no message to say its offset: its stream-offset
+record is copied, and it goes on there.
 """
 
 from __future__ import annotations
@@ -145,6 +146,11 @@ def _copy_queue(
         # Not durable: nothing of it is logged, only its home moves.
         return 0
     target.declare_queue(logged, arguments)
+    # A stream retention emptied says where it goes on by this record alone (its messages,
+    # once there are, say it again): docs/durability.md.
+    offset = source.stream_offset(logged)
+    if offset:
+        target.stream_emptied(logged, offset)
     for key, binding in source.bindings.items():
         if key.destination != logged or key.to_exchange:
             continue

@@ -14,6 +14,7 @@ import pytest
 from proton import Described, Message, symbol
 from proton.reactor import Filter
 from proton.utils import BlockingConnection
+from support.polling import wait_until
 from support.ports import free_port
 from support.process import SERVE, serving
 from support.workers import blocking_on, children, homed_on, worker_of
@@ -171,3 +172,46 @@ def test_a_stream_moves_with_every_offset_kept(tmp_path: Path) -> None:
         finally:
             connection.close()
         assert _read_stream(url, stream, first + kept, 1) == [(first + kept, "after")]
+
+
+@pytest.mark.slow
+def test_a_stream_emptied_by_its_max_age_moves_with_its_next_offset(tmp_path: Path) -> None:
+    """A stream of the worker that goes, whose x-max-age dropped every message: moved, the next
+    message appended takes the offset after the last one it had, not 0."""
+    data_dir = tmp_path / "data"
+    stream = homed_on(1, 2, "aged-stream")
+    options = ("--data-dir", str(data_dir), *QUIET)
+    arguments = {"x-queue-type": "stream", "x-max-age": "1s"}
+    with (
+        serving("--workers", "2", *options) as (process, port),
+        ManagementClient(f"amqp://127.0.0.1:{port}") as management,
+    ):
+        declared = management.request(
+            "PUT", f"/queues/{stream}", {"durable": True, "arguments": arguments}
+        )
+        assert declared.ok, declared
+        pids = sorted(children(process.pid), key=worker_of)
+        connection = blocking_on(port, pids, pids[1])
+        sender = connection.create_sender(stream)
+        for n in range(10):
+            sender.send(Message(body=f"s{n}", durable=True))
+        connection.close()
+
+        def emptied() -> bool:
+            shown = management.request("GET", f"/queues/{stream}")
+            assert isinstance(shown.body, dict)
+            return shown.body["message_count"] == 0
+
+        wait_until(emptied, timeout=30)
+
+    moved = _move(data_dir, 1)
+    assert moved.returncode == 0, moved.stderr
+
+    with serving("--workers", "1", *options) as (_, port):
+        url = f"amqp://127.0.0.1:{port}"
+        connection = BlockingConnection(url, timeout=20)
+        try:
+            connection.create_sender(stream).send(Message(body="after", durable=True))
+        finally:
+            connection.close()
+        assert _read_stream(url, stream, "first", 1) == [(10, "after")]
