@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from support.polling import wait_until
 from support.ports import free_port
 from support.process import serving
 from support.workers import children, connection_on, homed_on, worker_of
@@ -60,7 +61,11 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     options = ("--workers", "2", "--data-dir", str(data_dir))
     listens = ("--metrics-listen", "off", "--http-api-listen", f"127.0.0.1:{http}")
     with serving(*options, *listens) as (process, port):
-        yield Workers(port, sorted(children(process.pid), key=worker_of), http)
+        served = Workers(port, sorted(children(process.pid), key=worker_of), http)
+        # A server that just started may not have its channel yet: a declaration judged by
+        # the other worker would be 503 until it has.
+        wait_until(lambda: _http_put(served, "/queues/%2F/" + homed_on(1, 2, "up"), {})[0] == 201)
+        yield served
 
 
 def _shown(client: ManagementClient, exchange: str) -> dict[str, object]:

@@ -5,14 +5,17 @@ module; each test uses queues of its own, and the one that stops the owner comes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from support.polling import wait_until
@@ -26,6 +29,8 @@ MAX_CONNECTIONS = 4
 REQUEST_TIMEOUT = 2.0
 # The publishes one test makes to a durable queue on the other worker, each read back at once.
 PUBLISHES = 20
+# The deadline of the server whose owner is killed: far beyond the channel's end being seen.
+LONG_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -36,20 +41,25 @@ class Workers:
     http: int
 
 
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+@contextlib.contextmanager
+def _serving(data_dir: Path, timeout: float) -> Iterator[Workers]:
     http = free_port()
-    data_dir = tmp_path_factory.mktemp("workers")
     options = ("--workers", "2", "--data-dir", str(data_dir))
     listens = ("--metrics-listen", "off", "--http-api-listen", f"127.0.0.1:{http}")
     bounds = (
         "--http-max-connections",
         str(MAX_CONNECTIONS),
         "--http-request-timeout",
-        str(REQUEST_TIMEOUT),
+        str(timeout),
     )
     with serving(*options, *listens, *bounds) as (process, _):
         yield Workers(sorted(children(process.pid), key=worker_of), http)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    with _serving(tmp_path_factory.mktemp("workers"), REQUEST_TIMEOUT) as served:
+        yield served
 
 
 def _http(workers: Workers, path: str, method: str = "GET", body: object = None) -> object:
@@ -65,6 +75,22 @@ def _http(workers: Workers, path: str, method: str = "GET", body: object = None)
         if method == "PUT":
             return response.status
         return json.loads(response.read())
+
+
+def _declare(workers: Workers, queue: str, body: object) -> None:
+    """Declare ``queue`` once its worker serves: a server that just started may not have its
+    channels yet (503)."""
+
+    def declared() -> bool:
+        try:
+            return _http(workers, f"/queues/%2F/{queue}", "PUT", body) == 201
+        except urllib.error.HTTPError as error:
+            error.close()
+            if error.code != 503:
+                raise
+            return False
+
+    wait_until(declared, timeout=30)
 
 
 def _publish(workers: Workers, queue: str, payload: str) -> object:
@@ -98,7 +124,7 @@ def test_the_reply_comes_once_the_owner_stored_the_copy(workers: Workers) -> Non
     """Each publish to a durable queue on worker 1 is answered after the owner logged it: the
     owner counts it when the next request asks, every time."""
     queue = homed_on(1, 2, "http-stored")
-    assert _http(workers, f"/queues/%2F/{queue}", "PUT", {"durable": True}) == 201
+    _declare(workers, queue, {"durable": True})
     for n in range(1, PUBLISHES + 1):
         assert _publish(workers, queue, f"m{n}") == {"routed": True}
         assert _messages(workers, queue) == n
@@ -109,8 +135,7 @@ def test_a_copy_the_owner_refuses_is_not_routed(workers: Workers) -> None:
     message: the reply says so, as the same queue on worker 0 would."""
     queue = homed_on(1, 2, "http-full")
     arguments = {"x-max-length": 1, "x-overflow": "reject-publish"}
-    declared = _http(workers, f"/queues/%2F/{queue}", "PUT", {"arguments": arguments})
-    assert declared == 201
+    _declare(workers, queue, {"arguments": arguments})
     assert _publish(workers, queue, "first") == {"routed": True}
     assert _publish(workers, queue, "second") == {"routed": False}
     assert _messages(workers, queue) == 1
@@ -123,7 +148,7 @@ def test_a_stopped_owner_gets_503_and_the_waiting_publishes_are_capped(
     at the API's deadline, and once as many wait as the listener takes connections the next
     is refused at once. The owner resumed, it stores them and publishing goes on."""
     queue = homed_on(1, 2, "http-stopped")
-    assert _http(workers, f"/queues/%2F/{queue}", "PUT", {"durable": True}) == 201
+    _declare(workers, queue, {"durable": True})
     owner = workers.pids[1]
     os.kill(owner, signal.SIGSTOP)
     try:
@@ -149,3 +174,32 @@ def test_a_stopped_owner_gets_503_and_the_waiting_publishes_are_capped(
     wait_until(routed, timeout=30)
     # The publishes that timed out were stored all the same, as a released publisher's may be.
     assert _messages(workers, queue) == MAX_CONNECTIONS + 1
+
+
+@pytest.mark.slow
+def test_an_owner_that_ends_while_the_reply_waits_gets_503(tmp_path: Path) -> None:
+    """Worker 1 stopped, a publish to its queue waits; killed, its channel ends and the reply
+    is 503 at once, not at the deadline. Restarted by the supervisor, it takes publishes again
+    (503 "not serving" until it does)."""
+    with _serving(tmp_path, LONG_TIMEOUT) as served:
+        queue = homed_on(1, 2, "http-killed")
+        _declare(served, queue, {"durable": True})
+        owner = served.pids[1]
+        os.kill(owner, signal.SIGSTOP)
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(_refusal, served, queue)
+            # The publish reaches worker 0 and crosses (or not yet: either way it is refused).
+            time.sleep(0.5)
+            os.kill(owner, signal.SIGKILL)
+            status, reason = waiting.result(timeout=LONG_TIMEOUT / 2)
+        assert status == 503
+        assert "worker 1" in reason
+
+        def routed() -> bool:
+            try:
+                return _publish(served, queue, "after") == {"routed": True}
+            except urllib.error.HTTPError as error:
+                error.close()
+                return False
+
+        wait_until(routed, timeout=30)
