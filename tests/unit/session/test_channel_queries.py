@@ -206,6 +206,40 @@ def test_the_owner_judges_a_declaration_and_says_whether_it_made_the_queue() -> 
         Owner(owned._find, 16).receive(Query(4, QueryOp.DECLARE, "/", "q", b"\x45"))
 
 
+def test_the_judge_of_an_exchange_answers_whether_it_made_it_whatever_queues_it_has() -> None:
+    owned = Owned()
+    exchanges: set[str] = set()
+
+    def declare(vhost: str, name: str, declaration: bytes) -> bool:
+        if name == "bad":
+            raise PreconditionFailed("inequivalent arg 'type'")
+        had = name in exchanges
+        exchanges.add(name)
+        return not had
+
+    owner = Owner(owned._find, 16, declare=declare)
+    declaration = amqp(["exchange", "x", "fanout", {}, True, False, False])
+    (query,) = FrameReader(1 << 16).feed(
+        b"".join(encode(Query(1, QueryOp.DECLARE_EXCHANGE, "/", "x", declaration)))
+    )
+    # No queue "x" here: an exchange's answer is found all the same, with no counts.
+    assert owner.receive(query)[0] == [Answer(1, True, 1, counts_of(no_counts("x")))]
+    again = owner.receive(Query(2, QueryOp.DECLARE_EXCHANGE, "/", "x", declaration))[0]
+    assert again == [Answer(2, True, 0, counts_of(no_counts("x")))]
+    refused = owner.receive(Query(3, QueryOp.DECLARE_EXCHANGE, "/", "bad", declaration))[0]
+    assert refused == [Answer(3, False, 0, counts_of(no_counts("bad")))]
+    with pytest.raises(ChannelError):
+        Owner(owned._find, 16).receive(Query(4, QueryOp.DECLARE_EXCHANGE, "/", "x", declaration))
+    # Never joined: each declaration is judged, and counted against the purges' bound.
+    questions = Questions()
+    first, sent = questions.ask(QueryOp.DECLARE_EXCHANGE, "/", "x", declaration)
+    second, again_sent = questions.ask(QueryOp.DECLARE_EXCHANGE, "/", "x", declaration)
+    assert sent is not None
+    assert again_sent is not None
+    assert first is not second
+    assert questions.purges == 2
+
+
 def test_deletions_are_never_joined_and_share_the_purges_bound() -> None:
     questions = Questions()
     first, query = questions.ask(QueryOp.DELETE, "/", "q")

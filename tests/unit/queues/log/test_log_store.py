@@ -410,3 +410,29 @@ def test_the_body_cache_counts_each_body_with_its_entry(tmp_path: Path) -> None:
     stats = store.statistics()
     assert 20 <= stats.cached_bodies <= size // (shortest + CACHE_ENTRY_COST)
     assert stats.cached_bytes + stats.cached_bodies * CACHE_ENTRY_COST <= size
+
+
+def test_an_emptied_streams_offset_survives_reopens_compaction_and_goes_with_its_queue(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(tmp_path, segment_size=2048)
+    writer = SegmentWriter(tmp_path)
+    store.declare_queue("s", {"x-queue-type": "stream"})
+    store.declare_queue("other", {})
+    assert store.stream_offset("s") == 0
+    # Not a queue the log knows: nothing logged.
+    store.stream_emptied("unknown", 7)
+    store.stream_emptied("s", 12)
+    # Traffic settled, so that compaction deletes the segment of the record.
+    messages = [store.enqueue("other", _payload(i, 400), 0) for i in range(20)]
+    for message in messages:
+        store.settled(message)
+    write_now(store, writer)
+    write_now(store, writer)
+    assert 1 not in list_segments(tmp_path)
+    again = _reopen(tmp_path)
+    assert (again.stream_offset("s"), again.stream_offset("unknown")) == (12, 0)
+    again.delete_queue("s", [])
+    again.declare_queue("s", {"x-queue-type": "stream"})
+    write_now(again, SegmentWriter(tmp_path))
+    assert _reopen(tmp_path).stream_offset("s") == 0
