@@ -27,7 +27,7 @@ from sluicegate.clients.management import ManagementClient, Reply
 # Rounds of the race, alternating the worker that judges the exchange: each may go either way.
 ROUNDS = 4
 # Pairs of declarations that differ: by type, by durability, by auto-delete.
-CONFLICTS = (
+CONFLICTS: tuple[tuple[dict[str, object], dict[str, object]], ...] = (
     ({"type": "fanout"}, {"type": "direct"}),
     ({"type": "topic", "durable": True}, {"type": "topic", "durable": False}),
     ({"type": "direct", "auto_delete": False}, {"type": "direct", "auto_delete": True}),

@@ -200,7 +200,7 @@ def test_a_stream_emptied_by_its_max_age_moves_with_its_next_offset(tmp_path: Pa
         def emptied() -> bool:
             shown = management.request("GET", f"/queues/{stream}")
             assert isinstance(shown.body, dict)
-            return shown.body["message_count"] == 0
+            return bool(shown.body["message_count"] == 0)
 
         wait_until(emptied, timeout=30)
 
