@@ -27,12 +27,15 @@ from proton import Message as ProtonMessage
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.http.loops_api import ApiError
 from sluicegate.gateway.http.reactor_calls import ReactorCalls
+from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.rules.routing import PublishTarget
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.queues.errors import NotFound
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
-from sluicegate.queues.queue_type import Outcome
+from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import Outcome, QueueType
+from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.remote import Remote, RemoteQueue
 from sluicegate.session.inbound import Unconfirmed
 from sluicegate.wire.errors import AmqpError
@@ -206,34 +209,57 @@ class PublishApi:
         # gateway.confirming.confirm reads ``pending.inbound``: the confirmation is its own.
         pending = cast(Unconfirmed, confirmation)
         copies = [message, *(message.copy() for _ in queues[1:])]
-        for queue, copy in zip(queues, copies, strict=True):
-            if type(queue) is RemoteQueue:
-                # Stored by the worker that owns it; confirmed when it says so (its channel is
-                # up: checked above, in this same job).
-                queue.publish(pending, copy)
-                continue
-            if durability is not None and registry.persists(queue, copy):
-                logged = logged_name(vhost.name, queue.name)
-                stored = durability.persist(logged, queue.as_stored(copy), pending)
-                try:
-                    dispatches = queue.enqueue(stored)
-                except AmqpError:
-                    durability.withdraw(stored)
-                    confirmation.confirm(pending, Outcome.REJECTED)
-                    continue
-            else:
-                try:
-                    dispatches = queue.enqueue(copy)
-                except AmqpError:
-                    confirmation.confirm(pending, Outcome.REJECTED)
-                    continue
-                confirmation.confirm(pending)
-            if dispatches:
-                publishing.dispatch(dispatches)
+        reached = 0
+        try:
+            for queue, copy in zip(queues, copies, strict=True):
+                _store_copy(publishing, registry, vhost.name, queue, copy, confirmation)
+                reached += 1
+        except Exception:
+            # An internal error (answered 500) must not keep the publish counted against the
+            # cap for ever: the copy it failed on and those it did not reach count as refused
+            # (a confirm that still comes for the failed one finds the count already down).
+            for _ in range(len(queues) - reached):
+                confirmation.confirm(pending, Outcome.REJECTED)
+            raise
         return confirmation
 
     def _finished(self) -> None:
         self.unconfirmed -= 1
+
+
+def _store_copy(
+    publishing: Publishing,
+    registry: QueueRegistry,
+    vhost: str,
+    queue: QueueType,
+    copy: Message,
+    confirmation: _Confirmation,
+) -> None:
+    """One copy to its queue: across the channel, through the log, or stored at once."""
+    pending = cast(Unconfirmed, confirmation)
+    if type(queue) is RemoteQueue:
+        # Stored by the worker that owns it; confirmed when it says so (its channel is up:
+        # checked before any copy, in this same job).
+        queue.publish(pending, copy)
+        return
+    durability = publishing.durability
+    if durability is not None and registry.persists(queue, copy):
+        stored = durability.persist(logged_name(vhost, queue.name), queue.as_stored(copy), pending)
+        try:
+            dispatches = queue.enqueue(stored)
+        except AmqpError:
+            durability.withdraw(stored)
+            confirmation.confirm(pending, Outcome.REJECTED)
+            return
+    else:
+        try:
+            dispatches = queue.enqueue(copy)
+        except AmqpError:
+            confirmation.confirm(pending, Outcome.REJECTED)
+            return
+        confirmation.confirm(pending)
+    if dispatches:
+        publishing.dispatch(dispatches)
 
 
 def encode(body: Mapping[str, object]) -> bytes:
