@@ -9,10 +9,12 @@ signals only: a worker that dies is forked again and recovers its log while the 
 on; SIGTERM or SIGINT is passed to every worker, and those still running after
 ``shutdown_timeout`` (and the watchdog's margin) are killed.
 
-Every pair of workers shares a channel, a socket pair made here before the second of the two
-is forked: the one forked later inherits its end, the other is handed its end over its control
-socket (``SCM_RIGHTS``), so a restarted worker gets fresh channels to every worker that serves
-and no worker ever holds another's end (its death is seen as the end of the stream). A worker
+Every pair of workers shares a channel, a socket pair made here. At start every pair's is made
+before the first fork and each worker inherits its ends, so each serves holding a channel to
+every other (one forked first would otherwise get its ends only after it serves, and refuse
+what needs another worker meanwhile). A worker forked again later inherits a fresh channel to
+every worker that serves, whose end is handed over its control socket (``SCM_RIGHTS``); no
+worker ever holds another's end (its death is seen as the end of the stream). A worker
 that ends a channel for a protocol error says so on its control socket, and the pair gets a
 fresh one the same way, after a pause (session/channel/remakes.py).
 """
@@ -229,6 +231,8 @@ class Supervisor:
         self.port = 0
         self.tls_port: int | None = None
         self.remakes = Remakes()
+        # The channels made at start, by (worker, peer): that worker's end, the serial number.
+        self._starting: dict[tuple[int, int], tuple[socket.socket, int]] = {}
 
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT; the exit status."""
@@ -253,6 +257,11 @@ class Supervisor:
             _Worker(index, worker_config(config, index, self.port, self.tls_port))
             for index in range(config.workers)
         ]
+        for one in self.workers:
+            for other in self.workers[one.index + 1 :]:
+                mine, theirs, serial = self._channel(one, other)
+                self._starting[one.index, other.index] = (mine, serial)
+                self._starting[other.index, one.index] = (theirs, serial)
         for worker in self.workers:
             self._fork(worker)
         for worker in self.workers:
@@ -285,7 +294,10 @@ class Supervisor:
         # A channel to every worker that serves (or is starting): this one inherits its end.
         theirs: list[tuple[_Worker, socket.socket, int]] = []
         for other in self.workers:
-            if other is not worker and other.pid:
+            made = self._starting.pop((worker.index, other.index), None)
+            if made is not None:
+                channels.channels[other.index], channels.serials[other.index] = made
+            elif other is not worker and other.pid:
                 mine, their, serial = self._channel(worker, other)
                 channels.channels[other.index] = mine
                 channels.serials[other.index] = serial
@@ -332,6 +344,9 @@ class Supervisor:
         try:
             for sock in self._reserved:
                 sock.close()
+            # The ends of channels made at start for the workers forked after this one.
+            for end, _ in self._starting.values():
+                end.close()
             for other in self.workers:
                 if other.ready >= 0:
                     os.close(other.ready)

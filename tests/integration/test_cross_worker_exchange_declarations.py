@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from support.polling import wait_until
 from support.ports import free_port
 from support.process import serving
 from support.workers import children, connection_on, homed_on, worker_of
@@ -62,9 +61,9 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     listens = ("--metrics-listen", "off", "--http-api-listen", f"127.0.0.1:{http}")
     with serving(*options, *listens) as (process, port):
         served = Workers(port, sorted(children(process.pid), key=worker_of), http)
-        # A server that just started may not have its channel yet: a declaration judged by
-        # the other worker would be 503 until it has.
-        wait_until(lambda: _http_put(served, "/queues/%2F/" + homed_on(1, 2, "up"), {})[0] == 201)
+        # Served, each worker holds its channel to the other: a declaration judged there
+        # is answered at once (gateway/supervisor.py).
+        assert _http_put(served, "/queues/%2F/" + homed_on(1, 2, "up"), {})[0] == 201
         yield served
 
 

@@ -78,19 +78,9 @@ def _http(workers: Workers, path: str, method: str = "GET", body: object = None)
 
 
 def _declare(workers: Workers, queue: str, body: object) -> None:
-    """Declare ``queue`` once its worker serves: a server that just started may not have its
-    channels yet (503)."""
-
-    def declared() -> bool:
-        try:
-            return _http(workers, f"/queues/%2F/{queue}", "PUT", body) == 201
-        except urllib.error.HTTPError as error:
-            error.close()
-            if error.code != 503:
-                raise
-            return False
-
-    wait_until(declared, timeout=30)
+    """Declare ``queue`` on worker 0's API: at once, since a server serves holding its channels
+    (gateway/supervisor.py)."""
+    assert _http(workers, f"/queues/%2F/{queue}", "PUT", body) == 201
 
 
 def _publish(workers: Workers, queue: str, payload: str) -> object:
