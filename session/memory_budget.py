@@ -110,7 +110,8 @@ class MemoryBudget:
 
     def keep_for_letters(self, peers: int) -> int:
         """Keep the letters' part of the margin for ``peers`` other workers (none: nothing is
-        kept): the window each of them is sent, within which its letters park here."""
+        kept), and return the window of this worker's own letters to each of them: every
+        worker has the same share of the budget, so each peer keeps as much for this one's."""
         if not peers:
             self.letters = 0
             return 0
