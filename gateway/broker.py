@@ -268,9 +268,9 @@ class Broker(Handler):
         total = held.total
         self.publishing.flush()
         self.modified_annotations.forget()
-        # Half way through the margin: what requests out for another worker's deliveries
-        # bring then lands within it (session/waiting.py).
-        full = budget.used >= budget.ceiling - budget.margin // 2
+        # Half way through the publishers' margin: what requests out for another worker's
+        # deliveries bring then lands within it (session/memory_budget.py, session/waiting.py).
+        full = budget.used >= budget.half_way
         sending.budget_blocked(budget.blocked, full)
         sending.pump_marked()
         if self.peers is not None:

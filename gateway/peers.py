@@ -622,12 +622,13 @@ class Peers:
         to them are held, and every one at the ceiling; once it is not blocked, the parked
         ones are stored first, in their order."""
         blocked = self._blocked = budget.blocked
-        # What one peer's letters may make this worker's peers park past their limit (they
-        # park publishes to heavy queues from the limit on): half the margin, split.
-        window = budget.margin // (2 * len(self.remotes))
+        # What this worker's letters may make a peer park while it is blocked: the part of
+        # its margin it keeps for them, split among its peers (session/memory_budget.py).
+        window = budget.keep_for_letters(len(self.remotes))
         for remote in self.remotes.values():
             remote.letter_window = window
-        self._heavy = 0 if budget.used >= budget.ceiling else int(budget.margin * HOLDER_SHARE)
+        full = budget.used >= budget.publishing_ceiling
+        self._heavy = 0 if full else int(budget.margin * HOLDER_SHARE)
         parked = self._parked
         while parked and not blocked:
             peer, publish = parked.popleft()
@@ -658,8 +659,15 @@ class Peers:
         """Whether a publish that arrives while the budget is blocked waits: at the ceiling,
         after another parked one to its queue, or when its queue holds at least a holder's
         floor (session/inbound_flow.py: a quarter of the margin), as this worker's publishers
-        are weighed. A publish to a queue that is drained as it fills goes on."""
-        if self._heavy == 0 or (publish.vhost, publish.queue) in self._parked_queues:
+        are weighed. A publish to a queue that is drained as it fills goes on. Dead letters
+        always wait: no hold weighs them, and stored into light queues they took a worker
+        through its margin to the ceiling, where every publisher waits (seed 65400); this
+        worker's own letters are routed only below its limit (gateway/dead_letters.py)."""
+        if (
+            publish.letters
+            or self._heavy == 0
+            or (publish.vhost, publish.queue) in self._parked_queues
+        ):
             return True
         queue = self._find(publish.vhost, publish.queue)
         if queue is None:

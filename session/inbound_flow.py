@@ -146,8 +146,11 @@ class InboundFlow:
         self._watched_since = 0.0
         # The holds were decided for the bytes held at this figure (None: to be decided).
         self._classified_at: int | None = None
-        # They were decided with the bytes held at or above the ceiling.
+        # They were decided with the bytes held at or above the publishers' ceiling.
         self._over_ceiling = False
+        # The budget is blocked at or past its half way: the oldest arriving delivery is no
+        # longer read either (session/memory_budget.py).
+        self._past_half_way = False
         self._oldest: PublishingConnection | None = None
 
     def join(self, publisher: PublishingConnection) -> None:
@@ -184,8 +187,10 @@ class InboundFlow:
             ):
                 self.unfinished_full = hold = True
         if budget.blocked:
-            if not self._over_ceiling and budget.current >= budget.ceiling:
+            if not self._over_ceiling and budget.current >= budget.publishing_ceiling:
                 self._over_ceiling = hold = True
+            if not self._past_half_way and budget.current >= budget.half_way:
+                self._past_half_way = hold = True
         elif budget.current >= budget.limit:
             budget.block()
             self._classified_at = None
@@ -228,6 +233,10 @@ class InboundFlow:
             self.unfinished_full = False
             moved = True
         oldest = next(iter(self.arriving), None)
+        past_half_way = budget.blocked and budget.used >= budget.half_way
+        if past_half_way != self._past_half_way:
+            self._past_half_way = past_half_way
+            moved = True
         out: Flushed | None = None
         if budget.blocked:
             classified = self._classified_at
@@ -235,7 +244,7 @@ class InboundFlow:
                 classified is None
                 or not was_blocked
                 or oldest is not self._oldest
-                or (budget.used >= budget.ceiling) != self._over_ceiling
+                or (budget.used >= budget.publishing_ceiling) != self._over_ceiling
                 or abs(budget.used - classified) * RECLASSIFY_SHARE >= budget.margin
             ):
                 out = self._classify(weigh)
@@ -287,7 +296,7 @@ class InboundFlow:
         """
         budget = self.budget
         self._classified_at = budget.used
-        self._over_ceiling = budget.used >= budget.ceiling
+        self._over_ceiling = budget.used >= budget.publishing_ceiling
         links = [link for inbound in self.connections for link in inbound.links]
         weights = [weigh(link) for link in links]
         positive = [weight for weight in weights if weight > 0]
@@ -325,9 +334,15 @@ class InboundFlow:
         )
 
     def _hold(self) -> Flushed:
-        """Hold the publishing connections :meth:`_holds` names, but never the oldest arriving."""
+        """Hold the publishing connections :meth:`_holds` names, but the oldest arriving until
+        the blocked budget is half way through its publishers' margin: read at any height, its
+        delivery (up to the largest message) took the budget past its ceiling, where every
+        publisher waits (seed 65501). Held from there, it is read again once consumers bring
+        the bytes back under it; bytes still arriving are capped at most at the limit
+        (``max_unfinished_total``), and the oldest that holds that cap without progress is
+        closed at its deadline whatever holds it, so they cannot keep it there alone."""
         out = Flushed()
-        oldest = next(iter(self.arriving), None)
+        oldest = None if self._past_half_way else next(iter(self.arriving), None)
         for inbound in self.connections:
             hold = bool(inbound.links) and inbound is not oldest and self._holds(inbound)
             if hold != inbound.budget_paused:
@@ -339,7 +354,7 @@ class InboundFlow:
         """Renew what the rule allows, each grant backed by the budget's headroom."""
         budget = self.budget
         blocked = budget.blocked
-        headroom = (budget.ceiling if blocked else budget.limit) - budget.current
+        headroom = (budget.publishing_ceiling if blocked else budget.limit) - budget.current
         renewals = self.renewals
         while renewals:
             link = renewals.pop()

@@ -9,6 +9,18 @@ At or above ``limit`` the server is *blocked* until the bytes are back at ``resu
 default), so that it does not flap around the limit one message at a time. While blocked, the
 publishers that hold the budget wait and the others may go on up to ``ceiling``, the limit plus
 a margin; at the ceiling every publisher waits (session/inbound_flow.py says who waits when).
+
+The margin is the one place where bytes above the limit come from, and it is handed out here,
+in parts that add up to it, so that what grows into it by different paths cannot add up past
+the ceiling (issue 31's seeds 65400 and 65501, docs/bounds.md):
+
+- ``letters``: other workers' dead letters parked here while blocked, within the windows their
+  senders keep (gateway/peers.py); they arrive unasked once sent, so their part is kept free;
+- up to ``publishing_ceiling`` (the ceiling less that part): publishers not holding the budget,
+  and, up to ``half_way`` only, what no hold weighs: requests for another worker's deliveries
+  (session/waiting.py) and the delivery that has been arriving the longest
+  (session/inbound_flow.py), so that what those bring once stopped lands in the other half
+  and neither can take the publishers to the point where every one of them waits.
 """
 
 from __future__ import annotations
@@ -25,6 +37,11 @@ DEFAULT_RESUME_RATIO: Final = 0.8
 # most 16 MiB, so that the server's overshoot stays a small fixed slack (docs/operations.md).
 CEILING_SHARE: Final = 8
 MAX_CEILING_MARGIN: Final = 16 * 1024 * 1024
+# The part of the margin kept for other workers' dead letters parked while blocked: a quarter.
+# Letters are the fan-out of consumers' outcomes, never urgent; a window of a quarter of the
+# margin over the peers still lets a 64 MiB budget on two workers take 1 MiB of them per round
+# trip between two workers.
+LETTERS_SHARE: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +64,7 @@ class MemoryBudget:
         "blocked",
         "blocks",
         "ceiling",
+        "letters",
         "limit",
         "reading",
         "resume_at",
@@ -71,11 +89,34 @@ class MemoryBudget:
         self.unfinished = 0
         self.blocked = False
         self.blocks = 0
+        # The margin's part kept for other workers' letters (:meth:`keep_for_letters`).
+        self.letters = 0
 
     @property
     def margin(self) -> int:
-        """The bytes above the limit that publishers not holding the budget may still add."""
+        """The bytes above the limit, all of them handed out by the parts above."""
         return self.ceiling - self.limit
+
+    @property
+    def publishing_ceiling(self) -> int:
+        """Where every publisher waits: the ceiling less the part kept for letters."""
+        return self.ceiling - self.letters
+
+    @property
+    def half_way(self) -> int:
+        """Where what no hold weighs stops taking (imports, the oldest arriving delivery):
+        half way from the limit to :attr:`publishing_ceiling`."""
+        return self.limit + (self.publishing_ceiling - self.limit) // 2
+
+    def keep_for_letters(self, peers: int) -> int:
+        """Keep the letters' part of the margin for ``peers`` other workers (none: nothing is
+        kept), and return the window of this worker's own letters to each of them: every
+        worker has the same share of the budget, so each peer keeps as much for this one's."""
+        if not peers:
+            self.letters = 0
+            return 0
+        self.letters = self.margin // LETTERS_SHARE
+        return self.letters // peers
 
     @property
     def current(self) -> int:

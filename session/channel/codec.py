@@ -53,7 +53,7 @@ _CREDIT: Final = struct.Struct("<IIIB")
 _REPLY: Final = struct.Struct("<IIIQB")
 _DELIVERIES: Final = struct.Struct("<II")
 _SETTLE: Final = struct.Struct("<IBBI")
-_PUBLISH: Final = struct.Struct("<QI")
+_PUBLISH: Final = struct.Struct("<QIB")
 # Per published message: its size, expiry, header (ttl, delivery-count, priority) and own
 # delivery-count, and the flags below.
 _STAMP: Final = struct.Struct("<IqIIIBB")
@@ -156,7 +156,7 @@ def encode(frame: Frame) -> list[bytes]:
         return _frame(
             Kind.PUBLISH,
             [
-                _PUBLISH.pack(frame.publish, count),
+                _PUBLISH.pack(frame.publish, count, frame.letters),
                 *_text(frame.vhost),
                 *_text(frame.queue),
                 *_text(frame.exchange),
@@ -284,7 +284,7 @@ def _count(body: _Body, count: int, width: int) -> int:
 
 def _publish(body: _Body) -> Publish:
     """A PUBLISH frame's run of messages: its names once, a table of stamps, the payloads."""
-    publish, count = body.take(_PUBLISH)
+    publish, count, letters = body.take(_PUBLISH)
     vhost, queue, exchange, routing_key = body.text(), body.text(), body.text(), body.text()
     _count(body, count, _STAMP.size)
     at = body.at
@@ -309,7 +309,7 @@ def _publish(body: _Body) -> Publish:
     view = body.data
     payloads = [view[start:end].tobytes() for start, end in pairwise(offsets)]
     body.at = offsets[-1]
-    return Publish(publish, vhost, queue, exchange, routing_key, payloads, stamps)
+    return Publish(publish, vhost, queue, exchange, routing_key, payloads, stamps, bool(letters))
 
 
 def decode(kind: int, data: memoryview) -> Frame:

@@ -171,6 +171,8 @@ class Publish:
     One frame carries a flush's run of such messages (``Remote.publish`` extends the last frame
     while it is still unsent), so the names cross and are read once per run, not per message.
     ``stamps`` are the envelopes as the publishing worker read them, one per payload.
+    ``letters``: the run is dead letters, which no publisher's credit holds back: the owner
+    stores them only below its limit, as its own letters are routed (gateway/peers.py).
     """
 
     publish: int
@@ -180,6 +182,7 @@ class Publish:
     routing_key: str
     payloads: list[bytes]
     stamps: list[Stamp]
+    letters: bool = False
 
 
 @dataclass(frozen=True, slots=True)

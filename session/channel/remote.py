@@ -262,13 +262,16 @@ class Remote:
             and run.routing_key == routing_key
             and run.exchange == exchange
             and run.vhost == vhost
+            and run.letters == (token is None)
             and self._run_size + size <= self.max_publish_size
         ):
             run.payloads.append(payload)
             run.stamps.append(stamp)
             self._run_size += size
             return True
-        run = self._run = Publish(publish, vhost, queue, exchange, routing_key, [payload], [stamp])
+        run = self._run = Publish(
+            publish, vhost, queue, exchange, routing_key, [payload], [stamp], token is None
+        )
         self._run_size = size
         outgoing.append(run)
         return True

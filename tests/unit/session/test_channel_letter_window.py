@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sluicegate.queues.message import Message
-from sluicegate.session.channel.frames import Confirm, Settled
+from sluicegate.session.channel.frames import Confirm, Publish, Settled
 from sluicegate.session.channel.remote import Remote, RemoteQueue, WorkerDown
 
 WINDOW = 1000
@@ -37,6 +37,19 @@ def test_letters_fill_the_window_and_confirms_empty_it() -> None:
     assert remote.letters_in_flight == 0
     assert remote.confirmed(Confirm(3, 3, Settled.ACCEPTED)) == [token]
     assert remote.letter_sizes == {}
+
+
+def test_letters_cross_in_runs_of_their_own_which_the_owner_tells_apart() -> None:
+    """The owner parks letters while its budget is blocked whatever their queue weighs
+    (gateway/peers.py), so a run never mixes them with a publisher's messages."""
+    remote = _remote()
+    queue = RemoteQueue("sink", "/", remote)
+    queue.enqueue(Message(b"x" * 100))
+    queue.enqueue(Message(b"y" * 100))
+    assert queue.publish(object(), Message(b"z" * 100))
+    queue.enqueue(Message(b"w" * 100))
+    runs = [(f.letters, len(f.payloads)) for f in remote.outgoing if isinstance(f, Publish)]
+    assert runs == [(True, 2), (False, 1), (True, 1)]
 
 
 def test_a_channel_that_ends_forgets_its_letters_and_refuses_new_ones() -> None:
