@@ -49,9 +49,10 @@ COLUMNS: Final[tuple[str, ...]] = (
     "clients on owner",
     "load avg",
 )
-# Seconds into a case before the quivers' connections are looked at: every arrow has
-# connected and attached by then, even on a loaded machine.
-PLACEMENT_AFTER_S: Final = 5.0
+# Seconds between looks at where the quivers' connections landed, until each quiver's sender
+# and receiver are both found (on a loaded machine the quivers of one case start seconds
+# apart).
+PLACEMENT_EVERY_S: Final = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -252,10 +253,13 @@ def measure(
                 results[name] = error
 
         def look() -> None:
-            time.sleep(min(PLACEMENT_AFTER_S, duration / 2))
             assert server.pid is not None
-            if workers > 1:
-                placed.append(clients_on_owner(server.pid, server.port, dict(quivers), workers))
+            while workers > 1 and any(thread.is_alive() for thread in threads[:-1]):
+                time.sleep(PLACEMENT_EVERY_S)
+                found = clients_on_owner(server.pid, server.port, dict(quivers), workers)
+                if found[1] == 2 * len(names):
+                    placed.append(found)
+                    return
 
         before = tree_ticks(server.pid)
         started = time.monotonic()
