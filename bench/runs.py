@@ -94,9 +94,15 @@ class QuiverRun:
 
 
 def run_quiver(
-    url: str, options: Sequence[str], sampler: Sampler, out: TextIO, label: str
+    url: str,
+    options: Sequence[str],
+    sampler: Sampler,
+    out: TextIO,
+    label: str,
+    started: Callable[[int], None] | None = None,
 ) -> QuiverRun:
-    """Run the quiver CLI in its own processes, echo its status rows, parse its JSON summary.
+    """Run the quiver CLI in its own processes, echo its status rows, parse its JSON summary;
+    ``started`` is given the quiver's pid once it runs.
 
     Row times are taken from ``sampler``'s clock when each row arrives, so rates and RSS share
     the time axis of the plot.
@@ -106,6 +112,8 @@ def run_quiver(
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     )
+    if started is not None:
+        started(process.pid)
     assert process.stderr is not None
     output = process.stdout
     assert output is not None

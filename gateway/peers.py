@@ -690,9 +690,32 @@ class Peers:
         durability = self.durability
         exchange, routing_key = frame.exchange, frame.routing_key
         dispatches: list[Dispatch] = []
-        for publish, payload, (expires, header, delivery_count) in zip(
-            count(first), frame.payloads, frame.stamps
-        ):
+        enqueue = queue.enqueue
+        stamped = zip(count(first), frame.payloads, frame.stamps)
+        if durability is None or not registry.logged(queue.name):
+            # Nothing of this run goes through the log: its confirms are one run of ids, not
+            # one call per message, broken only where the queue refuses one.
+            accepted = first
+            for publish, payload, (expires, header, delivery_count) in stamped:
+                message = Message(
+                    payload,
+                    delivery_count,
+                    expires=expires,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    header=header,
+                )
+                try:
+                    dispatches.extend(enqueue(message))
+                except AmqpError as error:
+                    confirms.accepted(accepted, publish - 1)
+                    confirms.add(publish, Settled.REJECTED, error.condition, str(error))
+                    accepted = publish + 1
+            confirms.accepted(accepted, first + len(frame.payloads) - 1)
+            if dispatches:
+                self._route(dispatches)
+            return
+        for publish, payload, (expires, header, delivery_count) in stamped:
             message = Message(
                 payload,
                 delivery_count,
@@ -701,19 +724,19 @@ class Peers:
                 routing_key=routing_key,
                 header=header,
             )
-            if durability is not None and registry.persists(queue, message):
+            if queue.persists(message):
                 pending = ChannelPublish(peer, publish, self)
                 stored = durability.persist(
                     logged_name(frame.vhost, queue.name), queue.as_stored(message), pending
                 )
                 try:
-                    dispatches.extend(queue.enqueue(stored))
+                    dispatches.extend(enqueue(stored))
                 except AmqpError as error:
                     durability.withdraw(stored)
                     confirms.add(publish, Settled.REJECTED, error.condition, str(error))
                 continue
             try:
-                dispatches.extend(queue.enqueue(message))
+                dispatches.extend(enqueue(message))
             except AmqpError as error:
                 confirms.add(publish, Settled.REJECTED, error.condition, str(error))
                 continue

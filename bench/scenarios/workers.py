@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -44,8 +46,13 @@ COLUMNS: Final[tuple[str, ...]] = (
     "client CPU µs/msg",
     "vs 1 worker CPU/msg",
     "crossing share %",
+    "clients on owner",
     "load avg",
 )
+# Seconds between looks at where the quivers' connections landed, until each quiver's sender
+# and receiver are both found (on a loaded machine the quivers of one case start seconds
+# apart).
+PLACEMENT_EVERY_S: Final = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +115,83 @@ def queue_names(workers: int, queues: int) -> list[str]:
     return names
 
 
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        try:
+            children = Path(f"/proc/{current}/task/{current}/children").read_text()
+        except OSError:
+            continue
+        pending.extend(int(child) for child in children.split())
+    return found
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes: set[str] = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def clients_on_owner(
+    server_pid: int, server_port: int, quivers: dict[str, int], workers: int
+) -> tuple[int, int]:
+    """Of the quivers' connections to the server, how many the worker owning their queue
+    accepted, and how many there are. The kernel spreads connections over the workers
+    (``SO_REUSEPORT``) whatever their address, so this says how many of a case's messages
+    cross: a sender off its queue's worker crosses to publish, a receiver to consume.
+    ``quivers`` maps each queue to its quiver's pid (its arrows are its descendants)."""
+    worker_pids = [
+        int(child)
+        for child in Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    ]
+    # Worker K holds its data directory, worker-K/, open (its log).
+    index_of: dict[int, int] = {}
+    for pid in worker_pids:
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue
+        for link in links:
+            match = re.search(r"/worker-(\d+)/", link)
+            if match is not None:
+                index_of[pid] = int(match.group(1))
+                break
+    held_by = {inode: index_of[pid] for pid in index_of for inode in _socket_inodes(pid)}
+    served: dict[int, int] = {}  # client port -> worker index
+    client_inodes: dict[str, int] = {}  # a client socket's inode -> its local port
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local = int(fields[1].rsplit(":", 1)[1], 16)
+        remote = int(fields[2].rsplit(":", 1)[1], 16)
+        if local == server_port and fields[9] in held_by:
+            served[remote] = held_by[fields[9]]
+        elif remote == server_port:
+            client_inodes[fields[9]] = local
+    on_owner = total = 0
+    for name, quiver in quivers.items():
+        home = proposed_home("/", name, workers)
+        for pid in _descendants(quiver):
+            for inode in _socket_inodes(pid) & client_inodes.keys():
+                worker = served.get(client_inodes[inode])
+                if worker is not None:
+                    total += 1
+                    on_owner += worker == home
+    return on_owner, total  # fmt: skip
+
+
 def tree_ticks(pid: int) -> int:
     """CPU clock ticks of ``pid`` and of all its children (a supervisor's workers)."""
     total = 0
@@ -152,15 +236,35 @@ def measure(
         label = f"{workers} worker{'s' * (workers > 1)}, {queues} queue{'s' * (queues > 1)}"
         print(f"{label}: quiver {' '.join(options)} on each queue", file=out, flush=True)
 
+        quivers: dict[str, int] = {}
+        placed: list[tuple[int, int]] = []
+
         def one(name: str) -> None:
             try:
-                results[name] = run_quiver(server.url(name), options, sampler, out, name)
+                results[name] = run_quiver(
+                    server.url(name),
+                    options,
+                    sampler,
+                    out,
+                    name,
+                    partial(quivers.__setitem__, name),
+                )
             except BaseException as error:
                 results[name] = error
+
+        def look() -> None:
+            assert server.pid is not None
+            while workers > 1 and any(thread.is_alive() for thread in threads[:-1]):
+                time.sleep(PLACEMENT_EVERY_S)
+                found = clients_on_owner(server.pid, server.port, dict(quivers), workers)
+                if found[1] == 2 * len(names):
+                    placed.append(found)
+                    return
 
         before = tree_ticks(server.pid)
         started = time.monotonic()
         threads = [threading.Thread(target=one, args=(name,)) for name in names]
+        threads.append(threading.Thread(target=look))
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -178,6 +282,9 @@ def measure(
     client_cpu = sum(client_cpu_s(result.summary) for result in runs.values())
     cpu = ticks / procstat.TICKS_PER_S
     load = os.getloadavg()[0]
+    on_owner = f"{placed[0][0]} of {placed[0][1]}" if placed else None
+    if on_owner is not None:
+        print(f"{label}: {on_owner} client connections on their queue's worker", file=out)
     print(f"{label}: {rate:,.0f} msg/s, {cpu:.1f} s server CPU and {client_cpu:.1f} s client "
           f"CPU in {seconds:.1f} s, load {load:.2f}", file=out, flush=True)  # fmt: skip
     series: dict[str, Series] = {}
@@ -193,7 +300,8 @@ def measure(
         figures={"aggregate msg/s": rate,
                  "server CPU µs/msg": cpu / messages * 1e6 if messages else float("nan"),
                  "client CPU µs/msg": client_cpu / messages * 1e6 if messages else float("nan"),
-                 "vs 1 worker CPU/msg": None, "crossing share %": None, "load avg": load},
+                 "vs 1 worker CPU/msg": None, "crossing share %": None,
+                 "clients on owner": on_owner, "load avg": load},
         series=series,
     )  # fmt: skip
 

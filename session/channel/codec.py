@@ -282,6 +282,20 @@ def _count(body: _Body, count: int, width: int) -> int:
     return count
 
 
+def _stamp(
+    expires: int, ttl: int, header_count: int, delivery_count: int, priority: int, flags: int
+) -> Stamp:
+    """A message's stamp from its row of a PUBLISH frame's table (less its size)."""
+    header = shared_header(
+        bool(flags & _DURABLE),
+        priority,
+        ttl if flags & _TTL else None,
+        bool(flags & _FIRST_ACQUIRER),
+        header_count,
+    )
+    return (expires if flags & _EXPIRES else None, header, delivery_count)
+
+
 def _publish(body: _Body) -> Publish:
     """A PUBLISH frame's run of messages: its names once, a table of stamps, the payloads."""
     publish, count, letters = body.take(_PUBLISH)
@@ -291,18 +305,16 @@ def _publish(body: _Body) -> Publish:
     table_end = at + count * _STAMP.size
     sizes: list[int] = []
     stamps: list[Stamp] = []
-    for size, expires, ttl, header_count, delivery_count, priority, flags in _STAMP.iter_unpack(
-        body.data[at:table_end]
-    ):
-        sizes.append(size)
-        header = shared_header(
-            bool(flags & _DURABLE),
-            priority,
-            ttl if flags & _TTL else None,
-            bool(flags & _FIRST_ACQUIRER),
-            header_count,
-        )
-        stamps.append((expires if flags & _EXPIRES else None, header, delivery_count))
+    # One stamp per distinct row: a run's messages are mostly alike (the same header, no
+    # expiry), so the header is looked up once, not per message.
+    made: dict[tuple[int, ...], Stamp] = {}
+    for row in _STAMP.iter_unpack(body.data[at:table_end]):
+        sizes.append(row[0])
+        key = row[1:]
+        stamp = made.get(key)
+        if stamp is None:
+            stamp = made[key] = _stamp(*key)
+        stamps.append(stamp)
     offsets = list(accumulate(sizes, initial=table_end))
     if offsets[-1] > body.end:
         raise ChannelError("a frame ends inside its fields")
@@ -325,7 +337,7 @@ def decode(kind: int, data: memoryview) -> Frame:
             raise ChannelError("a frame ends inside its fields")
         view = body.data
         # One copy of each payload out of the receive buffer, and no call per message.
-        payloads = tuple(view[start:end].tobytes() for start, end in pairwise(offsets))
+        payloads = tuple([view[start:end].tobytes() for start, end in pairwise(offsets)])
         body.at = offsets[-1]
         frame = Deliveries(consumer, seqs, payloads)
     elif kind == Kind.CREDIT:

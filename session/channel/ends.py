@@ -225,6 +225,20 @@ class Confirms:
             self.first = self.last = publish
             self.outcome = outcome
 
+    def accepted(self, first: int, last: int) -> None:
+        """Publishes ``first`` to ``last`` are stored (none if ``first > last``): as many
+        :meth:`add` calls, in one."""
+        if first > last:
+            return
+        if self.outcome is Settled.ACCEPTED and first == self.last + 1:
+            if self.first > self.last:
+                self.first = first
+            self.last = last
+            return
+        self._close()
+        self.first, self.last = first, last
+        self.outcome = Settled.ACCEPTED
+
     def take(self) -> list[Confirm]:
         """The frames owed, in order; none owed afterwards."""
         self._close()

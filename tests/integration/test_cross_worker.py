@@ -208,3 +208,48 @@ def _published(connection: BlockingConnection, address: str) -> bool:
     except Exception:
         return False
     return True
+
+
+def test_a_run_of_publishes_the_owners_full_queue_refuses_in_part_settles_each_as_stored(
+    two_workers: tuple[int, list[int], int],
+) -> None:
+    port, pids, _ = two_workers
+    queue = homed_on(1, 2, "capped")
+    owner = connection_on(
+        port, pids, pids[1], lambda: ManagementClient(f"amqp://127.0.0.1:{port}"),
+        ManagementClient.close,
+    )  # fmt: skip
+    try:
+        body = {"durable": False, "arguments": {"x-max-length": 3, "x-overflow": "reject-publish"}}
+        assert owner.request("PUT", f"/queues/{queue}", body).ok
+    finally:
+        owner.close()
+    publisher = _raw(port, pids, pids[0])
+    try:
+        publisher.begin()
+        handle = publisher.attach("capped", "sender", target=f"/queues/{queue}")
+        publisher.wait_attach(handle)
+        publisher.wait_credit(handle)
+        # Read together, so that the five cross as one run: three stored, two refused.
+        with publisher.corked():
+            sent = [publisher.send(handle, Message(body=f"m{n}").encode()) for n in range(5)]
+        outcomes = publisher.wait_outcomes(sent)
+        names = [outcome.name if outcome is not None else None for outcome in outcomes.values()]
+        assert names == ["accepted"] * 3 + ["rejected"] * 2
+        refused = outcomes[sent[3]]
+        assert refused is not None
+        assert refused["error"]["condition"] == "amqp:resource-limit-exceeded"
+        # Then the queue takes more once it has room: the run after a refusal is stored again.
+        consumer = blocking_on(port, pids, pids[0])
+        try:
+            receiver = consumer.create_receiver(queue, credit=3)
+            taken = [receiver.receive(timeout=10) for _ in range(3)]
+            assert [message.body for message in taken] == ["m0", "m1", "m2"]
+            receiver.accept()
+            with publisher.corked():
+                again = [publisher.send(handle, Message(body="m5").encode())]
+            assert [o.name for o in publisher.wait_outcomes(again).values() if o] == ["accepted"]
+        finally:
+            consumer.close()
+    finally:
+        publisher.abort()

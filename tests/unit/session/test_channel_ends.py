@@ -226,3 +226,24 @@ def test_a_flush_of_confirms_stored_in_order_is_one_frame() -> None:
         Confirm(106, 106, Settled.REJECTED, "amqp:resource-limit-exceeded", "full"),
         Confirm(107, 107, Settled.ACCEPTED),
     ]
+
+
+# A step of the owner's confirms: one publish added, or (True) a run of as many ids as the
+# third field says accepted at once from the publish's id.
+_STEP = st.tuples(st.booleans(), _CONFIRMED, st.integers(0, 12))
+
+
+@given(st.lists(_STEP, max_size=12))
+def test_a_run_accepted_at_once_makes_the_frames_its_adds_one_by_one_make(
+    steps: list[tuple[bool, tuple[int, Settled, str], int]],
+) -> None:
+    at_once, one_by_one = Confirms(), Confirms()
+    for run, (publish, outcome, condition), length in steps:
+        if run:
+            at_once.accepted(publish, publish + length - 1)
+            for each in range(publish, publish + length):
+                one_by_one.add(each, Settled.ACCEPTED)
+        else:
+            at_once.add(publish, outcome, condition, condition and "why")
+            one_by_one.add(publish, outcome, condition, condition and "why")
+    assert at_once.take() == one_by_one.take()
