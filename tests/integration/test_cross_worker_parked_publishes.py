@@ -102,7 +102,7 @@ def _send_all_credit(connections: list[BlockingConnection], senders: list[Blocki
 
 @pytest.mark.slow
 def test_publishes_parked_for_another_worker_keep_both_workers_within_their_ceilings(
-    two_workers: tuple[int, list[int], Path],
+    two_workers: tuple[int, list[int], Path, int],
 ) -> None:
     port, pids, data_dir, metrics = two_workers
     full = f"/queues/{homed_on(1, 2, 'parked-full')}"
