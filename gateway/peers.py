@@ -249,13 +249,14 @@ class Peers:
         # Confirms of other workers' publishes, framed in runs at the flush.
         self._confirms: dict[int, Confirms] = {}
         # Other workers' publishes that reached this one while its memory budget was blocked,
-        # in their order, and their bytes, which the budget counts (:meth:`held`): stored and
-        # confirmed once it is not. The channel is read meanwhile, since it also carries the
-        # credit and settlements of other workers' consumers of queues here, which drain them;
-        # they are at most the other workers' publishers' credit, renewed only on confirms,
-        # and their dead letters' windows (``Remote.letter_fits``).
+        # in their order, and their bytes: stored and confirmed once it is not, as far as the
+        # limit. The channel is read meanwhile, since it also carries the credit and
+        # settlements of other workers' consumers of queues here, which drain them. Until
+        # confirmed they are counted in their sender's budget, not here (``Remote.in_flight``):
+        # each sender's budget holds its publishers, so what waits here is at most what the
+        # other workers' budgets allow; counted here, it held no publisher and took this
+        # worker's count to 3.6 times its limit (adversary seed 65401, docs/workers.md).
         self._parked: deque[tuple[int, Publish]] = deque()
-        self._parked_bytes = 0
         # The queues they go to: a later publish to one of these is parked too, so that a
         # queue's messages are stored in their order.
         self._parked_queues: set[tuple[str, str]] = set()
@@ -368,7 +369,6 @@ class Peers:
         # of the channel ends.
         kept = [(other, publish) for other, publish in self._parked if other != peer]
         self._parked = deque(kept)
-        self._parked_bytes = sum(_publish_bytes(publish) for _, publish in kept)
         self._parked_queues = {(publish.vhost, publish.queue) for _, publish in kept}
         owner = self.owners.pop(peer, None)
         if owner is not None:
@@ -430,9 +430,11 @@ class Peers:
             waiting.finish(waiting.figures.failure)
 
     def held(self) -> int:
-        """Bytes kept only for other workers: their pre-settled consumers' recent deliveries
-        and their publishes parked while the budget is blocked (docs/bounds.md)."""
-        return self._parked_bytes + sum(owner.recent_bytes for owner in self.owners.values())
+        """Bytes this worker answers for beyond its queues: what it sent other workers and
+        they have not confirmed yet, and their pre-settled consumers' recent deliveries
+        (docs/bounds.md). The publishes parked here are their senders' to count."""
+        sent = sum(remote.in_flight for remote in self.remotes.values())
+        return sent + sum(owner.recent_bytes for owner in self.owners.values())
 
     def place(self, vhost: str, registry: QueueRegistry) -> None:
         """A virtual host's queues are placed over the workers (one made at run time too), and
@@ -512,9 +514,10 @@ class Peers:
                 self._refuse(cast(OutgoingLink, key), error)
         elif kind is Publish:
             publish = cast(Publish, frame)
-            if self._blocked and self._parks(publish):
+            if (publish.vhost, publish.queue) in self._parked_queues or (
+                self._blocked and self._parks(publish)
+            ):
                 self._parked.append((peer, publish))
-                self._parked_bytes += _publish_bytes(publish)
                 self._parked_queues.add((publish.vhost, publish.queue))
             else:
                 self._store(peer, publish)
@@ -630,9 +633,11 @@ class Peers:
         full = budget.used >= budget.publishing_ceiling
         self._heavy = 0 if full else int(budget.margin * HOLDER_SHARE)
         parked = self._parked
-        while parked and not blocked:
+        # Stored as far as the limit: what they add blocks the budget again at its update.
+        room = budget.limit - budget.used
+        while parked and not blocked and room > 0:
             peer, publish = parked.popleft()
-            self._parked_bytes -= _publish_bytes(publish)
+            room -= _publish_bytes(publish)
             if peer in self._confirms:
                 self._store(peer, publish)
         if not parked:

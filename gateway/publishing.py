@@ -353,6 +353,10 @@ class Publishing:
         for queue in queues:
             held = weights.get(queue)
             if held is None:
-                held = weights[queue] = queue_weight(queue)
+                held = queue_weight(queue)
+                if type(queue) is RemoteQueue:
+                    # Its bytes are its owner's; what waits for the owner's confirm is ours.
+                    held += queue.in_flight()
+                weights[queue] = held
             weight += held
         return weight

@@ -28,6 +28,7 @@ from sluicegate.queues.errors import (
     ResourceLimitExceeded,
     ResourceLocked,
 )
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
@@ -167,6 +168,17 @@ class Remote:
         self.letter_sizes: dict[int, int] = {}
         self.letters_in_flight = 0
         self.letter_window = DEFAULT_LETTER_WINDOW
+        # Every message sent and not confirmed yet (letters and publishers' copies): each
+        # one's bytes by publish id, and their sum, which this worker's memory budget counts
+        # (gateway/peers.py ``Peers.held``). The owner parks them while its budget is blocked
+        # and does not count them: counted here, they hold this worker's publishers as their
+        # local messages would, so what an owner parks is bounded by the senders' budgets
+        # (adversary seed 65401: uncounted, they took an owner to 3.6 times its limit).
+        self.sent_sizes: dict[int, tuple[tuple[str, str], int]] = {}
+        self.in_flight = 0
+        # The same by queue, which weighs its publishers as a local queue's bytes would
+        # (gateway/publishing.py): the ones to a queue its owner parks are held first.
+        self.in_flight_to: dict[tuple[str, str], int] = {}
         # Finds a consumer's connection's dead-letter debt (gateway/peers.py sets it).
         self.debt_of: DebtOf = lambda key: None
         # Consumers that settled with an outcome that may make letters, while attached or
@@ -251,6 +263,11 @@ class Remote:
         if token is None:
             self.letter_sizes[publish] = len(payload)
             self.letters_in_flight += len(payload)
+        held = len(payload) + MESSAGE_OVERHEAD
+        to = (vhost, queue)
+        self.sent_sizes[publish] = (to, held)
+        self.in_flight += held
+        self.in_flight_to[to] = self.in_flight_to.get(to, 0) + held
         outgoing = self.outgoing
         run = self._run
         size = len(payload) + STAMP_SIZE
@@ -362,8 +379,19 @@ class Remote:
         """The publish tokens ``frame`` settles; the letters among them leave the window."""
         tokens = self.publishes.confirmed(frame)
         letters = self.letter_sizes
-        if letters:
-            for publish in range(frame.first, frame.last + 1):
+        sizes = self.sent_sizes
+        by_queue = self.in_flight_to
+        for publish in range(frame.first, frame.last + 1):
+            sent = sizes.pop(publish, None)
+            if sent is not None:
+                to, held = sent
+                self.in_flight -= held
+                left = by_queue[to] - held
+                if left:
+                    by_queue[to] = left
+                else:
+                    del by_queue[to]
+            if letters:
                 self.letters_in_flight -= letters.pop(publish, 0)
         return tokens
 
@@ -393,6 +421,9 @@ class Remote:
         self.ids.clear()
         self.letter_sizes.clear()
         self.letters_in_flight = 0
+        self.sent_sizes.clear()
+        self.in_flight = 0
+        self.in_flight_to.clear()
         return keys, self.publishes.lost()
 
     def forgive(self) -> list[DeadLetterDebt]:
@@ -552,6 +583,10 @@ class RemoteQueue:
 
     def next_deadline(self) -> int | None:
         return None
+
+    def in_flight(self) -> int:
+        """Bytes sent to it and not confirmed yet, which this worker's budget counts."""
+        return self.remote.in_flight_to.get((self.vhost, self.name), 0)
 
     def statistics(self) -> QueueStatistics:
         """Zeros: the owner reports the queue's counts, and one scrape adds them up."""

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome
 from sluicegate.session.channel.codec import FrameReader, encode
@@ -205,6 +206,26 @@ def test_a_publish_is_confirmed_by_id_and_lost_ones_come_back_to_be_released() -
     assert (sent.publish, sent.payloads) == (1, [b"x", b"x"])
     assert remote.confirmed(Confirm(1, 1, Settled.ACCEPTED)) == ["first"]
     assert remote.lost() == ([], ["second"])
+
+
+def test_what_was_sent_is_counted_by_queue_until_its_owner_confirms_or_the_channel_ends() -> None:
+    # The sender's budget counts it (adversary seed 65401): the owner parks it uncounted.
+    remote = Remote(1)
+    remote.opened()
+    here, there = RemoteQueue("q", "/", remote), RemoteQueue("r", "/", remote)
+    assert here.publish("a", Message(b"x" * 100, routing_key="q"))
+    assert there.publish(None, Message(b"y" * 50, routing_key="r"))
+    assert here.publish("b", Message(b"z" * 10, routing_key="q"))
+    assert (here.in_flight(), there.in_flight()) == (
+        110 + 2 * MESSAGE_OVERHEAD,
+        50 + MESSAGE_OVERHEAD,
+    )
+    assert remote.in_flight == 160 + 3 * MESSAGE_OVERHEAD
+    assert remote.confirmed(Confirm(1, 2, Settled.ACCEPTED)) == ["a", None]
+    assert (here.in_flight(), there.in_flight()) == (10 + MESSAGE_OVERHEAD, 0)
+    assert remote.in_flight_to == {("/", "q"): 10 + MESSAGE_OVERHEAD}
+    remote.lost()
+    assert (remote.in_flight, remote.in_flight_to, remote.sent_sizes) == (0, {}, {})
 
 
 def test_publishes_share_a_frame_only_while_it_is_unsent_to_one_queue_and_within_the_limit() -> (
