@@ -24,7 +24,7 @@ from sluicegate.gateway.conditions import condition_of
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.confirming import DISPOSITIONS, confirm, settle
 from sluicegate.gateway.durability import Durability
-from sluicegate.gateway.proton import deliveries
+from sluicegate.gateway.proton import deliveries, payload_buffers
 from sluicegate.gateway.proton.deliveries import CDelivery
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.queue_links import QueueLinks
@@ -163,6 +163,8 @@ class Publishing:
         """A transfer from a publisher: refuse it, or route it and store a copy per queue."""
         inbound = state.connection.inbound
         assert inbound is not None
+        if state.released and self._released(state, delivery):
+            return
         pure = state.link
         link = c_object(state.receiver)
         if deliveries.partial(delivery):
@@ -233,10 +235,23 @@ class Publishing:
     def discard(self, delivery: CDelivery) -> None:
         """A transfer on a link that was refused or is closing: settled and dropped at once.
 
-        Settling the delivery makes proton drop the rest of its frames unread, so a client that
-        keeps sending on a refused link makes the server hold nothing.
+        Settling makes proton drop the rest of the delivery unread once it has written the
+        settlement; until then (for ever, while the client does not read and the server's output
+        is full) it goes on buffering its frames, which are dropped here as their events come
+        (gateway/proton/payload_buffers.py), so a client that keeps sending on a refused link
+        makes the server hold nothing.
         """
         deliveries.settle(delivery)
+        payload_buffers.drop(delivery)
+
+    def _released(self, state: IncomingLinkState, delivery: CDelivery) -> bool:
+        """Whether the transfer continues the delivery the link released as it began (its
+        bytes are dropped): proton goes on buffering it as :meth:`discard` says."""
+        if payload_buffers.settled_here(delivery):
+            payload_buffers.drop(delivery)
+            return True
+        state.released = False  # a new delivery: the released one has ended
+        return False
 
     def store(self, pending: Unconfirmed, queue: QueueType, message: Message) -> None:
         """Enqueue one copy; an in-memory queue has stored it once ``enqueue`` returns.
@@ -284,8 +299,11 @@ class Publishing:
         """Settle the delivery (proton drops the rest of it) and apply the refusal."""
         if isinstance(refusal, Release):
             deliveries.settle_as(delivery, DISPOSITIONS[Outcome.RELEASED])
+            payload_buffers.drop(delivery)
+            state.released = True
             return
         deliveries.settle(delivery)
+        payload_buffers.drop(delivery)
         if isinstance(refusal, CloseLink):
             receiver = state.receiver
             self.detach(state)

@@ -18,7 +18,7 @@ from proton import Disposition
 
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
-from sluicegate.gateway.proton import deliveries
+from sluicegate.gateway.proton import deliveries, payload_buffers
 from sluicegate.gateway.proton.deliveries import CDelivery
 from sluicegate.gateway.proton.settlement_run import NO_OUTCOME, SettlementRun
 from sluicegate.gateway.publishing import Publishing
@@ -87,6 +87,10 @@ class Settling:
             link = wrapped.link
             if link.is_receiver:
                 self._management.on_request(link, wrapped)
+                if payload_buffers.settled_here(delivery):
+                    # Answered, or refused before its end: what proton still buffers of it (or
+                    # goes on buffering, as Publishing.discard says) is dropped.
+                    payload_buffers.drop(delivery)
 
     def _settled(self, state: OutgoingLinkState, delivery: CDelivery) -> None:
         remote = deliveries.remote_state(delivery)

@@ -80,6 +80,28 @@ def release(delivery: Any) -> None:
     _empty(buffer)
 
 
+def settled_here(delivery: Any) -> bool:
+    """Whether the server settled the delivery (proton's API tells only the peer's settlement).
+    False where the layout is not known: a refused delivery's bytes then stay as proton keeps
+    them."""
+    return ENABLED and bool(_view(delivery).local.settled)
+
+
+def drop(delivery: Any) -> None:
+    """Throw away the bytes proton holds of a delivery the server refused before its end.
+
+    Proton forgets a delivery the server settled only when it next writes to the connection
+    (``pni_process`` runs from its output): while the client does not read, the server's output
+    is full, and every further frame of the delivery is appended to its buffer, a whole message
+    over ``max_message_size`` in the end (adversary seed 65401, docs/bounds.md). Dropped at each
+    of its frames' events, a refused delivery holds at most one read's bytes.
+    """
+    if ENABLED:
+        buffer = _view(delivery).bytes
+        if buffer.capacity:
+            _empty(buffer)
+
+
 def _empty(buffer: Any) -> None:
     """Free a ``pn_buffer_t``'s bytes: it is then as ``pn_buffer(0)`` makes it, and proton
     allocates again if the delivery is reused (``pn_buffer_ensure``). Proton allocates them
@@ -131,7 +153,8 @@ def give_back(held: list[Held], sent: list[Any], framing: bool) -> list[Held]:
 
 
 def _layout_matches() -> bool:
-    """Send known bytes on a scratch delivery and find them where the layout says."""
+    """Send known bytes on a scratch delivery and find them where the layout says, and its
+    settlement once settled."""
     connection = lib.pn_connection()
     try:
         session = lib.pn_session(connection)
@@ -140,13 +163,20 @@ def _layout_matches() -> bool:
         delivery = lib.pn_delivery(link, (1, tag))
         payload = bytes(range(256)) * 4
         lib.pn_link_send(link, proton_ffi.from_buffer(payload), len(payload))
-        buffer = _view(delivery).bytes
-        return bool(
+        view = _view(delivery)
+        buffer = view.bytes
+        found = bool(
             buffer != _ffi.NULL
             and buffer.size == len(payload) == lib.pn_delivery_pending(delivery)
             and buffer.capacity >= buffer.size
             and _ffi.buffer(buffer.bytes + buffer.start, buffer.size)[:] == payload
+            and not view.local.settled
         )
+        lib.pn_incref(delivery)  # a settled delivery may be freed at once
+        lib.pn_delivery_settle(delivery)
+        settled = bool(view.local.settled)
+        lib.pn_decref(delivery)
+        return found and settled
     finally:
         lib.pn_connection_release(connection)
 
