@@ -295,14 +295,17 @@ def test_a_refused_link_buffers_nothing_of_what_is_sent_on_it(server: RunningSer
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["/queues/over-size", "/exchanges/no-such-exchange"])
+@pytest.mark.parametrize(
+    "target", ["/queues/over-size", "/exchanges/no-such-exchange", "/management"]
+)
 def test_a_refused_delivery_is_dropped_as_it_arrives_while_the_client_does_not_read(
     target: str,
 ) -> None:
-    """32 MiB of one delivery, over max_message_size or on a link refused at attach, from a
-    client that reads nothing: the server's output to it is full, so proton never writes the
-    settlement that would make it forget the delivery, and kept every frame of it (adversary
-    seed 65401: a worker grew by a 70 MiB message). Dropped as it arrives, it costs one read.
+    """32 MiB of one delivery, over max_message_size, on a link refused at attach or as a
+    management request (over 1 MiB), from a client that reads nothing: the server's output to
+    it is full, so proton never writes the settlement that would make it forget the delivery,
+    and kept every frame of it (adversary seed 65401: a worker grew by a 70 MiB message).
+    Dropped as it arrives, it costs one read.
     """
     backlog = [b"b" * (100 * KiB)] * 150  # more than the sockets and proton's output hold
     with serving("--metrics-listen", "off", "--max-message-size", str(MiB)) as (process, port):
@@ -315,7 +318,10 @@ def test_a_refused_delivery_is_dropped_as_it_arrives_while_the_client_does_not_r
             client.flow(consumer, link_credit=len(backlog))
             time.sleep(1.0)  # the server writes until the socket and its output are full
             before = rss(process.pid)
-            sender = client.attach("big", "sender", target=target)
+            paired = {"paired": True} if target == "/management" else None
+            sender = client.attach("big", "sender", target=target, properties=paired)
+            if paired:
+                client.attach("big", "receiver", source=target, properties=paired)
             client.send(sender, _payload(b"x" * (32 * MiB)))
             time.sleep(1.0)
             grown = rss(process.pid) - before
