@@ -217,8 +217,13 @@ class Sending:
                         sender = c_object(senders[link].sender)
                         ack = link.ack_required
                     message = action[1]
-                    # A plain message's bytes are its payload; a stored one reads them.
-                    payload = message.payload if type(message) is Message else message.send()
+                    # A plain message's bytes are its payload unless failures raised its
+                    # delivery-count since; a stored one reads them.
+                    payload = (
+                        message.payload
+                        if type(message) is Message and message.delivery_count == message.stamped
+                        else message.send()
+                    )
                     tag = b"%d" % message.seq
                     delivery = new_delivery(sender, (len(tag), from_buffer(tag)))
                     # cffi passes bytes to a char * as they are; other buffers need a view.

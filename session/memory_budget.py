@@ -108,6 +108,15 @@ class MemoryBudget:
         half way from the limit to :attr:`publishing_ceiling`."""
         return self.limit + (self.publishing_ceiling - self.limit) // 2
 
+    def room(self, used: int) -> int:
+        """What may still be stored unasked with ``used`` bytes held (dead letters: their
+        copies, and the death records that make their payload new bytes): up to the limit,
+        and while blocked up to :attr:`half_way` only, as what no hold weighs, so that letters
+        moving to one queue still flow while consumers drain (never the whole margin: the
+        publishers not holding the budget keep theirs), and nothing stored so passes the
+        ceiling."""
+        return max(0, (self.half_way if self.blocked else self.limit) - used)
+
     def keep_for_letters(self, peers: int) -> int:
         """Keep the letters' part of the margin for ``peers`` other workers (none: nothing is
         kept), and return the window of this worker's own letters to each of them: every

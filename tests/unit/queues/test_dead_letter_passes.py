@@ -155,7 +155,7 @@ def _fanout_back(registry: QueueRegistry) -> None:
         registry.bind("fx", name)
 
 
-def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_never_does() -> None:
+def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_needs_its_death_record() -> None:
     registry = QueueRegistry(Clock(1_000))
     _fanout_back(registry)
     q1 = registry.queue("q1")
@@ -169,16 +169,18 @@ def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_never
     # overhead (and the death record the payload gains): room for one letter, not two.
     dead = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0)))
     copy = dead - len(_BODY) + MESSAGE_OVERHEAD
-    registry.route_dead_letters(room=MESSAGE_OVERHEAD + MESSAGE_OVERHEAD // 2)
+    registry.route_dead_letters(room=copy + copy // 2)
     assert len(registry.dead_letters) == 2
     assert registry.dead_letter_router.waiting
     assert registry.held.total - held <= copy + copy // 2
     registry.route_dead_letters(room=0)
     assert len(registry.dead_letters) == 2
     assert registry.held.total - held <= copy + copy // 2
-    # A letter to one queue moves its message: it goes even with no room at all.
+    # A letter to one queue moves its message: it needs room for its death record only.
     registry.unbind("fx", "q2")
     registry.route_dead_letters(room=0)
+    assert len(registry.dead_letters) == 2
+    registry.route_dead_letters(room=2 * (dead - len(_BODY)))
     assert not registry.dead_letters
     assert not registry.dead_letter_router.waiting
 

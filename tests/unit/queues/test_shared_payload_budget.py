@@ -8,6 +8,8 @@ stream).
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +21,7 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import read_header
 
 # The fanout's queues: every kind that holds plain messages, with expiry and dead-lettering.
 _QUEUES: dict[str, dict[str, object]] = {
@@ -88,6 +91,30 @@ def test_a_fanout_counts_its_payload_once_and_each_copys_overhead() -> None:
     assert registry.held.total == 0
 
 
+def test_a_failed_delivery_keeps_a_copy_in_its_share_and_is_stamped_as_it_is_read() -> None:
+    # Seed 65600: fan-out copies coming back unsettled each left the share with the new
+    # header, and a whole payload per copy took the count past the ceiling.
+    held = HeldBytes()
+    first = Message(_payload(1_000))
+    second = first.copy()
+    held.take(first)
+    held.take(second)
+    size = len(first.payload)
+    held.rewrite(second, second.count_failed_delivery)
+    assert second.share is first.share
+    assert held.total == size + 2 * MESSAGE_OVERHEAD
+    assert read_header(second.read()).delivery_count == 1
+    assert read_header(second.copy().read()).delivery_count == 1
+    assert read_header(first.read()).delivery_count == 0
+    held.let_go(first)
+    held.let_go(second)
+    assert held.total == 0
+
+
+def _annotations() -> bytes:
+    return encode({Symbol("x-opt-seen"): "yes"})
+
+
 def test_a_copy_given_new_bytes_leaves_the_share_and_counts_its_own() -> None:
     held = HeldBytes()
     first = Message(_payload(1_000))
@@ -96,7 +123,7 @@ def test_a_copy_given_new_bytes_leaves_the_share_and_counts_its_own() -> None:
     held.take(second)
     size = len(first.payload)
     assert held.total == size + 2 * MESSAGE_OVERHEAD
-    held.rewrite(second, second.count_failed_delivery)
+    held.rewrite(second, partial(second.annotate, _annotations()))
     assert second.share is None
     assert held.total == size + len(second.payload) + 2 * MESSAGE_OVERHEAD
     # The one left in the share refunds the shared bytes; the other its own.
