@@ -1,9 +1,8 @@
 """Dead letters routed in batches within the memory budget, and the failures logged.
 
 Their copies are stored within the memory budget's room (``MemoryBudget.room``: up to its
-limit, and while blocked half way through its margin): a pass grows what it counts by at most
-that, the letters that do not fit waiting with their messages held at their place, counted
-(queues/dead_lettering.py). The letters a
+limit): a pass grows what it counts by at most that, the letters that do not fit waiting with
+their messages held at their place, counted (queues/dead_lettering.py). The letters a
 consumer's outcomes made are charged to its link, against its connection's dead-letter debt
 (session/dead_letter_debt.py): as they wait or leave, the links that made them are held or let
 go. A letter that cannot be dead-lettered is logged with what becomes of it: the server's

@@ -39,15 +39,16 @@ class Share:
 class Message:
     """One enqueued message; ``seq`` orders it within its queue and tags its deliveries.
 
-    ``payload`` is the publisher's bytes, re-encoded only when a consumer's ``modified``
-    annotations are merged in; :meth:`read` is what goes on the wire, the header's
+    ``payload`` is the publisher's bytes, re-encoded only when annotations are merged in (a
+    consumer's ``modified`` outcome, a quorum queue's redelivery counts); :meth:`read` is what goes on the wire, the header's
     delivery-count (AMQP 1.0 §3.2.1) raised by failed deliveries stamped on it as it is read,
     as a stored message's is: a failure never gives the message bytes of its own, so a
     fan-out's copies coming back unsettled keep sharing their payload and grow nothing the
-    memory budget counts (issue 31's seed 65600, docs/bounds.md). ``expires`` is an absolute time in milliseconds since
-    the epoch (the unit of AMQP's ``absolute-expiry-time``), ``None`` for never. ``exchange``
-    and ``routing_key`` say how it was published, for dead-lettering by routing key. ``view``
-    holds what filters decoded of it (queues.filters.view).
+    memory budget counts (issue 31's seed 65600, docs/bounds.md). ``expires`` is an absolute
+    time in milliseconds since the epoch (the unit of AMQP's ``absolute-expiry-time``),
+    ``None`` for never. ``exchange`` and ``routing_key`` say how it was published, for
+    dead-lettering by routing key. ``view`` holds what filters decoded of it
+    (queues.filters.view).
     """
 
     __slots__ = (

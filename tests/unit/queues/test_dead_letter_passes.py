@@ -155,7 +155,7 @@ def _fanout_back(registry: QueueRegistry) -> None:
         registry.bind("fx", name)
 
 
-def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_needs_its_death_record() -> None:
+def test_copies_past_the_room_wait_and_a_move_to_one_queue_needs_room_for_its_death() -> None:
     registry = QueueRegistry(Clock(1_000))
     _fanout_back(registry)
     q1 = registry.queue("q1")
