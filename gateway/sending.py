@@ -217,11 +217,13 @@ class Sending:
                         sender = c_object(senders[link].sender)
                         ack = link.ack_required
                     message = action[1]
-                    # A plain message's bytes are its payload unless failures raised its
-                    # delivery-count since; a stored one reads them.
+                    # A plain message's bytes are its payload unless its returns changed
+                    # what is stamped on them (queues/message.py); a stored one reads them.
                     payload = (
                         message.payload
-                        if type(message) is Message and message.delivery_count == message.stamped
+                        if type(message) is Message
+                        and message.delivery_count == message.stamped
+                        and not message.counts
                         else message.send()
                     )
                     tag = b"%d" % message.seq

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from sluicegate.wire.annotations import merge_annotations
+from sluicegate.wire.redelivery_counts import with_redelivery_counts
 from sluicegate.wire.sections import Header, read_header, with_delivery_count
 
 if TYPE_CHECKING:
@@ -39,12 +40,13 @@ class Share:
 class Message:
     """One enqueued message; ``seq`` orders it within its queue and tags its deliveries.
 
-    ``payload`` is the publisher's bytes, re-encoded only when annotations are merged in (a
-    consumer's ``modified`` outcome, a quorum queue's redelivery counts); :meth:`read` is what goes on the wire, the header's
-    delivery-count (AMQP 1.0 §3.2.1) raised by failed deliveries stamped on it as it is read,
-    as a stored message's is: a failure never gives the message bytes of its own, so a
-    fan-out's copies coming back unsettled keep sharing their payload and grow nothing the
-    memory budget counts (issue 31's seed 65600, docs/bounds.md). ``expires`` is an absolute
+    ``payload`` is the publisher's bytes, re-encoded only when a consumer's ``modified``
+    annotations are merged in; :meth:`read` is what goes on the wire: the header's
+    delivery-count (AMQP 1.0 §3.2.1) raised by failed deliveries, and a quorum queue's
+    redelivery counts once it came back (``counts``), stamped on it as it is read, as a stored
+    message's are. A return never gives the message bytes of its own, so a fan-out's copies
+    coming back unsettled keep sharing their payload and grow nothing the memory budget counts
+    (issue 31's seed 65600, docs/bounds.md). ``expires`` is an absolute
     time in milliseconds since the epoch (the unit of AMQP's ``absolute-expiry-time``),
     ``None`` for never. ``exchange`` and ``routing_key`` say how it was published, for
     dead-lettering by routing key. ``view`` holds what filters decoded of it
@@ -53,6 +55,7 @@ class Message:
 
     __slots__ = (
         "_header",
+        "counts",
         "delivery_count",
         "exchange",
         "expires",
@@ -85,6 +88,8 @@ class Message:
         self.delivery_count = delivery_count
         # The delivery-count ``payload``'s header carries; :meth:`read` stamps a later one.
         self.stamped = delivery_count
+        # Whether :meth:`read` stamps ``returned`` as a quorum queue's redelivery counts.
+        self.counts = False
         self.seq = seq
         self.state = AVAILABLE
         self.expires = expires
@@ -113,7 +118,7 @@ class Message:
     def read_size(self) -> int:
         """Bytes the message occupies on the wire. A method, not a property: a stored message
         annotated by a consumer reads its body to know (queues/log/stored.py)."""
-        if self.delivery_count == self.stamped:
+        if self.delivery_count == self.stamped and not self.counts:
             return len(self.payload)
         return len(self.read())
 
@@ -140,6 +145,8 @@ class Message:
         )
         if plain:
             copy.stamped = self.stamped
+            copy.counts = self.counts
+            copy.returned = self.returned
             share = self.share
             if share is None:
                 share = self.share = Share(1 if counted else 0)
@@ -148,10 +155,13 @@ class Message:
 
     def read(self) -> bytes:
         """The bytes to send: a stored message reads them from the log (a read, maybe a disk's);
-        a plain one's payload, its delivery-count stamped if failures raised it since."""
-        if self.delivery_count == self.stamped:
-            return self.payload
-        return with_delivery_count(self.payload, self.delivery_count)
+        a plain one's payload, stamped with what its returns changed since."""
+        payload = self.payload
+        if self.delivery_count != self.stamped:
+            payload = with_delivery_count(payload, self.delivery_count)
+        if self.counts:
+            payload = with_redelivery_counts(payload, self.returned)
+        return payload
 
     def send(self) -> bytes:
         """The bytes to send now, as one whole delivery: :meth:`read`, after which a stored
@@ -190,5 +200,6 @@ class Message:
         ``modified`` outcome); raises ``DecodeError``, changing nothing, if either is bad."""
         self.payload = merge_annotations(self.read(), additions)
         self.stamped = self.delivery_count
+        self.counts = False
         self.share = None
         self.view = None

@@ -111,6 +111,32 @@ def test_a_failed_delivery_keeps_a_copy_in_its_share_and_is_stamped_as_it_is_rea
     assert held.total == 0
 
 
+def test_quorum_copies_coming_back_keep_their_share_and_read_their_redelivery_counts() -> None:
+    # A quorum queue's return stamped its counts into each copy's payload, a whole payload
+    # per copy of a fan-out: now they are stamped as the copy is read.
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_exchange("fx", "fanout")
+    names = [f"qq{index}" for index in range(10)]
+    for name in names:
+        registry.declare_queue(name, {"x-queue-type": "quorum"})
+        registry.bind("fx", name)
+    payload = _payload(100_000)
+    _publish(registry, payload)
+    held = registry.held.total
+    assert held == len(payload) + 10 * MESSAGE_OVERHEAD
+    for name in names:
+        queue = registry.queue(name)
+        queue.attach("c", ack_required=True)
+        taken, _ = queue.credit("c", 0, 1, False)
+        queue.settle("c", [taken[0].seq], Outcome.RELEASED, False)
+    assert registry.held.total == held
+    queue = registry.queue(names[0])
+    again, _ = queue.credit("c", 1, 1, False)
+    assert again[0].read() != payload
+    assert b"x-acquired-count" in again[0].read()
+    assert again[0].read_size() == len(again[0].read())
+
+
 def _annotations() -> bytes:
     return encode({Symbol("x-opt-seen"): "yes"})
 
