@@ -261,8 +261,14 @@ class DeadLetterRouter:
         route: Route,
         persists: Persists,
         store: TopologyLog | None,
+        held: HeldBytes | None = None,
     ) -> None:
         self.clock = clock
+        # What the queues hold: a pass's room is taken by what each letter grew it by in fact,
+        # never less than its estimate, so that whatever its copies set off as they are stored
+        # (a refused copy counted as its queue's letter, a drop-head queue's head given up)
+        # the pass passes its room by one letter at most. None: the estimates only.
+        self._held = held
         self._route = route
         self._persists = persists
         self._store = store
@@ -297,7 +303,9 @@ class DeadLetterRouter:
         pending = self.outbox
         batch = pending[:LETTERS_PER_PASS]
         del pending[:LETTERS_PER_PASS]
+        held = self._held
         for taken, letter in enumerate(batch):
+            before = 0 if held is None else held.total
             try:
                 left = self._deliver(letter, dispatches, room)
             except Exception as error:
@@ -312,14 +320,14 @@ class DeadLetterRouter:
                 break
             self._repay(letter)
             grown, done = left
-            if room is not None:
-                room -= grown
             if done is None:
                 letter.stored()
             else:
                 # At-least-once: still held in its queue, to be sent again; repaid already.
                 assert letter.retry is not None
                 letter.retry(letter._replace(done=done, cause=None, charged=0))
+            if room is not None:
+                room -= grown if held is None else max(grown, held.total - before)
         return dispatches
 
     def blame(self, since: int, cause: Cause) -> bool:
