@@ -1,8 +1,8 @@
 """Dead letters routed in batches within the memory budget, and the failures logged.
 
-Their copies are held like a publisher's messages: while the memory budget is blocked no copy
-that grows what it counts is made (the letters wait, their messages held at their place,
-counted), and a pass grows it by at most its headroom (queues/dead_lettering.py). The letters a
+Their copies are stored within the memory budget's room (``MemoryBudget.room``: up to its
+limit): a pass grows what it counts by at most that, the letters that do not fit waiting with
+their messages held at their place, counted (queues/dead_lettering.py). The letters a
 consumer's outcomes made are charged to its link, against its connection's dead-letter debt
 (session/dead_letter_debt.py): as they wait or leave, the links that made them are held or let
 go. A letter that cannot be dead-lettered is logged with what becomes of it: the server's
@@ -41,10 +41,7 @@ def route_dead_letters(
         registry = vhost.registry
         if not registry.dead_letters:
             continue
-        room = 0
-        if not budget.blocked:
-            used = held.total + outbound() + budget.unfinished
-            room = max(0, budget.limit - used)
+        room = budget.room(held.total + outbound() + budget.unfinished)
         dispatch(registry.route_dead_letters(room))
         router = registry.dead_letter_router
         if router.toggled:

@@ -217,8 +217,15 @@ class Sending:
                         sender = c_object(senders[link].sender)
                         ack = link.ack_required
                     message = action[1]
-                    # A plain message's bytes are its payload; a stored one reads them.
-                    payload = message.payload if type(message) is Message else message.send()
+                    # A plain message's bytes are its payload unless its returns changed
+                    # what is stamped on them (queues/message.py); a stored one reads them.
+                    payload = (
+                        message.payload
+                        if type(message) is Message
+                        and message.delivery_count == message.stamped
+                        and not message.counts
+                        else message.send()
+                    )
                     tag = b"%d" % message.seq
                     delivery = new_delivery(sender, (len(tag), from_buffer(tag)))
                     # cffi passes bytes to a char * as they are; other buffers need a view.

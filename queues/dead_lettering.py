@@ -207,6 +207,25 @@ class DeadLetterer:
                 self.held.total -= letter.size + MESSAGE_OVERHEAD
 
 
+def _growth(letter: DeadLetter, payload: bytes, copies: int) -> int:
+    """What storing ``copies`` of the letter's ``payload`` and letting its message go grows
+    the held bytes by (queues/held_bytes.py): the copies share the payload, which its death
+    record made new bytes, counted once, each copy its overhead; the message, in its queue or
+    counted by its sender, gives back what it counts alone (all of it, or its overhead when
+    other copies share its payload: seed 65600's letters of fan-out copies, each counted as
+    one overhead, grew the count by a whole payload), and nothing when at-least-once, as it
+    may stay for the queues that refuse. An upper bound: a durable queue's logged copy may
+    count less."""
+    grown = len(payload) + copies * MESSAGE_OVERHEAD
+    message = letter.message
+    if letter.retry is not None:
+        return grown
+    share = message.share
+    if share is not None and share.holders > 1:
+        return grown - MESSAGE_OVERHEAD
+    return grown - message.held - MESSAGE_OVERHEAD
+
+
 # Where a message published to an exchange with a routing key goes (the exchange graph's route).
 Route = Callable[[str, str, bytes], list[QueueType]]
 # Whether a message to a queue goes through the log (the registry's rule for durable queues).
@@ -242,8 +261,14 @@ class DeadLetterRouter:
         route: Route,
         persists: Persists,
         store: TopologyLog | None,
+        held: HeldBytes | None = None,
     ) -> None:
         self.clock = clock
+        # What the queues hold: a pass's room is taken by what each letter grew it by in fact,
+        # never less than its estimate, so that whatever its copies set off as they are stored
+        # (a refused copy counted as its queue's letter, a drop-head queue's head given up)
+        # the pass passes its room by one letter at most. None: the estimates only.
+        self._held = held
         self._route = route
         self._persists = persists
         self._store = store
@@ -267,8 +292,8 @@ class DeadLetterRouter:
         Each copy carries the death in its annotations; a message that would loop back to a
         queue it already died in, with no rejection on the way, is dropped (RabbitMQ's rule).
         At most :data:`LETTERS_PER_PASS` letters are taken, and they stop at the first whose
-        copies would grow the bytes held past ``room`` (the memory budget's headroom; None: no
-        limit; a letter to one queue moves its message and grows nothing): the rest, and the
+        copies would grow the bytes held past ``room`` (the memory budget's room; None: no
+        limit; a letter to one queue grows it by its death record only): the rest, and the
         letters the copies make in turn (a queue that expires them at once), wait in the
         outbox for the next call, so one event never loops and a fan-out never grows the
         server past its budget.
@@ -278,7 +303,9 @@ class DeadLetterRouter:
         pending = self.outbox
         batch = pending[:LETTERS_PER_PASS]
         del pending[:LETTERS_PER_PASS]
+        held = self._held
         for taken, letter in enumerate(batch):
+            before = 0 if held is None else held.total
             try:
                 left = self._deliver(letter, dispatches, room)
             except Exception as error:
@@ -293,14 +320,14 @@ class DeadLetterRouter:
                 break
             self._repay(letter)
             grown, done = left
-            if room is not None:
-                room -= grown
             if done is None:
                 letter.stored()
             else:
                 # At-least-once: still held in its queue, to be sent again; repaid already.
                 assert letter.retry is not None
                 letter.retry(letter._replace(done=done, cause=None, charged=0))
+            if room is not None:
+                room -= grown if held is None else max(grown, held.total - before)
         return dispatches
 
     def blame(self, since: int, cause: Cause) -> bool:
@@ -383,10 +410,7 @@ class DeadLetterRouter:
             # A fully automatic loop: dropped, at-least-once or not (RabbitMQ's rule).
             self.dropped += 1
             return 0, None
-        # The copies share one payload, counted once (queues/held_bytes.py), as the letter's
-        # own bytes are while it waits, in its queue or by its sender: each further copy grows
-        # the count by its overhead.
-        grown = (len(targets) - 1) * MESSAGE_OVERHEAD
+        grown = _growth(letter, payload, len(targets))
         if room is not None and grown > 0 and grown > room:
             return _Wait(len(targets))
         fits = self.fits

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from sluicegate.wire.annotations import merge_annotations
+from sluicegate.wire.redelivery_counts import with_redelivery_counts
 from sluicegate.wire.sections import Header, read_header, with_delivery_count
 
 if TYPE_CHECKING:
@@ -39,16 +40,22 @@ class Share:
 class Message:
     """One enqueued message; ``seq`` orders it within its queue and tags its deliveries.
 
-    ``payload`` is exactly what goes on the wire. It starts as the publisher's bytes and is
-    re-encoded only when a failed delivery raises the header's delivery-count (AMQP 1.0 §3.2.1)
-    or dead-lettering adds annotations. ``expires`` is an absolute time in milliseconds since
-    the epoch (the unit of AMQP's ``absolute-expiry-time``), ``None`` for never. ``exchange``
-    and ``routing_key`` say how it was published, for dead-lettering by routing key. ``view``
-    holds what filters decoded of it (queues.filters.view).
+    ``payload`` is the publisher's bytes, re-encoded only when a consumer's ``modified``
+    annotations are merged in; :meth:`read` is what goes on the wire: the header's
+    delivery-count (AMQP 1.0 §3.2.1) raised by failed deliveries, and a quorum queue's
+    redelivery counts once it came back (``counts``), stamped on it as it is read, as a stored
+    message's are. A return never gives the message bytes of its own, so a fan-out's copies
+    coming back unsettled keep sharing their payload and grow nothing the memory budget counts
+    (issue 31's seed 65600, docs/bounds.md). ``expires`` is an absolute
+    time in milliseconds since the epoch (the unit of AMQP's ``absolute-expiry-time``),
+    ``None`` for never. ``exchange`` and ``routing_key`` say how it was published, for
+    dead-lettering by routing key. ``view`` holds what filters decoded of it
+    (queues.filters.view).
     """
 
     __slots__ = (
         "_header",
+        "counts",
         "delivery_count",
         "exchange",
         "expires",
@@ -59,6 +66,7 @@ class Message:
         "routing_key",
         "seq",
         "share",
+        "stamped",
         "state",
         "view",
     )
@@ -78,6 +86,10 @@ class Message:
         # The header as the publish path read it; decoded when first asked for otherwise.
         self._header = header
         self.delivery_count = delivery_count
+        # The delivery-count ``payload``'s header carries; :meth:`read` stamps a later one.
+        self.stamped = delivery_count
+        # Whether :meth:`read` stamps ``returned`` as a quorum queue's redelivery counts.
+        self.counts = False
         self.seq = seq
         self.state = AVAILABLE
         self.expires = expires
@@ -106,7 +118,9 @@ class Message:
     def read_size(self) -> int:
         """Bytes the message occupies on the wire. A method, not a property: a stored message
         annotated by a consumer reads its body to know (queues/log/stored.py)."""
-        return len(self.payload)
+        if self.delivery_count == self.stamped and not self.counts:
+            return len(self.payload)
+        return len(self.read())
 
     @property
     def held(self) -> int:
@@ -120,15 +134,19 @@ class Message:
         says whether this one is in the held bytes already (a browser's copy of a queued
         message), so that it stands as the share's one holder, whose charge is the same.
         """
+        plain = type(self) is Message
         copy = Message(
-            self.read(),
+            self.payload if plain else self.read(),
             self.delivery_count,
             expires=self.expires,
             exchange=self.exchange,
             routing_key=self.routing_key,
             header=self._header,
         )
-        if type(self) is Message:
+        if plain:
+            copy.stamped = self.stamped
+            copy.counts = self.counts
+            copy.returned = self.returned
             share = self.share
             if share is None:
                 share = self.share = Share(1 if counted else 0)
@@ -136,13 +154,19 @@ class Message:
         return copy
 
     def read(self) -> bytes:
-        """The bytes to send: a stored message reads them from the log (a read, maybe a disk's)."""
-        return self.payload
+        """The bytes to send: a stored message reads them from the log (a read, maybe a disk's);
+        a plain one's payload, stamped with what its returns changed since."""
+        payload = self.payload
+        if self.delivery_count != self.stamped:
+            payload = with_delivery_count(payload, self.delivery_count)
+        if self.counts:
+            payload = with_redelivery_counts(payload, self.returned)
+        return payload
 
     def send(self) -> bytes:
         """The bytes to send now, as one whole delivery: :meth:`read`, after which a stored
         message's body need not stay in memory."""
-        return self.payload
+        return self.read()
 
     def acquire(self) -> None:
         """Handed to a consumer that settles it later (a stored message logs it)."""
@@ -162,19 +186,20 @@ class Message:
         self.state = ARCHIVED
 
     def count_failed_delivery(self) -> None:
-        """Record one more failed delivery attempt in the header the next consumer sees.
+        """Record one more failed delivery attempt in the header the next consumer sees,
+        stamped as it is read: the payload, perhaps shared, stays as it is.
 
-        The new header is built before anything changes, so a failure leaves the message as it
-        was.
+        The new header is built once before anything changes, so a header that cannot be
+        re-encoded raises and leaves the message as it was.
         """
-        payload = with_delivery_count(self.payload, self.delivery_count + 1)
-        self.payload = payload
-        self.share = None
+        with_delivery_count(self.payload, self.delivery_count + 1)
         self.delivery_count += 1
 
     def annotate(self, additions: bytes) -> None:
         """Merge the encoded map ``additions`` into the message annotations (a consumer's
         ``modified`` outcome); raises ``DecodeError``, changing nothing, if either is bad."""
-        self.payload = merge_annotations(self.payload, additions)
+        self.payload = merge_annotations(self.read(), additions)
+        self.stamped = self.delivery_count
+        self.counts = False
         self.share = None
         self.view = None

@@ -80,9 +80,11 @@ KEPT_LETTER_OVERHEAD: Final = 320
 
 
 def _stamp_payload(message: Message) -> None:
-    """Stamp a plain message's payload with its redelivery counts."""
-    message.payload = with_redelivery_counts(message.payload, message.returned)
-    message.share = None
+    """Have a plain message's redelivery counts stamped as it is read, its payload (perhaps a
+    fan-out's, shared) kept as it is: checked once here, so that a malformed section raises
+    before anything changes."""
+    with_redelivery_counts(message.read(), message.returned)
+    message.counts = True
     message.view = None
 
 
@@ -408,11 +410,12 @@ class QuorumQueue(ClassicQueue):
     def _stamp_returns(self, message: Message) -> None:
         """Annotate a message that is back with the times it was acquired before
         (wire/redelivery_counts.py), as RabbitMQ's quorum queue does: once per return, never
-        per delivery; the bytes it adds are counted like a ``modified`` outcome's."""
+        per delivery. A plain message's are stamped as it is read (spliced from a cached
+        section) and add nothing held; a stored one's are counted like a ``modified``
+        outcome's."""
         backlog = self._backlog
         size = message.read_size()
         if type(message) is Message:
-            # Its payload is its wire bytes: spliced from a cached section (the common case).
             change = partial(_stamp_payload, message)
         else:
             # A stored message keeps consumers' annotations beside its body.

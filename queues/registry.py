@@ -115,10 +115,12 @@ class QueueRegistry(ExchangeGraph):
         # The durable log: durable declarations are logged there (queues are durable by
         # default, as in RabbitMQ); None keeps everything in memory.
         super().__init__(self._queues, self._logged, self._queue_type, store)
-        self.dead_letter_router = DeadLetterRouter(self.clock, self.route, self.persists, store)
         # Bytes every queue holds in memory, for the server's memory budget: shared by the
         # registries of all virtual hosts of a server.
         self.held = held if held is not None else HeldBytes()
+        self.dead_letter_router = DeadLetterRouter(
+            self.clock, self.route, self.persists, store, self.held
+        )
         self.timed: set[QueueType] = set()
         self.context = QueueContext(
             self.clock, self.dead_letter_router.outbox, self.held, self.timed

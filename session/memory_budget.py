@@ -66,6 +66,7 @@ class MemoryBudget:
         "ceiling",
         "letters",
         "limit",
+        "peak",
         "reading",
         "resume_at",
         "unfinished",
@@ -83,6 +84,9 @@ class MemoryBudget:
         self.resume_at = int(limit * resume_ratio)
         self.ceiling = limit + min(limit // CEILING_SHARE, MAX_CEILING_MARGIN)
         self.used = 0
+        # The most ``used`` has been: what tests hold against the ceiling, in bytes, whenever
+        # it was reached (docs/bounds.md).
+        self.peak = 0
         # Bytes read from publishing connections since the last update.
         self.reading = 0
         # Bytes of deliveries still arriving, on every connection (part of ``used``).
@@ -108,6 +112,15 @@ class MemoryBudget:
         half way from the limit to :attr:`publishing_ceiling`."""
         return self.limit + (self.publishing_ceiling - self.limit) // 2
 
+    def room(self, used: int) -> int:
+        """What may still be stored unasked with ``used`` bytes held (dead letters: their
+        copies, and the death records that make their payload new bytes): up to the limit,
+        blocked or not, so that nothing stored so takes the margin the publishers not holding
+        the budget go on in, nor the count past the ceiling; and so that, as consumers drain
+        below the limit, letters to one queue go on moving while blocked (waiting for the
+        budget to resume, those whose source queue nobody drains could wait for good)."""
+        return max(0, self.limit - used)
+
     def keep_for_letters(self, peers: int) -> int:
         """Keep the letters' part of the margin for ``peers`` other workers (none: nothing is
         kept), and return the window of this worker's own letters to each of them: every
@@ -131,6 +144,7 @@ class MemoryBudget:
     def update(self, used: int) -> bool:
         """Take the bytes now held; True if that blocked or unblocked the server."""
         self.used = used
+        self.peak = max(self.peak, used)
         self.reading = 0
         if self.blocked:
             if used <= self.resume_at:

@@ -167,7 +167,7 @@ def test_outcomes() -> None:
     assert queue.settle("c", [2], Outcome.MODIFIED, True) == []
     assert queue.settle("c", [3], Outcome.MODIFIED, False) == []
     assert by_seq[2].delivery_count == 1
-    assert read_header(by_seq[2].payload).delivery_count == 1
+    assert read_header(by_seq[2].read()).delivery_count == 1
     assert by_seq[3].delivery_count == 0
     stats = queue.statistics()
     assert (stats.ready, stats.unacked, stats.acknowledged, stats.rejected) == (2, 0, 1, 1)
@@ -187,7 +187,7 @@ def test_detach_returns_unsent_as_they_were_and_counts_the_rest_as_failed() -> N
     delivered, _ = queue.credit("c", 0, 4, False)
     assert queue.detach("c", [delivered[2], delivered[3]]) == []
     assert [m.delivery_count for m in delivered] == [1, 1, 0, 0]
-    assert [read_header(m.payload).delivery_count for m in delivered] == [1, 1, 0, 0]
+    assert [read_header(m.read()).delivery_count for m in delivered] == [1, 1, 0, 0]
     assert queue.statistics().consumers == 0
     queue.attach("d", ack_required=True)
     again, _ = queue.credit("d", 0, 10, False)
@@ -396,7 +396,7 @@ class ClassicQueueMachine(RuleBasedStateMachine):
         consumer.credit -= 1
         consumer.delivery_count = serial_add(consumer.delivery_count, 1)
         assert message.delivery_count == model.delivery_count
-        assert read_header(message.payload).delivery_count == model.delivery_count
+        assert read_header(message.read()).delivery_count == model.delivery_count
         if consumer.ack_required:
             model.state, model.owner = "unacked", key
             consumer.unacked.add(message.seq)

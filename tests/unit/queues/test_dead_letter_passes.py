@@ -155,7 +155,7 @@ def _fanout_back(registry: QueueRegistry) -> None:
         registry.bind("fx", name)
 
 
-def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_never_does() -> None:
+def test_copies_past_the_room_wait_and_a_move_to_one_queue_needs_room_for_its_death() -> None:
     registry = QueueRegistry(Clock(1_000))
     _fanout_back(registry)
     q1 = registry.queue("q1")
@@ -169,16 +169,18 @@ def test_copies_that_would_grow_past_the_room_wait_and_a_move_to_one_queue_never
     # overhead (and the death record the payload gains): room for one letter, not two.
     dead = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0)))
     copy = dead - len(_BODY) + MESSAGE_OVERHEAD
-    registry.route_dead_letters(room=MESSAGE_OVERHEAD + MESSAGE_OVERHEAD // 2)
+    registry.route_dead_letters(room=copy + copy // 2)
     assert len(registry.dead_letters) == 2
     assert registry.dead_letter_router.waiting
     assert registry.held.total - held <= copy + copy // 2
     registry.route_dead_letters(room=0)
     assert len(registry.dead_letters) == 2
     assert registry.held.total - held <= copy + copy // 2
-    # A letter to one queue moves its message: it goes even with no room at all.
+    # A letter to one queue moves its message: it needs room for its death record only.
     registry.unbind("fx", "q2")
     registry.route_dead_letters(room=0)
+    assert len(registry.dead_letters) == 2
+    registry.route_dead_letters(room=2 * (dead - len(_BODY)))
     assert not registry.dead_letters
     assert not registry.dead_letter_router.waiting
 
@@ -311,3 +313,37 @@ def test_a_letter_a_target_has_no_room_for_waits_in_its_queue_until_it_fits() ->
     name, size = asked[-1]
     assert name == "dead"
     assert size > len(_BODY)
+
+
+def test_copies_refused_into_letters_of_their_own_take_the_passes_room() -> None:
+    # A letter's copies that full reject-publish-dlx queues refuse are counted again, as those
+    # queues' letters: the pass takes its room by what each letter grew the held bytes by in
+    # fact, and passes it by one letter at most.
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_exchange("fx", "fanout")
+    registry.declare_exchange("sink", "fanout")
+    registry.declare_queue("source", {"x-dead-letter-exchange": "fx"})
+    for index in range(10):
+        name = f"full{index}"
+        registry.declare_queue(
+            name,
+            {
+                "x-max-length": 0,
+                "x-overflow": "reject-publish-dlx",
+                "x-dead-letter-exchange": "sink",
+            },
+        )
+        registry.bind("fx", name)
+    source = registry.queue("source")
+    body = encode(Described(0x77, "b" * 10_000))
+    for _ in range(20):
+        source.enqueue(Message(body))
+    source.attach("c", ack_required=True)
+    messages, _ = source.credit("c", 0, 20, False)
+    source.settle("c", [m.seq for m in messages], Outcome.REJECTED, False)
+    held = registry.held.total
+    room = 30_000
+    registry.route_dead_letters(room=room)
+    letter = len(body) + 400 + 10 * 2 * MESSAGE_OVERHEAD
+    assert registry.held.total - held <= room + letter
+    assert registry.dead_letter_router.waiting

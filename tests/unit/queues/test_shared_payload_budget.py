@@ -8,6 +8,8 @@ stream).
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +21,7 @@ from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.amqp_types import Described, Symbol
 from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import DecodeError
+from sluicegate.wire.sections import read_header
 
 # The fanout's queues: every kind that holds plain messages, with expiry and dead-lettering.
 _QUEUES: dict[str, dict[str, object]] = {
@@ -88,6 +91,56 @@ def test_a_fanout_counts_its_payload_once_and_each_copys_overhead() -> None:
     assert registry.held.total == 0
 
 
+def test_a_failed_delivery_keeps_a_copy_in_its_share_and_is_stamped_as_it_is_read() -> None:
+    # Seed 65600: fan-out copies coming back unsettled each left the share with the new
+    # header, and a whole payload per copy took the count past the ceiling.
+    held = HeldBytes()
+    first = Message(_payload(1_000))
+    second = first.copy()
+    held.take(first)
+    held.take(second)
+    size = len(first.payload)
+    held.rewrite(second, second.count_failed_delivery)
+    assert second.share is first.share
+    assert held.total == size + 2 * MESSAGE_OVERHEAD
+    assert read_header(second.read()).delivery_count == 1
+    assert read_header(second.copy().read()).delivery_count == 1
+    assert read_header(first.read()).delivery_count == 0
+    held.let_go(first)
+    held.let_go(second)
+    assert held.total == 0
+
+
+def test_quorum_copies_coming_back_keep_their_share_and_read_their_redelivery_counts() -> None:
+    # A quorum queue's return stamped its counts into each copy's payload, a whole payload
+    # per copy of a fan-out: now they are stamped as the copy is read.
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_exchange("fx", "fanout")
+    names = [f"qq{index}" for index in range(10)]
+    for name in names:
+        registry.declare_queue(name, {"x-queue-type": "quorum"})
+        registry.bind("fx", name)
+    payload = _payload(100_000)
+    _publish(registry, payload)
+    held = registry.held.total
+    assert held == len(payload) + 10 * MESSAGE_OVERHEAD
+    for name in names:
+        queue = registry.queue(name)
+        queue.attach("c", ack_required=True)
+        taken, _ = queue.credit("c", 0, 1, False)
+        queue.settle("c", [taken[0].seq], Outcome.RELEASED, False)
+    assert registry.held.total == held
+    queue = registry.queue(names[0])
+    again, _ = queue.credit("c", 1, 1, False)
+    assert again[0].read() != payload
+    assert b"x-acquired-count" in again[0].read()
+    assert again[0].read_size() == len(again[0].read())
+
+
+def _annotations() -> bytes:
+    return encode({Symbol("x-opt-seen"): "yes"})
+
+
 def test_a_copy_given_new_bytes_leaves_the_share_and_counts_its_own() -> None:
     held = HeldBytes()
     first = Message(_payload(1_000))
@@ -96,7 +149,7 @@ def test_a_copy_given_new_bytes_leaves_the_share_and_counts_its_own() -> None:
     held.take(second)
     size = len(first.payload)
     assert held.total == size + 2 * MESSAGE_OVERHEAD
-    held.rewrite(second, second.count_failed_delivery)
+    held.rewrite(second, partial(second.annotate, _annotations()))
     assert second.share is None
     assert held.total == size + len(second.payload) + 2 * MESSAGE_OVERHEAD
     # The one left in the share refunds the shared bytes; the other its own.

@@ -676,7 +676,7 @@ def test_detach_gives_buffered_deliveries_back_without_a_failed_delivery() -> No
     again = transfers(out)
     assert [m.seq for m in again] == list(range(10))
     assert [m.delivery_count for m in again] == [1] * 3 + [0] * 7
-    assert [read_header(m.payload).delivery_count for m in again] == [1] * 3 + [0] * 7
+    assert [read_header(m.read()).delivery_count for m in again] == [1] * 3 + [0] * 7
 
 
 def test_detach_of_a_settled_link_gives_buffered_deliveries_back() -> None:
