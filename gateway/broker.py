@@ -271,7 +271,7 @@ class Broker(Handler):
         # Half way through the publishers' margin: what requests out for another worker's
         # deliveries bring then lands within it (session/memory_budget.py, session/waiting.py).
         full = budget.used >= budget.half_way
-        sending.budget_blocked(budget.blocked, full)
+        sending.budget_blocked(budget.blocked, full, budget.import_room(sending.waiting.reserved))
         sending.pump_marked()
         if self.peers is not None:
             # After the pump: the credit requests it made go out in this pass.

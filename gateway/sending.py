@@ -26,6 +26,7 @@ from sluicegate.session.outbound import (
     TransferPart,
     Unsettled,
     apply_hold,
+    budget_flushed,
     resume,
     route,
 )
@@ -92,25 +93,14 @@ class Sending:
             for pure in resume(connection.waiting):
                 self._dirty.add(states[pure])
 
-    def budget_blocked(self, blocked: bool, full: bool) -> None:
-        """The memory budget as this flush left it, which says whether consumers may ask
-        another worker's queue for deliveries, new bytes here (session/waiting.py); when it
-        lets go, or is no longer ``full``, the requests that waited for it are made,
-        connection by connection, each as far as it now may."""
-        waiting = self.waiting
-        let_go = (waiting.blocked and not blocked) or (waiting.full and not full)
-        waiting.blocked = blocked
-        waiting.full = full
-        if not (let_go and waiting.starved):
-            return
-        starved = list(waiting.starved)
-        waiting.starved.clear()
+    def budget_blocked(self, blocked: bool, full: bool, import_room: int) -> None:
+        """The memory budget as this flush left it: which requests to another worker's queue
+        may go, which are made now and which credit is taken back (session/waiting.py)."""
         states = self._states
-        for connection in starved:
-            for pure in resume(connection):
-                state = states.get(pure)
-                if state is not None:
-                    self._dirty.add(state)
+        for pure in budget_flushed(self.waiting, blocked, full, import_room):
+            state = states.get(pure)
+            if state is not None:
+                self._dirty.add(state)
 
     def hold(self, debt: DeadLetterDebt) -> None:
         """A connection's dead-letter debt changed whom it holds: hold or let go its links
@@ -137,6 +127,7 @@ class Sending:
         deliveries."""
         return (
             self.waiting.total
+            + self.waiting.reserved
             + self.pending_bytes.total
             + self.unsettled.count * UNSETTLED_DELIVERY_COST
             + self.held_for_peers()

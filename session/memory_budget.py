@@ -20,7 +20,12 @@ the ceiling (issue 31's seeds 65400 and 65501, docs/bounds.md):
   and, up to ``half_way`` only, what no hold weighs: requests for another worker's deliveries
   (session/waiting.py) and the delivery that has been arriving the longest
   (session/inbound_flow.py), so that what those bring once stopped lands in the other half
-  and neither can take the publishers to the point where every one of them waits.
+  and neither can take the publishers to the point where every one of them waits. What the
+  requests out may still bring is reserved in ``used`` before it comes (session/waiting.py),
+  each request within :meth:`import_room`, so that other workers' deliveries on credit
+  granted, however many links hold some, add nothing when they arrive; a pre-settled remote
+  consumer's recent deliveries kept on the owner (``Owner.recent_bytes``) are in ``used``
+  too, and so leave that much less room.
 """
 
 from __future__ import annotations
@@ -120,6 +125,12 @@ class MemoryBudget:
         below the limit, letters to one queue go on moving while blocked (waiting for the
         budget to resume, those whose source queue nobody drains could wait for good)."""
         return max(0, self.limit - used)
+
+    def import_room(self, reserved: int) -> int:
+        """The most other workers' deliveries may have reserved (``reserved`` of ``used`` now,
+        session/waiting.py) until the next update: what is left to :attr:`half_way` once
+        everything else counted is taken. Over it, what was granted beyond is taken back."""
+        return self.half_way - self.used + reserved
 
     def keep_for_letters(self, peers: int) -> int:
         """Keep the letters' part of the margin for ``peers`` other workers (none: nothing is

@@ -35,7 +35,13 @@ from sluicegate.queues.queue_type import (
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outgoing_link import CreditReq, LinkOwner, OutgoingLink
-from sluicegate.session.waiting import IMPORT_BATCH, WAITING_DELIVERY_COST, Waiting
+from sluicegate.session.waiting import (
+    IMPORT_BATCH,
+    WAITING_DELIVERY_COST,
+    Waiting,
+    WaitingBytes,
+    import_unit,
+)
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd, serial_add, serial_diff
 from sluicegate.writer.credit import SessionCredit
 from sluicegate.writer.writer import Writer
@@ -207,6 +213,8 @@ class Session:
         unsent = list(link.waiting)
         link.waiting.clear()
         self.waiting.forget(link)
+        if link.reserved:
+            self.waiting.server.reserve(link, 0)
         if unsent:
             held = sum(m.held for m in unsent)
             shares = link.shares
@@ -339,7 +347,12 @@ class Session:
         server_cost = cost - held if link.counted else cost
         self.pending_bytes += cost
         self.pending_server += server_cost
-        self.waiting.charge(cost, server_cost)
+        waiting = self.waiting
+        waiting.charge(cost, server_cost)
+        reserved = link.reserved
+        if reserved:
+            # They were reserved while on their way (session/waiting.py): now they wait.
+            waiting.server.reserve(link, reserved - cost if reserved > cost else 0)
 
     def send_pending(self) -> list[Action]:
         """Hand over what the window and the writer allow, in order (RabbitMQ's send_pending)."""
@@ -464,13 +477,12 @@ class Session:
         queue is asked for at most ``IMPORT_BATCH`` bytes by the largest delivery the link was
         sent, one before it was sent any, and for none by a drain while it may not ask."""
         if link.imports:
-            if drain and not self.waiting.may_import():
+            if drain and not self.waiting.may_ask(link, credit or 1):
                 # Nothing new may come now (session/waiting.py): a drain asks for none and is
                 # answered at once, its credit spent (AMQP 1.0 §2.6.7).
                 credit = 0
-            elif credit > 1:
-                largest = link.largest
-                credit = min(credit, max(1, IMPORT_BATCH // largest)) if largest else 1
+            else:
+                credit = _import_batch(link, credit)
         link.queue_flow_ctl.credit = credit
         link.credit_req_in_flight = True
         if link.held or not self.waiting.defer(link, drain):
@@ -479,7 +491,11 @@ class Session:
     def _starved(self, link: OutgoingLink) -> bool:
         """Whether the link's request waits for the memory budget (session/waiting.py)."""
         waiting = self.waiting
-        return link.imports and link in waiting.deferred and not waiting.may_import()
+        return (
+            link.imports
+            and link in waiting.deferred
+            and not waiting.may_ask(link, link.queue_flow_ctl.credit or 1)
+        )
 
     def ask_queue(self, link: OutgoingLink, drain: bool) -> None:
         """Request the credit the link's queue flow control holds; the batch and the reply
@@ -488,6 +504,8 @@ class Session:
         queue_ctl = link.queue_flow_ctl
         if link.held:
             queue_ctl.credit = 0
+        elif link.imports and queue_ctl.credit:
+            self._reserve(link)
         messages, reply = link.queue.credit(link, queue_ctl.delivery_count, queue_ctl.credit, drain)
         pending = self.outgoing_pending
         held = 0
@@ -510,6 +528,28 @@ class Session:
         if reply is not None:
             pending.append((link, reply))
 
+    def _reserve(self, link: OutgoingLink) -> None:
+        """Reserve what a request to another worker's queue lets it send, its credit capped
+        to the server's room (session/waiting.py): the credit counts from what has left the
+        session, so the deliveries waiting count against it and only the rest is on its way;
+        credit the queue held before may still cross the request, so the larger stays."""
+        queue_ctl = link.queue_flow_ctl
+        server = self.waiting.server
+        credit = queue_ctl.credit = server.import_credit(link, queue_ctl.credit)
+        coming = credit - len(link.waiting)
+        if coming > 0:
+            reserved = coming * import_unit(link)
+            if reserved > link.reserved:
+                server.reserve(link, reserved)
+
+    def take_back(self, link: OutgoingLink) -> None:
+        """Credit granted to another worker's queue beyond the server's room is taken back:
+        a request for none, made at once, as for a held link; its reply gives the
+        reservation back, and the next request waits for the room (session/waiting.py)."""
+        link.queue_flow_ctl.credit = 0
+        link.credit_req_in_flight = True
+        self.ask_queue(link, False)
+
     def credit_replied(self, link: OutgoingLink, reply: CreditReply) -> None:
         """A queue of another worker answered a credit request.
 
@@ -522,6 +562,11 @@ class Session:
         flight (docs/outbound-flow-control.md#a-queue-that-answers-later).
         """
         client = link.client_flow_ctl
+        server = self.waiting.server
+        if reply.credit or link.reserved:
+            # All it sent before the reply has arrived: what it may still send is the credit
+            # it kept.
+            server.reserve(link, reply.credit * import_unit(link))
         if reply.drain or client.echo:
             self.outgoing_pending.append((link, reply))
             return
@@ -538,8 +583,15 @@ class Session:
             if reply.credit:
                 # Held while this request was out: the queue's credit is taken back.
                 self._request_credit(link, 0, False)
+        elif reply.credit and server.reserved > server.import_room:
+            # The budget filled while this request was out (session/waiting.py).
+            self.take_back(link)
         elif queue_ctl.credit < link.top_up_below and client.credit > queue_ctl.credit:
-            self._request_credit(link, min(client.credit, self.max_queue_credit), False)
+            credit = min(client.credit, self.max_queue_credit)
+            if _import_batch(link, credit) > queue_ctl.credit:
+                # Not when the queue holds a whole batch already (it had nothing to send):
+                # asked again, an idle consumer of an empty queue made a round trip per pass.
+                self._request_credit(link, credit, False)
 
     def _sent(self, link: OutgoingLink) -> None:
         """A delivery left the session (RabbitMQ's sent_pending_delivery), forced through even if
@@ -679,6 +731,59 @@ def resume(waiting: Waiting) -> set[LinkOwner]:
         session = cast(Session, link.session)
         session.ask_queue(link, drain)
         touched.add(session)
+    return touched
+
+
+def _import_batch(link: OutgoingLink, credit: int) -> int:
+    """The most a request to another worker's queue asks for: ``IMPORT_BATCH`` bytes by the
+    link's largest delivery, one before it was sent any (session/waiting.py)."""
+    if credit <= 1:
+        return credit
+    largest = link.largest
+    return min(credit, max(1, IMPORT_BATCH // largest)) if largest else 1
+
+
+def budget_flushed(
+    server: WaitingBytes, blocked: bool, full: bool, import_room: int
+) -> set[LinkOwner]:
+    """The memory budget as a flush left it, which says whether consumers may ask another
+    worker's queue for deliveries, new bytes here, and for how many (``import_room``,
+    session/waiting.py): credit granted beyond the room is taken back, and when the budget
+    lets go, is no longer ``full`` or has room again, the requests that waited for it are
+    made, connection by connection, each as far as it now may; return the sessions to pump."""
+    let_go = (server.blocked and not blocked) or (server.full and not full)
+    server.blocked = blocked
+    server.full = full
+    server.import_room = import_room
+    if server.reserved > import_room:
+        return take_back(server)
+    if server.room_full and server.reserved < import_room:
+        server.room_full = False
+        let_go = True
+    touched: set[LinkOwner] = set()
+    if not (let_go and server.starved):
+        return touched
+    starved = list(server.starved)
+    server.starved.clear()
+    for connection in starved:
+        touched |= resume(connection)
+    return touched
+
+
+def take_back(server: WaitingBytes) -> set[LinkOwner]:
+    """Take back the oldest reservations, as far as ``server.reserved`` exceeds its room once
+    the replies come (session/waiting.py); return the sessions to pump. A link with a request
+    out is counted as taken: its reply takes it back (``Session.credit_replied``)."""
+    excess = server.reserved - server.import_room
+    touched: set[LinkOwner] = set()
+    for link in list(server.reserving):
+        if excess <= 0:
+            break
+        excess -= link.reserved
+        if not link.credit_req_in_flight:
+            session = cast(Session, link.session)
+            session.take_back(link)
+            touched.add(session)
     return touched
 
 

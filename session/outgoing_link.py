@@ -106,6 +106,7 @@ class OutgoingLink:
         "largest",
         "queue",
         "queue_flow_ctl",
+        "reserved",
         "seen_drain",
         "seen_limit",
         "sent",
@@ -148,6 +149,9 @@ class OutgoingLink:
         # ``IMPORT_BATCH`` bytes by the largest it was sent (session/waiting.py).
         self.imports = False
         self.largest = 0
+        # The bytes its queue may still send on the credit granted, reserved in the memory
+        # budget until they arrive or the credit is given back (session/waiting.py).
+        self.reserved = 0
         # Held for its connection's dead-letter debt (session/dead_letter_debt.py): every
         # credit request it makes asks its queue for none.
         self.held = False

@@ -38,6 +38,15 @@ IMPORT_BATCH: Final = 256 * 1024
 # Twice the writer's buffer (4 MiB): a connection over it has more ready than its writer may
 # hand proton at once, so deferring its credit requests never leaves its socket idle.
 DEFAULT_MAX_OUTGOING_PENDING: Final = 8 * 1024 * 1024
+# No budget said otherwise yet (a session alone, before the gateway's first flush).
+UNLIMITED_IMPORT_ROOM: Final = 1 << 62
+
+
+def import_unit(link: OutgoingLink) -> int:
+    """What one delivery of another worker's queue is reserved as: the link's largest so far,
+    or, before it was sent any, a whole batch (its first request asks for one), with the cost
+    of its place in the session, as it is charged when it arrives."""
+    return (link.largest or IMPORT_BATCH) + WAITING_DELIVERY_COST
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,15 +76,55 @@ class WaitingBytes(ServerBytes):
     requests already out bring lands within it. A
     request that may not go waits with the connection's deferred ones; ``starved`` names the
     connections that have some, for the gateway to make them once the budget lets go.
+
+    What the requests out may still bring is a bound by construction, not a hope: every byte
+    another worker may send on the credit granted (its link's ``reserved``: the credit its
+    owner holds by the link's largest delivery) is counted here (``reserved``), in the memory
+    budget as if it had arrived, and a request goes only within ``import_room``, the room the
+    budget leaves below its half way once everything else it counts is taken
+    (session/memory_budget.py). A delivery that arrives turns reserved bytes into waiting
+    ones, adding nothing; a reply gives back what its owner no longer holds; and credit
+    granted beyond the room when the budget filled is taken back (``take_back`` in
+    session/outbound.py). Without it each link kept what it was granted before the budget
+    blocked, and N links brought N batches past the ceiling (docs/bounds.md).
     """
 
-    __slots__ = ("blocked", "full", "starved")
+    __slots__ = ("blocked", "full", "import_room", "reserved", "reserving", "room_full", "starved")
 
     def __init__(self) -> None:
         super().__init__()
         self.blocked = False
         self.full = False
         self.starved: set[Waiting] = set()
+        # Bytes other workers may still send on the credit granted, and the links that hold
+        # some (what ``take_back`` walks): a dict, so that the oldest reservations go first.
+        self.reserved = 0
+        self.reserving: dict[OutgoingLink, None] = {}
+        # The most ``reserved`` may reach until the next flush sets it again (the gateway's,
+        # from the budget); a connection starved for it sets ``room_full``.
+        self.import_room = UNLIMITED_IMPORT_ROOM
+        self.room_full = False
+
+    def reserve(self, link: OutgoingLink, nbytes: int) -> None:
+        """What ``link``'s queue may still send is worth ``nbytes`` now."""
+        reserved = link.reserved
+        if nbytes == reserved:
+            return
+        self.reserved += nbytes - reserved
+        link.reserved = nbytes
+        if not nbytes:
+            del self.reserving[link]
+        elif not reserved:
+            self.reserving[link] = None
+
+    def import_credit(self, link: OutgoingLink, credit: int) -> int:
+        """``credit`` for ``link`` capped to what ``import_room`` lets its queue send beyond the
+        deliveries that wait already (they count against it: session/outbound.py); 0 when
+        not one more fits, and the request must wait."""
+        more = (self.import_room - self.reserved + link.reserved) // import_unit(link)
+        if more <= 0:
+            return 0
+        return min(credit, len(link.waiting) + more)
 
 
 class Waiting:
@@ -128,7 +177,8 @@ class Waiting:
         """True if the link's credit request must wait (it is then kept, in order): the
         connection holds its limit, or the request would bring new bytes into a blocked
         budget (:class:`WaitingBytes`)."""
-        if link.imports and link.queue_flow_ctl.credit and not self.may_import():
+        credit = link.queue_flow_ctl.credit
+        if link.imports and credit and not self.may_ask(link, credit):
             self.deferred[link] = drain
             self.server.starved.add(self)
             return True
@@ -149,6 +199,16 @@ class Waiting:
         writer = self.writer
         unsent = self.bytes + (0 if writer is None else writer.unwritten)
         return unsent == 0 if server.full else unsent < IMPORT_BATCH
+
+    def may_ask(self, link: OutgoingLink, credit: int) -> bool:
+        """Whether ``link`` may ask another worker for ``credit`` now: the connection may
+        (:meth:`may_import`) and the server's room has a delivery's worth left for it."""
+        if not self.may_import():
+            return False
+        if self.server.import_credit(link, credit):
+            return True
+        self.server.room_full = True
+        return False
 
     def forget(self, link: OutgoingLink) -> bool | None:
         """Take the link's deferred request out (its drain flag; None if it had none): it
@@ -172,7 +232,8 @@ class Waiting:
         at ``resume_at``, or, starved (:class:`WaitingBytes`), allowed to ask again."""
         if self.paused:
             return self.bytes <= self.resume_at
-        return self in self.server.starved and self.may_import()
+        server = self.server
+        return self in server.starved and self.may_import() and server.reserved < server.import_room
 
     def next_deferred(self) -> tuple[OutgoingLink, bool] | None:
         """The oldest deferred request, while the bytes stay under the limit; None pauses again
@@ -186,7 +247,9 @@ class Waiting:
             self.paused = True
             self.pauses += 1
             return None
-        if next(iter(deferred)).imports and not self.may_import():
+        head = next(iter(deferred))
+        credit = head.queue_flow_ctl.credit
+        if head.imports and credit and not self.may_ask(head, credit):
             # Its bytes would be new here: it waits for the budget, and those behind it too.
             self.server.starved.add(self)
             return None

@@ -1,0 +1,262 @@
+"""What other workers may still send on the credit this worker granted is reserved in its
+memory budget before it comes, within the room the budget leaves, and taken back beyond it
+(session/waiting.py, docs/bounds.md): the pure session and channel ends, with frames crossing
+when the test says, and the gateway's flush played by ``budget_flushed``."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.message import Message
+from sluicegate.session.channel.frames import Credit, CreditReply, Deliveries, Frame
+from sluicegate.session.channel.owner import Owner
+from sluicegate.session.channel.remote import Remote, RemoteQueue
+from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.session.outbound import Session, budget_flushed, route
+from sluicegate.session.outgoing_link import OutgoingLink
+from sluicegate.session.waiting import (
+    IMPORT_BATCH,
+    UNLIMITED_IMPORT_ROOM,
+    WAITING_DELIVERY_COST,
+    Waiting,
+    WaitingBytes,
+    import_unit,
+)
+from sluicegate.wire.amqp_types import Described
+from sluicegate.wire.encoding import encode as amqp
+from sluicegate.writer.writer import Writer
+
+BATCH = 16
+BODY = "x" * 1000
+
+
+def body(queue: int, n: int) -> bytes:
+    return amqp(Described(0x77, f"{queue}:{n:04}{BODY}"))
+
+
+class Worker:
+    """Worker A's connections, one consumer link each on a queue of worker B, the server's
+    waiting bytes shared; ``others`` stands for everything else A's budget counts."""
+
+    def __init__(self, links: int, cap: int) -> None:
+        self.server = WaitingBytes()
+        self.cap = cap
+        self.others = 0
+        self.queues = [ClassicQueue(f"q{n}") for n in range(links)]
+        self.remote = Remote(1)
+        self.remote.opened()
+        self.owner = Owner(lambda vhost, name: self.queues[int(name[1:])], BATCH)
+        self.sessions: list[Session] = []
+        self.links: list[OutgoingLink] = []
+        self.received: list[list[bytes]] = [[] for _ in range(links)]
+        self.published = [0] * links
+        self.down: list[Frame] = []
+        for n in range(links):
+            session = Session(
+                Writer(),
+                remote_incoming_window=0,
+                max_queue_credit=BATCH,
+                waiting=Waiting(server=self.server),
+            )
+            link = session.attach_link(
+                0, RemoteQueue(f"q{n}", "/", self.remote), ack_required=False
+            )
+            self.sessions.append(session)
+            self.links.append(link)
+        self.up()
+
+    def publish(self, queue: int, count: int) -> None:
+        start = self.published[queue]
+        for n in range(start, start + count):
+            route(self.queues[queue].enqueue(Message(body(queue, n))))
+        self.published[queue] += count
+
+    def up(self) -> None:
+        """The session side's frames reach the owner, whose answers start back."""
+        frames, self.remote.outgoing = self.remote.outgoing, []
+        for frame in frames:
+            back, local = self.owner.receive(frame)
+            route(local)
+            self.down.extend(back)
+        self.down.extend(self.owner.flush())
+
+    def arrive(self) -> None:
+        """The owner's frames reach the sessions."""
+        frames, self.down = self.down, []
+        for frame in frames:
+            if type(frame) is Deliveries:
+                delivered = self.remote.delivered(frame)
+                if delivered is not None:
+                    link = delivered[0]
+                    assert isinstance(link, OutgoingLink)
+                    self.sessions[self.links.index(link)].deliver_all(link, delivered[1])
+            elif type(frame) is CreditReply:
+                replied = self.remote.replied(frame)
+                if replied is not None:
+                    link = replied[0]
+                    assert isinstance(link, OutgoingLink)
+                    self.sessions[self.links.index(link)].credit_replied(link, replied[1])
+
+    def read(self, consumer: int, window: int) -> None:
+        """Consumer ``consumer``'s client lets ``window`` transfers go."""
+        session = self.sessions[consumer]
+        session.remote_incoming_window = window
+        for action in session.send_pending():
+            if type(action) is tuple:
+                self.received[consumer].append(action[1].read())
+        session.writer.caught_up(0)
+
+    def flush(self) -> None:
+        """The gateway's flush: what the budget leaves to imports (``MemoryBudget.import_room``,
+        here with ``cap`` for its half way) once everything else is counted."""
+        room = self.cap - self.others - self.server.total
+        budget_flushed(self.server, False, False, room)
+
+    def asked(self) -> list[int]:
+        """The credit each request about to cross asks for."""
+        return [frame.credit for frame in self.remote.outgoing if type(frame) is Credit]
+
+    def level(self) -> int:
+        """What imports make A count: deliveries waiting and what may still come."""
+        return self.server.total + self.server.reserved
+
+    def may_still_send(self, consumer: int) -> int:
+        """The credit B may still spend on the link, as A's end of the channel sees it."""
+        return self.remote.consumers[consumer + 1][1].credit
+
+    def quiesce(self) -> None:
+        for _ in range(200):
+            self.flush()
+            self.up()
+            self.arrive()
+            for consumer in range(len(self.links)):
+                self.read(consumer, 1 << 20)
+            if not (self.remote.outgoing or self.down):
+                return
+        raise AssertionError("still busy")
+
+
+def check(worker: Worker) -> None:
+    server = worker.server
+    assert server.reserved == sum(link.reserved for link in worker.links)
+    assert set(server.reserving) == {link for link in worker.links if link.reserved}
+    for consumer, link in enumerate(worker.links):
+        # Every byte B may still send on the credit granted is reserved here.
+        assert worker.may_still_send(consumer) * import_unit(link) <= link.reserved
+
+
+STEP = st.one_of(
+    st.tuples(st.just("publish"), st.integers(0, 3), st.integers(1, 12)),
+    st.tuples(st.just("up"), st.just(0), st.just(0)),
+    st.tuples(st.just("arrive"), st.just(0), st.just(0)),
+    st.tuples(st.just("read"), st.integers(0, 3), st.integers(0, 8)),
+    st.tuples(st.just("others"), st.integers(0, 6), st.just(0)),
+    st.tuples(st.just("flush"), st.just(0), st.just(0)),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(STEP, max_size=60), st.integers(IMPORT_BATCH, 3 * IMPORT_BATCH))
+def test_what_may_still_come_is_reserved_within_the_room_and_everything_arrives_once(
+    steps: list[tuple[str, int, int]], cap: int
+) -> None:
+    worker = Worker(4, cap)
+    for link, session in zip(worker.links, worker.sessions, strict=True):
+        session.client_flow(link, 0, 10_000, False, False)
+    worker.flush()
+    worker.up()
+    for kind, a, b in steps:
+        before = worker.level()
+        if kind == "publish":
+            worker.publish(a, b)
+        elif kind == "up":
+            worker.up()
+        elif kind == "arrive":
+            worker.arrive()
+        elif kind == "read":
+            worker.read(a, b)
+        elif kind == "others":
+            # Something else took (or gave back) part of the budget.
+            worker.others = a * IMPORT_BATCH // 4
+        else:
+            worker.flush()
+        check(worker)
+        # Imports never take the count past the room the last flush left; over it (others
+        # grew), they only give back.
+        assert worker.level() <= max(before, worker.cap - worker.others)
+    # The budget lets go: everything published arrives, once, in order.
+    worker.others = 0
+    worker.cap = UNLIMITED_IMPORT_ROOM
+    worker.quiesce()
+    for consumer, received in enumerate(worker.received):
+        assert received == [body(consumer, n) for n in range(worker.published[consumer])]
+    # What is still reserved is the credit the empty queues keep, and only that.
+    check(worker)
+    assert worker.server.total == 0
+
+
+def test_credit_granted_before_the_budget_filled_is_taken_back_and_resumed_when_it_lets_go() -> (
+    None
+):
+    worker = Worker(4, UNLIMITED_IMPORT_ROOM)
+    for consumer, (link, session) in enumerate(zip(worker.links, worker.sessions, strict=True)):
+        worker.publish(consumer, 1)
+        session.client_flow(link, 0, 10_000, False, False)
+    # Each link is sent one delivery, which the client reads: its size is known, and the
+    # next request asks for a batch of it (counted from before that delivery), which the
+    # empty queue keeps as credit.
+    worker.quiesce()
+    unit = import_unit(worker.links[0])
+    assert [link.reserved for link in worker.links] == [(BATCH - 1) * unit] * 4
+    # The budget fills with other bytes: no room for any of it.
+    worker.others = worker.cap = 10 * unit
+    worker.flush()
+    assert worker.asked() == [0] * 4
+    worker.up()
+    worker.arrive()
+    assert worker.server.reserved == 0
+    # Now the queues fill: nothing crosses, nothing is asked for.
+    for consumer in range(4):
+        worker.publish(consumer, 40)
+    for _ in range(3):
+        worker.flush()
+        worker.up()
+        worker.arrive()
+    assert worker.server.total == 0
+    assert worker.remote.outgoing == []
+    assert len(worker.server.starved) == 4
+    # Room for two links' batches: two of the starved connections ask, and no more.
+    worker.others = 0
+    worker.cap = 2 * BATCH * unit
+    worker.flush()
+    assert worker.asked() == [BATCH, BATCH]
+    assert worker.level() <= worker.cap
+    # The budget lets go: every message arrives once.
+    worker.cap = UNLIMITED_IMPORT_ROOM
+    worker.quiesce()
+    for consumer, received in enumerate(worker.received):
+        assert received == [body(consumer, n) for n in range(41)]
+
+
+def test_the_budgets_import_room_is_what_is_left_to_half_way_with_the_reservations_counted() -> (
+    None
+):
+    budget = MemoryBudget(32 * 1024 * 1024)
+    budget.keep_for_letters(1)
+    budget.update(budget.limit + 1000)
+    # 1000 bytes over the limit of which 600 are reserved imports: they count as room used.
+    assert budget.import_room(600) == budget.half_way - budget.limit - 400
+    assert budget.import_room(0) < budget.import_room(600)
+
+
+def test_a_delivery_is_reserved_as_its_links_largest_and_a_batch_before_any() -> None:
+    worker = Worker(1, UNLIMITED_IMPORT_ROOM)
+    link = worker.links[0]
+    assert import_unit(link) == IMPORT_BATCH + WAITING_DELIVERY_COST
+    worker.publish(0, 1)
+    worker.sessions[0].client_flow(link, 0, 10, False, False)
+    assert link.reserved == import_unit(link)
+    worker.quiesce()
+    assert import_unit(link) == link.largest + WAITING_DELIVERY_COST
