@@ -395,8 +395,9 @@ class Session:
                     break
                 pending.popleft()
                 link.waiting.popleft()
-                # A plain message holds its size; a stored one may hold nothing of it.
-                held = size if type(item) is Message else item.held
+                # What it was charged: a plain message's payload (its wire size may be larger,
+                # a raised delivery-count stamped as it is read), a stored one's maybe nothing.
+                held = item.held
                 sent_held += held
                 shares = link.shares
                 if shares is not None and type(item) is Message:

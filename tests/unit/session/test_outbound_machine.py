@@ -563,3 +563,21 @@ class SessionMachine(RuleBasedStateMachine):
 
 SessionMachine.TestCase.settings = settings(stateful_step_count=50)
 test_outbound_machine = SessionMachine.TestCase
+
+
+def test_a_message_returned_then_sent_gives_back_what_it_was_charged() -> None:
+    """A detach returns deliveries with a raised delivery-count, stamped as they are read, so
+    their wire size outgrows their payload: sending them must give back the payload charged,
+    not the wire size (found by the machine above once the stamp left the payload)."""
+    state = SessionMachine()
+    state.first_link(ack_required=False)
+    state.client_flow(credit=14, drain=False, echo=False, slot=0, stale=0)
+    state.enqueue(count=7, size=0)
+    state.enqueue(count=8, size=0)
+    state.client_flow(credit=2_000_000_000, drain=False, echo=False, slot=1, stale=0)
+    state.pump(writes=True)
+    state.detach(now=0, slot=1)
+    state.waiting_deliveries_charged()
+    state.send_pending()
+    state.waiting_deliveries_charged()
+    state.teardown()
