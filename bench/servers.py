@@ -124,7 +124,10 @@ def free_port() -> int:
 
 
 def _drain(stream: IO[str], into: list[str]) -> None:
-    into.extend(line.rstrip("\n") for line in stream)
+    """Read a server's pipe to its end, then close it: left to the collector, an unclosed pipe
+    warns (ResourceWarning) in whatever test happens to be running then."""
+    with stream:
+        into.extend(line.rstrip("\n") for line in stream)
 
 
 def start_sluicegate(

@@ -43,8 +43,6 @@ def test_the_cpu_of_a_process_tree_counts_its_children() -> None:
 
 
 @pytest.mark.slow
-# bench/servers.py leaves a stopped server's pipes to the collector, as every scenario does.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_the_clients_on_their_queues_worker_are_told_by_which_worker_accepted_them(
     tmp_path: Path,
 ) -> None:

@@ -7,10 +7,6 @@ import pytest
 
 from bench.pinned_cost import Case, _accepted_by, measure, pinned, serving
 
-# bench/servers.py drains a server's output pipes on daemon threads and leaves them to the
-# collector, as every scenario does: not what these tests check.
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
 
 @pytest.mark.slow
 def test_a_pinned_connection_is_served_by_the_worker_asked_for() -> None:
