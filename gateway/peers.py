@@ -150,15 +150,13 @@ class VhostPlacement:
         key = (self.vhost, name, "declare")
         asked = figures.asked.get(key)
         if asked is not None:
-            if not asked.done:
-                return OwnerDeclared.ASKED
-            if asked.answer is None:
-                raise PreconditionFailed(
-                    f"the worker that owns queue '{name}' refused its declaration: {asked.error}"
-                )
-            # Its counts are the answer's: no other question for them.
-            figures.asked[(self.vhost, name, "counts")] = asked
-            return OwnerDeclared.MADE if asked.answer.purged else OwnerDeclared.HAD
+            judged = _judged(
+                asked, f"the worker that owns queue '{name}' refused its declaration: {asked.error}"
+            )
+            if judged is not OwnerDeclared.ASKED:
+                # Its counts are the answer's: no other question for them.
+                figures.asked[(self.vhost, name, "counts")] = asked
+            return judged
         known = self.registry.get(name)
         if known is not None and type(known) is not RemoteQueue:
             return None
@@ -189,13 +187,9 @@ class VhostPlacement:
         key = (self.vhost, name, "declare-exchange")
         asked = figures.asked.get(key)
         if asked is not None:
-            if not asked.done:
-                return OwnerDeclared.ASKED
-            if asked.answer is None:
-                raise PreconditionFailed(
-                    f"the worker that judges exchange '{name}' refused its declaration"
-                )
-            return OwnerDeclared.MADE if asked.answer.purged else OwnerDeclared.HAD
+            return _judged(
+                asked, f"the worker that judges exchange '{name}' refused its declaration"
+            )
         if _exchange_of(self.registry, name) is not None:
             return None
         # No worker owns an exchange: the one the placement hash names for its name judges it.
@@ -1023,3 +1017,13 @@ def _letter_fits(queue: QueueType, size: int) -> bool:
     """Whether a dead letter of ``size`` bytes may go to ``queue`` now: a queue on another
     worker takes the letters its channel's window has room for (``Remote.letter_fits``)."""
     return type(queue) is not RemoteQueue or queue.remote.letter_fits(size)
+
+
+def _judged(asked: Asked, refusal: str) -> OwnerDeclared:
+    """Where a declaration asked of the worker that judges it stands: still asked, or made or
+    had there; refused there, :class:`PreconditionFailed` with ``refusal``."""
+    if not asked.done:
+        return OwnerDeclared.ASKED
+    if asked.answer is None:
+        raise PreconditionFailed(refusal)
+    return OwnerDeclared.MADE if asked.answer.purged else OwnerDeclared.HAD
