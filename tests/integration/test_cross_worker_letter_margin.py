@@ -19,7 +19,7 @@ from typing import Final
 import pytest
 from proton import Message, Timeout
 from proton.utils import BlockingConnection, BlockingSender, SendException
-from support.workers import blocking_on, budget_used, homed_on, metered_workers
+from support.workers import blocking_on, budget_used, drained, homed_on, metered_workers
 
 from sluicegate.clients.management import ManagementClient
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
@@ -72,21 +72,6 @@ def _reject_all(connection: BlockingConnection, queue: str) -> int:
     return rejected
 
 
-def _count(connection: BlockingConnection, queue: str) -> int:
-    """Read ``queue`` until a second passes with nothing: how many messages it gave."""
-    receiver = connection.create_receiver(f"/queues/{queue}", credit=100)
-    count = 0
-    try:
-        while True:
-            receiver.receive(timeout=1)
-            receiver.accept()
-            count += 1
-    except Timeout:
-        pass
-    receiver.close()  # type: ignore[no-untyped-call]
-    return count
-
-
 def test_letters_into_light_queues_of_a_blocked_worker_park_within_their_part_of_the_margin(
     two_workers: tuple[int, list[int], Path],
 ) -> None:
@@ -133,8 +118,8 @@ def test_letters_into_light_queues_of_a_blocked_worker_park_within_their_part_of
         try:
             far.create_sender(f"/queues/{probe}").send(Message(body="probe"), timeout=10)
             # Drained, worker 1 lets go: the parked letters are stored, none lost.
-            assert _count(far, full) > 0
-            assert _count(far, sinks[0]) == MESSAGES
+            assert drained(far, full, 100) > 0
+            assert drained(far, sinks[0], 100) == MESSAGES
         finally:
             far.close()
     finally:

@@ -20,9 +20,8 @@ from typing import Final
 
 import pytest
 from proton import Message
-from proton.utils import BlockingConnection
 from support.polling import wait_until
-from support.workers import blocking_on, budget_used, homed_on, metered_workers
+from support.workers import blocking_on, budget_used, drained, homed_on, metered_workers
 
 from sluicegate.clients.management import ManagementClient
 
@@ -38,22 +37,6 @@ CEILING: Final = LIMIT + LIMIT // 8
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
     with metered_workers(tmp_path, "16MiB") as (port, pids):
         yield port, pids, tmp_path
-
-
-def _drain(connection: BlockingConnection, queue: str) -> int:
-    """Read ``queue`` until a second passes with nothing: how many messages it gave."""
-    receiver = connection.create_receiver(f"/queues/{queue}", credit=50)
-    count = 0
-    try:
-        while True:
-            receiver.receive(timeout=1)
-            receiver.accept()
-            count += 1
-    except Exception as error:  # proton.utils raises its Timeout, an Exception
-        if type(error).__name__ != "Timeout":
-            raise
-    receiver.close()  # type: ignore[no-untyped-call]
-    return count
 
 
 @pytest.mark.slow
@@ -106,7 +89,7 @@ def test_letters_to_another_workers_queues_wait_within_a_window_and_all_arrive(
             while rejected and sum(delivered) < rejected * SINKS:
                 before = sum(delivered)
                 for index, name in enumerate(sinks):
-                    delivered[index] += _drain(far, name)
+                    delivered[index] += drained(far, name, 50)
                 if sum(delivered) == before:
                     break
             assert delivered == [rejected] * SINKS

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from proton import Timeout
 from proton.utils import BlockingConnection
 
 from sluicegate.queues.queue_homes import proposed_home
@@ -154,3 +155,19 @@ def budget_used(data_dir: Path, worker: int) -> float:
             if line.startswith("sluicegate_memory_budget_used_bytes "):
                 return float(line.split()[1])
     raise AssertionError("no sluicegate_memory_budget_used_bytes sample")
+
+
+def drained(connection: BlockingConnection, queue: str, credit: int) -> int:
+    """Read ``queue`` until a second passes with nothing, accepting each message: how many it
+    gave (the letters tests' count of what arrived once a worker let go)."""
+    receiver = connection.create_receiver(f"/queues/{queue}", credit=credit)
+    count = 0
+    try:
+        while True:
+            receiver.receive(timeout=1)
+            receiver.accept()
+            count += 1
+    except Timeout:
+        pass
+    receiver.close()  # type: ignore[no-untyped-call]
+    return count
