@@ -345,7 +345,6 @@ def test_the_next_batch_is_asked_before_the_last_has_left_and_only_then() -> Non
     assert len(pair.link.waiting) == 17 - below
 
 
-
 def test_a_batch_that_leaves_at_once_is_followed_by_a_whole_batch() -> None:
     pair = Pair()
     pair.publish(100)
@@ -365,6 +364,7 @@ def test_a_batch_that_leaves_at_once_is_followed_by_a_whole_batch() -> None:
     pair.deliver_up()
     pair.deliver_down()
     assert len(pair.link.waiting) == 16
+
 
 @settings(max_examples=60, deadline=None)
 @given(
