@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Final
+from typing import Final, Protocol
 
 from proton import Condition, Endpoint, Event, Transport
 from proton.handlers import IOHandler
@@ -59,6 +59,14 @@ READ_CHUNK: Final = 16 * 1024
 WRITE_BATCH: Final = 256 * 1024
 
 
+class DirectHandler(Protocol):
+    """A selectable's handler that the reactor's readiness reaches without proton's events."""
+
+    def readable(self) -> None: ...
+
+    def writable(self) -> None: ...
+
+
 class FlowIO(IOHandler):
     """proton's ``IOHandler`` plus byte accounting and a flush before blocking."""
 
@@ -68,6 +76,8 @@ class FlowIO(IOHandler):
         # IOHandler's methods use the selector through this attribute, by its interface.
         self._selector = self._epoll  # type: ignore[assignment]
         self.broker = broker
+        # Selectables whose readiness goes straight to their handler (internals.register).
+        self.direct: dict[Selectable, DirectHandler] = {}
 
     # Proton declares it static, but calls it as ``self.update``: this one needs the selector.
     def update(  # type: ignore[override]
@@ -91,9 +101,37 @@ class FlowIO(IOHandler):
         self._epoll.close()
 
     def on_reactor_quiesced(self, event: Event) -> None:
-        """Flush sessions first; block in select only if that produced no new events."""
+        """Flush sessions first; block in select only if that produced no new events.
+
+        Proton's own handler, but for the selectables registered ``direct`` (the channels
+        between workers, gateway/proton/channel_socket.py): their readiness is handed to them
+        at once, not pushed as an event to wrap and dispatch to their handler and to this one.
+        """
         self.broker.flush()
-        super().on_reactor_quiesced(event)
+        reactor = event.reactor
+        if not reactor.quiesced:
+            return
+        # As proton's handler: cancelled timers leave the heap before the wait.
+        reactor.timer_deadline  # noqa: B018
+        readable, writable, expired = self._epoll.select(reactor.timeout)
+        reactor.mark()
+        direct = self.direct
+        for selectable in readable:
+            handler = direct.get(selectable)
+            if handler is None:
+                selectable.readable()
+            else:
+                self._epoll.left(selectable)
+                handler.readable()
+        for selectable in writable:
+            handler = direct.get(selectable)
+            if handler is None:
+                selectable.writable()
+            else:
+                handler.writable()
+        for selectable in expired:
+            selectable.expired()
+        reactor.yield_()
 
     def on_selectable_readable(self, event: Event) -> None:
         """Read what the socket has, then look again at sessions that were waiting on the window.
@@ -397,6 +435,7 @@ class FlowIO(IOHandler):
     def on_selectable_final(self, event: Event) -> None:
         """The socket is closed and out of the selector: what it held of its connection goes."""
         super().on_selectable_final(event)
+        self.direct.pop(event.selectable, None)
         forget_selectable(event.selectable)
 
     def on_selectable_expired(self, event: Event) -> None:
