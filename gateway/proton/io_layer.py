@@ -23,6 +23,7 @@ from typing import Final, Protocol
 
 from proton import Condition, Endpoint, Event, Transport
 from proton.handlers import IOHandler
+from proton.reactor import Container
 
 from sluicegate.gateway import reading
 from sluicegate.gateway.broker import Broker
@@ -101,15 +102,18 @@ class FlowIO(IOHandler):
         self._epoll.close()
 
     def on_reactor_quiesced(self, event: Event) -> None:
-        """Flush sessions first; block in select only if that produced no new events.
+        self.quiesce(event.reactor)
+
+    def quiesce(self, reactor: Container) -> None:
+        """Flush sessions first; block in select only if that produced no new events. The
+        reactor calls it once it has no event left (gateway/proton/reactor.py).
 
         Proton's own handler, but for the selectables registered ``direct`` (the channels
         between workers, gateway/proton/channel_socket.py): their readiness is handed to them
         at once, not pushed as an event to wrap and dispatch to their handler and to this one.
         """
         self.broker.flush()
-        reactor = event.reactor
-        if not reactor.quiesced:
+        if not _quiet(reactor):
             return
         # As proton's handler: cancelled timers leave the heap before the wait.
         reactor.timer_deadline  # noqa: B018
@@ -517,6 +521,11 @@ class FlowIO(IOHandler):
         if state.waiting in state.waiting.server.starved:
             # What it asked another worker for waited on its unsent bytes (session/waiting.py).
             self.broker.sending.resume(state)
+
+
+def _quiet(reactor: Container) -> bool:
+    """Whether the reactor has no event to handle but a quiesced one (a flush may make some)."""
+    return bool(reactor.quiesced)
 
 
 def listen_socket(host: str, port: int, backlog: int, *, reuse_port: bool = False) -> socket.socket:
