@@ -191,9 +191,7 @@ def test_a_failed_read_leaves_the_buffer_as_it_was() -> None:
         reader.fill(fail, 4096)
     assert reader.buffered == 2
     # The frame's rest completes it as if nothing had happened.
-    assert reader.feed(b"\x00\x00" + bytes([Kind.ATTACHED]) + b"\x07\x00\x00\x00") == [
-        Attached(7)
-    ]
+    assert reader.feed(b"\x00\x00" + bytes([Kind.ATTACHED]) + b"\x07\x00\x00\x00") == [Attached(7)]
 
 
 def test_a_reader_keeps_the_room_of_a_read_and_lets_a_large_frame_go() -> None:
@@ -218,6 +216,7 @@ def test_a_reader_keeps_the_room_of_a_read_and_lets_a_large_frame_go() -> None:
     assert max(sizes) < len(large) + 4096 * 2
     assert reader.buffered == 0
     assert len(reader.buffer) <= 4096
+
 
 def test_a_payload_is_handed_to_the_socket_as_the_queue_holds_it() -> None:
     payloads = (b"x" * 1000, b"y" * 10)
