@@ -161,6 +161,9 @@ class Session:
         # queues already (session/waiting.py ``charge``).
         self.pending_bytes = 0
         self.pending_server = 0
+        # Links of queues that answer later whose batch ran low during this send_pending: asked
+        # once it ends, when what it could send has left (:meth:`_top_up`).
+        self.top_ups: dict[OutgoingLink, None] = {}
 
     # -- links ----------------------------------------------------------------------------
 
@@ -430,6 +433,8 @@ class Session:
         if self.pending_bytes and not self.outgoing_pending:
             # Nothing waits: nothing is charged, whatever a message's bytes became meanwhile.
             self._uncharge_all()
+        if self.top_ups:
+            self._top_up()
         return out
 
     # -- internals ------------------------------------------------------------------------
@@ -616,8 +621,36 @@ class Session:
             and not link.held
         ):
             # The mid-stream top-up: the queue's batch is used up (for a queue that answers
-            # later, all but TOP_UP_FRACTION of it) and the client wants more.
-            self._request_credit(link, min(client.credit, self.max_queue_credit), queue_ctl.drain)
+            # later, all but TOP_UP_FRACTION of it, asked once this send_pending ends) and
+            # the client wants more.
+            if link.imports:
+                self.top_ups[link] = None
+            else:
+                self._request_credit(
+                    link, min(client.credit, self.max_queue_credit), queue_ctl.drain
+                )
+
+    def _top_up(self) -> None:
+        """Ask another worker's queues whose batch ran low during this send_pending for the
+        next, now that what could be sent has left: counted from there, a request brings a
+        whole batch when all of the last left at once, where one made as it ran low brought
+        only what the quarter left made room for, and each request costs both workers a
+        reactor pass (docs/outbound-flow-control.md#a-queue-that-answers-later)."""
+        top_ups = self.top_ups
+        for link in top_ups:
+            client = link.client_flow_ctl
+            queue_ctl = link.queue_flow_ctl
+            if (
+                queue_ctl.credit < link.top_up_below
+                and client.credit > queue_ctl.credit
+                and not link.credit_req_in_flight
+                and not link.held
+                and not link.detached
+            ):
+                self._request_credit(
+                    link, min(client.credit, self.max_queue_credit), queue_ctl.drain
+                )
+        top_ups.clear()
 
     def _credit_reply(self, link: OutgoingLink, reply: CreditReply, out: list[Action]) -> None:
         """Handle the queue's reply once every earlier delivery has left (handle_credit_reply)."""

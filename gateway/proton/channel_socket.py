@@ -56,7 +56,10 @@ class ChannelSocket:
         self.closed = False
         # Ended because the peer broke the protocol (a malformed or unexpected frame).
         self.broken = False
-        self.selectable: Selectable = register(container, sock, self)
+        # Its readiness comes straight from the reactor's IO handler, not as proton's events:
+        # an event's wrapping and two dispatches were a pass's cost again for every frame
+        # batch read or written (docs/workers.md).
+        self.selectable: Selectable = register(container, sock, self, direct=True)
 
     def send(self, pieces: list[bytes]) -> None:
         """Queue a frame's pieces; :meth:`flush` writes them."""
@@ -97,6 +100,9 @@ class ChannelSocket:
             self.selectable.update()
 
     def on_selectable_readable(self, event: Event) -> None:
+        self.readable()
+
+    def readable(self) -> None:
         """Read up to :data:`READ_BATCH` into the frame buffer and hand the frames on. Always
         read: the channel carries the other worker's consumers' credit and settlements, which
         drain this worker's queues, beside its publishes, which gateway/peers.py parks while
@@ -123,6 +129,9 @@ class ChannelSocket:
             left -= count
 
     def on_selectable_writable(self, event: Event) -> None:
+        self.flush()
+
+    def writable(self) -> None:
         self.flush()
 
     def end(self, reason: str, *, broken: bool = False) -> None:

@@ -102,15 +102,28 @@ def forget_transport(transport: Transport) -> None:
 
 
 def register(
-    container: Container, delegate: socket.socket | EventInjector, handler: object
+    container: Container,
+    delegate: socket.socket | EventInjector,
+    handler: object,
+    *,
+    direct: bool = False,
 ) -> Selectable:
     """Add a socket or pipe without a transport to the reactor, its events going to ``handler``.
 
-    The global IO handler sees every selectable and skips those without a transport.
+    The global IO handler sees every selectable and skips those without a transport. A
+    ``direct`` one's readiness is handed to its handler by the global IO handler as the reactor
+    finds it (``readable()``, ``writable()``), without an event of proton's: the channels
+    between workers (gateway/proton/io_layer.py ``FlowIO.direct``).
     """
     selectable = Selectable(delegate, container)
     setattr(selectable, "handler", handler)  # noqa: B010
     setattr(selectable, "_transport", None)  # noqa: B010
     selectable.reading = True
+    if direct:
+        handlers: dict[Selectable, object] | None = getattr(
+            container.global_handler, "direct", None
+        )
+        if handlers is not None:
+            handlers[selectable] = handler
     container.update(selectable)
     return selectable

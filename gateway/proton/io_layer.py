@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Final
+from typing import Final, Protocol
 
 from proton import Condition, Endpoint, Event, Transport
 from proton.handlers import IOHandler
+from proton.reactor import Container
 
 from sluicegate.gateway import reading
 from sluicegate.gateway.broker import Broker
@@ -73,6 +74,14 @@ READ_CHUNK: Final = 16 * 1024
 WRITE_BATCH: Final = 256 * 1024
 
 
+class DirectHandler(Protocol):
+    """A selectable's handler that the reactor's readiness reaches without proton's events."""
+
+    def readable(self) -> None: ...
+
+    def writable(self) -> None: ...
+
+
 class FlowIO(IOHandler):
     """proton's ``IOHandler`` plus byte accounting and a flush before blocking."""
 
@@ -82,6 +91,8 @@ class FlowIO(IOHandler):
         # IOHandler's methods use the selector through this attribute, by its interface.
         self._selector = self._epoll  # type: ignore[assignment]
         self.broker = broker
+        # Selectables whose readiness goes straight to their handler (internals.register).
+        self.direct: dict[Selectable, DirectHandler] = {}
 
     # Proton declares it static, but calls it as ``self.update``: this one needs the selector.
     def update(  # type: ignore[override]
@@ -105,9 +116,40 @@ class FlowIO(IOHandler):
         self._epoll.close()
 
     def on_reactor_quiesced(self, event: Event) -> None:
-        """Flush sessions first; block in select only if that produced no new events."""
+        self.quiesce(event.reactor)
+
+    def quiesce(self, reactor: Container) -> None:
+        """Flush sessions first; block in select only if that produced no new events. The
+        reactor calls it once it has no event left (gateway/proton/reactor.py).
+
+        Proton's own handler, but for the selectables registered ``direct`` (the channels
+        between workers, gateway/proton/channel_socket.py): their readiness is handed to them
+        at once, not pushed as an event to wrap and dispatch to their handler and to this one.
+        """
         self.broker.flush()
-        super().on_reactor_quiesced(event)
+        if not _quiet(reactor):
+            return
+        # As proton's handler: cancelled timers leave the heap before the wait.
+        reactor.timer_deadline  # noqa: B018
+        readable, writable, expired = self._epoll.select(reactor.timeout)
+        reactor.mark()
+        direct = self.direct
+        for selectable in readable:
+            handler = direct.get(selectable)
+            if handler is None:
+                selectable.readable()
+            else:
+                self._epoll.left(selectable)
+                handler.readable()
+        for selectable in writable:
+            handler = direct.get(selectable)
+            if handler is None:
+                selectable.writable()
+            else:
+                handler.writable()
+        for selectable in expired:
+            selectable.expired()
+        reactor.yield_()
 
     def on_selectable_readable(self, event: Event) -> None:
         """Read what the socket has, then look again at sessions that were waiting on the window.
@@ -415,6 +457,7 @@ class FlowIO(IOHandler):
     def on_selectable_final(self, event: Event) -> None:
         """The socket is closed and out of the selector: what it held of its connection goes."""
         super().on_selectable_final(event)
+        self.direct.pop(event.selectable, None)
         forget_selectable(event.selectable)
 
     def on_selectable_expired(self, event: Event) -> None:
@@ -496,6 +539,11 @@ class FlowIO(IOHandler):
         if state.waiting in state.waiting.server.starved:
             # What it asked another worker for waited on its unsent bytes (session/waiting.py).
             self.broker.sending.resume(state)
+
+
+def _quiet(reactor: Container) -> bool:
+    """Whether the reactor has no event to handle but a quiesced one (a flush may make some)."""
+    return bool(reactor.quiesced)
 
 
 def listen_socket(host: str, port: int, backlog: int, *, reuse_port: bool = False) -> socket.socket:

@@ -13,6 +13,7 @@ deliveries before it (``gateway/proton/settlement_run.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, cast
 
 from cproton import (
@@ -41,6 +42,9 @@ class BrokerContainer(Container):
         # Proton's reactor makes its own IO handler; the setter is its public way to replace it.
         self.global_handler = io
         self._broker = broker
+        # The IO handler's work once the events are handled (``FlowIO.quiesce``), called as
+        # the reactor runs out of events rather than through a REACTOR_QUIESCED event.
+        self._quiesce: Callable[[Container], None] | None = getattr(io, "quiesce", None)
 
     def process(self) -> bool:
         """Proton's ``Reactor.process`` with deliveries short-circuited (same yield and end)."""
@@ -50,6 +54,8 @@ class BrokerContainer(Container):
         on_delivery = broker.on_delivery_of
         settlements = broker.settlements
         delivery_type = Event.DELIVERY
+        quiesced = Event.REACTOR_QUIESCED
+        quiesce = self._quiesce
         previous: object = PN_EVENT_NONE
         while True:
             if self._yield:
@@ -74,10 +80,14 @@ class BrokerContainer(Container):
                 previous = self._previous = event.type
                 self._collector.pop()
             elif not self._stop and (self._timers > 0 or self._selectables > 1):
-                if previous is not Event.REACTOR_QUIESCED and (
-                    self._previous is not Event.REACTOR_FINAL
-                ):
-                    self.push_event(self, Event.REACTOR_QUIESCED)
+                if previous is not quiesced and self._previous is not Event.REACTOR_FINAL:
+                    if quiesce is not None:
+                        # What the event would reach, without the event: its wrapping and
+                        # dispatch to every handler were a reactor pass's cost again.
+                        previous = self._previous = quiesced
+                        quiesce(self)
+                        continue
+                    self.push_event(self, quiesced)
                 self.yield_()
             elif (timer := cast("Selectable | None", self._selectable)) is not None:
                 timer.terminate()

@@ -189,7 +189,33 @@ def test_a_failed_read_leaves_the_buffer_as_it_was() -> None:
 
     with pytest.raises(BlockingIOError):
         reader.fill(fail, 4096)
-    assert reader.buffer == b"\x05\x00"
+    assert reader.buffered == 2
+    # The frame's rest completes it as if nothing had happened.
+    assert reader.feed(b"\x00\x00" + bytes([Kind.ATTACHED]) + b"\x07\x00\x00\x00") == [Attached(7)]
+
+
+def test_a_reader_keeps_the_room_of_a_read_and_lets_a_large_frame_go() -> None:
+    reader = FrameReader(1 << 21)
+    small = b"".join(encode(Credit(1, 0, 256, False, False)))
+    large = b"".join(encode(_publish([b"p" * 600_000])))
+    stream = memoryview(small * 100 + large + small)
+    at = 0
+
+    def read(into: memoryview) -> int:
+        count = min(len(into), len(stream) - at, 100)
+        into[:count] = stream[at : at + count]
+        return count
+
+    sizes: list[int] = []
+    while at < len(stream):
+        count, _ = reader.fill(read, 4096)
+        at += count
+        sizes.append(len(reader.buffer))
+    # Reads of 4 KiB: the buffer is a read's room until the large frame, then gives it back.
+    assert max(sizes[:10]) <= 4096 + len(small)
+    assert max(sizes) < len(large) + 4096 * 2
+    assert reader.buffered == 0
+    assert len(reader.buffer) <= 4096
 
 
 def test_a_payload_is_handed_to_the_socket_as_the_queue_holds_it() -> None:

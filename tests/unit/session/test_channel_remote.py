@@ -345,6 +345,27 @@ def test_the_next_batch_is_asked_before_the_last_has_left_and_only_then() -> Non
     assert len(pair.link.waiting) == 17 - below
 
 
+def test_a_batch_that_leaves_at_once_is_followed_by_a_whole_batch() -> None:
+    pair = Pair()
+    pair.publish(100)
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    for _ in range(2):
+        pair.up()
+        pair.deliver_up()
+        pair.deliver_down()
+    assert len(pair.link.waiting) == 16
+    # The window lets the whole batch go in one send_pending: the next request is made once
+    # it has left, not as it ran low, so it brings a whole batch, not what a quarter left.
+    _send(pair, 16)
+    (request,) = _credit_requests(pair)
+    assert (request.delivery_count, request.credit) == (16, 16)
+    assert pair.session.statistics().credit_requests_in_flight == 1
+    pair.up()
+    pair.deliver_up()
+    pair.deliver_down()
+    assert len(pair.link.waiting) == 16
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
