@@ -184,17 +184,19 @@ class Handovers(Handler):
                 self._resume(state)
             return
         home = self._home(state, frame)
+        if home is None:
+            self._resume(state)  # its own worker's queue, or nothing it can be handed for
+            return
         held = recording.held
         if (
-            home is None
-            or held is None
+            held is None
             or len(self._offers) >= self._max_pending
             or not recording.read.endswith(held)
             or state.backlog
             or state.held.data
             or state.reads_paused
         ):
-            self._resume(state)
+            self._keep(state)
             return
         self._serial = serial = (self._serial + 1) & 0xFFFFFFFF
         deadline = time.monotonic() + TIMEOUT
@@ -217,7 +219,7 @@ class Handovers(Handler):
             )
         except OSError as error:
             log.debug("hand-over to worker %d not sent: %r", home, error)
-            self._resume(state)
+            self._keep(state)
             return
         del self._candidates[state]
         recording.offered = True
@@ -263,7 +265,6 @@ class Handovers(Handler):
         state.recording = None
         if recording is None or state.closed:
             return
-        self.kept += 1
         kept = recording.give_up()
         selectable = state.selectable
         if selectable.is_terminal or transport_of(selectable) is None:
@@ -271,6 +272,11 @@ class Handovers(Handler):
         if kept:
             feed(state, state.transport, kept)
         reading.update(state.transport, selectable, reactor_now(selectable))
+
+    def _keep(self, state: ConnectionState) -> None:
+        """A hand-over that did not happen: the connection is served here, crossing."""
+        self.kept += 1
+        self._resume(state)
 
     def _let_go(self, state: ConnectionState) -> None:
         """The taker has the connection: drop it here without writing a byte."""
@@ -362,7 +368,7 @@ class Handovers(Handler):
         elif kind is Kind.REFUSE:
             offer = self._offers.pop(message.serial, None)
             if offer is not None:
-                self._resume(offer.state)
+                self._keep(offer.state)
         elif kind in (Kind.GO, Kind.ABORT):
             arrival = self._arrivals.pop((message.worker, message.serial), None)
             if arrival is not None:
@@ -380,13 +386,13 @@ class Handovers(Handler):
         state = offer.state
         if state.closed or time.monotonic() >= offer.deadline:
             self._send(message.worker, abort)
-            self._resume(state)
+            self._keep(state)
             return
         if self._send(message.worker, Message(Kind.GO, self._index, message.serial, 0.0)):
             self._let_go(state)
         else:
             # The taker never gets GO: it drops its copy at its deadline.
-            self._resume(state)
+            self._keep(state)
 
     def on_timer_task(self, event: Event) -> None:
         """Offers not answered in time are served here; arrivals not let go are dropped."""
@@ -394,7 +400,7 @@ class Handovers(Handler):
         for serial, offer in list(self._offers.items()):
             if now >= offer.deadline:
                 del self._offers[serial]
-                self._resume(offer.state)
+                self._keep(offer.state)
         if any(now >= arrival.deadline for arrival in self._arrivals.values()):
             self._receive()  # a GO sent before the giver's deadline is read first
             for key, arrival in list(self._arrivals.items()):
