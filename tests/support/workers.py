@@ -165,9 +165,9 @@ def metered_workers(data_dir: Path, budget: str) -> Iterator[tuple[int, list[int
     # The channel is what these tests weigh: no connection is handed over to its queue's
     # worker (docs/workers.md#handing-a-connection-over).
     options = ("--workers", "2", "--worker-handover", "false", "--data-dir", str(data_dir))
-    options += ("--memory-budget", budget)
+    budgets = ("--memory-budget", budget)
     metrics = ("--metrics-listen", f"127.0.0.1:{free_port()}", "--http-api-listen", "off")
-    with serving(*options, *metrics) as (process, port):
+    with serving(*options, *budgets, *metrics) as (process, port):
         yield port, sorted(children(process.pid), key=worker_of)
 
 
