@@ -40,6 +40,7 @@ from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.feeding import feed
 from sluicegate.gateway.proton.internals import Selectable, reactor_now, register, transport_of
 from sluicegate.gateway.state import ConnectionState
+from sluicegate.queues.queue_homes import proposed_home
 from sluicegate.session.channel.remote import RemoteQueue
 from sluicegate.wire.addresses import QueueAddress, parse_address, parse_target
 from sluicegate.wire.errors import AmqpError
@@ -253,9 +254,16 @@ class Handovers(Handler):
         if not isinstance(named, QueueAddress):
             return None
         queue = vhost.registry.get(named.queue)
-        if not isinstance(queue, RemoteQueue) or not queue.remote.up:
+        if isinstance(queue, RemoteQueue):
+            return queue.remote.home if queue.remote.up else None
+        peers = self._broker.peers
+        if queue is not None or peers is None:
             return None
-        return queue.remote.home
+        # Not declared yet: the ATTACH would declare it, placed where the hash proposes
+        # (docs/workers.md#placement), so it is declared there instead.
+        home = proposed_home(vhost.name, named.queue, peers.spec.workers)
+        remote = peers.remotes.get(home)
+        return home if remote is not None and remote.up else None
 
     def _resume(self, state: ConnectionState) -> None:
         """Serve the connection here: proton gets the ATTACH and what followed it."""
