@@ -114,17 +114,22 @@ class Recording:
 
     def took(self, data: bytes) -> None:
         """``data`` was read from the socket."""
-        self.read += data
-        self._check_size()
+        if not self.over:
+            self.read += data
+            self._check_size()
 
     def wrote(self, data: bytes) -> None:
         """``data`` was written to the socket."""
-        self.written += data
-        self._check_size()
+        if not self.over:
+            self.written += data
+            self._check_size()
 
     def _check_size(self) -> None:
         if self.size > MAX_RECORDED:
+            # Too much to hand over: what was recorded is of no more use.
             self.over = True
+            self.read = bytearray()
+            self.written = bytearray()
 
     @property
     def attach(self) -> bytes | None:

@@ -25,8 +25,17 @@ from proton.utils import BlockingConnection
 from support.polling import wait_until
 from support.ports import free_port
 from support.process import serving
-from support.workers import children, homed_on, placed_on, serving_worker, worker_of
+from support.raw_client import RawClient
+from support.workers import (
+    children,
+    connection_on,
+    homed_on,
+    placed_on,
+    serving_worker,
+    worker_of,
+)
 
+from sluicegate.gateway.handover import TIMEOUT
 from sluicegate.gateway.rules.auth import hash_password
 
 PASSWORD = "handover-password"
@@ -272,4 +281,35 @@ def test_an_offer_the_other_worker_does_not_answer_in_time_is_served_where_it_is
         publisher.send(Message(body="still"))
         assert workers.handovers()[2] >= 1
         client.close()
+        other.close()
+
+
+@pytest.mark.slow
+def test_an_offer_beyond_the_bound_keeps_its_worker_at_once(tmp_path: Path) -> None:
+    with _workers(tmp_path, "--max-pending-handovers", "1") as workers:
+        port = workers.port
+        waiting = connection_on(
+            port,
+            workers.pids,
+            workers.pids[0],
+            lambda: RawClient.connect("127.0.0.1", port, plain=("alice", PASSWORD)),
+            RawClient.abort,
+        )
+        other, other_port = workers.on(0)
+        os.kill(workers.pids[1], signal.SIGSTOP)
+        try:
+            waiting.begin()
+            # Offered to the stopped worker: the one hand-over worker 0 may have under way.
+            handle = waiting.attach("waits", "sender", target=f"/queues/{FAR}")
+            time.sleep(0.3)
+            started = time.monotonic()
+            # No room for a second offer: attached here at once, not after the offer's time.
+            other.create_sender(f"/queues/{FAR}")
+            assert time.monotonic() - started < TIMEOUT
+            assert waiting.wait_attach(handle).error is None
+        finally:
+            os.kill(workers.pids[1], signal.SIGCONT)
+        assert workers.served_by(other_port) == 0
+        assert workers.handovers()[2] == 2
+        waiting.abort()
         other.close()

@@ -132,6 +132,9 @@ def test_more_than_the_bound_recorded_ends_the_recording() -> None:
     assert recording.size == MAX_RECORDED // 2
     recording.wrote(b"y" * (MAX_RECORDED // 2 + 1))
     assert recording.over
+    assert recording.size == 0
+    recording.took(b"z")
+    assert recording.size == 0
     assert recording.inbound(HEADER) == HEADER
 
 
