@@ -157,9 +157,16 @@ class Server:
         self.port = self._listener.port
         index = worker_index(config)
         if index is not None and config.worker_handover:
-            handovers = Handovers(index, self.container, self.broker, config.max_pending_handovers)
-            handovers.listener = self._listener
-            self._listener.handovers = self.broker.handovers = handovers
+            try:
+                handovers = Handovers(
+                    index, self.container, self.broker, config.max_pending_handovers
+                )
+            except OSError as error:
+                # Its clients then cross as with worker_handover off; nothing else changes.
+                log.warning("worker %d hands no connection over: %s", index, error.strerror)
+            else:
+                handovers.listener = self._listener
+                self._listener.handovers = self.broker.handovers = handovers
         self._start_tls()
         self._wakeup.attach(self.container)
         self.durability.start()
