@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from proton import ConnectionException, Message
+from proton import ConnectionException, Message, SSLDomain
 from proton.utils import BlockingConnection
+from support.certificates import self_signed
 from support.polling import wait_until
 from support.ports import free_port
 from support.process import serving
@@ -100,10 +101,10 @@ class Workers:
 
 
 @contextlib.contextmanager
-def _workers(root: Path, *options: str) -> Iterator[Workers]:
+def _workers(root: Path, *options: str, settings: str = "") -> Iterator[Workers]:
     config = root / "sluicegate.toml"
     config.write_text(
-        f'[users.alice]\npassword_hash = "{hash_password(PASSWORD)}"\n'
+        settings + f'[users.alice]\npassword_hash = "{hash_password(PASSWORD)}"\n'
         'tags = ["administrator"]\n'
         f'[[queues]]\nname = "{NEAR}"\n[[queues]]\nname = "{FAR}"\n'
     )
@@ -313,3 +314,37 @@ def test_an_offer_beyond_the_bound_keeps_its_worker_at_once(tmp_path: Path) -> N
         assert workers.handovers()[2] == 2
         waiting.abort()
         other.close()
+
+
+@pytest.mark.slow
+def test_a_tls_connection_is_never_handed_over(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
+    tls_port = free_port()
+    tls = f'tls_cert_file = "{cert}"\ntls_key_file = "{key}"\n'
+    with _workers(tmp_path, "--tls-listen", f"127.0.0.1:{tls_port}", settings=tls) as workers:
+        domain = SSLDomain(SSLDomain.MODE_CLIENT)
+        domain.set_trusted_ca_db(str(cert))
+        domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, str(cert))
+        client, local = placed_on(
+            tls_port,
+            workers.pids,
+            workers.pids[0],
+            lambda: BlockingConnection(
+                f"amqps://localhost:{tls_port}",
+                timeout=20,
+                ssl_domain=domain,
+                user="alice",
+                password=PASSWORD,
+                allowed_mechs="PLAIN",
+            ),
+            BlockingConnection.close,
+        )
+        try:
+            sender = client.create_sender(f"/queues/{FAR}")
+            receiver = client.create_receiver(f"/queues/{FAR}", credit=10)
+            sender.send(Message(body="over tls"))
+            assert _received(receiver, 1) == ["over tls"]
+            assert serving_worker(tls_port, local, workers.pids) == workers.pids[0]
+            assert workers.handovers() == (0, 0, 0)
+        finally:
+            client.close()
