@@ -38,6 +38,7 @@ from proton.reactor import Container
 from sluicegate.gateway import reading
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.feeding import feed
+from sluicegate.gateway.management.node import ADDRESS as MANAGEMENT
 from sluicegate.gateway.proton.internals import Selectable, reactor_now, register, transport_of
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.queues.queue_homes import proposed_home
@@ -108,8 +109,19 @@ class _Arrival:
 class Handovers(Handler):
     """One worker's hand-overs, given and taken."""
 
-    def __init__(self, index: int, container: Container, broker: Broker, max_pending: int) -> None:
+    def __init__(
+        self,
+        index: int,
+        container: Container,
+        broker: Broker,
+        max_pending: int,
+        *,
+        declares: bool = True,
+    ) -> None:
         super().__init__()
+        # Whether an ATTACH declares a missing queue (``attach_declares_queues``): only then is
+        # a queue not declared yet handed to the worker that will own it.
+        self._declares = declares
         self._index = index
         self._supervisor = os.getppid()
         self._container = container
@@ -245,7 +257,7 @@ class Handovers(Handler):
         ):
             return None
         link = attach_address(frame)
-        if link is None or link.address is None:
+        if link is None or link.address is None or link.address == MANAGEMENT:
             return None
         try:
             named = parse_address(link.address) if link.receiver else parse_target(link.address)
@@ -257,7 +269,7 @@ class Handovers(Handler):
         if isinstance(queue, RemoteQueue):
             return queue.remote.home if queue.remote.up else None
         peers = self._broker.peers
-        if queue is not None or peers is None:
+        if queue is not None or peers is None or not self._declares:
             return None
         # Not declared yet: the ATTACH would declare it, placed where the hash proposes
         # (docs/workers.md#placement), so it is declared there instead.

@@ -159,7 +159,11 @@ class Server:
         if index is not None and config.worker_handover:
             try:
                 handovers = Handovers(
-                    index, self.container, self.broker, config.max_pending_handovers
+                    index,
+                    self.container,
+                    self.broker,
+                    config.max_pending_handovers,
+                    declares=config.attach_declares_queues,
                 )
             except OSError as error:
                 # Its clients then cross as with worker_handover off; nothing else changes.
