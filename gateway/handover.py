@@ -28,7 +28,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -92,14 +92,12 @@ class _Offer:
 class _Arrival:
     """A connection another worker offered, until GO or the end of the offer."""
 
-    handovers: Handovers
     key: tuple[int, int]
     state: ConnectionState
     expected: Expected
     tail: bytes
     deadline: float
     ready: bool = False
-    _timer: object = field(default=None)
 
     def absorb(self, state: ConnectionState, data: bytes) -> None:
         """What the server wrote in place of the socket: it must be what the giver wrote."""
@@ -137,7 +135,6 @@ class Handovers(Handler):
         # Connections whose first ATTACH is kept from proton, not offered yet.
         self._candidates: dict[ConnectionState, float] = {}
         self._offers: dict[int, _Offer] = {}
-        self._offered: dict[ConnectionState, int] = {}
         self._serial = 0
         self._arrivals: dict[tuple[int, int], _Arrival] = {}
         # Counted for the metrics page and the tests.
@@ -145,17 +142,11 @@ class Handovers(Handler):
         self.taken = 0
         self.kept = 0
 
-    @property
-    def pending(self) -> int:
-        """Hand-overs under way, both ways."""
-        return len(self._offers) + len(self._arrivals)
-
     def record(self, state: ConnectionState) -> None:
         """Record a plain connection until its first ATTACH (gateway/listener.py)."""
-        now = reactor_now(state.selectable)
 
         def held() -> None:
-            self._candidates[state] = now
+            self._candidates[state] = time.monotonic()
 
         state.recording = Recording(held)
 
@@ -237,7 +228,6 @@ class Handovers(Handler):
         del self._candidates[state]
         recording.offered = True
         self._offers[serial] = _Offer(state, deadline)
-        self._offered[state] = serial
         reading.update(transport, selectable, reactor_now(selectable))
         self._container.schedule(TIMEOUT, self)
 
@@ -252,8 +242,8 @@ class Handovers(Handler):
             or state.fresh_links
             or state.temporary
             or state.inbound is not None
-            or not connection.state & Endpoint.LOCAL_ACTIVE
-            or connection.state & Endpoint.REMOTE_CLOSED
+            or not _open(connection.state)
+            or not all(_open(session.session.state) for session in state.sessions.values())
         ):
             return None
         link = attach_address(frame)
@@ -280,7 +270,6 @@ class Handovers(Handler):
     def _resume(self, state: ConnectionState) -> None:
         """Serve the connection here: proton gets the ATTACH and what followed it."""
         self._candidates.pop(state, None)
-        self._offered.pop(state, None)
         recording = state.recording
         state.recording = None
         if recording is None or state.closed:
@@ -300,7 +289,6 @@ class Handovers(Handler):
 
     def _let_go(self, state: ConnectionState) -> None:
         """The taker has the connection: drop it here without writing a byte."""
-        self._offered.pop(state, None)
         state.recording = None
         self.given += 1
         self._drop(state)
@@ -455,7 +443,6 @@ class Handovers(Handler):
         read = message.read
         split = len(read) - message.held
         arrival = _Arrival(
-            self,
             key,
             state,
             Expected(message.written),
@@ -511,6 +498,13 @@ class Handovers(Handler):
             return
         feed(state, state.transport, arrival.tail)
         reading.update(state.transport, selectable, reactor_now(selectable))
+
+
+def _open(endpoint_state: int) -> bool:
+    """Whether a connection or session is open both ways (answered, not closing)."""
+    return bool(endpoint_state & Endpoint.LOCAL_ACTIVE) and not endpoint_state & (
+        Endpoint.REMOTE_CLOSED
+    )
 
 
 def _close_all(fds: list[int]) -> None:
