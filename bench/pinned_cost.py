@@ -5,12 +5,15 @@ Issue 35's bound is a cross-worker consumer's server CPU per message against a l
 message there crosses zero, one or two times. Here the clients are this process's own (a
 ``Pump`` each, clients/pump.py) and each connection is pinned: a socket is opened until the
 worker that accepted it is the wanted one, told by which worker process holds the accepted
-socket's inode (``/proc``, as ``ss -p`` would). Three servers, in one run so that they share the
+socket's inode (``/proc``, as ``ss -p`` would). Four servers, in one run so that they share the
 machine's load:
 
 - ``1 worker``: ``--workers 1``, queue and clients in its one process;
 - ``2 workers, local``: queue and clients on worker 0 (what running workers costs by itself);
-- ``2 workers, crossing``: clients on worker 0, the queue on worker 1.
+- ``2 workers, crossing``: clients on worker 0, the queue on worker 1 (``--worker-handover
+  false``);
+- ``2 workers, handed over``: the same, but the connection goes to worker 1 at its first ATTACH
+  (docs/workers.md#handing-a-connection-over).
 
 Each case publishes ``messages`` to an empty queue with no consumer, in windows of
 :data:`PUBLISH_WINDOW` (the publish phase: every message crosses once in a ``Publish`` frame
@@ -73,12 +76,15 @@ class Case:
     label: str
     workers: int
     home: int
+    # Whether a connection may go to its queue's worker at its first ATTACH (docs/workers.md).
+    handover: bool = False
 
 
 CASES: Final = (
     Case("1 worker", 1, 0),
     Case("2 workers, local", 2, 0),
     Case("2 workers, crossing", 2, 1),
+    Case("2 workers, handed over", 2, 1, handover=True),
 )
 
 
@@ -236,10 +242,14 @@ def consume(pump: Pump, address: str, messages: int) -> None:
 
 
 @contextmanager
-def serving(workers: int) -> Iterator[tuple[Server, list[int]]]:
-    """A fresh server of ``workers`` and its worker pids by index."""
+def serving(workers: int, handover: bool = False) -> Iterator[tuple[Server, list[int]]]:
+    """A fresh server of ``workers`` and its worker pids by index; without ``handover`` a
+    client stays on the worker that accepted it, so the crossing case crosses."""
+    options = ["--workers", str(workers)]
+    if workers > 1:
+        options += ["--worker-handover", "true" if handover else "false"]
     with tempfile.TemporaryDirectory(prefix="sluicegate-pinned-") as scratch:
-        server = start_sluicegate("sluicegate", ["--workers", str(workers)], Path(scratch) / "d")
+        server = start_sluicegate("sluicegate", options, Path(scratch) / "d")
         try:
             yield server, workers_by_index(server, workers)
         finally:
@@ -258,7 +268,7 @@ def queue_on(home: int, workers: int) -> str:
 def measure(case: Case, messages: int, rounds: int) -> list[Cost]:
     """The publish and consume CPU per message of each of ``rounds`` runs of ``case``."""
     costs: list[Cost] = []
-    with serving(case.workers) as (server, pids):
+    with serving(case.workers, case.handover) as (server, pids):
         assert server.pid is not None
         address = server.address(queue_on(case.home, case.workers))
         pump = pinned(server, pids, pids[0], "pinned-bench")

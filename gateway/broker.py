@@ -19,6 +19,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from proton import Event, Handler
 
@@ -59,6 +60,9 @@ from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
+
+if TYPE_CHECKING:
+    from sluicegate.gateway.handover import Handovers
 
 
 class Broker(Handler):
@@ -162,6 +166,8 @@ class Broker(Handler):
         self.waiting = sending.waiting
         # The other workers of a server of several (gateway/peers.py).
         self.peers = peers
+        # A worker's hand-overs of connections to other workers (gateway/handover.py).
+        self.handovers: Handovers | None = None
         self.management.workers = peers
 
     def close_for_error(self, state: ConnectionState, error: AmqpError) -> None:
@@ -276,6 +282,8 @@ class Broker(Handler):
         if self.peers is not None:
             # After the pump: the credit requests it made go out in this pass.
             self.peers.flush(budget)
+        if self.handovers is not None:
+            self.handovers.poll()
         self.trimmer.flush(total, time.monotonic())
 
 

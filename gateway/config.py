@@ -106,6 +106,11 @@ DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: Final = 1024
 # per address leave room for a host that opens a pool of connections at once.
 DEFAULT_MAX_PENDING_LOGINS: Final = 64
 DEFAULT_MAX_PENDING_LOGINS_PER_ADDRESS: Final = 8
+# Connections a worker may have offered to other workers and not had an answer for, and (apart)
+# offered to it and not taken yet (gateway/handover.py). One takes a worker well under a
+# millisecond unless a PLAIN password is checked; a burst beyond it keeps its workers and
+# crosses, so 16 is plenty and bounds the descriptors and bytes held (64 KiB each).
+DEFAULT_MAX_PENDING_HANDOVERS: Final = 16
 ANONYMOUS_LOGIN: Final = ("loopback", "on", "off")
 
 # Field types (as annotated) that a single command-line flag can carry.
@@ -160,6 +165,11 @@ class ServerConfig:
     # Worker processes, each a reactor with its own log in <data_dir>/worker-K, clients spread
     # over them on one port (docs/workers.md); 1 keeps the single process.
     workers: int = 1
+    # With workers > 1: a plain connection whose first link names another worker's queue is
+    # handed to that worker (docs/workers.md#handing-a-connection-over), and how many such
+    # hand-overs each worker may have under way, given and taken each.
+    worker_handover: bool = True
+    max_pending_handovers: int = DEFAULT_MAX_PENDING_HANDOVERS
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     # RabbitMQ's HTTP API (docs/http-api.md), HOST:PORT or "off".
     http_api_listen: str = DEFAULT_HTTP_API_LISTEN
@@ -310,6 +320,7 @@ class ServerConfig:
             "max_links_per_session",
             "max_pending_logins",
             "max_pending_logins_per_address",
+            "max_pending_handovers",
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}: must be positive")

@@ -169,6 +169,8 @@ class Connections:
         if state.closed:
             return
         state.closed = True
+        # Its recording's notice refers to it (gateway/handover.py).
+        state.recording = None
         held = self._sending.outbound_bytes()
         self.open.discard(state)
         self.handshakes.finished(state)

@@ -21,6 +21,14 @@ def feed(state: ConnectionState, transport: Transport, data: bytes) -> None:
     One TLS read can decrypt more than a transport capacity (8 KiB until a frame needs more),
     and the rewriting can lengthen an ATTACH: what proton has no room for waits.
     """
+    recording = state.recording
+    if recording is not None:
+        # Until its first ATTACH a plain connection may be handed over: the ATTACH waits
+        # (wire/handover.py).
+        data = recording.inbound(data)
+        if recording.over:
+            data += recording.give_up()
+            state.recording = None
     if data and not state.dispositions.admits(state, data):
         return  # the connection is closed: proton never decodes what it sent
     names = state.link_names

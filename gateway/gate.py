@@ -146,6 +146,9 @@ class Gate:
         if not data:
             return False
         self.received = len(data)
+        recording = self.state.recording
+        if recording is not None:
+            recording.took(data)
         if self._tls is not None:
             try:
                 data = self._tls.decrypt(data)
@@ -156,6 +159,11 @@ class Gate:
                 self.output += self._tls.ciphertext()
         self._apply(self.sasl.feed(data), transport)
         return True
+
+    def replay(self, data: bytes) -> None:
+        """Take ``data`` as if read from the socket: what another worker read of a connection it
+        hands over (gateway/handover.py). Plain connections only."""
+        self._apply(self.sasl.feed(data), self.state.transport)
 
     def _apply(self, step: Step, transport: Transport | None, *, logged: bool = False) -> None:
         if step.output:
@@ -227,6 +235,9 @@ class Gate:
                 self.output.clear()
                 self.closing = True
                 return count
+            recording = self.state.recording
+            if recording is not None:
+                recording.wrote(bytes(self.output[:sent]))
             del self.output[:sent]
         return count
 

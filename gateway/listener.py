@@ -27,6 +27,7 @@ from sluicegate.gateway import reading
 from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.gate import Gate, peer_subject
+from sluicegate.gateway.handover import Handovers
 from sluicegate.gateway.limits import configure_transport
 from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.proton.internals import Selectable, register, serve
@@ -34,6 +35,7 @@ from sluicegate.gateway.proton.io_layer import listen_socket
 from sluicegate.gateway.rare_warning import RareWarning
 from sluicegate.gateway.rules.auth import anonymous_user
 from sluicegate.gateway.sasl import SaslServer
+from sluicegate.gateway.state import ConnectionState
 from sluicegate.transport.channel import TlsChannel
 
 log = logging.getLogger("sluicegate.listener")
@@ -77,6 +79,8 @@ class Listener(Handler):
         self._socket = listen_socket(host, port, LISTEN_BACKLOG, reuse_port=config.workers > 1)
         self.port: int = self._socket.getsockname()[1]
         self._selectable = register(container, self._socket, self)
+        # Set on a worker that hands connections over (gateway/handover.py), plain ones only.
+        self.handovers: Handovers | None = None
 
     def on_selectable_readable(self, event: Event) -> None:
         """Accept the waiting clients, up to :data:`ACCEPT_BATCH`."""
@@ -92,7 +96,7 @@ class Listener(Handler):
                     return
                 raise
             if handshakes.admit():
-                self._serve(sock, str(peer[0]))
+                self.serve(sock, str(peer[0]))
             else:
                 sock.close()
                 self._refused.happened(self._container.now, f"{handshakes.pending} pending")
@@ -114,7 +118,10 @@ class Listener(Handler):
             selectable.reading = True
             selectable.update()
 
-    def _serve(self, sock: socket.socket, address: str) -> None:
+    def serve(self, sock: socket.socket, address: str, *, recorded: bool = True) -> ConnectionState:
+        """Serve a client's socket, accepted here or handed over by another worker
+        (gateway/handover.py); ``recorded``: a plain one may be handed over at its first
+        ATTACH."""
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         container = self._container
@@ -139,7 +146,11 @@ class Listener(Handler):
         state.deadlines.accepted(container.now, self._config.handshake_timeout)
         gate = Gate(state, sasl, self._logins, channel, address)
         setattr(selectable, "gate", gate)  # noqa: B010
+        handovers = self.handovers
+        if recorded and handovers is not None and self._tls is None:
+            handovers.record(state)
         reading.update(transport, selectable, container.now)
+        return state
 
     def close(self) -> None:
         """Stop accepting; connected clients are not affected."""

@@ -89,6 +89,18 @@ class ServerCollector(Collector):
             "frame (docs/workers.md).",
             value=stats.channel_protocol_errors,
         )
+        for outcome, count in (
+            ("given", stats.handovers_given),
+            ("taken", stats.handovers_taken),
+            ("kept", stats.handovers_kept),
+        ):
+            yield CounterMetricFamily(
+                f"sluicegate_worker_connections_{outcome}",
+                "Connections handed over at their first ATTACH to the worker of its queue: "
+                "given to another worker, taken from one, kept after an attempt that did not "
+                "succeed (docs/workers.md).",
+                value=count,
+            )
         yield _gauge(
             "sluicegate_connection_reads_paused",
             "Connections whose socket is not read: held by the memory budget or their account.",

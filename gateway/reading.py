@@ -59,6 +59,17 @@ def watch(transport: Transport, selectable: Selectable, now: float) -> None:
                 deadline = selectable.deadline
                 selectable.deadline = min(deadline, due) if deadline else due
     gate = getattr(selectable, "gate", None)
+    if state is not None:
+        recording = state.recording
+        if recording is not None and recording.attach is not None:
+            # Its first ATTACH waits for the hand-over to be decided (gateway/handover.py).
+            selectable.reading = False
+            if recording.offered:
+                selectable.writing = False
+                return
+        if state.arrival is not None:
+            # Another worker hands it over: its output is checked, not written.
+            selectable.reading = False
     if gate is not None:
         if gate.wants_write:
             selectable.writing = True

@@ -22,6 +22,7 @@ from sluicegate.gateway.broker import Broker
 from sluicegate.gateway.config import ConfigError, ServerConfig
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.expiry import tick
+from sluicegate.gateway.handover import Handovers
 from sluicegate.gateway.http.api import HttpApi
 from sluicegate.gateway.http.basic_auth import BasicAuth
 from sluicegate.gateway.http.console import Console
@@ -154,6 +155,22 @@ class Server:
             message = f"listen: cannot listen on {config.listen}: {error.strerror}"
             raise StartError(message) from None
         self.port = self._listener.port
+        index = worker_index(config)
+        if index is not None and config.worker_handover:
+            try:
+                handovers = Handovers(
+                    index,
+                    self.container,
+                    self.broker,
+                    config.max_pending_handovers,
+                    declares=config.attach_declares_queues,
+                )
+            except OSError as error:
+                # Its clients then cross as with worker_handover off; nothing else changes.
+                log.warning("worker %d hands no connection over: %s", index, error.strerror)
+            else:
+                handovers.listener = self._listener
+                self._listener.handovers = self.broker.handovers = handovers
         self._start_tls()
         self._wakeup.attach(self.container)
         self.durability.start()
@@ -397,6 +414,8 @@ class Server:
         for listener in (self._listener, self._tls_listener):
             if listener is not None:
                 listener.close()
+        if self.broker.handovers is not None:
+            self.broker.handovers.close()
         self.logins.close()
         for state in list(self.broker.connections):
             if state.user is None:

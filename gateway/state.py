@@ -49,6 +49,7 @@ from sluicegate.session.outbound import TRANSFER_FRAME_OVERHEAD, LinkFlow
 from sluicegate.session.outbound import Session as PureSession
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.waiting import Waiting
+from sluicegate.wire.handover import Recording
 from sluicegate.wire.held_frames import HeldFrames
 from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.credit import SessionCredit
@@ -58,6 +59,13 @@ from sluicegate.writer.writer import Writer
 RECORD: Final = "sg"
 # The attribute under which a socket's selectable keeps its gate (gateway/gate.py).
 GATE: Final = "gate"
+
+
+class Arrival(Protocol):
+    """A connection another worker is handing over, until this one takes it
+    (gateway/handover.py): its socket is neither read nor written meanwhile."""
+
+    def absorb(self, state: ConnectionState, data: bytes) -> None: ...
 
 
 class InboundCheck(Protocol):
@@ -89,6 +97,7 @@ class ConnectionState:
     __slots__ = (
         "__weakref__",
         "account",
+        "arrival",
         "attach_bytes",
         "backlog",
         "closed",
@@ -106,6 +115,7 @@ class ConnectionState:
         "pooled",
         "principal",
         "publishers",
+        "recording",
         "selectable",
         "sent",
         "sessions",
@@ -189,6 +199,11 @@ class ConnectionState:
         # Then, those the client had granted credit: it waits for the client's next frame
         # (gateway/rules/credit_hold.py).
         self.credit_hold: CreditHold[OutgoingLinkState] = CreditHold()
+        # Until its first ATTACH, a plain connection's bytes, for handing it to the worker of
+        # the queue the ATTACH names (wire/handover.py, gateway/handover.py); None once decided.
+        self.recording: Recording | None = None
+        # On the worker taking it over: what its server must write before it takes it.
+        self.arrival: Arrival | None = None
 
     @property
     def user(self) -> User | None:

@@ -61,6 +61,11 @@ class ServerStatistics:
     heap_trims: int
     # Channels to other workers ended because the peer broke the protocol (gateway/peers.py).
     channel_protocol_errors: int
+    # Connections handed to other workers, taken from them, and kept after an attempt
+    # (gateway/handover.py); zeros unless a worker hands over.
+    handovers_given: int = 0
+    handovers_taken: int = 0
+    handovers_kept: int = 0
 
     @property
     def queues(self) -> list[QueueStatistics]:
@@ -126,6 +131,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
             reads_paused_by_budget += inbound is not None and inbound.budget_paused
         yield
     registries = [vhost.registry for vhost in tenancy.vhosts.values()]
+    handovers = broker.handovers
     return ServerStatistics(
         connections=len(writers),
         vhost_queues=vhost_queues,
@@ -144,4 +150,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         connection_records=len(broker.records),
         heap_trims=broker.trimmer.trims,
         channel_protocol_errors=0 if broker.peers is None else broker.peers.protocol_errors,
+        handovers_given=0 if handovers is None else handovers.given,
+        handovers_taken=0 if handovers is None else handovers.taken,
+        handovers_kept=0 if handovers is None else handovers.kept,
     )

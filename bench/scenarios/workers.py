@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, metavar="S")
     parser.add_argument("--body-size", type=int, default=BODY_SIZE, metavar="B")
     parser.add_argument(
+        "--no-handover",
+        action="store_true",
+        help="serve with --worker-handover false: clients stay where the kernel put them",
+    )
+    parser.add_argument(
         "--impl",
         choices=("c", "python"),
         help="the quivers' arrows (default: c when it builds here, else python)",
@@ -91,7 +96,16 @@ def run(target: Target, args: argparse.Namespace, out: TextIO) -> list[Record]:
     impl = choose_impl(args.impl, out)
     for workers in args.workers or DEFAULT_WORKERS:
         for queues in args.queues or DEFAULT_QUEUES:
-            record = measure(target, workers, queues, args.duration, args.body_size, impl, out)
+            record = measure(
+                target,
+                workers,
+                queues,
+                args.duration,
+                args.body_size,
+                impl,
+                out,
+                handover=not args.no_handover,
+            )
             cost = record.figures["server CPU µs/msg"]
             assert isinstance(cost, float)
             if workers == 1:
@@ -215,8 +229,12 @@ def measure(
     body_size: int,
     impl: str,
     out: TextIO,
+    *,
+    handover: bool = True,
 ) -> Record:
-    """One case: ``queues`` quiver pairs at once against a fresh server of ``workers``."""
+    """One case: ``queues`` quiver pairs at once against a fresh server of ``workers``;
+    ``handover``: connections go to their queue's worker at their first ATTACH
+    (docs/workers.md#handing-a-connection-over)."""
     options = [
         "--impl",
         impl,
@@ -227,7 +245,10 @@ def measure(
         "--body-size",
         str(body_size),
     ]
-    with running(target, ["--workers", str(workers)]) as server:
+    served = ["--workers", str(workers)]
+    if workers > 1 and not handover:
+        served += ["--worker-handover", "false"]
+    with running(target, served) as server:
         assert server.pid is not None
         sampler = Sampler()
         sampler.start()

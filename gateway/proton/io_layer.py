@@ -219,7 +219,12 @@ class FlowIO(IOHandler):
             if state is None:
                 transport.push(data)
             else:
+                recording = state.recording
+                if recording is not None:
+                    recording.took(data)
                 feed(state, transport, data)
+                if state.recording is not None and state.recording.attach is not None:
+                    break  # its first ATTACH waits (gateway/handover.py)
             left -= len(data)
             if state is not None:
                 # Charged before proton's events are handled: see session/inbound_flow.py.
@@ -242,6 +247,12 @@ class FlowIO(IOHandler):
         one that floods it with transfers has read of them what the buffer takes, no more.
         """
         selectable = event.selectable
+        if state.recording is not None:
+            # Held before its first ATTACH: it keeps its worker (gateway/handover.py).
+            kept = state.recording.give_up()
+            state.recording = None
+            if kept:
+                feed(state, transport, kept)
         held = state.held
         left = READ_BATCH
         frames_before = transport.frames_input
@@ -351,13 +362,19 @@ class FlowIO(IOHandler):
         reached the socket."""
         selectable = event.selectable
         gate: Gate | None = getattr(selectable, "gate", None)
+        state: ConnectionState | None = getattr(selectable, "sg", None)
+        if state is not None:
+            if state.arrival is not None:
+                self._absorb(state, selectable, gate)
+                return
+            if state.recording is not None and state.recording.offered:
+                return  # offered to another worker: nothing is written until it answers
         if gate is not None:
             self._write_gate(selectable, gate)
             return
         transport = transport_of(selectable)
         if not transport:
             return
-        state: ConnectionState | None = getattr(selectable, "sg", None)
         first = pending = transport.pending()
         left = WRITE_BATCH
         while pending > 0 and left > 0:
@@ -375,11 +392,37 @@ class FlowIO(IOHandler):
             taken(state, transport, written)
             pending = transport.pending()
             if state is not None:
+                if state.recording is not None:
+                    state.recording.wrote(data[:written])
                 self._written(state, written, pending)
             if written < len(data):
                 break
             left -= written
         if transport.pending() != first:
+            self.update(transport, selectable, reactor_now(selectable))
+
+    def _absorb(self, state: ConnectionState, selectable: Selectable, gate: Gate | None) -> None:
+        """A connection another worker hands over: what its server writes is checked against
+        what that worker wrote, never sent (gateway/handover.py)."""
+        arrival = state.arrival
+        assert arrival is not None
+        if gate is not None and gate.output:
+            arrival.absorb(state, bytes(gate.output))
+            gate.output.clear()
+        transport = transport_of(selectable)
+        if transport is not None:
+            pending = transport.pending()
+            while pending > 0:
+                data = output(state, transport, pending)
+                if not data:
+                    break
+                taken(state, transport, len(data))
+                pending = transport.pending()
+                self._written(state, len(data), pending)
+                arrival.absorb(state, data)
+        if gate is not None:
+            self._after_gate(selectable, gate, transport)
+        elif transport is not None:
             self.update(transport, selectable, reactor_now(selectable))
 
     def _read_gate(self, event: Event, gate: Gate) -> bool:

@@ -38,7 +38,9 @@ def _body(payload: bytes) -> str:
 @pytest.fixture
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], int]]:
     """A server of two workers: its port, its worker pids by index, and its supervisor."""
-    with serving("--workers", "2", "--data-dir", str(tmp_path), *_OFF) as (process, port):
+    with serving(
+        "--workers", "2", "--worker-handover", "false", "--data-dir", str(tmp_path), *_OFF
+    ) as (process, port):
         pids = children(process.pid)
         yield port, sorted(pids, key=worker_of), process.pid
 

@@ -23,7 +23,16 @@ BUDGET = "32MiB"
 
 
 def test_a_consumer_on_another_worker_drains_a_queue_whose_worker_is_blocked() -> None:
-    with serving("--workers", "2", "--memory-budget", BUDGET, "--metrics-listen", "off") as (
+    with serving(
+        "--workers",
+        "2",
+        "--worker-handover",
+        "false",
+        "--memory-budget",
+        BUDGET,
+        "--metrics-listen",
+        "off",
+    ) as (
         process,
         port,
     ):

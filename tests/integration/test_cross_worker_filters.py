@@ -91,7 +91,16 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
             for user in ("root", "ops")
         )
     )
-    options = ("--config", str(config), "--workers", "2", "--data-dir", str(data_dir))
+    options = (
+        "--config",
+        str(config),
+        "--workers",
+        "2",
+        "--worker-handover",
+        "false",
+        "--data-dir",
+        str(data_dir),
+    )
     listens = ("--metrics-listen", "off", "--http-api-listen", f"127.0.0.1:{http}")
     with serving(*options, *listens) as (process, port):
         pids = sorted(children(process.pid), key=worker_of)

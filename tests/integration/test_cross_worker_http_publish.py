@@ -44,7 +44,7 @@ class Workers:
 @contextlib.contextmanager
 def _serving(data_dir: Path, timeout: float) -> Iterator[Workers]:
     http = free_port()
-    options = ("--workers", "2", "--data-dir", str(data_dir))
+    options = ("--workers", "2", "--worker-handover", "false", "--data-dir", str(data_dir))
     listens = ("--metrics-listen", "off", "--http-api-listen", f"127.0.0.1:{http}")
     bounds = (
         "--http-max-connections",

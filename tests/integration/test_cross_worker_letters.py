@@ -85,7 +85,16 @@ class _Rejecter(MessagingHandler):
 
 @pytest.fixture
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int]]]:
-    options = ("--workers", "2", "--data-dir", str(tmp_path), "--metrics-listen", "off")
+    options = (
+        "--workers",
+        "2",
+        "--worker-handover",
+        "false",
+        "--data-dir",
+        str(tmp_path),
+        "--metrics-listen",
+        "off",
+    )
     budget = ("--memory-budget", "16MiB", "--account-limit", str(LIMIT))
     with serving(*options, "--http-api-listen", "off", *budget) as (process, port):
         yield port, sorted(children(process.pid), key=worker_of)

@@ -60,7 +60,7 @@ class Workers:
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     metrics, http = free_port(), free_port()
     data_dir = tmp_path_factory.mktemp("workers")
-    options = ("--workers", "2", "--data-dir", str(data_dir))
+    options = ("--workers", "2", "--worker-handover", "false", "--data-dir", str(data_dir))
     listens = ("--metrics-listen", f"127.0.0.1:{metrics}", "--http-api-listen", f"127.0.0.1:{http}")
     with serving(*options, *listens) as (process, port):
         pids = sorted(children(process.pid), key=worker_of)

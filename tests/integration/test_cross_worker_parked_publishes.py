@@ -45,7 +45,16 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path, int]]:
     """``serve --workers 2`` with a 16 MiB budget: its port, workers, data and metrics port
     (worker 0's endpoint, which adds up both workers' counts)."""
     metrics = free_port()
-    options = ("--workers", "2", "--data-dir", str(tmp_path), "--memory-budget", "16MiB")
+    options = (
+        "--workers",
+        "2",
+        "--worker-handover",
+        "false",
+        "--data-dir",
+        str(tmp_path),
+        "--memory-budget",
+        "16MiB",
+    )
     endpoints = ("--metrics-listen", f"127.0.0.1:{metrics}", "--http-api-listen", "off")
     with serving(*options, *endpoints) as (process, port):
         yield port, sorted(children(process.pid), key=worker_of), tmp_path, metrics

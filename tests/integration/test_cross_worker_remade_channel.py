@@ -29,7 +29,9 @@ WITHIN = 30.0
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], int]]:
     """A server of two workers: its port, its worker pids by index, and its supervisor."""
     off = ("--metrics-listen", "off", "--http-api-listen", "off")
-    with serving("--workers", "2", "--data-dir", str(tmp_path), *off) as (process, port):
+    with serving(
+        "--workers", "2", "--worker-handover", "false", "--data-dir", str(tmp_path), *off
+    ) as (process, port):
         pids = children(process.pid)
         yield port, sorted(pids, key=worker_of), process.pid
 

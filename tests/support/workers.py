@@ -74,6 +74,12 @@ def serving_worker(port: int, local: int, workers: list[int]) -> int | None:
 
 def connect(port: int, workers: list[int], opened: Callable[[], C]) -> tuple[C, int]:
     """A connection ``opened`` makes to the server, and the worker process that accepted it."""
+    connection, owner, _ = connect_from(port, workers, opened)
+    return connection, owner
+
+
+def connect_from(port: int, workers: list[int], opened: Callable[[], C]) -> tuple[C, int, int]:
+    """:func:`connect`, with the connection's local port (for :func:`serving_worker`)."""
     before = client_ports(port)
     connection = opened()
     (mine,) = client_ports(port) - before
@@ -87,7 +93,7 @@ def connect(port: int, workers: list[int], opened: Callable[[], C]) -> tuple[C, 
         return bool(owners)
 
     wait_until(accepted)
-    return connection, owners[0]
+    return connection, owners[0], mine
 
 
 def connection_on(
@@ -102,6 +108,22 @@ def connection_on(
         connection, owner = connect(port, workers, opened)
         if owner == wanted:
             return connection
+        close(connection)
+    raise AssertionError(f"no connection reached worker {wanted} in {ATTEMPTS} attempts")
+
+
+def placed_on(
+    port: int,
+    workers: list[int],
+    wanted: int,
+    opened: Callable[[], C],
+    close: Callable[[C], None],
+) -> tuple[C, int]:
+    """:func:`connection_on`, with the connection's local port."""
+    for _ in range(ATTEMPTS):
+        connection, owner, local = connect_from(port, workers, opened)
+        if owner == wanted:
+            return connection, local
         close(connection)
     raise AssertionError(f"no connection reached worker {wanted} in {ATTEMPTS} attempts")
 
@@ -140,9 +162,12 @@ def homed_on(home: int, workers: int, prefix: str = "placed") -> str:
 def metered_workers(data_dir: Path, budget: str) -> Iterator[tuple[int, list[int]]]:
     """``serve --workers 2`` with ``budget`` and a metrics endpoint, so that each worker's own
     budget can be read (:func:`budget_used`): the port and the workers' processes by index."""
-    options = ("--workers", "2", "--data-dir", str(data_dir), "--memory-budget", budget)
+    # The channel is what these tests weigh: no connection is handed over to its queue's
+    # worker (docs/workers.md#handing-a-connection-over).
+    options = ("--workers", "2", "--worker-handover", "false", "--data-dir", str(data_dir))
+    budgets = ("--memory-budget", budget)
     metrics = ("--metrics-listen", f"127.0.0.1:{free_port()}", "--http-api-listen", "off")
-    with serving(*options, *metrics) as (process, port):
+    with serving(*options, *budgets, *metrics) as (process, port):
         yield port, sorted(children(process.pid), key=worker_of)
 
 

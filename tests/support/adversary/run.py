@@ -92,7 +92,13 @@ def run(
 ) -> Result:
     """Perform ``steps`` (until the monotonic time ``until``) and check after each one."""
     result = Result()
-    workers = ["--workers", str(limits.workers)] if limits.workers > 1 else []
+    # Its link steps aim at another worker's queue to load the channel: no hand-overs
+    # (docs/workers.md#handing-a-connection-over).
+    workers = (
+        ["--workers", str(limits.workers), "--worker-handover", "false"]
+        if limits.workers > 1
+        else []
+    )
     server = ServerProcess(
         ["--memory-budget", str(limits.budget), *workers, *limits.server_options]
     )
