@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from proton import ConnectionException, Message, SSLDomain
-from proton.utils import BlockingConnection
+from proton import ConnectionException, Message, SSLDomain, Timeout
+from proton.utils import BlockingConnection, BlockingReceiver
 from support.certificates import self_signed
 from support.polling import wait_until
 from support.ports import free_port
@@ -43,6 +43,9 @@ PASSWORD = "handover-password"
 # Queues declared at start, one homed on each worker.
 NEAR = homed_on(0, 2, "near")
 FAR = homed_on(1, 2, "far")
+# How long consumers sharing a queue are read for its messages, a short wait on each in turn.
+SHARED_WAIT = 30.0
+SHARED_POLL = 0.2
 
 
 @dataclass(frozen=True)
@@ -137,12 +140,26 @@ def _body(message: Message) -> str:
     return message.body
 
 
-def _received(receiver: object, count: int) -> list[str]:
+def _received(receiver: BlockingReceiver, count: int) -> list[str]:
     bodies = []
     for _ in range(count):
-        message = receiver.receive(timeout=20)  # type: ignore[attr-defined]
-        receiver.accept()  # type: ignore[attr-defined]
+        message = receiver.receive(timeout=20)
+        receiver.accept()
         bodies.append(_body(message))
+    return bodies
+
+
+def _shared(receivers: tuple[BlockingReceiver, ...], count: int) -> list[str]:
+    """``count`` bodies from consumers sharing a queue, however the queue splits them (one
+    on another worker gets a batch later than one beside the queue)."""
+    bodies: list[str] = []
+    deadline = time.monotonic() + SHARED_WAIT
+    while len(bodies) < count and time.monotonic() < deadline:
+        for receiver in receivers:
+            with contextlib.suppress(Timeout):
+                message = receiver.receive(timeout=SHARED_POLL)
+                receiver.accept()
+                bodies.append(_body(message))
     return bodies
 
 
@@ -189,8 +206,8 @@ def test_a_connection_with_links_to_queues_on_both_workers_keeps_crossing(
             to_near.send(Message(body=f"near-{n}"))
             to_far.send(Message(body=f"far-{n}"))
         # Each queue's messages split between its two consumers, none lost.
-        near = sorted(_received(near_first, 10) + _received(near_second, 10))
-        far = sorted(_received(far_first, 10) + _received(far_second, 10))
+        near = sorted(_shared((near_first, near_second), 20))
+        far = sorted(_shared((far_first, far_second), 20))
         assert near == sorted(f"near-{n}" for n in range(20))
         assert far == sorted(f"far-{n}" for n in range(20))
         assert workers.handovers() == (given + 1, taken + 1, kept)
