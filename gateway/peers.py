@@ -430,6 +430,11 @@ class Peers:
         sent = sum(remote.in_flight for remote in self.remotes.values())
         return sent + sum(owner.recent_bytes for owner in self.owners.values())
 
+    def letters_sent(self) -> int:
+        """Bytes of this worker's dead letters sent to other workers and not yet confirmed:
+        what the memory budget's letters' part holds (session/memory_budget.py)."""
+        return sum(remote.letters_in_flight for remote in self.remotes.values())
+
     def place(self, vhost: str, registry: QueueRegistry) -> None:
         """A virtual host's queues are placed over the workers (one made at run time too), and
         its dead letters to other workers' queues kept within their channels' windows."""
@@ -624,7 +629,7 @@ class Peers:
         window = budget.keep_for_letters(len(self.remotes))
         for remote in self.remotes.values():
             remote.letter_window = window
-        full = budget.used >= budget.publishing_ceiling
+        full = budget.blocked and budget.publishers_full(budget.used)
         self._heavy = 0 if full else int(budget.margin * HOLDER_SHARE)
         parked = self._parked
         # Stored as far as the limit: what they add blocks the budget again at its update.

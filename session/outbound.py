@@ -161,6 +161,8 @@ class Session:
         # queues already (session/waiting.py ``charge``).
         self.pending_bytes = 0
         self.pending_server = 0
+        # Of pending_bytes, what other workers' deliveries hold (the budget's imports' part).
+        self.pending_imported = 0
 
     # -- links ----------------------------------------------------------------------------
 
@@ -347,8 +349,9 @@ class Session:
         server_cost = cost - held if link.counted else cost
         self.pending_bytes += cost
         self.pending_server += server_cost
+        self.pending_imported += cost
         waiting = self.waiting
-        waiting.charge(cost, server_cost)
+        waiting.charge(cost, server_cost, cost)
         reserved = link.reserved
         if reserved:
             # They were reserved while on their way (session/waiting.py): now they wait.
@@ -367,8 +370,9 @@ class Session:
         # What the deliveries sent held, given back to the connection's charge at once (before
         # a credit reply, which may ask for more; a top-up meanwhile sees the charge as it was).
         sent_held = sent = 0
-        # Of sent_held, what their queues count until settled (OutgoingLink.counted).
-        sent_counted = 0
+        # Of sent_held, what their queues count until settled (OutgoingLink.counted), and
+        # what other workers' deliveries held (with their places).
+        sent_counted = sent_imported = 0
         while pending:
             entry = pending[0]
             link, item = entry
@@ -405,6 +409,8 @@ class Session:
                     sent_counted += held
                 elif link.counted:
                     sent_counted += held
+                if link.imports:
+                    sent_imported += held + WAITING_DELIVERY_COST
                 sent += 1
                 self.remote_incoming_window -= frames
                 room_bytes = handed(credit, frames, size - start)
@@ -419,14 +425,16 @@ class Session:
             elif type(item) is CreditReply:
                 pending.popleft()
                 if sent:
-                    self._uncharge(sent_held + sent * WAITING_DELIVERY_COST, sent_counted)
-                    sent_held = sent = sent_counted = 0
+                    self._uncharge(
+                        sent_held + sent * WAITING_DELIVERY_COST, sent_counted, sent_imported
+                    )
+                    sent_held = sent = sent_counted = sent_imported = 0
                 self._credit_reply(link, item, out)
             else:
                 pending.popleft()
                 out.append(cast(LinkFlow, item))
         if sent:
-            self._uncharge(sent_held + sent * WAITING_DELIVERY_COST, sent_counted)
+            self._uncharge(sent_held + sent * WAITING_DELIVERY_COST, sent_counted, sent_imported)
         if self.pending_bytes and not self.outgoing_pending:
             # Nothing waits: nothing is charged, whatever a message's bytes became meanwhile.
             self._uncharge_all()
@@ -459,16 +467,18 @@ class Session:
                 out.append(cast(LinkFlow, item))
         self.outgoing_pending = kept
 
-    def _uncharge(self, nbytes: int, counted: int = 0) -> None:
-        """Deliveries worth ``nbytes`` left, ``counted`` of them counted by their queues."""
+    def _uncharge(self, nbytes: int, counted: int = 0, imported: int = 0) -> None:
+        """Deliveries worth ``nbytes`` left, ``counted`` of them counted by their queues,
+        ``imported`` of them other workers'."""
         server = nbytes - counted
         self.pending_bytes -= nbytes
         self.pending_server -= server
-        self.waiting.charge(-nbytes, -server)
+        self.pending_imported -= imported
+        self.waiting.charge(-nbytes, -server, -imported)
 
     def _uncharge_all(self) -> None:
-        self.waiting.charge(-self.pending_bytes, -self.pending_server)
-        self.pending_bytes = self.pending_server = 0
+        self.waiting.charge(-self.pending_bytes, -self.pending_server, -self.pending_imported)
+        self.pending_bytes = self.pending_server = self.pending_imported = 0
 
     def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
         """Ask the queue for a batch, or defer the request while the connection's waiting

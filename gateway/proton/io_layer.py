@@ -35,14 +35,12 @@ from sluicegate.gateway.proton.internals import (
     selectable_of,
     transport_of,
 )
+from sluicegate.gateway.reading import READ_BATCH
 from sluicegate.gateway.selector import EpollSelector
 from sluicegate.gateway.state import ConnectionState, forget_selectable
 
 log = logging.getLogger("sluicegate.io")
 
-# Bytes read from one connection per readiness: enough for many small messages or a large one
-# per pass of the reactor, small enough that one busy client does not starve the others.
-READ_BATCH: Final = 256 * 1024
 # Frames taken from one connection per readiness. Proton raises events for every frame pushed
 # and the reactor handles them all before it looks at another socket; an ATTACH costs about a
 # thousand times a TRANSFER there, so a burst of small control frames (thousands fit in

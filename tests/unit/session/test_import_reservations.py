@@ -240,15 +240,26 @@ def test_credit_granted_before_the_budget_filled_is_taken_back_and_resumed_when_
         assert received == [body(consumer, n) for n in range(41)]
 
 
-def test_the_budgets_import_room_is_what_is_left_to_half_way_with_the_reservations_counted() -> (
-    None
-):
+def test_the_budgets_import_room_is_the_imports_part_less_what_imports_hold() -> None:
+    """Blocked, other workers' deliveries take their own part of the margin, whatever else
+    holds the rest of it (adversary seeds 65800 and 65802: deliveries still arriving took the
+    budget past the half way imports stopped at, and a consumer of another worker's queue got
+    nothing while that worker sat idle)."""
     budget = MemoryBudget(32 * 1024 * 1024)
     budget.keep_for_letters(1)
-    budget.update(budget.limit + 1000)
-    # 1000 bytes over the limit of which 600 are reserved imports: they count as room used.
-    assert budget.import_room(600) == budget.half_way - budget.limit - 400
-    assert budget.import_room(0) < budget.import_room(600)
+    part = budget.imports_part
+    # The limit held by queues nobody reads, and the unfinished deliveries' whole part taken.
+    budget.unfinished = budget.unfinished_part
+    budget.update(budget.limit + budget.unfinished_part)
+    assert budget.blocked
+    assert budget.import_room(0) == part
+    # 600 reserved and 400 more waiting in sessions: what is left of the part is the room.
+    budget.imported = 1000
+    budget.update(budget.limit + budget.unfinished_part + 1000)
+    assert budget.import_room(600) == 600 + part - 1000
+    # The publishers' level past its ceiling (bytes moved out of another part) takes it back.
+    budget.update(budget.publishing_ceiling + budget.unfinished_part + 1000 + 5000)
+    assert budget.import_room(600) == 600 + part - 1000 - 5000
 
 
 def test_a_delivery_is_reserved_as_its_links_largest_and_a_batch_before_any() -> None:
