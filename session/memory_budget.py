@@ -51,10 +51,10 @@ MAX_CEILING_MARGIN: Final = 16 * 1024 * 1024
 # the margin over the peers still lets a 64 MiB budget on two workers take 1 MiB of them per
 # round trip between two workers.
 LETTERS_SHARE: Final = 4
-# The part kept for other workers' deliveries: a quarter, four of the largest import requests
+# The part kept for other workers' deliveries: an eighth, two of the largest import requests
 # (session/waiting.py's IMPORT_BATCH, 256 KiB) for a 64 MiB budget on two workers, and hundreds
-# of a prober's small messages.
-IMPORTS_SHARE: Final = 4
+# of a prober's small messages, so that the publishers keep half the margin.
+IMPORTS_SHARE: Final = 8
 # The part kept for deliveries still arriving: an eighth. They are bytes no consumer can drain,
 # the least urgent of all; a part of their own lets the oldest go on a little while blocked.
 UNFINISHED_SHARE: Final = 8
