@@ -27,7 +27,7 @@ import pytest
 from integration.conftest import RunningServer
 from integration.test_memory_bounds import UnfinishedAttack, _more_rounds, _probing
 from integration.test_unfinished_margin import _fill
-from proton.utils import BlockingConnection, SendException
+from proton.utils import SendException
 from support.polling import wait_until
 from support.raw_client import ConnectionClosedError, RawClient
 from support.workers import blocking_on, budget_used, connection_on, homed_on, metered_workers
