@@ -59,6 +59,7 @@ from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
+from sluicegate.writer.writer import BLOCKED_MAX_BYTES
 
 
 class Broker(Handler):
@@ -277,6 +278,8 @@ class Broker(Handler):
         # then lands within it (session/memory_budget.py, session/waiting.py).
         full = budget.blocked and budget.room_for(budget.imported, budget.imports_part) <= 0
         sending.budget_blocked(budget.blocked, full, budget.import_room(waiting.reserved))
+        # Blocked, consumers that do not read stop at a small writer (writer/writer.py).
+        sending.pending_bytes.cap = BLOCKED_MAX_BYTES if budget.blocked else 0
         sending.pump_marked()
         if self.peers is not None:
             # After the pump: the credit requests it made go out in this pass.
