@@ -182,7 +182,8 @@ class MemoryBudget:
         granted beyond is taken back."""
         room = self.room_for(self.imported, self.imports_part)
         if not self.blocked:
-            room = max(room, self.limit - self.used + self.imports_part - self.imported)
+            # ``used`` counts what the imports hold already.
+            room = max(room, self.limit + self.imports_part - self.used)
         return reserved + room
 
     def keep_for_letters(self, peers: int) -> int:

@@ -248,6 +248,11 @@ def test_the_budgets_import_room_is_the_imports_part_less_what_imports_hold() ->
     budget = MemoryBudget(32 * 1024 * 1024)
     budget.keep_for_letters(1)
     part = budget.imports_part
+    # Below the limit, what is left to it and the part: ``used`` counts the imports already.
+    budget.imported = 17_000_000
+    budget.update(20_000_000)
+    assert budget.import_room(16_000_000) == 16_000_000 + budget.limit + part - 20_000_000
+    budget.imported = 0
     # The limit held by queues nobody reads, and the unfinished deliveries' whole part taken.
     budget.unfinished = budget.unfinished_part
     budget.update(budget.limit + budget.unfinished_part)
