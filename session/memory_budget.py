@@ -11,25 +11,32 @@ publishers that hold the budget wait and the others may go on up to ``ceiling``,
 a margin; at the ceiling every publisher waits (session/inbound_flow.py says who waits when).
 
 The margin is the one place where bytes above the limit come from, and it is handed out here
-in parts, each class of bytes that grows into it by its own path taking its own part only, so
-that none can take another's and all of them together cannot pass the ceiling (issue 31's seeds
-65400, 65501, 65701 and 65800, docs/bounds.md):
+in parts, each class of bytes that grows into it by its own path weighed by what it holds
+against its own part only, so that none can take another's and all of them together cannot pass
+the ceiling (issue 31's seeds 65400, 65501, 65701, 65702, 65800 and 65802, docs/bounds.md):
 
-- ``letters``: this worker's dead letters sent to other workers and not yet confirmed
-  (``letters_sent``, gateway/peers.py), within the windows their owners keep for them;
-- ``imports_part``: other workers' deliveries (``imported``: reserved on the credit granted and
-  waiting in sessions, session/waiting.py), so that a consumer of another worker's queue is
-  served while this worker is blocked by other clients' bytes;
-- ``unfinished_part``: deliveries still arriving (``unfinished``, session/inbound_flow.py); at
-  it the oldest arriving delivery is held like the others, and past it the newest are released;
-- the rest, up to ``publishing_ceiling``: publishers not holding the budget, weighed by the
-  ``publishing_level``: every byte counted less what the three classes hold within their parts.
+- ``letters`` (a quarter): this worker's dead letters sent to other workers and not yet
+  confirmed (``letters_sent``, gateway/peers.py), within the windows their owners keep;
+- ``imports_part`` (an eighth): other workers' deliveries (``imported``: reserved on the credit
+  granted and waiting in sessions, session/waiting.py), so that a consumer of another worker's
+  queue is served while this worker is blocked by other clients' bytes;
+- ``unfinished_part`` (an eighth): deliveries still arriving (``unfinished``,
+  session/inbound_flow.py); at it the oldest arriving delivery is held like the others, and
+  past it the newest are released;
+- the rest (half, or seven eighths alone), up to ``publishing_ceiling``: publishers not
+  holding the budget, weighed by the ``publishing_level``, every byte counted less what the
+  three classes hold within their parts.
 
 The first two exist only with other workers. A class's bytes beyond its part (grown below the
-limit, before the budget blocked) weigh on the publishers' part as theirs, so the ceiling holds
-whatever the order: :meth:`room_for` a class is its part less what it holds, less what the
-publishers' level is past theirs. What the requests out for imports may still bring is reserved
-in ``used`` before it comes (session/waiting.py), each request within :meth:`import_room`.
+limit, before the budget blocked), and bytes that move out of one (a delivery that ends into a
+queue), weigh on the publishers' part, and :meth:`room_for` a class is its part less what it
+holds, less what the publishers' level is past theirs, so the ceiling holds whatever the order.
+Bytes that grow with no class's gate, writers of consumers that do not read, are kept small
+while blocked instead (writer/writer.py's ``BLOCKED_MAX_BYTES``). A publisher whose messages
+go straight to a waiting consumer still needs the publishers' part: its bytes land in that
+consumer's writer, bounded per connection, not server-wide. What the requests out for imports
+may still bring is reserved in ``used`` before it comes (session/waiting.py), each request
+within :meth:`import_room`.
 """
 
 from __future__ import annotations
