@@ -549,7 +549,8 @@ class Session:
         credit = queue_ctl.credit = server.import_credit(link, queue_ctl.credit)
         coming = credit - len(link.waiting)
         if coming > 0:
-            reserved = coming * import_unit(link)
+            # Within the room: only a link sent nothing yet is asked for more than it leaves.
+            reserved = min(coming * import_unit(link), max(server.room_for(link), 0))
             if reserved > link.reserved:
                 server.reserve(link, reserved)
 
@@ -576,8 +577,11 @@ class Session:
         server = self.waiting.server
         if reply.credit or link.reserved:
             # All it sent before the reply has arrived: what it may still send is the credit
-            # it kept.
-            server.reserve(link, reply.credit * import_unit(link))
+            # it kept; a link sent nothing yet keeps the room it was reserved (``_reserve``).
+            owed = reply.credit * import_unit(link)
+            if not link.largest and link.reserved:
+                owed = min(owed, link.reserved)
+            server.reserve(link, owed)
         if reply.drain or client.echo:
             self.outgoing_pending.append((link, reply))
             return

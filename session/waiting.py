@@ -134,10 +134,19 @@ class WaitingBytes(ServerBytes):
         """``credit`` for ``link`` capped to what ``import_room`` lets its queue send beyond the
         deliveries that wait already (they count against it: session/outbound.py); 0 when
         not one more fits, and the request must wait."""
-        more = (self.import_room - self.reserved + link.reserved) // import_unit(link)
+        room = self.room_for(link)
+        more = room // import_unit(link)
         if more <= 0:
-            return 0
+            # A link sent nothing yet is reserved a whole batch for its one delivery: it asks
+            # while any room is left, reserved as that room (``Session._reserve``), or another
+            # link's batch kept a fresh consumer out of the imports' part for good (adversary
+            # seed 66100: the prober's new link on every renewed connection).
+            return 1 if room > 0 and not link.largest and not link.waiting else 0
         return min(credit, len(link.waiting) + more)
+
+    def room_for(self, link: OutgoingLink) -> int:
+        """What ``link`` may have reserved within ``import_room``, beyond the others."""
+        return self.import_room - self.reserved + link.reserved
 
 
 class Waiting:
