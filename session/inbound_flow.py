@@ -337,6 +337,11 @@ class InboundFlow:
         A holder weighs at least half the mean of the positive weights and at least
         :data:`HOLDER_SHARE` of an even share of the margin: when the bytes are held by nobody
         publishing now, the one small publisher left would otherwise be its own mean, and held.
+        A link whose queues grew since the budget blocked by :data:`HOLDER_SHARE` of an even
+        share of the publishers' part among the links that grew is a holder too: beside a
+        large holder, a publisher piling up in queues nobody reads stayed under half the mean
+        and took the whole part, where every publisher waits (adversary seeds 65702, 66100);
+        of the links that fill the part, one is held before a quarter of it is taken.
         """
         budget = self.budget
         self._classified_at = budget.used
@@ -346,9 +351,21 @@ class InboundFlow:
         positive = [weight for weight in weights if weight > 0]
         mean = sum(positive) / len(positive) if positive else 0.0
         floor = budget.margin * HOLDER_SHARE / len(positive) if positive else 0.0
+        grown = []
         for link, weight in zip(links, weights, strict=True):
+            if link.weight_at_block is None:
+                link.weight_at_block = weight
+            grown.append(weight - link.weight_at_block)
+        growing = sum(1 for growth in grown if growth > 0)
+        # What the publishers' part may take before those whose queues grow in it are held.
+        share = (
+            (budget.publishing_ceiling - budget.limit) * HOLDER_SHARE / growing if growing else 0
+        )
+        for link, weight, growth in zip(links, weights, grown, strict=True):
             was_held = link.held
-            link.held = mean > 0 and 2 * weight >= mean and weight >= floor
+            link.held = (mean > 0 and 2 * weight >= mean and weight >= floor) or (
+                growing > 0 and growth >= share
+            )
             if was_held and not link.held and link.wants_credit:
                 self.renewals.add(link)
         return self._hold()
@@ -360,6 +377,7 @@ class InboundFlow:
         for inbound in self.connections:
             for link in inbound.links:
                 link.held = False
+                link.weight_at_block = None
                 if link.wants_credit:
                     self.renewals.add(link)
         return self._hold()

@@ -491,6 +491,33 @@ def test_one_publisher_piling_up_in_the_margin_is_a_holder_before_it_reaches_the
     assert flow.budget.current < flow.budget.ceiling
 
 
+def test_a_publisher_piling_up_beside_a_large_holder_is_held_before_its_part_is_taken() -> None:
+    """Adversary seeds 65702 and 66100: the limit held by a large publisher's queue nobody
+    reads, a second publisher piling up in the margin stayed under half the mean weight and
+    took the publishers' whole part, where every publisher waits. It grew since the budget
+    blocked, and what grew by a quarter of the part is a holder."""
+    flow = _flow(budget=10_000)
+    budget = flow.budget
+    part = budget.publishing_ceiling - budget.limit
+    large, modest, second = (
+        Inbound(flow, Account()),
+        Inbound(flow, Account()),
+        Inbound(flow, Account()),
+    )
+    holder, prober, piler = large.attach(), modest.attach(), second.attach()
+    weights = {holder: 10_000, prober: 40, piler: 0}
+    flow.flush(10_000, 0, weights.__getitem__)
+    assert budget.blocked
+    assert holder.held
+    assert not piler.held
+    # A third of the part, far under half the mean (the holder's 10,000 weighs it).
+    weights[piler] = part // 3
+    flow.flush(10_000 + part // 3, 0, weights.__getitem__)
+    assert piler.held, "what grew in the publishers' part by a quarter of it holds the budget"
+    assert not prober.held
+    assert not budget.publishers_full(budget.current)
+
+
 def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arriving() -> None:
     flow = _flow(budget=10_000)
     first = Inbound(flow, Account())
