@@ -160,3 +160,49 @@ def test_a_consumer_imports_while_its_worker_is_blocked_by_a_delivery_still_arri
         late.client.reset(late)
         owner.close()
         del filler  # held: its close would wait for the hold
+
+
+@pytest.mark.slow
+def test_a_parked_publish_to_a_queue_drained_light_is_stored_while_its_worker_stays_blocked(
+    two_workers: tuple[int, list[int], Path],
+) -> None:
+    """Adversary seed 66100: another worker's publishes to a queue parked while it weighed a
+    holder's floor, or at the publishers' ceiling, waited until the budget let go, for good
+    while queues nobody reads held it; the prober's among them. Once its queue is light and
+    the publishers' part has room, a parked publish is stored as a local light one would be."""
+    port, pids, data_dir = two_workers
+    management = ManagementClient(f"amqp://127.0.0.1:{port}")
+    heavy, drained = homed_on(1, 2, "parked-block"), homed_on(1, 2, "parked-drained")
+    for queue in (heavy, drained):
+        assert management.request("PUT", f"/queues/{queue}", {"durable": False}).status == 201
+    local = blocking_on(port, pids, pids[1])
+    sender = local.create_sender(f"/queues/{drained}")
+    # Above a holder's floor (a quarter of the 4 MiB margin): a publish to it parks.
+    for _ in range(8):
+        sender.send(proton.Message(body=BODY))
+    filler = blocking_on(port, pids, pids[1])
+    assert _held_after(filler.create_sender(f"/queues/{heavy}")) > 0
+    remote = blocking_on(port, pids, pids[0])
+    parked = remote.create_sender(f"/queues/{drained}")
+    confirmed = threading.Event()
+
+    def publish() -> None:
+        parked.send(proton.Message(body="parked"), timeout=60)
+        confirmed.set()
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    assert not confirmed.wait(3), "parked while its queue weighs a holder's"
+    reader = blocking_on(port, pids, pids[1])
+    receiver = reader.create_receiver(f"/queues/{drained}", credit=20)
+    for _ in range(8):
+        receiver.receive(timeout=10)
+        receiver.accept()
+    assert budget_used(data_dir, 1) >= LIMIT * 0.8, "worker 1 is still blocked"
+    # Before: parked until worker 1 let go, which the heavy queue nobody reads never allows.
+    assert confirmed.wait(15)
+    assert receiver.receive(timeout=10).body == "parked"
+    receiver.accept()
+    for connection in (reader, remote, local):
+        connection.close()
+    del filler  # held: its close would wait for the hold
