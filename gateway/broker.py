@@ -60,6 +60,7 @@ from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.errors import AmqpError
+from sluicegate.writer.writer import BLOCKED_MAX_BYTES
 
 if TYPE_CHECKING:
     from sluicegate.gateway.handover import Handovers
@@ -272,12 +273,19 @@ class Broker(Handler):
             self.expiry.soon()
         # Every virtual host's registry shares one count of bytes held (gateway/server.py).
         total = held.total
+        # What the margin's classes hold, each weighed against its own part
+        # (session/memory_budget.py).
+        waiting = sending.waiting
+        budget.imported = waiting.reserved + waiting.imported
+        budget.letters_sent = 0 if self.peers is None else self.peers.letters_sent()
         self.publishing.flush()
         self.modified_annotations.forget()
-        # Half way through the publishers' margin: what requests out for another worker's
-        # deliveries bring then lands within it (session/memory_budget.py, session/waiting.py).
-        full = budget.used >= budget.half_way
-        sending.budget_blocked(budget.blocked, full, budget.import_room(sending.waiting.reserved))
+        # The imports' part is taken: what requests out for another worker's deliveries bring
+        # then lands within it (session/memory_budget.py, session/waiting.py).
+        full = budget.blocked and budget.room_for(budget.imported, budget.imports_part) <= 0
+        sending.budget_blocked(budget.blocked, full, budget.import_room(waiting.reserved))
+        # Blocked, consumers that do not read stop at a small writer (writer/writer.py).
+        sending.pending_bytes.cap = BLOCKED_MAX_BYTES if budget.blocked else 0
         sending.pump_marked()
         if self.peers is not None:
             # After the pump: the credit requests it made go out in this pass.

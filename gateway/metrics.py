@@ -160,6 +160,28 @@ class ServerCollector(Collector):
             "1 while the memory budget withholds credit from publishers.",
             int(budget.blocked),
         )
+        yield _gauge(
+            "sluicegate_memory_budget_publishing_level_bytes",
+            "What the publishers' part of the margin is weighed by: the bytes counted less what "
+            "deliveries still arriving, other workers' deliveries and letters sent hold within "
+            "their own parts; at the publishing ceiling every publisher waits.",
+            budget.publishing_level,
+        )
+        yield _gauge(
+            "sluicegate_memory_budget_unfinished_bytes",
+            "Bytes of deliveries still arriving, counted in the memory budget.",
+            budget.unfinished,
+        )
+        yield _gauge(
+            "sluicegate_memory_budget_imported_bytes",
+            "Bytes of other workers' deliveries reserved on credit granted or waiting in sessions.",
+            budget.imported,
+        )
+        yield _gauge(
+            "sluicegate_memory_budget_letters_sent_bytes",
+            "Bytes of dead letters sent to other workers and not yet confirmed.",
+            budget.letters_sent,
+        )
         yield CounterMetricFamily(
             "sluicegate_memory_budget_blocks",
             "Times the memory budget has blocked publishers.",

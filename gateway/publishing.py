@@ -44,6 +44,7 @@ from sluicegate.session.inbound import (
     UnfinishedLimitExceeded,
 )
 from sluicegate.session.inbound_flow import (
+    RELEASE,
     Flushed,
     Hold,
     InboundFlow,
@@ -84,6 +85,7 @@ class Publishing:
                 config.unfinished_limit,
                 config.unfinished_total_limit,
                 config.unfinished_timeout,
+                reading.READ_BATCH,
             ),
         )
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
@@ -295,6 +297,14 @@ class Publishing:
         """Deliveries a store outside a link handed to consumers (the HTTP API's publish)."""
         self._dispatch(dispatches)
 
+    def _give_up(self, state: IncomingLinkState) -> None:
+        """The budget released the delivery arriving on the link (session/inbound_flow.py): its
+        bytes so far are dropped, and what is left of it as it comes."""
+        state.partial = None
+        delivery = deliveries.current(c_object(state.receiver))
+        if delivery is not None:
+            self._refuse(state, delivery, RELEASE)
+
     def _refuse(self, state: IncomingLinkState, delivery: CDelivery, refusal: Refusal) -> None:
         """Settle the delivery (proton drops the rest of it) and apply the refusal."""
         if isinstance(refusal, Release):
@@ -347,6 +357,8 @@ class Publishing:
             receiver = cast(IncomingLinkState, link.owner).receiver
             if receiver.state & Endpoint.LOCAL_ACTIVE:
                 receiver.flow(grant)
+        for link in out.release:
+            self._give_up(cast(IncomingLinkState, link.owner))
         for inbound in out.close:
             connection = cast(ConnectionState, inbound.owner)
             if not connection.closed:

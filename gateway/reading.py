@@ -20,6 +20,8 @@ end of its hold on early consumer credit (gateway/rules/credit_hold.py).
 
 from __future__ import annotations
 
+from typing import Final
+
 from proton import ProtonException, Transport
 
 from sluicegate.gateway.feeding import feed
@@ -30,6 +32,11 @@ from sluicegate.gateway.proton.internals import (
     transport_of,
 )
 from sluicegate.gateway.state import ConnectionState
+
+# Bytes read from one connection per readiness (gateway/proton/io_layer.py): enough for many
+# small messages or a large one per pass of the reactor, small enough that one busy client does
+# not starve the others; what the budget's holds may let one read pass by (docs/bounds.md).
+READ_BATCH: Final = 256 * 1024
 
 
 def update(transport: Transport, selectable: Selectable, now: float) -> None:

@@ -178,7 +178,7 @@ class Inbound:
                 )
             )
         held = self.flow.unfinished_charged(self, begins)
-        return self._release(link) if held is RELEASE else held
+        return self.give_up(link) if held is RELEASE else held
 
     def receive(self, link: IncomingLink, size: int, aborted: bool) -> Refusal | None:
         """The delivery's last frame arrived: None if its ``size`` bytes are to be stored."""
@@ -240,8 +240,10 @@ class Inbound:
         if link.wants_credit and link in self.links:
             self.flow.renewals.add(link)
 
-    def _release(self, link: IncomingLink) -> Release:
-        """Give up a delivery that began past the cap on unfinished bytes: settled released."""
+    def give_up(self, link: IncomingLink) -> Release:
+        """Give up the delivery arriving on ``link``, settled released: it began past the cap on
+        unfinished bytes, or its bytes are beyond their part of a blocked budget's margin
+        (session/inbound_flow.py)."""
         link.arriving = False
         self._forget_unfinished(link)
         link.confirm()

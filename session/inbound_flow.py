@@ -55,6 +55,9 @@ class PublishingConnection(Protocol):
     # Whether the budget holds its reads.
     budget_paused: bool
 
+    def give_up(self, link: IncomingLink) -> object:
+        """Release the delivery arriving on ``link``: what it charged is forgotten."""
+
 
 @dataclass(frozen=True, slots=True)
 class InboundLimits:
@@ -68,6 +71,9 @@ class InboundLimits:
     max_unfinished_total: int | None = None
     # Seconds the oldest of them may make no progress while they are at that cap; 0: forever.
     unfinished_timeout: float = 0.0
+    # The most one read of a socket brings: the oldest arriving delivery, read while blocked
+    # until its part of the margin is taken, may pass it by that much and is kept.
+    read_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +107,9 @@ class Flushed:
     resume: list[PublishingConnection] = field(default_factory=list)
     # Connections to close: their delivery, the oldest, made no progress within the timeout.
     close: list[PublishingConnection] = field(default_factory=list)
+    # Links whose arriving delivery is given up (settled ``released``, its bytes dropped):
+    # deliveries still arriving beyond their part of a blocked budget's margin.
+    release: list[IncomingLink] = field(default_factory=list)
 
 
 class InboundFlow:
@@ -148,9 +157,10 @@ class InboundFlow:
         self._classified_at: int | None = None
         # They were decided with the bytes held at or above the publishers' ceiling.
         self._over_ceiling = False
-        # The budget is blocked at or past its half way: the oldest arriving delivery is no
-        # longer read either (session/memory_budget.py).
-        self._past_half_way = False
+        # The budget is blocked and deliveries still arriving have no room left in their part
+        # of its margin: the oldest arriving delivery is no longer read either
+        # (session/memory_budget.py).
+        self._past_part = False
         self._oldest: PublishingConnection | None = None
 
     def join(self, publisher: PublishingConnection) -> None:
@@ -187,10 +197,14 @@ class InboundFlow:
             ):
                 self.unfinished_full = hold = True
         if budget.blocked:
-            if not self._over_ceiling and budget.current >= budget.publishing_ceiling:
+            if not self._over_ceiling and budget.publishers_full(budget.current):
                 self._over_ceiling = hold = True
-            if not self._past_half_way and budget.current >= budget.half_way:
-                self._past_half_way = hold = True
+            if (
+                not self._past_part
+                and inbound.unfinished
+                and self._unfinished_reading >= budget.unfinished_room()
+            ):
+                self._past_part = hold = True
         elif budget.current >= budget.limit:
             budget.block()
             self._classified_at = None
@@ -232,10 +246,14 @@ class InboundFlow:
         if self.unfinished_full and resume is not None and budget.unfinished <= resume:
             self.unfinished_full = False
             moved = True
+        released: list[IncomingLink] = []
+        if budget.blocked and budget.unfinished > budget.unfinished_part:
+            released = self._give_up()
+            moved = moved or bool(released)
         oldest = next(iter(self.arriving), None)
-        past_half_way = budget.blocked and budget.used >= budget.half_way
-        if past_half_way != self._past_half_way:
-            self._past_half_way = past_half_way
+        past_part = budget.blocked and budget.unfinished_room() <= 0
+        if past_part != self._past_part:
+            self._past_part = past_part
             moved = True
         out: Flushed | None = None
         if budget.blocked:
@@ -244,7 +262,7 @@ class InboundFlow:
                 classified is None
                 or not was_blocked
                 or oldest is not self._oldest
-                or (budget.used >= budget.publishing_ceiling) != self._over_ceiling
+                or budget.publishers_full(budget.used) != self._over_ceiling
                 or abs(budget.used - classified) * RECLASSIFY_SHARE >= budget.margin
             ):
                 out = self._classify(weigh)
@@ -252,6 +270,9 @@ class InboundFlow:
             out = self._release()
         if out is None and (moved or (self.unfinished_full and oldest is not self._oldest)):
             out = self._hold()
+        if released:
+            assert out is not None
+            out.release = released
         self._oldest = oldest
         if self._overdue(oldest, now):
             assert oldest is not None
@@ -266,6 +287,29 @@ class InboundFlow:
         return out
 
     # -- internals ------------------------------------------------------------------------
+
+    def _give_up(self) -> list[IncomingLink]:
+        """Release deliveries still arriving, the newest first, until what the rest hold fits
+        in their part of the blocked budget's margin (session/memory_budget.py): bytes grown
+        below the limit, before it blocked, that no consumer can drain, and that would
+        otherwise take the publishers' part. Each was settled nothing yet, so its client may
+        send it again (AMQP 1.0 §3.4.4); the oldest goes last, and only if it holds more than
+        its part and one read (read while blocked, it stops within that)."""
+        budget = self.budget
+        part = budget.unfinished_part
+        before = budget.unfinished
+        released: list[IncomingLink] = []
+        arriving = list(self.arriving)
+        oldest = arriving[0]
+        for inbound in reversed(arriving):
+            kept = part + self.limits.read_size if inbound is oldest else part
+            for link in [link for link in inbound.links if link.unfinished]:
+                if budget.unfinished > kept:
+                    inbound.give_up(link)
+                    released.append(link)
+        # Their bytes are dropped now: the count goes down with them.
+        budget.used -= before - budget.unfinished
+        return released
 
     def _overdue(self, oldest: PublishingConnection | None, now: float) -> bool:
         """Whether ``oldest`` has kept the unfinished cap full without a byte for the timeout.
@@ -293,18 +337,35 @@ class InboundFlow:
         A holder weighs at least half the mean of the positive weights and at least
         :data:`HOLDER_SHARE` of an even share of the margin: when the bytes are held by nobody
         publishing now, the one small publisher left would otherwise be its own mean, and held.
+        A link whose queues grew since the budget blocked by :data:`HOLDER_SHARE` of an even
+        share of the publishers' part among the links that grew is a holder too: beside a
+        large holder, a publisher piling up in queues nobody reads stayed under half the mean
+        and took the whole part, where every publisher waits (adversary seeds 65702, 66100);
+        of the links that fill the part, one is held before a quarter of it is taken.
         """
         budget = self.budget
         self._classified_at = budget.used
-        self._over_ceiling = budget.used >= budget.publishing_ceiling
+        self._over_ceiling = budget.publishers_full(budget.used)
         links = [link for inbound in self.connections for link in inbound.links]
         weights = [weigh(link) for link in links]
         positive = [weight for weight in weights if weight > 0]
         mean = sum(positive) / len(positive) if positive else 0.0
         floor = budget.margin * HOLDER_SHARE / len(positive) if positive else 0.0
+        grown = []
         for link, weight in zip(links, weights, strict=True):
+            if link.weight_at_block is None:
+                link.weight_at_block = weight
+            grown.append(weight - link.weight_at_block)
+        growing = sum(1 for growth in grown if growth > 0)
+        # What the publishers' part may take before those whose queues grow in it are held.
+        share = (
+            (budget.publishing_ceiling - budget.limit) * HOLDER_SHARE / growing if growing else 0
+        )
+        for link, weight, growth in zip(links, weights, grown, strict=True):
             was_held = link.held
-            link.held = mean > 0 and 2 * weight >= mean and weight >= floor
+            link.held = (mean > 0 and 2 * weight >= mean and weight >= floor) or (
+                growing > 0 and growth >= share
+            )
             if was_held and not link.held and link.wants_credit:
                 self.renewals.add(link)
         return self._hold()
@@ -316,6 +377,7 @@ class InboundFlow:
         for inbound in self.connections:
             for link in inbound.links:
                 link.held = False
+                link.weight_at_block = None
                 if link.wants_credit:
                     self.renewals.add(link)
         return self._hold()
@@ -335,14 +397,16 @@ class InboundFlow:
 
     def _hold(self) -> Flushed:
         """Hold the publishing connections :meth:`_holds` names, but the oldest arriving until
-        the blocked budget is half way through its publishers' margin: read at any height, its
-        delivery (up to the largest message) took the budget past its ceiling, where every
-        publisher waits (seed 65501). Held from there, it is read again once consumers bring
-        the bytes back under it; bytes still arriving are capped at most at the limit
-        (``max_unfinished_total``), and the oldest that holds that cap without progress is
-        closed at its deadline whatever holds it, so they cannot keep it there alone."""
+        deliveries still arriving fill their part of the blocked budget's margin: read at any
+        height, its delivery (up to the largest message) took the budget past its ceiling,
+        where every publisher waits (seed 65501), and read up to half way through the margin,
+        it left a consumer of another worker's queue no room (seeds 65800, 65802). Held from
+        there, it is read again once its part has room; bytes still arriving are capped at
+        most at the limit (``max_unfinished_total``), and the oldest that holds that cap
+        without progress is closed at its deadline whatever holds it, so they cannot keep it
+        there alone."""
         out = Flushed()
-        oldest = None if self._past_half_way else next(iter(self.arriving), None)
+        oldest = None if self._past_part else next(iter(self.arriving), None)
         for inbound in self.connections:
             hold = bool(inbound.links) and inbound is not oldest and self._holds(inbound)
             if hold != inbound.budget_paused:
@@ -354,7 +418,12 @@ class InboundFlow:
         """Renew what the rule allows, each grant backed by the budget's headroom."""
         budget = self.budget
         blocked = budget.blocked
-        headroom = (budget.publishing_ceiling if blocked else budget.limit) - budget.current
+        current = budget.current
+        headroom = (
+            budget.publishing_ceiling - budget.publishing_level(current)
+            if blocked
+            else budget.limit - current
+        )
         renewals = self.renewals
         while renewals:
             link = renewals.pop()

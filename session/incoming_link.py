@@ -44,6 +44,7 @@ class IncomingLink:
         "received",
         "unconfirmed",
         "unfinished",
+        "weight_at_block",
     )
 
     def __init__(self, max_link_credit: int, owner: object = None) -> None:
@@ -64,6 +65,9 @@ class IncomingLink:
         self.largest = 0
         # Publishing to queues that hold the budget while it is exhausted: no new credit.
         self.held = False
+        # What its queues weighed when the budget was first weighed blocked with it (None:
+        # not since the budget last let go): what they grew by since fills the margin.
+        self.weight_at_block: int | None = None
         # The gateway's record of the link, for the actions it is named in; never read here.
         self.owner = owner
 

@@ -10,22 +10,33 @@ default), so that it does not flap around the limit one message at a time. While
 publishers that hold the budget wait and the others may go on up to ``ceiling``, the limit plus
 a margin; at the ceiling every publisher waits (session/inbound_flow.py says who waits when).
 
-The margin is the one place where bytes above the limit come from, and it is handed out here,
-in parts that add up to it, so that what grows into it by different paths cannot add up past
-the ceiling (issue 31's seeds 65400 and 65501, docs/bounds.md):
+The margin is the one place where bytes above the limit come from, and it is handed out here
+in parts, each class of bytes that grows into it by its own path weighed by what it holds
+against its own part only, so that none can take another's and all of them together cannot pass
+the ceiling (issue 31's seeds 65400, 65501, 65701, 65702, 65800 and 65802, docs/bounds.md):
 
-- ``letters``: other workers' dead letters parked here while blocked, within the windows their
-  senders keep (gateway/peers.py); they arrive unasked once sent, so their part is kept free;
-- up to ``publishing_ceiling`` (the ceiling less that part): publishers not holding the budget,
-  and, up to ``half_way`` only, what no hold weighs: requests for another worker's deliveries
-  (session/waiting.py) and the delivery that has been arriving the longest
-  (session/inbound_flow.py), so that what those bring once stopped lands in the other half
-  and neither can take the publishers to the point where every one of them waits. What the
-  requests out may still bring is reserved in ``used`` before it comes (session/waiting.py),
-  each request within :meth:`import_room`, so that other workers' deliveries on credit
-  granted, however many links hold some, add nothing when they arrive; a pre-settled remote
-  consumer's recent deliveries kept on the owner (``Owner.recent_bytes``) are in ``used``
-  too, and so leave that much less room.
+- ``letters`` (a quarter): this worker's dead letters sent to other workers and not yet
+  confirmed (``letters_sent``, gateway/peers.py), within the windows their owners keep;
+- ``imports_part`` (an eighth): other workers' deliveries (``imported``: reserved on the credit
+  granted and waiting in sessions, session/waiting.py), so that a consumer of another worker's
+  queue is served while this worker is blocked by other clients' bytes;
+- ``unfinished_part`` (an eighth): deliveries still arriving (``unfinished``,
+  session/inbound_flow.py); at it the oldest arriving delivery is held like the others, and
+  past it the newest are released;
+- the rest (half, or seven eighths alone), up to ``publishing_ceiling``: publishers not
+  holding the budget, weighed by the ``publishing_level``, every byte counted less what the
+  three classes hold within their parts.
+
+The first two exist only with other workers. A class's bytes beyond its part (grown below the
+limit, before the budget blocked), and bytes that move out of one (a delivery that ends into a
+queue), weigh on the publishers' part, and :meth:`room_for` a class is its part less what it
+holds, less what the publishers' level is past theirs, so the ceiling holds whatever the order.
+Bytes that grow with no class's gate, writers of consumers that do not read, are kept small
+while blocked instead (writer/writer.py's ``BLOCKED_MAX_BYTES``). A publisher whose messages
+go straight to a waiting consumer still needs the publishers' part: its bytes land in that
+consumer's writer, bounded per connection, not server-wide. What the requests out for imports
+may still bring is reserved in ``used`` before it comes (session/waiting.py), each request
+within :meth:`import_room`.
 """
 
 from __future__ import annotations
@@ -42,11 +53,18 @@ DEFAULT_RESUME_RATIO: Final = 0.8
 # most 16 MiB, so that the server's overshoot stays a small fixed slack (docs/operations.md).
 CEILING_SHARE: Final = 8
 MAX_CEILING_MARGIN: Final = 16 * 1024 * 1024
-# The part of the margin kept for other workers' dead letters parked while blocked: a quarter.
-# Letters are the fan-out of consumers' outcomes, never urgent; a window of a quarter of the
-# margin over the peers still lets a 64 MiB budget on two workers take 1 MiB of them per round
-# trip between two workers.
+# The part of the margin kept for this worker's dead letters on their way to other workers: a
+# quarter. Letters are the fan-out of consumers' outcomes, never urgent; a window of a quarter of
+# the margin over the peers still lets a 64 MiB budget on two workers take 1 MiB of them per
+# round trip between two workers.
 LETTERS_SHARE: Final = 4
+# The part kept for other workers' deliveries: an eighth, two of the largest import requests
+# (session/waiting.py's IMPORT_BATCH, 256 KiB) for a 64 MiB budget on two workers, and hundreds
+# of a prober's small messages, so that the publishers keep half the margin.
+IMPORTS_SHARE: Final = 8
+# The part kept for deliveries still arriving: an eighth. They are bytes no consumer can drain,
+# the least urgent of all; a part of their own lets the oldest go on a little while blocked.
+UNFINISHED_SHARE: Final = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +78,11 @@ class BudgetStatistics:
     blocks: int
     unfinished: int = 0
     ceiling: int = 0
+    # What the margin's classes hold (session/memory_budget.py) and where publishers wait.
+    imported: int = 0
+    letters_sent: int = 0
+    publishing_level: int = 0
+    publishing_ceiling: int = 0
 
 
 class MemoryBudget:
@@ -69,7 +92,10 @@ class MemoryBudget:
         "blocked",
         "blocks",
         "ceiling",
+        "imported",
+        "imports_part",
         "letters",
+        "letters_sent",
         "limit",
         "peak",
         "reading",
@@ -98,8 +124,13 @@ class MemoryBudget:
         self.unfinished = 0
         self.blocked = False
         self.blocks = 0
-        # The margin's part kept for other workers' letters (:meth:`keep_for_letters`).
+        # The margin's parts kept for this worker's letters to other workers and for other
+        # workers' deliveries (:meth:`keep_for_letters`), and what those two hold, as the
+        # gateway found them at its last flush.
         self.letters = 0
+        self.imports_part = 0
+        self.letters_sent = 0
+        self.imported = 0
 
     @property
     def margin(self) -> int:
@@ -107,15 +138,40 @@ class MemoryBudget:
         return self.ceiling - self.limit
 
     @property
-    def publishing_ceiling(self) -> int:
-        """Where every publisher waits: the ceiling less the part kept for letters."""
-        return self.ceiling - self.letters
+    def unfinished_part(self) -> int:
+        """The margin's part for deliveries still arriving."""
+        return self.margin // UNFINISHED_SHARE
 
     @property
-    def half_way(self) -> int:
-        """Where what no hold weighs stops taking (imports, the oldest arriving delivery):
-        half way from the limit to :attr:`publishing_ceiling`."""
-        return self.limit + (self.publishing_ceiling - self.limit) // 2
+    def publishing_ceiling(self) -> int:
+        """Where every publisher waits: the limit and the margin less the other classes' parts."""
+        return self.ceiling - self.letters - self.imports_part - self.unfinished_part
+
+    def publishing_level(self, current: int) -> int:
+        """``current`` bytes held less what each other class holds within its part: what the
+        publishers' part is weighed by, so that no other class takes it."""
+        return (
+            current
+            - min(self.unfinished, self.unfinished_part)
+            - min(self.imported, self.imports_part)
+            - min(self.letters_sent, self.letters)
+        )
+
+    def publishers_full(self, current: int) -> bool:
+        """Whether the blocked budget's publishers' part is taken: every publisher waits."""
+        return self.publishing_level(current) >= self.publishing_ceiling
+
+    def room_for(self, held: int, part: int) -> int:
+        """What a class of the margin holding ``held`` bytes of its ``part`` may still take while
+        blocked: the rest of its part, less what the publishers' level is past their ceiling
+        (bytes grown below the limit beyond a class's part, or moved out of one, are counted
+        there), so that the ceiling holds whatever the others do."""
+        over = self.publishing_level(self.used) - self.publishing_ceiling
+        return part - held - max(0, over)
+
+    def unfinished_room(self) -> int:
+        """What deliveries still arriving may still take while blocked (session/inbound_flow.py)."""
+        return self.room_for(self.unfinished, self.unfinished_part)
 
     def room(self, used: int) -> int:
         """What may still be stored unasked with ``used`` bytes held (dead letters: their
@@ -128,18 +184,24 @@ class MemoryBudget:
 
     def import_room(self, reserved: int) -> int:
         """The most other workers' deliveries may have reserved (``reserved`` of ``used`` now,
-        session/waiting.py) until the next update: what is left to :attr:`half_way` once
-        everything else counted is taken. Over it, what was granted beyond is taken back."""
-        return self.half_way - self.used + reserved
+        session/waiting.py) until the next update: below the limit, what is left to it and the
+        imports' part; blocked, what :meth:`room_for` leaves in their part. Over it, what was
+        granted beyond is taken back."""
+        room = self.room_for(self.imported, self.imports_part)
+        if not self.blocked:
+            # ``used`` counts what the imports hold already.
+            room = max(room, self.limit + self.imports_part - self.used)
+        return reserved + room
 
     def keep_for_letters(self, peers: int) -> int:
-        """Keep the letters' part of the margin for ``peers`` other workers (none: nothing is
-        kept), and return the window of this worker's own letters to each of them: every
-        worker has the same share of the budget, so each peer keeps as much for this one's."""
+        """Keep the letters' and the imports' parts of the margin for ``peers`` other workers
+        (none: nothing is kept), and return the window of this worker's own letters to each of
+        them, its letters' part split among them."""
         if not peers:
-            self.letters = 0
+            self.letters = self.imports_part = 0
             return 0
         self.letters = self.margin // LETTERS_SHARE
+        self.imports_part = self.margin // IMPORTS_SHARE
         return self.letters // peers
 
     @property
@@ -176,4 +238,8 @@ class MemoryBudget:
             blocks=self.blocks,
             unfinished=self.unfinished,
             ceiling=self.ceiling,
+            imported=self.imported,
+            letters_sent=self.letters_sent,
+            publishing_level=self.publishing_level(self.used),
+            publishing_ceiling=self.publishing_ceiling,
         )

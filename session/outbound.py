@@ -164,6 +164,8 @@ class Session:
         # Links of queues that answer later whose batch ran low during this send_pending: asked
         # once it ends, when what it could send has left (:meth:`_top_up`).
         self.top_ups: dict[OutgoingLink, None] = {}
+        # Of pending_bytes, what other workers' deliveries hold (the budget's imports' part).
+        self.pending_imported = 0
 
     # -- links ----------------------------------------------------------------------------
 
@@ -350,8 +352,9 @@ class Session:
         server_cost = cost - held if link.counted else cost
         self.pending_bytes += cost
         self.pending_server += server_cost
+        self.pending_imported += cost
         waiting = self.waiting
-        waiting.charge(cost, server_cost)
+        waiting.charge(cost, server_cost, cost)
         reserved = link.reserved
         if reserved:
             # They were reserved while on their way (session/waiting.py): now they wait.
@@ -370,8 +373,9 @@ class Session:
         # What the deliveries sent held, given back to the connection's charge at once (before
         # a credit reply, which may ask for more; a top-up meanwhile sees the charge as it was).
         sent_held = sent = 0
-        # Of sent_held, what their queues count until settled (OutgoingLink.counted).
-        sent_counted = 0
+        # Of sent_held, what their queues count until settled (OutgoingLink.counted), and
+        # what other workers' deliveries held (with their places).
+        sent_counted = sent_imported = 0
         while pending:
             entry = pending[0]
             link, item = entry
@@ -408,6 +412,8 @@ class Session:
                     sent_counted += held
                 elif link.counted:
                     sent_counted += held
+                if link.imports:
+                    sent_imported += held + WAITING_DELIVERY_COST
                 sent += 1
                 self.remote_incoming_window -= frames
                 room_bytes = handed(credit, frames, size - start)
@@ -422,14 +428,16 @@ class Session:
             elif type(item) is CreditReply:
                 pending.popleft()
                 if sent:
-                    self._uncharge(sent_held + sent * WAITING_DELIVERY_COST, sent_counted)
-                    sent_held = sent = sent_counted = 0
+                    self._uncharge(
+                        sent_held + sent * WAITING_DELIVERY_COST, sent_counted, sent_imported
+                    )
+                    sent_held = sent = sent_counted = sent_imported = 0
                 self._credit_reply(link, item, out)
             else:
                 pending.popleft()
                 out.append(cast(LinkFlow, item))
         if sent:
-            self._uncharge(sent_held + sent * WAITING_DELIVERY_COST, sent_counted)
+            self._uncharge(sent_held + sent * WAITING_DELIVERY_COST, sent_counted, sent_imported)
         if self.pending_bytes and not self.outgoing_pending:
             # Nothing waits: nothing is charged, whatever a message's bytes became meanwhile.
             self._uncharge_all()
@@ -464,16 +472,18 @@ class Session:
                 out.append(cast(LinkFlow, item))
         self.outgoing_pending = kept
 
-    def _uncharge(self, nbytes: int, counted: int = 0) -> None:
-        """Deliveries worth ``nbytes`` left, ``counted`` of them counted by their queues."""
+    def _uncharge(self, nbytes: int, counted: int = 0, imported: int = 0) -> None:
+        """Deliveries worth ``nbytes`` left, ``counted`` of them counted by their queues,
+        ``imported`` of them other workers'."""
         server = nbytes - counted
         self.pending_bytes -= nbytes
         self.pending_server -= server
-        self.waiting.charge(-nbytes, -server)
+        self.pending_imported -= imported
+        self.waiting.charge(-nbytes, -server, -imported)
 
     def _uncharge_all(self) -> None:
-        self.waiting.charge(-self.pending_bytes, -self.pending_server)
-        self.pending_bytes = self.pending_server = 0
+        self.waiting.charge(-self.pending_bytes, -self.pending_server, -self.pending_imported)
+        self.pending_bytes = self.pending_server = self.pending_imported = 0
 
     def _request_credit(self, link: OutgoingLink, credit: int, drain: bool) -> None:
         """Ask the queue for a batch, or defer the request while the connection's waiting
@@ -544,7 +554,8 @@ class Session:
         credit = queue_ctl.credit = server.import_credit(link, queue_ctl.credit)
         coming = credit - len(link.waiting)
         if coming > 0:
-            reserved = coming * import_unit(link)
+            # Within the room: only a link sent nothing yet is asked for more than it leaves.
+            reserved = min(coming * import_unit(link), max(server.room_for(link), 0))
             if reserved > link.reserved:
                 server.reserve(link, reserved)
 
@@ -571,8 +582,11 @@ class Session:
         server = self.waiting.server
         if reply.credit or link.reserved:
             # All it sent before the reply has arrived: what it may still send is the credit
-            # it kept.
-            server.reserve(link, reply.credit * import_unit(link))
+            # it kept; a link sent nothing yet keeps the room it was reserved (``_reserve``).
+            owed = reply.credit * import_unit(link)
+            if not link.largest and link.reserved:
+                owed = min(owed, link.reserved)
+            server.reserve(link, owed)
         if reply.drain or client.echo:
             self.outgoing_pending.append((link, reply))
             return

@@ -71,8 +71,8 @@ class WaitingBytes(ServerBytes):
     seed 65200, docs/workers.md). So, as publishers that do not hold the budget go on into its
     margin: while the budget is blocked a connection asks for such deliveries only while it
     holds less than ``IMPORT_BATCH`` unsent, in its sessions and its writer (a client that
-    reads is still served, one that does not stops there), and once the budget is half way
-    through its margin (``full``) only while it holds nothing unsent, so that what the
+    reads is still served, one that does not stops there), and once the part of the margin
+    kept for imports is taken (``full``) only while it holds nothing unsent, so that what the
     requests already out bring lands within it. A
     request that may not go waits with the connection's deferred ones; ``starved`` names the
     connections that have some, for the gateway to make them once the budget lets go.
@@ -80,16 +80,26 @@ class WaitingBytes(ServerBytes):
     What the requests out may still bring is a bound by construction, not a hope: every byte
     another worker may send on the credit granted (its link's ``reserved``: the credit its
     owner holds by the link's largest delivery) is counted here (``reserved``), in the memory
-    budget as if it had arrived, and a request goes only within ``import_room``, the room the
-    budget leaves below its half way once everything else it counts is taken
-    (session/memory_budget.py). A delivery that arrives turns reserved bytes into waiting
-    ones, adding nothing; a reply gives back what its owner no longer holds; and credit
-    granted beyond the room when the budget filled is taken back (``take_back`` in
-    session/outbound.py). Without it each link kept what it was granted before the budget
-    blocked, and N links brought N batches past the ceiling (docs/bounds.md).
+    budget as if it had arrived, and a request goes only within ``import_room``, what is left
+    of the imports' own part of the margin (``imported``, with what waits in sessions,
+    session/memory_budget.py), so that other clients' bytes cannot take it. A delivery that
+    arrives turns reserved bytes into waiting ones, adding nothing; a reply gives back what
+    its owner no longer holds; and credit granted beyond the room when the budget filled is
+    taken back (``take_back`` in session/outbound.py). Without it each link kept what it was
+    granted before the budget blocked, and N links brought N batches past the ceiling
+    (docs/bounds.md).
     """
 
-    __slots__ = ("blocked", "full", "import_room", "reserved", "reserving", "room_full", "starved")
+    __slots__ = (
+        "blocked",
+        "full",
+        "import_room",
+        "imported",
+        "reserved",
+        "reserving",
+        "room_full",
+        "starved",
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -100,6 +110,9 @@ class WaitingBytes(ServerBytes):
         # some (what ``take_back`` walks): a dict, so that the oldest reservations go first.
         self.reserved = 0
         self.reserving: dict[OutgoingLink, None] = {}
+        # Of ``total``, what other workers' deliveries waiting in sessions hold: with
+        # ``reserved``, what the budget's imports' part holds (session/memory_budget.py).
+        self.imported = 0
         # The most ``reserved`` may reach until the next flush sets it again (the gateway's,
         # from the budget); a connection starved for it sets ``room_full``.
         self.import_room = UNLIMITED_IMPORT_ROOM
@@ -121,10 +134,19 @@ class WaitingBytes(ServerBytes):
         """``credit`` for ``link`` capped to what ``import_room`` lets its queue send beyond the
         deliveries that wait already (they count against it: session/outbound.py); 0 when
         not one more fits, and the request must wait."""
-        more = (self.import_room - self.reserved + link.reserved) // import_unit(link)
+        room = self.room_for(link)
+        more = room // import_unit(link)
         if more <= 0:
-            return 0
+            # A link sent nothing yet is reserved a whole batch for its one delivery: it asks
+            # while any room is left, reserved as that room (``Session._reserve``), or another
+            # link's batch kept a fresh consumer out of the imports' part for good (adversary
+            # seed 66100: the prober's new link on every renewed connection).
+            return 1 if room > 0 and not link.largest and not link.waiting else 0
         return min(credit, len(link.waiting) + more)
+
+    def room_for(self, link: OutgoingLink) -> int:
+        """What ``link`` may have reserved within ``import_room``, beyond the others."""
+        return self.import_room - self.reserved + link.reserved
 
 
 class Waiting:
@@ -160,9 +182,10 @@ class Waiting:
         # to take the oldest and to forget a link that detaches.
         self.deferred: OrderedDict[OutgoingLink, bool] = OrderedDict()
 
-    def charge(self, nbytes: int, server_nbytes: int | None = None) -> None:
+    def charge(self, nbytes: int, server_nbytes: int | None = None, imported: int = 0) -> None:
         """Deliveries worth ``nbytes`` joined (or, negative, left) the connection's sessions,
-        of which ``server_nbytes`` (all by default) are not counted elsewhere in the budget.
+        of which ``server_nbytes`` (all by default) are not counted elsewhere in the budget
+        and ``imported`` are other workers' (the budget's imports' part).
 
         The connection is charged every byte its waiting deliveries hold, for its own limit;
         the server's total only what no queue counts already: a classic queue's unacked
@@ -171,7 +194,9 @@ class Waiting:
         holding every publisher on the server (issue 31's seed 3007, docs/adversary.md).
         """
         self.bytes += nbytes
-        self.server.total += nbytes if server_nbytes is None else server_nbytes
+        server = self.server
+        server.total += nbytes if server_nbytes is None else server_nbytes
+        server.imported += imported
 
     def defer(self, link: OutgoingLink, drain: bool) -> bool:
         """True if the link's credit request must wait (it is then kept, in order): the

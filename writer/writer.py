@@ -31,6 +31,11 @@ from sluicegate.writer.credit import (
 
 # Bytes handed and not yet written, per connection, before the writer is full.
 DEFAULT_MAX_BYTES: Final = 4 * 1024 * 1024
+# The same while the memory budget is blocked (``ServerBytes.cap``): a client that reads keeps
+# its socket busy with 64 KiB, one that does not stops there rather than at 4 MiB, so that
+# consumers who do not read cannot take the margin publishers go on in (issue 31's seed 65702:
+# 3.4 MB in such writers held every publisher of a worker past its publishers' ceiling).
+BLOCKED_MAX_BYTES: Final = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +54,12 @@ class ServerBytes:
     writers handed and have not yet written, or the deliveries waiting in sessions
     (session/waiting.py)."""
 
-    __slots__ = ("total",)
+    __slots__ = ("cap", "total")
 
     def __init__(self) -> None:
         self.total = 0
+        # While set (the memory budget is blocked), each writer's ``max_bytes`` is at most it.
+        self.cap = 0
 
 
 class Writer:
@@ -97,11 +104,17 @@ class Writer:
         return self._handed - self._written
 
     @property
+    def limit(self) -> int:
+        """What may be handed and unwritten now: ``max_bytes``, or the server's cap while set."""
+        cap = self.pending.cap
+        return min(cap, self.max_bytes) if cap else self.max_bytes
+
+    @property
     def room(self) -> int:
         """Bytes a session may still hand over now (0 while the writer is full)."""
         if self.full:
             return 0
-        return self.max_bytes - (self._handed - self._written)
+        return max(0, self.limit - (self._handed - self._written))
 
     def handed(self, credit: SessionCredit, frames: int, nbytes: int) -> int:
         """Record a TRANSFER of ``frames`` frames and ``nbytes`` bytes handed to the transport;
@@ -111,7 +124,7 @@ class Writer:
         self.pending.total += nbytes
         self._frames_pending += frames
         self._ledger.append((handed, credit, frames))
-        room = self.max_bytes - (handed - self._written)
+        room = self.limit - (handed - self._written)
         if room <= 0:
             self.full = True
             return 0
@@ -134,7 +147,7 @@ class Writer:
             self._frames_pending -= frames
             if credit.ack(frames):
                 unblocked.append(credit)
-        if self.full and self._handed - self._written <= self._resume_bytes:
+        if self.full and self._handed - self._written <= min(self._resume_bytes, self.limit // 2):
             self.full = False
             return list(self._sessions)
         return unblocked

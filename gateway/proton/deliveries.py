@@ -78,6 +78,12 @@ def tag_number(delivery: CDelivery) -> int:
     return int(ffi.unpack(tag.start, tag.size))
 
 
+def current(link: Any) -> CDelivery | None:
+    """The delivery a ``pn_link_t *`` is receiving now, if any."""
+    delivery = lib.pn_link_current(link)
+    return None if delivery == _NULL else delivery
+
+
 def hold(delivery: CDelivery) -> None:
     """Keep the delivery alive past the event that brought it."""
     lib.pn_incref(delivery)

@@ -37,6 +37,7 @@ from sluicegate.gateway.proton.internals import (
     transport_of,
 )
 from sluicegate.gateway.rare_warning import CLIENT_BURST, RareWarning
+from sluicegate.gateway.reading import READ_BATCH
 from sluicegate.gateway.selector import EpollSelector
 from sluicegate.gateway.state import ConnectionState, forget_selectable
 
@@ -55,9 +56,6 @@ _UNDECODED = _client_line("closing a connection with amqp:decode-error")
 _HANDSHAKE = _client_line("dropping a client at handshake_timeout")
 _IDLE = _client_line("closing a connection at idle_timeout")
 
-# Bytes read from one connection per readiness: enough for many small messages or a large one
-# per pass of the reactor, small enough that one busy client does not starve the others.
-READ_BATCH: Final = 256 * 1024
 # Frames taken from one connection per readiness. Proton raises events for every frame pushed
 # and the reactor handles them all before it looks at another socket; an ATTACH costs about a
 # thousand times a TRANSFER there, so a burst of small control frames (thousands fit in

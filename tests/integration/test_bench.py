@@ -16,7 +16,7 @@ from integration.conftest import RunningServer
 from integration.process_tree import run_or_explain
 
 from sluicegate.gateway.config import DEFAULT_WRITER_BUFFER_SIZE
-from sluicegate.gateway.proton.io_layer import READ_BATCH
+from sluicegate.gateway.reading import READ_BATCH
 from sluicegate.session.memory_budget import CEILING_SHARE
 from sluicegate.session.outbound import DEFAULT_MAX_QUEUE_CREDIT
 

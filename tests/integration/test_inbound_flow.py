@@ -25,8 +25,8 @@ from support.polling import wait_until
 from support.process import serving
 from support.resident import rss
 
-from sluicegate.gateway.proton.io_layer import READ_BATCH
 from sluicegate.gateway.publishing import Unconfirmed
+from sluicegate.gateway.reading import READ_BATCH
 from sluicegate.gateway.state import IncomingLinkState
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message

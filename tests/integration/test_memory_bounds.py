@@ -28,7 +28,7 @@ from support.process import serving
 from support.raw_client import ConnectionClosedError, RawClient
 from support.resident import rss
 
-from sluicegate.gateway.proton.io_layer import READ_BATCH
+from sluicegate.gateway.reading import READ_BATCH
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.queues.log.stream_entries import TAKE_BYTES
 from sluicegate.session.waiting import WAITING_DELIVERY_COST, WaitingStatistics

@@ -4,8 +4,9 @@
 The budget is blocked by a queue nobody consumes, its publisher held. A client that holds
 nothing begins a delivery larger than the whole margin and sends all of it but its end. Before,
 the oldest arriving delivery was always read, so it went on through the margin and past the
-ceiling, where every publisher waits, with bytes no consumer can drain. It now stops half way
-through the margin: the server counts at most that and one read, and a prober is served on.
+ceiling, where every publisher waits, with bytes no consumer can drain. It now stops at the part
+of the margin kept for deliveries still arriving (session/memory_budget.py): the server counts
+at most that and one read more for it, and a prober is served on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from integration.test_memory_bounds import UnfinishedAttack, _more_rounds, _prob
 from proton.utils import BlockingConnection, SendException
 from support.polling import wait_until
 
-from sluicegate.gateway.proton.io_layer import READ_BATCH
+from sluicegate.gateway.reading import READ_BATCH
 
 MiB: Final = 1024 * 1024
 BUDGET: Final = 4 * MiB
@@ -45,7 +46,7 @@ def _fill(server: RunningServer, queue: str) -> int:
         del connection
 
 
-def test_a_delivery_begun_while_the_budget_is_blocked_stops_half_way_through_the_margin(
+def test_a_delivery_begun_while_the_budget_is_blocked_stops_at_its_part_of_the_margin(
     make_server: Callable[..., RunningServer],
 ) -> None:
     server = make_server(memory_budget=BUDGET, max_message_size=2 * MiB)
@@ -62,12 +63,11 @@ def test_a_delivery_begun_while_the_budget_is_blocked_stops_half_way_through_the
             return oldest is not None and (oldest.budget_paused or oldest.unfinished >= DELIVERY)
 
         wait_until(lambda: server.call(stopped), timeout=30)
-        used, half_way, ceiling = server.call(
-            lambda: (budget.current, budget.half_way, budget.publishing_ceiling)
+        unfinished, part, used, ceiling = server.call(
+            lambda: (budget.unfinished, budget.unfinished_part, budget.current, budget.ceiling)
         )
         # Before: the whole delivery read, 1.5 MiB, the count 1 MB past the ceiling.
-        assert server.call(lambda: budget.unfinished) < DELIVERY
-        assert used <= half_way + READ_BATCH, f"{used} bytes counted, half way {half_way}"
+        assert unfinished <= part + READ_BATCH, f"{unfinished} bytes arriving, part {part}"
         assert used < ceiling
         _more_rounds(prober, 3)
         attack.client.reset(attack)

@@ -315,6 +315,32 @@ def test_a_letter_a_target_has_no_room_for_waits_in_its_queue_until_it_fits() ->
     assert size > len(_BODY)
 
 
+def test_a_letter_to_several_queues_is_weighed_with_all_its_copies() -> None:
+    # Every copy to another worker's queue joins its channel's window: a letter to ten queues,
+    # each weighed alone, took 3.9 MB into a 1 MiB window (adversary seed 65701's replay).
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_exchange("fx", "fanout")
+    for index in range(3):
+        registry.declare_queue(f"copy{index}")
+        registry.bind("fx", f"copy{index}")
+    work = registry.declare_queue("work", {"x-message-ttl": 10, "x-dead-letter-exchange": "fx"})
+    body = encode(Described(0x77, "b" * 10_000))
+    work.enqueue(Message(body))
+    registry.clock.now += 10
+    registry.expire()
+    asked: list[int] = []
+
+    def fits(queue: object, size: int) -> bool:
+        asked.append(size)
+        return True
+
+    registry.dead_letter_router.fits = fits
+    registry.route_dead_letters()
+    assert registry.queue("copy0").statistics().ready == 1
+    assert asked
+    assert min(asked) > 3 * len(body)
+
+
 def test_copies_refused_into_letters_of_their_own_take_the_passes_room() -> None:
     # A letter's copies that full reject-publish-dlx queues refuse are counted again, as those
     # queues' letters: the pass takes its room by what each letter grew the held bytes by in

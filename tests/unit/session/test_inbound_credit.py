@@ -491,6 +491,32 @@ def test_one_publisher_piling_up_in_the_margin_is_a_holder_before_it_reaches_the
     assert flow.budget.current < flow.budget.ceiling
 
 
+def test_a_publisher_piling_up_beside_a_large_holder_is_held_before_its_part_is_taken() -> None:
+    """Adversary seeds 65702 and 66100: the limit held by a large publisher's queue nobody
+    reads, a second publisher piling up in the margin stayed under half the mean weight and
+    took the publishers' whole part, where every publisher waits. It grew since the budget
+    blocked, and what grew by a quarter of the part is a holder."""
+    flow = _flow(budget=10_000)
+    budget = flow.budget
+    part = budget.publishing_ceiling - budget.limit
+    large, modest, second = (
+        Inbound(flow, Account()),
+        Inbound(flow, Account()),
+        Inbound(flow, Account()),
+    )
+    holder, prober, piler = large.attach(), modest.attach(), second.attach()
+    weights = {holder: 10_000, prober: 40, piler: 0}
+    flow.flush(10_000, 0, weights.__getitem__)
+    assert budget.blocked
+    assert (holder.held, piler.held) == (True, False)
+    # A third of the part, far under half the mean (the holder's 10,000 weighs it).
+    weights[piler] = part // 3
+    flow.flush(10_000 + part // 3, 0, weights.__getitem__)
+    assert piler.held, "what grew in the publishers' part by a quarter of it holds the budget"
+    assert not prober.held
+    assert not budget.publishers_full(budget.current)
+
+
 def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arriving() -> None:
     flow = _flow(budget=10_000)
     first = Inbound(flow, Account())
@@ -507,23 +533,27 @@ def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arrivi
     assert flow.budget.blocked
 
 
-def test_the_oldest_arriving_delivery_stops_half_way_through_the_margin_below_the_ceiling() -> None:
+def test_the_oldest_arriving_delivery_stops_at_its_part_of_the_margin_below_the_ceiling() -> None:
     """Adversary seed 65501: the budget blocked by queues nobody consumes and nobody held, a
     publisher began a 6 MB delivery and, as the oldest arriving, was read on through the 8 MiB
-    margin and past the ceiling, where every publisher waits. It now stops half way through
-    the margin: its bytes land below the ceiling and a polite publisher goes on."""
+    margin and past the ceiling, where every publisher waits. It now stops at the part of the
+    margin kept for deliveries still arriving: its bytes land below the ceiling, and a polite
+    publisher goes on in its own part (session/memory_budget.py)."""
+    chunk = 50
     flow = InboundFlow(
         MemoryBudget(10_000),
-        InboundLimits(max_link_credit=4, max_message_size=2_000, max_unfinished_size=4_000),
+        InboundLimits(
+            max_link_credit=4, max_message_size=2_000, max_unfinished_size=4_000, read_size=chunk
+        ),
     )
     budget = flow.budget
-    assert (budget.half_way, budget.publishing_ceiling) == (10_625, 11_250)
+    assert (budget.unfinished_part, budget.publishing_ceiling) == (156, 11_094)
     polite, attacker = Inbound(flow, Account()), Inbound(flow, Account())
     prober, slow = polite.attach(), attacker.attach()
     queued = budget.limit + 100
     flow.flush(queued, 0, _nothing)
     assert budget.blocked
-    chunk, received, highest = 50, 0, 0
+    received, highest = 0, 0
     # The delivery is larger than the whole margin; its connection is read while not held.
     while received < 2_000 and not attacker.paused:
         flow.charge_read(attacker, chunk)
@@ -533,7 +563,8 @@ def test_the_oldest_arriving_delivery_stops_half_way_through_the_margin_below_th
         flow.flush(queued, 0, _nothing)
         highest = max(highest, budget.used)
     assert attacker.paused
-    assert highest <= budget.half_way + chunk, "one read past half way at most"
+    assert budget.unfinished == received <= budget.unfinished_part + chunk, "kept, not released"
+    assert highest <= queued + budget.unfinished_part + chunk, "one read past its part at most"
     assert not polite.paused, "the polite publisher is read on"
     flow.charge_read(polite, 100)
     assert not polite.paused
@@ -702,6 +733,12 @@ class InboundMachine(RuleBasedStateMachine):
         if out is None:
             return
         blocked = self.flow.budget.blocked
+        for link in out.release:
+            # Given up beyond their part of the margin: the rest of its frames are dropped.
+            assert blocked
+            publisher = next(p for p in self.publishers if p.link is link)
+            assert publisher.sending is not None
+            publisher.sending = None
         for link, grant in out.grants:
             assert grant > 0
             assert not (blocked and link.held), "a held link got credit"
@@ -714,7 +751,7 @@ class InboundMachine(RuleBasedStateMachine):
             assert not inbound.budget_paused
         oldest = next(iter(self.flow.arriving), None)
         budget = self.flow.budget
-        if not (blocked and budget.used >= budget.half_way):
+        if not (blocked and budget.unfinished_room() <= 0):
             assert oldest is None or not oldest.budget_paused, "the oldest arriving must be read"
 
     @rule(queue=st.integers(0, QUEUES - 1), credit=st.integers(1, 5))
