@@ -817,7 +817,6 @@ class InboundMachine(RuleBasedStateMachine):
             link = publisher.link
             if publisher.closed or link.credit or link.unconfirmed or link.held:
                 continue
-            assert publisher.sending is None or link.arriving
             assert link.arriving or link in self.flow.renewals
 
     @invariant()
