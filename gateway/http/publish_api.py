@@ -32,7 +32,7 @@ from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.rules.routing import PublishTarget
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.queues.errors import NotFound
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, copies_cost
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -239,8 +239,7 @@ def _cost(size: int, queues: list[QueueType]) -> int:
     worker's count to 10.9 MB against its 9.4 MB ceiling while their owner had not confirmed
     them (``test_cross_worker_http_fanout_budget.py``)."""
     remote = sum(1 for queue in queues if type(queue) is RemoteQueue)
-    shared = size if remote < len(queues) else 0
-    return shared + remote * size + MESSAGE_OVERHEAD * len(queues)
+    return size + MESSAGE_OVERHEAD + copies_cost(size, len(queues), remote)
 
 
 def _store_copy(

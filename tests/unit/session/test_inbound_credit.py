@@ -413,6 +413,32 @@ def test_a_renewal_is_backed_for_every_copy_its_messages_make() -> None:
     assert out.grants == [(link, 3)]
 
 
+def test_a_renewal_is_backed_for_the_payload_of_every_copy_sent_to_another_worker() -> None:
+    """A copy stored by another worker is counted whole by the publisher's worker until the
+    owner confirms it (``Remote.in_flight``): the copies sharing the payload here count it
+    once, each sent away counts it again, and a fan-out wholly elsewhere counts it once per
+    copy. Backed for the shared payload alone, a renewal to a fanout of 50 queues of another
+    worker let a publisher send 50 payloads a credit."""
+    flow = _flow(budget=200_000)
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
+    assert inbound.receive(link, 1_000, aborted=False) is None
+    inbound.route(link, None, 50, 1_000, whole=40)
+    assert link.largest == 1_000 + 49 * MESSAGE_OVERHEAD + 40 * 1_000
+    assert inbound.receive(link, 1_000, aborted=False) is None
+    inbound.route(link, None, 50, 1_000, whole=50)
+    cost = 50 * 1_000 + 49 * MESSAGE_OVERHEAD
+    assert link.largest == cost
+    for _ in range(2):
+        assert inbound.receive(link, 1_000, aborted=False) is None
+        pending, _ = inbound.route(link, None, 1, 1_000)
+        inbound.confirm(pending)
+    out = flow.flush(200_000 - cost - cost // 2, 0, _nothing)
+    assert out is not None
+    # Backed for the shared payload (19,816 bytes), the same headroom granted all 4.
+    assert out.grants == [(link, 1)], "one and a half such messages' headroom backs one"
+
+
 def test_a_renewal_without_headroom_waits_for_room_instead_of_being_dropped() -> None:
     """Adversary seed 65600: the prober, holding nothing, waited to publish for good with the
     budget blocked under its publishers' ceiling. A renewal is asked for only as credit falls
