@@ -9,7 +9,6 @@ closes (gateway/state.py).
 
 from __future__ import annotations
 
-import logging
 import time
 import weakref
 
@@ -26,6 +25,7 @@ from sluicegate.gateway.oauth2 import credential_lifetime
 from sluicegate.gateway.proton.heap_trim import HeapTrimmer
 from sluicegate.gateway.proton.internals import Selectable, reactor_now
 from sluicegate.gateway.publishing import Publishing
+from sluicegate.gateway.rare_warning import CLIENT_BURST, RareWarning
 from sluicegate.gateway.rules.tenancy import NotAllowed, Tenancy
 from sluicegate.gateway.sending import Sending
 from sluicegate.gateway.sessions import Sessions
@@ -37,7 +37,8 @@ from sluicegate.wire.errors import AmqpError
 from sluicegate.wire.link_names import LinkNames
 from sluicegate.writer.writer import Writer
 
-log = logging.getLogger("sluicegate")
+# A line per client refused at its OPEN, within the burst of its kind (gateway/rare_warning.py).
+_refused_at_open = RareWarning("dropping a connection at its OPEN", burst=CLIENT_BURST)
 
 
 class Connections:
@@ -121,7 +122,7 @@ class Connections:
             try:
                 self._tenancy.check_entry(state.user, connection.remote_hostname)
             except NotAllowed as error:
-                log.warning("dropping a connection at its OPEN: %s", error)
+                _refused_at_open.happened(reactor_now(state.selectable), str(error))
                 self.release(state)
                 transport.close_tail()
                 transport.close_head()

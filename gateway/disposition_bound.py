@@ -16,16 +16,24 @@ closes.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Final
 
 from sluicegate.gateway.conditions import condition
+from sluicegate.gateway.rare_warning import CLIENT_BURST, RareWarning
 from sluicegate.gateway.state import ConnectionState
 from sluicegate.wire.disposition_frames import Disposition, DispositionFrames
 
 __all__ = ["FLOOR", "Copies", "DispositionBound", "unsettled"]
 
 log = logging.getLogger("sluicegate.dispositions")
+# A line per connection closed so, within the burst of its kind (gateway/rare_warning.py).
+_refused = RareWarning(
+    "closing a connection whose DISPOSITION would be copied past the memory budget",
+    burst=CLIENT_BURST,
+    logger=log,
+)
 
 # Copies always allowed, however full the budget: an outcome carrying the largest message
 # annotations allowed (64 KiB) over 16 deliveries, or a rejection's error over thousands.
@@ -98,13 +106,10 @@ class DispositionBound:
     def _refuse(
         self, state: ConnectionState, disposition: Disposition, copies: int, room: int
     ) -> None:
-        log.warning(
-            "closing a connection whose DISPOSITION of %d bytes over %d deliveries would be "
-            "copied to %d bytes, over the %d the memory budget has left",
-            disposition.size,
-            disposition.span,
-            copies,
-            room,
+        _refused.happened(
+            time.monotonic(),
+            f"{disposition.size} bytes over {disposition.span} deliveries would be "
+            f"{copies} bytes, over the {room} it has left",
         )
         self.refused = True
         self._release(state)

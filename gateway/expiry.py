@@ -21,10 +21,16 @@ from proton import Event, Handler
 from proton.reactor import Container
 
 from sluicegate.gateway.proton.internals import Task
+from sluicegate.gateway.rare_warning import CLIENT_BURST, RareWarning
 from sluicegate.queues.queue_type import Dispatch
 from sluicegate.queues.registry import QueueRegistry
 
 log = logging.getLogger("sluicegate")
+# Queues a client declares with a short x-expires, over and over, each a line within the burst
+# of its kind (gateway/rare_warning.py).
+_expired = RareWarning(
+    "queue deleted, unused for its x-expires", burst=CLIENT_BURST, level=logging.INFO
+)
 
 # How often due deadlines are acted on: a dead letter arrives at most this late, and an idle
 # server wakes 20 times a second for it, which costs nothing measurable.
@@ -107,7 +113,7 @@ class ExpiryTimer(Handler):
             if dispatches:
                 self._route(dispatches)
             for name in registry.expire_unused():
-                log.info("queue '%s' deleted: unused for its x-expires", name)
+                _expired.happened(time.monotonic(), f"'{name}'")
                 self._deleted(registry, name)
 
     def _rearm(self) -> None:

@@ -26,7 +26,7 @@ from sluicegate.gateway import reading
 from sluicegate.gateway.feeding import feed, output, taken
 from sluicegate.gateway.login import LoginQueue, Ticket
 from sluicegate.gateway.proton.internals import Selectable, reactor_now, transport_of
-from sluicegate.gateway.rare_warning import RareWarning
+from sluicegate.gateway.rare_warning import CLIENT_BURST, RareWarning
 from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.sasl import Phase, SaslServer, Step
 from sluicegate.gateway.state import ConnectionState
@@ -41,6 +41,9 @@ log = logging.getLogger("sluicegate.gate")
 HELD_WHILE_VERIFYING: Final = 64 * 1024
 
 _busy = RareWarning("login refused, too many password checks waiting")
+# Lines each refused client would write (gateway/rare_warning.py).
+_tls_failed = RareWarning("TLS failed", burst=CLIENT_BURST, level=logging.INFO, logger=log)
+_refused = RareWarning("login refused", burst=CLIENT_BURST, logger=log)
 
 
 def peer_subject(
@@ -147,7 +150,7 @@ class Gate:
             try:
                 data = self._tls.decrypt(data)
             except TlsError as error:
-                log.info("TLS failed: %s", error)
+                _tls_failed.happened(reactor_now(self.state.selectable), str(error))
                 return False
             finally:
                 self.output += self._tls.ciphertext()
@@ -159,7 +162,7 @@ class Gate:
             self._queue(step.output)
         if step.close:
             if not logged:
-                log.warning("login refused: %s", self.sasl.failure)
+                _refused.happened(reactor_now(self.state.selectable), str(self.sasl.failure))
             self.closing = True
         user = self.sasl.user
         if user is not None and self.state.principal.user is None:

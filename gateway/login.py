@@ -30,9 +30,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from sluicegate.gateway.oauth2 import OAuth2Settings, TokenError, looks_like_token, verify_token
+from sluicegate.gateway.rare_warning import CLIENT_BURST, RareWarning
 from sluicegate.gateway.rules.auth import User, check_plain
 
 log = logging.getLogger("sluicegate.login")
+# A line per refused token, within the burst of its kind (gateway/rare_warning.py); counted on
+# the pool's threads, where two refusals at once may miscount by one, never log more.
+_token_refused = RareWarning("refused a token", burst=CLIENT_BURST, level=logging.INFO, logger=log)
 
 # Two checks at once keep both cores of a small machine busy at 16 MiB each; more would only
 # queue behind the CPU.
@@ -205,7 +209,7 @@ class PasswordChecks:
             try:
                 user = verify_token(self._oauth2, password, time.time())
             except TokenError as error:
-                log.info("refused a token presented as %r: %s", name, error)
+                _token_refused.happened(time.monotonic(), f"presented as {name!r}: {error}")
                 ticket.refusal = str(error)
                 return None
             if ticket.vhost is not None:

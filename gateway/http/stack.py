@@ -12,7 +12,10 @@ and each listener is bounded:
   complete request head, for the body to arrive and for the handler to answer: a client that
   trickles a byte a second is cut off, an idle keep-alive connection too;
 - ``max_request_size`` bytes of body (413 beyond), aiohttp's limits on the request line and
-  header fields (8 KiB each), :data:`MAX_HEADERS` headers, no decompression of request bodies.
+  header fields (8 KiB each), :data:`MAX_HEADERS` headers, no decompression of request bodies;
+- a malformed request is answered ``400`` and closed, never logged: aiohttp logs each one with
+  its traceback, so a client sending them in a loop wrote the server's log at its own pace
+  (the adversary's ``http-api`` steps, docs/adversary.md).
 
 Handlers must not block: what touches the broker goes to the reactor thread and is awaited
 (gateway/http/reactor_calls.py).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from sluicegate.gateway.http.errors import json_error
@@ -47,6 +52,19 @@ MAX_HEADERS: Final = 32
 CLOSE_TIMEOUT: Final = 5.0
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+class _MalformedRequests(logging.Filter):
+    """Drops aiohttp's report of a request it could not parse (answered ``400`` already): the
+    client's error, as many times as it likes; a handler's own failure is still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is None or not isinstance(record.exc_info[1], HttpProcessingError)
+
+
+# What aiohttp reports about requests and their handlers, less the malformed requests.
+_REQUESTS_LOG: Final = logging.getLogger("sluicegate.http.requests")
+_REQUESTS_LOG.addFilter(_MalformedRequests())
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +181,7 @@ class HttpStack:
             auto_decompress=False,
             access_log=None,
             handler_cancellation=True,
+            logger=_REQUESTS_LOG,
         )
         sockets = await self.loop.create_server(server, sock=sock, backlog=LISTEN_BACKLOG)
         return Listening(sock.getsockname()[1], server, sockets)

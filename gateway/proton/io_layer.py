@@ -35,10 +35,24 @@ from sluicegate.gateway.proton.internals import (
     selectable_of,
     transport_of,
 )
+from sluicegate.gateway.rare_warning import CLIENT_BURST, RareWarning
 from sluicegate.gateway.selector import EpollSelector
 from sluicegate.gateway.state import ConnectionState, forget_selectable
 
 log = logging.getLogger("sluicegate.io")
+
+
+def _client_line(message: str) -> RareWarning:
+    """A line each client closed so would write, within the burst of its kind."""
+    return RareWarning(message, burst=CLIENT_BURST, level=logging.INFO, logger=log)
+
+
+_LEFT_UNREAD = _client_line("closing a connection whose client left")
+_CLOSE_UNREAD = _client_line("closing a held connection whose client sent CLOSE")
+_FIRST_UNDECODED = _client_line("dropping a client before its OPEN")
+_UNDECODED = _client_line("closing a connection with amqp:decode-error")
+_HANDSHAKE = _client_line("dropping a client at handshake_timeout")
+_IDLE = _client_line("closing a connection at idle_timeout")
 
 # Bytes read from one connection per readiness: enough for many small messages or a large one
 # per pass of the reactor, small enough that one busy client does not starve the others.
@@ -109,7 +123,7 @@ class FlowIO(IOHandler):
             self._epoll.left(event.selectable)
             return
         if self._epoll.left(event.selectable):
-            log.info("closing a connection whose client left while it was not read")
+            _LEFT_UNREAD.happened(reactor_now(event.selectable), "while it was not read")
             if gate is not None:
                 gate.abandon()
             self.on_selectable_error(event)
@@ -248,7 +262,7 @@ class FlowIO(IOHandler):
         if not found.close:
             return True
         unread = len(held.take())
-        log.info("closing a held connection whose client sent CLOSE behind frames not read")
+        _CLOSE_UNREAD.happened(reactor_now(state.selectable), f"behind {unread} bytes not read")
         self.broker.release_connection(state)
         why = "its account" if state.account.paused else "the memory budget"
         condition = Condition(
@@ -279,10 +293,14 @@ class FlowIO(IOHandler):
         self.broker.release_connection(state)
         if connection.state & Endpoint.REMOTE_UNINIT:
             # Proton sends no CLOSE before the client's OPEN: the connection is dropped.
-            log.info("dropping a client whose first frame could not be decoded")
+            _FIRST_UNDECODED.happened(
+                reactor_now(state.selectable), "its first frame could not be decoded"
+            )
             transport.close_head()
             return
-        log.info("closing a connection that sent a frame proton could not decode")
+        _UNDECODED.happened(
+            reactor_now(state.selectable), "it sent a frame proton could not decode"
+        )
         connection.condition = Condition("amqp:decode-error", "a frame could not be decoded")
         connection.close()
 
@@ -411,7 +429,7 @@ class FlowIO(IOHandler):
             self.broker.credit_due(state, now)
         overdue = state.deadlines.overdue(now, state.reads_paused)
         if overdue == "handshake":
-            log.info("dropping a client that did not log in and open within handshake_timeout")
+            _HANDSHAKE.happened(now, "it did not log in and open in time")
             gate: Gate | None = getattr(selectable, "gate", None)
             if gate is not None:
                 gate.abandon()
@@ -420,7 +438,7 @@ class FlowIO(IOHandler):
             transport.close_tail()
             transport.close_head()
         elif overdue == "idle":
-            log.info("closing a connection that sent no frame for idle_timeout")
+            _IDLE.happened(now, "it sent no frame for that long")
             self.broker.release_connection(state)
             # Proton's CLOSE carries the transport's condition once input ends; no CLOSE will
             # come back from a silent client, so the connection ends once ours is written.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from support.polling import wait_until
 from support.raw_client import ProtocolError, RawClient
 
 from sluicegate.gateway import login as login_module
+from sluicegate.gateway.rare_warning import CLIENT_BURST
 from sluicegate.gateway.rules.auth import User, check_plain, hash_password, parse_users
 
 ALICE_PASSWORD = "correct horse"
@@ -119,6 +121,21 @@ def test_plain_with_wrong_credentials_is_refused_and_nothing_else_leaks(
     assert frames[1]["code"] == 1
     assert frames[1]["additional_data"] is None
     assert running.call(lambda: len(running.server.broker.connections)) == 0
+
+
+def test_a_loop_of_refused_logins_writes_a_burst_of_lines_not_one_each(
+    make_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three bursts' worth of refused logins, in less than two intervals: each is refused,
+    and the log says so at most twice a burst, not once per attempt (gateway/rare_warning.py;
+    the burst is the process's, so other tests' refusals may have taken some of it)."""
+    running = make_server(users=_users())
+    with caplog.at_level(logging.INFO, logger="sluicegate"):
+        for _ in range(3 * CLIENT_BURST):
+            answer = _sasl_exchange(running.port, _sasl_init("PLAIN", b"\0alice\0wrong"))
+            assert answer.startswith(SASL_HEADER)
+    refusals = [r for r in caplog.records if "login refused" in r.getMessage()]
+    assert 1 <= len(refusals) <= 2 * CLIENT_BURST
 
 
 def _users_and_anonymous() -> dict[str, User]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+import re
 import socket
 import time
 from collections import Counter, deque
@@ -24,7 +25,8 @@ from proton._data import PythonAMQPData
 
 from sluicegate.gateway.rules.outcomes import OUTCOMES
 from sluicegate.queues.queue_homes import proposed_home
-from support.adversary.steps import QUEUES, Params, Step
+from support.adversary.http_requests import requests_of
+from support.adversary.steps import HTTP_ACTION, QUEUES, Params, Step
 from support.frames import AMQP_FRAME, FRAME_HEADER, ProtocolError, described, encode, encode_frame
 from support.raw_client import AmqpError, LinkState, PeerClosedError, RawClient
 from support.workers import serving_worker
@@ -48,7 +50,13 @@ PUMP_FRAMES: Final = 2000
 RECEIVED_KEPT: Final = 512
 LONG_SUBJECT: Final = "a" * 60_000  # for LIKE patterns: their cost grows with it
 LEARNED_KEPT: Final = 16
-HANGING_KEPT: Final = 300  # half-sent metrics requests held open at once
+HANGING_KEPT: Final = 300  # half-sent metrics and API requests held open at once
+# An API answer may take a busy reactor's turn (gateway/http/): waited for this long, and one
+# step's requests for this long in all, so that a server slow to answer slows the run little.
+HTTP_ANSWER_S: Final = 2.0
+HTTP_STEP_S: Final = 4.0
+HTTP_STATUS: Final = re.compile(rb"HTTP/1\.[01] (\d{3})")
+CONTENT_LENGTH: Final = re.compile(rb"(?im)^content-length:\s*(\d+)")
 RECV_SIZE: Final = 65536  # dynamic and reply-to addresses the server answered with
 STREAM_OFFSET: Final = "rabbitmq:stream-offset-spec"
 SELECTOR: Final = "apache.org:selector-filter:string"
@@ -174,10 +182,12 @@ class Fleet:
         port: int,
         metrics_port: int | None = None,
         workers: Sequence[int] = (),
+        http_api_port: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.metrics_port = metrics_port
+        self.http_api_port = http_api_port
         # The worker processes by index (--workers N), for the steps aimed at another
         # worker's queue; empty against one process.
         self.workers = list(workers)
@@ -207,6 +217,10 @@ class Fleet:
         """Do ``step``, then read what each reading connection was sent."""
         if step.action == "connect":
             self._connect(step.slot, step.params)
+            self.pump()
+            return
+        if step.action == HTTP_ACTION:  # no AMQP connection of its own
+            self._http_api(step)
             self.pump()
             return
         if step.slot not in self.slots:  # an empty slot gets a plain connection first
@@ -1021,6 +1035,63 @@ class Fleet:
                 pass  # refused, reset or slow: what the endpoint does is the server's business
             sock.close()
 
+    def _http_api(self, step: Step) -> None:
+        """Requests to RabbitMQ's HTTP API (support/adversary/http_requests.py), on one
+        connection: each sent once the last was answered, all sent before reading any, or the
+        first half sent and the connection left open. Answers are counted by status, as
+        ``http NNN``, with the AMQP errors."""
+        if self.http_api_port is None:
+            return
+        requests = requests_of(step.params)
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.http_api_port), timeout=CONNECT_S)
+        except OSError:
+            return
+        how = step.params["how"]
+        try:
+            if how == "half":
+                first = requests[0]
+                sock.sendall(first[: max(1, len(first) // 2)])
+                self.hanging.append(sock)
+                if len(self.hanging) > HANGING_KEPT:
+                    self.hanging.popleft().close()
+                return
+            deadline = time.monotonic() + HTTP_STEP_S
+            if how == "pipelined":
+                sock.sendall(b"".join(requests))
+                self._answers(sock, len(requests), deadline)
+            else:
+                for request in requests:
+                    sock.sendall(request)
+                    if not self._answers(sock, 1, deadline):
+                        break
+        except OSError:
+            pass  # refused, reset or slow: what the API does is the server's business
+        sock.close()
+
+    def _answers(self, sock: socket.socket, count: int, deadline: float) -> bool:
+        """Read ``count`` answers (until ``deadline``), counting their statuses; False if the
+        server closed or did not answer them all in time."""
+        buffered = b""
+        for _ in range(count):
+            while b"\r\n\r\n" not in buffered:
+                chunk = _received(sock, deadline)
+                if not chunk:
+                    return False
+                buffered += chunk
+            head, _, buffered = buffered.partition(b"\r\n\r\n")
+            status = HTTP_STATUS.match(head)
+            self.conditions[f"http {status.group(1).decode() if status else '???'}"] += 1
+            length = CONTENT_LENGTH.search(head)
+            remaining = int(length.group(1)) if length else 0
+            while len(buffered) < remaining:
+                chunk = _received(sock, deadline)
+                if not chunk:
+                    return False
+                buffered += chunk
+            buffered = buffered[remaining:]
+        return True
+
     def _churn(self, slot: Slot, step: Step) -> None:
         """Open connections (with links) and leave them at once, as a crashing fleet would."""
         p = step.params
@@ -1050,6 +1121,19 @@ class Fleet:
             except (*_GONE, TimeoutError):
                 client.abort()
             self.dropped += 1
+
+
+def _received(sock: socket.socket, deadline: float) -> bytes:
+    """What the socket gives within :data:`HTTP_ANSWER_S` and before ``deadline`` (b"" if
+    nothing: closed or late)."""
+    left = min(HTTP_ANSWER_S, deadline - time.monotonic())
+    if left <= 0:
+        return b""
+    sock.settimeout(left)
+    try:
+        return sock.recv(RECV_SIZE)
+    except TimeoutError:
+        return b""
 
 
 def _mgmt(slot: Slot, index: int) -> int | None:

@@ -98,7 +98,11 @@ def run(
     )
     prober = ProberProcess(server.port, server.pid)
     fleet = Fleet(
-        "127.0.0.1", server.port, server.metrics_port, server.workers() if workers else []
+        "127.0.0.1",
+        server.port,
+        server.metrics_port,
+        server.workers() if workers else [],
+        server.http_api_port,
     )
     try:
         prober.start()

@@ -20,6 +20,7 @@ from typing import Final
 __all__ = [
     "ACTIONS",
     "CONNECTIONS",
+    "HTTP_ACTION",
     "QUEUES",
     "Params",
     "Step",
@@ -56,6 +57,29 @@ FAR_SHARE: Final = 0.75
 # list, or a long one of valid or of unknown outcomes (actions.py builds each). Drawn from a
 # third generator, so that a seed's steps are otherwise those it drew before they were.
 OUTCOME_ACTIONS: Final = frozenset({"consume", "consume-filtered"})
+# RabbitMQ's HTTP API (gateway/http/), attacked by steps of their own drawn from a fourth
+# generator and slipped in between the others: a seed's AMQP steps stay those it drew before
+# the API was attacked. Their share of all steps is the action's weight over all the weights.
+HTTP_ACTION: Final = "http-api"
+HTTP_REQUESTS: Final = (
+    "declare-queue",
+    "declare-exchange",
+    "bind",
+    "publish",
+    "publish",
+    "publish",
+    "get",
+    "get",
+    "purge",
+    "delete-queue",
+    "delete-exchange",
+    "list",
+    "bad",
+)
+# What a declared queue is: RabbitMQ's arguments the AMQP steps also use, by name (actions.py).
+HTTP_QUEUE_KINDS: Final = ("plain", "quorum", "stream", "length-1", "ttl-0-dlx", "lazy-bad")
+# Bodies of an HTTP publish: up to the 64 KiB request limit, and one past it.
+HTTP_BODY_SIZES: Final = (0, 100, 4000, 60_000, 70_000)
 OUTCOME_LISTS: Final = (
     *(None,) * 6,
     "valid",
@@ -385,6 +409,25 @@ def _metrics(rng: random.Random) -> Params:
     }
 
 
+def _http_api(rng: random.Random) -> Params:
+    """A request to RabbitMQ's HTTP API: what it is, its targets, and how it is sent (whole and
+    read, several on one connection before reading any, or half sent and left open)."""
+    return {
+        "request": _choice(rng, HTTP_REQUESTS),
+        "queue": _queue(rng),
+        "exchange": _exchange(rng),
+        "key": _choice(rng, ROUTING_KEYS),
+        "kind": _choice(rng, HTTP_QUEUE_KINDS),
+        "type": _choice(rng, ("fanout", "topic", "direct", "headers", "x-consistent-hash")),
+        "body": _choice(rng, HTTP_BODY_SIZES),
+        "persistent": rng.random() < 0.5,
+        "count": _choice(rng, (1, 1, 10, 100, 1000)),
+        "ackmode": _choice(rng, ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true")),
+        "how": _choice(rng, ("whole", "whole", "whole", "pipelined", "half")),
+        "repeat": _choice(rng, (1, 1, 8, 64)),
+    }
+
+
 def _nothing(rng: random.Random) -> Params:
     return {}
 
@@ -420,6 +463,7 @@ ACTIONS: Final[dict[str, Callable[[random.Random], Params]]] = {
     "topic-cc": _topic,
     "churn": _churn,
     "metrics": _metrics,
+    HTTP_ACTION: _http_api,
     "dynamic": _dynamic,
     "direct-reply-to": _reply_to,
     "detach": _detach,
@@ -459,6 +503,7 @@ DEFAULT_WEIGHTS: Final[Mapping[str, int]] = {
     "topic-cc": 1,
     "churn": 1,
     "metrics": 1,
+    HTTP_ACTION: 3,
     "dynamic": 2,
     "direct-reply-to": 2,
     "detach": 4,
@@ -486,14 +531,21 @@ def stream(seed: int, weights: Mapping[str, int], workers: int = 1) -> Iterator[
     Against ``workers`` > 1, the steps of :data:`FAR_ACTIONS` say whether they aim at a queue
     another worker owns than the one serving their connection (``far``), drawn from a second
     generator so that a seed's steps are otherwise those it draws against one worker. The
-    outcomes a consumer's source lists come from a third (:data:`OUTCOME_ACTIONS`).
+    outcomes a consumer's source lists come from a third (:data:`OUTCOME_ACTIONS`), the HTTP
+    API's steps from a fourth (:data:`HTTP_ACTION`), each slipped in before a step.
     """
     rng = random.Random(seed)
     far = random.Random(f"far:{seed}") if workers > 1 else None
     outcomes = random.Random(f"outcomes:{seed}")
-    names = sorted(weights)
+    http = random.Random(f"http:{seed}")
+    names = sorted(name for name in weights if name != HTTP_ACTION)
     chances = [weights[n] for n in names]
+    http_share = weights.get(HTTP_ACTION, 0) / max(1, sum(weights.values()))
     while True:
+        if http_share and (not names or http.random() < http_share):
+            yield Step(HTTP_ACTION, 0, _http_api(http))
+            if not names:
+                continue
         action = rng.choices(names, weights=chances)[0]
         params = ACTIONS[action](rng)
         if far is not None and action in FAR_ACTIONS:
