@@ -30,7 +30,7 @@ from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.held_bytes import copies_cost
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
@@ -201,7 +201,11 @@ class Publishing:
         deliveries.advance(link)
         routed = state.router.route(state.target, payload)
         queues = routed.queues
-        pending, pause = inbound.route(pure, delivery, len(queues), total)
+        # The copies another worker stores count whole here until confirmed: a fan-out's only.
+        whole = 0
+        if len(queues) > 1:
+            whole = sum(1 for queue in queues if type(queue) is RemoteQueue)
+        pending, pause = inbound.route(pure, delivery, len(queues), total, whole)
         deliveries.hold(delivery)
         if not queues:
             error = routed.error
@@ -224,11 +228,11 @@ class Publishing:
             self.store(pending, queues[0], message)
             return
         # Each further copy costs the budget its overhead (the payload counts once,
-        # queues/held_bytes.py): charged now as bytes read, so that the copies of one read's
-        # messages hold the publishers before the next read rather than at the flush (adversary
-        # seed 64103: one read to a fanout of 50 queues went 11 MB past the ceiling when each
-        # copy counted its payload).
-        self.charge_read(state.connection, (len(queues) - 1) * MESSAGE_OVERHEAD)
+        # queues/held_bytes.py), and one sent to another worker its payload too: charged now
+        # as bytes read, so that the copies of one read's messages hold the publishers before
+        # the next read rather than at the flush (adversary seed 64103: one read to a fanout
+        # of 50 queues went 11 MB past the ceiling when each copy counted its payload).
+        self.charge_read(state.connection, copies_cost(total, len(queues), whole))
         # Copies first: a queue may change its copy (its x-message-ttl) when it stores it.
         copies = [message, *(message.copy() for _ in queues[1:])]
         for queue, copy in zip(queues, copies, strict=True):

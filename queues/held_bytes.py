@@ -27,6 +27,17 @@ if TYPE_CHECKING:
 MESSAGE_OVERHEAD: Final = 384
 
 
+def copies_cost(size: int, copies: int, whole: int = 0) -> int:
+    """What ``copies`` copies of a message of ``size`` bytes cost beyond one count of its
+    payload: each further copy's overhead, and the payload again for each of the ``whole``
+    copies counted with a payload of their own (one crossing to another worker is counted
+    whole by its sender until the owner confirms it, ``Remote.in_flight``), but one when
+    every copy is. A renewal backed, and a route charged, for the shared payload alone let a
+    publisher to a fanout of another worker's queues send N payloads a credit."""
+    further = max(copies - 1, 0)
+    return further * MESSAGE_OVERHEAD + min(whole, further) * size
+
+
 def charge(message: Message) -> int:
     """What counting ``message`` adds: its bytes, unless a copy sharing them is counted, and
     its overhead. Every :func:`charge` is matched by one :func:`refund` of the message as it

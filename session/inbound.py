@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.queues.held_bytes import copies_cost
 from sluicegate.queues.queue_type import Outcome
 from sluicegate.session.account import Account
 from sluicegate.session.inbound_flow import RELEASE, Hold, InboundFlow, Release
@@ -199,14 +199,16 @@ class Inbound:
         return None
 
     def route(
-        self, link: IncomingLink, token: object, copies: int, size: int
+        self, link: IncomingLink, token: object, copies: int, size: int, whole: int = 0
     ) -> tuple[Unconfirmed, bool]:
-        """The delivery of ``size`` bytes goes to ``copies`` queues; True if reads must pause
-        now. What one credit of the link may cost is its bytes, counted once however many
-        queues share them, and each further copy's overhead (queues/held_bytes.py): a renewal
-        sized by the size alone let a publisher to a fanout of 50 queues, when each copy
-        counted its bytes, take the budget 50 times past its headroom (adversary seed 64101)."""
-        cost = size + max(copies - 1, 0) * MESSAGE_OVERHEAD
+        """The delivery of ``size`` bytes goes to ``copies`` queues, ``whole`` of them on other
+        workers; True if reads must pause now. What one credit of the link may cost is its
+        bytes, counted once however many queues here share them, each further copy's overhead,
+        and the bytes again for each copy sent to another worker (queues/held_bytes.py): a
+        renewal sized by the size alone let a publisher to a fanout of 50 queues, when each
+        copy counted its bytes, take the budget 50 times past its headroom (adversary seed
+        64101)."""
+        cost = size + copies_cost(size, copies, whole)
         if cost > link.largest:
             link.largest = cost
         pending = Unconfirmed(token, self, link, copies)

@@ -415,7 +415,15 @@ class InboundFlow:
         return out
 
     def _renew(self, grants: list[tuple[IncomingLink, int]]) -> None:
-        """Renew what the rule allows, each grant backed by the budget's headroom."""
+        """Renew what the rule allows, each grant backed by the budget's headroom.
+
+        Once the headroom is spent the links left wait in ``renewals`` for a later flush: a
+        renewal is asked for only as credit falls or a hold ends, so one dropped for want of
+        headroom left its link without credit, however far the bytes fell, until the budget
+        next resumed, or for good if it never blocked (adversary seed 65600: the prober,
+        holding nothing, waited to publish for good with the budget under its publishers'
+        ceiling). A grant of one to a link whose largest message is more than the headroom
+        spends it for every link after it in the same flush."""
         budget = self.budget
         blocked = budget.blocked
         current = budget.current
@@ -425,7 +433,7 @@ class InboundFlow:
             else budget.limit - current
         )
         renewals = self.renewals
-        while renewals:
+        while renewals and headroom > 0:
             link = renewals.pop()
             if blocked and link.held:
                 continue  # renewed when the budget lets it go

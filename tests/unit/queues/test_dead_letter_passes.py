@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from sluicegate.queues.dead_lettering import LETTERS_PER_PASS
+from sluicegate.queues.dead_lettering import COPIES_PER_PASS, LETTERS_PER_PASS
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome
@@ -142,6 +142,37 @@ def test_a_pass_routes_a_bounded_batch_and_the_rest_waits_in_order() -> None:
     dead = registry.queue("dead")
     dead.attach("d", ack_required=False)
     messages, _ = dead.credit("d", 0, total, False)
+    assert [
+        m.payload.endswith(encode(Described(0x77, str(i)))) for i, m in enumerate(messages)
+    ] == [True] * total
+
+
+def test_a_pass_stores_a_bounded_number_of_copies_whatever_the_fanout() -> None:
+    """Adversary seed 66005: 1,000 messages at their delivery limit, dead-lettered into a
+    fanout of 50 queues, made 25,600 copies in one pass (512 letters), 0.4 s of a loaded
+    machine's reactor, and the prober could not connect. A pass stops once its copies reach
+    the bound; the rest of the letters go on at the next passes, in their order."""
+    registry = QueueRegistry(Clock(1_000))
+    width = 50
+    registry.declare_exchange("fx", "fanout")
+    for index in range(width):
+        registry.declare_queue(f"f{index}")
+        registry.bind("fx", f"f{index}")
+    source = registry.declare_queue("source", {"x-dead-letter-exchange": "fx"})
+    total = 1_000
+    for index in range(total):
+        source.enqueue(Message(encode(Described(0x77, str(index)))))
+    source.attach("c", ack_required=True)
+    taken, _ = source.credit("c", 0, total, True)
+    source.settle("c", [m.seq for m in taken], Outcome.REJECTED, True)
+    assert len(registry.dead_letters) == total
+    while registry.dead_letters:
+        registry.route_dead_letters()
+        # The letter that reaches the bound is stored whole: one letter's copies past it.
+        assert 0 < registry.dead_letter_router.copies <= COPIES_PER_PASS + width - 1
+    last = registry.queue(f"f{width - 1}")
+    last.attach("d", ack_required=False)
+    messages, _ = last.credit("d", 0, total, False)
     assert [
         m.payload.endswith(encode(Described(0x77, str(i)))) for i, m in enumerate(messages)
     ] == [True] * total

@@ -413,6 +413,53 @@ def test_a_renewal_is_backed_for_every_copy_its_messages_make() -> None:
     assert out.grants == [(link, 3)]
 
 
+def test_a_renewal_is_backed_for_the_payload_of_every_copy_sent_to_another_worker() -> None:
+    """A copy stored by another worker is counted whole by the publisher's worker until the
+    owner confirms it (``Remote.in_flight``): the copies sharing the payload here count it
+    once, each sent away counts it again, and a fan-out wholly elsewhere counts it once per
+    copy. Backed for the shared payload alone, a renewal to a fanout of 50 queues of another
+    worker let a publisher send 50 payloads a credit."""
+    flow = _flow(budget=200_000)
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
+    assert inbound.receive(link, 1_000, aborted=False) is None
+    inbound.route(link, None, 50, 1_000, whole=40)
+    assert link.largest == 1_000 + 49 * MESSAGE_OVERHEAD + 40 * 1_000
+    assert inbound.receive(link, 1_000, aborted=False) is None
+    inbound.route(link, None, 50, 1_000, whole=50)
+    cost = 50 * 1_000 + 49 * MESSAGE_OVERHEAD
+    assert link.largest == cost
+    for _ in range(2):
+        assert inbound.receive(link, 1_000, aborted=False) is None
+        pending, _ = inbound.route(link, None, 1, 1_000)
+        inbound.confirm(pending)
+    out = flow.flush(200_000 - cost - cost // 2, 0, _nothing)
+    assert out is not None
+    # Backed for the shared payload (19,816 bytes), the same headroom granted all 4.
+    assert out.grants == [(link, 1)], "one and a half such messages' headroom backs one"
+
+
+def test_a_renewal_without_headroom_waits_for_room_instead_of_being_dropped() -> None:
+    """Adversary seed 65600: the prober, holding nothing, waited to publish for good with the
+    budget blocked under its publishers' ceiling. A renewal is asked for only as credit falls
+    or a hold ends; one popped while the headroom was spent was dropped, and the link had no
+    credit until the budget next resumed."""
+    flow = _flow(budget=10_000)
+    budget = flow.budget
+    flow.flush(budget.publishing_ceiling, 0, _nothing)
+    assert budget.blocked
+    prober = Inbound(flow, Account()).attach()
+    assert prober.credit == 0, "attached while blocked"
+    out = flow.flush(budget.publishing_ceiling, 0, _nothing)
+    assert out is None or not out.grants, "no headroom: nothing granted yet"
+    # Consumers take the bytes back under the publishers' ceiling, not yet to the low-water
+    # mark: the prober, which holds nothing, gets its credit from the margin.
+    out = flow.flush(budget.limit + 100, 0, _nothing)
+    assert budget.blocked
+    assert out is not None
+    assert out.grants == [(prober, LIMITS.max_link_credit)]
+
+
 def test_while_blocked_the_publishers_to_the_full_queues_wait_and_the_others_go_on() -> None:
     flow = _flow(budget=10_000)
     greedy = Inbound(flow, Account())
@@ -824,6 +871,16 @@ class InboundMachine(RuleBasedStateMachine):
         # a failure raised, stamped as they are sent (16 bytes at most: a header of its own).
         held = self.held.total - count * MESSAGE_OVERHEAD
         assert ready + unacked - 16 * count <= held <= ready + unacked
+
+    @invariant()
+    def no_link_is_left_without_credit_and_without_a_renewal(self) -> None:
+        """A link with no credit and nothing that would ask a renewal for it (a confirmation,
+        a hold ending) waits for one: adversary seed 65600's prober waited for good."""
+        for publisher in self.publishers:
+            link = publisher.link
+            if publisher.closed or link.credit or link.unconfirmed or link.held:
+                continue
+            assert link.arriving or link in self.flow.renewals
 
     @invariant()
     def budget_state_matches_its_marks(self) -> None:
