@@ -51,6 +51,9 @@ class Limits:
     server_options: tuple[str, ...] = ()
     # Worker processes (--workers N): the budget is split over them, RSS and CPU summed.
     workers: int = 1
+    # With workers: hand a connection to its first link's queue's worker (`--worker-handover`).
+    # Off by default, so that the link steps aimed at another worker's queue load the channel.
+    handover: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,10 @@ def run(
 ) -> Result:
     """Perform ``steps`` (until the monotonic time ``until``) and check after each one."""
     result = Result()
-    # Its link steps aim at another worker's queue to load the channel: no hand-overs
-    # (docs/workers.md#handing-a-connection-over).
+    # Its link steps aim at another worker's queue to load the channel: no hand-overs unless
+    # asked for (docs/workers.md#handing-a-connection-over).
     workers = (
-        ["--workers", str(limits.workers), "--worker-handover", "false"]
+        ["--workers", str(limits.workers), "--worker-handover", str(limits.handover).lower()]
         if limits.workers > 1
         else []
     )
