@@ -132,6 +132,7 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
             f"{result.deliveries} deliveries, {result.dropped} connections dropped, "
             f"errors {result.conditions}: {result.breach or 'no breach'}"
             + (f"; adversary faults {result.faults}" if result.faults else "")
+            + (f"; hand-overs {result.handovers}" if result.handovers else "")
         )
 
     if args.replay is not None or args.steps is not None:

@@ -84,6 +84,7 @@ class Result:
     conditions: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     actions: dict[str, int] = field(default_factory=dict)
+    handovers: dict[str, int] = field(default_factory=dict)
 
 
 def run(
@@ -145,6 +146,8 @@ def run(
         result.conditions = dict(fleet.conditions)
         result.faults = dict(fleet.faults)
         result.rounds = prober.count
+        if limits.handover and server.process.poll() is None:
+            result.handovers = server.handovers()
         fleet.close()
         prober.kill()
         server.kill()

@@ -156,6 +156,24 @@ class ServerProcess:
             line += f" | {port_file.parent.name}: {_gauges(port)}"
         return line
 
+    def handovers(self) -> dict[str, int]:
+        """Connections handed to another worker, taken from one, and kept after an offer
+        (``sluicegate_worker_connections_*_total``, every worker's added up): whether a run
+        with hand-overs on made any."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=GAUGES_TIMEOUT_S) as response:
+                text = response.read().decode(errors="replace")
+        except OSError:
+            return {}
+        counts = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            kind = name.removeprefix("sluicegate_worker_connections_").removesuffix("_total")
+            if kind in ("given", "taken", "kept") and name.endswith("_total"):
+                counts[kind] = int(float(value))
+        return counts
+
     def budget_holders(self) -> str:
         """The budget's holders as the console shows them (``/api/sluicegate/budget``), one
         line, cut at :data:`HOLDERS_SHOWN` characters: what a held prober waits behind."""
