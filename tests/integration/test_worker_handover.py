@@ -421,10 +421,10 @@ def test_clients_that_reset_mid_handover_leave_nothing_on_either_worker(tmp_path
             20,
         )
         given = workers.handovers()[0]
-        client, local = workers.on(0)
+        after, local = workers.on(0)
         try:
-            client.create_receiver(f"/queues/{FAR}", credit=1)
+            after.create_receiver(f"/queues/{FAR}", credit=1)
             wait_until(lambda: workers.served_by(local) == 1)
             assert workers.handovers()[0] == given + 1
         finally:
-            client.close()
+            after.close()
