@@ -129,11 +129,15 @@ def run(
             result.actions[step.action] = result.actions.get(step.action, 0) + 1
             result.breach = _check(index, server, prober, limits, result)
             if result.breach is not None:
+                if limits.handover:
+                    result.handovers = server.handovers()
                 if log is not None:
                     log(f"breach after step {index}: {step.describe()}")
                 _after_breach(server, limits, log)
                 return result
         fleet.close()
+        if limits.handover:
+            result.handovers = server.handovers()  # before the end's checks stop the server
         result.breach = _check(-1, server, prober, limits, result)
         if result.breach is not None:
             _after_breach(server, limits, log)
@@ -146,8 +150,6 @@ def run(
         result.conditions = dict(fleet.conditions)
         result.faults = dict(fleet.faults)
         result.rounds = prober.count
-        if limits.handover and server.process.poll() is None:
-            result.handovers = server.handovers()
         fleet.close()
         prober.kill()
         server.kill()
