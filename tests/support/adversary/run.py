@@ -164,7 +164,7 @@ def _check(
         return Breach("server-died", index, f"exit status {server.process.returncode}")
     errors = server.new_errors()
     if errors:
-        return Breach("internal-error", index, " | ".join(errors[:3]))
+        return Breach("internal-error", index, " | ".join(errors))
     rss = server.rss()
     result.peak_rss = max(result.peak_rss, rss)
     bound = result.base_rss + limits.budget + limits.rss_margin

@@ -49,6 +49,7 @@ PROBER_QUEUE: Final = "adversary-prober"  # no step ever names it (steps.py uses
 # What the server logs when an event handler raised (gateway/server.py).
 INTERNAL_ERROR: Final = re.compile(r"internal error|Traceback")
 ROUNDS_KEPT: Final = 256
+ERROR_LINES: Final = 60  # an internal error's traceback through proton's dispatch and ours
 # What tells a held prober's cause (the server idle, the prober waiting): the memory budget
 # and whose reads are paused (gateway/metrics.py).
 HOLD_GAUGES: Final = frozenset(
@@ -133,13 +134,17 @@ class ServerProcess:
         return process_cpu_seconds(self.pid)
 
     def new_errors(self) -> list[str]:
-        """Lines of the log written since the last call that report an internal error."""
+        """The log written since the last call from its first internal error on, at most
+        :data:`ERROR_LINES` lines: the traceback too, since the log goes with the run's
+        directory (seed 69502's replay breached so, and its next replays did not)."""
         self._log.flush()
         with self.log_path.open() as log:
             log.seek(self._log_offset)
             text = log.read()
             self._log_offset = log.tell()
-        return [line for line in text.splitlines() if INTERNAL_ERROR.search(line)]
+        lines = text.splitlines()
+        first = next((n for n, line in enumerate(lines) if INTERNAL_ERROR.search(line)), None)
+        return [] if first is None else lines[first : first + ERROR_LINES]
 
     def hold_gauges(self) -> str:
         """The metrics that say what holds a prober while the server is idle, as one line:
