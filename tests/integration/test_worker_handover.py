@@ -391,8 +391,9 @@ def test_clients_that_reset_mid_handover_leave_nothing_on_either_worker(tmp_path
     and the server's TCP sockets come back to what they were, and hand-overs go on."""
     with _workers(tmp_path) as workers:
         port = workers.port
-        base = [_descriptors(pid) for pid in workers.pids]
+        # After a scrape, as at the end: a worker holds its metrics connection a while.
         connections = workers.metric("sluicegate_connections")
+        base = [_descriptors(pid) for pid in workers.pids]
         clients = [
             connection_on(
                 port,
