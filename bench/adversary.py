@@ -54,6 +54,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="serve with --workers N; most link steps aim at another worker's queue",
     )
+    parser.add_argument(
+        "--handover",
+        action="store_true",
+        help="with --workers: hand each connection to its first link's queue's worker",
+    )
     parser.add_argument("--only", action="append", default=[], metavar="ACTION")
     parser.add_argument("--without", action="append", default=[], metavar="ACTION")
     parser.add_argument("--shrink-minutes", type=float, default=SHRINK_MINUTES, metavar="N")
@@ -92,6 +97,7 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
         budget=parse_size("--budget", args.budget),
         prober_s=args.prober_limit,
         workers=args.workers,
+        handover=args.handover,
     )
     args.output.mkdir(parents=True, exist_ok=True)
 
@@ -105,7 +111,13 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
         name = f"breach-{seen.invariant}-seed{seed}-{int(time.time())}.json"
         path = args.output / name
         plan.save(
-            path, shrunk, seed=seed, budget=limits.budget, workers=limits.workers, breach=str(seen)
+            path,
+            shrunk,
+            seed=seed,
+            budget=limits.budget,
+            workers=limits.workers,
+            handover=limits.handover,
+            breach=str(seen),
         )
         say(f"  reproduction ({len(shrunk)} steps, {seen}):")
         say(f"  python -m bench adversary --replay {path}")
@@ -120,6 +132,7 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
             f"{result.deliveries} deliveries, {result.dropped} connections dropped, "
             f"errors {result.conditions}: {result.breach or 'no breach'}"
             + (f"; adversary faults {result.faults}" if result.faults else "")
+            + (f"; hand-overs {result.handovers}" if result.handovers else "")
         )
 
     if args.replay is not None or args.steps is not None:
@@ -130,6 +143,9 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
             workers = context.get("workers")
             if isinstance(workers, int) and workers != limits.workers:
                 limits = replace(limits, workers=workers)
+            handover = context.get("handover")
+            if isinstance(handover, bool):
+                limits = replace(limits, handover=handover)
         else:
             if args.seed is None:
                 say("python -m bench adversary: --steps needs --seed")
@@ -146,8 +162,8 @@ def _main(args: argparse.Namespace, stream: TextIO) -> int:
 
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     say(
-        f"adversary: first seed {seed}, {args.minutes:g} minutes, {limits.workers} worker(s), "
-        f"actions {sorted(weights)}"
+        f"adversary: first seed {seed}, {args.minutes:g} minutes, {limits.workers} worker(s)"
+        f"{', hand-overs' if limits.handover else ''}, actions {sorted(weights)}"
     )
     end = time.monotonic() + args.minutes * 60
     breaches = 0

@@ -388,6 +388,14 @@ class Server:
         """
         future: Future[T] = Future()
 
+        def start() -> None:
+            # An HTTP request that timed out or whose connection closed cancels its future
+            # (gateway/http/reactor_calls.py): before the reactor takes the job, it is not run;
+            # once running, it can no longer be cancelled and is done whole. Set on a cancelled
+            # future, its result raised on the reactor (adversary seed 69502's internal error).
+            if future.set_running_or_notify_cancel():
+                step()
+
         def step() -> None:
             try:
                 next(steps)
@@ -398,7 +406,7 @@ class Server:
             else:
                 self._wakeup.call_soon(step)
 
-        self._wakeup.call_soon(step)
+        self._wakeup.call_soon(start)
         return future
 
     def request_shutdown(self) -> None:

@@ -46,6 +46,9 @@ FAR = homed_on(1, 2, "far")
 # How long consumers sharing a queue are read for its messages, a short wait on each in turn.
 SHARED_WAIT = 30.0
 SHARED_POLL = 0.2
+# Clients that attach to another worker's queue while it is stopped, then reset: more than the
+# offers its socket holds, so that some descriptors wait in it and some offers are kept.
+RESET_MID_HANDOVER = 12
 
 
 @dataclass(frozen=True)
@@ -365,3 +368,64 @@ def test_a_tls_connection_is_never_handed_over(tmp_path: Path) -> None:
             assert workers.handovers() == (0, 0, 0)
         finally:
             client.close()
+
+
+def _descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _server_sockets(port: int) -> int:
+    """The server's TCP sockets on ``port`` in any state but LISTEN (Linux's /proc)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == port and fields[3] != "0A":
+            count += 1
+    return count
+
+
+@pytest.mark.slow
+def test_clients_that_reset_mid_handover_leave_nothing_on_either_worker(tmp_path: Path) -> None:
+    """Offers whose descriptors wait in a stopped worker's socket, their clients reset
+    meanwhile (issue 31's attack on the hand-over): each worker's descriptors, its connections
+    and the server's TCP sockets come back to what they were, and hand-overs go on."""
+    with _workers(tmp_path) as workers:
+        port = workers.port
+        # After a scrape, as at the end: a worker holds its metrics connection a while.
+        connections = workers.metric("sluicegate_connections")
+        base = [_descriptors(pid) for pid in workers.pids]
+        clients = [
+            connection_on(
+                port,
+                workers.pids,
+                workers.pids[0],
+                lambda: RawClient.connect("127.0.0.1", port, plain=("alice", PASSWORD)),
+                RawClient.abort,
+            )
+            for _ in range(RESET_MID_HANDOVER)
+        ]
+        os.kill(workers.pids[1], signal.SIGSTOP)
+        try:
+            for number, client in enumerate(clients):
+                client.begin()
+                client.attach(f"reset-{number}", "receiver", source=f"/queues/{FAR}")
+            time.sleep(0.3)
+            for client in clients:
+                client.reset()
+            time.sleep(0.3)
+        finally:
+            os.kill(workers.pids[1], signal.SIGCONT)
+        wait_until(lambda: workers.metric("sluicegate_connections") == connections, 20)
+        wait_until(lambda: _server_sockets(port) == 0, 20)
+        wait_until(
+            lambda: all(_descriptors(pid) <= n for pid, n in zip(workers.pids, base, strict=True)),
+            20,
+        )
+        given = workers.handovers()[0]
+        after, local = workers.on(0)
+        try:
+            after.create_receiver(f"/queues/{FAR}", credit=1)
+            wait_until(lambda: workers.served_by(local) == 1)
+            assert workers.handovers()[0] == given + 1
+        finally:
+            after.close()

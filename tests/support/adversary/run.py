@@ -51,6 +51,9 @@ class Limits:
     server_options: tuple[str, ...] = ()
     # Worker processes (--workers N): the budget is split over them, RSS and CPU summed.
     workers: int = 1
+    # With workers: hand a connection to its first link's queue's worker (`--worker-handover`).
+    # Off by default, so that the link steps aimed at another worker's queue load the channel.
+    handover: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class Result:
     conditions: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     actions: dict[str, int] = field(default_factory=dict)
+    handovers: dict[str, int] = field(default_factory=dict)
 
 
 def run(
@@ -92,10 +96,10 @@ def run(
 ) -> Result:
     """Perform ``steps`` (until the monotonic time ``until``) and check after each one."""
     result = Result()
-    # Its link steps aim at another worker's queue to load the channel: no hand-overs
-    # (docs/workers.md#handing-a-connection-over).
+    # Its link steps aim at another worker's queue to load the channel: no hand-overs unless
+    # asked for (docs/workers.md#handing-a-connection-over).
     workers = (
-        ["--workers", str(limits.workers), "--worker-handover", "false"]
+        ["--workers", str(limits.workers), "--worker-handover", str(limits.handover).lower()]
         if limits.workers > 1
         else []
     )
@@ -125,11 +129,15 @@ def run(
             result.actions[step.action] = result.actions.get(step.action, 0) + 1
             result.breach = _check(index, server, prober, limits, result)
             if result.breach is not None:
+                if limits.handover:
+                    result.handovers = server.handovers()
                 if log is not None:
                     log(f"breach after step {index}: {step.describe()}")
                 _after_breach(server, limits, log)
                 return result
         fleet.close()
+        if limits.handover:
+            result.handovers = server.handovers()  # before the end's checks stop the server
         result.breach = _check(-1, server, prober, limits, result)
         if result.breach is not None:
             _after_breach(server, limits, log)
@@ -156,7 +164,7 @@ def _check(
         return Breach("server-died", index, f"exit status {server.process.returncode}")
     errors = server.new_errors()
     if errors:
-        return Breach("internal-error", index, " | ".join(errors[:3]))
+        return Breach("internal-error", index, " | ".join(errors))
     rss = server.rss()
     result.peak_rss = max(result.peak_rss, rss)
     bound = result.base_rss + limits.budget + limits.rss_margin

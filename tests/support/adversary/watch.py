@@ -49,6 +49,7 @@ PROBER_QUEUE: Final = "adversary-prober"  # no step ever names it (steps.py uses
 # What the server logs when an event handler raised (gateway/server.py).
 INTERNAL_ERROR: Final = re.compile(r"internal error|Traceback")
 ROUNDS_KEPT: Final = 256
+ERROR_LINES: Final = 60  # an internal error's traceback through proton's dispatch and ours
 # What tells a held prober's cause (the server idle, the prober waiting): the memory budget
 # and whose reads are paused (gateway/metrics.py).
 HOLD_GAUGES: Final = frozenset(
@@ -133,13 +134,17 @@ class ServerProcess:
         return process_cpu_seconds(self.pid)
 
     def new_errors(self) -> list[str]:
-        """Lines of the log written since the last call that report an internal error."""
+        """The log written since the last call from its first internal error on, at most
+        :data:`ERROR_LINES` lines: the traceback too, since the log goes with the run's
+        directory (seed 69502's replay breached so, and its next replays did not)."""
         self._log.flush()
         with self.log_path.open() as log:
             log.seek(self._log_offset)
             text = log.read()
             self._log_offset = log.tell()
-        return [line for line in text.splitlines() if INTERNAL_ERROR.search(line)]
+        lines = text.splitlines()
+        first = next((n for n, line in enumerate(lines) if INTERNAL_ERROR.search(line)), None)
+        return [] if first is None else lines[first : first + ERROR_LINES]
 
     def hold_gauges(self) -> str:
         """The metrics that say what holds a prober while the server is idle, as one line:
@@ -155,6 +160,24 @@ class ServerProcess:
                 continue
             line += f" | {port_file.parent.name}: {_gauges(port)}"
         return line
+
+    def handovers(self) -> dict[str, int]:
+        """Connections handed to another worker, taken from one, and kept after an offer
+        (``sluicegate_worker_connections_*_total``, every worker's added up): whether a run
+        with hand-overs on made any."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=GAUGES_TIMEOUT_S) as response:
+                text = response.read().decode(errors="replace")
+        except OSError:
+            return {}
+        counts = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            kind = name.removeprefix("sluicegate_worker_connections_").removesuffix("_total")
+            if kind in ("given", "taken", "kept") and name.endswith("_total"):
+                counts[kind] = int(float(value))
+        return counts
 
     def budget_holders(self) -> str:
         """The budget's holders as the console shows them (``/api/sluicegate/budget``), one
