@@ -22,7 +22,7 @@ from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import QueueError
 from sluicegate.queues.filters.filter_set import compile_filters
 from sluicegate.queues.filters.view import ViewCache
-from sluicegate.queues.message import Message
+from sluicegate.queues.message import Message, send_all
 from sluicegate.queues.queue_type import (
     Clock,
     ConsumerOptions,
@@ -448,7 +448,7 @@ class Owner:
         end.sending(sending)
         # Read first: a stored message may let its body go once sent, and what it holds
         # after that is what stays charged.
-        payloads = tuple([message.send() for message in messages])
+        payloads = send_all(messages)
         recent = key.recent
         if end.ack_required:
             # Nothing charged: the counts each delivery took, in one pass (a run that wraps
