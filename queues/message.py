@@ -223,7 +223,7 @@ class Imported(Message):
     delivery_count = 0
     stamped = 0
     counts = False
-    state = ACQUIRED
+    state = AVAILABLE
     expires = None
     exchange = ""
     routing_key = ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluicegate.queues.message import ACQUIRED, Message, imported, send_all
+from sluicegate.queues.message import AVAILABLE, Message, imported, send_all
 from sluicegate.wire.sections import with_delivery_count
 
 
@@ -17,7 +17,7 @@ def test_an_imported_delivery_is_sent_as_its_bytes_and_settled_by_its_sequence_n
         assert message.read() is payload
         assert message.send() is payload
         assert message.read_size() == message.held == len(payload)
-        assert message.state == ACQUIRED
+        assert message.state == AVAILABLE
         assert message.delivery_count == message.returned == 0
 
 
