@@ -16,7 +16,7 @@ from sluicegate.gateway.proton import deliveries, payload_buffers
 from sluicegate.gateway.proton.drain import send_drained_flow
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.state import ConnectionState, OutgoingLinkState, SessionState
-from sluicegate.queues.message import Message
+from sluicegate.queues.message import Imported, Message
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outbound import (
@@ -209,12 +209,16 @@ class Sending:
                         ack = link.ack_required
                     message = action[1]
                     # A plain message's bytes are its payload unless its returns changed
-                    # what is stamped on them (queues/message.py); a stored one reads them.
+                    # what is stamped on them (queues/message.py), and another worker's delivery
+                    # is its payload; a stored one reads them.
                     payload = (
                         message.payload
-                        if type(message) is Message
-                        and message.delivery_count == message.stamped
-                        and not message.counts
+                        if (
+                            type(message) is Message
+                            and message.delivery_count == message.stamped
+                            and not message.counts
+                        )
+                        or type(message) is Imported
                         else message.send()
                     )
                     tag = b"%d" % message.seq

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from sluicegate.wire.annotations import merge_annotations
@@ -203,3 +204,58 @@ class Message:
         self.counts = False
         self.share = None
         self.view = None
+
+
+class Imported(Message):
+    """A delivery from another worker's queue, as the consumer's worker holds it on its way to
+    the client: its bytes and sequence number, nothing else of its own.
+
+    Its queue lives on the other worker, which counts its returns, its state and its stamps;
+    here it is only sent and, by its ``seq``, settled or handed back, so every other field is
+    the class's own constant and cannot be written. Made by :func:`imported` without an
+    ``__init__`` call: setting a :class:`Message`'s fifteen fields was most of what a crossing
+    consumer's worker spent per message beyond a local consumer's (docs/workers.md).
+    """
+
+    __slots__ = ()
+
+    _header = None
+    delivery_count = 0
+    stamped = 0
+    counts = False
+    state = AVAILABLE
+    expires = None
+    exchange = ""
+    routing_key = ""
+    lock_deadline = 0
+    priority = 0
+    returned = 0
+    view = None
+    share = None
+
+
+def imported(seqs: Iterable[int], payloads: Iterable[bytes]) -> list[Message]:
+    """One :class:`Imported` per delivery, in order: allocated at C level, its two fields set."""
+    made: list[Message] = []
+    new = object.__new__
+    for seq, payload in zip(seqs, payloads, strict=True):
+        message = new(Imported)
+        message.payload = payload
+        message.seq = seq
+        made.append(message)
+    return made
+
+
+def send_all(messages: Iterable[Message]) -> tuple[bytes, ...]:
+    """:meth:`Message.send` of each, in order, without a call for a plain message whose bytes
+    are its payload (nothing stamped on them since), as gateway/sending.py reads them."""
+    return tuple(
+        [
+            message.payload
+            if type(message) is Message
+            and message.delivery_count == message.stamped
+            and not message.counts
+            else message.send()
+            for message in messages
+        ]
+    )

@@ -343,7 +343,9 @@ class Session:
             return
         self.outgoing_pending.extend([(link, message) for message in messages])
         link.waiting.extend(messages)
-        sizes = [message.held for message in messages]
+        # Another worker's deliveries hold their payload, all of it (queues/message.py
+        # Imported): its size, without a property's call per message.
+        sizes = [len(message.payload) for message in messages]
         held = sum(sizes)
         largest = max(sizes)
         if largest > link.largest:

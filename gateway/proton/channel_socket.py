@@ -126,6 +126,11 @@ class ChannelSocket:
             if count == 0:
                 self.end("the peer worker ended")
                 return
+            if count < READ_CHUNK:
+                # The socket held less than a read takes: it is empty now, and the selector,
+                # level-triggered, reports whatever comes next. Reading on until it says so
+                # cost a recv and an exception per readiness on both workers.
+                break
             left -= count
 
     def on_selectable_writable(self, event: Event) -> None:

@@ -22,7 +22,7 @@ from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import QueueError
 from sluicegate.queues.filters.filter_set import compile_filters
 from sluicegate.queues.filters.view import ViewCache
-from sluicegate.queues.message import Message
+from sluicegate.queues.message import Message, send_all
 from sluicegate.queues.queue_type import (
     Clock,
     ConsumerOptions,
@@ -133,17 +133,19 @@ class Outbox:
 class RemoteConsumer:
     """A consumer across the channel, as its queue knows it.
 
-    ``recent`` keeps the last deliveries sent with the delivery-count each took the consumer
-    to: the session may hand them back unsent when the consumer detaches, or never have seen
-    them (they crossed its DETACH), and either way they return as they were, as locally. The
-    session holds at most one batch per consumer (``max_queue_credit``, session/outbound.py),
-    so twice that many covers a batch and the deliveries that crossed its next request.
-    ``session`` is the channel's :class:`Outbox` and ``detached`` says it is gone, as for a
-    local consumer's link.
+    ``recent`` keeps the last deliveries sent, and ``counts`` the delivery-count each took the
+    consumer to (two deques, not one of pairs: a pair per delivery was an object the collector
+    tracks, made for every message crossing, docs/workers.md): the session may hand them back
+    unsent when the consumer detaches, or never have seen them (they crossed its DETACH), and
+    either way they return as they were, as locally. The session holds at most one batch per
+    consumer (``max_queue_credit``, session/outbound.py), so twice that many covers a batch and
+    the deliveries that crossed its next request. ``session`` is the channel's
+    :class:`Outbox` and ``detached`` says it is gone, as for a local consumer's link.
     """
 
     __slots__ = (
         "__weakref__",
+        "counts",
         "detached",
         "end",
         "letters",
@@ -159,7 +161,8 @@ class RemoteConsumer:
         self.end = end
         self.vhost = vhost
         self.queue = queue
-        self.recent: deque[tuple[int, Message]] = deque(maxlen=keep)
+        self.recent: deque[Message] = deque(maxlen=keep)
+        self.counts: deque[int] = deque(maxlen=keep)
         self.session = session
         self.detached = False
         # What its outcomes' letters owe here, from its first settlement that made one.
@@ -418,7 +421,7 @@ class Owner:
         seen = frame.delivery_count
         unsent = [
             message
-            for count, message in key.recent
+            for count, message in zip(key.counts, key.recent, strict=True)
             if message.seq in wanted or serial_diff(count, seen) > 0
         ]
         key.detached = True
@@ -427,8 +430,9 @@ class Owner:
             # forgets it once nothing is owed (remote.py).
             self.changed[key.end.consumer] = key.letters
         if not key.end.ack_required:
-            self.recent_bytes -= sum(message.held for _, message in key.recent)
+            self.recent_bytes -= sum(message.held for message in key.recent)
         key.recent.clear()
+        key.counts.clear()
         dispatches = self.route(key.queue.detach(key, unsent))
         left = self.attached[key.queue] - 1
         if left:
@@ -448,24 +452,24 @@ class Owner:
         end.sending(sending)
         # Read first: a stored message may let its body go once sent, and what it holds
         # after that is what stays charged.
-        payloads = tuple([message.send() for message in messages])
+        payloads = send_all(messages)
         recent = key.recent
+        counts = key.counts
+        # The counts each delivery took, in one pass (a run that wraps the serial numbers is
+        # rare enough to take one at a time).
+        if count + sending <= SERIAL_MASK:
+            counts.extend(range(count + 1, count + sending + 1))
+        else:
+            counts.extend((count + step) & SERIAL_MASK for step in range(1, sending + 1))
         if end.ack_required:
-            # Nothing charged: the counts each delivery took, in one pass (a run that wraps
-            # the serial numbers is rare enough to take one at a time).
-            if count + sending <= SERIAL_MASK:
-                recent.extend(zip(range(count + 1, count + sending + 1), messages, strict=True))
-            else:
-                for message in messages:
-                    count = (count + 1) & SERIAL_MASK
-                    recent.append((count, message))
+            # Nothing charged: the queue holds them until settled.
+            recent.extend(messages)
         else:
             for message in messages:
-                count = (count + 1) & SERIAL_MASK
                 if len(recent) == recent.maxlen:
-                    self.recent_bytes -= recent[0][1].held
+                    self.recent_bytes -= recent[0].held
                 self.recent_bytes += message.held
-                recent.append((count, message))
+                recent.append(message)
         consumer = end.consumer
         seqs = tuple([message.seq for message in messages])
         limit = self.max_deliveries_size

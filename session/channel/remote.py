@@ -29,7 +29,7 @@ from sluicegate.queues.errors import (
     ResourceLocked,
 )
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
-from sluicegate.queues.message import Message
+from sluicegate.queues.message import Message, imported
 from sluicegate.queues.queue_type import (
     DEFAULT_CONSUMER,
     ConsumerKey,
@@ -317,11 +317,7 @@ class Remote:
             return None
         key, end = held
         end.delivered(len(frame.seqs))
-        # Positional arguments: a keyword costs a third again per message.
-        return key, [
-            Message(payload, 0, seq)
-            for seq, payload in zip(frame.seqs, frame.payloads, strict=True)
-        ]
+        return key, imported(frame.seqs, frame.payloads)
 
     def replied(self, frame: frames.CreditReply) -> tuple[ConsumerKey, CreditReply] | None:
         """The reply to a consumer's request, for its session; the stashed request goes out."""

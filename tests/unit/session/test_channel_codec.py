@@ -333,3 +333,13 @@ def test_a_broken_frame_ends_the_channel_with_a_reason(stream: bytes, reason: st
     assert len(stream) >= HEAD_SIZE
     with pytest.raises(ChannelError, match=reason):
         FrameReader(MAX_FRAME).feed(stream)
+
+
+@pytest.mark.parametrize("sizes", [[100] * 600, [index % 7 * 40 for index in range(600)]])
+def test_a_run_longer_than_one_unpack_comes_back_in_order(sizes: list[int]) -> None:
+    payloads = [bytes([index % 251]) * size for index, size in enumerate(sizes)]
+    seqs = tuple(range(1_000, 1_000 + len(sizes)))
+    sent = Deliveries(3, seqs, tuple(payloads))
+    published = Publish(1, "/", "q", "", "q", payloads, [(None, DEFAULT_HEADER, 0)] * len(sizes))
+    stream = b"".join([*encode(sent), *encode(published)])
+    assert FrameReader(len(stream)).feed(stream) == [sent, published]
