@@ -15,9 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import count
 
+from sluicegate.session.remote_publishers import HTTP_PUBLISHER
+
 # Numbers for links, unique in a worker for its life: what names a link to the other workers
-# that store its copies (session/remote_publishers.py). 0 names none.
-_serials = count(1)
+# that store its copies (session/remote_publishers.py), after the numbers it reserves.
+_serials = count(HTTP_PUBLISHER + 1)
 
 
 @dataclass(frozen=True, slots=True)

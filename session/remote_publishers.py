@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from sluicegate.queues.queue_type import QueueType
 
-# A publish that names no publisher: a dead letter, or a publish of the HTTP API, which names
-# no link (parked or stored by its queue's weight alone).
+# A publish that names no publisher: a dead letter (parked while blocked whatever it weighs).
 NO_PUBLISHER = 0
+# The HTTP API's publishes, which have no link: charged to the API as one publisher, since no
+# request names the client behind it across requests. Weighed per queue only, its copies to
+# light queues of a blocked worker held nobody (adversary seed 66103's replay: a worker with
+# no connection of its own went past its ceiling). Links are numbered after it.
+HTTP_PUBLISHER = 1
 
 
 class RemotePublisher:

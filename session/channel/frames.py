@@ -174,7 +174,7 @@ class Publish:
     ``letters``: the run is dead letters, which no publisher's credit holds back: the owner
     stores them only below its limit, as its own letters are routed (gateway/peers.py).
     ``publisher``: the link they were published on, numbered by the publishing worker (0: none,
-    a letter or an HTTP publish), which the owner charges what they store to while its budget
+    a letter; 1: the HTTP API), which the owner charges what they store to while its budget
     is blocked (session/remote_publishers.py).
     """
 

@@ -16,7 +16,7 @@ from sluicegate.session.inbound import Inbound
 from sluicegate.session.inbound_flow import InboundFlow, InboundLimits, queue_weight
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.session.remote_publishers import NO_PUBLISHER
+from sluicegate.session.remote_publishers import HTTP_PUBLISHER, NO_PUBLISHER
 
 # Large enough that a message's overhead in its queue is small beside the copies' bytes.
 LIMIT = 10_000_000
@@ -105,7 +105,7 @@ def test_what_names_no_publisher_is_not_charged_and_a_channel_that_ends_is_forgo
 
 def test_a_publishers_copies_cross_named_by_its_link_in_runs_of_their_own() -> None:
     """The owner charges a run to the link it names, so two links' publishes to one queue do
-    not share a run; a letter names none."""
+    not share a run; a letter names none, and an HTTP publish the HTTP API."""
     flow = InboundFlow(MemoryBudget(LIMIT), LIMITS)
     first, second = Inbound(flow, Account()), Inbound(flow, Account())
     one, two = first.attach(), second.attach()
@@ -118,5 +118,7 @@ def test_a_publishers_copies_cross_named_by_its_link_in_runs_of_their_own() -> N
         pending, _ = inbound.route(link, None, 1, 10)
         assert queue.publish(pending, Message(b"z" * 10))
     queue.enqueue(Message(b"y" * 10))
+    # An HTTP publish's token is no link's: the HTTP API is charged as one publisher.
+    assert queue.publish(object(), Message(b"h" * 10))
     runs = [(f.publisher, len(f.payloads)) for f in remote.outgoing if isinstance(f, Publish)]
-    assert runs == [(one.serial, 2), (two.serial, 1), (NO_PUBLISHER, 1)]
+    assert runs == [(one.serial, 2), (two.serial, 1), (NO_PUBLISHER, 1), (HTTP_PUBLISHER, 1)]
