@@ -346,7 +346,8 @@ class InboundFlow:
         large holder, a publisher piling up in queues nobody reads stayed under half the mean
         and took the whole part, where every publisher waits (adversary seeds 65702, 66100);
         of the links that fill the part, one is held before a quarter of it is taken. Other
-        workers' links are weighed alike by what they stored here (session/remote_publishers.py).
+        workers' links are weighed alike by what they stored here (session/remote_publishers.py),
+        and share the part with this worker's.
         """
         budget = self.budget
         self._classified_at = budget.used
@@ -357,7 +358,10 @@ class InboundFlow:
         remote_weights = [
             sum(queue_weight(queue) for queue in publisher.queues) for publisher in remote
         ]
-        positive = [weight for weight in (*weights, *remote_weights) if weight > 0]
+        # The mean and the floor are this worker's links' only: another worker's link weighs
+        # every copy of its fan-out whole (they share no payload here), and in the mean it
+        # could raise it past the links holding this worker's own queues, letting them go.
+        positive = [weight for weight in weights if weight > 0]
         mean = sum(positive) / len(positive) if positive else 0.0
         floor = budget.margin * HOLDER_SHARE / len(positive) if positive else 0.0
         grown = []
