@@ -74,6 +74,7 @@ from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.inbound_flow import HOLDER_SHARE, queue_weight
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.outgoing_link import OutgoingLink
+from sluicegate.session.remote_publishers import RemotePublishers
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.decoding import decode
 from sluicegate.wire.encoding import encode as encode_value
@@ -285,12 +286,15 @@ class Peers:
         vhosts: RuntimeVhostCopies,
         debt_of: DebtOf,
         hold: Callable[[DeadLetterDebt], None],
+        publishers: RemotePublishers,
     ) -> None:
         """Start serving the channels the worker was forked with, and take new ones;
         ``filter_views`` is what the worker's consumer filters decode messages through,
         ``vhosts`` its virtual hosts created at run time; ``debt_of`` finds a consumer's
         connection's dead-letter debt, which the letters its outcomes make on another worker
-        are charged to, and ``hold`` applies a debt's changed hold (gateway/sending.py)."""
+        are charged to, and ``hold`` applies a debt's changed hold (gateway/sending.py);
+        ``publishers`` are the other workers' links as the memory budget holds them, which
+        what their publishes store here is charged to (session/remote_publishers.py)."""
         self.tenancy = tenancy
         self.container = container
         self.durability = durability
@@ -306,6 +310,7 @@ class Peers:
         self.filter_views = filter_views
         self.vhosts = vhosts
         self._hold = hold
+        self._publishers = publishers
         for remote in self.remotes.values():
             remote.max_filter_set_size = max_message_size
             remote.max_publish_size = max_message_size
@@ -359,6 +364,7 @@ class Peers:
         else:
             log.warning("channel to worker %d ended: %s", peer, reason)
         self._confirms.pop(peer, None)
+        self._publishers.forget(peer)
         # Its parked publishes go unconfirmed: the peer releases their publishers as its side
         # of the channel ends.
         kept = [(other, publish) for other, publish in self._parked if other != peer]
@@ -514,7 +520,7 @@ class Peers:
         elif kind is Publish:
             publish = cast(Publish, frame)
             if (publish.vhost, publish.queue) in self._parked_queues or (
-                self._blocked and self._parks(publish)
+                self._blocked and self._parks(peer, publish)
             ):
                 self._parked.append((peer, publish))
                 self._parked_queues.add((publish.vhost, publish.queue))
@@ -667,12 +673,13 @@ class Peers:
         own light publishers go on. Parked once at the publishers' ceiling, a light queue's
         publishes otherwise waited until the budget let go, for good when queues nobody reads
         hold it (adversary seed 66100: the prober's queue, its worker just past its limit).
-        A queue with a letter or a heavy publish parked keeps the rest of its own waiting."""
+        A queue with a letter, a heavy publish or a held publisher's parked keeps the rest of
+        its own waiting."""
         kept: deque[tuple[int, Publish]] = deque()
         waiting: set[tuple[str, str]] = set()
         for peer, publish in self._parked:
             to = (publish.vhost, publish.queue)
-            if room > 0 and to not in waiting and not self._parks_blocked(publish):
+            if room > 0 and to not in waiting and not self._parks_blocked(peer, publish):
                 room -= _publish_bytes(publish)
                 if peer in self._confirms:
                     self._store(peer, publish)
@@ -682,26 +689,28 @@ class Peers:
         self._parked = kept
         self._parked_queues = waiting
 
-    def _parks_blocked(self, publish: Publish) -> bool:
+    def _parks_blocked(self, peer: int, publish: Publish) -> bool:
         """Whether a parked publish must go on waiting while blocked (:meth:`_parks`, but for
         the queues that have some parked)."""
-        if publish.letters or self._heavy == 0:
+        if publish.letters or self._heavy == 0 or self._publishers.held(peer, publish.publisher):
             return True
         queue = self._find(publish.vhost, publish.queue)
         return queue is not None and queue_weight(queue) >= self._heavy
 
-    def _parks(self, publish: Publish) -> bool:
+    def _parks(self, peer: int, publish: Publish) -> bool:
         """Whether a publish that arrives while the budget is blocked waits: at the ceiling,
-        after another parked one to its queue, or when its queue holds at least a holder's
-        floor (session/inbound_flow.py: a quarter of the margin), as this worker's publishers
-        are weighed. A publish to a queue that is drained as it fills goes on. Dead letters
-        always wait: no hold weighs them, and stored into light queues they took a worker
+        after another parked one to its queue, when its queue holds at least a holder's
+        floor (session/inbound_flow.py: a quarter of the margin), or when the budget holds its
+        publisher for what it stored here (session/remote_publishers.py), as this worker's
+        publishers are weighed. A publish to a queue that is drained as it fills goes on. Dead
+        letters always wait: no hold weighs them, and stored into light queues they took a worker
         through its margin to the ceiling, where every publisher waits (seed 65400); this
         worker's own letters are routed only below its limit (gateway/dead_letters.py)."""
         if (
             publish.letters
             or self._heavy == 0
             or (publish.vhost, publish.queue) in self._parked_queues
+            or self._publishers.held(peer, publish.publisher)
         ):
             return True
         queue = self._find(publish.vhost, publish.queue)
@@ -721,6 +730,9 @@ class Peers:
             for publish in range(first, first + len(frame.payloads)):
                 confirms.add(publish, Settled.RELEASED)
             return
+        if self._blocked:
+            # Charged to its publisher from the weight its queue had before it.
+            self._publishers.storing(peer, frame.publisher, queue, queue_weight(queue))
         registry = vhost.registry
         durability = self.durability
         exchange, routing_key = frame.exchange, frame.routing_key

@@ -194,6 +194,7 @@ class Server:
                 self.runtime_vhosts,
                 broker.sending.debt_of,
                 broker.sending.hold,
+                broker.publishing.flow.remote,
             )
 
     def _start_http(self) -> None:

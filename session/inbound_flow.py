@@ -19,6 +19,7 @@ from typing import Final, Protocol, TypeAlias
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
+from sluicegate.session.remote_publishers import RemotePublishers
 
 # While blocked, the holds are decided again once the bytes held moved by this share of the
 # margin above the limit: a publisher not yet weighed (a fresh link) adds at most a sixteenth of
@@ -142,6 +143,9 @@ class InboundFlow:
         self.arriving: dict[PublishingConnection, None] = {}
         # Links whose credit fell to half: renewed at the next flush.
         self.renewals: set[IncomingLink] = set()
+        # Other workers' links, as what they store here while blocked is charged to them
+        # (session/remote_publishers.py): weighed with this worker's own.
+        self.remote = RemotePublishers()
         # The unfinished bytes reached max_unfinished_total and are not back at 80 % of it.
         self.unfinished_full = False
         total = limits.max_unfinished_total
@@ -341,13 +345,22 @@ class InboundFlow:
         share of the publishers' part among the links that grew is a holder too: beside a
         large holder, a publisher piling up in queues nobody reads stayed under half the mean
         and took the whole part, where every publisher waits (adversary seeds 65702, 66100);
-        of the links that fill the part, one is held before a quarter of it is taken.
+        of the links that fill the part, one is held before a quarter of it is taken. Other
+        workers' links are weighed alike by what they stored here (session/remote_publishers.py),
+        and share the part with this worker's.
         """
         budget = self.budget
         self._classified_at = budget.used
         self._over_ceiling = budget.publishers_full(budget.used)
         links = [link for inbound in self.connections for link in inbound.links]
         weights = [weigh(link) for link in links]
+        remote = list(self.remote.publishers.values())
+        remote_weights = [
+            sum(queue_weight(queue) for queue in publisher.queues) for publisher in remote
+        ]
+        # The mean and the floor are this worker's links' only: another worker's link weighs
+        # every copy of its fan-out whole (they share no payload here), and in the mean it
+        # could raise it past the links holding this worker's own queues, letting them go.
         positive = [weight for weight in weights if weight > 0]
         mean = sum(positive) / len(positive) if positive else 0.0
         floor = budget.margin * HOLDER_SHARE / len(positive) if positive else 0.0
@@ -356,24 +369,36 @@ class InboundFlow:
             if link.weight_at_block is None:
                 link.weight_at_block = weight
             grown.append(weight - link.weight_at_block)
-        growing = sum(1 for growth in grown if growth > 0)
+        remote_grown = {
+            publisher: weight - publisher.weight_at_block
+            for publisher, weight in zip(remote, remote_weights, strict=True)
+        }
+        growing = sum(1 for growth in (*grown, *remote_grown.values()) if growth > 0)
         # What the publishers' part may take before those whose queues grow in it are held.
         share = (
             (budget.publishing_ceiling - budget.limit) * HOLDER_SHARE / growing if growing else 0
         )
-        for link, weight, growth in zip(links, weights, grown, strict=True):
-            was_held = link.held
-            link.held = (mean > 0 and 2 * weight >= mean and weight >= floor) or (
+
+        def holds(weight: int, growth: int) -> bool:
+            return (mean > 0 and 2 * weight >= mean and weight >= floor) or (
                 growing > 0 and growth >= share
             )
+
+        for link, weight, growth in zip(links, weights, grown, strict=True):
+            was_held = link.held
+            link.held = holds(weight, growth)
             if was_held and not link.held and link.wants_credit:
                 self.renewals.add(link)
+        for publisher, weight in zip(remote, remote_weights, strict=True):
+            publisher.held = holds(weight, remote_grown[publisher])
+        self.remote.forget_grown_nothing(remote_grown)
         return self._hold()
 
     def _release(self) -> Flushed:
         """The budget is back under its low-water mark: nobody is held for it any more."""
         self._classified_at = None
         self._over_ceiling = False
+        self.remote.clear()
         for inbound in self.connections:
             for link in inbound.links:
                 link.held = False

@@ -13,6 +13,13 @@ that the budget's headroom backs it), and whether the budget holds it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import count
+
+from sluicegate.session.remote_publishers import HTTP_PUBLISHER
+
+# Numbers for links, unique in a worker for its life: what names a link to the other workers
+# that store its copies (session/remote_publishers.py), after the numbers it reserves.
+_serials = count(HTTP_PUBLISHER + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,7 @@ class IncomingLink:
         "max_link_credit",
         "owner",
         "received",
+        "serial",
         "unconfirmed",
         "unfinished",
         "weight_at_block",
@@ -70,6 +78,8 @@ class IncomingLink:
         self.weight_at_block: int | None = None
         # The gateway's record of the link, for the actions it is named in; never read here.
         self.owner = owner
+        # What its copies to another worker's queues are charged to there.
+        self.serial = next(_serials)
 
     def attach(self, blocked: bool = False) -> int:
         """The credit of the first FLOW: everything, unless the server is over its budget."""

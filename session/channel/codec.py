@@ -52,7 +52,7 @@ _CREDIT: Final = struct.Struct("<IIIB")
 _REPLY: Final = struct.Struct("<IIIQB")
 _DELIVERIES: Final = struct.Struct("<II")
 _SETTLE: Final = struct.Struct("<IBBI")
-_PUBLISH: Final = struct.Struct("<QIB")
+_PUBLISH: Final = struct.Struct("<QIBQ")
 # Per published message: its size, expiry, header (ttl, delivery-count, priority) and own
 # delivery-count, and the flags below.
 _STAMP: Final = struct.Struct("<IqIIIBB")
@@ -161,7 +161,7 @@ def encode(frame: Frame) -> list[bytes]:
         return _frame(
             Kind.PUBLISH,
             [
-                _PUBLISH.pack(frame.publish, count, frame.letters),
+                _PUBLISH.pack(frame.publish, count, frame.letters, frame.publisher),
                 *_text(frame.vhost),
                 *_text(frame.queue),
                 *_text(frame.exchange),
@@ -328,7 +328,7 @@ def _stamp(
 
 def _publish(body: _Body) -> Publish:
     """A PUBLISH frame's run of messages: its names once, a table of stamps, the payloads."""
-    publish, count, letters = body.take(_PUBLISH)
+    publish, count, letters, publisher = body.take(_PUBLISH)
     vhost, queue, exchange, routing_key = body.text(), body.text(), body.text(), body.text()
     _count(body, count, _STAMP.size)
     at = body.at
@@ -347,7 +347,9 @@ def _publish(body: _Body) -> Publish:
         stamps.append(stamp)
     body.at = table_end
     payloads = _payloads(body, sizes)
-    return Publish(publish, vhost, queue, exchange, routing_key, payloads, stamps, bool(letters))
+    return Publish(
+        publish, vhost, queue, exchange, routing_key, payloads, stamps, bool(letters), publisher
+    )
 
 
 def decode(kind: int, data: memoryview) -> Frame:

@@ -173,6 +173,9 @@ class Publish:
     ``stamps`` are the envelopes as the publishing worker read them, one per payload.
     ``letters``: the run is dead letters, which no publisher's credit holds back: the owner
     stores them only below its limit, as its own letters are routed (gateway/peers.py).
+    ``publisher``: the link they were published on, numbered by the publishing worker (0: none,
+    a letter; 1: the HTTP API), which the owner charges what they store to while its budget
+    is blocked (session/remote_publishers.py).
     """
 
     publish: int
@@ -183,6 +186,7 @@ class Publish:
     payloads: list[bytes]
     stamps: list[Stamp]
     letters: bool = False
+    publisher: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,9 @@ from sluicegate.session.channel.queries import (
     statistics_of,
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
+from sluicegate.session.inbound import Unconfirmed
 from sluicegate.session.outgoing_link import OutgoingLink
+from sluicegate.session.remote_publishers import HTTP_PUBLISHER, NO_PUBLISHER
 from sluicegate.wire.errors import AmqpError
 
 # A consumer's connection's dead-letter debt, while its session lives (the gateway's).
@@ -250,12 +252,14 @@ class Remote:
         routing_key: str,
         payload: bytes,
         stamp: Stamp,
+        publisher: int = NO_PUBLISHER,
     ) -> bool:
         """Send a message to a queue there; False (nothing sent) while the channel is down.
+        ``publisher`` numbers the link it was published on (``IncomingLink.serial``).
 
         It joins the last frame to send when that is a run to the same queue, exchange and
-        routing key with room for it (at most :attr:`max_publish_size` bytes: a frame the
-        owner's reader takes), so a flush's publishes cross as few frames.
+        routing key from the same publisher with room for it (at most :attr:`max_publish_size`
+        bytes: a frame the owner's reader takes), so a flush's publishes cross as few frames.
         """
         if not self.up:
             return False
@@ -280,6 +284,7 @@ class Remote:
             and run.exchange == exchange
             and run.vhost == vhost
             and run.letters == (token is None)
+            and run.publisher == publisher
             and self._run_size + size <= self.max_publish_size
         ):
             run.payloads.append(payload)
@@ -287,7 +292,15 @@ class Remote:
             self._run_size += size
             return True
         run = self._run = Publish(
-            publish, vhost, queue, exchange, routing_key, [payload], [stamp], token is None
+            publish,
+            vhost,
+            queue,
+            exchange,
+            routing_key,
+            [payload],
+            [stamp],
+            token is None,
+            publisher,
         )
         self._run_size = size
         outgoing.append(run)
@@ -502,7 +515,13 @@ class RemoteQueue:
 
     def publish(self, token: object, message: Message) -> bool:
         """Send a publisher's copy; ``token`` comes back confirmed once the owner stored it.
-        False while the home worker is down."""
+        False while the home worker is down. A publisher's delivery names its link, which the
+        owner charges what it stores to (session/remote_publishers.py); any other token is an
+        HTTP publish's, and none a letter's."""
+        if type(token) is Unconfirmed:
+            publisher = token.link.serial
+        else:
+            publisher = NO_PUBLISHER if token is None else HTTP_PUBLISHER
         return self.remote.publish(
             token,
             self.vhost,
@@ -511,6 +530,7 @@ class RemoteQueue:
             message.routing_key,
             message.read(),
             (message.expires, message.read_header(), message.delivery_count),
+            publisher,
         )
 
     def settle(

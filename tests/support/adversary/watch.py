@@ -42,6 +42,8 @@ __all__ = ["ProberProcess", "Round", "ServerProcess"]
 LISTENING: Final = re.compile(r"listening on amqp://127\.0\.0\.1:(\d+)")
 # Characters of the budget's holders a breach report shows: the budget and its first holders.
 HOLDERS_SHOWN: Final = 2_000
+# Queues each further worker's breach report shows, the heaviest first.
+HEAVIEST_SHOWN: Final = 8
 READY_S: Final = 30.0  # a loaded machine takes seconds to import proton
 # Longer than any served round (tens of milliseconds idle), far shorter than a stall.
 ROUND_TIMEOUT_S: Final = 10.0
@@ -158,7 +160,7 @@ class ServerProcess:
                 port = int(port_file.read_text().strip())
             except (OSError, ValueError):
                 continue
-            line += f" | {port_file.parent.name}: {_gauges(port)}"
+            line += f" | {port_file.parent.name}: {_gauges(port)}; heaviest: {_heaviest(port)}"
         return line
 
     def handovers(self) -> dict[str, int]:
@@ -440,6 +442,32 @@ class ProberProcess:
             self._process.kill()
             self._process.join()
         self._pipe.close()
+
+
+def _heaviest(port: int) -> str:
+    """The :data:`HEAVIEST_SHOWN` queues of the metrics endpoint on ``port`` with the most
+    bytes ready, and their consumers: what fills a worker whose budget the console of worker 0
+    does not show."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=GAUGES_TIMEOUT_S) as response:
+            text = response.read().decode(errors="replace")
+    except OSError as error:
+        return f"metrics unavailable: {error}"
+    ready: dict[str, float] = {}
+    consumers: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        labels, _, value = rest.rpartition("} ")
+        queue = re.search(r'queue="([^"]*)"', labels)
+        if queue is None:
+            continue
+        if name == "sluicegate_queue_messages_ready_bytes":
+            ready[queue.group(1)] = float(value)
+        elif name == "sluicegate_queue_consumers":
+            consumers[queue.group(1)] = float(value)
+    heaviest = sorted(ready, key=ready.__getitem__, reverse=True)[:HEAVIEST_SHOWN]
+    return ", ".join(f"{q}={ready[q]:.0f}/{consumers.get(q, 0):.0f}" for q in heaviest)
 
 
 def _gauges(port: int) -> str:

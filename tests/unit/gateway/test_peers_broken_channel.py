@@ -24,6 +24,7 @@ from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import encode
 from sluicegate.session.channel.frames import Kind, Query, QueryOp, Topology
+from sluicegate.session.remote_publishers import RemotePublishers
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.encoding import encode as amqp
 
@@ -98,6 +99,7 @@ def worker1(tmp_path: Path) -> Iterator[Worker1]:
         vhosts=_NoRuntimeVhosts(),
         debt_of=lambda link: None,
         hold=lambda debt: None,
+        publishers=RemotePublishers(),
     )
     worker = Worker1(peers, registry, container, zero, supervisor)
     yield worker

@@ -85,7 +85,10 @@ def publishes(draw: st.DrawFn) -> Publish:
     payloads = draw(st.lists(PAYLOADS, min_size=len(stamps), max_size=len(stamps)))
     vhost, queue, exchange, routing_key = (draw(NAMES) for _ in range(4))
     letters = draw(st.booleans())
-    return Publish(draw(U64), vhost, queue, exchange, routing_key, payloads, stamps, letters)
+    publisher = draw(U64)
+    return Publish(
+        draw(U64), vhost, queue, exchange, routing_key, payloads, stamps, letters, publisher
+    )
 
 
 @st.composite
@@ -272,7 +275,7 @@ def test_a_run_of_publishes_reads_its_names_once_and_each_stamp_back() -> None:
 
 
 def test_a_publish_counting_more_stamps_than_it_holds_ends_the_channel() -> None:
-    body = struct.pack("<QIB", 1, 1_000_000, 0) + b"\x00\x00" * 4
+    body = struct.pack("<QIBQ", 1, 1_000_000, 0, 0) + b"\x00\x00" * 4
     with pytest.raises(ChannelError, match="counts more"):
         FrameReader(MAX_FRAME).feed(_raw(Kind.PUBLISH, body))
 

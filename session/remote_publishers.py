@@ -1,0 +1,87 @@
+"""Other workers' publishers as the worker that owns their queues charges them: free of IO.
+
+A publish that crosses the channel (docs/workers.md) names the link it was published on, on the
+worker it came from (``frames.Publish.publisher``). While the memory budget is blocked, the
+owner charges what those publishes store here to that link, as it charges its own publishers
+(session/inbound_flow.py): the queues it stored into, weighed against what they weighed when it
+first stored into each since the block. Weighed per queue only, a publisher whose fan-out's
+copies went to many queues on another worker, each far under a holder's floor, was held by no
+one, and filled the owner's publishers' part until every publisher there waited, the light
+ones among them (adversary seeds 66102, 66103). A held one's publishes are parked, and stored
+once it is not held (gateway/peers.py), so that the amplification waits, never the bystander.
+"""
+
+from __future__ import annotations
+
+from sluicegate.queues.queue_type import QueueType
+
+# A publish that names no publisher: a dead letter (parked while blocked whatever it weighs).
+NO_PUBLISHER = 0
+# The HTTP API's publishes, which have no link: charged to the API as one publisher, since no
+# request names the client behind it across requests. Weighed per queue only, its copies to
+# light queues of a blocked worker held nobody (adversary seed 66103's replay: a worker with
+# no connection of its own went past its ceiling). Links are numbered after it.
+HTTP_PUBLISHER = 1
+
+
+class RemotePublisher:
+    """One link on another worker, as the copies it stored here since the budget blocked."""
+
+    __slots__ = ("held", "queues", "weight_at_block")
+
+    def __init__(self) -> None:
+        # The queues it stored into since the budget blocked, and what each weighed just before
+        # its first copy there: their sum is what it is weighed against.
+        self.queues: dict[QueueType, int] = {}
+        self.weight_at_block = 0
+        # Its publishes park until it is not (gateway/peers.py).
+        self.held = False
+
+    def storing(self, queue: QueueType, weight: int) -> None:
+        """A run of its publishes is stored into ``queue``, which weighs ``weight`` before it."""
+        if queue not in self.queues:
+            self.queues[queue] = weight
+            self.weight_at_block += weight
+
+
+class RemotePublishers:
+    """The links of other workers that stored copies here while the budget is blocked."""
+
+    __slots__ = ("publishers",)
+
+    def __init__(self) -> None:
+        # By the worker they are on and their number there.
+        self.publishers: dict[tuple[int, int], RemotePublisher] = {}
+
+    def storing(self, peer: int, publisher: int, queue: QueueType, weight: int) -> None:
+        """Worker ``peer``'s link ``publisher`` stores into ``queue`` while blocked."""
+        if publisher == NO_PUBLISHER:
+            return
+        key = (peer, publisher)
+        found = self.publishers.get(key)
+        if found is None:
+            found = self.publishers[key] = RemotePublisher()
+        found.storing(queue, weight)
+
+    def held(self, peer: int, publisher: int) -> bool:
+        """Whether worker ``peer``'s link ``publisher`` is held: its publishes park."""
+        found = self.publishers.get((peer, publisher))
+        return found is not None and found.held
+
+    def forget(self, peer: int) -> None:
+        """The channel to ``peer`` ended: its links' publishes go unconfirmed."""
+        for key in [key for key in self.publishers if key[0] == peer]:
+            del self.publishers[key]
+
+    def forget_grown_nothing(self, grown: dict[RemotePublisher, int]) -> None:
+        """Forget those not held whose queues weigh no more than they did when each was first
+        stored into (``grown``: by how much they did): weighed from now if they store again,
+        they are held no later, and the records of links that come and go on another worker
+        during a long block are as many as the links whose copies are still held."""
+        for key, publisher in list(self.publishers.items()):
+            if not publisher.held and grown.get(publisher, 0) <= 0:
+                del self.publishers[key]
+
+    def clear(self) -> None:
+        """The budget let go: nobody is held, and what is stored from now is not charged."""
+        self.publishers.clear()

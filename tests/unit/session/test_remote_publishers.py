@@ -1,0 +1,124 @@
+"""Other workers' publishers charged by the worker that owns their queues (issue 31, adversary
+seeds 66102 and 66103; session/remote_publishers.py): what their publishes store here while
+the memory budget is blocked is weighed by the holder rule this worker's own publishers are
+weighed by, so that a fan-out's copies to many light queues hold their publisher, not the
+light ones beside it."""
+
+from __future__ import annotations
+
+from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.held_bytes import HeldBytes
+from sluicegate.queues.message import Message
+from sluicegate.session.account import Account
+from sluicegate.session.channel.frames import Publish
+from sluicegate.session.channel.remote import Remote, RemoteQueue
+from sluicegate.session.inbound import Inbound
+from sluicegate.session.inbound_flow import InboundFlow, InboundLimits, queue_weight
+from sluicegate.session.incoming_link import IncomingLink
+from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.session.remote_publishers import HTTP_PUBLISHER, NO_PUBLISHER
+
+# Large enough that a message's overhead in its queue is small beside the copies' bytes.
+LIMIT = 10_000_000
+LIMITS = InboundLimits(max_link_credit=4, max_message_size=1000, max_unfinished_size=1500)
+# The fan-out's queues on this worker, and the other worker's link numbers.
+FANOUT = 20
+PEER = 1
+FANNING, PROBING = 7, 8
+
+
+def _store(queue: ClassicQueue, size: int) -> None:
+    queue.enqueue(Message(b"x" * size))
+
+
+def test_a_fan_out_to_many_light_queues_holds_its_publisher_not_the_light_ones() -> None:
+    """Seeds 66102 and 66103: the limit held by a queue nobody reads, another worker's fan-out
+    copies went to 50 queues here, each far under a holder's floor; weighed per queue, nobody
+    was held, they took the publishers' whole part, and the prober's publishes parked at the
+    ceiling. Charged to the link behind them, they hold it once it grew by a quarter of the
+    part, while another worker's light publisher and this worker's own go on."""
+    budget = MemoryBudget(LIMIT)
+    budget.keep_for_letters(1)
+    flow = InboundFlow(budget, LIMITS)
+    held = HeldBytes()
+    large, modest = Inbound(flow, Account()), Inbound(flow, Account())
+    holder, prober = large.attach(), modest.attach()
+    weights = {holder: LIMIT, prober: 0}
+    flow.flush(LIMIT, 0, weights.__getitem__)
+    assert budget.blocked
+    assert (holder.held, prober.held) == (True, False)
+    part = budget.publishing_ceiling - budget.limit
+    fanout = [ClassicQueue(f"fan{i}", held=held) for i in range(FANOUT)]
+    probed = ClassicQueue("probed", held=held)
+    # A third of the part, each queue's share of it far under a holder's floor.
+    each = part // 3 // FANOUT
+    assert each < budget.margin * 0.25 / 3
+    for queue in fanout:
+        flow.remote.storing(PEER, FANNING, queue, queue_weight(queue))
+        _store(queue, each)
+    # The other worker's prober: its queue is read as it fills.
+    flow.remote.storing(PEER, PROBING, probed, queue_weight(probed))
+    flow.flush(LIMIT + held.total, 0, weights.__getitem__)
+    assert flow.remote.held(PEER, FANNING), "a fan-out's copies are charged to their publisher"
+    assert not flow.remote.held(PEER, PROBING)
+    assert not prober.held
+    assert not budget.publishers_full(budget.current)
+    # Once the budget lets go, nobody is held and nothing is charged any more.
+    flow.flush(budget.resume_at, 0, weights.__getitem__)
+    assert not flow.budget.blocked
+    assert not flow.remote.held(PEER, FANNING)
+    assert flow.remote.publishers == {}
+
+
+def test_a_publisher_whose_queues_are_drained_is_let_go_and_forgotten() -> None:
+    """A held link whose queues weigh no more than they did is weighed again from its next
+    store: the records of links that come and go on another worker during a long block are as
+    many as those whose copies are still held here."""
+    budget = MemoryBudget(LIMIT)
+    flow = InboundFlow(budget, LIMITS)
+    held = HeldBytes()
+    nobody: dict[IncomingLink, int] = {}
+    flow.flush(LIMIT, 0, nobody.__getitem__)
+    assert budget.blocked
+    queue = ClassicQueue("fan", held=held)
+    flow.remote.storing(PEER, FANNING, queue, 0)
+    _store(queue, budget.margin // 2)
+    flow.flush(LIMIT + held.total, 0, nobody.__getitem__)
+    assert flow.remote.held(PEER, FANNING)
+    queue.purge()
+    flow.flush(LIMIT - budget.margin, 0, nobody.__getitem__)
+    assert budget.blocked
+    assert not flow.remote.held(PEER, FANNING)
+    assert flow.remote.publishers == {}
+
+
+def test_what_names_no_publisher_is_not_charged_and_a_channel_that_ends_is_forgotten() -> None:
+    flow = InboundFlow(MemoryBudget(LIMIT), LIMITS)
+    queue = ClassicQueue("q", held=HeldBytes())
+    flow.remote.storing(PEER, NO_PUBLISHER, queue, 0)
+    assert flow.remote.publishers == {}
+    flow.remote.storing(PEER, FANNING, queue, 0)
+    flow.remote.storing(PEER + 1, FANNING, queue, 0)
+    flow.remote.forget(PEER)
+    assert list(flow.remote.publishers) == [(PEER + 1, FANNING)]
+
+
+def test_a_publishers_copies_cross_named_by_its_link_in_runs_of_their_own() -> None:
+    """The owner charges a run to the link it names, so two links' publishes to one queue do
+    not share a run; a letter names none, and an HTTP publish the HTTP API."""
+    flow = InboundFlow(MemoryBudget(LIMIT), LIMITS)
+    first, second = Inbound(flow, Account()), Inbound(flow, Account())
+    one, two = first.attach(), second.attach()
+    assert one.serial != two.serial
+    remote = Remote(PEER)
+    remote.opened()
+    queue = RemoteQueue("sink", "/", remote)
+    for inbound, link in ((first, one), (first, one), (second, two)):
+        assert inbound.receive(link, 10, aborted=False) is None
+        pending, _ = inbound.route(link, None, 1, 10)
+        assert queue.publish(pending, Message(b"z" * 10))
+    queue.enqueue(Message(b"y" * 10))
+    # An HTTP publish's token is no link's: the HTTP API is charged as one publisher.
+    assert queue.publish(object(), Message(b"h" * 10))
+    runs = [(f.publisher, len(f.payloads)) for f in remote.outgoing if isinstance(f, Publish)]
+    assert runs == [(one.serial, 2), (two.serial, 1), (NO_PUBLISHER, 1), (HTTP_PUBLISHER, 1)]
