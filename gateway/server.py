@@ -48,6 +48,7 @@ from sluicegate.gateway.tls import server_context
 from sluicegate.gateway.wakeup import Wakeup
 from sluicegate.gateway.worker_metrics import fetch_pages, merge, peer_port_files, publish_port
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.outbound import IMPORT_CREDIT_FACTOR
 
 log = logging.getLogger("sluicegate")
 T = TypeVar("T")
@@ -189,7 +190,7 @@ class Server:
                 broker.queue_deleted,
                 broker.remote_consumer_left,
                 config.max_message_size,
-                config.max_queue_credit,
+                IMPORT_CREDIT_FACTOR * config.max_queue_credit,
                 broker.filter_views,
                 self.runtime_vhosts,
                 broker.sending.debt_of,

@@ -138,7 +138,7 @@ class RemoteConsumer:
     tracks, made for every message crossing, docs/workers.md): the session may hand them back
     unsent when the consumer detaches, or never have seen them (they crossed its DETACH), and
     either way they return as they were, as locally. The session holds at most one batch per
-    consumer (``max_queue_credit``, session/outbound.py), so twice that many covers a batch and
+    consumer (``max_import_credit``, session/outbound.py), so twice that many covers a batch and
     the deliveries that crossed its next request. ``session`` is the channel's
     :class:`Outbox` and ``detached`` says it is gone, as for a local consumer's link.
     """
@@ -182,7 +182,7 @@ class Owner:
     def __init__(
         self,
         find: FindQueue,
-        max_queue_credit: int,
+        max_import_credit: int,
         used: UseQueue | None = None,
         *,
         delete: DeleteQueue | None = None,
@@ -202,7 +202,7 @@ class Owner:
         # the worker's own, as for its local consumers.
         self.views = views if views is not None else ViewCache()
         self.clock = clock if clock is not None else Clock()
-        self.keep = 2 * max_queue_credit
+        self.keep = 2 * max_import_credit
         # The most payload bytes one DELIVERIES frame carries, with their table: the reader
         # takes a frame of the largest message and FRAME_OVERHEAD (the gateway sets it).
         self.max_deliveries_size = DEFAULT_MAX_DELIVERIES_SIZE
@@ -376,6 +376,8 @@ class Owner:
         key = self._consumer(frame.consumer)
         end = key.end
         end.granted(frame)
+        if not end.ack_required:
+            self._forget_sent(key, frame.delivery_count)
         messages, reply = key.queue.credit(key, frame.delivery_count, frame.credit, frame.drain)
         # The owner finds its own queues only, and those answer at once.
         assert reply is not None
@@ -441,6 +443,18 @@ class Owner:
             del self.attached[key.queue]
         self.left.append((key.vhost, key.queue))
         return dispatches
+
+    def _forget_sent(self, key: RemoteConsumer, left: int) -> None:
+        """A pre-settled consumer's session asks counting from ``left``: every delivery up to
+        that count has left it for its client, so none of them can come back, and the bytes
+        they held, counted here only, are let go at once rather than when a batch twice the
+        largest pushes them out (a batch of small messages may be ``max_import_credit``,
+        session/outbound.py, while one of large messages is a few)."""
+        recent = key.recent
+        counts = key.counts
+        while counts and serial_diff(counts[0], left) <= 0:
+            counts.popleft()
+            self.recent_bytes -= recent.popleft().held
 
     def _deliveries(self, key: RemoteConsumer, messages: list[Message]) -> list[Deliveries]:
         """A run of one consumer's messages as DELIVERIES frames, each within

@@ -137,6 +137,25 @@ def test_a_detach_gives_back_what_the_session_held_and_what_crossed_it() -> None
     assert queue.statistics().ready == 3
 
 
+def test_a_pre_settled_consumers_deliveries_that_left_its_session_are_let_go_at_its_request() -> (
+    None
+):
+    queue = ClassicQueue("q")
+    owner = _owner(queue)
+    owner.receive(Attach(1, "/", "q", False, False, 0))
+    owner.receive(Credit(1, 0, 4, False, False))
+    for _ in range(4):
+        owner.route(queue.enqueue(Message(b"m")))
+    assert owner.recent_bytes == 4
+    # The next request counts from the third: three left the session for the client, so
+    # only the fourth may still come back, and only its bytes stay counted here.
+    owner.receive(Credit(1, 3, 4, False, False))
+    assert owner.recent_bytes == 1
+    owner.receive(Detach(1, 4, (3,)))
+    assert queue.statistics().ready == 1
+    assert owner.recent_bytes == 0
+
+
 def test_a_lost_channel_returns_unsettled_deliveries_and_sends_nothing_twice() -> None:
     queue = ClassicQueue("q")
     owner = _owner(queue)
