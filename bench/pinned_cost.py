@@ -272,10 +272,9 @@ def queue_on(home: int, workers: int) -> str:
 
 @dataclass(frozen=True)
 class Running:
-    """A case's server, its worker pids by index, its client (on worker 0) and queue."""
+    """A case's server's worker pids by index, its client (on worker 0) and queue."""
 
     case: Case
-    server: Server
     pids: list[int]
     pump: Pump
     address: str
@@ -293,7 +292,7 @@ def running(case: Case) -> Iterator[Running]:
             # One message each way first: the queue is declared and placed, the channel warm.
             publish(pump, address, 1)
             consume(pump, address, 1)
-            yield Running(case, server, pids, pump, address)
+            yield Running(case, pids, pump, address)
         finally:
             pump.connection.close()
             pump.flush()
