@@ -68,6 +68,7 @@ from sluicegate.session.channel.remote import (
     DebtOf,
     Remote,
     RemoteQueue,
+    letters_fitting,
     owner_error,
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
@@ -445,7 +446,7 @@ class Peers:
         """A virtual host's queues are placed over the workers (one made at run time too), and
         its dead letters to other workers' queues kept within their channels' windows."""
         registry.placement = VhostPlacement(self, vhost, registry)
-        registry.dead_letter_router.fits = _letter_fits
+        registry.dead_letter_router.fits = letters_fitting
 
     def vhost_created(self, vhost: str, granted: list[str]) -> None:
         """Every worker makes ``vhost`` too, its creator's grant with it."""
@@ -1059,12 +1060,6 @@ def _apply(registry: QueueRegistry, change: list[Value]) -> None:
         )
     else:
         raise ValueError(f"unknown topology change {verb!r}")
-
-
-def _letter_fits(queue: QueueType, size: int) -> bool:
-    """Whether a dead letter of ``size`` bytes may go to ``queue`` now: a queue on another
-    worker takes the letters its channel's window has room for (``Remote.letter_fits``)."""
-    return type(queue) is not RemoteQueue or queue.remote.letter_fits(size)
 
 
 def _judged(asked: Asked, refusal: str) -> OwnerDeclared:
