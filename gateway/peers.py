@@ -437,10 +437,15 @@ class Peers:
         sent = sum(remote.in_flight for remote in self.remotes.values())
         return sent + sum(owner.recent_bytes for owner in self.owners.values())
 
-    def letters_sent(self) -> int:
-        """Bytes of this worker's dead letters sent to other workers and not yet confirmed:
-        what the memory budget's letters' part holds (session/memory_budget.py)."""
-        return sum(remote.letters_in_flight for remote in self.remotes.values())
+    def letters_sent(self) -> tuple[int, int]:
+        """Bytes of this worker's dead letters sent to other workers and not yet confirmed
+        (what the memory budget's letters' part holds, session/memory_budget.py), and the
+        most one channel's window has held."""
+        remotes = self.remotes.values()
+        return (
+            sum(remote.letters_in_flight for remote in remotes),
+            max((remote.letters_peak for remote in remotes), default=0),
+        )
 
     def place(self, vhost: str, registry: QueueRegistry) -> None:
         """A virtual host's queues are placed over the workers (one made at run time too), and
