@@ -266,6 +266,9 @@ class Peers:
         self.protocol_errors = 0
         # Management requests waiting for owners' answers, one per request.
         self.gathering: dict[_Gathering, None] = {}
+        # Other workers' links as the memory budget holds them: the inbound flow's, from
+        # :meth:`serve` on (none is recorded before).
+        self._publishers = RemotePublishers()
         for name, registry in registries.items():
             self.place(name, registry)
 
@@ -437,6 +440,10 @@ class Peers:
         sent = sum(remote.in_flight for remote in self.remotes.values())
         return sent + sum(owner.recent_bytes for owner in self.owners.values())
 
+    def _queue_gone(self, queue: QueueType) -> None:
+        """A queue here was deleted: other workers' links forget it (remote_publishers.py)."""
+        self._publishers.queue_deleted(queue)
+
     def letters_sent(self) -> tuple[int, int]:
         """Bytes of this worker's dead letters sent to other workers and not yet confirmed
         (what the memory budget's letters' part holds, session/memory_budget.py), and the
@@ -452,6 +459,7 @@ class Peers:
         its dead letters to other workers' queues kept within their channels' windows."""
         registry.placement = VhostPlacement(self, vhost, registry)
         registry.dead_letter_router.fits = letters_fitting
+        registry.gone = self._queue_gone
 
     def vhost_created(self, vhost: str, granted: list[str]) -> None:
         """Every worker makes ``vhost`` too, its creator's grant with it."""

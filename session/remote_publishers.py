@@ -73,6 +73,20 @@ class RemotePublishers:
         for key in [key for key in self.publishers if key[0] == peer]:
             del self.publishers[key]
 
+    def queue_deleted(self, queue: QueueType) -> None:
+        """``queue`` was deleted: no record keeps it (nor, through it, the queue), a link's
+        weight at the block loses what it counted for it, and a link that stored only there
+        is forgotten. Kept until the budget let go, a client deleting the queues it filled
+        left a record per queue, weighed, until then."""
+        publishers = self.publishers
+        for key, publisher in list(publishers.items()):
+            weight = publisher.queues.pop(queue, None)
+            if weight is None:
+                continue
+            publisher.weight_at_block -= weight
+            if not publisher.queues:
+                del publishers[key]
+
     def forget_grown_nothing(self, grown: dict[RemotePublisher, int]) -> None:
         """Forget those not held whose queues weigh no more than they did when each was first
         stored into (``grown``: by how much they did): weighed from now if they store again,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import Message
+from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.session.channel.frames import Publish
 from sluicegate.session.channel.remote import Remote, RemoteQueue
@@ -101,6 +102,30 @@ def test_what_names_no_publisher_is_not_charged_and_a_channel_that_ends_is_forgo
     flow.remote.storing(PEER + 1, FANNING, queue, 0)
     flow.remote.forget(PEER)
     assert list(flow.remote.publishers) == [(PEER + 1, FANNING)]
+
+
+def test_a_deleted_queue_leaves_the_records_at_once() -> None:
+    """A link's records kept the queues it stored into until the budget let go, deleted ones
+    too, weighed and referenced: a client deleting the queues it filled while blocked left
+    them there. The registry tells of every deletion; a link that stored only into deleted
+    queues is forgotten, one that stored elsewhere too is weighed by what is left."""
+    flow = InboundFlow(MemoryBudget(LIMIT), LIMITS)
+    registry = QueueRegistry()
+    registry.gone = flow.remote.queue_deleted
+    kept, gone, other = (registry.declare_queue(name) for name in ("kept", "gone", "other"))
+    flow.remote.storing(PEER, FANNING, kept, 100)
+    flow.remote.storing(PEER, FANNING, gone, 20)
+    flow.remote.storing(PEER, PROBING, other, 7)
+    registry.delete_queue("gone")
+    registry.delete_queue("other")
+    assert list(flow.remote.publishers) == [(PEER, FANNING)]
+    fanning = flow.remote.publishers[(PEER, FANNING)]
+    assert list(fanning.queues) == [kept]
+    assert fanning.weight_at_block == 100
+    # A queue no link stored into changes nothing.
+    registry.declare_queue("unused")
+    registry.delete_queue("unused")
+    assert list(flow.remote.publishers) == [(PEER, FANNING)]
 
 
 def test_a_publishers_copies_cross_named_by_its_link_in_runs_of_their_own() -> None:
