@@ -72,7 +72,7 @@ from sluicegate.session.channel.queries import (
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.inbound import Unconfirmed
 from sluicegate.session.outgoing_link import OutgoingLink
-from sluicegate.session.remote_publishers import HTTP_PUBLISHER, NO_PUBLISHER
+from sluicegate.session.remote_publishers import NO_PUBLISHER
 from sluicegate.wire.errors import AmqpError
 
 # A consumer's connection's dead-letter debt, while its session lives (the gateway's).
@@ -536,15 +536,13 @@ class RemoteQueue:
             )
         return []
 
-    def publish(self, token: object, message: Message) -> bool:
+    def publish(self, token: object, message: Message, publisher: int = NO_PUBLISHER) -> bool:
         """Send a publisher's copy; ``token`` comes back confirmed once the owner stored it.
         False while the home worker is down. A publisher's delivery names its link, which the
-        owner charges what it stores to (session/remote_publishers.py); any other token is an
-        HTTP publish's, and none a letter's."""
+        owner charges what it stores to (session/remote_publishers.py); an HTTP publish names
+        its client's ``publisher``, and a letter (no token) none."""
         if type(token) is Unconfirmed:
             publisher = token.link.serial
-        else:
-            publisher = NO_PUBLISHER if token is None else HTTP_PUBLISHER
         return self.remote.publish(
             token,
             self.vhost,
