@@ -423,6 +423,11 @@ class DeadLetterRouter:
                 return 0, letter.done
             self.dropped += 1
             return 0, None
+        fits = self.fits
+        if fits is not None and not fits(targets, len(payload)):
+            # Not even its first copy fits before its death is recorded (which only adds
+            # bytes): it waits without copying its payload, at every pass until one fits.
+            return _Wait(len(targets))
         death = Death(
             letter.queue,
             letter.reason,
@@ -438,7 +443,6 @@ class DeadLetterRouter:
             # A fully automatic loop: dropped, at-least-once or not (RabbitMQ's rule).
             self.dropped += 1
             return 0, None
-        fits = self.fits
         # Every copy to another worker's queue joins its channel's window, each weighed with
         # the copies before it (each weighed alone, a letter to ten remote queues took 3.9 MB
         # into a 1 MiB window, seed 65701's replay): the copies that fit go, the rest wait.
