@@ -277,7 +277,8 @@ class Broker(Handler):
         # (session/memory_budget.py).
         waiting = sending.waiting
         budget.imported = waiting.reserved + waiting.imported
-        budget.letters_sent = 0 if self.peers is None else self.peers.letters_sent()
+        if self.peers is not None:
+            budget.letters_sent, budget.letters_window_peak = self.peers.letters_sent()
         self.publishing.flush()
         self.modified_annotations.forget()
         # The imports' part is taken: what requests out for another worker's deliveries bring

@@ -182,6 +182,13 @@ class ServerCollector(Collector):
             "Bytes of dead letters sent to other workers and not yet confirmed.",
             budget.letters_sent,
         )
+        yield _gauge(
+            "sluicegate_memory_budget_letters_window_peak_bytes",
+            "The most bytes of dead letters sent to one other worker and not yet confirmed at "
+            "once since the worker started: within the letters' window, but for a single copy "
+            "larger than it, sent alone.",
+            budget.letters_window_peak,
+        )
         yield CounterMetricFamily(
             "sluicegate_memory_budget_blocks",
             "Times the memory budget has blocked publishers.",

@@ -68,6 +68,7 @@ from sluicegate.session.channel.remote import (
     DebtOf,
     Remote,
     RemoteQueue,
+    letters_fitting,
     owner_error,
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
@@ -265,6 +266,9 @@ class Peers:
         self.protocol_errors = 0
         # Management requests waiting for owners' answers, one per request.
         self.gathering: dict[_Gathering, None] = {}
+        # Other workers' links as the memory budget holds them: the inbound flow's, from
+        # :meth:`serve` on (none is recorded before).
+        self._publishers = RemotePublishers()
         for name, registry in registries.items():
             self.place(name, registry)
 
@@ -436,16 +440,26 @@ class Peers:
         sent = sum(remote.in_flight for remote in self.remotes.values())
         return sent + sum(owner.recent_bytes for owner in self.owners.values())
 
-    def letters_sent(self) -> int:
-        """Bytes of this worker's dead letters sent to other workers and not yet confirmed:
-        what the memory budget's letters' part holds (session/memory_budget.py)."""
-        return sum(remote.letters_in_flight for remote in self.remotes.values())
+    def _queue_gone(self, queue: QueueType) -> None:
+        """A queue here was deleted: other workers' links forget it (remote_publishers.py)."""
+        self._publishers.queue_deleted(queue)
+
+    def letters_sent(self) -> tuple[int, int]:
+        """Bytes of this worker's dead letters sent to other workers and not yet confirmed
+        (what the memory budget's letters' part holds, session/memory_budget.py), and the
+        most one channel's window has held."""
+        remotes = self.remotes.values()
+        return (
+            sum(remote.letters_in_flight for remote in remotes),
+            max((remote.letters_peak for remote in remotes), default=0),
+        )
 
     def place(self, vhost: str, registry: QueueRegistry) -> None:
         """A virtual host's queues are placed over the workers (one made at run time too), and
         its dead letters to other workers' queues kept within their channels' windows."""
         registry.placement = VhostPlacement(self, vhost, registry)
-        registry.dead_letter_router.fits = _letter_fits
+        registry.dead_letter_router.fits = letters_fitting
+        registry.gone = self._queue_gone
 
     def vhost_created(self, vhost: str, granted: list[str]) -> None:
         """Every worker makes ``vhost`` too, its creator's grant with it."""
@@ -1059,12 +1073,6 @@ def _apply(registry: QueueRegistry, change: list[Value]) -> None:
         )
     else:
         raise ValueError(f"unknown topology change {verb!r}")
-
-
-def _letter_fits(queue: QueueType, size: int) -> bool:
-    """Whether a dead letter of ``size`` bytes may go to ``queue`` now: a queue on another
-    worker takes the letters its channel's window has room for (``Remote.letter_fits``)."""
-    return type(queue) is not RemoteQueue or queue.remote.letter_fits(size)
 
 
 def _judged(asked: Asked, refusal: str) -> OwnerDeclared:

@@ -135,6 +135,8 @@ class Server:
         self.port = 0
         self.metrics_port = 0
         self.http_api_port = 0
+        # The HTTP API, for the tests that read what it keeps per HTTP connection.
+        self.http_api: HttpApi | None = None
         self.ready = threading.Event()
 
     def start(self) -> None:
@@ -217,13 +219,15 @@ class Server:
         )
         for key, (host, port) in wanted:
             calls = ReactorCalls(self.submit_in_turns)
-            handler = (
-                MetricsPages(partial(self._snapshot, calls), self._worker_peers()).handle
-                if key == "metrics_listen"
-                else Console(self._api(calls, host).handle).handle
-            )
+            closed = None
+            if key == "metrics_listen":
+                handler = MetricsPages(partial(self._snapshot, calls), self._worker_peers()).handle
+            else:
+                api = self.http_api = self._api(calls, host)
+                handler = Console(api.handle).handle
+                closed = api.closed
             try:
-                listening = stack.listen(host, port, handler, bounds)
+                listening = stack.listen(host, port, handler, bounds, closed)
             except OSError as error:
                 self._close_http()
                 raise StartError(

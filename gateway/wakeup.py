@@ -12,6 +12,7 @@ while it holds the lock: it must get in, not wait for itself.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections import deque
@@ -22,6 +23,8 @@ from proton import Event
 from proton.reactor import Container, EventInjector
 
 from sluicegate.gateway.proton.internals import Selectable, register
+
+log = logging.getLogger("sluicegate")
 
 
 class Wakeup:
@@ -64,14 +67,21 @@ class Wakeup:
         return self._read
 
     def on_selectable_readable(self, event: Event) -> None:
-        """Drain the pipe and run what was queued."""
+        """Drain the pipe and run what was queued. A call that raises is logged as an internal
+        error and the calls after it still run: the pipe is drained, so a call left queued
+        behind it would wait for the next caller's byte (a log fsync's report, a login's
+        verdict, an HTTP request's job), which may never come."""
         with contextlib.suppress(BlockingIOError):
             while os.read(self._read, 4096):
                 pass
         # Only the calls queued so far: one that queues another (a job run in turns,
         # gateway/server.py) has it run in the next turn, after the sockets that are ready.
-        for _ in range(len(self._calls)):
-            self._calls.popleft()()
+        calls = self._calls
+        for _ in range(len(calls)):
+            try:
+                calls.popleft()()
+            except Exception:
+                log.exception("internal error in a call run on the reactor thread; the rest go on")
 
     def close(self) -> None:
         """Called by the reactor when the selectable ends: release both ends of the pipe."""

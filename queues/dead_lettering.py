@@ -100,6 +100,10 @@ class DeadLetter(NamedTuple):
     retry: Callable[[DeadLetter], None] | None = None
     # The queues that took it already, skipped when it is sent again.
     done: frozenset[str] = frozenset()
+    # The queues an earlier group of its copies went to, taking or refusing them: a letter
+    # whose copies do not all fit their channels' windows now goes in groups (Fits), and
+    # waits at the head of the outbox between them, still held in its queue.
+    passed: frozenset[str] = frozenset()
     # Who sent it, and the bytes it was counted at there until it is routed.
     sender: DeadLetterer | None = None
     size: int = 0
@@ -233,15 +237,18 @@ def _growth(letter: DeadLetter, payload: bytes, copies: int) -> int:
 Route = Callable[[str, str, bytes], list[QueueType]]
 # Whether a message to a queue goes through the log (the registry's rule for durable queues).
 Persists = Callable[[QueueType, Message], bool]
-# Whether a queue takes a letter of so many bytes now: one on another worker takes a window of
-# them until its owner confirms (gateway/peers.py sets it; docs/workers.md).
-Fits = Callable[[QueueType, int], bool]
+# How many of a letter's queues, in order, take a copy of so many bytes now: one on another
+# worker takes a window of them until its owner confirms (gateway/peers.py sets it;
+# docs/workers.md).
+Fits = Callable[[list[QueueType], int], int]
 
 
 class _Wait(NamedTuple):
-    """A dead letter whose ``copies`` the memory budget has no room for yet."""
+    """A dead letter whose ``copies`` the memory budget or the windows have no room for yet;
+    ``letter`` is what waits when a first group of its copies went."""
 
     copies: int
+    letter: DeadLetter | None = None
 
 
 class DeadLetterFailure(NamedTuple):
@@ -326,7 +333,8 @@ class DeadLetterRouter:
             if isinstance(left, _Wait):
                 # Back at the head of the outbox, in their order, until the budget has room;
                 # the waiting letter's cause now owes one unit per copy (docs/bounds.md).
-                pending[:0] = [self._charge_copies(letter, left.copies), *batch[taken + 1 :]]
+                waits = letter if left.letter is None else left.letter
+                pending[:0] = [self._charge_copies(waits, left.copies), *batch[taken + 1 :]]
                 self.waiting = True
                 break
             self._repay(letter)
@@ -336,7 +344,7 @@ class DeadLetterRouter:
             else:
                 # At-least-once: still held in its queue, to be sent again; repaid already.
                 assert letter.retry is not None
-                letter.retry(letter._replace(done=done, cause=None, charged=0))
+                letter.retry(letter._replace(done=done, passed=frozenset(), cause=None, charged=0))
             if room is not None:
                 room -= grown if held is None else max(grown, held.total - before)
         return dispatches
@@ -391,7 +399,10 @@ class DeadLetterRouter:
         returned, for it to be sent again to the others (None: delivered, or dropped), after
         the bytes by which the copies grow what the memory budget counts (the original leaves
         its queue once they are stored). Copies that would grow it past ``room`` are not made:
-        :class:`_Wait`.
+        :class:`_Wait`. Copies that do not fit their channels' windows (:data:`Fits`) are not
+        made either: the ones before them go, and the letter waits for the rest with them
+        recorded (``passed``), so that no queue gets a copy twice and none passes another
+        letter's; once its last group went, it leaves as one letter would.
         """
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
@@ -400,7 +411,11 @@ class DeadLetterRouter:
             targets = self._route(letter.exchange, routing_key, payload)
         except NotFound:
             targets = []
-        targets = [q for q in targets if q.name not in letter.done]
+        passed = letter.passed
+        skipped = letter.done | passed if passed else letter.done
+        targets = [q for q in targets if q.name not in skipped]
+        if not targets and passed:
+            return 0, self._ended(letter)
         if not targets:
             if letter.done:
                 return 0, None
@@ -408,6 +423,11 @@ class DeadLetterRouter:
                 return 0, letter.done
             self.dropped += 1
             return 0, None
+        fits = self.fits
+        if fits is not None and not fits(targets, len(payload)):
+            # Not even its first copy fits before its death is recorded (which only adds
+            # bytes): it waits without copying its payload, at every pass until one fits.
+            return _Wait(len(targets))
         death = Death(
             letter.queue,
             letter.reason,
@@ -417,20 +437,26 @@ class DeadLetterRouter:
         )
         payload = record_death(payload, death)
         targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
+        if not targets and passed:
+            return 0, self._ended(letter)
         if not targets:
             # A fully automatic loop: dropped, at-least-once or not (RabbitMQ's rule).
             self.dropped += 1
             return 0, None
-        grown = _growth(letter, payload, len(targets))
+        # Every copy to another worker's queue joins its channel's window, each weighed with
+        # the copies before it (each weighed alone, a letter to ten remote queues took 3.9 MB
+        # into a 1 MiB window, seed 65701's replay): the copies that fit go, the rest wait.
+        count = len(targets) if fits is None else fits(targets, len(payload))
+        if not count:
+            return _Wait(len(targets))
+        waiting = len(targets) - count
+        # Until its last group goes, the message stays in its queue.
+        grown = (
+            len(payload) + count * MESSAGE_OVERHEAD if waiting else _growth(letter, payload, count)
+        )
         if room is not None and grown > 0 and grown > room:
             return _Wait(len(targets))
-        fits = self.fits
-        # Every copy to another worker's queue joins its channel's window: weighed as if all
-        # went to one (a letter to ten remote queues, each weighed alone, took 3.9 MB into a
-        # 1 MiB window, seed 65701's replay).
-        size = len(payload) * len(targets)
-        if fits is not None and not all(fits(queue, size) for queue in targets):
-            return _Wait(len(targets))
+        targets = targets[:count]
         done = set(letter.done)
         refused = False
         first = Message(
@@ -455,7 +481,20 @@ class DeadLetterRouter:
                 refused = True
                 continue
             done.add(queue.name)
+        if waiting:
+            went = passed.union(queue.name for queue in targets)
+            waits = letter._replace(done=frozenset(done), passed=went)
+            return _Wait(waiting, waits)
+        refused = refused or not passed <= done
         return grown, (frozenset(done) if refused and letter.retry is not None else None)
+
+    def _ended(self, letter: DeadLetter) -> frozenset[str] | None:
+        """An earlier group of the letter's copies was its last: None when it is done with,
+        or, at least once with a queue that refused its copy, the queues that took it, for it
+        to be sent again to the others."""
+        if letter.retry is not None and not letter.passed <= letter.done:
+            return letter.done
+        return None
 
     def _log(self, queue: QueueType, copy: Message) -> Message:
         """The copy as ``queue`` stores it: logged when it is persistent and ``queue`` durable.

@@ -137,6 +137,9 @@ class QueueRegistry(ExchangeGraph):
         # What deleted queues had counted, so server-wide totals never go back (metrics).
         self.deleted_published = 0
         self.deleted_delivered = 0
+        # Told of each queue deleted, whatever deleted it: the records other workers'
+        # publishers are weighed by forget it (gateway/peers.py). None: nobody is.
+        self.gone: Callable[[QueueType], None] | None = None
 
     @property
     def dead_letters(self) -> list[DeadLetter]:
@@ -365,6 +368,8 @@ class QueueRegistry(ExchangeGraph):
         self.remove_destination(name, to_exchange=False)
         if self.placement is not None and not exclusive:
             self.placement.changed(["delete-queue", name])
+        if self.gone is not None:
+            self.gone(queue)
         return stats.ready
 
     def purge_queue(self, name: str) -> int:

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import count
 
-from sluicegate.session.remote_publishers import HTTP_PUBLISHER
+from sluicegate.session.remote_publishers import FIRST_LINK, PUBLISHER_STEP
 
 # Numbers for links, unique in a worker for its life: what names a link to the other workers
-# that store its copies (session/remote_publishers.py), after the numbers it reserves.
-_serials = count(HTTP_PUBLISHER + 1)
+# that store its copies (session/remote_publishers.py).
+_serials = count(FIRST_LINK, PUBLISHER_STEP)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,9 @@ class BudgetStatistics:
     # What the margin's classes hold (session/memory_budget.py) and where publishers wait.
     imported: int = 0
     letters_sent: int = 0
+    # The most bytes of letters this worker had sent to one other worker and not confirmed:
+    # within the window, but for a copy larger than it, alone (gateway/peers.py).
+    letters_window_peak: int = 0
     publishing_level: int = 0
     publishing_ceiling: int = 0
 
@@ -96,6 +99,7 @@ class MemoryBudget:
         "imports_part",
         "letters",
         "letters_sent",
+        "letters_window_peak",
         "limit",
         "peak",
         "reading",
@@ -130,6 +134,7 @@ class MemoryBudget:
         self.letters = 0
         self.imports_part = 0
         self.letters_sent = 0
+        self.letters_window_peak = 0
         self.imported = 0
 
     @property
@@ -240,6 +245,7 @@ class MemoryBudget:
             ceiling=self.ceiling,
             imported=self.imported,
             letters_sent=self.letters_sent,
+            letters_window_peak=self.letters_window_peak,
             publishing_level=self.publishing_level(self.used),
             publishing_ceiling=self.publishing_ceiling,
         )

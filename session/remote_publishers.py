@@ -17,11 +17,15 @@ from sluicegate.queues.queue_type import QueueType
 
 # A publish that names no publisher: a dead letter (parked while blocked whatever it weighs).
 NO_PUBLISHER = 0
-# The HTTP API's publishes, which have no link: charged to the API as one publisher, since no
-# request names the client behind it across requests. Weighed per queue only, its copies to
-# light queues of a blocked worker held nobody (adversary seed 66103's replay: a worker with
-# no connection of its own went past its ceiling). Links are numbered after it.
-HTTP_PUBLISHER = 1
+# The numbers that name publishers, unique in a worker for its life: its links take the even
+# ones (session/incoming_link.py, on the reactor thread), the HTTP API's clients the odd ones,
+# one per HTTP connection (gateway/http/publish_api.py, on the HTTP thread), so that the two
+# threads share no counter. Charged to the API as one publisher, a light HTTP client was held
+# with a heavy one; weighed per queue only, an HTTP client's copies to light queues of a
+# blocked worker held nobody (adversary seed 66103's replay).
+FIRST_LINK = 2
+FIRST_HTTP_CLIENT = 1
+PUBLISHER_STEP = 2
 
 
 class RemotePublisher:
@@ -72,6 +76,20 @@ class RemotePublishers:
         """The channel to ``peer`` ended: its links' publishes go unconfirmed."""
         for key in [key for key in self.publishers if key[0] == peer]:
             del self.publishers[key]
+
+    def queue_deleted(self, queue: QueueType) -> None:
+        """``queue`` was deleted: no record keeps it (nor, through it, the queue), a link's
+        weight at the block loses what it counted for it, and a link that stored only there
+        is forgotten. Kept until the budget let go, a client deleting the queues it filled
+        left a record per queue, weighed, until then."""
+        publishers = self.publishers
+        for key, publisher in list(publishers.items()):
+            weight = publisher.queues.pop(queue, None)
+            if weight is None:
+                continue
+            publisher.weight_at_block -= weight
+            if not publisher.queues:
+                del publishers[key]
 
     def forget_grown_nothing(self, grown: dict[RemotePublisher, int]) -> None:
         """Forget those not held whose queues weigh no more than they did when each was first

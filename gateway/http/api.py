@@ -92,6 +92,15 @@ class HttpApi:
             "nodes": overview.nodes,
         }
 
+    @property
+    def http_publishers(self) -> int:
+        """HTTP connections named as publishers now: at most the listener's open ones."""
+        return len(self._publisher.clients)
+
+    def closed(self, client: object) -> None:
+        """An HTTP connection closed (gateway/http/stack.py): what named it goes."""
+        self._publisher.closed(client)
+
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Authenticate, read the body, run the route on the reactor, answer JSON."""
         path = request.raw_path.partition("?")[0]
@@ -176,7 +185,16 @@ class HttpApi:
             if get:
                 answer = await self._getter.get(user, vhost, name, body)
             else:
-                answer = {"routed": await self._publisher.publish(user, vhost, name, body)}
+                answer = {
+                    "routed": await self._publisher.publish(
+                        user,
+                        vhost,
+                        name,
+                        body,
+                        request.protocol,
+                        request.transport is not None,
+                    )
+                }
         except HttpRefused as refused:
             return json_error(refused.status, refused.reason)
         except ApiError as refused:

@@ -20,6 +20,7 @@ import base64
 import binascii
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError
+from itertools import count
 from typing import Final, cast
 
 from proton import Message as ProtonMessage
@@ -38,6 +39,7 @@ from sluicegate.queues.queue_type import Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.remote import Remote, RemoteQueue
 from sluicegate.session.inbound import Unconfirmed
+from sluicegate.session.remote_publishers import FIRST_HTTP_CLIENT, PUBLISHER_STEP
 from sluicegate.wire.errors import AmqpError
 
 # RabbitMQ's HTTP name of the default exchange (the empty name).
@@ -57,6 +59,9 @@ _STRING_PROPERTIES: Final = {
 _SIMPLE: Final = (str, int, float, bool)
 # AMQP's long: the widest integer a header value may be.
 _LONG: Final = 2**63
+# The numbers that name HTTP clients to the workers that store their copies, on the HTTP thread
+# (session/remote_publishers.py).
+_client_numbers = count(FIRST_HTTP_CLIENT, PUBLISHER_STEP)
 
 
 class _Confirmation:
@@ -120,9 +125,21 @@ class PublishApi:
         # Publishes whose copies are not all confirmed yet, counted on the reactor: at most
         # ``http_max_connections`` (docs/bounds.md), whether their requests still wait or not.
         self.unconfirmed = 0
+        # Each open HTTP connection that published, and the number that names it as a
+        # publisher to the other workers (session/remote_publishers.py), on the HTTP thread:
+        # at most the listener's open connections, each gone as its connection closes.
+        self.clients: dict[object, int] = {}
 
-    async def publish(self, user: User, vhost: str, exchange: str, body: object) -> bool:
-        """Whether the message was routed to (and stored by) some queue; raises ApiError."""
+    def closed(self, client: object) -> None:
+        """The HTTP connection ``client`` closed: it publishes no more."""
+        self.clients.pop(client, None)
+
+    async def publish(
+        self, user: User, vhost: str, exchange: str, body: object, client: object, open_: bool
+    ) -> bool:
+        """Whether the message was routed to (and stored by) some queue; raises ApiError.
+        ``client`` is the HTTP connection it came on (``open_`` while it is), which names its
+        publisher: each client is weighed alone where its copies are stored."""
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
         routing_key = body.get("routing_key")
@@ -130,8 +147,14 @@ class PublishApi:
             raise ApiError(400, "routing_key must be a string")
         payload = encode(body)
         name = "" if exchange == DEFAULT_EXCHANGE else exchange
+        publisher = self.clients.get(client)
+        if publisher is None:
+            publisher = next(_client_numbers)
+            if open_:
+                # Closed already, it would never be told to forget it (:meth:`closed`).
+                self.clients[client] = publisher
         confirmation = await self._calls.call(
-            lambda: self._store(user, vhost, name, routing_key, payload), self._timeout
+            lambda: self._store(user, vhost, name, routing_key, payload, publisher), self._timeout
         )
         if confirmation is None:
             return False
@@ -140,7 +163,13 @@ class PublishApi:
         return await asyncio.wrap_future(confirmation.done)
 
     def _store(
-        self, user: User, vhost_name: str, exchange: str, routing_key: str, payload: bytes
+        self,
+        user: User,
+        vhost_name: str,
+        exchange: str,
+        routing_key: str,
+        payload: bytes,
+        publisher: int,
     ) -> _Confirmation | None:
         """On the reactor: check, route and store; None when routed to no queue."""
         broker = self._broker
@@ -214,7 +243,7 @@ class PublishApi:
         reached = 0
         try:
             for queue, copy in zip(queues, copies, strict=True):
-                _store_copy(publishing, registry, vhost.name, queue, copy, confirmation)
+                _store_copy(publishing, registry, vhost.name, queue, copy, confirmation, publisher)
                 reached += 1
         except Exception:
             # An internal error (answered 500) must not keep the publish counted against the
@@ -249,13 +278,15 @@ def _store_copy(
     queue: QueueType,
     copy: Message,
     confirmation: _Confirmation,
+    publisher: int,
 ) -> None:
-    """One copy to its queue: across the channel, through the log, or stored at once."""
+    """One copy to its queue: across the channel, named by its client's ``publisher``,
+    through the log, or stored at once."""
     pending = cast(Unconfirmed, confirmation)
     if type(queue) is RemoteQueue:
         # Stored by the worker that owns it; confirmed when it says so (its channel is up:
         # checked before any copy, in this same job).
-        queue.publish(pending, copy)
+        queue.publish(pending, copy, publisher)
         return
     durability = publishing.durability
     if durability is not None and registry.persists(queue, copy):

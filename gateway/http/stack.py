@@ -52,6 +52,8 @@ MAX_HEADERS: Final = 32
 CLOSE_TIMEOUT: Final = 5.0
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+# Told of each connection that closed, by its ``request.protocol``.
+Closed = Callable[[object], None]
 
 
 class _MalformedRequests(logging.Filter):
@@ -79,9 +81,12 @@ class HttpBounds:
 class _CappedServer(web.Server):
     """aiohttp's low-level server that closes a connection over its listener's cap at once."""
 
-    def __init__(self, handler: Handler, bounds: HttpBounds, **kwargs: Any) -> None:
+    def __init__(
+        self, handler: Handler, bounds: HttpBounds, closed: Closed | None, **kwargs: Any
+    ) -> None:
         super().__init__(handler, **kwargs)
         self._cap = bounds.max_connections
+        self._closed = closed
         # Sockets closed at once for being over the cap, for tests and docs/http-api.md.
         self.refused = 0
 
@@ -90,6 +95,11 @@ class _CappedServer(web.Server):
         if len(self.connections) > self._cap:
             self.refused += 1
             transport.abort()
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        super().connection_lost(handler, exc)
+        if self._closed is not None:
+            self._closed(handler)
 
 
 def _bounded(handler: Handler, bounds: HttpBounds) -> Handler:
@@ -153,8 +163,16 @@ class HttpStack:
         )
         self._thread.start()
 
-    def listen(self, host: str, port: int, handler: Handler, bounds: HttpBounds) -> Listening:
-        """Serve ``handler`` on ``host:port`` within ``bounds``; raises OSError as bind does."""
+    def listen(
+        self,
+        host: str,
+        port: int,
+        handler: Handler,
+        bounds: HttpBounds,
+        closed: Closed | None = None,
+    ) -> Listening:
+        """Serve ``handler`` on ``host:port`` within ``bounds``, telling ``closed`` of each
+        connection that closes; raises OSError as bind does."""
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -165,15 +183,18 @@ class HttpStack:
             sock.close()
             raise
         listening = asyncio.run_coroutine_threadsafe(
-            self._serve(sock, handler, bounds), self.loop
+            self._serve(sock, handler, bounds, closed), self.loop
         ).result()
         self._listeners.append(listening)
         return listening
 
-    async def _serve(self, sock: socket.socket, handler: Handler, bounds: HttpBounds) -> Listening:
+    async def _serve(
+        self, sock: socket.socket, handler: Handler, bounds: HttpBounds, closed: Closed | None
+    ) -> Listening:
         server = _CappedServer(
             _bounded(handler, bounds),
             bounds,
+            closed,
             # From the connection to a complete request head, and between two requests.
             keepalive_timeout=bounds.request_timeout,
             lingering_time=LINGERING_TIME,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import functools
+import http.client
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -189,3 +191,36 @@ def test_durable_reply_waits_for_the_log() -> None:
     finally:
         release.set()
         running.stop()
+
+
+def test_each_http_connection_publishes_under_its_own_name_forgotten_as_it_closes(
+    running: RunningServer,
+) -> None:
+    """Each HTTP connection is a publisher of its own to the workers that store its copies
+    (session/remote_publishers.py): charged to the API as one, a light HTTP client was held
+    with a heavy one. The API keeps one number per open connection that published, however
+    many requests it makes, and forgets it as the connection closes."""
+    api = running.server.http_api
+    assert api is not None
+    assert call(running, "PUT", "/queues/%2F/named-q", {}, user="alice")[0] == 201
+    token = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
+    body = json.dumps({"properties": {}, "routing_key": "named-q", "payload": "n"})
+    clients = [
+        http.client.HTTPConnection("127.0.0.1", running.server.http_api_port, timeout=10)
+        for _ in range(3)
+    ]
+    try:
+        for client in clients:
+            for _ in range(4):
+                client.request("POST", "/api/exchanges/%2F/amq.default/publish", body, headers)
+                response = client.getresponse()
+                assert (response.status, json.loads(response.read())) == (200, {"routed": True})
+        assert api.http_publishers == len(clients)
+        clients.pop().close()
+        wait_until(lambda: api.http_publishers == 2)
+    finally:
+        for client in clients:
+            client.close()
+    wait_until(lambda: api.http_publishers == 0)
+    assert running.queue("named-q").ready == 12

@@ -62,6 +62,7 @@ HOLD_GAUGES: Final = frozenset(
         "sluicegate_memory_budget_unfinished_bytes",
         "sluicegate_memory_budget_imported_bytes",
         "sluicegate_memory_budget_letters_sent_bytes",
+        "sluicegate_memory_budget_letters_window_peak_bytes",
         "sluicegate_connection_reads_paused_by_memory_budget",
         "sluicegate_connection_reads_paused_by_account",
         "sluicegate_connection_outgoing_pending_paused",

@@ -14,7 +14,7 @@ import pytest
 from sluicegate.queues.dead_lettering import COPIES_PER_PASS, LETTERS_PER_PASS
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_type import Clock, Outcome
+from sluicegate.queues.queue_type import Clock, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.wire.amqp_types import Described, Symbol
@@ -326,9 +326,9 @@ def test_a_letter_a_target_has_no_room_for_waits_in_its_queue_until_it_fits() ->
     asked: list[tuple[str, int]] = []
     room = False
 
-    def fits(queue: object, size: int) -> bool:
-        asked.append((getattr(queue, "name", ""), size))
-        return room
+    def fits(queues: list[QueueType], size: int) -> int:
+        asked.extend((queue.name, size) for queue in queues)
+        return len(queues) if room else 0
 
     registry.dead_letter_router.fits = fits
     registry.route_dead_letters()
@@ -346,9 +346,10 @@ def test_a_letter_a_target_has_no_room_for_waits_in_its_queue_until_it_fits() ->
     assert size > len(_BODY)
 
 
-def test_a_letter_to_several_queues_is_weighed_with_all_its_copies() -> None:
-    # Every copy to another worker's queue joins its channel's window: a letter to ten queues,
-    # each weighed alone, took 3.9 MB into a 1 MiB window (adversary seed 65701's replay).
+def test_a_letter_to_several_queues_is_weighed_copy_by_copy() -> None:
+    # Every copy to another worker's queue joins its channel's window with the copies before
+    # it: a letter to ten remote queues, each weighed alone, took 3.9 MB into a 1 MiB window
+    # (adversary seed 65701's replay). The window's side: test_channel_letter_window.py.
     registry = QueueRegistry(Clock(1_000))
     registry.declare_exchange("fx", "fanout")
     for index in range(3):
@@ -359,17 +360,25 @@ def test_a_letter_to_several_queues_is_weighed_with_all_its_copies() -> None:
     work.enqueue(Message(body))
     registry.clock.now += 10
     registry.expire()
-    asked: list[int] = []
+    asked: list[tuple[int, int]] = []
 
-    def fits(queue: object, size: int) -> bool:
-        asked.append(size)
-        return True
+    def fits(queues: list[QueueType], size: int) -> int:
+        asked.append((len(queues), size))
+        return min(2, len(queues))
 
     registry.dead_letter_router.fits = fits
     registry.route_dead_letters()
-    assert registry.queue("copy0").statistics().ready == 1
-    assert asked
-    assert min(asked) > 3 * len(body)
+    # The first two went; the third waits, its message still in its queue.
+    assert [registry.queue(f"copy{n}").statistics().ready for n in range(3)] == [1, 1, 0]
+    assert registry.dead_letter_router.waiting
+    assert work.statistics().dead_lettering_bytes == len(body)
+    registry.route_dead_letters()
+    assert [registry.queue(f"copy{n}").statistics().ready for n in range(3)] == [1, 1, 1]
+    assert work.statistics().dead_lettering_bytes == 0
+    # Asked first with the payload as it is, not copied while nothing fits, then with its
+    # death recorded: more than the body.
+    assert asked == [(3, len(body)), (3, asked[1][1]), (1, len(body)), (1, asked[3][1])]
+    assert min(asked[1][1], asked[3][1]) > len(body)
 
 
 def test_copies_refused_into_letters_of_their_own_take_the_passes_room() -> None:

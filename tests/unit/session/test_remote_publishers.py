@@ -9,6 +9,7 @@ from __future__ import annotations
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import Message
+from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.session.channel.frames import Publish
 from sluicegate.session.channel.remote import Remote, RemoteQueue
@@ -16,7 +17,7 @@ from sluicegate.session.inbound import Inbound
 from sluicegate.session.inbound_flow import InboundFlow, InboundLimits, queue_weight
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.session.remote_publishers import HTTP_PUBLISHER, NO_PUBLISHER
+from sluicegate.session.remote_publishers import FIRST_HTTP_CLIENT, NO_PUBLISHER, PUBLISHER_STEP
 
 # Large enough that a message's overhead in its queue is small beside the copies' bytes.
 LIMIT = 10_000_000
@@ -103,9 +104,35 @@ def test_what_names_no_publisher_is_not_charged_and_a_channel_that_ends_is_forgo
     assert list(flow.remote.publishers) == [(PEER + 1, FANNING)]
 
 
+def test_a_deleted_queue_leaves_the_records_at_once() -> None:
+    """A link's records kept the queues it stored into until the budget let go, deleted ones
+    too, weighed and referenced: a client deleting the queues it filled while blocked left
+    them there. The registry tells of every deletion; a link that stored only into deleted
+    queues is forgotten, one that stored elsewhere too is weighed by what is left."""
+    flow = InboundFlow(MemoryBudget(LIMIT), LIMITS)
+    registry = QueueRegistry()
+    registry.gone = flow.remote.queue_deleted
+    kept, gone, other = (registry.declare_queue(name) for name in ("kept", "gone", "other"))
+    flow.remote.storing(PEER, FANNING, kept, 100)
+    flow.remote.storing(PEER, FANNING, gone, 20)
+    flow.remote.storing(PEER, PROBING, other, 7)
+    registry.delete_queue("gone")
+    registry.delete_queue("other")
+    assert list(flow.remote.publishers) == [(PEER, FANNING)]
+    fanning = flow.remote.publishers[(PEER, FANNING)]
+    assert list(fanning.queues) == [kept]
+    assert fanning.weight_at_block == 100
+    # A queue no link stored into changes nothing.
+    registry.declare_queue("unused")
+    registry.delete_queue("unused")
+    assert list(flow.remote.publishers) == [(PEER, FANNING)]
+
+
 def test_a_publishers_copies_cross_named_by_its_link_in_runs_of_their_own() -> None:
     """The owner charges a run to the link it names, so two links' publishes to one queue do
-    not share a run; a letter names none, and an HTTP publish the HTTP API."""
+    not share a run; a letter names none, and an HTTP publish its client, never a link's
+    number: charged to the HTTP API as one publisher, a light HTTP client was held with a
+    heavy one."""
     flow = InboundFlow(MemoryBudget(LIMIT), LIMITS)
     first, second = Inbound(flow, Account()), Inbound(flow, Account())
     one, two = first.attach(), second.attach()
@@ -118,7 +145,17 @@ def test_a_publishers_copies_cross_named_by_its_link_in_runs_of_their_own() -> N
         pending, _ = inbound.route(link, None, 1, 10)
         assert queue.publish(pending, Message(b"z" * 10))
     queue.enqueue(Message(b"y" * 10))
-    # An HTTP publish's token is no link's: the HTTP API is charged as one publisher.
-    assert queue.publish(object(), Message(b"h" * 10))
+    # Two HTTP clients' publishes, each named by its own number (gateway/http/publish_api.py).
+    light, heavy = FIRST_HTTP_CLIENT, FIRST_HTTP_CLIENT + PUBLISHER_STEP
+    assert queue.publish(object(), Message(b"h" * 10), light)
+    assert queue.publish(object(), Message(b"h" * 10), heavy)
     runs = [(f.publisher, len(f.payloads)) for f in remote.outgoing if isinstance(f, Publish)]
-    assert runs == [(one.serial, 2), (two.serial, 1), (NO_PUBLISHER, 1), (HTTP_PUBLISHER, 1)]
+    assert runs == [
+        (one.serial, 2),
+        (two.serial, 1),
+        (NO_PUBLISHER, 1),
+        (light, 1),
+        (heavy, 1),
+    ]
+    assert {one.serial % PUBLISHER_STEP, two.serial % PUBLISHER_STEP} == {0}
+    assert light % PUBLISHER_STEP == heavy % PUBLISHER_STEP == 1
