@@ -285,7 +285,7 @@ class Peers:
         queue_deleted: Callable[[QueueRegistry, str], None],
         consumer_left: ConsumerLeft,
         max_message_size: int,
-        max_import_credit: int,
+        max_queue_credit: int,
         filter_views: ViewCache,
         vhosts: RuntimeVhostCopies,
         debt_of: DebtOf,
@@ -310,7 +310,7 @@ class Peers:
         self._queue_deleted = queue_deleted
         self._consumer_left = consumer_left
         self.max_frame_size = max_message_size + FRAME_OVERHEAD
-        self.max_import_credit = max_import_credit
+        self.max_queue_credit = max_queue_credit
         self.filter_views = filter_views
         self.vhosts = vhosts
         self._hold = hold
@@ -343,7 +343,7 @@ class Peers:
         )
         self.owners[peer] = Owner(
             self._find,
-            self.max_import_credit,
+            self.max_queue_credit,
             self._used,
             delete=self._delete,
             declare=lambda vhost, name, declaration: self._declare(peer, vhost, name, declaration),

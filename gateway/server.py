@@ -48,7 +48,6 @@ from sluicegate.gateway.tls import server_context
 from sluicegate.gateway.wakeup import Wakeup
 from sluicegate.gateway.worker_metrics import fetch_pages, merge, peer_port_files, publish_port
 from sluicegate.queues.registry import QueueRegistry
-from sluicegate.session.outbound import IMPORT_CREDIT_FACTOR
 
 log = logging.getLogger("sluicegate")
 T = TypeVar("T")
@@ -192,7 +191,7 @@ class Server:
                 broker.queue_deleted,
                 broker.remote_consumer_left,
                 config.max_message_size,
-                IMPORT_CREDIT_FACTOR * config.max_queue_credit,
+                config.max_queue_credit,
                 broker.filter_views,
                 self.runtime_vhosts,
                 broker.sending.debt_of,

@@ -94,7 +94,7 @@ def worker1(tmp_path: Path) -> Iterator[Worker1]:
         lambda registry, name: None,
         lambda registry, queue: None,
         max_message_size=1 << 20,
-        max_import_credit=1024,
+        max_queue_credit=256,
         filter_views=ViewCache(),
         vhosts=_NoRuntimeVhosts(),
         debt_of=lambda link: None,

@@ -44,9 +44,7 @@ class Pair:
         self.queue = ClassicQueue("q")
         self.remote = Remote(1)
         self.remote.opened()
-        self.owner = Owner(
-            lambda vhost, name: self.queue if name == "q" else None, max_import_credit
-        )
+        self.owner = Owner(lambda vhost, name: self.queue if name == "q" else None, 16)
         self.to_owner = FrameReader(MAX_FRAME)
         self.to_session = FrameReader(MAX_FRAME)
         self.writer = Writer()
