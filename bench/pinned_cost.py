@@ -18,11 +18,17 @@ machine's load:
 Each case publishes ``messages`` to an empty queue with no consumer, in windows of
 :data:`PUBLISH_WINDOW` (the publish phase: every message crosses once in a ``Publish`` frame
 and comes back confirmed), then consumes them all in windows of :data:`CONSUME_WINDOW` (the
-consume phase: credit requests, deliveries, settlements). The figure is the utime+stime of
-every process of the server (``/proc``, the supervisor's children included) over each phase,
-per message: the clients' own CPU is not in it, and a busy machine stretches the phases' wall
-time rather than their CPU, so the figure moves little with load. Each case is run
-``rounds`` times: the table shows the best and the median, and the ratios are of medians.
+consume phase: credit requests, deliveries, settlements). The figure is the utime+stime of the
+server's worker processes (``/proc/PID/stat``; the supervisor, which serves no message, is left
+out) over each phase, per message: the clients' own CPU is not in it.
+
+The four servers run side by side and take turns: a round publishes on each in turn, then
+consumes on each in turn, the order reversed from one round to the next, so that the cases a
+ratio compares ran seconds apart. On a shared machine a neighbour's load moves a server's CPU
+per message too (caches, frequency, and how many messages each reactor pass carries), by a
+fifth from one minute to the next; within a round it moves both sides of a ratio alike. Each
+ratio is therefore taken within a round, and the table gives the median of the rounds' ratios
+and their range, beside each case's best and median.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ import socket
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -42,7 +48,6 @@ from typing import Any, Final
 
 from proton import Message
 
-from bench.scenarios.workers import tree_ticks
 from bench.servers import Server, start_sluicegate, stop
 from sluicegate.clients.capi import PN_ACCEPTED, ffi, lib, link_pointer
 from sluicegate.clients.pump import Pump
@@ -265,11 +270,20 @@ def queue_on(home: int, workers: int) -> str:
     )
 
 
-def measure(case: Case, messages: int, rounds: int) -> list[Cost]:
-    """The publish and consume CPU per message of each of ``rounds`` runs of ``case``."""
-    costs: list[Cost] = []
+@dataclass(frozen=True)
+class Running:
+    """A case's server's worker pids by index, its client (on worker 0) and queue."""
+
+    case: Case
+    pids: list[int]
+    pump: Pump
+    address: str
+
+
+@contextmanager
+def running(case: Case) -> Iterator[Running]:
+    """``case``'s server with its client connected, the queue declared and the channel warm."""
     with serving(case.workers, case.handover) as (server, pids):
-        assert server.pid is not None
         address = server.address(queue_on(case.home, case.workers))
         pump = pinned(server, pids, pids[0], "pinned-bench")
         try:
@@ -278,44 +292,69 @@ def measure(case: Case, messages: int, rounds: int) -> list[Cost]:
             # One message each way first: the queue is declared and placed, the channel warm.
             publish(pump, address, 1)
             consume(pump, address, 1)
-            for _ in range(rounds):
-                before = tree_ticks(server.pid)
-                publish(pump, address, messages)
-                between = tree_ticks(server.pid)
-                consume(pump, address, messages)
-                after = tree_ticks(server.pid)
-                per = 1e6 / procstat.TICKS_PER_S / messages
-                costs.append(Cost((between - before) * per, (after - between) * per))
+            yield Running(case, pids, pump, address)
         finally:
             pump.connection.close()
             pump.flush()
             pump.close()
+
+
+def workers_ticks(pids: list[int]) -> int:
+    """CPU clock ticks (user and system) the worker processes ``pids`` used so far."""
+    return sum(procstat.parse_stat_ticks(Path(f"/proc/{pid}/stat").read_text()) for pid in pids)
+
+
+def phase(live: Running, act: Callable[[Pump, str, int], None], messages: int) -> float:
+    """The workers' CPU µs per message while ``act`` moves ``messages`` on ``live``."""
+    before = workers_ticks(live.pids)
+    act(live.pump, live.address, messages)
+    return (workers_ticks(live.pids) - before) * 1e6 / procstat.TICKS_PER_S / messages
+
+
+def measure(cases: Sequence[Case], messages: int, rounds: int) -> dict[Case, list[Cost]]:
+    """Each case's publish and consume CPU per message in each of ``rounds`` rounds, the cases
+    taking turns within a round (in the reverse order every other round)."""
+    costs: dict[Case, list[Cost]] = {case: [] for case in cases}
+    with ExitStack() as stack:
+        live = [stack.enter_context(running(case)) for case in cases]
+        for number in range(rounds):
+            order = live if number % 2 == 0 else live[::-1]
+            published = {each.case: phase(each, publish, messages) for each in order}
+            consumed = {each.case: phase(each, consume, messages) for each in order}
+            for case in cases:
+                costs[case].append(Cost(published[case], consumed[case]))
     return costs
 
 
+def ratios(costs: Sequence[float], base: Sequence[float]) -> tuple[float, float, float]:
+    """The median, lowest and highest of the rounds' ratios of ``costs`` to ``base`` (the
+    same round's)."""
+    each = [cost / against for cost, against in zip(costs, base, strict=True)]
+    return median(each), min(each), max(each)
+
+
+def _cell(costs: Sequence[float], base: Sequence[float]) -> str:
+    """A case's best and median, then the median of its ratios to ``base`` and their range."""
+    middle, low, high = ratios(costs, base)
+    return f"{min(costs):.1f}, {median(costs):.1f} | {middle:.2f} ({low:.2f} to {high:.2f})"
+
+
 def report(messages: int, rounds: int) -> list[str]:
-    """The Markdown table of every case (best and median of the rounds), with the load average
-    before and after."""
+    """The Markdown table of every case (best and median of the rounds, the median of the
+    rounds' ratios to one worker's and their range), with the load average before and after."""
     load = os.getloadavg()[0]
-    results = [(case, measure(case, messages, rounds)) for case in CASES]
+    results = measure(CASES, messages, rounds)
     lines = [
-        f"{messages} messages of {BODY_SIZE} bytes per phase, {rounds} rounds; "
+        f"{messages} messages of {BODY_SIZE} bytes per phase, {rounds} rounds in turns; "
         f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after",
         "",
-        "| case | publish µs/msg best, median | vs 1 worker | "
-        "consume µs/msg best, median | vs 1 worker |",
+        "| case | publish µs/msg best, median | vs 1 worker, median of rounds (range) | "
+        "consume µs/msg best, median | vs 1 worker, median of rounds (range) |",
         "|---|---:|---:|---:|---:|",
     ]
-    base = results[0][1]
-    base_publish = median(cost.publish for cost in base)
-    base_consume = median(cost.consume for cost in base)
-    for case, costs in results:
-        publish_costs = [cost.publish for cost in costs]
-        consume_costs = [cost.consume for cost in costs]
-        lines.append(
-            f"| {case.label} | {min(publish_costs):.1f}, {median(publish_costs):.1f} "
-            f"| {median(publish_costs) / base_publish:.2f} "
-            f"| {min(consume_costs):.1f}, {median(consume_costs):.1f} "
-            f"| {median(consume_costs) / base_consume:.2f} |"
-        )
+    base = results[CASES[0]]
+    for case, costs in results.items():
+        publish_cell = _cell([cost.publish for cost in costs], [cost.publish for cost in base])
+        consume_cell = _cell([cost.consume for cost in costs], [cost.consume for cost in base])
+        lines.append(f"| {case.label} | {publish_cell} | {consume_cell} |")
     return lines

@@ -25,6 +25,7 @@ from sluicegate.gateway.state import (
     SessionState,
     forget_session,
 )
+from sluicegate.session.outbound import IMPORT_CREDIT_FACTOR
 from sluicegate.session.outbound import Session as PureSession
 from sluicegate.wire.errors import AmqpError
 
@@ -70,6 +71,7 @@ class Sessions:
         pure = PureSession(
             connection.writer,
             max_queue_credit=self._config.max_queue_credit,
+            max_import_credit=IMPORT_CREDIT_FACTOR * self._config.max_queue_credit,
             max_frame_size=min(remote, max_frame_size) if remote else max_frame_size,
             unsettled=self._sending.unsettled,
             waiting=connection.waiting,

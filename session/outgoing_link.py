@@ -94,6 +94,7 @@ class OutgoingLink:
     __slots__ = (
         "__weakref__",
         "ack_required",
+        "batch",
         "browse",
         "client_flow_ctl",
         "counted",
@@ -144,6 +145,10 @@ class OutgoingLink:
         # for a queue that answers at once; the session sets more for one that answers a
         # round trip later (session/outbound.py ``attach_link``).
         self.top_up_below = 1
+        # The most one credit request asks its queue for, set as the session attaches it:
+        # ``max_queue_credit``, or for another worker's queue ``max_import_credit``
+        # (session/outbound.py).
+        self.batch = 0
         # Its deliveries are bytes this worker did not hold (another worker's queue): asked
         # for only while the memory budget is not blocked, in batches of at most
         # ``IMPORT_BATCH`` bytes by the largest it was sent (session/waiting.py).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import Final, cast
 
 from sluicegate.queues.dead_lettering import DeadLetterRouter
@@ -138,13 +139,15 @@ class RemoteConsumer:
     tracks, made for every message crossing, docs/workers.md): the session may hand them back
     unsent when the consumer detaches, or never have seen them (they crossed its DETACH), and
     either way they return as they were, as locally. The session holds at most one batch per
-    consumer (``max_queue_credit``, session/outbound.py), so twice that many covers a batch and
-    the deliveries that crossed its next request. ``session`` is the channel's
+    consumer (``max_queue_credit``, four times that of small messages from another worker's
+    queue: session/outbound.py), so its last two requests' credit covers a batch and the
+    deliveries that crossed its next request (:meth:`Owner._keep`). ``session`` is the channel's
     :class:`Outbox` and ``detached`` says it is gone, as for a local consumer's link.
     """
 
     __slots__ = (
         "__weakref__",
+        "asked",
         "counts",
         "detached",
         "end",
@@ -163,6 +166,8 @@ class RemoteConsumer:
         self.queue = queue
         self.recent: deque[Message] = deque(maxlen=keep)
         self.counts: deque[int] = deque(maxlen=keep)
+        # The credit of its last request, which :meth:`Owner._keep` sizes ``recent`` by.
+        self.asked = 0
         self.session = session
         self.detached = False
         # What its outcomes' letters owe here, from its first settlement that made one.
@@ -202,6 +207,7 @@ class Owner:
         # the worker's own, as for its local consumers.
         self.views = views if views is not None else ViewCache()
         self.clock = clock if clock is not None else Clock()
+        # What every remote consumer's recent deliveries cover at least (RemoteConsumer).
         self.keep = 2 * max_queue_credit
         # The most payload bytes one DELIVERIES frame carries, with their table: the reader
         # takes a frame of the largest message and FRAME_OVERHEAD (the gateway sets it).
@@ -376,6 +382,7 @@ class Owner:
         key = self._consumer(frame.consumer)
         end = key.end
         end.granted(frame)
+        self._keep(key, frame.credit)
         messages, reply = key.queue.credit(key, frame.delivery_count, frame.credit, frame.drain)
         # The owner finds its own queues only, and those answer at once.
         assert reply is not None
@@ -441,6 +448,25 @@ class Owner:
             del self.attached[key.queue]
         self.left.append((key.vhost, key.queue))
         return dispatches
+
+    def _keep(self, key: RemoteConsumer, credit: int) -> None:
+        """Size ``key``'s recent deliveries for a request of ``credit``: its session holds at
+        most what its last request let the queue send and the deliveries that crossed it on
+        the one before, so the two requests' credit covers a detach, and never less than
+        twice a local batch. A consumer of small messages asks another worker's queue for up
+        to four local batches at once (session/outbound.py), one of large ones for a few, so
+        each keeps what it may get back, not twice the largest batch of any size: the
+        settled or pre-settled messages the deque still references hold their bytes."""
+        keep = max(self.keep, key.asked + credit)
+        key.asked = credit
+        recent = key.recent
+        if keep == recent.maxlen:
+            return
+        drop = len(recent) - keep
+        if drop > 0 and not key.end.ack_required:
+            self.recent_bytes -= sum(message.held for message in islice(recent, drop))
+        key.recent = deque(recent, maxlen=keep)
+        key.counts = deque(key.counts, maxlen=keep)
 
     def _deliveries(self, key: RemoteConsumer, messages: list[Message]) -> list[Deliveries]:
         """A run of one consumer's messages as DELIVERIES frames, each within

@@ -137,6 +137,31 @@ def test_a_detach_gives_back_what_the_session_held_and_what_crossed_it() -> None
     assert queue.statistics().ready == 3
 
 
+def test_a_remote_consumers_recent_deliveries_cover_its_last_two_requests_and_no_more() -> None:
+    queue = ClassicQueue("q")
+    # Twice a local batch of 4: at least 8 kept.
+    owner = _owner(queue)
+    owner.receive(Attach(1, "/", "q", False, False, 0))
+    owner.receive(Credit(1, 0, 16, False, False))
+    for _ in range(16):
+        owner.route(queue.enqueue(Message(b"m")))
+    # Nothing left the session yet: counted from there, 16 more may come.
+    owner.receive(Credit(1, 0, 32, False, False))
+    for _ in range(16):
+        owner.route(queue.enqueue(Message(b"m")))
+    # A batch larger than twice a local one, all of it kept for a detach.
+    assert owner.recent_bytes == 32
+    # Its requests fall to one delivery at a time: twice a local batch is kept, and the
+    # pre-settled bytes of the rest, counted here only, are let go.
+    owner.receive(Credit(1, 32, 1, False, False))
+    assert owner.recent_bytes == 32
+    owner.receive(Credit(1, 32, 1, False, False))
+    assert owner.recent_bytes == 8
+    owner.receive(Detach(1, 32, tuple(range(24, 32))))
+    assert queue.statistics().ready == 8
+    assert owner.recent_bytes == 0
+
+
 def test_a_lost_channel_returns_unsettled_deliveries_and_sends_nothing_twice() -> None:
     queue = ClassicQueue("q")
     owner = _owner(queue)

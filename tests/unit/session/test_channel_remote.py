@@ -40,7 +40,7 @@ MAX_FRAME = 1 << 20
 class Pair:
     """Worker A's session and worker B's queue, joined by the channel's two byte streams."""
 
-    def __init__(self, ack_required: bool = False, max_queue_credit: int = 16) -> None:
+    def __init__(self, ack_required: bool = False, max_import_credit: int = 16) -> None:
         self.queue = ClassicQueue("q")
         self.remote = Remote(1)
         self.remote.opened()
@@ -48,7 +48,12 @@ class Pair:
         self.to_owner = FrameReader(MAX_FRAME)
         self.to_session = FrameReader(MAX_FRAME)
         self.writer = Writer()
-        self.session = Session(self.writer, remote_incoming_window=1 << 20, max_queue_credit=16)
+        self.session = Session(
+            self.writer,
+            remote_incoming_window=1 << 20,
+            max_queue_credit=16,
+            max_import_credit=max_import_credit,
+        )
         self.link = self.session.attach_link(
             0, RemoteQueue("q", "/", self.remote), ack_required=ack_required
         )
@@ -428,6 +433,54 @@ def test_another_workers_queue_is_asked_for_one_then_a_batch_within_its_bytes() 
     assert size > 0
     (second,) = _credit_requests(pair)
     assert second.credit == min(16, max(1, IMPORT_BATCH // size))
+
+
+def test_a_larger_import_batch_is_asked_within_the_clients_credit_and_goes_back_whole() -> None:
+    # The gateway asks another worker's queue for IMPORT_CREDIT_FACTOR local batches at once
+    # (session/outbound.py): here 64 where a local queue is asked for 16.
+    pair = Pair(ack_required=True, max_import_credit=64)
+    pair.publish(200)
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    for _ in range(2):
+        pair.up()
+        pair.deliver_up()
+        pair.deliver_down()
+    assert pair.link.batch == 64
+    assert len(pair.link.waiting) == 64
+    _send(pair, 64)
+    # The rest of the client's credit, not another whole batch.
+    (request,) = _credit_requests(pair)
+    assert (request.delivery_count, request.credit) == (64, 36)
+    pair.up()
+    pair.deliver_up()
+    pair.deliver_down()
+    assert len(pair.link.waiting) == 36
+    assert len(pair.received) == 64
+    # The owner keeps what a batch and the deliveries crossing its next request may be, so
+    # a detach gives back every delivery the client never settled, as it was.
+    seqs = [message.seq for message in pair.received]
+    route(pair.session.settle(pair.link, seqs, Outcome.ACCEPTED, False))
+    route(pair.session.detach_link(pair.link))
+    pair.up()
+    pair.deliver_up()
+    assert pair.queue.statistics().ready == 200 - 64
+    again = object()
+    pair.queue.attach(again, ack_required=True)
+    back, _ = pair.queue.credit(again, 0, 200, False)
+    assert [message.delivery_count for message in back] == [0] * (200 - 64)
+
+
+def test_a_larger_import_batch_of_large_messages_stays_within_its_bytes() -> None:
+    pair = Pair(max_import_credit=64)
+    body = b"x" * (IMPORT_BATCH // 10)
+    for _ in range(40):
+        pair._local(pair.queue.enqueue(Message(amqp(Described(0x75, body)))))
+    pair.session.client_flow(pair.link, 0, 100, False, False)
+    for _ in range(2):
+        pair.up()
+        pair.deliver_up()
+        pair.deliver_down()
+    assert len(pair.link.waiting) == IMPORT_BATCH // pair.link.largest < 16
 
 
 def test_with_the_budget_full_nothing_new_is_asked_of_another_worker() -> None:
