@@ -446,6 +446,17 @@ class Peers:
         sent = sum(remote.in_flight for remote in self.remotes.values())
         return sent + sum(owner.recent_bytes for owner in self.owners.values())
 
+    def budget_figures(self) -> dict[str, int]:
+        """What weighs on this worker's publishers' part from the channels, for its metrics
+        (gateway/statistics.py)."""
+        charged = self._publishers.publishers.values()
+        return {
+            "channel_sent_bytes": sum(remote.in_flight for remote in self.remotes.values()),
+            "channel_parked_bytes": sum(_publish_bytes(publish) for _, publish in self._parked),
+            "remote_publishers": len(charged),
+            "remote_publishers_held": sum(1 for publisher in charged if publisher.held),
+        }
+
     def _queue_gone(self, queue: QueueType) -> None:
         """A queue here was deleted: other workers' links forget it (remote_publishers.py)."""
         self._publishers.queue_deleted(queue)
