@@ -28,7 +28,7 @@ RECLASSIFY_SHARE: Final = 16
 # Near the publishers' ceiling the holds are decided again as the bytes move by a sixteenth of
 # the room left, but never for less than this share of the margin (16 KiB of a 4 MiB one): the
 # room a publisher may still grow in shrinks with it, and weighing at every event would cost
-# every flush a pass over the links.
+# every flush a pass over the links. A publisher is never held for growing by less.
 RECLASSIFY_FLOOR: Final = 256
 # A publisher holds the budget only if its queues hold at least this share of an even split of
 # the margin among the publishers that weigh anything: a quarter, so that a few publishers
@@ -386,8 +386,14 @@ class InboundFlow:
             1 for growth in (*grown, *remote_grown.values()) if growth > 0
         )
         # What each publisher growing in the publishers' part may take of the room left in it
-        # before it is held.
-        share = self._room * HOLDER_SHARE / growing if growing else 0
+        # before it is held, but never less than the weighing's own step: a light publisher
+        # whose queue holds a message or two as it is weighed near the ceiling would otherwise
+        # be held, and weighed again only once the bytes move by that step.
+        share = (
+            max(self._room * HOLDER_SHARE / growing, budget.margin / RECLASSIFY_FLOOR)
+            if growing
+            else 0
+        )
 
         def holds(weight: int, growth: int) -> bool:
             return (mean > 0 and 2 * weight >= mean and weight >= floor) or (

@@ -101,21 +101,18 @@ class RemotePublishers:
         """Whether worker ``peer``'s link ``publisher`` may store a run of ``nbytes`` into
         ``queue`` while blocked, with ``room`` left in the publishers' part: its growth with the
         run within :data:`ADMITTED_SHARE` of the room, shared among the publishers growing (it
-        among them). Charged if so; held if not, so that its later runs park until the holds
-        are decided again."""
-        key = (peer, publisher)
-        found = self.publishers.get(key)
-        fresh = found is None
+        among them). Charged if so; if not, the run waits and is weighed again at the next
+        flush, with the room then left (held for it, a light link whose run came as the room
+        was short waited until the holds were decided again, which only a move of the bytes
+        brings)."""
+        found = self.publishers.get((peer, publisher))
         if found is not None and found.held:
             return False
         growth = nbytes if found is None else found.growth(weigh) + nbytes
-        growing = max(1, self.growing + 1 if fresh else self.growing)
+        growing = max(1, self.growing + 1 if found is None else self.growing)
         if growth * growing > room * ADMITTED_SHARE:
-            if found is None:
-                found = self.publishers[key] = RemotePublisher()
-            found.held = True
             return False
-        if fresh:
+        if found is None:
             self.growing += 1
         self.storing(peer, publisher, queue, weigh(queue))
         return True
