@@ -189,6 +189,33 @@ class ServerCollector(Collector):
             "larger than it, sent alone.",
             budget.letters_window_peak,
         )
+        yield _gauge(
+            "sluicegate_memory_budget_channel_sent_bytes",
+            "Bytes this worker sent other workers' queues and they have not confirmed: counted "
+            "in its memory budget.",
+            stats.channel_sent_bytes,
+        )
+        yield _gauge(
+            "sluicegate_memory_budget_channel_parked_bytes",
+            "Bytes of other workers' publishes parked here while the memory budget is blocked: "
+            "counted by their senders.",
+            stats.channel_parked_bytes,
+        )
+        yield _gauge(
+            "sluicegate_memory_budget_remote_publishers",
+            "Other workers' links charged here for what they stored while the budget is blocked.",
+            stats.remote_publishers,
+        )
+        yield _gauge(
+            "sluicegate_memory_budget_remote_publishers_held",
+            "Other workers' links held here: their publishes park.",
+            stats.remote_publishers_held,
+        )
+        yield _gauge(
+            "sluicegate_publisher_links_held",
+            "Publishing links the memory budget holds: no new credit.",
+            sum(1 for link in stats.publishers if link.held),
+        )
         yield CounterMetricFamily(
             "sluicegate_memory_budget_blocks",
             "Times the memory budget has blocked publishers.",

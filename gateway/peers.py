@@ -257,9 +257,15 @@ class Peers:
         # queue's messages are stored in their order.
         self._parked_queues: set[tuple[str, str]] = set()
         # The budget as the last flush found it: blocked, and the bytes a queue must weigh
-        # for its publishes to be parked (0: every publish, at the ceiling).
+        # for its publishes to be parked (0: every publish, at the ceiling). While it is
+        # blocked every publish is parked as it comes and weighed at the flush, where the holds
+        # are known (:meth:`_store_light`); while it is not, they are stored as they come up to
+        # the limit less what was stored since the flush, and parked past it: stored as they
+        # came whatever the count, one pass's reads of the channel went past the limit and
+        # through the part unweighed (adversary seed 65800).
         self._blocked = False
         self._heavy = 0
+        self._below_limit = 0
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
         # Channels ended because their peer broke the protocol (a metric: it never should).
@@ -440,6 +446,17 @@ class Peers:
         sent = sum(remote.in_flight for remote in self.remotes.values())
         return sent + sum(owner.recent_bytes for owner in self.owners.values())
 
+    def budget_figures(self) -> dict[str, int]:
+        """What weighs on this worker's publishers' part from the channels, for its metrics
+        (gateway/statistics.py)."""
+        charged = self._publishers.publishers.values()
+        return {
+            "channel_sent_bytes": sum(remote.in_flight for remote in self.remotes.values()),
+            "channel_parked_bytes": sum(_publish_bytes(publish) for _, publish in self._parked),
+            "remote_publishers": len(charged),
+            "remote_publishers_held": sum(1 for publisher in charged if publisher.held),
+        }
+
     def _queue_gone(self, queue: QueueType) -> None:
         """A queue here was deleted: other workers' links forget it (remote_publishers.py)."""
         self._publishers.queue_deleted(queue)
@@ -533,12 +550,12 @@ class Peers:
                 self._refuse(cast(OutgoingLink, key), error)
         elif kind is Publish:
             publish = cast(Publish, frame)
-            if (publish.vhost, publish.queue) in self._parked_queues or (
-                self._blocked and self._parks(peer, publish)
-            ):
+            to = (publish.vhost, publish.queue)
+            if self._blocked or self._below_limit <= 0 or to in self._parked_queues:
                 self._parked.append((peer, publish))
-                self._parked_queues.add((publish.vhost, publish.queue))
+                self._parked_queues.add(to)
             else:
+                self._below_limit -= _publish_bytes(publish)
                 self._store(peer, publish)
         elif kind is Topology:
             self.apply(peer, cast(Topology, frame))
@@ -659,6 +676,7 @@ class Peers:
             room -= _publish_bytes(publish)
             if peer in self._confirms:
                 self._store(peer, publish)
+        self._below_limit = room
         if parked and blocked and not full:
             self._store_light(budget.publishing_ceiling - budget.publishing_level(budget.used))
         if not parked:
@@ -687,50 +705,48 @@ class Peers:
         own light publishers go on. Parked once at the publishers' ceiling, a light queue's
         publishes otherwise waited until the budget let go, for good when queues nobody reads
         hold it (adversary seed 66100: the prober's queue, its worker just past its limit).
-        A queue with a letter, a heavy publish or a held publisher's parked keeps the rest of
-        its own waiting."""
+        Each run is admitted by what its publisher grew by with it against its share of the
+        room left (session/remote_publishers.py), so that no run takes the last of it. A queue
+        with a letter, a heavy publish or a held publisher's parked keeps the rest of its own
+        waiting."""
         kept: deque[tuple[int, Publish]] = deque()
         waiting: set[tuple[str, str]] = set()
         for peer, publish in self._parked:
             to = (publish.vhost, publish.queue)
-            if room > 0 and to not in waiting and not self._parks_blocked(peer, publish):
-                room -= _publish_bytes(publish)
-                if peer in self._confirms:
+            if to not in waiting and peer in self._confirms:
+                queue = self._find(publish.vhost, publish.queue)
+                if queue is None:
+                    # Deleted meanwhile: released, as _store says.
                     self._store(peer, publish)
-                continue
+                    continue
+                nbytes = _publish_bytes(publish)
+                if not self._parks(peer, publish, queue) and self._publishers.admit(
+                    peer, publish.publisher, queue, nbytes, room, queue_weight
+                ):
+                    room -= nbytes
+                    self._store(peer, publish)
+                    continue
+            elif peer not in self._confirms:
+                continue  # its channel ended: it goes unconfirmed
             waiting.add(to)
             kept.append((peer, publish))
         self._parked = kept
         self._parked_queues = waiting
 
-    def _parks_blocked(self, peer: int, publish: Publish) -> bool:
-        """Whether a parked publish must go on waiting while blocked (:meth:`_parks`, but for
-        the queues that have some parked)."""
-        if publish.letters or self._heavy == 0 or self._publishers.held(peer, publish.publisher):
-            return True
-        queue = self._find(publish.vhost, publish.queue)
-        return queue is not None and queue_weight(queue) >= self._heavy
-
-    def _parks(self, peer: int, publish: Publish) -> bool:
-        """Whether a publish that arrives while the budget is blocked waits: at the ceiling,
-        after another parked one to its queue, when its queue holds at least a holder's
-        floor (session/inbound_flow.py: a quarter of the margin), or when the budget holds its
-        publisher for what it stored here (session/remote_publishers.py), as this worker's
-        publishers are weighed. A publish to a queue that is drained as it fills goes on. Dead
-        letters always wait: no hold weighs them, and stored into light queues they took a worker
+    def _parks(self, peer: int, publish: Publish, queue: QueueType) -> bool:
+        """Whether a parked publish to ``queue`` waits on while blocked: at the ceiling, when
+        its queue holds at least a holder's floor (session/inbound_flow.py: a quarter of the
+        margin), or when the budget holds its publisher for what it stored here
+        (session/remote_publishers.py), as this worker's publishers are weighed. Dead letters
+        always wait: no hold weighs them, and stored into light queues they took a worker
         through its margin to the ceiling, where every publisher waits (seed 65400); this
         worker's own letters are routed only below its limit (gateway/dead_letters.py)."""
-        if (
+        return (
             publish.letters
             or self._heavy == 0
-            or (publish.vhost, publish.queue) in self._parked_queues
             or self._publishers.held(peer, publish.publisher)
-        ):
-            return True
-        queue = self._find(publish.vhost, publish.queue)
-        if queue is None:
-            return False
-        return queue_weight(queue) >= self._heavy
+            or queue_weight(queue) >= self._heavy
+        )
 
     def _store(self, peer: int, frame: Publish) -> None:
         """Store another worker's run of publishes in a queue here; each is confirmed once
@@ -744,9 +760,6 @@ class Peers:
             for publish in range(first, first + len(frame.payloads)):
                 confirms.add(publish, Settled.RELEASED)
             return
-        if self._blocked:
-            # Charged to its publisher from the weight its queue had before it.
-            self._publishers.storing(peer, frame.publisher, queue, queue_weight(queue))
         registry = vhost.registry
         durability = self.durability
         exchange, routing_key = frame.exchange, frame.routing_key

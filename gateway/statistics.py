@@ -66,6 +66,14 @@ class ServerStatistics:
     handovers_given: int = 0
     handovers_taken: int = 0
     handovers_kept: int = 0
+    # What else weighs on the publishers' part with other workers (gateway/peers.py): bytes
+    # this worker sent them unconfirmed (counted here), their publishes parked here (counted
+    # by them), and the links of theirs charged here while blocked and the held ones among
+    # them (session/remote_publishers.py): what a breach of the adversary is told apart by.
+    channel_sent_bytes: int = 0
+    channel_parked_bytes: int = 0
+    remote_publishers: int = 0
+    remote_publishers_held: int = 0
 
     @property
     def queues(self) -> list[QueueStatistics]:
@@ -153,4 +161,5 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         handovers_given=0 if handovers is None else handovers.given,
         handovers_taken=0 if handovers is None else handovers.taken,
         handovers_kept=0 if handovers is None else handovers.kept,
+        **({} if broker.peers is None else broker.peers.budget_figures()),
     )

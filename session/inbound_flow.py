@@ -25,6 +25,11 @@ from sluicegate.session.remote_publishers import RemotePublishers
 # margin above the limit: a publisher not yet weighed (a fresh link) adds at most a sixteenth of
 # the margin before it is, and the weighing stays O(1) per event averaged over what moved.
 RECLASSIFY_SHARE: Final = 16
+# Near the publishers' ceiling the holds are decided again as the bytes move by a sixteenth of
+# the room left, but never for less than this share of the margin (16 KiB of a 4 MiB one): the
+# room a publisher may still grow in shrinks with it, and weighing at every event would cost
+# every flush a pass over the links. A publisher is never held for growing by less.
+RECLASSIFY_FLOOR: Final = 256
 # A publisher holds the budget only if its queues hold at least this share of an even split of
 # the margin among the publishers that weigh anything: a quarter, so that a few publishers
 # piling up bytes are all holders, while one whose queue keeps a few messages is not made a
@@ -159,8 +164,10 @@ class InboundFlow:
         self._watched_since = 0.0
         # The holds were decided for the bytes held at this figure (None: to be decided).
         self._classified_at: int | None = None
-        # They were decided with the bytes held at or above the publishers' ceiling.
+        # They were decided with the bytes held at or above the publishers' ceiling, and this
+        # much left below it.
         self._over_ceiling = False
+        self._room = 0
         # The budget is blocked and deliveries still arriving have no room left in their part
         # of its margin: the oldest arriving delivery is no longer read either
         # (session/memory_budget.py).
@@ -267,7 +274,8 @@ class InboundFlow:
                 or not was_blocked
                 or oldest is not self._oldest
                 or budget.publishers_full(budget.used) != self._over_ceiling
-                or abs(budget.used - classified) * RECLASSIFY_SHARE >= budget.margin
+                or abs(budget.used - classified) * RECLASSIFY_SHARE
+                >= max(min(self._room, budget.margin), budget.margin // RECLASSIFY_FLOOR)
             ):
                 out = self._classify(weigh)
         elif was_blocked:
@@ -352,6 +360,7 @@ class InboundFlow:
         budget = self.budget
         self._classified_at = budget.used
         self._over_ceiling = budget.publishers_full(budget.used)
+        self._room = max(0, budget.publishing_ceiling - budget.publishing_level(budget.used))
         links = [link for inbound in self.connections for link in inbound.links]
         weights = [weigh(link) for link in links]
         remote = list(self.remote.publishers.values())
@@ -373,15 +382,22 @@ class InboundFlow:
             publisher: weight - publisher.weight_at_block
             for publisher, weight in zip(remote, remote_weights, strict=True)
         }
-        growing = sum(1 for growth in (*grown, *remote_grown.values()) if growth > 0)
-        # What the publishers' part may take before those whose queues grow in it are held.
+        growing = self.remote.growing = sum(
+            1 for growth in (*grown, *remote_grown.values()) if growth > 0
+        )
+        # What each publisher growing in the publishers' part may take of the room left in it
+        # before it is held, but never less than the weighing's own step: a light publisher
+        # whose queue holds a message or two as it is weighed near the ceiling would otherwise
+        # be held, and weighed again only once the bytes move by that step.
         share = (
-            (budget.publishing_ceiling - budget.limit) * HOLDER_SHARE / growing if growing else 0
+            max(self._room * HOLDER_SHARE / growing, budget.margin / RECLASSIFY_FLOOR)
+            if growing
+            else 0
         )
 
         def holds(weight: int, growth: int) -> bool:
             return (mean > 0 and 2 * weight >= mean and weight >= floor) or (
-                growing > 0 and growth >= share
+                growth > 0 and growth >= share
             )
 
         for link, weight, growth in zip(links, weights, grown, strict=True):

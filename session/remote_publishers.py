@@ -9,12 +9,27 @@ copies went to many queues on another worker, each far under a holder's floor, w
 one, and filled the owner's publishers' part until every publisher there waited, the light
 ones among them (adversary seeds 66102, 66103). A held one's publishes are parked, and stored
 once it is not held (gateway/peers.py), so that the amplification waits, never the bystander.
+
+While blocked, the owner stores nothing of theirs unweighed: each run is admitted
+(:meth:`RemotePublishers.admit`) only if its publisher's growth with it stays within a quarter
+of the publishers' part left, shared among the publishers growing in it. Weighed only at the
+flush that follows, a fresh link each time took a quarter of the whole part and a sixteenth
+more before it was held, and five links, each gone or held in turn, filled the part to its
+ceiling (adversary seed 65800: 4.5 MB of other workers' publishes stored past a worker's
+limit, nobody held). Admitted so, a run takes at most a quarter of the room it finds, so
+however many links come and go, their runs never take the last of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sluicegate.queues.queue_type import QueueType
 
+# The most a publisher's growth may take of the publishers' part left, shared among those that
+# grow in it: the holder rule's share (session/inbound_flow.py's HOLDER_SHARE), so that a
+# run takes at most a quarter of the room it finds, and the room left never ends.
+ADMITTED_SHARE = 0.25
 # A publish that names no publisher: a dead letter (parked while blocked whatever it weighs).
 NO_PUBLISHER = 0
 # The numbers that name publishers, unique in a worker for its life: its links take the even
@@ -47,15 +62,22 @@ class RemotePublisher:
             self.queues[queue] = weight
             self.weight_at_block += weight
 
+    def growth(self, weigh: Callable[[QueueType], int]) -> int:
+        """What its queues grew by since it first stored into each."""
+        return sum(weigh(queue) for queue in self.queues) - self.weight_at_block
+
 
 class RemotePublishers:
     """The links of other workers that stored copies here while the budget is blocked."""
 
-    __slots__ = ("publishers",)
+    __slots__ = ("growing", "publishers")
 
     def __init__(self) -> None:
         # By the worker they are on and their number there.
         self.publishers: dict[tuple[int, int], RemotePublisher] = {}
+        # The publishers, this worker's and other workers', whose queues grew since the block,
+        # as the holds were last decided (session/inbound_flow.py), and the ones charged since.
+        self.growing = 0
 
     def storing(self, peer: int, publisher: int, queue: QueueType, weight: int) -> None:
         """Worker ``peer``'s link ``publisher`` stores into ``queue`` while blocked."""
@@ -66,6 +88,34 @@ class RemotePublishers:
         if found is None:
             found = self.publishers[key] = RemotePublisher()
         found.storing(queue, weight)
+
+    def admit(
+        self,
+        peer: int,
+        publisher: int,
+        queue: QueueType,
+        nbytes: int,
+        room: int,
+        weigh: Callable[[QueueType], int],
+    ) -> bool:
+        """Whether worker ``peer``'s link ``publisher`` may store a run of ``nbytes`` into
+        ``queue`` while blocked, with ``room`` left in the publishers' part: its growth with the
+        run within :data:`ADMITTED_SHARE` of the room, shared among the publishers growing (it
+        among them). Charged if so; if not, the run waits and is weighed again at the next
+        flush, with the room then left (held for it, a light link whose run came as the room
+        was short waited until the holds were decided again, which only a move of the bytes
+        brings)."""
+        found = self.publishers.get((peer, publisher))
+        if found is not None and found.held:
+            return False
+        growth = nbytes if found is None else found.growth(weigh) + nbytes
+        growing = max(1, self.growing + 1 if found is None else self.growing)
+        if growth * growing > room * ADMITTED_SHARE:
+            return False
+        if found is None:
+            self.growing += 1
+        self.storing(peer, publisher, queue, weigh(queue))
+        return True
 
     def held(self, peer: int, publisher: int) -> bool:
         """Whether worker ``peer``'s link ``publisher`` is held: its publishes park."""
@@ -103,3 +153,4 @@ class RemotePublishers:
     def clear(self) -> None:
         """The budget let go: nobody is held, and what is stored from now is not charged."""
         self.publishers.clear()
+        self.growing = 0

@@ -564,6 +564,38 @@ def test_a_publisher_piling_up_beside_a_large_holder_is_held_before_its_part_is_
     assert not budget.publishers_full(budget.current)
 
 
+def test_publishers_piling_up_in_turn_are_held_at_a_share_of_the_room_left() -> None:
+    """Adversary seed 65800: publishers came one after another, each piling up in a queue
+    nobody reads until the budget held it, and went. Each was held at a quarter of the whole
+    part, whatever earlier ones left in it, so three of them took the part to its ceiling,
+    where every publisher waits. A publisher's share is of the room left, so each takes less
+    as the part fills."""
+    limit = 32 * 1024 * 1024
+    flow = _flow(budget=limit)
+    budget = flow.budget
+    large = Inbound(flow, Account())
+    holder = large.attach()
+    weights = {holder: limit}
+    flow.flush(limit, 0, weights.__getitem__)
+    assert budget.blocked
+    assert holder.held
+    stored = 0
+    for _ in range(8):
+        inbound = Inbound(flow, Account())
+        piler = inbound.attach()
+        weights[piler] = 0
+        flow.flush(limit + stored, 0, weights.__getitem__)
+        # A socket read's worth between two flushes.
+        while not piler.held and not budget.publishers_full(budget.used):
+            weights[piler] += 8_000
+            stored += 8_000
+            flow.flush(limit + stored, 0, weights.__getitem__)
+        inbound.detach(piler)
+        del weights[piler]
+        flow.leave(inbound)
+    assert not budget.publishers_full(budget.used)
+
+
 def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arriving() -> None:
     flow = _flow(budget=10_000)
     first = Inbound(flow, Account())

@@ -159,3 +159,49 @@ def test_a_publishers_copies_cross_named_by_its_link_in_runs_of_their_own() -> N
     ]
     assert {one.serial % PUBLISHER_STEP, two.serial % PUBLISHER_STEP} == {0}
     assert light % PUBLISHER_STEP == heavy % PUBLISHER_STEP == 1
+
+
+def test_links_in_turn_never_take_the_last_of_the_part_and_a_light_one_goes_on() -> None:
+    """Seed 65800: other workers' links came one after another, each piling up in a queue
+    nobody reads until it was held, each weighed only at the flush after its stores and held at
+    a share of the whole part: a few of them took a worker's publishers' part to its ceiling,
+    where every publisher waits. Admitted run by run within its share of the part left, each
+    takes at most a quarter of what it finds, and a light publisher's run still fits after
+    hundreds of them."""
+    budget = MemoryBudget(LIMIT)
+    budget.keep_for_letters(1)
+    flow = InboundFlow(budget, LIMITS)
+    held = HeldBytes()
+    large = Inbound(flow, Account())
+    holder = large.attach()
+    weights = {holder: LIMIT}
+    flow.flush(LIMIT, 0, weights.__getitem__)
+    assert budget.blocked
+    probed = ClassicQueue("probed", held=held)
+    run = 8_000
+
+    def room() -> int:
+        return budget.publishing_ceiling - budget.publishing_level(budget.used)
+
+    for link in range(PROBING + 1, PROBING + 301):
+        pile = ClassicQueue(f"pile{link}", held=held)
+        while flow.remote.admit(PEER, link, pile, run, room(), queue_weight):
+            _store(pile, run)
+            flow.flush(LIMIT + held.total, 0, weights.__getitem__)
+        assert room() > 0
+        # The other worker's prober: one small message, consumed at once.
+        assert flow.remote.admit(PEER, PROBING, probed, 500, room(), queue_weight)
+    assert not budget.publishers_full(budget.used)
+
+
+def test_a_run_past_its_share_of_the_room_left_is_not_admitted() -> None:
+    budget = MemoryBudget(LIMIT)
+    flow = InboundFlow(budget, LIMITS)
+    queue = ClassicQueue("q", held=HeldBytes())
+    # Alone, a publisher may grow by a quarter of the room; a second shares it. A run refused
+    # holds nobody: it is weighed again with the room the next flush finds.
+    assert not flow.remote.admit(PEER, FANNING, queue, 1001, 4000, queue_weight)
+    assert not flow.remote.held(PEER, FANNING)
+    assert flow.remote.admit(PEER, PROBING, queue, 1000, 4000, queue_weight)
+    assert not flow.remote.admit(PEER + 1, PROBING, queue, 600, 4000, queue_weight)
+    assert flow.remote.admit(PEER + 1, PROBING, queue, 600, 8000, queue_weight)
