@@ -4,17 +4,15 @@ keeps its own."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
+from support.placement import AllHere
 
 from sluicegate.queues.errors import PreconditionFailed
-from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 
 
-class _Elsewhere:
+class _Elsewhere(AllHere):
     """A placement that puts the queues named ``far-...`` on another worker."""
 
     def __init__(self, owner: QueueRegistry) -> None:
@@ -26,29 +24,6 @@ class _Elsewhere:
 
     def changed(self, change: list[object]) -> None:
         self.changes.append(change)
-
-    def used(self, name: str) -> None:
-        pass
-
-    def owner_deletes(self, name: str) -> int | None:
-        return None
-
-    def owner_declares(
-        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
-    ) -> OwnerDeclared | None:
-        return None
-
-    def owner_declares_exchange(
-        self,
-        name: str,
-        type_name: str,
-        arguments: Mapping[str, object],
-        *,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-    ) -> OwnerDeclared | None:
-        return None
 
 
 def test_a_stand_in_takes_its_owners_declaration_and_judges_by_it() -> None:

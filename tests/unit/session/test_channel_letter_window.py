@@ -4,12 +4,10 @@ for its confirm, so the window is what bounds what the owner may have to park.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
+from support.placement import AllHere
 
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import Clock, Outcome, QueueType
 from sluicegate.queues.quorum import DEAD_LETTER_RETRY_MS
 from sluicegate.queues.registry import QueueRegistry
@@ -72,7 +70,7 @@ def test_a_channel_that_ends_forgets_its_letters_and_refuses_new_ones() -> None:
         queue.enqueue(Message(b"x"))
 
 
-class _Far:
+class _Far(AllHere):
     """A placement that puts the queues named ``far-...`` on worker 1, behind ``channel``."""
 
     def __init__(self, channel: Remote) -> None:
@@ -80,32 +78,6 @@ class _Far:
 
     def remote(self, name: str) -> QueueType | None:
         return RemoteQueue(name, "/", self.channel) if name.startswith("far-") else None
-
-    def changed(self, change: list[object]) -> None:
-        pass
-
-    def used(self, name: str) -> None:
-        pass
-
-    def owner_deletes(self, name: str) -> int | None:
-        return None
-
-    def owner_declares(
-        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
-    ) -> OwnerDeclared | None:
-        return None
-
-    def owner_declares_exchange(
-        self,
-        name: str,
-        type_name: str,
-        arguments: Mapping[str, object],
-        *,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-    ) -> OwnerDeclared | None:
-        return None
 
 
 # A fanout's queues on the other worker, and the letters each gets: each copy a third of the

@@ -4,15 +4,14 @@ reads its owner's figures within a request and zeros outside (so one scrape adds
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import fields
 
 import pytest
+from support.placement import AllHere
 
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_homes import OwnerDeclared
 from sluicegate.queues.queue_type import QueueStatistics
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import ChannelError, FrameReader, encode
@@ -349,7 +348,7 @@ def test_a_stand_in_whose_owner_is_not_serving_fails_at_once() -> None:
     assert remote.outgoing == []
 
 
-class _Placement:
+class _Placement(AllHere):
     """A registry's placement where every queue but ``here`` lives on worker 1."""
 
     def __init__(self, channel: Remote) -> None:
@@ -364,26 +363,6 @@ class _Placement:
 
     def used(self, name: str) -> None:
         self.channel.ask(QueryOp.STAT, "/", name)
-
-    def owner_deletes(self, name: str) -> int | None:
-        return None
-
-    def owner_declares(
-        self, name: str, arguments: Mapping[str, object], *, durable: bool, auto_delete: bool
-    ) -> OwnerDeclared | None:
-        return None
-
-    def owner_declares_exchange(
-        self,
-        name: str,
-        type_name: str,
-        arguments: Mapping[str, object],
-        *,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-    ) -> OwnerDeclared | None:
-        return None
 
 
 def test_a_stand_ins_use_is_told_to_its_owner_and_its_deletion_purges_nothing_here() -> None:
