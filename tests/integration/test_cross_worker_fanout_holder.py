@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -25,7 +24,14 @@ import pytest
 from proton import Message, Timeout
 from proton.utils import BlockingConnection, BlockingSender, SendException
 from support.polling import wait_until
-from support.workers import blocking_on, connection_on, drained, homed_on, metered_workers
+from support.workers import (
+    blocking_on,
+    connection_on,
+    drained,
+    homed_on,
+    metered_workers,
+    own_sample,
+)
 
 from sluicegate.clients.management import ManagementClient
 
@@ -50,17 +56,6 @@ PROBE_TIMEOUT: Final = 20
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
     with metered_workers(tmp_path, "32MiB") as (port, pids):
         yield port, pids, tmp_path
-
-
-def _metric(data_dir: Path, worker: int, name: str) -> float:
-    """Worker ``worker``'s own sample of ``name`` (1 or more: worker 0's endpoint adds up
-    every worker's)."""
-    metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith(f"{name} "):
-                return float(line.split()[1])
-    raise AssertionError(f"no {name} sample")
 
 
 def _fill(sender: BlockingSender) -> int:
@@ -103,7 +98,7 @@ def _settled(data_dir: Path, connection: BlockingConnection) -> float:
     while True:
         with contextlib.suppress(Timeout):
             connection.wait(lambda: False, timeout=1)
-        level = _metric(data_dir, 1, "sluicegate_memory_budget_publishing_level_bytes")
+        level = own_sample(data_dir, 1, "sluicegate_memory_budget_publishing_level_bytes")
         if level == last:
             return level
         last = level
@@ -139,7 +134,7 @@ def test_a_fan_out_from_another_worker_holds_its_publisher_and_not_the_light_one
         probe = prober.create_sender(f"/queues/{probed}")
         probe.send(Message(body="before"), timeout=PROBE_TIMEOUT)
         assert _fill(filler.create_sender(f"/queues/{full}")) > 0
-        assert _metric(data_dir, 1, "sluicegate_memory_budget_blocked") == 1
+        assert own_sample(data_dir, 1, "sluicegate_memory_budget_blocked") == 1
         _fan_out(far, far.create_sender("/exchanges/charged"))
         level = _settled(data_dir, far)
         # Before: the copies took the part to its ceiling (17.91 MB against 17.83 MB, in 30

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from proton.utils import BlockingSender, SendException
 from support.polling import wait_until
 from support.ports import free_port
 from support.process import serving
-from support.workers import blocking_on, children, drained, homed_on, worker_of
+from support.workers import blocking_on, children, drained, homed_on, own_sample, worker_of
 
 # 32 MiB over two workers: each worker's limit is 16 MiB.
 BUDGET: Final = "32MiB"
@@ -72,12 +71,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 def _blocked(served: Served) -> bool:
     """Whether worker 1's own budget is blocked."""
-    metrics_port = (served.data_dir / "worker-1" / "metrics.port").read_text().strip()
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith("sluicegate_memory_budget_blocked "):
-                return float(line.split()[1]) == 1
-    raise AssertionError("no sluicegate_memory_budget_blocked sample")
+    return own_sample(served.data_dir, 1, "sluicegate_memory_budget_blocked") == 1
 
 
 def _request(client: http.client.HTTPConnection, method: str, path: str, body: object) -> int:

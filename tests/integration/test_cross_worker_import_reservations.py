@@ -15,7 +15,6 @@ every message arrives.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -23,7 +22,7 @@ from typing import Final
 import pytest
 from proton import Message, Timeout
 from proton.utils import BlockingConnection, BlockingReceiver
-from support.workers import blocking_on, budget_used, homed_on, metered_workers
+from support.workers import blocking_on, budget_used, homed_on, metered_workers, own_sample
 
 from sluicegate.clients.management import ManagementClient
 
@@ -51,12 +50,7 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
 
 def _blocked(data_dir: Path, worker: int) -> bool:
     """Whether worker ``worker``'s memory budget is blocked, as its metrics say."""
-    metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith("sluicegate_memory_budget_blocked "):
-                return float(line.split()[1]) == 1
-    raise AssertionError("no sluicegate_memory_budget_blocked sample")
+    return own_sample(data_dir, worker, "sluicegate_memory_budget_blocked") == 1
 
 
 def _body(n: int) -> str:

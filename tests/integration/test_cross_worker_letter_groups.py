@@ -13,7 +13,6 @@ once, in order.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -21,7 +20,7 @@ from typing import Final
 import pytest
 from proton import Message, Timeout
 from proton.utils import BlockingConnection
-from support.workers import blocking_on, homed_on, metered_workers
+from support.workers import blocking_on, homed_on, metered_workers, own_sample
 
 from sluicegate.clients.management import ManagementClient
 
@@ -39,17 +38,6 @@ FILL: Final = "x" * 40_000
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
     with metered_workers(tmp_path, "16MiB") as (port, pids):
         yield port, pids, tmp_path
-
-
-def _own_gauge(data_dir: Path, worker: int, name: str) -> float:
-    """Worker ``worker``'s own sample of ``name`` (1 or more: worker 0's endpoint adds up
-    every worker's)."""
-    metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith(f"{name} "):
-                return float(line.split()[1])
-    raise AssertionError(f"no {name} sample")
 
 
 def _bodies(connection: BlockingConnection, queue: str) -> list[int]:
@@ -101,7 +89,7 @@ def test_a_letters_copies_to_another_worker_go_in_groups_within_the_window(
         rejecter.close()  # type: ignore[no-untyped-call]
         for name in sinks:
             assert _bodies(near, name) == list(range(MESSAGES)), name
-        peak = _own_gauge(data_dir, 1, "sluicegate_memory_budget_letters_window_peak_bytes")
+        peak = own_sample(data_dir, 1, "sluicegate_memory_budget_letters_window_peak_bytes")
         # Before: a whole letter's 800 KB at once.
         assert 0 < peak <= WINDOW, f"worker 1 had {peak:.0f} bytes of letters out, window {WINDOW}"
     finally:

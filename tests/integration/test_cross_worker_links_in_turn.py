@@ -14,7 +14,6 @@ within its link's share of the part *left*: however many links come, the prober 
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -22,7 +21,14 @@ from typing import Final
 import pytest
 from proton import Message, Timeout
 from proton.utils import BlockingSender, SendException
-from support.workers import blocking_on, connection_on, drained, homed_on, metered_workers
+from support.workers import (
+    blocking_on,
+    connection_on,
+    drained,
+    homed_on,
+    metered_workers,
+    own_sample,
+)
 
 from sluicegate.clients.management import ManagementClient
 
@@ -46,16 +52,6 @@ PROBE_TIMEOUT: Final = 20
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
     with metered_workers(tmp_path, "32MiB") as (port, pids):
         yield port, pids, tmp_path
-
-
-def _metric(data_dir: Path, worker: int, name: str) -> float:
-    """Worker ``worker``'s own sample of ``name``."""
-    metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith(f"{name} "):
-                return float(line.split()[1])
-    raise AssertionError(f"no {name} sample")
 
 
 def _until_held(sender: BlockingSender, body: bytes) -> int:
@@ -92,7 +88,7 @@ def test_links_piling_up_in_turn_from_another_worker_leave_the_prober_room(
         probe = prober.create_sender(f"/queues/{probed}")
         probe.send(Message(body="before"), timeout=PROBE_TIMEOUT)
         assert _until_held(filler.create_sender(f"/queues/{full}"), FILL) > 0
-        assert _metric(data_dir, 1, "sluicegate_memory_budget_blocked") == 1
+        assert own_sample(data_dir, 1, "sluicegate_memory_budget_blocked") == 1
         stored = []
         for pile in piles:
             far = blocking_on(port, pids, pids[0])
@@ -100,7 +96,7 @@ def test_links_piling_up_in_turn_from_another_worker_leave_the_prober_room(
                 stored.append(_until_held(far.create_sender(f"/queues/{pile}"), BODY))
             finally:
                 far.close()
-        level = _metric(data_dir, 1, "sluicegate_memory_budget_publishing_level_bytes")
+        level = own_sample(data_dir, 1, "sluicegate_memory_budget_publishing_level_bytes")
         # Before: the seventh link took worker 1's level to 17,838,836 bytes, past its
         # publishers' ceiling, and every later one was parked at once (stored: 14, 7, 7, 7, 7,
         # 7, 3, then none); now 17.2 MB (10, 4, 2, 2, 1, 1, 1, then none).

@@ -171,15 +171,20 @@ def metered_workers(data_dir: Path, budget: str) -> Iterator[tuple[int, list[int
         yield port, sorted(children(process.pid), key=worker_of)
 
 
-def budget_used(data_dir: Path, worker: int) -> float:
-    """What worker ``worker`` (1 or more: worker 0's endpoint adds up every worker's) says
-    its own memory budget counts, from the port it leaves in ``worker-K/metrics.port``."""
+def own_sample(data_dir: Path, worker: int, name: str) -> float:
+    """Worker ``worker``'s own sample of ``name`` (1 or more: worker 0's endpoint adds up
+    every worker's), from the port it leaves in ``worker-K/metrics.port``."""
     metrics_port = (data_dir / f"worker-{worker}" / "metrics.port").read_text().strip()
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
         for line in page.read().decode().splitlines():
-            if line.startswith("sluicegate_memory_budget_used_bytes "):
+            if line.startswith(f"{name} "):
                 return float(line.split()[1])
-    raise AssertionError("no sluicegate_memory_budget_used_bytes sample")
+    raise AssertionError(f"no {name} sample")
+
+
+def budget_used(data_dir: Path, worker: int) -> float:
+    """What worker ``worker`` says its own memory budget counts."""
+    return own_sample(data_dir, worker, "sluicegate_memory_budget_used_bytes")
 
 
 def drained(connection: BlockingConnection, queue: str, credit: int) -> int:
