@@ -22,7 +22,7 @@ from typing import Final
 
 import pytest
 from proton import Message, Timeout
-from proton.utils import BlockingConnection, BlockingSender, SendException
+from proton.utils import BlockingConnection, BlockingSender
 from support.polling import wait_until
 from support.workers import (
     blocking_on,
@@ -31,6 +31,7 @@ from support.workers import (
     homed_on,
     metered_workers,
     own_sample,
+    send_until_held,
 )
 
 from sluicegate.clients.management import ManagementClient
@@ -56,18 +57,6 @@ PROBE_TIMEOUT: Final = 20
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
     with metered_workers(tmp_path, "32MiB") as (port, pids):
         yield port, pids, tmp_path
-
-
-def _fill(sender: BlockingSender) -> int:
-    """Send until the budget holds the sender (its settlement never comes): how many were
-    settled."""
-    stored = 0
-    while True:
-        try:
-            sender.send(Message(body=FILL), timeout=3)
-        except (Timeout, SendException):
-            return stored
-        stored += 1
 
 
 def _fan_out(connection: BlockingConnection, sender: BlockingSender) -> None:
@@ -133,7 +122,7 @@ def test_a_fan_out_from_another_worker_holds_its_publisher_and_not_the_light_one
     try:
         probe = prober.create_sender(f"/queues/{probed}")
         probe.send(Message(body="before"), timeout=PROBE_TIMEOUT)
-        assert _fill(filler.create_sender(f"/queues/{full}")) > 0
+        assert send_until_held(filler.create_sender(f"/queues/{full}"), FILL) > 0
         assert own_sample(data_dir, 1, "sluicegate_memory_budget_blocked") == 1
         _fan_out(far, far.create_sender("/exchanges/charged"))
         level = _settled(data_dir, far)

@@ -20,12 +20,19 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from proton import Message, Timeout
-from proton.utils import BlockingSender, SendException
+from proton import Timeout
 from support.polling import wait_until
 from support.ports import free_port
 from support.process import serving
-from support.workers import blocking_on, children, drained, homed_on, own_sample, worker_of
+from support.workers import (
+    blocking_on,
+    children,
+    drained,
+    homed_on,
+    own_sample,
+    send_until_held,
+    worker_of,
+)
 
 # 32 MiB over two workers: each worker's limit is 16 MiB.
 BUDGET: Final = "32MiB"
@@ -82,18 +89,6 @@ def _request(client: http.client.HTTPConnection, method: str, path: str, body: o
     return response.status
 
 
-def _fill(sender: BlockingSender) -> int:
-    """Send until the budget holds the sender (its settlement never comes): how many were
-    settled."""
-    stored = 0
-    while True:
-        try:
-            sender.send(Message(body=FILL), timeout=3)
-        except (Timeout, SendException):
-            return stored
-        stored += 1
-
-
 @pytest.mark.slow
 def test_a_heavy_http_client_is_held_and_a_light_one_beside_it_is_not(served: Served) -> None:
     full, probed = homed_on(1, 2, "http-full"), homed_on(1, 2, "http-probe")
@@ -109,7 +104,7 @@ def test_a_heavy_http_client_is_held_and_a_light_one_beside_it_is_not(served: Se
     # Opened once worker 1 is blocked: the API closes a connection idle for its deadline.
     heavy = light = None
     try:
-        assert _fill(filler.create_sender(f"/queues/{full}")) > 0
+        assert send_until_held(filler.create_sender(f"/queues/{full}"), FILL) > 0
         wait_until(lambda: _blocked(served), timeout=30)
         heavy = http.client.HTTPConnection("127.0.0.1", served.http, timeout=30)
         fanned = {"properties": {}, "routing_key": "", "payload": BODY}

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from proton import Message, Timeout
-from proton.utils import BlockingSender, SendException
+from proton import Message
 from support.workers import (
     blocking_on,
     connection_on,
@@ -28,6 +27,7 @@ from support.workers import (
     homed_on,
     metered_workers,
     own_sample,
+    send_until_held,
 )
 
 from sluicegate.clients.management import ManagementClient
@@ -42,8 +42,6 @@ FILL: Final = b"f" * 100_000
 # The links that come in turn: seven filled the part of 1 MiB before.
 LINKS: Final = 12
 BODY: Final = b"p" * 20_000
-# Seconds a publish waits for its settlement before its link counts as parked.
-PARKED_AFTER: Final = 3
 # Seconds the prober's publish may wait: before, it waited for good.
 PROBE_TIMEOUT: Final = 20
 
@@ -52,17 +50,6 @@ PROBE_TIMEOUT: Final = 20
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
     with metered_workers(tmp_path, "32MiB") as (port, pids):
         yield port, pids, tmp_path
-
-
-def _until_held(sender: BlockingSender, body: bytes) -> int:
-    """Send until a settlement does not come: how many were settled."""
-    stored = 0
-    while True:
-        try:
-            sender.send(Message(body=body), timeout=PARKED_AFTER)
-        except (Timeout, SendException):
-            return stored
-        stored += 1
 
 
 @pytest.mark.slow
@@ -87,13 +74,13 @@ def test_links_piling_up_in_turn_from_another_worker_leave_the_prober_room(
     try:
         probe = prober.create_sender(f"/queues/{probed}")
         probe.send(Message(body="before"), timeout=PROBE_TIMEOUT)
-        assert _until_held(filler.create_sender(f"/queues/{full}"), FILL) > 0
+        assert send_until_held(filler.create_sender(f"/queues/{full}"), FILL) > 0
         assert own_sample(data_dir, 1, "sluicegate_memory_budget_blocked") == 1
         stored = []
         for pile in piles:
             far = blocking_on(port, pids, pids[0])
             try:
-                stored.append(_until_held(far.create_sender(f"/queues/{pile}"), BODY))
+                stored.append(send_until_held(far.create_sender(f"/queues/{pile}"), BODY))
             finally:
                 far.close()
         level = own_sample(data_dir, 1, "sluicegate_memory_budget_publishing_level_bytes")

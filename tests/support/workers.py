@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from proton import Timeout
-from proton.utils import BlockingConnection
+from proton import Message, Timeout
+from proton.utils import BlockingConnection, BlockingSender, SendException
 
 from sluicegate.queues.queue_homes import proposed_home
 from support.polling import wait_until
@@ -185,6 +185,23 @@ def own_sample(data_dir: Path, worker: int, name: str) -> float:
 def budget_used(data_dir: Path, worker: int) -> float:
     """What worker ``worker`` says its own memory budget counts."""
     return own_sample(data_dir, worker, "sluicegate_memory_budget_used_bytes")
+
+
+# Seconds a send may wait for its settlement before the sender counts as held: the budget
+# answers a publish it stores at once, so three seconds without one is a hold, not a slow host.
+HELD_AFTER = 3
+
+
+def send_until_held(sender: BlockingSender, body: bytes | str) -> int:
+    """Send ``body`` until the budget holds the sender (its settlement never comes): how many
+    were settled."""
+    stored = 0
+    while True:
+        try:
+            sender.send(Message(body=body), timeout=HELD_AFTER)
+        except (Timeout, SendException):
+            return stored
+        stored += 1
 
 
 def drained(connection: BlockingConnection, queue: str, credit: int) -> int:
