@@ -201,6 +201,12 @@ class ServerCollector(Collector):
             "counted by their senders.",
             stats.channel_parked_bytes,
         )
+        yield CounterMetricFamily(
+            "sluicegate_memory_budget_channel_given_back",
+            "Other workers' publishes given back released while the memory budget is blocked: "
+            "past what this worker keeps parked for each of them (docs/bounds.md).",
+            value=stats.channel_given_back,
+        )
         yield _gauge(
             "sluicegate_memory_budget_remote_publishers",
             "Other workers' links charged here for what they stored while the budget is blocked.",

@@ -72,7 +72,8 @@ from sluicegate.session.channel.remote import (
     owner_error,
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
-from sluicegate.session.inbound_flow import HOLDER_SHARE, queue_weight
+from sluicegate.session.inbound import Unconfirmed
+from sluicegate.session.inbound_flow import HOLDER_SHARE, InboundFlow, queue_weight
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.remote_publishers import RemotePublishers
@@ -93,6 +94,16 @@ ConsumerLeft = Callable[[QueueRegistry, QueueType], None]
 VHOSTS_WORKER: Final = 0
 # Topology verbs of virtual hosts rather than of one virtual host's queues and exchanges.
 _VHOST_VERBS: Final = frozenset({"vhost", "delete-vhost", "vhosts"})
+# What a blocked worker keeps parked of one other worker's publishers, in bytes: a quarter of
+# its margin split among its peers, as the letters' window is (session/memory_budget.py). The
+# sender counts what is parked until it is confirmed, and an owner blocked by queues nobody
+# reads confirms nothing, so whatever it keeps is counted by the sender for as long: kept
+# whole, 32.5 MB of one worker's publishes held it 5.5 MB past its ceiling with its prober
+# waiting (adversary seed 71002). The rest is given back ``released``, which the client may
+# send again.
+PARKED_SHARE: Final = 4
+# The condition a publish given back carries to its sender (an HTTP publish answers 503).
+_GIVEN_BACK: Final = "amqp:resource-limit-exceeded"
 
 
 class RuntimeVhostCopies(Protocol):
@@ -266,6 +277,8 @@ class Peers:
         self._blocked = False
         self._heavy = 0
         self._below_limit = 0
+        # Other workers' publishes given back released past the parked window (a metric).
+        self.given_back = 0
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
         # Channels ended because their peer broke the protocol (a metric: it never should).
@@ -275,6 +288,8 @@ class Peers:
         # Other workers' links as the memory budget holds them: the inbound flow's, from
         # :meth:`serve` on (none is recorded before).
         self._publishers = RemotePublishers()
+        # This worker's inbound flow, from :meth:`serve` on.
+        self._flow: InboundFlow | None = None
         for name, registry in registries.items():
             self.place(name, registry)
 
@@ -296,15 +311,17 @@ class Peers:
         vhosts: RuntimeVhostCopies,
         debt_of: DebtOf,
         hold: Callable[[DeadLetterDebt], None],
-        publishers: RemotePublishers,
+        flow: InboundFlow,
     ) -> None:
         """Start serving the channels the worker was forked with, and take new ones;
         ``filter_views`` is what the worker's consumer filters decode messages through,
         ``vhosts`` its virtual hosts created at run time; ``debt_of`` finds a consumer's
         connection's dead-letter debt, which the letters its outcomes make on another worker
         are charged to, and ``hold`` applies a debt's changed hold (gateway/sending.py);
-        ``publishers`` are the other workers' links as the memory budget holds them, which
-        what their publishes store here is charged to (session/remote_publishers.py)."""
+        ``flow`` is this worker's inbound flow: its ``remote`` are the other workers' links as
+        the memory budget holds them, which what their publishes store here is charged to
+        (session/remote_publishers.py), and its links wait for the workers that give their
+        publishes back (:data:`PARKED_SHARE`)."""
         self.tenancy = tenancy
         self.container = container
         self.durability = durability
@@ -320,7 +337,8 @@ class Peers:
         self.filter_views = filter_views
         self.vhosts = vhosts
         self._hold = hold
-        self._publishers = publishers
+        self._publishers = flow.remote
+        self._flow = flow
         for remote in self.remotes.values():
             remote.max_filter_set_size = max_message_size
             remote.max_publish_size = max_message_size
@@ -375,6 +393,8 @@ class Peers:
             log.warning("channel to worker %d ended: %s", peer, reason)
         self._confirms.pop(peer, None)
         self._publishers.forget(peer)
+        if self._flow is not None:
+            self._flow.owner_stored(peer)
         # Its parked publishes go unconfirmed: the peer releases their publishers as its side
         # of the channel ends.
         kept = [(other, publish) for other, publish in self._parked if other != peer]
@@ -453,6 +473,7 @@ class Peers:
         return {
             "channel_sent_bytes": sum(remote.in_flight for remote in self.remotes.values()),
             "channel_parked_bytes": sum(_publish_bytes(publish) for _, publish in self._parked),
+            "channel_given_back": self.given_back,
             "remote_publishers": len(charged),
             "remote_publishers_held": sum(1 for publisher in charged if publisher.held),
         }
@@ -535,9 +556,18 @@ class Peers:
                 if confirmed.condition
                 else None
             )
-            for token in remote.confirmed(confirmed):
+            tokens = remote.confirmed(confirmed)
+            given_back = confirmed.condition == _GIVEN_BACK
+            flow = self._flow
+            assert flow is not None  # a channel is read from serve on
+            for token in tokens:
                 if token is not None:
+                    if given_back and type(token) is Unconfirmed:
+                        # Before its settlement asks for a renewal: the link waits.
+                        flow.given_back(peer, token.link)
                     confirm(cast(Pending, token), OUTCOMES[confirmed.outcome], error)
+            if tokens and not given_back and flow.owner_full:
+                flow.owner_stored(peer)
         elif kind is Attached:
             taken = remote.attached(cast(Attached, frame))
             if taken is not None:
@@ -679,6 +709,9 @@ class Peers:
         self._below_limit = room
         if parked and blocked and not full:
             self._store_light(budget.publishing_ceiling - budget.publishing_level(budget.used))
+        if self._parked and blocked:
+            self._give_back(budget.margin // PARKED_SHARE // len(self.remotes))
+        parked = self._parked
         if not parked:
             self._parked_queues.clear()
         # A channel that ends while written leaves the dict.
@@ -732,6 +765,48 @@ class Peers:
             kept.append((peer, publish))
         self._parked = kept
         self._parked_queues = waiting
+
+    def _give_back(self, window: int) -> None:
+        """Keep parked, of each other worker's publishers' runs, at most ``window`` bytes, the
+        oldest first, and give the rest back ``released`` (:data:`PARKED_SHARE`): a run that
+        does not fit keeps the messages that do, and every later run of that worker goes back
+        whole, so what stays parked keeps its order. The oldest message stays whatever its
+        size: once stored, its confirm tells the sender this worker takes its publishes again
+        (``InboundFlow.owner_stored``). Letters stay: their sender keeps them within a window
+        of their own (``Remote.letter_fits``)."""
+        kept: deque[tuple[int, Publish]] = deque()
+        held: dict[int, int] = {}
+        full: set[int] = set()
+        for peer, publish in self._parked:
+            confirms = self._confirms.get(peer)
+            if publish.letters or confirms is None:
+                kept.append((peer, publish))
+                continue
+            room = 0 if peer in full else window - held.get(peer, 0)
+            fit = 0
+            payloads = publish.payloads
+            while fit < len(payloads) and (
+                room >= len(payloads[fit]) + MESSAGE_OVERHEAD or peer not in held
+            ):
+                room -= len(payloads[fit]) + MESSAGE_OVERHEAD
+                held[peer] = window - room
+                fit += 1
+            if fit:
+                kept.append((peer, publish if fit == len(payloads) else _first(publish, fit)))
+            if fit < len(payloads):
+                full.add(peer)
+                first = publish.publish
+                confirms.refused(
+                    first + fit,
+                    first + len(payloads) - 1,
+                    Settled.RELEASED,
+                    _GIVEN_BACK,
+                    f"worker {self.spec.index}'s memory budget is blocked; publish again later",
+                )
+                self.given_back += len(payloads) - fit
+        if full:
+            self._parked = kept
+            self._parked_queues = {(publish.vhost, publish.queue) for _, publish in kept}
 
     def _parks(self, peer: int, publish: Publish, queue: QueueType) -> bool:
         """Whether a parked publish to ``queue`` waits on while blocked: at the ceiling, when
@@ -976,6 +1051,21 @@ class _Control:
                 continue
             peer, serial = CHANNEL.unpack(data)
             self.peers.open(peer, socket.socket(fileno=fds[0]), serial)
+
+
+def _first(publish: Publish, fit: int) -> Publish:
+    """The run of ``publish``'s first ``fit`` messages."""
+    return Publish(
+        publish.publish,
+        publish.vhost,
+        publish.queue,
+        publish.exchange,
+        publish.routing_key,
+        publish.payloads[:fit],
+        publish.stamps[:fit],
+        publish.letters,
+        publish.publisher,
+    )
 
 
 def _publish_bytes(publish: Publish) -> int:

@@ -196,7 +196,7 @@ class Server:
                 self.runtime_vhosts,
                 broker.sending.debt_of,
                 broker.sending.hold,
-                broker.publishing.flow.remote,
+                broker.publishing.flow,
             )
 
     def _start_http(self) -> None:

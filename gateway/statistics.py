@@ -72,6 +72,8 @@ class ServerStatistics:
     # them (session/remote_publishers.py): what a breach of the adversary is told apart by.
     channel_sent_bytes: int = 0
     channel_parked_bytes: int = 0
+    # Other workers' publishes given back released past what this worker keeps parked.
+    channel_given_back: int = 0
     remote_publishers: int = 0
     remote_publishers_held: int = 0
 

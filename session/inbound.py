@@ -141,6 +141,7 @@ class Inbound:
         """
         self.links.discard(link)
         self.flow.renewals.discard(link)
+        self.flow.forget(link)
         self._forget_unfinished(link)
         if self.budget_paused and not self.links:
             self.budget_paused = False

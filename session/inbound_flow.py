@@ -151,6 +151,11 @@ class InboundFlow:
         # Other workers' links, as what they store here while blocked is charged to them
         # (session/remote_publishers.py): weighed with this worker's own.
         self.remote = RemotePublishers()
+        # This worker's links whose publishes another worker gave back, by that worker: they
+        # get no credit until it stores a publish of this worker's again, or their channel
+        # ends. Given back and granted again at once, a publisher to a queue of a worker
+        # blocked for good would send, and be given back, for as long as it likes.
+        self.owner_full: dict[int, set[IncomingLink]] = {}
         # The unfinished bytes reached max_unfinished_total and are not back at 80 % of it.
         self.unfinished_full = False
         total = limits.max_unfinished_total
@@ -183,6 +188,34 @@ class InboundFlow:
         self.connections.discard(publisher)
         if self.watched is publisher:
             self.watched = None
+
+    def given_back(self, peer: int, link: IncomingLink) -> None:
+        """Worker ``peer`` gave a publish of ``link`` back, its budget blocked
+        (gateway/peers.py's parked window): the link waits for it."""
+        if link.owner_full is None:
+            link.owner_full = peer
+            self.owner_full.setdefault(peer, set()).add(link)
+
+    def owner_stored(self, peer: int) -> None:
+        """Worker ``peer`` stored a publish of this worker's again, or its channel ended: the
+        links that waited for it may have credit."""
+        links = self.owner_full.pop(peer, None)
+        if links is None:
+            return
+        for link in links:
+            link.owner_full = None
+            if link.wants_credit:
+                self.renewals.add(link)
+
+    def forget(self, link: IncomingLink) -> None:
+        """The link is gone: no worker's wait names it."""
+        peer = link.owner_full
+        if peer is not None:
+            waiting = self.owner_full[peer]
+            waiting.discard(link)
+            if not waiting:
+                del self.owner_full[peer]
+            link.owner_full = None
 
     def charge_read(self, inbound: PublishingConnection, nbytes: int) -> list[PublishingConnection]:
         """Bytes were read from ``inbound``'s socket: connections whose reads pause now.

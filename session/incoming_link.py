@@ -48,6 +48,7 @@ class IncomingLink:
         "largest",
         "max_link_credit",
         "owner",
+        "owner_full",
         "received",
         "serial",
         "unconfirmed",
@@ -76,6 +77,9 @@ class IncomingLink:
         # What its queues weighed when the budget was first weighed blocked with it (None:
         # not since the budget last let go): what they grew by since fills the margin.
         self.weight_at_block: int | None = None
+        # The other worker that gave a publish of it back for its blocked budget, until that
+        # worker stores one again (session/inbound_flow.py): no new credit meanwhile.
+        self.owner_full: int | None = None
         # The gateway's record of the link, for the actions it is named in; never read here.
         self.owner = owner
         # What its copies to another worker's queues are charged to there.
@@ -113,7 +117,12 @@ class IncomingLink:
         ``headroom`` is the budget's room in bytes: the grant is cut so that the link's largest
         message times the credit fits in it, but never below one while there is room at all.
         """
-        if blocked or self.credit > self.half or self.unconfirmed >= self.max_link_credit:
+        if (
+            blocked
+            or self.owner_full is not None
+            or self.credit > self.half
+            or self.unconfirmed >= self.max_link_credit
+        ):
             return 0
         grant = self.max_link_credit - self.credit
         if headroom is not None:

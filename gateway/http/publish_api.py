@@ -32,7 +32,7 @@ from sluicegate.gateway.publishing import Publishing
 from sluicegate.gateway.rules.auth import User
 from sluicegate.gateway.rules.routing import PublishTarget
 from sluicegate.gateway.rules.vhost_log import logged_name
-from sluicegate.queues.errors import NotFound
+from sluicegate.queues.errors import NotFound, ResourceLimitExceeded
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, copies_cost
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Outcome, QueueType
@@ -71,11 +71,12 @@ class _Confirmation:
     (``gateway.confirming.confirm`` calls ``pending.inbound.confirm``): it is its own
     ``inbound``, counts its copies down and then completes ``done`` with whether any copy was
     stored, or with a 503 when a copy was released because its owner's worker ended (its
-    channel is down by then: ``Remote.lost``), and calls ``finished`` on the reactor whether or
-    not anybody still awaits ``done``.
+    channel is down by then: ``Remote.lost``) or gave it back for its blocked memory budget
+    (gateway/peers.py), and calls ``finished`` on the reactor whether or not anybody still
+    awaits ``done``.
     """
 
-    __slots__ = ("copies", "done", "finished", "homes", "inbound", "lost", "stored")
+    __slots__ = ("copies", "done", "finished", "full", "homes", "inbound", "lost", "stored")
 
     def __init__(self, copies: int, homes: list[Remote], finished: Callable[[], None]) -> None:
         self.copies = copies
@@ -85,6 +86,8 @@ class _Confirmation:
         # means the owner ended, not that its queue was gone.
         self.homes = homes
         self.lost: Remote | None = None
+        # Why an owner gave a copy back: its budget was blocked.
+        self.full: ResourceLimitExceeded | None = None
         self.finished = finished
         self.done: Future[bool] = Future()
 
@@ -97,6 +100,8 @@ class _Confirmation:
         """One copy stored (or refused); no steps for the publish path to take."""
         if outcome is Outcome.ACCEPTED:
             self.stored += 1
+        elif outcome is Outcome.RELEASED and isinstance(error, ResourceLimitExceeded):
+            self.full = error
         elif outcome is Outcome.RELEASED and self.lost is None:
             self.lost = next((home for home in self.homes if not home.up), None)
         self.copies -= 1
@@ -104,12 +109,14 @@ class _Confirmation:
             self.finished()
             lost = self.lost
             try:
-                if lost is None:
-                    self.done.set_result(self.stored > 0)
-                else:
+                if lost is not None:
                     self.done.set_exception(
                         ApiError(503, f"worker {lost.home}, where a queue lives, ended")
                     )
+                elif self.full is not None:
+                    self.done.set_exception(ApiError(503, str(self.full)))
+                else:
+                    self.done.set_result(self.stored > 0)
             except InvalidStateError:
                 pass  # cancelled: the request timed out or its connection closed
         return 0

@@ -239,6 +239,15 @@ class Confirms:
         self.first, self.last = first, last
         self.outcome = Settled.ACCEPTED
 
+    def refused(
+        self, first: int, last: int, outcome: Settled, condition: str, description: str
+    ) -> None:
+        """Publishes ``first`` to ``last`` are refused alike: one frame for the run, as a
+        refusal with an error is not merged with its neighbours."""
+        self._close()
+        self.frames.append(Confirm(first, last, outcome, condition, description))
+        self.first, self.last = last + 1, last
+
     def take(self) -> list[Confirm]:
         """The frames owed, in order; none owed afterwards."""
         self._close()

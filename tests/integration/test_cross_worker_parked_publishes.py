@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 import pytest
-from proton import Message, Timeout
+from proton import Delivery, Message, Timeout
 from proton.utils import BlockingConnection, BlockingSender, SendException
 from support.ports import free_port
 from support.process import serving
-from support.workers import blocking_on, budget_used, children, homed_on, worker_of
+from support.workers import blocking_on, budget_used, children, homed_on, own_sample, worker_of
+
+from sluicegate.gateway.peers import PARKED_SHARE
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 
 BODY: Final = "x" * 100_000
 # Each worker's share of a 16 MiB budget over two, and its ceiling: the limit and an eighth.
@@ -33,8 +37,11 @@ CEILING: Final = LIMIT + LIMIT // 8
 # Links on worker 0 that each take whatever credit they are granted: before, each new link's
 # credit was backed by a budget that did not count what the others had sent across.
 LINKS: Final = 6
-# Rounds of half a second with nothing received before the drain gives up.
-IDLE_ROUNDS: Final = 60
+# Rounds of half a second with nothing received once the queue is drained.
+DRAINED_ROUNDS: Final = 6
+# What worker 1 keeps parked of worker 0's publishes: a quarter of its 1 MiB margin
+# (gateway/peers.py's PARKED_SHARE).
+PARKED_WINDOW: Final = (LIMIT // 8) // PARKED_SHARE
 # What one reactor pass may read past the ceiling before the budget holds the connections: a
 # read of each of the two connections (gateway/reading.py reads 256 KiB at most).
 READ: Final = 2 * 256 * 1024
@@ -60,14 +67,14 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path, int]]:
         yield port, sorted(children(process.pid), key=worker_of), tmp_path, metrics
 
 
-def _total_used(metrics: int) -> float:
-    """Both workers' budgets' counts, added up by worker 0's endpoint."""
+def _total(metrics: int, name: str) -> float:
+    """Both workers' samples of ``name``, added up by worker 0's endpoint."""
     url = f"http://127.0.0.1:{metrics}/metrics"
     with urllib.request.urlopen(url, timeout=10) as page:
         for line in page.read().decode().splitlines():
-            if line.startswith("sluicegate_memory_budget_used_bytes "):
+            if line.startswith(f"{name} "):
                 return float(line.split()[1])
-    raise AssertionError("no sluicegate_memory_budget_used_bytes sample")
+    raise AssertionError(f"no {name} sample")
 
 
 def _pump(connections: list[BlockingConnection]) -> None:
@@ -89,15 +96,16 @@ def _fill(sender: BlockingSender) -> int:
         stored += 1
 
 
-def _send_all_credit(connections: list[BlockingConnection], senders: list[BlockingSender]) -> int:
+def _send_all_credit(
+    connections: list[BlockingConnection], senders: list[BlockingSender]
+) -> list[Delivery]:
     """Send a message for every credit the server grants, until it grants none for two
-    seconds and what was sent is read as far as the server reads it: how many were sent."""
-    sent = 0
+    seconds and what was sent is read as far as the server reads it: the deliveries sent."""
+    sent: list[Delivery] = []
     while True:
         for sender in senders:
             while sender.link.credit > 0:
-                sender.link.send(Message(body=BODY))
-                sent += 1
+                sent.append(cast(Delivery, sender.link.send(Message(body=BODY))))
         granted = False
         for connection in connections:
             try:
@@ -127,26 +135,39 @@ def test_publishes_parked_for_another_worker_keep_both_workers_within_their_ceil
         # counts what it sent and worker 1 has not confirmed, and holds its publishers at its
         # ceiling; worker 1 does not count what it parked. Before, worker 0 counted nothing,
         # read everything, and worker 1 counted all of it: 10 times its ceiling here.
-        assert sent * len(BODY) > 4 * CEILING
+        assert len(sent) * len(BODY) > 4 * CEILING
         owner = budget_used(data_dir, 1)
         assert owner <= CEILING, f"worker 1 counts {owner:.0f} bytes, ceiling {CEILING}"
-        senders_worker = _total_used(metrics) - owner
+        senders_worker = _total(metrics, "sluicegate_memory_budget_used_bytes") - owner
         assert senders_worker <= CEILING + READ, f"worker 0 counts {senders_worker:.0f} bytes"
-        # Drained, worker 1 stores what it parked and worker 0 reads the rest: none is lost.
+        # Worker 1 keeps parked a window of worker 0's publishes and gives the rest back:
+        # kept whole, they were counted by worker 0 for as long as worker 1 stayed blocked
+        # (adversary seed 71002: 32.5 MB, 5.5 MB past worker 0's ceiling).
+        sent_bytes = "sluicegate_memory_budget_channel_sent_bytes"
+        parked = _total(metrics, sent_bytes) - own_sample(data_dir, 1, sent_bytes)
+        assert parked <= PARKED_WINDOW + len(BODY) + MESSAGE_OVERHEAD
+        given_back = own_sample(data_dir, 1, "sluicegate_memory_budget_channel_given_back_total")
+        assert given_back > 0
+        # Drained, worker 1 stores what it parked: every publish is accepted or given back
+        # released, and every accepted one is there.
         consumer = blocking_on(port, pids, pids[1])
         receiver = consumer.create_receiver(full, credit=50)
         received = idle = 0
-        while received < stored + sent and idle < IDLE_ROUNDS:
+        while idle < DRAINED_ROUNDS:
             try:
                 receiver.receive(timeout=0.5)
             except Timeout:
                 idle += 1
-                _pump(far)  # a blocking client writes only within its own calls
+                _pump(far)  # a blocking client writes and reads only within its own calls
                 continue
             receiver.accept()
             received += 1
             idle = 0
-        assert received >= stored + sent
+        outcomes = Counter(delivery.remote_state for delivery in sent)
+        assert outcomes[Delivery.RELEASED] == given_back
+        assert outcomes[Delivery.ACCEPTED] + outcomes[Delivery.RELEASED] == len(sent)
+        # And the filler's last send, which waited for its settlement while the budget held it.
+        assert received == stored + outcomes[Delivery.ACCEPTED] + 1
         far.append(consumer)
     finally:
         for connection in (filler, *far):

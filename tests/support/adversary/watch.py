@@ -65,6 +65,7 @@ HOLD_GAUGES: Final = frozenset(
         "sluicegate_memory_budget_letters_window_peak_bytes",
         "sluicegate_memory_budget_channel_sent_bytes",
         "sluicegate_memory_budget_channel_parked_bytes",
+        "sluicegate_memory_budget_channel_given_back_total",
         "sluicegate_memory_budget_remote_publishers",
         "sluicegate_memory_budget_remote_publishers_held",
         "sluicegate_publisher_links_held",

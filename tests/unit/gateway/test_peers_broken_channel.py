@@ -24,7 +24,8 @@ from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import encode
 from sluicegate.session.channel.frames import Kind, Query, QueryOp, Topology
-from sluicegate.session.remote_publishers import RemotePublishers
+from sluicegate.session.inbound_flow import InboundFlow, InboundLimits
+from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.encoding import encode as amqp
 
@@ -99,7 +100,7 @@ def worker1(tmp_path: Path) -> Iterator[Worker1]:
         vhosts=_NoRuntimeVhosts(),
         debt_of=lambda link: None,
         hold=lambda debt: None,
-        publishers=RemotePublishers(),
+        flow=InboundFlow(MemoryBudget(1 << 24), InboundLimits(256, 1 << 20, 1 << 20)),
     )
     worker = Worker1(peers, registry, container, zero, supervisor)
     yield worker

@@ -938,3 +938,46 @@ def test_a_held_connection_whose_last_publisher_detaches_is_read_again() -> None
     assert out.pause == [inbound]
     assert inbound.detach(link), "only a consumer now: the budget holds consumers never"
     assert not inbound.paused
+
+
+def test_a_link_whose_publish_another_worker_gave_back_waits_until_that_worker_stores_again() -> (
+    None
+):
+    """Another worker blocked for good gives back what it does not keep parked
+    (gateway/peers.py's PARKED_SHARE): granted again at once, its publisher would send, and be
+    given back, for as long as it liked. It waits, until that worker stores a publish of this
+    worker's again; a link of its connection that sent elsewhere does not."""
+    flow = _flow()
+    inbound = Inbound(flow, Account())
+    far, near = inbound.attach(), inbound.attach()
+    for link in (far, near):
+        for _ in range(3):
+            assert inbound.receive(link, 100, aborted=False) is None
+            pending, _ = inbound.route(link, None, 1, 100)
+            if link is far:
+                flow.given_back(1, link)
+                inbound.confirm(pending, Outcome.RELEASED, ResourceLimitExceeded("blocked"))
+            else:
+                inbound.confirm(pending)
+    out = flow.flush(1_000, 0, _nothing)
+    assert out is not None
+    assert out.grants == [(near, 3)], "the link given back waits"
+    flow.owner_stored(0)
+    assert flow.flush(1_000, 0, _nothing) is None, "another worker stored: it still waits"
+    flow.owner_stored(1)
+    out = flow.flush(1_000, 0, _nothing)
+    assert out is not None
+    assert out.grants == [(far, 3)]
+    assert flow.owner_full == {}
+
+
+def test_a_link_that_waits_for_another_worker_leaves_nothing_when_it_detaches() -> None:
+    flow = _flow()
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
+    flow.given_back(1, link)
+    flow.given_back(1, link)
+    assert flow.owner_full == {1: {link}}
+    inbound.release()
+    assert flow.owner_full == {}
+    assert link.owner_full is None
