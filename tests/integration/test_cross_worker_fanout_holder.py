@@ -140,9 +140,10 @@ def test_a_fan_out_from_another_worker_holds_its_publisher_and_not_the_light_one
         # (gateway/peers.py's PARKED_SHARE): none is lost unseen.
         given_back = "sluicegate_memory_budget_channel_given_back_total"
         wait_until(
-            lambda: sum(_count(management, name) for name in fan)
-            + own_sample(data_dir, 1, given_back)
-            == FAN * FANNED,
+            lambda: (
+                sum(_count(management, name) for name in fan) + own_sample(data_dir, 1, given_back)
+                == FAN * FANNED
+            ),
             timeout=60,
         )
     finally:
