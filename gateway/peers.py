@@ -277,8 +277,11 @@ class Peers:
         self._blocked = False
         self._heavy = 0
         self._below_limit = 0
-        # Other workers' publishes given back released past the parked window (a metric).
+        # Other workers' publishes given back released past the parked window (a metric), and
+        # whether a publish was parked since the window was last kept: what was kept fits it
+        # until one is, so a flush walks the parked only then.
         self.given_back = 0
+        self._parked_more = False
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
         # Channels ended because their peer broke the protocol (a metric: it never should).
@@ -584,6 +587,7 @@ class Peers:
             if self._blocked or self._below_limit <= 0 or to in self._parked_queues:
                 self._parked.append((peer, publish))
                 self._parked_queues.add(to)
+                self._parked_more = True
             else:
                 self._below_limit -= _publish_bytes(publish)
                 self._store(peer, publish)
@@ -709,7 +713,8 @@ class Peers:
         self._below_limit = room
         if parked and blocked and not full:
             self._store_light(budget.publishing_ceiling - budget.publishing_level(budget.used))
-        if self._parked and blocked:
+        if self._parked_more and blocked:
+            self._parked_more = False
             self._give_back(budget.margin // PARKED_SHARE // len(self.remotes))
         parked = self._parked
         if not parked:

@@ -10,15 +10,14 @@ killed, and the test fails with the dumps and the tool's output so far.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 import pytest
+from support.stacks import python_stacks
 
 __all__ = ["run_or_explain"]
 
@@ -38,24 +37,6 @@ def _session_pids(session: int) -> list[int]:
         except OSError:
             continue  # it ended meanwhile
     return sorted(pids)
-
-
-def _stacks(pid: int) -> str:
-    # The one installed with the test dependencies first: a venv need not be on PATH.
-    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    if spy is None:
-        return "(py-spy is not installed: no stacks)"
-    try:
-        dump = subprocess.run(
-            [spy, "dump", "--pid", str(pid)],
-            capture_output=True,
-            text=True,
-            timeout=DUMP_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return "(py-spy did not answer)"
-    return dump.stdout + dump.stderr
 
 
 def _command_line(pid: int) -> str:
@@ -84,7 +65,7 @@ def run_or_explain(
     except subprocess.TimeoutExpired:
         hung = True
         dumps = [
-            f"--- pid {pid}: {_command_line(pid)}\n{_stacks(pid)}"
+            f"--- pid {pid}: {_command_line(pid)}\n{python_stacks(pid, DUMP_TIMEOUT_S)}"
             for pid in _session_pids(process.pid)
         ]
         os.killpg(process.pid, signal.SIGKILL)

@@ -81,12 +81,18 @@ def _blocked(served: Served) -> bool:
     return own_sample(served.data_dir, 1, "sluicegate_memory_budget_blocked") == 1
 
 
-def _request(client: http.client.HTTPConnection, method: str, path: str, body: object) -> int:
-    """One request on the client's own connection (kept alive): its status."""
+def _answer(
+    client: http.client.HTTPConnection, method: str, path: str, body: object
+) -> tuple[int, str]:
+    """One request on the client's own connection (kept alive): its status and body."""
     client.request(method, f"/api{path}", json.dumps(body), {"Content-Type": "application/json"})
     response = client.getresponse()
-    response.read()
-    return response.status
+    return response.status, response.read().decode()
+
+
+def _request(client: http.client.HTTPConnection, method: str, path: str, body: object) -> int:
+    """One request on the client's own connection: its status."""
+    return _answer(client, method, path, body)[0]
 
 
 @pytest.mark.slow
@@ -130,5 +136,42 @@ def test_a_heavy_http_client_is_held_and_a_light_one_beside_it_is_not(served: Se
                 with contextlib.suppress(OSError):
                     client.close()
         # Held unread if the test failed before the drain: its CLOSE is never answered.
+        with contextlib.suppress(Timeout):
+            filler.close()
+
+
+@pytest.mark.slow
+def test_an_http_publish_given_back_by_a_blocked_worker_is_answered_503_at_once(
+    served: Served,
+) -> None:
+    """What worker 1 does not keep parked of worker 0's publishes it gives back (gateway/
+    peers.py's PARKED_SHARE): an HTTP publish whose copy came back so is answered 503 saying
+    why, not 200 with ``routed: false`` nor at the API's deadline."""
+    full = homed_on(1, 2, "http-given-full")
+    setup = http.client.HTTPConnection("127.0.0.1", served.http, timeout=30)
+    assert _request(setup, "PUT", f"/queues/%2F/{full}", {}) in (201, 204)
+    setup.close()
+    filler = blocking_on(served.port, served.pids, served.pids[1])
+    client = None
+    try:
+        assert send_until_held(filler.create_sender(f"/queues/{full}"), FILL) > 0
+        wait_until(lambda: _blocked(served), timeout=30)
+        client = http.client.HTTPConnection("127.0.0.1", served.http, timeout=30)
+        publish = {"properties": {}, "routing_key": full, "payload": "g" * 300_000}
+        reasons = [
+            _answer(client, "POST", "/exchanges/%2F/amq.default/publish", publish) for _ in range(6)
+        ]
+        # The first waits parked, answered at the deadline; past the window, given back.
+        given_back = [reason for status, reason in reasons if "memory budget is blocked" in reason]
+        assert given_back, reasons
+        assert all(status == 503 for status, _ in reasons), reasons
+        assert own_sample(served.data_dir, 1, "sluicegate_memory_budget_channel_given_back_total")
+        consumer = blocking_on(served.port, served.pids, served.pids[1])
+        assert drained(consumer, full, 50) > 0
+        consumer.close()
+    finally:
+        if client is not None:
+            with contextlib.suppress(OSError):
+                client.close()
         with contextlib.suppress(Timeout):
             filler.close()

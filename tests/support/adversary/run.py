@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from support.adversary.actions import Fleet
-from support.adversary.starved import runqueue_wait, unexplained
+from support.adversary.starved import family, runqueue_wait, unexplained
 from support.adversary.steps import Step
 from support.adversary.watch import ProberProcess, Round, ServerProcess
 
@@ -106,7 +106,7 @@ def run(
     server = ServerProcess(
         ["--memory-budget", str(limits.budget), *workers, *limits.server_options]
     )
-    prober = ProberProcess(server.port, server.pid)
+    prober = ProberProcess(server.port, server.pid, lambda: family(server.pid))
     fleet = Fleet(
         "127.0.0.1",
         server.port,
@@ -182,7 +182,8 @@ def _check(
             index,
             f"no prober round ended within {limits.prober_s:g} s (prober {prober.phase}, "
             f"server CPU {busy:.2f} s meanwhile, {starved}, RSS {rss / MiB:.0f} MiB; "
-            f"{server.hold_gauges()}; budget: {server.budget_holders()})",
+            f"{server.hold_gauges()}; budget: {server.budget_holders()})"
+            f"{prober.stacks_since(moment)}",
         )
     result.worst_round_s = max(result.worst_round_s, served.seconds)
     if served.error is not None:
@@ -194,7 +195,7 @@ def _check(
             "prober",
             index,
             f"a prober round took {served.seconds:.2f} s (server CPU {served.server_cpu:.2f} s "
-            f"during it, {within})",
+            f"during it, {within}){prober.stacks_since(served.start)}",
         )
     return None
 

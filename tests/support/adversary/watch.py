@@ -35,6 +35,7 @@ from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 from support.adversary.starved import family, process_cpu_seconds, runqueue_wait
 from support.ports import free_port
 from support.resident import rss as process_rss
+from support.stacks import python_stacks
 from support.workers import worker_of
 
 __all__ = ["ProberProcess", "Round", "ServerProcess"]
@@ -78,6 +79,13 @@ HOLD_GAUGES: Final = frozenset(
 )
 GAUGES_TIMEOUT_S: Final = 5.0  # the reactor serves the endpoint: a busy one answers late
 SPAWN: Final = multiprocessing.get_context("spawn")  # no fork of a process with threads
+# A round this late is a stall in the making: the server's stacks are read while it lasts
+# (``py-spy dump --nonblocking``), so that a breach shows where the server was, not only that
+# it was busy (seed 72005: a 2 s pass whose cause its replay never showed again).
+STALL_DUMP_S: Final = 0.8
+STALL_WATCH_S: Final = 0.1  # how often the watcher looks: a stall is dumped within 0.9 s
+STALL_DUMP_TIMEOUT_S: Final = 10.0
+STACKS_SHOWN: Final = 6_000  # characters of each process's stacks a breach report shows
 # A round reuses the prober's connection and links; every this many rounds it opens new ones,
 # so that a server that stops accepting or attaching shows too.
 RECONNECT_EVERY: Final = 20
@@ -369,7 +377,9 @@ class ProberProcess:
     Its rounds come back over a pipe; monotonic time is the system's, the same in both.
     """
 
-    def __init__(self, port: int, server_pid: int) -> None:
+    def __init__(
+        self, port: int, server_pid: int, watched: Callable[[], list[int]] | None = None
+    ) -> None:
         self._pipe, theirs = SPAWN.Pipe()
         self._process = SPAWN.Process(
             target=_prober_process, args=(port, server_pid, theirs), daemon=True
@@ -380,6 +390,12 @@ class ProberProcess:
         self._drained: tuple[list[str], str | None] | None = None
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, name="prober-reader", daemon=True)
+        # The server's processes, whose stacks are read when a round is late, and the last
+        # such reading: when it was taken and what it says.
+        self._watched = watched
+        self.stall: tuple[float, str] | None = None
+        self._stopped = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="prober-watcher", daemon=True)
 
     @property
     def pid(self) -> int:
@@ -391,6 +407,32 @@ class ProberProcess:
     def start(self) -> None:
         self._process.start()
         self._reader.start()
+        if self._watched is not None:
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """Read the server's stacks once per late round, while it is late."""
+        assert self._watched is not None
+        dumped_after = None
+        while not self._stopped.wait(STALL_WATCH_S):
+            with self._changed:
+                last = self.rounds[-1].end if self.rounds else None
+            if last is None or last == dumped_after or time.monotonic() - last < STALL_DUMP_S:
+                continue
+            dumped_after = last
+            stacks = "\n".join(
+                f"--- pid {pid}\n"
+                + python_stacks(pid, STALL_DUMP_TIMEOUT_S, nonblocking=True)[:STACKS_SHOWN]
+                for pid in self._watched()
+            )
+            self.stall = (time.monotonic(), stacks)
+
+    def stacks_since(self, moment: float) -> str:
+        """The server's stacks read during a late round since ``moment``, if any were."""
+        stall = self.stall
+        if stall is None or stall[0] < moment:
+            return ""
+        return f"; the server's stacks {stall[0] - moment:.1f} s in: {stall[1]}"
 
     def _read(self) -> None:
         while True:
@@ -445,6 +487,7 @@ class ProberProcess:
 
     def kill(self) -> None:
         """End the prober process whatever its state."""
+        self._stopped.set()
         if self._process.pid is not None:  # started
             self._process.kill()
             self._process.join()
