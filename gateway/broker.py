@@ -278,7 +278,9 @@ class Broker(Handler):
         waiting = sending.waiting
         budget.imported = waiting.reserved + waiting.imported
         if self.peers is not None:
-            budget.letters_sent, budget.letters_window_peak = self.peers.letters_sent()
+            budget.letters_sent, budget.letters_window_peak, budget.parked_sent = (
+                self.peers.letters_sent()
+            )
         self.publishing.flush()
         self.modified_annotations.forget()
         # The imports' part is taken: what requests out for another worker's deliveries bring

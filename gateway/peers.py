@@ -94,14 +94,6 @@ ConsumerLeft = Callable[[QueueRegistry, QueueType], None]
 VHOSTS_WORKER: Final = 0
 # Topology verbs of virtual hosts rather than of one virtual host's queues and exchanges.
 _VHOST_VERBS: Final = frozenset({"vhost", "delete-vhost", "vhosts"})
-# What a blocked worker keeps parked of one other worker's publishers, in bytes: a quarter of
-# its margin split among its peers, as the letters' window is (session/memory_budget.py). The
-# sender counts what is parked until it is confirmed, and an owner blocked by queues nobody
-# reads confirms nothing, so whatever it keeps is counted by the sender for as long: kept
-# whole, 32.5 MB of one worker's publishes held it 5.5 MB past its ceiling with its prober
-# waiting (adversary seed 71002). The rest is given back ``released``, which the client may
-# send again.
-PARKED_SHARE: Final = 4
 # The condition a publish given back carries to its sender (an HTTP publish answers 503).
 _GIVEN_BACK: Final = "amqp:resource-limit-exceeded"
 
@@ -324,7 +316,7 @@ class Peers:
         ``flow`` is this worker's inbound flow: its ``remote`` are the other workers' links as
         the memory budget holds them, which what their publishes store here is charged to
         (session/remote_publishers.py), and its links wait for the workers that give their
-        publishes back (:data:`PARKED_SHARE`)."""
+        publishes back (:meth:`_give_back`)."""
         self.tenancy = tenancy
         self.container = container
         self.durability = durability
@@ -485,14 +477,20 @@ class Peers:
         """A queue here was deleted: other workers' links forget it (remote_publishers.py)."""
         self._publishers.queue_deleted(queue)
 
-    def letters_sent(self) -> tuple[int, int]:
+    def letters_sent(self) -> tuple[int, int, int]:
         """Bytes of this worker's dead letters sent to other workers and not yet confirmed
-        (what the memory budget's letters' part holds, session/memory_budget.py), and the
-        most one channel's window has held."""
+        (what the memory budget's letters' part holds, session/memory_budget.py), the most one
+        channel's window has held, and the bytes of its publishes sent and not confirmed
+        within each owner's parked window (:meth:`_give_back`: the letters' window, the same
+        on both sides), which that part holds too."""
         remotes = self.remotes.values()
         return (
             sum(remote.letters_in_flight for remote in remotes),
             max((remote.letters_peak for remote in remotes), default=0),
+            sum(
+                min(remote.in_flight - remote.letters_in_flight, remote.letter_window)
+                for remote in remotes
+            ),
         )
 
     def place(self, vhost: str, registry: QueueRegistry) -> None:
@@ -715,7 +713,7 @@ class Peers:
             self._store_light(budget.publishing_ceiling - budget.publishing_level(budget.used))
         if self._parked_more and blocked:
             self._parked_more = False
-            self._give_back(budget.margin // PARKED_SHARE // len(self.remotes))
+            self._give_back(window)
         parked = self._parked
         if not parked:
             self._parked_queues.clear()
@@ -772,19 +770,31 @@ class Peers:
         self._parked_queues = waiting
 
     def _give_back(self, window: int) -> None:
-        """Keep parked, of each other worker's publishers' runs, at most ``window`` bytes, the
-        oldest first, and give the rest back ``released`` (:data:`PARKED_SHARE`): a run that
-        does not fit keeps the messages that do, and every later run of that worker goes back
-        whole, so what stays parked keeps its order. The oldest message stays whatever its
-        size: once stored, its confirm tells the sender this worker takes its publishes again
-        (``InboundFlow.owner_stored``). Letters stay: their sender keeps them within a window
-        of their own (``Remote.letter_fits``)."""
+        """Keep parked, of each other worker's letters and publishes, at most ``window`` bytes
+        (the letters' window, a quarter of the margin split among the peers,
+        session/memory_budget.py), the oldest first, and give the publishes past it back
+        ``released`` with ``amqp:resource-limit-exceeded``, which the client may send again.
+
+        The sender counts what is parked until it is confirmed, and an owner blocked for good
+        by queues nobody reads confirms nothing, so what it keeps is counted by the sender for
+        as long: kept whole, seed 71002's 32.5 MB of one worker's publishes held it 5.5 MB
+        past its ceiling, its prober waiting. Within the window the sender weighs them in the
+        letters' part, not the publishers' (``MemoryBudget.parked_sent``).
+
+        A run that does not fit keeps the messages that do, and every later run of that worker
+        goes back whole, so what stays parked keeps its order. Its oldest run keeps at least
+        a message whatever its size: once stored, its confirm tells the sender this worker
+        takes its publishes again (``InboundFlow.owner_stored``). Letters are never given
+        back: their sender keeps them within the window (``Remote.letter_fits``), so they only
+        leave the publishes less of it."""
         kept: deque[tuple[int, Publish]] = deque()
         held: dict[int, int] = {}
         full: set[int] = set()
         for peer, publish in self._parked:
             confirms = self._confirms.get(peer)
             if publish.letters or confirms is None:
+                if publish.letters:
+                    held[peer] = held.get(peer, 0) + _publish_bytes(publish)
                 kept.append((peer, publish))
                 continue
             room = 0 if peer in full else window - held.get(peer, 0)

@@ -137,7 +137,7 @@ def test_a_fan_out_from_another_worker_holds_its_publisher_and_not_the_light_one
         assert drained(consumer, full, 50) > 0
         consumer.close()
         # Worker 1 kept a window of the copies parked and gave the rest back released
-        # (gateway/peers.py's PARKED_SHARE): none is lost unseen.
+        # (gateway/peers.py's ``_give_back``): none is lost unseen.
         given_back = "sluicegate_memory_budget_channel_given_back_total"
         wait_until(
             lambda: (

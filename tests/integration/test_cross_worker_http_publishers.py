@@ -145,7 +145,7 @@ def test_an_http_publish_given_back_by_a_blocked_worker_is_answered_503_at_once(
     served: Served,
 ) -> None:
     """What worker 1 does not keep parked of worker 0's publishes it gives back (gateway/
-    peers.py's PARKED_SHARE): an HTTP publish whose copy came back so is answered 503 saying
+    peers.py's ``_give_back``): an HTTP publish whose copy came back so is answered 503 saying
     why, not 200 with ``routed: false`` nor at the API's deadline."""
     full = homed_on(1, 2, "http-given-full")
     setup = http.client.HTTPConnection("127.0.0.1", served.http, timeout=30)

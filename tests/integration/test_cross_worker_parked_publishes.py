@@ -27,8 +27,8 @@ from support.ports import free_port
 from support.process import serving
 from support.workers import blocking_on, budget_used, children, homed_on, own_sample, worker_of
 
-from sluicegate.gateway.peers import PARKED_SHARE
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
+from sluicegate.session.memory_budget import LETTERS_SHARE
 
 BODY: Final = "x" * 100_000
 # Each worker's share of a 16 MiB budget over two, and its ceiling: the limit and an eighth.
@@ -40,8 +40,8 @@ LINKS: Final = 6
 # Rounds of half a second with nothing received once the queue is drained.
 DRAINED_ROUNDS: Final = 6
 # What worker 1 keeps parked of worker 0's publishes: a quarter of its 1 MiB margin
-# (gateway/peers.py's PARKED_SHARE).
-PARKED_WINDOW: Final = (LIMIT // 8) // PARKED_SHARE
+# (the letters' window, gateway/peers.py's ``_give_back``).
+PARKED_WINDOW: Final = (LIMIT // 8) // LETTERS_SHARE
 # What one reactor pass may read past the ceiling before the budget holds the connections: a
 # read of each of the two connections (gateway/reading.py reads 256 KiB at most).
 READ: Final = 2 * 256 * 1024

@@ -324,3 +324,22 @@ def test_a_link_sent_nothing_yet_asks_for_one_delivery_while_any_room_is_left() 
     worker.publish(1, 1)
     worker.quiesce()
     assert worker.received[1] == [body(1, 0)]
+
+
+def test_publishes_parked_on_another_worker_weigh_on_the_letters_part_within_it() -> None:
+    """What this worker's publishes leave parked on another worker, within that owner's window
+    (gateway/peers.py's ``_give_back``), is weighed with its letters in their part: an owner
+    blocked for good confirms none of it, and weighed on the publishers' part it kept a worker
+    10 KB past its publishers' ceiling, every publisher there waiting (adversary seed 71000).
+    Together with the letters, only what passes the part weighs on the publishers."""
+    budget = MemoryBudget(32 * 1024 * 1024)
+    budget.keep_for_letters(1)
+    part = budget.letters
+    level = budget.publishing_ceiling - 1
+    budget.update(level)
+    assert budget.publishing_level(level) == level
+    budget.parked_sent = part // 2
+    assert budget.publishing_level(level) == level - part // 2
+    budget.letters_sent = part
+    assert budget.publishing_level(level) == level - part, "no more than the part"
+    assert not budget.publishers_full(level + part // 2)

@@ -944,7 +944,7 @@ def test_a_link_whose_publish_another_worker_gave_back_waits_until_that_worker_s
     None
 ):
     """Another worker blocked for good gives back what it does not keep parked
-    (gateway/peers.py's PARKED_SHARE): granted again at once, its publisher would send, and be
+    (gateway/peers.py's ``_give_back``): granted again at once, its publisher would send, and be
     given back, for as long as it liked. It waits, until that worker stores a publish of this
     worker's again; a link of its connection that sent elsewhere does not."""
     flow = _flow()
