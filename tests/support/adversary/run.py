@@ -121,6 +121,7 @@ def run(
             if served is None or served.error is not None:
                 raise RuntimeError(f"the prober is not served before any step: {served}")
         result.base_rss = result.peak_rss = server.rss()
+        prober.take_latest()  # the warm rounds are no step's
         for index, step in enumerate(steps):
             if until is not None and time.monotonic() >= until:
                 break
@@ -188,6 +189,16 @@ def _check(
     result.worst_round_s = max(result.worst_round_s, served.seconds)
     if served.error is not None:
         return Breach("prober-failed", index, served.error)
+    slowest = prober.take_latest()
+    if slowest is not None and slowest.unexplained > limits.prober_s and slowest.end <= moment:
+        return Breach(
+            "prober",
+            index,
+            f"a prober round during the step took {slowest.seconds:.2f} s (server CPU "
+            f"{slowest.server_cpu:.2f} s during it, "
+            f"{Starved(slowest.server_wait, slowest.prober_wait)})"
+            f"{prober.stacks_since(slowest.start)}",
+        )
     # The round's own measures: it may have begun during the step, before ``moment``.
     within = Starved(served.server_wait, served.prober_wait)
     if unexplained(served.seconds, within.server, within.prober) > limits.prober_s:

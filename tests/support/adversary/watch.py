@@ -32,7 +32,7 @@ from typing import Final
 from proton import Message
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
-from support.adversary.starved import family, process_cpu_seconds, runqueue_wait
+from support.adversary.starved import family, process_cpu_seconds, runqueue_wait, unexplained
 from support.ports import free_port
 from support.resident import rss as process_rss
 from support.stacks import python_stacks
@@ -252,6 +252,11 @@ class Round:
     def seconds(self) -> float:
         return self.end - self.start
 
+    @property
+    def unexplained(self) -> float:
+        """Its seconds less what the machine withheld from the server or the prober."""
+        return unexplained(self.seconds, self.server_wait, self.prober_wait)
+
 
 @dataclass
 class Ledger:
@@ -385,6 +390,10 @@ class ProberProcess:
             target=_prober_process, args=(port, server_pid, theirs), daemon=True
         )
         self.rounds: deque[Round] = deque(maxlen=ROUNDS_KEPT)
+        # The round since :meth:`take_latest` with the most time no run-queue wait explains:
+        # a step runs for seconds, hundreds of rounds, and only the one after it was checked,
+        # so a stall in the middle of a step went unseen but in the run's worst round.
+        self._latest: Round | None = None
         self.count = 0
         self.phase = "starting"  # what the round under way is waiting for, for breach reports
         self._drained: tuple[list[str], str | None] | None = None
@@ -420,10 +429,12 @@ class ProberProcess:
             if last is None or last == dumped_after or time.monotonic() - last < STALL_DUMP_S:
                 continue
             dumped_after = last
+            # The prober's own too: a late round with the server idle (seed 71001) is the
+            # prober's wait, or its own.
             stacks = "\n".join(
                 f"--- pid {pid}\n"
                 + python_stacks(pid, STALL_DUMP_TIMEOUT_S, nonblocking=True)[:STACKS_SHOWN]
-                for pid in self._watched()
+                for pid in (*self._watched(), self.pid)
             )
             self.stall = (time.monotonic(), stacks)
 
@@ -442,13 +453,23 @@ class ProberProcess:
                 return
             with self._changed:
                 if kind == "round":
-                    self.rounds.append(Round(*value))
+                    served = Round(*value)
+                    self.rounds.append(served)
                     self.count += 1
+                    latest = self._latest
+                    if latest is None or served.unexplained > latest.unexplained:
+                        self._latest = served
                 elif kind == "phase":
                     self.phase = value
                 else:
                     self._drained = value
                 self._changed.notify_all()
+
+    def take_latest(self) -> Round | None:
+        """The slowest round since the last call, by its unexplained seconds."""
+        with self._changed:
+            latest, self._latest = self._latest, None
+        return latest
 
     def served_after(self, moment: float, limit: float) -> Round | None:
         """The first round that ended after ``moment``; None if none did within ``limit`` s.
