@@ -12,16 +12,21 @@ from pathlib import Path
 __all__ = ["python_stacks"]
 
 
-def python_stacks(pid: int, timeout: float, nonblocking: bool = False) -> str:
-    """``pid``'s Python stacks, or why there are none; ``nonblocking`` reads them without
-    pausing the process (a server being watched goes on as it would)."""
+def python_stacks(pid: int, timeout: float) -> str:
+    """``pid``'s Python stacks, or why there are none (py-spy pauses it while it reads them:
+    read without pausing, a busy process's threads showed no frames)."""
     # The one installed with the test dependencies first: a venv need not be on PATH.
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         return "(py-spy is not installed: no stacks)"
-    command = [spy, "dump", "--pid", str(pid), *(["--nonblocking"] if nonblocking else [])]
     try:
-        dump = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        dump = subprocess.run(
+            [spy, "dump", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return "(py-spy did not answer)"
     return dump.stdout + dump.stderr

@@ -80,8 +80,10 @@ HOLD_GAUGES: Final = frozenset(
 GAUGES_TIMEOUT_S: Final = 5.0  # the reactor serves the endpoint: a busy one answers late
 SPAWN: Final = multiprocessing.get_context("spawn")  # no fork of a process with threads
 # A round this late is a stall in the making: the server's stacks are read while it lasts
-# (``py-spy dump --nonblocking``), so that a breach shows where the server was, not only that
-# it was busy (seed 72005: a 2 s pass whose cause its replay never showed again).
+# (``py-spy dump``, which pauses each process for the milliseconds of its reading: read
+# without pausing, a busy server's threads showed no frames at all, seed 71002), so that a
+# breach shows where the server was, not only that it was busy (seed 72005: a 2 s pass whose
+# cause its replay never showed again).
 STALL_DUMP_S: Final = 0.8
 STALL_WATCH_S: Final = 0.1  # how often the watcher looks: a stall is dumped within 0.9 s
 STALL_DUMP_TIMEOUT_S: Final = 10.0
@@ -432,8 +434,7 @@ class ProberProcess:
             # The prober's own too: a late round with the server idle (seed 71001) is the
             # prober's wait, or its own.
             stacks = "\n".join(
-                f"--- pid {pid}\n"
-                + python_stacks(pid, STALL_DUMP_TIMEOUT_S, nonblocking=True)[:STACKS_SHOWN]
+                f"--- pid {pid}\n" + python_stacks(pid, STALL_DUMP_TIMEOUT_S)[:STACKS_SHOWN]
                 for pid in (*self._watched(), self.pid)
             )
             self.stall = (time.monotonic(), stacks)
