@@ -565,7 +565,7 @@ class Peers:
                 if token is not None:
                     if given_back and type(token) is Unconfirmed:
                         # Before its settlement asks for a renewal: the link waits.
-                        flow.given_back(peer, token.link)
+                        token.inbound.given_back(peer, token.link)
                     confirm(cast(Pending, token), OUTCOMES[confirmed.outcome], error)
             if tokens and not given_back and flow.owner_full:
                 flow.owner_stored(peer)

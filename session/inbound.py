@@ -148,6 +148,14 @@ class Inbound:
             return not self.account.paused
         return False
 
+    def given_back(self, peer: int, link: IncomingLink) -> None:
+        """Worker ``peer`` gave a publish of ``link`` back, its budget blocked: the link waits
+        for it (``InboundFlow.given_back``), unless it is gone already: its copies in flight
+        are confirmed after it detached, and a detached link that waited was granted credit,
+        its record gone, when the owner stored again (adversary seed 65800)."""
+        if link in self.links:
+            self.flow.given_back(peer, link)
+
     def release(self) -> None:
         """The connection ended: forget every link and what it charged."""
         for link in list(self.links):

@@ -975,9 +975,26 @@ def test_a_link_that_waits_for_another_worker_leaves_nothing_when_it_detaches() 
     flow = _flow()
     inbound = Inbound(flow, Account())
     link = inbound.attach()
-    flow.given_back(1, link)
-    flow.given_back(1, link)
+    inbound.given_back(1, link)
+    inbound.given_back(1, link)
     assert flow.owner_full == {1: {link}}
     inbound.release()
     assert flow.owner_full == {}
     assert link.owner_full is None
+
+
+def test_a_publish_given_back_after_its_link_detached_makes_nobody_wait() -> None:
+    """Adversary seed 65800: a copy in flight was given back after its link detached; the
+    link was recorded as waiting, and granted credit with its record gone once the owner
+    stored again (an internal error at the flush)."""
+    flow = _flow()
+    inbound = Inbound(flow, Account())
+    link = inbound.attach()
+    assert inbound.receive(link, 100, aborted=False) is None
+    pending, _ = inbound.route(link, None, 1, 100)
+    inbound.detach(link)
+    inbound.given_back(1, link)
+    inbound.confirm(pending, Outcome.RELEASED, ResourceLimitExceeded("blocked"))
+    assert flow.owner_full == {}
+    flow.owner_stored(1)
+    assert link not in flow.renewals
