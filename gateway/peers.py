@@ -19,6 +19,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from itertools import count
 from typing import Final, Protocol, cast
 
@@ -807,7 +808,9 @@ class Peers:
                 held[peer] = window - room
                 fit += 1
             if fit:
-                kept.append((peer, publish if fit == len(payloads) else _first(publish, fit)))
+                if fit < len(payloads):
+                    publish = replace(publish, payloads=payloads[:fit], stamps=publish.stamps[:fit])
+                kept.append((peer, publish))
             if fit < len(payloads):
                 full.add(peer)
                 first = publish.publish
@@ -1066,21 +1069,6 @@ class _Control:
                 continue
             peer, serial = CHANNEL.unpack(data)
             self.peers.open(peer, socket.socket(fileno=fds[0]), serial)
-
-
-def _first(publish: Publish, fit: int) -> Publish:
-    """The run of ``publish``'s first ``fit`` messages."""
-    return Publish(
-        publish.publish,
-        publish.vhost,
-        publish.queue,
-        publish.exchange,
-        publish.routing_key,
-        publish.payloads[:fit],
-        publish.stamps[:fit],
-        publish.letters,
-        publish.publisher,
-    )
 
 
 def _publish_bytes(publish: Publish) -> int:
