@@ -190,11 +190,7 @@ class ClassicQueue:
         if state is None:
             return _NO_DISPATCH
         unacked = state.unacked
-        if not state.browse:
-            for message in unsent:
-                held = unacked.pop(message.seq, None)
-                if held is message or (held is None and message.state == ARCHIVED):
-                    self._take_back(message)
+        self._take_back_unsent(state, unsent)
         failed = list(unacked.values())
         unacked.clear()
         for message in failed:
@@ -206,6 +202,28 @@ class ClassicQueue:
         finally:
             dispatches = self._dispatch()
         return dispatches
+
+    def give_back(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        """Take back what the consumer's session never sent; a browser walks them again."""
+        state = self._consumers.by_key.get(consumer)
+        if state is None or not unsent:
+            return _NO_DISPATCH
+        if state.browse:
+            cursor = state.cursor
+            cursor.position = min(cursor.position, min(message.seq for message in unsent))
+            return _NO_DISPATCH
+        self._take_back_unsent(state, unsent)
+        return self._dispatch()
+
+    def _take_back_unsent(self, state: Consumer, unsent: list[Message]) -> None:
+        """The messages of ``unsent`` the consumer still holds return as they were."""
+        if state.browse:
+            return
+        unacked = state.unacked
+        for message in unsent:
+            held = unacked.pop(message.seq, None)
+            if held is message or (held is None and message.state == ARCHIVED):
+                self._take_back(message)
 
     def credit(
         self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool

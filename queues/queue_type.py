@@ -169,6 +169,11 @@ class QueueType(Protocol):
         Everything else it held unsettled counts one failed delivery attempt.
         """
 
+    def give_back(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        """Take back deliveries the consumer's session never put on the wire, the consumer
+        staying attached with no credit: they return as they were, as at a detach, so that a
+        session whose client stopped reading frees what it held (session/waiting.py)."""
+
     def credit(
         self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
     ) -> tuple[list[Message], CreditReply | None]:

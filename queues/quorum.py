@@ -361,6 +361,10 @@ class QuorumQueue(ClassicQueue):
         dispatches = super().detach(consumer, unsent)
         return self._hand_over(dispatches)
 
+    def give_back(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        """As a classic queue; then a waiting successor may take over."""
+        return self._hand_over(super().give_back(consumer, unsent))
+
     def settle(
         self,
         consumer: ConsumerKey,

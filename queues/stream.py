@@ -328,6 +328,15 @@ class StreamQueue:
             self._paused.pop(state, None)
         return _NO_DISPATCH
 
+    def give_back(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        """The reader goes back to the first offset its session never sent: nothing was
+        taken, and the session gives back all it holds, so it reads them again."""
+        state = self._consumers.get(consumer)
+        if state is not None and unsent:
+            state.position = min(state.position, min(message.seq for message in unsent))
+            self._delivered -= len(unsent)
+        return _NO_DISPATCH
+
     def credit(
         self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
     ) -> tuple[list[Message], CreditReply]:

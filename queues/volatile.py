@@ -106,6 +106,13 @@ class VolatileQueue:
             self.dropped += len(unsent)
         return _NO_DISPATCH
 
+    def give_back(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        """Replies are kept nowhere but in the requester's session: those given back are
+        dropped, as replies the requester had no credit for are."""
+        if consumer == self._consumer:
+            self.dropped += len(unsent)
+        return _NO_DISPATCH
+
     def credit(
         self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
     ) -> tuple[list[Message], CreditReply]:

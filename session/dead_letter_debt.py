@@ -97,7 +97,7 @@ class DeadLetterDebt:
         self.debt += units
         self.borrowed += units
         if self.held:
-            return not cause.link.held
+            return not cause.link.debt_held
         if self.debt >= self.limit:
             self.held = True
             self.holds += 1
@@ -108,7 +108,7 @@ class DeadLetterDebt:
         """``cause`` was repaid ``units``: True if the debt is back at half the limit now."""
         self.debt -= units
         link = cause.link
-        if cause.owed == 0 and (link.detached or not link.held):
+        if cause.owed == 0 and (link.detached or not link.debt_held):
             self.causes.pop(link, None)
         if self.held and self.debt <= self.resume_at:
             self.held = False
@@ -122,7 +122,7 @@ class DeadLetterDebt:
         return [
             link
             for link, cause in self.causes.items()
-            if cause.owed and not link.held and not link.detached
+            if cause.owed and not link.debt_held and not link.detached
         ]
 
     def let_go(self) -> list[OutgoingLink]:
@@ -130,7 +130,7 @@ class DeadLetterDebt:
         every link but those that owe letters is forgotten."""
         if self.held:
             return []
-        links = [link for link in self.causes if link.held and not link.detached]
+        links = [link for link in self.causes if link.debt_held and not link.detached]
         for link, cause in list(self.causes.items()):
             if not cause.owed:
                 del self.causes[link]
@@ -146,5 +146,5 @@ class DeadLetterDebt:
             holds=self.holds,
             borrowed=self.borrowed,
             owing_links=sum(1 for cause in self.causes.values() if cause.owed),
-            held_links=sum(1 for link in self.causes if link.held and not link.detached),
+            held_links=sum(1 for link in self.causes if link.debt_held and not link.detached),
         )

@@ -180,6 +180,8 @@ class Session:
         self.top_ups: dict[OutgoingLink, None] = {}
         # Of pending_bytes, what other workers' deliveries hold (the budget's imports' part).
         self.pending_imported = 0
+        # Its links that gave back what they held while their client read nothing (:meth:`stall`).
+        self.stalled_links: dict[OutgoingLink, None] = {}
 
     # -- links ----------------------------------------------------------------------------
 
@@ -235,8 +237,13 @@ class Session:
         unsent = list(link.waiting)
         link.waiting.clear()
         self.waiting.forget(link)
+        server = self.waiting.server
         if link.reserved:
-            self.waiting.server.reserve(link, 0)
+            server.reserve(link, 0)
+        if link.imports:
+            server.holding.pop(link, None)
+            server.stalled.pop(link, None)
+            self.stalled_links.pop(link, None)
         if unsent:
             held = sum(m.held for m in unsent)
             shares = link.shares
@@ -247,7 +254,8 @@ class Session:
                 shares.let_go_all(shared)
             else:
                 counted = held if link.counted else 0
-            self._uncharge(held + len(unsent) * WAITING_DELIVERY_COST, counted)
+            cost = held + len(unsent) * WAITING_DELIVERY_COST
+            self._uncharge(cost, counted, cost if link.imports else 0)
         return link.queue.detach(link, unsent)
 
     def end(self) -> list[Dispatch]:
@@ -265,6 +273,40 @@ class Session:
         new credit reaches its queue, and what the queue holds is taken back, by a request
         for none now or, with one out, when its reply comes. What the session holds for it
         already still goes out, at most one batch."""
+        link.debt_held = True
+        self._hold(link)
+
+    def release(self, link: OutgoingLink) -> None:
+        """The debt is back at half its limit: the link asks for the credit its client
+        granted again, unless it is stalled too."""
+        link.debt_held = False
+        if not link.stalled:
+            self._ask_again(link)
+
+    def stall(self, link: OutgoingLink) -> None:
+        """Another worker's consumer whose client reads nothing now (its window or its writer
+        is closed) while others wait for the imports' part (session/waiting.py): held as for
+        a debt, and once its queue's reply says it holds no credit, what the session holds
+        for it unsent goes back to its queue (:meth:`_give_back`), so that a client that does
+        not read holds none of the part. It asks again once its session can hand something
+        out, or the budget lets go (:meth:`unstall`)."""
+        link.stalled = True
+        self.stalled_links[link] = None
+        self.waiting.server.stalled[link] = None
+        self._hold(link)
+        if not link.credit_req_in_flight:
+            # The queue may hold no credit already: a request for none says so all the same.
+            self._request_credit(link, 0, False)
+
+    def unstall(self, link: OutgoingLink) -> None:
+        """The link's client may read again: it asks for the credit its client granted."""
+        link.stalled = False
+        self.stalled_links.pop(link, None)
+        self.waiting.server.stalled.pop(link, None)
+        if not link.debt_held:
+            self._ask_again(link)
+
+    def _hold(self, link: OutgoingLink) -> None:
         link.held = True
         drain = self.waiting.forget(link)
         if drain is not None:
@@ -272,13 +314,47 @@ class Session:
         elif not link.credit_req_in_flight and link.queue_flow_ctl.credit > 0:
             self._request_credit(link, 0, False)
 
-    def release(self, link: OutgoingLink) -> None:
-        """The debt is back at half its limit: the link asks for the credit its client
-        granted again."""
+    def _ask_again(self, link: OutgoingLink) -> None:
         link.held = False
         client = link.client_flow_ctl
-        if not link.credit_req_in_flight and client.credit > 0:
+        if not link.credit_req_in_flight and client.credit > 0 and not link.detached:
             self._request_credit(link, min(client.credit, link.batch), link.queue_flow_ctl.drain)
+
+    @property
+    def can_hand_out(self) -> bool:
+        """Whether a delivery could leave now: the client's window and the writer are open."""
+        return (
+            self.remote_incoming_window > 0
+            and self.writer_credit.credit > 0
+            and self.writer.room > 0
+        )
+
+    def _give_back(self, link: OutgoingLink) -> None:
+        """Hand the stalled link's unsent deliveries back to its queue (QueueType.give_back),
+        all but one the client has part of: they count as having left the session, so the
+        queue's credit is counted as before, and their bytes leave the imports' part."""
+        waiting = link.waiting
+        head = self.outgoing_pending[0] if self.outgoing_pending else None
+        kept = head if head is not None and head[0] is link and self.head_sent else None
+        unsent = list(waiting)
+        if kept is not None:
+            unsent = unsent[1:]
+        if not unsent:
+            return
+        # Their entries stay in outgoing_pending, dropped as they come up (``stale``): a walk
+        # over every entry per link given back would be the attacker's to repeat.
+        link.stale += len(unsent)
+        waiting.clear()
+        if kept is not None:
+            waiting.append(cast(Message, kept[1]))
+        else:
+            self.waiting.server.holding.pop(link, None)
+        held = sum(m.held for m in unsent)
+        cost = held + len(unsent) * WAITING_DELIVERY_COST
+        self._uncharge(cost, held if link.counted else 0, cost)
+        queue_ctl = link.queue_flow_ctl
+        queue_ctl.delivery_count = (queue_ctl.delivery_count + len(unsent)) & SERIAL_MASK
+        link.queue.give_back(link, unsent)
 
     # -- events from the client -----------------------------------------------------------
 
@@ -357,6 +433,8 @@ class Session:
         if link.detached or not messages:
             return
         self.outgoing_pending.extend([(link, message) for message in messages])
+        if not link.waiting:
+            self.waiting.server.holding[link] = None
         link.waiting.extend(messages)
         # Another worker's deliveries hold their payload, all of it (queues/message.py
         # Imported): its size, without a property's call per message.
@@ -379,6 +457,9 @@ class Session:
 
     def send_pending(self) -> list[Action]:
         """Hand over what the window and the writer allow, in order (RabbitMQ's send_pending)."""
+        if self.stalled_links and self.can_hand_out:
+            for link in list(self.stalled_links):
+                self.unstall(link)
         out: list[Action] = []
         pending = self.outgoing_pending
         credit = self.writer_credit
@@ -396,7 +477,7 @@ class Session:
         while pending:
             entry = pending[0]
             link, item = entry
-            if link.detached:
+            if link.detached or (link.stale and _given_back(link, item)):
                 pending.popleft()
                 continue
             if isinstance(item, Message):
@@ -405,6 +486,9 @@ class Session:
                     self.remote_incoming_window, credit.credit, -(-room_bytes // frame_payload)
                 )
                 if room <= 0:
+                    if self.pending_imported:
+                        # Another worker's deliveries wait on a client that reads nothing now.
+                        self.waiting.server.check_stalls = True
                     self._bypass(out)
                     break
                 start = self.head_sent
@@ -431,6 +515,8 @@ class Session:
                     sent_counted += held
                 if link.imports:
                     sent_imported += held + WAITING_DELIVERY_COST
+                    if not link.waiting:
+                        self.waiting.server.holding.pop(link, None)
                 sent += 1
                 self.remote_incoming_window -= frames
                 room_bytes = handed(credit, frames, size - start)
@@ -477,7 +563,7 @@ class Session:
         while pending:
             entry = pending.popleft()
             link, item = entry
-            if link.detached:
+            if link.detached or (link.stale and _given_back(link, item)):
                 continue
             if isinstance(item, Message) or link in waiting:
                 waiting.add(link)
@@ -597,6 +683,9 @@ class Session:
         """
         client = link.client_flow_ctl
         server = self.waiting.server
+        if link.stalled and not reply.credit:
+            # Every delivery sent before the reply is here, and no more comes.
+            self._give_back(link)
         if reply.credit or link.reserved:
             # All it sent before the reply has arrived: what it may still send is the credit
             # it kept; a link sent nothing yet keeps the room it was reserved (``_reserve``).
@@ -795,6 +884,16 @@ def resume(waiting: Waiting) -> set[LinkOwner]:
     return touched
 
 
+def _given_back(link: OutgoingLink, item: object) -> bool:
+    """Whether ``item``, an entry of ``link`` in ``outgoing_pending``, is one it gave back: a
+    message other than the one it still holds first, met before any that came since (they
+    follow the ones given back), counted off ``link.stale`` as met."""
+    if not isinstance(item, Message) or (link.waiting and link.waiting[0] is item):
+        return False
+    link.stale -= 1
+    return True
+
+
 def _import_batch(link: OutgoingLink, credit: int) -> int:
     """The most a request to another worker's queue asks for: ``IMPORT_BATCH`` bytes by the
     link's largest delivery, one before it was sent any (session/waiting.py)."""
@@ -812,22 +911,47 @@ def budget_flushed(
     session/waiting.py): credit granted beyond the room is taken back, and when the budget
     lets go, is no longer ``full`` or has room again, the requests that waited for it are
     made, connection by connection, each as far as it now may; return the sessions to pump."""
-    let_go = (server.blocked and not blocked) or (server.full and not full)
+    unblocked = server.blocked and not blocked
+    let_go = unblocked or (server.full and not full)
     server.blocked = blocked
     server.full = full
     server.import_room = import_room
+    touched: set[LinkOwner] = set()
+    if blocked and (full or server.room_full) and server.starved and server.check_stalls:
+        touched |= stall(server)
+    elif unblocked and server.stalled:
+        # Not at a mere "not full": the room a stalled link's giving back made is the
+        # waiting consumer's, and a client that still reads nothing would take it again.
+        for link in list(server.stalled):
+            session = cast(Session, link.session)
+            session.unstall(link)
+            touched.add(session)
     if server.reserved > import_room:
-        return take_back(server)
+        return touched | take_back(server)
     if server.room_full and server.reserved < import_room:
         server.room_full = False
         let_go = True
-    touched: set[LinkOwner] = set()
     if not (let_go and server.starved):
         return touched
     starved = list(server.starved)
     server.starved.clear()
     for connection in starved:
         touched |= resume(connection)
+    return touched
+
+
+def stall(server: WaitingBytes) -> set[LinkOwner]:
+    """The imports' part is full and a connection waits for it: every link holding another
+    worker's deliveries that its client does not read now (its session can hand nothing
+    out) gives them back (``Session.stall``); return the sessions to pump. Looked at once
+    per change (``check_stalls``), over the links that hold some."""
+    server.check_stalls = False
+    touched: set[LinkOwner] = set()
+    for link in list(server.holding):
+        session = cast(Session, link.session)
+        if not link.stalled and not session.can_hand_out:
+            session.stall(link)
+            touched.add(session)
     return touched
 
 

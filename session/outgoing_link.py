@@ -99,6 +99,7 @@ class OutgoingLink:
         "client_flow_ctl",
         "counted",
         "credit_req_in_flight",
+        "debt_held",
         "detached",
         "flow_count",
         "handle",
@@ -113,6 +114,8 @@ class OutgoingLink:
         "sent",
         "session",
         "shares",
+        "stale",
+        "stalled",
         "stashed_credit_req",
         "top_up_below",
         "transport_count",
@@ -157,9 +160,15 @@ class OutgoingLink:
         # The bytes its queue may still send on the credit granted, reserved in the memory
         # budget until they arrive or the credit is given back (session/waiting.py).
         self.reserved = 0
-        # Held for its connection's dead-letter debt (session/dead_letter_debt.py): every
-        # credit request it makes asks its queue for none.
+        # Every credit request it makes asks its queue for none (``held``), for either of
+        # two reasons: its connection's dead-letter debt (session/dead_letter_debt.py), or,
+        # another worker's consumer, it gave back what it held unsent when its client stopped
+        # reading and others waited for the imports' part (``stalled``, session/waiting.py).
         self.held = False
+        self.debt_held = False
+        self.stalled = False
+        # Of its entries in outgoing_pending, those given back and not yet dropped.
+        self.stale = 0
         self.detached = False
         self.sent = 0
         # Deliveries sent and not yet settled by the client.

@@ -92,12 +92,15 @@ class WaitingBytes(ServerBytes):
 
     __slots__ = (
         "blocked",
+        "check_stalls",
         "full",
+        "holding",
         "import_room",
         "imported",
         "reserved",
         "reserving",
         "room_full",
+        "stalled",
         "starved",
     )
 
@@ -117,6 +120,13 @@ class WaitingBytes(ServerBytes):
         # from the budget); a connection starved for it sets ``room_full``.
         self.import_room = UNLIMITED_IMPORT_ROOM
         self.room_full = False
+        # The links whose deliveries from another worker wait in their session, and those
+        # that gave them back (``stall`` in session/outbound.py); ``check_stalls``: something
+        # changed since they were last looked at (a connection starved, or a session holding
+        # imports found its client's window or its writer closed).
+        self.holding: dict[OutgoingLink, None] = {}
+        self.stalled: dict[OutgoingLink, None] = {}
+        self.check_stalls = False
 
     def reserve(self, link: OutgoingLink, nbytes: int) -> None:
         """What ``link``'s queue may still send is worth ``nbytes`` now."""
@@ -129,6 +139,12 @@ class WaitingBytes(ServerBytes):
             del self.reserving[link]
         elif not reserved:
             self.reserving[link] = None
+
+    def starve(self, waiting: Waiting) -> None:
+        """``waiting``'s connection waits for the budget: who holds the imports' part is
+        looked at again at the next flush."""
+        self.starved.add(waiting)
+        self.check_stalls = True
 
     def import_credit(self, link: OutgoingLink, credit: int) -> int:
         """``credit`` for ``link`` capped to what ``import_room`` lets its queue send beyond the
@@ -205,7 +221,7 @@ class Waiting:
         credit = link.queue_flow_ctl.credit
         if link.imports and credit and not self.may_ask(link, credit):
             self.deferred[link] = drain
-            self.server.starved.add(self)
+            self.server.starve(self)
             return True
         if not self.paused:
             if self.bytes < self.limit:
@@ -276,7 +292,7 @@ class Waiting:
         credit = head.queue_flow_ctl.credit
         if head.imports and credit and not self.may_ask(head, credit):
             # Its bytes would be new here: it waits for the budget, and those behind it too.
-            self.server.starved.add(self)
+            self.server.starve(self)
             return None
         self.paused = False
         return deferred.popitem(last=False)

@@ -27,6 +27,7 @@ from sluicegate.session.channel.frames import (
     Detach,
     Error,
     Frame,
+    GiveBack,
     Kind,
     Letters,
     Publish,
@@ -48,6 +49,7 @@ _U16: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")
 _ATTACH: Final = struct.Struct("<IBBi")
 _DETACH: Final = struct.Struct("<III")
+_GIVE_BACK: Final = struct.Struct("<II")
 _CREDIT: Final = struct.Struct("<IIIB")
 _REPLY: Final = struct.Struct("<IIIQB")
 _DELIVERIES: Final = struct.Struct("<II")
@@ -190,6 +192,9 @@ def encode(frame: Frame) -> list[bytes]:
         unsent = struct.pack(f"<{len(frame.unsent)}Q", *frame.unsent)
         head = _DETACH.pack(frame.consumer, frame.delivery_count, len(frame.unsent))
         return _frame(Kind.DETACH, [head, unsent])
+    if type(frame) is GiveBack:
+        unsent = struct.pack(f"<{len(frame.unsent)}Q", *frame.unsent)
+        return _frame(Kind.GIVE_BACK, [_GIVE_BACK.pack(frame.consumer, len(frame.unsent)), unsent])
     if type(frame) is Topology:
         return _frame(Kind.TOPOLOGY, [*_text(frame.vhost), *_blob(frame.change)])
     if type(frame) is Query:
@@ -410,6 +415,10 @@ def decode(kind: int, data: memoryview) -> Frame:
         consumer, delivery_count, count = body.take(_DETACH)
         _count(body, count, 8)
         frame = Detach(consumer, delivery_count, body.ints("Q", count))
+    elif kind == Kind.GIVE_BACK:
+        consumer, count = body.take(_GIVE_BACK)
+        _count(body, count, 8)
+        frame = GiveBack(consumer, body.ints("Q", count))
     elif kind == Kind.TOPOLOGY:
         frame = Topology(body.text(), _change(body.blob()))
     elif kind == Kind.QUERY:

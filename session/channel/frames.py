@@ -36,6 +36,7 @@ class Kind(enum.IntEnum):
     ANSWER = 12
     ATTACHED = 13
     LETTERS = 14
+    GIVE_BACK = 15
 
 
 class Settled(enum.IntEnum):
@@ -107,6 +108,17 @@ class Detach:
     consumer: int
     delivery_count: int
     unsent: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    """Deliveries a consumer's session hands back unsent while it stays attached: its client
+    stopped reading while its worker's imports' part was full and another consumer waited for
+    room (session/waiting.py). Sent once the queue holds no credit for the consumer, so no
+    delivery crosses it; they go back as they were (QueueType.give_back)."""
+
+    consumer: int
+    unsent: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +276,7 @@ Frame: TypeAlias = (
     Attach
     | Attached
     | Detach
+    | GiveBack
     | Credit
     | CreditReply
     | Deliveries

@@ -45,6 +45,7 @@ from sluicegate.session.channel.frames import (
     Detach,
     Error,
     Frame,
+    GiveBack,
     Letters,
     Query,
     QueryOp,
@@ -232,6 +233,8 @@ class Owner:
             frames, local = self._attach(frame), []
         elif type(frame) is Detach:
             frames, local = self._detach(frame)
+        elif type(frame) is GiveBack:
+            frames, local = self._give_back(frame)
         elif type(frame) is Query:
             frames, local = [self._answer(frame)], []
         else:
@@ -448,6 +451,17 @@ class Owner:
             del self.attached[key.queue]
         self.left.append((key.vhost, key.queue))
         return dispatches
+
+    def _give_back(self, frame: GiveBack) -> tuple[list[Frame], list[Dispatch]]:
+        """Take back what a consumer's session never sent, the consumer staying: they are the
+        last deliveries it was sent (the queue held no credit for it since), so its recent
+        deliveries, which cover a batch and what crossed the next request, hold them."""
+        key = self.consumers.get(frame.consumer)
+        if key is None:
+            return [], []
+        wanted = set(frame.unsent)
+        unsent = [message for message in key.recent if message.seq in wanted]
+        return self.route(key.queue.give_back(key, unsent))
 
     def _keep(self, key: RemoteConsumer, credit: int) -> None:
         """Size ``key``'s recent deliveries for a request of ``credit``: its session holds at

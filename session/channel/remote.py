@@ -54,6 +54,7 @@ from sluicegate.session.channel.frames import (
     Detach,
     Error,
     Frame,
+    GiveBack,
     Letters,
     Publish,
     QueryOp,
@@ -245,6 +246,12 @@ class Remote:
             return
         _, end = self.consumers.pop(consumer)
         self.outgoing.append(Detach(consumer, end.delivery_count, tuple(unsent)))
+
+    def give_back(self, key: ConsumerKey, unsent: Iterable[int]) -> None:
+        """The consumer's session hands back ``unsent``, staying attached (frames.GiveBack)."""
+        consumer = self.ids.get(key)
+        if consumer is not None:
+            self.outgoing.append(GiveBack(consumer, tuple(unsent)))
 
     def publish(
         self,
@@ -517,6 +524,10 @@ class RemoteQueue:
 
     def detach(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
         self.remote.detach(consumer, [message.seq for message in unsent])
+        return []
+
+    def give_back(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
+        self.remote.give_back(consumer, [message.seq for message in unsent])
         return []
 
     def credit(

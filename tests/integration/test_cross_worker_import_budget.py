@@ -30,6 +30,8 @@ from sluicegate.clients.management import ManagementClient
 MESSAGES: Final = 1_000
 BODY: Final = "x" * 30_000
 READERS: Final = 3
+# A polite consumer's messages, read from worker 1 while it stays blocked.
+POLITE: Final = 5
 # Worker 1's own messages: 25.5 MB, under its limit and above its resume mark.
 OWN: Final = 850
 # Each worker's share of a 64 MiB budget over two, and its ceiling: the limit and an eighth.
@@ -82,6 +84,22 @@ def test_consumers_of_another_workers_queue_ask_only_while_their_worker_has_room
             publisher.create_sender(f"/queues/{probe}").send(Message(body="probe"), timeout=10)
         finally:
             publisher.close()
+        # A consumer there of another queue on worker 0 that reads is served too: what the
+        # readers hold unsent goes back to worker 0 when it waits for the imports' part
+        # (adversary seeds 66103 and 65800), and they ask for no more while they read nothing.
+        across = homed_on(0, 2, "import-polite")
+        assert management.request("PUT", f"/queues/{across}", {"durable": False}).status == 201
+        sender = owner.create_sender(f"/queues/{across}")
+        for n in range(POLITE):
+            sender.send(Message(body=f"polite {n}"))
+        polite = blocking_on(port, pids, pids[1])
+        try:
+            receiver = polite.create_receiver(f"/queues/{across}", credit=POLITE)
+            bodies = [receiver.receive(timeout=10).body for _ in range(POLITE)]
+            assert bodies == [f"polite {n}" for n in range(POLITE)]
+        finally:
+            polite.close()
+        assert max(budget_used(data_dir, 1) for _ in range(20)) <= CEILING
     finally:
         for reader in readers:
             reader.close()

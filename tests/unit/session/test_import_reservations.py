@@ -44,7 +44,7 @@ class Worker:
     """Worker A's connections, one consumer link each on a queue of worker B, the server's
     waiting bytes shared; ``others`` stands for everything else A's budget counts."""
 
-    def __init__(self, links: int, cap: int) -> None:
+    def __init__(self, links: int, cap: int, ack_required: bool = False) -> None:
         self.server = WaitingBytes()
         self.cap = cap
         self.others = 0
@@ -65,7 +65,7 @@ class Worker:
                 waiting=Waiting(server=self.server),
             )
             link = session.attach_link(
-                0, RemoteQueue(f"q{n}", "/", self.remote), ack_required=False
+                0, RemoteQueue(f"q{n}", "/", self.remote), ack_required=ack_required
             )
             self.sessions.append(session)
             self.links.append(link)
@@ -111,6 +111,11 @@ class Worker:
             if type(action) is tuple:
                 self.received[consumer].append(action[1].read())
         session.writer.caught_up(0)
+
+    def flush_blocked(self, room: int) -> None:
+        """A flush of a blocked budget whose imports' part has ``room`` left (full at none)."""
+        server = self.server
+        budget_flushed(server, True, room <= 0, server.reserved + room)
 
     def flush(self) -> None:
         """The gateway's flush: what the budget leaves to imports (``MemoryBudget.import_room``,
@@ -343,3 +348,103 @@ def test_publishes_parked_on_another_worker_weigh_on_the_letters_part_within_it(
     budget.letters_sent = part
     assert budget.publishing_level(level) == level - part, "no more than the part"
     assert not budget.publishers_full(level + part // 2)
+
+
+def stalled(link: OutgoingLink) -> bool:
+    """Whether the link gave back what it held and waits for its client (read afresh)."""
+    return link.stalled
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.booleans(), st.integers(0, 4))
+def test_a_consumer_whose_client_reads_nothing_gives_back_what_it_holds_to_one_that_waits(
+    ack_required: bool, read_before: int
+) -> None:
+    """Adversary seeds 66103 and 65800: consumers of another worker's queues whose clients
+    read nothing held the whole imports' part while the budget stayed blocked, and a polite
+    consumer of a queue across waited for as long. Now what such a consumer holds unsent
+    goes back to its queue, once its queue holds no credit for it, and it asks for no more
+    while its client reads nothing: the polite one is served, and nothing is lost or
+    duplicated, pre-settled or not."""
+    worker = Worker(2, UNLIMITED_IMPORT_ROOM, ack_required)
+    stuck, polite = worker.links
+    stuck_session, polite_session = worker.sessions
+    worker.publish(0, 60)
+    stuck_session.client_flow(stuck, 0, 1000, False, False)
+    for _ in range(3):
+        worker.flush()
+        worker.up()
+        worker.arrive()
+    # Its client read a few, then closed its window: a batch waits in its session.
+    worker.read(0, read_before)
+    stuck_session.remote_incoming_window = 0
+    assert stuck.waiting
+    assert worker.server.imported
+    # The budget blocks with the imports' part full of what the stuck one holds.
+    worker.flush_blocked(0)
+    worker.publish(1, 2)
+    polite_session.client_flow(polite, 0, 100, False, False)
+    assert worker.asked() == []
+    assert polite_session.waiting in worker.server.starved
+    # The next flush looks at who holds the part: the stuck link is taken back...
+    worker.flush_blocked(0)
+    assert stalled(stuck)
+    for _ in range(3):
+        worker.up()
+        worker.arrive()
+    # ... and what it held unsent went back to its queue, charged nowhere here.
+    assert not stuck.waiting
+    assert worker.server.imported == 0
+    assert stuck_session.pending_imported == 0
+    # The room it left goes to the one that waited, not back to the stuck one.
+    worker.flush_blocked(IMPORT_BATCH)
+    for _ in range(3):
+        worker.up()
+        worker.arrive()
+        worker.read(1, 1 << 20)
+        worker.flush_blocked(IMPORT_BATCH)
+    assert worker.received[1] == [body(1, 0), body(1, 1)]
+    assert not stuck.waiting
+    assert stuck not in worker.server.holding
+    # Its client reads again once the budget lets go: every message arrives once, in order.
+    worker.cap = UNLIMITED_IMPORT_ROOM
+    worker.flush()
+    assert not stalled(stuck)
+    worker.quiesce()
+    assert worker.received[0] == [body(0, n) for n in range(60)]
+    assert worker.server.total == 0
+
+
+def test_a_stalled_consumer_asks_again_once_its_client_opens_its_window() -> None:
+    worker = Worker(2, UNLIMITED_IMPORT_ROOM)
+    stuck, polite = worker.links
+    stuck_session, polite_session = worker.sessions
+    worker.publish(0, 30)
+    stuck_session.client_flow(stuck, 0, 1000, False, False)
+    worker.flush()
+    worker.up()
+    worker.arrive()
+    assert stuck.waiting
+    worker.flush_blocked(0)
+    polite_session.client_flow(polite, 0, 10, False, False)
+    worker.flush_blocked(0)
+    for _ in range(3):
+        worker.up()
+        worker.arrive()
+    assert stalled(stuck)
+    assert not stuck.waiting
+    # Still blocked, its window closed: a pump asks for nothing.
+    worker.read(0, 0)
+    assert worker.asked() == []
+    # Its client opens its window: it asks again, within the room the budget leaves.
+    worker.flush_blocked(IMPORT_BATCH)
+    worker.read(0, 1 << 20)
+    assert not stalled(stuck)
+    assert worker.asked()
+    for _ in range(4):
+        worker.flush_blocked(IMPORT_BATCH)
+        worker.up()
+        worker.arrive()
+        worker.read(0, 1 << 20)
+    assert worker.received[0] == [body(0, n) for n in range(len(worker.received[0]))]
+    assert worker.received[0]
