@@ -207,6 +207,18 @@ class ServerCollector(Collector):
             "past what this worker keeps parked for each of them (docs/bounds.md).",
             value=stats.channel_given_back,
         )
+        yield CounterMetricFamily(
+            "sluicegate_memory_budget_imports_given_back",
+            "Other workers' deliveries given back unsent by consumers whose clients read "
+            "nothing while another consumer waited for the imports' part (docs/bounds.md).",
+            value=stats.imports_given_back,
+        )
+        yield _gauge(
+            "sluicegate_consumer_links_stalled",
+            "Consumer links of other workers' queues that gave back what they held and wait "
+            "for their clients to read again.",
+            stats.consumer_links_stalled,
+        )
         yield _gauge(
             "sluicegate_memory_budget_remote_publishers",
             "Other workers' links charged here for what they stored while the budget is blocked.",

@@ -76,6 +76,10 @@ class ServerStatistics:
     channel_given_back: int = 0
     remote_publishers: int = 0
     remote_publishers_held: int = 0
+    # Other workers' deliveries given back by consumers whose clients read nothing while
+    # another waited for the imports' part, and the links stalled so now (session/waiting.py).
+    imports_given_back: int = 0
+    consumer_links_stalled: int = 0
 
     @property
     def queues(self) -> list[QueueStatistics]:
@@ -163,5 +167,7 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         handovers_given=0 if handovers is None else handovers.given,
         handovers_taken=0 if handovers is None else handovers.taken,
         handovers_kept=0 if handovers is None else handovers.kept,
+        imports_given_back=broker.sending.waiting.given_back,
+        consumer_links_stalled=len(broker.sending.waiting.stalled),
         **({} if broker.peers is None else broker.peers.budget_figures()),
     )

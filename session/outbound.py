@@ -344,6 +344,7 @@ class Session:
         # Their entries stay in outgoing_pending, dropped as they come up (``stale``): a walk
         # over every entry per link given back would be the attacker's to repeat.
         link.stale += len(unsent)
+        self.waiting.server.given_back += len(unsent)
         waiting.clear()
         if kept is not None:
             waiting.append(cast(Message, kept[1]))

@@ -94,6 +94,7 @@ class WaitingBytes(ServerBytes):
         "blocked",
         "check_stalls",
         "full",
+        "given_back",
         "holding",
         "import_room",
         "imported",
@@ -127,6 +128,8 @@ class WaitingBytes(ServerBytes):
         self.holding: dict[OutgoingLink, None] = {}
         self.stalled: dict[OutgoingLink, None] = {}
         self.check_stalls = False
+        # Deliveries stalled links gave back to their queues, since the worker started.
+        self.given_back = 0
 
     def reserve(self, link: OutgoingLink, nbytes: int) -> None:
         """What ``link``'s queue may still send is worth ``nbytes`` now."""

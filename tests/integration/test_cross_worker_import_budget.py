@@ -23,7 +23,7 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 from support.polling import wait_until
-from support.workers import blocking_on, budget_used, homed_on, metered_workers
+from support.workers import blocking_on, budget_used, homed_on, metered_workers, own_sample
 
 from sluicegate.clients.management import ManagementClient
 
@@ -100,6 +100,9 @@ def test_consumers_of_another_workers_queue_ask_only_while_their_worker_has_room
         finally:
             polite.close()
         assert max(budget_used(data_dir, 1) for _ in range(20)) <= CEILING
+        given_back = "sluicegate_memory_budget_imports_given_back_total"
+        assert own_sample(data_dir, 1, given_back) > 0
+        assert own_sample(data_dir, 1, "sluicegate_consumer_links_stalled") > 0
     finally:
         for reader in readers:
             reader.close()

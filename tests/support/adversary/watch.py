@@ -67,6 +67,8 @@ HOLD_GAUGES: Final = frozenset(
         "sluicegate_memory_budget_channel_sent_bytes",
         "sluicegate_memory_budget_channel_parked_bytes",
         "sluicegate_memory_budget_channel_given_back_total",
+        "sluicegate_memory_budget_imports_given_back_total",
+        "sluicegate_consumer_links_stalled",
         "sluicegate_memory_budget_remote_publishers",
         "sluicegate_memory_budget_remote_publishers_held",
         "sluicegate_publisher_links_held",
