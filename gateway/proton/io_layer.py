@@ -569,9 +569,13 @@ class FlowIO(IOHandler):
             held = sum(s.session.outgoing_bytes for s in state.sessions.values())
             unblocked += writer.caught_up(held)
             # A session's window is read less what proton held unframed (SessionState
-            # .refresh_window); now that proton has written everything, look at it again.
+            # .refresh_window); now that proton has written everything, look at it again,
+            # and so do links stalled on it (session/outbound.py ``Session.stall``).
             for waiting in state.sessions.values():
-                if waiting.pure.remote_incoming_window <= 0 and waiting.pure.outgoing_pending:
+                pure = waiting.pure
+                if (pure.remote_incoming_window <= 0 and pure.outgoing_pending) or (
+                    pure.stalled_links
+                ):
                     self.broker.mark(waiting)
         for credit in unblocked:
             session = state.sessions.get(credit)
