@@ -214,6 +214,12 @@ class ServerCollector(Collector):
             value=stats.imports_given_back,
         )
         yield _gauge(
+            "sluicegate_memory_budget_import_reserved_bytes",
+            "Of the imported bytes, what other workers may still send on the credit granted; "
+            "the rest waits in sessions.",
+            stats.imports_reserved_bytes,
+        )
+        yield _gauge(
             "sluicegate_consumer_links_stalled",
             "Consumer links of other workers' queues that gave back what they held and wait "
             "for their clients to read again.",

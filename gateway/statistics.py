@@ -80,6 +80,8 @@ class ServerStatistics:
     # another waited for the imports' part, and the links stalled so now (session/waiting.py).
     imports_given_back: int = 0
     consumer_links_stalled: int = 0
+    # Of the imports' count, what is reserved on credit granted (the rest waits in sessions).
+    imports_reserved_bytes: int = 0
 
     @property
     def queues(self) -> list[QueueStatistics]:
@@ -169,5 +171,6 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         handovers_kept=0 if handovers is None else handovers.kept,
         imports_given_back=broker.sending.waiting.given_back,
         consumer_links_stalled=len(broker.sending.waiting.stalled),
+        imports_reserved_bytes=broker.sending.waiting.reserved,
         **({} if broker.peers is None else broker.peers.budget_figures()),
     )

@@ -68,6 +68,7 @@ HOLD_GAUGES: Final = frozenset(
         "sluicegate_memory_budget_channel_parked_bytes",
         "sluicegate_memory_budget_channel_given_back_total",
         "sluicegate_memory_budget_imports_given_back_total",
+        "sluicegate_memory_budget_import_reserved_bytes",
         "sluicegate_consumer_links_stalled",
         "sluicegate_memory_budget_remote_publishers",
         "sluicegate_memory_budget_remote_publishers_held",
