@@ -436,6 +436,7 @@ class Session:
         self.outgoing_pending.extend([(link, message) for message in messages])
         if not link.waiting:
             self.waiting.server.holding[link] = None
+        link.idle = False
         link.waiting.extend(messages)
         # Another worker's deliveries hold their payload, all of it (queues/message.py
         # Imported): its size, without a property's call per message.
@@ -663,6 +664,34 @@ class Session:
             if reserved > link.reserved:
                 server.reserve(link, reserved)
 
+    def preempt(self, link: OutgoingLink) -> None:
+        """Another connection waits for the imports' part while this link's reservation
+        waits for messages its queue does not have (``idle``): its credit is taken back, and
+        once the reply gives the reservation back it asks again behind the connections
+        already waiting (:meth:`_wait_behind`). Reserved credit on an empty queue is room
+        lent, not held: three consumers waiting on empty queues across took the whole part,
+        and a consumer of a queue with messages got none while the budget stayed blocked."""
+        link.preempted = True
+        link.idle = False
+        self.take_back(link)
+
+    def _wait_behind(self, link: OutgoingLink) -> None:
+        """The preempted link's next request waits with its connection's deferred ones, the
+        connection after those that waited before it, until a flush finds room
+        (``budget_flushed``); it makes no one else lend (``Waiting.next_deferred``)."""
+        client = link.client_flow_ctl
+        queue_ctl = link.queue_flow_ctl
+        if client.credit <= queue_ctl.credit:
+            link.preempted = False
+            return
+        queue_ctl.credit = _import_batch(link, min(client.credit, link.batch))
+        link.credit_req_in_flight = True
+        waiting = self.waiting
+        waiting.deferred[link] = False
+        server = waiting.server
+        server.starved[waiting] = None
+        server.room_full = True
+
     def take_back(self, link: OutgoingLink) -> None:
         """Credit granted to another worker's queue beyond the server's room is taken back:
         a request for none, made at once, as for a held link; its reply gives the
@@ -694,6 +723,8 @@ class Session:
             if not link.largest and link.reserved:
                 owed = min(owed, link.reserved)
             server.reserve(link, owed)
+        # Credit kept with nothing to send: a reservation that waits for messages to come.
+        link.idle = reply.credit > 0 and not reply.available
         if reply.drain or client.echo:
             self.outgoing_pending.append((link, reply))
             return
@@ -713,6 +744,8 @@ class Session:
         elif reply.credit and server.reserved > server.import_room:
             # The budget filled while this request was out (session/waiting.py).
             self.take_back(link)
+        elif link.preempted:
+            self._wait_behind(link)
         elif queue_ctl.credit < link.top_up_below and client.credit > queue_ctl.credit:
             credit = min(client.credit, link.batch)
             if _import_batch(link, credit) > queue_ctl.credit:
@@ -779,7 +812,10 @@ class Session:
             if link.stashed_credit_req is not None:
                 self._pop_credit_req(link)
             elif reply.credit == 0 and client.credit > 0 and not held:
-                self._request_credit(link, min(client.credit, link.batch), False)
+                if link.preempted:
+                    self._wait_behind(link)
+                else:
+                    self._request_credit(link, min(client.credit, link.batch), False)
             elif reply.credit and held:
                 # Held while this request was out: the queue's credit is taken back.
                 self._request_credit(link, 0, False)
@@ -879,6 +915,7 @@ def resume(waiting: Waiting) -> set[LinkOwner]:
     touched: set[LinkOwner] = set()
     while (deferred := waiting.next_deferred()) is not None:
         link, drain = deferred
+        link.preempted = False
         session = cast(Session, link.session)
         session.ask_queue(link, drain)
         touched.add(session)
@@ -952,6 +989,11 @@ def stall(server: WaitingBytes) -> set[LinkOwner]:
         session = cast(Session, link.session)
         if not link.stalled and not session.can_hand_out:
             session.stall(link)
+            touched.add(session)
+    for link in list(server.reserving):
+        if link.idle and not link.credit_req_in_flight and not link.held:
+            session = cast(Session, link.session)
+            session.preempt(link)
             touched.add(session)
     return touched
 

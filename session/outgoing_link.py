@@ -104,8 +104,10 @@ class OutgoingLink:
         "flow_count",
         "handle",
         "held",
+        "idle",
         "imports",
         "largest",
+        "preempted",
         "queue",
         "queue_flow_ctl",
         "reserved",
@@ -157,6 +159,12 @@ class OutgoingLink:
         # ``IMPORT_BATCH`` bytes by the largest it was sent (session/waiting.py).
         self.imports = False
         self.largest = 0
+        # Its queue's last reply kept credit with nothing to send (another worker's): what it
+        # has reserved waits for messages not yet published, and is lent back when another
+        # connection waits for the imports' part (``preempted`` until it asks again,
+        # ``Session.preempt``).
+        self.idle = False
+        self.preempted = False
         # The bytes its queue may still send on the credit granted, reserved in the memory
         # budget until they arrive or the credit is given back (session/waiting.py).
         self.reserved = 0

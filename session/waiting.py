@@ -109,7 +109,8 @@ class WaitingBytes(ServerBytes):
         super().__init__()
         self.blocked = False
         self.full = False
-        self.starved: set[Waiting] = set()
+        # In the order they began to wait: the room a flush finds goes to the oldest first.
+        self.starved: dict[Waiting, None] = {}
         # Bytes other workers may still send on the credit granted, and the links that hold
         # some (what ``take_back`` walks): a dict, so that the oldest reservations go first.
         self.reserved = 0
@@ -146,7 +147,7 @@ class WaitingBytes(ServerBytes):
     def starve(self, waiting: Waiting) -> None:
         """``waiting``'s connection waits for the budget: who holds the imports' part is
         looked at again at the next flush."""
-        self.starved.add(waiting)
+        self.starved[waiting] = None
         self.check_stalls = True
 
     def import_credit(self, link: OutgoingLink, credit: int) -> int:
@@ -260,7 +261,7 @@ class Waiting:
         starved, so a closed one leaves nothing in the server's set."""
         drain = self.deferred.pop(link, None)
         if not self.deferred:
-            self.server.starved.discard(self)
+            self.server.starved.pop(self, None)
         return drain
 
     def backlogged(self, budget_exhausted: bool) -> bool:
@@ -285,7 +286,7 @@ class Waiting:
         deferred = self.deferred
         if not deferred:
             self.paused = False
-            self.server.starved.discard(self)
+            self.server.starved.pop(self, None)
             return None
         if self.bytes >= self.limit:
             self.paused = True
@@ -294,8 +295,12 @@ class Waiting:
         head = next(iter(deferred))
         credit = head.queue_flow_ctl.credit
         if head.imports and credit and not self.may_ask(head, credit):
-            # Its bytes would be new here: it waits for the budget, and those behind it too.
-            self.server.starve(self)
+            # Its bytes would be new here: it waits for the budget, and those behind it too;
+            # a link whose credit was lent back (``Session.preempt``) makes no one else lend.
+            if head.preempted:
+                self.server.starved[self] = None
+            else:
+                self.server.starve(self)
             return None
         self.paused = False
         return deferred.popitem(last=False)

@@ -47,6 +47,9 @@ LATE: Final = 6 * MiB
 BODY: Final = b"h" * 300_000
 # The light queue's messages on the idle worker, for the blocked worker's consumer.
 LIGHT: Final = 20
+# Consumers waiting with credit on empty queues across, more than the imports' part holds
+# first batches of (two of 256 KiB in 512 KiB).
+IDLE: Final = 3
 
 
 def test_a_delivery_begun_before_the_budget_blocked_is_released_beyond_its_part(
@@ -206,3 +209,43 @@ def test_a_parked_publish_to_a_queue_drained_light_is_stored_while_its_worker_st
     for connection in (reader, remote, local):
         connection.close()
     del filler  # held: its close would wait for the hold
+
+
+@pytest.mark.slow
+def test_consumers_waiting_on_empty_queues_across_leave_the_imports_part_to_one_with_messages(
+    two_workers: tuple[int, list[int], Path],
+) -> None:
+    """Consumers on a blocked worker waiting with credit on empty queues of the other worker
+    hold reservations, not bytes: a fresh link is reserved a whole batch for its first
+    delivery, so two of them took the imports' part, and a consumer of a queue there with
+    messages waiting got none while the budget stayed blocked."""
+    port, pids, data_dir = two_workers
+    management = ManagementClient(f"amqp://127.0.0.1:{port}")
+    heavy, light = homed_on(1, 2, "idle-heavy"), homed_on(0, 2, "idle-light")
+    empties = [homed_on(0, 2, f"idle-empty{n}") for n in range(IDLE)]
+    for queue in (heavy, light, *empties):
+        assert management.request("PUT", f"/queues/{queue}", {"durable": False}).status == 201
+    filler = blocking_on(port, pids, pids[1])
+    assert _held_after(filler.create_sender(f"/queues/{heavy}")) > 0
+    assert budget_used(data_dir, 1) >= LIMIT
+    idle = [blocking_on(port, pids, pids[1]) for _ in empties]
+    owner = blocking_on(port, pids, pids[0])
+    try:
+        for connection, queue in zip(idle, empties, strict=True):
+            connection.create_receiver(f"/queues/{queue}", credit=100)
+        time.sleep(0.5)
+        sender = owner.create_sender(f"/queues/{light}")
+        for n in range(LIGHT):
+            sender.send(proton.Message(body=f"light {n}"))
+        consumer = blocking_on(port, pids, pids[1])
+        receiver = consumer.create_receiver(f"/queues/{light}", credit=LIGHT)
+        for n in range(LIGHT):
+            message = receiver.receive(timeout=10)
+            assert message.body == f"light {n}"
+            receiver.accept()
+        consumer.close()
+    finally:
+        for connection in idle:
+            connection.close()
+        owner.close()
+        del filler  # held: its close would wait for the hold

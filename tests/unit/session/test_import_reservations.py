@@ -448,3 +448,50 @@ def test_a_stalled_consumer_asks_again_once_its_client_opens_its_window() -> Non
         worker.read(0, 1 << 20)
     assert worker.received[0] == [body(0, n) for n in range(len(worker.received[0]))]
     assert worker.received[0]
+
+
+def test_credit_waiting_on_empty_queues_is_lent_to_a_consumer_with_messages_and_goes_quiet() -> (
+    None
+):
+    """Consumers waiting with credit on empty queues across hold reservations, not bytes: a
+    fresh link's is a whole batch, so two of them took the imports' part and a consumer of a
+    queue with messages got none while the budget stayed blocked
+    (``test_margin_parts.py``). Now their credit is taken back when another waits, and they
+    ask again behind it; and since lending makes no one else lend, the channel goes quiet
+    rather than passing the part round for ever."""
+    worker = Worker(4, UNLIMITED_IMPORT_ROOM)
+    *idle, wanting = worker.links
+    for link, session in zip(worker.links[:3], worker.sessions[:3], strict=True):
+        session.client_flow(link, 0, 100, False, False)
+    part = 2 * import_unit(idle[0])
+    for _ in range(3):
+        worker.flush_blocked(part - worker.server.reserved)
+        worker.up()
+        worker.arrive()
+    assert worker.server.reserved >= part
+    assert sum(1 for link in idle if link.reserved) == 2
+    worker.publish(3, 3)
+    worker.sessions[3].client_flow(wanting, 0, 10, False, False)
+    rounds = 0
+    while len(worker.received[3]) < 3:
+        rounds += 1
+        assert rounds < 20, "the consumer with messages was never served"
+        worker.flush_blocked(part - worker.server.reserved)
+        worker.up()
+        worker.arrive()
+        worker.read(3, 1 << 20)
+    assert worker.received[3] == [body(3, n) for n in range(3)]
+    # Nothing new happens: within a few passes no frame crosses any more.
+    for _ in range(6):
+        worker.flush_blocked(part - worker.server.reserved)
+        worker.up()
+        worker.arrive()
+    worker.flush_blocked(part - worker.server.reserved)
+    assert worker.remote.outgoing == []
+    assert worker.server.reserved <= part
+    # The budget lets go: the idle ones still get what is published for them, once.
+    worker.publish(0, 2)
+    worker.cap = UNLIMITED_IMPORT_ROOM
+    worker.flush()
+    worker.quiesce()
+    assert worker.received[0] == [body(0, 0), body(0, 1)]
