@@ -956,7 +956,7 @@ def budget_flushed(
     server.import_room = import_room
     touched: set[LinkOwner] = set()
     if blocked and (full or server.room_full) and server.starved and server.check_stalls:
-        touched |= stall(server)
+        touched |= reclaim(server)
     elif unblocked and server.stalled:
         # Not at a mere "not full": the room a stalled link's giving back made is the
         # waiting consumer's, and a client that still reads nothing would take it again.
@@ -978,11 +978,12 @@ def budget_flushed(
     return touched
 
 
-def stall(server: WaitingBytes) -> set[LinkOwner]:
+def reclaim(server: WaitingBytes) -> set[LinkOwner]:
     """The imports' part is full and a connection waits for it: every link holding another
     worker's deliveries that its client does not read now (its session can hand nothing
-    out) gives them back (``Session.stall``); return the sessions to pump. Looked at once
-    per change (``check_stalls``), over the links that hold some."""
+    out) gives them back (``Session.stall``), and every link whose reservation waits on an
+    empty queue lends it (``Session.preempt``); return the sessions to pump. Looked at once
+    per change (``check_stalls``), over the links that hold or reserve some."""
     server.check_stalls = False
     touched: set[LinkOwner] = set()
     for link in list(server.holding):

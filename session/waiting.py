@@ -88,6 +88,11 @@ class WaitingBytes(ServerBytes):
     taken back (``take_back`` in session/outbound.py). Without it each link kept what it was
     granted before the budget blocked, and N links brought N batches past the ceiling
     (docs/bounds.md).
+
+    The part is shared, so what holds it is taken back when a connection waits for it
+    (``reclaim`` in session/outbound.py): deliveries waiting on clients that read nothing go
+    back to their queues, and credit reserved on empty queues is lent, its links asking
+    again behind the connections that waited first (``starved`` keeps their order).
     """
 
     __slots__ = (
@@ -123,7 +128,7 @@ class WaitingBytes(ServerBytes):
         self.import_room = UNLIMITED_IMPORT_ROOM
         self.room_full = False
         # The links whose deliveries from another worker wait in their session, and those
-        # that gave them back (``stall`` in session/outbound.py); ``check_stalls``: something
+        # that gave them back (``reclaim`` in session/outbound.py); ``check_stalls``: something
         # changed since they were last looked at (a connection starved, or a session holding
         # imports found its client's window or its writer closed).
         self.holding: dict[OutgoingLink, None] = {}
