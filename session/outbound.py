@@ -991,8 +991,20 @@ def reclaim(server: WaitingBytes) -> set[LinkOwner]:
         if not link.stalled and not session.can_hand_out:
             session.stall(link)
             touched.add(session)
+    # Lent only as far as the connection waiting longest needs for its next request, the
+    # oldest reservations first: lending every idle one at each wait made each FLOW of a
+    # waiting client cost a credit round trip per link waiting on an empty queue.
+    need = 0
+    for waiting in server.starved:
+        head = next(iter(waiting.deferred), None)
+        if head is not None and head.imports and not head.preempted:
+            need = import_unit(head) if head.largest else 1
+            break
     for link in list(server.reserving):
+        if need <= 0:
+            break
         if link.idle and not link.credit_req_in_flight and not link.held:
+            need -= link.reserved
             session = cast(Session, link.session)
             session.preempt(link)
             touched.add(session)

@@ -151,7 +151,7 @@ class WaitingBytes(ServerBytes):
 
     def starve(self, waiting: Waiting) -> None:
         """``waiting``'s connection waits for the budget: who holds the imports' part is
-        looked at again at the next flush."""
+        looked at again at the next flush (its order among those waiting stays)."""
         self.starved[waiting] = None
         self.check_stalls = True
 
