@@ -102,7 +102,15 @@ def test_consumers_of_another_workers_queue_ask_only_while_their_worker_has_room
         assert max(budget_used(data_dir, 1) for _ in range(20)) <= CEILING
         given_back = "sluicegate_memory_budget_imports_given_back_total"
         assert own_sample(data_dir, 1, given_back) > 0
-        assert own_sample(data_dir, 1, "sluicegate_consumer_links_stalled") > 0
+        stalled = "sluicegate_consumer_links_stalled"
+        assert own_sample(data_dir, 1, stalled) > 0
+        for reader in readers:
+            reader.close()
+        readers.clear()
+        # Closed, they leave nothing stalled or reserved behind.
+        wait_until(lambda: own_sample(data_dir, 1, stalled) == 0, 10)
+        reserved = "sluicegate_memory_budget_import_reserved_bytes"
+        wait_until(lambda: own_sample(data_dir, 1, reserved) == 0, 10)
     finally:
         for reader in readers:
             reader.close()
