@@ -122,6 +122,17 @@ def _settled(data_dir: Path) -> float:
         last = used
 
 
+def _consume_light(port: int, pids: list[int], light: str) -> None:
+    """A consumer on worker 1 of the light queue on worker 0 gets its messages, in order."""
+    consumer = blocking_on(port, pids, pids[1])
+    receiver = consumer.create_receiver(f"/queues/{light}", credit=LIGHT)
+    for n in range(LIGHT):
+        message = receiver.receive(timeout=10)
+        assert message.body == f"light {n}"
+        receiver.accept()
+    consumer.close()
+
+
 @pytest.fixture
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
     with metered_workers(tmp_path, "64MiB") as (port, pids):
@@ -150,15 +161,9 @@ def test_a_consumer_imports_while_its_worker_is_blocked_by_a_delivery_still_arri
     try:
         used = _settled(data_dir)
         assert used <= CEILING, f"worker 1 counts {used:.0f} bytes, ceiling {CEILING}"
-        consumer = blocking_on(port, pids, pids[1])
-        receiver = consumer.create_receiver(f"/queues/{light}", credit=LIGHT)
         # Before: worker 1 past half way through its margin, nothing of worker 0's queue came.
-        for n in range(LIGHT):
-            message = receiver.receive(timeout=10)
-            assert message.body == f"light {n}"
-            receiver.accept()
+        _consume_light(port, pids, light)
         assert budget_used(data_dir, 1) <= CEILING
-        consumer.close()
     finally:
         late.client.reset(late)
         owner.close()
@@ -237,13 +242,7 @@ def test_consumers_waiting_on_empty_queues_across_leave_the_imports_part_to_one_
         sender = owner.create_sender(f"/queues/{light}")
         for n in range(LIGHT):
             sender.send(proton.Message(body=f"light {n}"))
-        consumer = blocking_on(port, pids, pids[1])
-        receiver = consumer.create_receiver(f"/queues/{light}", credit=LIGHT)
-        for n in range(LIGHT):
-            message = receiver.receive(timeout=10)
-            assert message.body == f"light {n}"
-            receiver.accept()
-        consumer.close()
+        _consume_light(port, pids, light)
     finally:
         for connection in idle:
             connection.close()

@@ -112,6 +112,20 @@ class Worker:
                 self.received[consumer].append(action[1].read())
         session.writer.caught_up(0)
 
+    def step(self, kind: str, a: int, b: int) -> bool:
+        """Play one of the steps the two Hypothesis tests share; False for any other."""
+        if kind == "publish":
+            self.publish(a, b)
+        elif kind == "up":
+            self.up()
+        elif kind == "arrive":
+            self.arrive()
+        elif kind == "read":
+            self.read(a, b)
+        else:
+            return False
+        return True
+
     def flush_blocked(self, room: int) -> None:
         """A flush of a blocked budget whose imports' part has ``room`` left (full at none)."""
         server = self.server
@@ -203,14 +217,8 @@ def test_what_may_still_come_is_reserved_within_the_room_and_everything_arrives_
             for link in worker.links
             if 0 < link.reserved < ONE_DELIVERY and not link.largest
         )
-        if kind == "publish":
-            worker.publish(a, b)
-        elif kind == "up":
-            worker.up()
-        elif kind == "arrive":
-            worker.arrive()
-        elif kind == "read":
-            worker.read(a, b)
+        if worker.step(kind, a, b):
+            pass
         elif kind == "others":
             # Something else took (or gave back) part of the budget.
             worker.others = a * IMPORT_BATCH // 4
@@ -529,14 +537,8 @@ def test_whatever_is_given_back_or_lent_every_message_arrives_once_in_order(
     worker.up()
     worker.arrive()
     for kind, a, b in steps:
-        if kind == "publish":
-            worker.publish(a, b)
-        elif kind == "up":
-            worker.up()
-        elif kind == "arrive":
-            worker.arrive()
-        elif kind == "read":
-            worker.read(a, b)
+        if worker.step(kind, a, b):
+            pass
         elif kind == "close":
             worker.sessions[a].remote_incoming_window = 0
         elif kind == "credit":
