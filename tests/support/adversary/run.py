@@ -188,7 +188,14 @@ def _check(
         )
     result.worst_round_s = max(result.worst_round_s, served.seconds)
     if served.error is not None:
-        return Breach("prober-failed", index, served.error)
+        # What each worker's budget held then tells a refusal's cause (a publish given back
+        # by a blocked owner, gateway/peers.py) from a broken server.
+        return Breach(
+            "prober-failed",
+            index,
+            f"{served.error} (RSS {rss / MiB:.0f} MiB; {server.hold_gauges()}; "
+            f"budget: {server.budget_holders()})",
+        )
     slowest = prober.take_latest()
     if slowest is not None and slowest.unexplained > limits.prober_s and slowest.end <= moment:
         return Breach(
