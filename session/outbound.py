@@ -716,12 +716,22 @@ class Session:
         if link.stalled and not reply.credit:
             # Every delivery sent before the reply is here, and no more comes.
             self._give_back(link)
+        # The credit kept is worth more than the room left: reserved as the room, and taken
+        # back below.
+        past_room = False
         if reply.credit or link.reserved:
             # All it sent before the reply has arrived: what it may still send is the credit
             # it kept; a link sent nothing yet keeps the room it was reserved (``_reserve``).
             owed = reply.credit * import_unit(link)
             if not link.largest and link.reserved:
                 owed = min(owed, link.reserved)
+            room = max(server.room_for(link), 0)
+            if owed > room:
+                # Its largest delivery grew while the request was out: credit asked for in
+                # small units, kept and reserved in the large one, counted 81.9 MB on a 32 MB
+                # worker for a moment, and every publisher there waited (adversary seed 65809).
+                owed = room
+                past_room = True
             server.reserve(link, owed)
         # Credit kept with nothing to send: a reservation that waits for messages to come.
         link.idle = reply.credit > 0 and not reply.available
@@ -741,7 +751,7 @@ class Session:
             if reply.credit:
                 # Held while this request was out: the queue's credit is taken back.
                 self._request_credit(link, 0, False)
-        elif reply.credit and server.reserved > server.import_room:
+        elif reply.credit and (past_room or server.reserved > server.import_room):
             # The budget filled while this request was out (session/waiting.py).
             self.take_back(link)
         elif link.preempted:
@@ -825,6 +835,14 @@ class Session:
                     out.append(
                         LinkFlow(link, client.delivery_count, client.credit, reply.available, False)
                     )
+                    if (
+                        link.imports
+                        and link.largest
+                        and reply.credit * import_unit(link) > link.reserved
+                    ):
+                        # Reserved as the room left (:meth:`credit_replied`): taken back now
+                        # that the echo's reply is out of the way.
+                        self.take_back(link)
             return
         if (
             reply.delivery_count == queue_ctl.delivery_count
