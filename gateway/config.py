@@ -97,6 +97,9 @@ DEFAULT_MAX_ATTACH_DATA_SIZE: Final = 8 * 1024 * 1024
 # RabbitMQ's heartbeat default; a dead peer behind a silent network is found within a minute.
 DEFAULT_IDLE_TIMEOUT: Final = 60.0
 DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0
+# RabbitMQ's tcp_listen_options.send_timeout: a client that reads nothing for that long while
+# output waits for it is dropped; a consumer that reads, however slowly, moves its output on.
+DEFAULT_SEND_TIMEOUT: Final = 15.0
 # Sockets still in their handshake at once: more than a burst of real clients reconnecting after
 # a restart ever keeps in flight (each handshake takes milliseconds), and at a few KiB each far
 # below what would matter; sockets that never log in hold a place for handshake_timeout.
@@ -220,6 +223,9 @@ class ServerConfig:
     # Seconds without a frame from the client before it is dropped; 0 disables. Proton sends
     # our heartbeats at half the client's own idle-time-out.
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    # Seconds a connection's output may wait without any of it reaching the socket before the
+    # client is dropped (no CLOSE reaches a client that reads nothing); 0 disables.
+    send_timeout: float = DEFAULT_SEND_TIMEOUT
     # Advertise product "RabbitMQ" in OPEN, which RabbitMQ's AMQP 1.0 clients require, and let
     # clients repeat link names as RabbitMQ does (gateway/feeding.py).
     rabbitmq_compatible: bool = True
@@ -311,7 +317,12 @@ class ServerConfig:
         _check_host_port("tls_listen", self.tls_listen)
         if not 0 <= self.channel_max <= 65535:
             raise ConfigError(f"channel_max: must be 0 to 65535, got {self.channel_max}")
-        for key in ("max_connections", "max_unauthenticated_connections", "idle_timeout"):
+        for key in (
+            "max_connections",
+            "max_unauthenticated_connections",
+            "idle_timeout",
+            "send_timeout",
+        ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}: must be 0 (no limit) or positive")
         if self.handshake_timeout <= 0:

@@ -133,8 +133,12 @@ class Connections:
         # gateway/rules/timeouts.py enforces it, counting whole frames only.
         transport.pending()
         transport.idle_timeout = 0.0
+        config = self._config
         state.deadlines.opened(
-            reactor_now(state.selectable), self._config.idle_timeout, transport.frames_input
+            reactor_now(state.selectable),
+            config.idle_timeout,
+            transport.frames_input,
+            config.send_timeout,
         )
         try:
             check_connections(len(self.open) - self.handshakes.pending, self._config)

@@ -58,14 +58,16 @@ def watch(transport: Transport, selectable: Selectable, now: float) -> None:
         _closed(transport, selectable)
     selectable.deadline = transport.tick(now)
     state: ConnectionState | None = getattr(selectable, "sg", None)
+    gate = getattr(selectable, "gate", None)
     if state is not None and state.reads_paused and not reads_ahead(state, selectable):
         selectable.reading = False
     if state is not None:
-        for due in (state.deadlines.deadline, state.credit_hold.deadline):
+        deadlines = state.deadlines
+        deadlines.output(now, selectable.writing or (gate is not None and gate.wants_write))
+        for due in (deadlines.deadline, state.credit_hold.deadline):
             if due:
                 deadline = selectable.deadline
                 selectable.deadline = min(deadline, due) if deadline else due
-    gate = getattr(selectable, "gate", None)
     if state is not None:
         recording = state.recording
         if recording is not None and recording.attach is not None:

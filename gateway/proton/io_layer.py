@@ -17,8 +17,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import socket
+import sys
+import termios
 from typing import Final, Protocol
 
 from proton import Condition, Endpoint, Event, Transport
@@ -55,6 +58,7 @@ _FIRST_UNDECODED = _client_line("dropping a client before its OPEN")
 _UNDECODED = _client_line("closing a connection with amqp:decode-error")
 _HANDSHAKE = _client_line("dropping a client at handshake_timeout")
 _IDLE = _client_line("closing a connection at idle_timeout")
+_SEND = _client_line("dropping a client at send_timeout")
 
 # Frames taken from one connection per readiness. Proton raises events for every frame pushed
 # and the reactor handles them all before it looks at another socket; an ATTACH costs about a
@@ -533,6 +537,14 @@ class FlowIO(IOHandler):
             transport.condition = state.connection.condition = condition
             state.connection.close()
             transport.close_tail()
+        elif overdue == "send":
+            if state.deadlines.send_stuck(now, kernel_queued(selectable)):
+                _SEND.happened(now, "it read nothing for that long")
+                # No CLOSE would reach it; what proton holds for it goes with the connection
+                # (gateway/rules/timeouts.py).
+                self.broker.release_connection(state)
+                transport.close_tail()
+                transport.close_head()
         elif overdue == "credential":
             # RabbitMQ closes an AMQP 1.0 connection whose token expired the same way.
             self.broker.release_connection(state)
@@ -557,6 +569,8 @@ class FlowIO(IOHandler):
         selectable.update()
 
     def _written(self, state: ConnectionState, written: int, still_pending: int) -> None:
+        if written:
+            state.deadlines.wrote(reactor_now(state.selectable))
         if state.fresh_links:
             now = reactor_now(state.selectable)
             self.broker.attaches_written(state, now)
@@ -584,6 +598,16 @@ class FlowIO(IOHandler):
         if state.waiting in state.waiting.server.starved:
             # What it asked another worker for waited on its unsent bytes (session/waiting.py).
             self.broker.sending.resume(state)
+
+
+def kernel_queued(selectable: Selectable) -> int:
+    """The bytes the kernel still queues for the socket, sent or not, unacknowledged
+    (``SIOCOUTQ``): they go down only as the client reads; -1 if the socket cannot tell."""
+    try:
+        queued = fcntl.ioctl(selectable.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return -1
+    return int.from_bytes(queued, sys.byteorder, signed=True)
 
 
 def _quiet(reactor: Container) -> bool:

@@ -223,6 +223,40 @@ def test_tcp_back_pressure_bounds_what_the_server_holds(
     client.close()
 
 
+@pytest.mark.slow
+def test_a_client_that_reads_nothing_is_dropped_at_send_timeout_and_a_slow_reader_is_not(
+    make_server: MakeServer, consumer: Consumer
+) -> None:
+    """RabbitMQ's send_timeout. What proton holds for a client that reads nothing stays counted
+    in the memory budget, and consumers that never read held a blocked worker's publishers'
+    part until every publisher there waited for as long as they stayed (docs/bounds.md). Such
+    a client is dropped once its output has waited ``send_timeout`` without moving; what it
+    held unsettled goes back to the queue, nothing of its output stays counted. A client that
+    reads, however slowly, moves its output on and stays."""
+    server = make_server(send_timeout=2.0)
+    queue = new_queue()
+    bodies = [f"{i}:" + "x" * 1000 for i in range(3000)]
+    fill(server, queue, bodies)
+    stuck, handle = consumer(server, queue, settled=False, max_frame_size=600, rcvbuf=256)
+    stuck.flow(handle, link_credit=3000)
+    wait_until(lambda: held(server).writer_blocked, timeout=30)
+    broker = server.server.broker
+    wait_until(lambda: not server.call(lambda: list(broker.connections)), timeout=30)
+    wait_until(lambda: server.queue(queue).ready == 3000, timeout=30)
+    assert server.call(lambda: broker.sending.outbound_bytes()) == 0
+    slow, handle = consumer(server, queue, max_frame_size=600, rcvbuf=256)
+    slow.flow(handle, link_credit=3000)
+    received: list[str] = []
+    # Twenty messages at a time with pauses of a sixth of the timeout, for twice the timeout.
+    for _ in range(12):
+        received += receive(slow, 20)
+        time.sleep(0.33)
+    assert server.call(lambda: len(broker.connections)) == 1
+    received += receive(slow, 3000 - len(received))
+    assert received == bodies
+    assert server.queue(queue).ready == 0
+
+
 # -- a message of several frames against the window -------------------------------------------
 
 

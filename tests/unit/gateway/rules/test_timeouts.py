@@ -124,3 +124,110 @@ def test_the_idle_verdict_is_the_silence_since_the_last_frame_or_resume(
         expected = due if expiry is None else min(due, expiry)
         assert deadlines.deadline == expected
         assert deadlines.deadline > now
+
+
+def test_a_client_whose_kernel_queue_does_not_go_down_is_stuck_at_the_send_timeout() -> None:
+    deadlines = Deadlines()
+    deadlines.accepted(0.0, 30.0)
+    deadlines.handshake_over()
+    deadlines.opened(10.0, 60.0, 0, send_timeout=4.0)
+    assert deadlines.deadline == 70.0
+    deadlines.output(11.0, waiting=True)
+    deadlines.output(12.0, waiting=True)  # still waiting: looked at from 11 on
+    assert deadlines.deadline == 13.0
+    assert deadlines.overdue(12.9, reads_paused=False) is None
+    # Half the timeout without a write: the kernel's queue is looked at, and again later.
+    assert deadlines.overdue(13.0, reads_paused=False) == "send"
+    assert not deadlines.send_stuck(13.0, 3_000_000)
+    assert deadlines.deadline == 15.0
+    # The client read some of it: not stuck, looked at again.
+    assert deadlines.overdue(15.0, reads_paused=False) == "send"
+    assert not deadlines.send_stuck(15.0, 2_900_000)
+    # Our own write adds to the queue: looked at afresh, half a timeout after it.
+    deadlines.wrote(16.0)
+    assert deadlines.overdue(17.0, reads_paused=False) is None
+    assert deadlines.deadline == 18.0
+    assert deadlines.overdue(18.0, reads_paused=False) == "send"
+    assert not deadlines.send_stuck(18.0, 2_950_000)
+    # Nothing read for half a timeout since: stuck.
+    assert deadlines.overdue(20.0, reads_paused=True) == "send"
+    assert deadlines.send_stuck(20.0, 2_950_000)
+
+
+def test_output_that_stops_waiting_arms_no_send_check_and_none_without_a_send_timeout() -> None:
+    deadlines = Deadlines()
+    deadlines.accepted(0.0, 30.0)
+    deadlines.handshake_over()
+    deadlines.opened(10.0, 0.0, 0, send_timeout=4.0)
+    deadlines.output(11.0, waiting=True)
+    deadlines.output(11.5, waiting=False)
+    assert deadlines.overdue(13.0, reads_paused=False) is None
+    assert deadlines.deadline == 0.0
+    silent = _opened()
+    silent.output(11.0, waiting=True)
+    assert silent.overdue(1e6, reads_paused=False) == "idle"
+    assert silent.send_check == 0.0
+
+
+@dataclass(frozen=True)
+class _Output:
+    elapsed: float
+    waiting: bool
+    wrote: bool
+    read: bool
+
+
+@given(
+    st.lists(
+        st.builds(
+            _Output,
+            st.floats(min_value=0.0, max_value=2.0, allow_nan=False),
+            st.booleans(),
+            st.booleans(),
+            st.booleans(),
+        ),
+        max_size=40,
+    ),
+    st.floats(min_value=0.5, max_value=3.0),
+)
+def test_a_client_is_stuck_only_once_it_read_nothing_for_half_the_send_timeout(
+    steps: list[_Output], timeout: float
+) -> None:
+    """Whatever the order of output waiting, writes, reads and checks: a client is found
+    stuck only when output waited, with no write and the kernel's queue not going down, for
+    at least half the timeout; and while output waits, the kernel's queue is looked at no
+    later than half a timeout after output began to wait, was written, or was last looked at."""
+    now = 1000.0
+    deadlines = Deadlines()
+    deadlines.accepted(now, 30.0)
+    deadlines.handshake_over()
+    deadlines.opened(now, 0.0, 0, send_timeout=timeout)
+    queued = 1_000_000
+    # While output waits: when it last moved (began to wait, was written, or was read), and
+    # when the deadlines last learned of a move (all but a read) or looked.
+    moved: float | None = None
+    known = 0.0
+    for step in steps:
+        now += step.elapsed
+        if moved is not None and step.wrote:
+            queued += 100
+            deadlines.wrote(now)
+            moved = known = now
+        if moved is not None and step.read:
+            queued -= 50
+            moved = now
+        deadlines.output(now, step.waiting)
+        if not step.waiting:
+            moved = None
+        elif moved is None:
+            moved = known = now
+        while deadlines.overdue(now, reads_paused=False) == "send":
+            if deadlines.send_stuck(now, queued):
+                assert moved is not None
+                assert now - moved >= timeout / 2
+                return
+            known = now
+        if moved is None:
+            assert deadlines.deadline == 0.0
+        else:
+            assert now < deadlines.deadline <= known + timeout / 2
