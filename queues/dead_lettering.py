@@ -38,7 +38,7 @@ from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueType
 from sluicegate.queues.topology_log import TopologyLog
-from sluicegate.wire.deaths import Death, is_cycle, record_death
+from sluicegate.wire.deaths import Death, record_death
 from sluicegate.wire.errors import AmqpError
 
 # Dead-letter reasons, as RabbitMQ names them in x-death / x-opt-deaths.
@@ -55,6 +55,11 @@ LETTERS_PER_PASS: Final = 512
 # letter makes one per queue its exchange routes to, so 512 letters into a fanout of 50 queues
 # stored 25,600 copies in one pass, 0.4 s of a loaded machine's reactor (adversary seed 66005).
 COPIES_PER_PASS: Final = 512
+# Bytes of message annotations one pass reads and writes recording deaths, its first letter's
+# all the same: a client's message may carry 64 KiB of them (max_message_annotations_size), and
+# recording a death in 69 KB of 4,000 entries took 16.6 ms, so 512 such letters held the reactor
+# 8.5 s (adversary seed 65825: a prober round of 2.08 s). 256 KiB is about 60 ms of it.
+ANNOTATIONS_PER_PASS: Final = 256 * 1024
 
 
 class Cause(Protocol):
@@ -288,6 +293,9 @@ class DeadLetterRouter:
         self.dropped = 0
         # Whether the last call stopped at a letter the budget had no room for.
         self.waiting = False
+        # Bytes of annotations the last call read and wrote (at most ANNOTATIONS_PER_PASS and
+        # one letter's).
+        self.annotations = 0
         # Copies the last call stored (at most COPIES_PER_PASS and one letter's).
         self.copies = 0
         # Dead letters that failed, for the gateway to log (it empties the list).
@@ -304,9 +312,10 @@ class DeadLetterRouter:
         Each copy carries the death in its annotations; a message that would loop back to a
         queue it already died in, with no rejection on the way, is dropped (RabbitMQ's rule).
         At most :data:`LETTERS_PER_PASS` letters are taken, and they stop once their copies
-        reach :data:`COPIES_PER_PASS`, or at the first whose copies would grow the bytes held
-        past ``room`` (the memory budget's room; None: no
-        limit; a letter to one queue grows it by its death record only): the rest, and the
+        reach :data:`COPIES_PER_PASS` or their annotations :data:`ANNOTATIONS_PER_PASS`, or at
+        the first whose copies would grow the bytes held past ``room`` (the memory budget's
+        room; None: no limit; a letter to one queue grows it by its death record only): the
+        rest, and the
         letters the copies make in turn (a queue that expires them at once), wait in the
         outbox for the next call, so one event never loops and a fan-out never grows the
         server past its budget.
@@ -317,9 +326,9 @@ class DeadLetterRouter:
         batch = pending[:LETTERS_PER_PASS]
         del pending[:LETTERS_PER_PASS]
         held = self._held
-        self.copies = 0
+        self.copies = self.annotations = 0
         for taken, letter in enumerate(batch):
-            if self.copies >= COPIES_PER_PASS:
+            if self.copies >= COPIES_PER_PASS or self.annotations >= ANNOTATIONS_PER_PASS:
                 # Enough work for one pass: the rest go first at the next, in their order.
                 pending[:0] = batch[taken:]
                 break
@@ -435,8 +444,10 @@ class DeadLetterRouter:
             (message.routing_key,),
             self.clock.now,
         )
-        payload = record_death(payload, death)
-        targets = [q for q in targets if not is_cycle(payload, q.name, letter.reason)]
+        recorded = record_death(payload, death)
+        payload = recorded.payload
+        self.annotations += recorded.annotations
+        targets = [q for q in targets if q.name not in recorded.looped]
         if not targets and passed:
             return 0, self._ended(letter)
         if not targets:

@@ -11,25 +11,30 @@ import sys
 
 import pytest
 
-from sluicegate.queues.dead_lettering import COPIES_PER_PASS, LETTERS_PER_PASS
+from sluicegate.queues.dead_lettering import (
+    ANNOTATIONS_PER_PASS,
+    COPIES_PER_PASS,
+    LETTERS_PER_PASS,
+)
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.wire.amqp_types import Described, Symbol
-from sluicegate.wire.deaths import Death, deaths_of, is_cycle, record_death
+from sluicegate.wire.deaths import Death, Recorded, deaths_of, record_death
 from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import AmqpError
 
 _BODY = encode(Described(0x77, "m"))
 
 
-def _died(payload: bytes, *deaths: tuple[str, str]) -> bytes:
-    """``payload`` with ``deaths`` recorded, oldest first."""
+def _died(payload: bytes, *deaths: tuple[str, str]) -> Recorded:
+    """``payload`` with ``deaths`` recorded, oldest first: the last one recorded."""
+    recorded = Recorded(payload, frozenset(), 0)
     for queue, reason in deaths:
-        payload = record_death(payload, Death(queue, reason, "", ("k",), 0))
-    return payload
+        recorded = record_death(recorded.payload, Death(queue, reason, "", ("k",), 0))
+    return recorded
 
 
 @pytest.mark.parametrize(
@@ -51,10 +56,11 @@ def _died(payload: bytes, *deaths: tuple[str, str]) -> bytes:
 def test_a_loop_is_broken_unless_a_rejection_lies_inside_it(
     deaths: tuple[tuple[str, str], ...], target: str, cycle: bool
 ) -> None:
-    payload = _died(_BODY, *deaths)
-    assert is_cycle(payload, target, deaths[-1][1]) is cycle
+    *before, (last_queue, last_reason) = deaths
+    payload = _died(_BODY, *before).payload
+    assert (target in _died(payload, (last_queue, last_reason)).looped) is cycle
     # A rejection now is always a consumer's choice.
-    assert is_cycle(payload, target, "rejected") is False
+    assert not _died(payload, (last_queue, "rejected")).looped
 
 
 def _ping_pong(ttl: int) -> QueueRegistry:
@@ -76,7 +82,7 @@ def test_a_ttl_0_loop_after_one_rejection_ends_in_a_few_bounded_passes() -> None
     # The hostile case: b's consumer rejects once, then a and b expire it to each other at
     # once (x-message-ttl 0). It looped inside one call for ever.
     registry = _ping_pong(0)
-    registry.queue("b").enqueue(Message(_died(_BODY, ("b", "rejected"))))
+    registry.queue("b").enqueue(Message(_died(_BODY, ("b", "rejected")).payload))
     passes = 0
     while registry.dead_letters:
         passes += 1
@@ -178,6 +184,41 @@ def test_a_pass_stores_a_bounded_number_of_copies_whatever_the_fanout() -> None:
     ] == [True] * total
 
 
+def test_a_pass_reads_and_writes_a_bounded_amount_of_annotations() -> None:
+    """Adversary seed 65825: letters carrying 64 KiB of message annotations (4,000 entries)
+    cost 16.6 ms each to record a death in, so a pass of 512 held the reactor for seconds and
+    a prober round took 2.08 s. A pass stops once the annotations it read and wrote reach the
+    bound, its first letter's all the same; the rest go on at the next passes, in order."""
+    registry = QueueRegistry(Clock(1_000))
+    registry.declare_queue("dead")
+    source = registry.declare_queue(
+        "source", {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}
+    )
+    annotations = encode(Described(0x72, {Symbol(f"x-k{i}"): i for i in range(4000)}))
+    assert len(annotations) > 64_000
+    total = 20
+    for index in range(total):
+        source.enqueue(Message(annotations + encode(Described(0x77, str(index)))))
+    source.attach("c", ack_required=True)
+    taken, _ = source.credit("c", 0, total, True)
+    source.settle("c", [m.seq for m in taken], Outcome.REJECTED, True)
+    assert len(registry.dead_letters) == total
+    passes = 0
+    while registry.dead_letters:
+        passes += 1
+        registry.route_dead_letters()
+        # The letter that reaches the bound is recorded whole: one letter's past it.
+        read = registry.dead_letter_router.annotations
+        assert 0 < read < ANNOTATIONS_PER_PASS + 2 * len(annotations) + 1024
+    assert passes >= total * 2 * len(annotations) // (ANNOTATIONS_PER_PASS + 2 * len(annotations))
+    dead = registry.queue("dead")
+    dead.attach("d", ack_required=False)
+    messages, _ = dead.credit("d", 0, total, False)
+    assert [
+        m.payload.endswith(encode(Described(0x77, str(i)))) for i, m in enumerate(messages)
+    ] == [True] * total
+
+
 def _fanout_back(registry: QueueRegistry) -> None:
     """Two queues dead-lettering to a fanout exchange bound to both: each rejection doubles."""
     registry.declare_exchange("fx", "fanout")
@@ -198,7 +239,7 @@ def test_copies_past_the_room_wait_and_a_move_to_one_queue_needs_room_for_its_de
     held = registry.held.total
     # Two copies of a held message share one payload and grow the count by one copy's
     # overhead (and the death record the payload gains): room for one letter, not two.
-    dead = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0)))
+    dead = len(record_death(_BODY, Death("q1", "rejected", "", ("",), 0)).payload)
     copy = dead - len(_BODY) + MESSAGE_OVERHEAD
     registry.route_dead_letters(room=copy + copy // 2)
     assert len(registry.dead_letters) == 2
@@ -245,7 +286,7 @@ def test_letters_waiting_for_room_weigh_their_queue_and_a_refused_publish_is_cou
     assert not registry.dead_letters
     assert dropping.statistics().dead_lettering_bytes == 0
     assert refusing.statistics().dead_lettering_bytes == 0
-    dead = len(record_death(_BODY, Death("dropping", "maxlen", "", ("",), 0)))
+    dead = len(record_death(_BODY, Death("dropping", "maxlen", "", ("",), 0)).payload)
     # Two copies of each letter in s1 and s2, sharing its payload, the letters themselves gone.
     assert registry.held.total - before == 2 * (dead + 2 * MESSAGE_OVERHEAD)
 
