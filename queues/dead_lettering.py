@@ -40,6 +40,7 @@ from sluicegate.queues.queue_type import Clock, Dispatch, QueueType
 from sluicegate.queues.topology_log import TopologyLog
 from sluicegate.wire.deaths import Death, record_death
 from sluicegate.wire.errors import AmqpError
+from sluicegate.wire.sections import head_size
 
 # Dead-letter reasons, as RabbitMQ names them in x-death / x-opt-deaths.
 REJECTED: Final = "rejected"
@@ -55,11 +56,13 @@ LETTERS_PER_PASS: Final = 512
 # letter makes one per queue its exchange routes to, so 512 letters into a fanout of 50 queues
 # stored 25,600 copies in one pass, 0.4 s of a loaded machine's reactor (adversary seed 66005).
 COPIES_PER_PASS: Final = 512
-# Bytes of message annotations one pass reads and writes recording deaths, its first letter's
-# all the same: a client's message may carry 64 KiB of them (max_message_annotations_size), and
-# recording a death in 69 KB of 4,000 entries took 16.6 ms, so 512 such letters held the reactor
-# 8.5 s (adversary seed 65825: a prober round of 2.08 s). 256 KiB is about 60 ms of it.
-ANNOTATIONS_PER_PASS: Final = 256 * 1024
+# Bytes of letters' sections before their bodies one pass takes, its first letter's all the
+# same: routing a letter through a headers exchange decodes its application properties, and
+# recording its death decodes and encodes its message annotations; a client's message may carry
+# 64 KiB of each, and recording a death in 69 KB of annotations (4,000 entries) took 12.8 ms,
+# so 512 such letters held the reactor for seconds (adversary seed 65825: a prober round of
+# 2.08 s). 256 KiB is about 60 ms of it.
+HEAD_BYTES_PER_PASS: Final = 256 * 1024
 
 
 class Cause(Protocol):
@@ -293,9 +296,9 @@ class DeadLetterRouter:
         self.dropped = 0
         # Whether the last call stopped at a letter the budget had no room for.
         self.waiting = False
-        # Bytes of annotations the last call read and wrote (at most ANNOTATIONS_PER_PASS and
-        # one letter's).
-        self.annotations = 0
+        # Bytes before their bodies of the letters the last call took (at most
+        # HEAD_BYTES_PER_PASS and one letter's).
+        self.head_bytes = 0
         # Copies the last call stored (at most COPIES_PER_PASS and one letter's).
         self.copies = 0
         # Dead letters that failed, for the gateway to log (it empties the list).
@@ -312,7 +315,7 @@ class DeadLetterRouter:
         Each copy carries the death in its annotations; a message that would loop back to a
         queue it already died in, with no rejection on the way, is dropped (RabbitMQ's rule).
         At most :data:`LETTERS_PER_PASS` letters are taken, and they stop once their copies
-        reach :data:`COPIES_PER_PASS` or their annotations :data:`ANNOTATIONS_PER_PASS`, or at
+        reach :data:`COPIES_PER_PASS` or their heads :data:`HEAD_BYTES_PER_PASS`, or at
         the first whose copies would grow the bytes held past ``room`` (the memory budget's
         room; None: no limit; a letter to one queue grows it by its death record only): the
         rest, and the
@@ -326,9 +329,9 @@ class DeadLetterRouter:
         batch = pending[:LETTERS_PER_PASS]
         del pending[:LETTERS_PER_PASS]
         held = self._held
-        self.copies = self.annotations = 0
+        self.copies = self.head_bytes = 0
         for taken, letter in enumerate(batch):
-            if self.copies >= COPIES_PER_PASS or self.annotations >= ANNOTATIONS_PER_PASS:
+            if self.copies >= COPIES_PER_PASS or self.head_bytes >= HEAD_BYTES_PER_PASS:
                 # Enough work for one pass: the rest go first at the next, in their order.
                 pending[:0] = batch[taken:]
                 break
@@ -416,6 +419,7 @@ class DeadLetterRouter:
         message = letter.message
         routing_key = letter.routing_key if letter.routing_key is not None else message.routing_key
         payload = message.read()
+        self.head_bytes += head_size(payload)
         try:
             targets = self._route(letter.exchange, routing_key, payload)
         except NotFound:
@@ -446,7 +450,6 @@ class DeadLetterRouter:
         )
         recorded = record_death(payload, death)
         payload = recorded.payload
-        self.annotations += recorded.annotations
         targets = [q for q in targets if q.name not in recorded.looped]
         if not targets and passed:
             return 0, self._ended(letter)

@@ -52,12 +52,10 @@ def deaths_of(payload: bytes) -> list[dict[Value, Value]]:
 
 
 class Recorded(NamedTuple):
-    """A death recorded: the payload carrying it, the queues a copy of it must not go to,
-    and the bytes of message annotations read and written, what recording it cost."""
+    """A death recorded: the payload carrying it, and the queues a copy of it must not go to."""
 
     payload: bytes
     looped: frozenset[str]
-    annotations: int
 
 
 def record_death(payload: bytes, death: Death) -> Recorded:
@@ -119,11 +117,7 @@ def record_death(payload: bytes, death: Death) -> Recorded:
             if isinstance(queue, str):
                 looped.add(queue)
     encoded = _encode_annotations(annotations)
-    return Recorded(
-        payload[:start] + _MA_PREFIX + encoded + payload[end:],
-        frozenset(looped),
-        end - start + len(encoded),
-    )
+    return Recorded(payload[:start] + _MA_PREFIX + encoded + payload[end:], frozenset(looped))
 
 
 def _array(constructor: int, elements: list[bytes]) -> bytes:

@@ -95,6 +95,12 @@ def iter_sections(payload: bytes | memoryview, until: int = BODY) -> Iterator[Se
         pos = end
 
 
+def head_size(payload: bytes | memoryview) -> int:
+    """The bytes of the sections before the body, found without decoding them: what reading
+    a message's headers or annotations may decode."""
+    return max((end for *_, end in iter_sections(payload)), default=0)
+
+
 def sections(payload: bytes | memoryview, until: int = BODY) -> list[tuple[int, Value, int, int]]:
     """Decode the sections before ``until`` (by default the body): ``(code, value, start, end)``."""
     return [
