@@ -41,7 +41,9 @@ CEILING: Final = LIMIT + LIMIT // 8
 
 @pytest.fixture
 def two_workers(tmp_path: Path) -> Iterator[tuple[int, list[int], Path]]:
-    with metered_workers(tmp_path, "64MiB") as (port, pids):
+    # Consumers that never read stay for the test's length: send_timeout would drop them
+    # (its own test: test_outbound_flow.py).
+    with metered_workers(tmp_path, "64MiB", "--send-timeout", "0") as (port, pids):
         yield port, pids, tmp_path
 
 

@@ -159,15 +159,16 @@ def homed_on(home: int, workers: int, prefix: str = "placed") -> str:
 
 
 @contextlib.contextmanager
-def metered_workers(data_dir: Path, budget: str) -> Iterator[tuple[int, list[int]]]:
+def metered_workers(data_dir: Path, budget: str, *extra: str) -> Iterator[tuple[int, list[int]]]:
     """``serve --workers 2`` with ``budget`` and a metrics endpoint, so that each worker's own
-    budget can be read (:func:`budget_used`): the port and the workers' processes by index."""
+    budget can be read (:func:`budget_used`): the port and the workers' processes by index;
+    ``extra``: more options."""
     # The channel is what these tests weigh: no connection is handed over to its queue's
     # worker (docs/workers.md#handing-a-connection-over).
     options = ("--workers", "2", "--worker-handover", "false", "--data-dir", str(data_dir))
     budgets = ("--memory-budget", budget)
     metrics = ("--metrics-listen", f"127.0.0.1:{free_port()}", "--http-api-listen", "off")
-    with serving(*options, *budgets, *metrics) as (process, port):
+    with serving(*options, *budgets, *metrics, *extra) as (process, port):
         yield port, sorted(children(process.pid), key=worker_of)
 
 
