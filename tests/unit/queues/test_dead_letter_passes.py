@@ -63,6 +63,15 @@ def test_a_loop_is_broken_unless_a_rejection_lies_inside_it(
     assert not _died(payload, (last_queue, "rejected")).looped
 
 
+def _arrived_in_order(queue: QueueType, total: int) -> None:
+    """``queue`` holds the ``total`` messages whose bodies are their numbers, in order."""
+    queue.attach("d", ack_required=False)
+    messages, _ = queue.credit("d", 0, total, False)
+    assert [
+        m.payload.endswith(encode(Described(0x77, str(i)))) for i, m in enumerate(messages)
+    ] == [True] * total
+
+
 def _ping_pong(ttl: int) -> QueueRegistry:
     """Queues ``a`` and ``b`` dead-lettering to each other, both with ``ttl``."""
     registry = QueueRegistry(Clock(1_000))
@@ -145,12 +154,7 @@ def test_a_pass_routes_a_bounded_batch_and_the_rest_waits_in_order() -> None:
         registry.route_dead_letters()
         routed.append(before - len(registry.dead_letters))
     assert routed == [LETTERS_PER_PASS, LETTERS_PER_PASS, 5]
-    dead = registry.queue("dead")
-    dead.attach("d", ack_required=False)
-    messages, _ = dead.credit("d", 0, total, False)
-    assert [
-        m.payload.endswith(encode(Described(0x77, str(i)))) for i, m in enumerate(messages)
-    ] == [True] * total
+    _arrived_in_order(registry.queue("dead"), total)
 
 
 def test_a_pass_stores_a_bounded_number_of_copies_whatever_the_fanout() -> None:
@@ -176,12 +180,7 @@ def test_a_pass_stores_a_bounded_number_of_copies_whatever_the_fanout() -> None:
         registry.route_dead_letters()
         # The letter that reaches the bound is stored whole: one letter's copies past it.
         assert 0 < registry.dead_letter_router.copies <= COPIES_PER_PASS + width - 1
-    last = registry.queue(f"f{width - 1}")
-    last.attach("d", ack_required=False)
-    messages, _ = last.credit("d", 0, total, False)
-    assert [
-        m.payload.endswith(encode(Described(0x77, str(i)))) for i, m in enumerate(messages)
-    ] == [True] * total
+    _arrived_in_order(registry.queue(f"f{width - 1}"), total)
 
 
 def test_a_pass_takes_a_bounded_amount_of_letters_heads() -> None:
@@ -212,12 +211,7 @@ def test_a_pass_takes_a_bounded_amount_of_letters_heads() -> None:
         taken_bytes = registry.dead_letter_router.head_bytes
         assert 0 < taken_bytes < HEAD_BYTES_PER_PASS + len(annotations)
     assert passes >= total * len(annotations) // (HEAD_BYTES_PER_PASS + len(annotations))
-    dead = registry.queue("dead")
-    dead.attach("d", ack_required=False)
-    messages, _ = dead.credit("d", 0, total, False)
-    assert [
-        m.payload.endswith(encode(Described(0x77, str(i)))) for i, m in enumerate(messages)
-    ] == [True] * total
+    _arrived_in_order(registry.queue("dead"), total)
 
 
 def _fanout_back(registry: QueueRegistry) -> None:

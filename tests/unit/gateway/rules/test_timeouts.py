@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from sluicegate.gateway.rules.timeouts import Deadlines
 
 
-def _opened(now: float = 10.0, idle: float = 5.0, frames: int = 3) -> Deadlines:
+def _opened(
+    now: float = 10.0, idle: float = 5.0, frames: int = 3, send_timeout: float = 0.0
+) -> Deadlines:
     deadlines = Deadlines()
     deadlines.accepted(0.0, 30.0)
     assert deadlines.handshake_over()
-    deadlines.opened(now, idle, frames)
+    deadlines.opened(now, idle, frames, send_timeout)
     return deadlines
 
 
@@ -127,10 +129,7 @@ def test_the_idle_verdict_is_the_silence_since_the_last_frame_or_resume(
 
 
 def test_a_client_whose_kernel_queue_does_not_go_down_is_stuck_at_the_send_timeout() -> None:
-    deadlines = Deadlines()
-    deadlines.accepted(0.0, 30.0)
-    deadlines.handshake_over()
-    deadlines.opened(10.0, 60.0, 0, send_timeout=4.0)
+    deadlines = _opened(10.0, 60.0, 0, send_timeout=4.0)
     assert deadlines.deadline == 70.0
     deadlines.output(11.0, waiting=True)
     deadlines.output(12.0, waiting=True)  # still waiting: looked at from 11 on
@@ -155,10 +154,7 @@ def test_a_client_whose_kernel_queue_does_not_go_down_is_stuck_at_the_send_timeo
 
 
 def test_output_that_stops_waiting_arms_no_send_check_and_none_without_a_send_timeout() -> None:
-    deadlines = Deadlines()
-    deadlines.accepted(0.0, 30.0)
-    deadlines.handshake_over()
-    deadlines.opened(10.0, 0.0, 0, send_timeout=4.0)
+    deadlines = _opened(10.0, 0.0, 0, send_timeout=4.0)
     deadlines.output(11.0, waiting=True)
     deadlines.output(11.5, waiting=False)
     assert deadlines.overdue(13.0, reads_paused=False) is None
@@ -198,10 +194,7 @@ def test_a_client_is_stuck_only_once_it_read_nothing_for_half_the_send_timeout(
     at least half the timeout; and while output waits, the kernel's queue is looked at no
     later than half a timeout after output began to wait, was written, or was last looked at."""
     now = 1000.0
-    deadlines = Deadlines()
-    deadlines.accepted(now, 30.0)
-    deadlines.handshake_over()
-    deadlines.opened(now, 0.0, 0, send_timeout=timeout)
+    deadlines = _opened(now, 0.0, 0, send_timeout=timeout)
     queued = 1_000_000
     # While output waits: when it last moved (began to wait, was written, or was read), and
     # when the deadlines last learned of a move (all but a read) or looked.
