@@ -269,6 +269,8 @@ class Peers:
         # through the part unweighed (adversary seed 65800).
         self._blocked = False
         self._heavy = 0
+        # A holder's floor, whether at the ceiling or not: what a light queue weighs less than.
+        self._floor = 0
         self._below_limit = 0
         # Other workers' publishes given back released past the parked window (a metric), and
         # whether a publish was parked since the window was last kept: what was kept fits it
@@ -700,7 +702,8 @@ class Peers:
         for remote in self.remotes.values():
             remote.letter_window = window
         full = budget.blocked and budget.publishers_full(budget.used)
-        self._heavy = 0 if full else int(budget.margin * HOLDER_SHARE)
+        self._floor = int(budget.margin * HOLDER_SHARE)
+        self._heavy = 0 if full else self._floor
         parked = self._parked
         # Stored as far as the limit: what they add blocks the budget again at its update.
         room = budget.limit - budget.used
@@ -773,8 +776,8 @@ class Peers:
     def _give_back(self, window: int) -> None:
         """Keep parked, of each other worker's letters and publishes, at most ``window`` bytes
         (the letters' window, a quarter of the margin split among the peers,
-        session/memory_budget.py), the oldest first, and give the publishes past it back
-        ``released`` with ``amqp:resource-limit-exceeded``, which the client may send again.
+        session/memory_budget.py), and give the publishes past it back ``released`` with
+        ``amqp:resource-limit-exceeded``, which the client may send again.
 
         The sender counts what is parked until it is confirmed, and an owner blocked for good
         by queues nobody reads confirms nothing, so what it keeps is counted by the sender for
@@ -782,49 +785,83 @@ class Peers:
         past its ceiling, its prober waiting. Within the window the sender weighs them in the
         letters' part, not the publishers' (``MemoryBudget.parked_sent``).
 
-        A run that does not fit keeps the messages that do, and every later run of that worker
-        goes back whole, so what stays parked keeps its order. Its oldest run keeps at least
-        a message whatever its size: once stored, its confirm tells the sender this worker
-        takes its publishes again (``InboundFlow.owner_stored``). Letters are never given
-        back: their sender keeps them within the window (``Remote.letter_fits``), so they only
-        leave the publishes less of it."""
+        Letters are never given back: their sender keeps them within the window
+        (``Remote.letter_fits``), so they only leave the publishes less of it. Then the window
+        goes to publishes to light queues (under a holder's floor, their publisher not held),
+        oldest first, and what is left of it to the others, oldest first: a light queue's
+        publish is stored as soon as the budget is under its publishers' ceiling again
+        (:meth:`_store_light`), where one to a queue nobody reads waits for good. The newest
+        first whatever their queue, a moment at the ceiling (a fan-out's copies to another
+        worker counted whole until confirmed) gave back the prober's publish behind 1 MB of a
+        fan-out's parked copies (adversary seed 65832).
+
+        Within each of the two, a run that does not fit keeps the messages that do, and every
+        later run of that worker goes back whole, so that what stays parked of a queue keeps
+        its order (a queue's publishes are all of one kind). A worker's first run kept keeps at
+        least a message whatever its size: once stored, its confirm tells the sender this
+        worker takes its publishes again (``InboundFlow.owner_stored``)."""
+        parked = self._parked
+        kept_bytes: dict[int, int] = {}
+        for peer, publish in parked:
+            if publish.letters:
+                kept_bytes[peer] = kept_bytes.get(peer, 0) + _publish_bytes(publish)
+        light = [self._light(peer, publish) for peer, publish in parked]
+        fits = [0] * len(parked)
+        for light_pass in (True, False):
+            full: set[int] = set()
+            for index, (peer, publish) in enumerate(parked):
+                if publish.letters or light[index] is not light_pass or peer in full:
+                    continue
+                if peer not in self._confirms:
+                    fits[index] = len(publish.payloads)  # its channel ended: unconfirmed
+                    continue
+                room = window - kept_bytes.get(peer, 0)
+                fit = 0
+                payloads = publish.payloads
+                while fit < len(payloads) and (
+                    room >= len(payloads[fit]) + MESSAGE_OVERHEAD or peer not in kept_bytes
+                ):
+                    room -= len(payloads[fit]) + MESSAGE_OVERHEAD
+                    kept_bytes[peer] = window - room
+                    fit += 1
+                fits[index] = fit
+                if fit < len(payloads):
+                    full.add(peer)
+        if all(
+            publish.letters or fit == len(publish.payloads)
+            for (_, publish), fit in zip(parked, fits, strict=True)
+        ):
+            return
         kept: deque[tuple[int, Publish]] = deque()
-        held: dict[int, int] = {}
-        full: set[int] = set()
-        for peer, publish in self._parked:
-            confirms = self._confirms.get(peer)
-            if publish.letters or confirms is None:
-                if publish.letters:
-                    held[peer] = held.get(peer, 0) + _publish_bytes(publish)
+        for (peer, publish), fit in zip(parked, fits, strict=True):
+            payloads = publish.payloads
+            if publish.letters or fit == len(payloads):
                 kept.append((peer, publish))
                 continue
-            room = 0 if peer in full else window - held.get(peer, 0)
-            fit = 0
-            payloads = publish.payloads
-            while fit < len(payloads) and (
-                room >= len(payloads[fit]) + MESSAGE_OVERHEAD or peer not in held
-            ):
-                room -= len(payloads[fit]) + MESSAGE_OVERHEAD
-                held[peer] = window - room
-                fit += 1
             if fit:
-                if fit < len(payloads):
-                    publish = replace(publish, payloads=payloads[:fit], stamps=publish.stamps[:fit])
-                kept.append((peer, publish))
-            if fit < len(payloads):
-                full.add(peer)
-                first = publish.publish
-                confirms.refused(
-                    first + fit,
-                    first + len(payloads) - 1,
-                    Settled.RELEASED,
-                    _GIVEN_BACK,
-                    f"worker {self.spec.index}'s memory budget is blocked; publish again later",
+                kept.append(
+                    (peer, replace(publish, payloads=payloads[:fit], stamps=publish.stamps[:fit]))
                 )
-                self.given_back += len(payloads) - fit
-        if full:
-            self._parked = kept
-            self._parked_queues = {(publish.vhost, publish.queue) for _, publish in kept}
+            first = publish.publish
+            self._confirms[peer].refused(
+                first + fit,
+                first + len(payloads) - 1,
+                Settled.RELEASED,
+                _GIVEN_BACK,
+                f"worker {self.spec.index}'s memory budget is blocked; publish again later",
+            )
+            self.given_back += len(payloads) - fit
+        self._parked = kept
+        self._parked_queues = {(publish.vhost, publish.queue) for _, publish in kept}
+
+    def _light(self, peer: int, publish: Publish) -> bool:
+        """Whether a parked publish goes to a light queue (under a holder's floor, or deleted
+        meanwhile) from a publisher not held: stored as soon as the budget is under its
+        publishers' ceiling (:meth:`_parks`)."""
+        queue = self._find(publish.vhost, publish.queue)
+        return queue is None or (
+            queue_weight(queue) < self._floor and not self._publishers.held(peer, publish.publisher)
+        )
 
     def _parks(self, peer: int, publish: Publish, queue: QueueType) -> bool:
         """Whether a parked publish to ``queue`` waits on while blocked: at the ceiling, when
