@@ -786,28 +786,34 @@ class Peers:
         letters' part, not the publishers' (``MemoryBudget.parked_sent``).
 
         Letters are never given back: their sender keeps them within the window
-        (``Remote.letter_fits``), so they only leave the publishes less of it. Then the window
-        goes to publishes to light queues (under a holder's floor, their publisher not held),
-        oldest first, and what is left of it to the others, oldest first: a light queue's
-        publish is stored as soon as the budget is under its publishers' ceiling again
-        (:meth:`_store_light`), where one to a queue nobody reads waits for good. The newest
-        first whatever their queue, a moment at the ceiling (a fan-out's copies to another
-        worker counted whole until confirmed) gave back the prober's publish behind 1 MB of a
-        fan-out's parked copies (adversary seed 65832).
+        (``Remote.letter_fits``), so they only leave the publishes less of it. Publishes to
+        light queues (under a holder's floor, their publisher not held) have a window of their
+        own, oldest first: one is stored as soon as the budget is under its publishers' ceiling
+        again (:meth:`_store_light`), where one to a queue nobody reads waits for good. Given
+        back the newest first whatever their queue, a moment at the ceiling (a fan-out's copies
+        to another worker counted whole until confirmed) gave back the prober's publish behind
+        1 MB of a fan-out's parked copies (adversary seed 65832); behind the other worker's
+        letters filling the window, every one (65842). What is left of the window after the
+        letters and the light ones goes to the others, oldest first. So a sender counts at
+        most two windows parked here.
 
-        Within each of the two, a run that does not fit keeps the messages that do, and every
-        later run of that worker goes back whole, so that what stays parked of a queue keeps
-        its order (a queue's publishes are all of one kind). A worker's first run kept keeps at
-        least a message whatever its size: once stored, its confirm tells the sender this
-        worker takes its publishes again (``InboundFlow.owner_stored``)."""
+        Within each of the two kinds, a run that does not fit keeps the messages that do, and
+        every later run of that worker goes back whole, so that what stays parked of a queue
+        keeps its order (a queue's publishes are all of one kind). A worker's first run kept
+        of each kind keeps at least a message whatever its size: once stored, its confirm
+        tells the sender this worker takes its publishes again (``InboundFlow.owner_stored``)."""
         parked = self._parked
+        # What is kept of each peer: its letters and everything kept (``kept_bytes``), and of
+        # that its publishes to light queues (``light_bytes``), which have a window of their own.
         kept_bytes: dict[int, int] = {}
+        light_bytes: dict[int, int] = {}
         for peer, publish in parked:
             if publish.letters:
                 kept_bytes[peer] = kept_bytes.get(peer, 0) + _publish_bytes(publish)
         light = [self._light(peer, publish) for peer, publish in parked]
         fits = [0] * len(parked)
         for light_pass in (True, False):
+            counted = light_bytes if light_pass else kept_bytes
             full: set[int] = set()
             for index, (peer, publish) in enumerate(parked):
                 if publish.letters or light[index] is not light_pass or peer in full:
@@ -815,17 +821,14 @@ class Peers:
                 if peer not in self._confirms:
                     fits[index] = len(publish.payloads)  # its channel ended: unconfirmed
                     continue
-                room = window - kept_bytes.get(peer, 0)
-                fit = 0
-                payloads = publish.payloads
-                while fit < len(payloads) and (
-                    room >= len(payloads[fit]) + MESSAGE_OVERHEAD or peer not in kept_bytes
-                ):
-                    room -= len(payloads[fit]) + MESSAGE_OVERHEAD
-                    kept_bytes[peer] = window - room
-                    fit += 1
+                before = counted.get(peer)
+                fit, took = _fitting(publish.payloads, window - (before or 0), before is None)
                 fits[index] = fit
-                if fit < len(payloads):
+                if fit:
+                    counted[peer] = (before or 0) + took
+                    if light_pass:
+                        kept_bytes[peer] = kept_bytes.get(peer, 0) + took
+                if fit < len(publish.payloads):
                     full.add(peer)
         if all(
             publish.letters or fit == len(publish.payloads)
@@ -1106,6 +1109,19 @@ class _Control:
                 continue
             peer, serial = CHANNEL.unpack(data)
             self.peers.open(peer, socket.socket(fileno=fds[0]), serial)
+
+
+def _fitting(payloads: list[bytes], room: int, first: bool) -> tuple[int, int]:
+    """How many of ``payloads``, from the first, fit ``room`` bytes (at least one if
+    ``first``), and the bytes they take, each with its place in a queue."""
+    fit = took = 0
+    for payload in payloads:
+        size = len(payload) + MESSAGE_OVERHEAD
+        if took + size > room and not (first and not fit):
+            break
+        took += size
+        fit += 1
+    return fit, took
 
 
 def _publish_bytes(publish: Publish) -> int:

@@ -22,15 +22,45 @@ from sluicegate.wire.sections import DEFAULT_HEADER
 # worker 0's parked publishes (the letters' part, one peer).
 LIMIT = 8 * 1024 * 1024
 LARGE = amqp(Described(0x75, b"x" * 100_000))
+PROBE = amqp(Described(0x77, "probe"))
 HEAVY_PUBLISHER = 2
 LIGHT_PUBLISHER = 4
 
 
-def _publish(publish: int, queue: str, payload: bytes, publisher: int) -> bytes:
-    """Worker 0's run of one message to ``queue``, published on its link ``publisher``."""
-    stamps: list[Stamp] = [(None, DEFAULT_HEADER, 0)]
-    frame = Publish(publish, "/", queue, "", queue, [payload], stamps, publisher=publisher)
+def _publish(
+    publish: int, queue: str, payloads: list[bytes], publisher: int, letters: bool = False
+) -> bytes:
+    """Worker 0's run of ``payloads`` to ``queue``, published on its link ``publisher`` (0:
+    dead letters)."""
+    stamps: list[Stamp] = [(None, DEFAULT_HEADER, 0)] * len(payloads)
+    frame = Publish(publish, "/", queue, "", queue, payloads, stamps, letters, publisher)
     return b"".join(encode(frame))
+
+
+def _parked(worker: Worker1, frames: list[bytes]) -> None:
+    """Worker 0's runs sent, and parked by worker 1, one at a time: the socket pair holds
+    less than them all."""
+    worker.container.timeout = 0.1  # a turn with nothing to read ends
+    for count, frame in enumerate(frames, 1):
+        worker.send(frame)
+        deadline = time.monotonic() + WITHIN
+        while len(worker.peers._parked) < count:
+            assert time.monotonic() < deadline
+            worker.container.process()
+
+
+def _at_the_ceiling(worker: Worker1, budget: MemoryBudget) -> None:
+    """A queue nobody reads past a holder's floor, an empty one, and the budget at its
+    publishers' ceiling: nothing is stored."""
+    registry = worker.registry
+    heavy = registry.declare_queue("heavy")
+    registry.declare_queue("light")
+    for _ in range(3):
+        heavy.enqueue(Message(LARGE))
+    budget.keep_for_letters(1)
+    budget.update(budget.ceiling)
+    assert budget.blocked
+    assert budget.publishers_full(budget.used)
 
 
 def _confirms(worker: Worker1, reader: FrameReader, wanted: int) -> dict[int, Settled]:
@@ -55,25 +85,10 @@ def test_past_the_window_publishes_to_queues_nobody_reads_go_back_before_a_light
     the owner is under its ceiling."""
     budget = MemoryBudget(LIMIT)
     with worker_one(tmp_path, budget) as worker:
-        registry = worker.registry
-        heavy = registry.declare_queue("heavy")
-        registry.declare_queue("light")
-        for _ in range(3):
-            heavy.enqueue(Message(LARGE))
-        budget.keep_for_letters(1)
-        budget.update(budget.ceiling)
-        assert budget.blocked
-        assert budget.publishers_full(budget.used)
-        frames = [_publish(n, "heavy", LARGE, HEAVY_PUBLISHER) for n in range(1, 5)]
-        frames.append(_publish(5, "light", amqp(Described(0x77, "probe")), LIGHT_PUBLISHER))
-        worker.container.timeout = 0.1  # a turn with nothing to read ends
-        for count, frame in enumerate(frames, 1):
-            # One at a time: the socket pair holds less than them all.
-            worker.send(frame)
-            deadline = time.monotonic() + WITHIN
-            while len(worker.peers._parked) < count:
-                assert time.monotonic() < deadline
-                worker.container.process()
+        _at_the_ceiling(worker, budget)
+        frames = [_publish(n, "heavy", [LARGE], HEAVY_PUBLISHER) for n in range(1, 5)]
+        frames.append(_publish(5, "light", [PROBE], LIGHT_PUBLISHER))
+        _parked(worker, frames)
         reader = FrameReader(1 << 21)
         # At the ceiling nothing is stored, and the window keeps the light publish first.
         worker.peers.flush(budget)
@@ -83,4 +98,25 @@ def test_past_the_window_publishes_to_queues_nobody_reads_go_back_before_a_light
         budget.update(budget.limit + 1)
         worker.peers.flush(budget)
         assert _confirms(worker, reader, 1) == {5: Settled.ACCEPTED}
-        assert registry.queue("light").statistics().ready == 1
+        assert worker.registry.queue("light").statistics().ready == 1
+
+
+def test_a_light_queues_publish_keeps_its_place_behind_letters_filling_the_window(
+    tmp_path: Path,
+) -> None:
+    """Adversary seed 65842: worker 0's letters parked on worker 1 filled the window, and
+    every publish past them went back, the prober's too. Publishes to light queues have a
+    window of their own; the others get what the letters leave."""
+    budget = MemoryBudget(LIMIT)
+    with worker_one(tmp_path, budget) as worker:
+        _at_the_ceiling(worker, budget)
+        frames = [_publish(n, "heavy", [LARGE], 0, letters=True) for n in range(1, 4)]
+        frames.append(_publish(4, "heavy", [LARGE], HEAVY_PUBLISHER))
+        frames.append(_publish(5, "light", [PROBE, PROBE], LIGHT_PUBLISHER))
+        _parked(worker, frames)
+        reader = FrameReader(1 << 21)
+        worker.peers.flush(budget)
+        assert _confirms(worker, reader, 1) == {4: Settled.RELEASED}
+        budget.update(budget.limit + 1)
+        worker.peers.flush(budget)
+        assert _confirms(worker, reader, 2) == {5: Settled.ACCEPTED, 6: Settled.ACCEPTED}
