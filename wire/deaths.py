@@ -41,16 +41,6 @@ class Death:
     time: int
 
 
-def deaths_of(payload: bytes) -> list[dict[Value, Value]]:
-    """The ``x-opt-deaths`` entries a message already carries, most recent first."""
-    for code, value, _, _ in sections(payload, until=MESSAGE_ANNOTATIONS + 1):
-        if code == MESSAGE_ANNOTATIONS and isinstance(value, dict):
-            recorded = value.get(DEATHS)
-            if isinstance(recorded, list):
-                return [entry for entry in recorded if isinstance(entry, dict)]
-    return []
-
-
 class Recorded(NamedTuple):
     """A death recorded: the payload carrying it, and the queues a copy of it must not go to."""
 

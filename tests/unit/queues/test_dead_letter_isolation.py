@@ -8,13 +8,13 @@ two good messages of the same queue.
 from __future__ import annotations
 
 import pytest
+from support.deaths import deaths_of
 
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import DEAD_LETTER_FAILED, Message
 from sluicegate.queues.queue_type import Clock, Outcome
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.amqp_types import Described, Symbol, Value
-from sluicegate.wire.deaths import deaths_of
 from sluicegate.wire.decoding import MAX_DEPTH
 from sluicegate.wire.encoding import encode
 

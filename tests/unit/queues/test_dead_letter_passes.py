@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from support.deaths import deaths_of
 
 from sluicegate.queues.dead_lettering import (
     COPIES_PER_PASS,
@@ -22,7 +23,7 @@ from sluicegate.queues.queue_type import Clock, Outcome, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.wire.amqp_types import Described, Symbol
-from sluicegate.wire.deaths import Death, Recorded, deaths_of, record_death
+from sluicegate.wire.deaths import Death, Recorded, record_death
 from sluicegate.wire.encoding import encode
 from sluicegate.wire.errors import AmqpError
 

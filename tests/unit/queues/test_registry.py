@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.deaths import deaths_of
 
 from sluicegate.queues.arguments import Overflow, parse_arguments
 from sluicegate.queues.errors import (
@@ -16,7 +17,6 @@ from sluicegate.queues.queue_type import Clock, Outcome, QueueType
 from sluicegate.queues.registry import AccessRefused, QueueRegistry
 from sluicegate.queues.topic_trie import TopicTrie
 from sluicegate.wire.amqp_types import Described, Symbol
-from sluicegate.wire.deaths import deaths_of
 from sluicegate.wire.encoding import encode
 from sluicegate.wire.sections import MESSAGE_ANNOTATIONS, sections
 

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.deaths import deaths_of
 
 from sluicegate.queues.log.segments import SegmentWriter, segment_path
 from sluicegate.queues.log.store import MessageStore, write_now
@@ -16,7 +17,6 @@ from sluicegate.queues.queue_type import Clock
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.wire.amqp_types import Described, Symbol, Value
 from sluicegate.wire.annotations import read_stream_offset
-from sluicegate.wire.deaths import deaths_of
 from sluicegate.wire.decoding import MAX_DEPTH
 from sluicegate.wire.encoding import encode
 
