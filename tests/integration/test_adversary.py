@@ -11,12 +11,16 @@ as asked, with every action and the strict limit.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Final
 
 import pytest
 from support.adversary import steps as plan
 from support.adversary.run import Limits, run, shrink
+from support.adversary.watch import ServerProcess
 
 STEPS: Final = 200  # about 10 s per seed, most of it the prober's round after each step
 CI_LIMITS: Final = Limits(prober_s=5.0)
@@ -85,6 +89,26 @@ def test_a_breach_is_reported_shrunk_and_replayable(tmp_path: Path) -> None:
     replay = run(replayed, impossible).breach
     assert replay is not None
     assert replay.invariant == "prober"
+
+
+def test_a_worker_that_ends_is_seen_in_the_log_and_its_zombie_holds_nothing() -> None:
+    """A worker's end loses what it held in memory: the run must report it from the log, and
+    its zombie (until reaped) or its absence must not break the reading of the family's RSS
+    (seed 65852's run crashed there instead)."""
+    server = ServerProcess(["--workers", "2"])
+    try:
+        first, second = server.workers()
+        os.kill(second, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        seen: list[str] = []
+        while not seen and time.monotonic() < deadline:
+            assert server.rss() > 0
+            seen = server.new_errors()
+            time.sleep(0.01)
+        assert any(f"(pid {second}) ended: killed by SIGKILL" in line for line in seen), seen
+        assert first in server.workers()
+    finally:
+        server.kill()
 
 
 def test_the_same_seed_draws_the_same_steps() -> None:

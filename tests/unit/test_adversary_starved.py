@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 from support.adversary.starved import family, process_cpu_seconds, runqueue_wait, unexplained
+from support.resident import resident
 
 
 def test_only_the_largest_run_queue_wait_excuses_a_late_round() -> None:
@@ -40,3 +42,19 @@ def test_a_servers_family_is_its_process_and_its_workers() -> None:
         child.kill()
         child.wait()
     assert family(child.pid) == [child.pid]
+
+
+def test_a_zombie_or_a_gone_process_holds_no_resident_set() -> None:
+    """A worker that ended is a zombie until its supervisor reaps it: it has no VmRSS, and the
+    family's RSS counts it as nothing rather than failing (seed 65852's run)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    assert resident(child.pid) is not None
+    child.kill()
+    for _ in range(1_000):
+        with open(f"/proc/{child.pid}/stat") as stat:
+            if stat.read().rpartition(")")[2].split()[0] == "Z":
+                break
+        time.sleep(0.005)
+    assert resident(child.pid) is None
+    child.wait()
+    assert resident(child.pid) is None

@@ -34,7 +34,7 @@ from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
 from support.adversary.starved import family, process_cpu_seconds, runqueue_wait, unexplained
 from support.ports import free_port
-from support.resident import rss as process_rss
+from support.resident import resident
 from support.stacks import python_stacks
 from support.workers import worker_of
 
@@ -49,8 +49,14 @@ READY_S: Final = 30.0  # a loaded machine takes seconds to import proton
 # Longer than any served round (tens of milliseconds idle), far shorter than a stall.
 ROUND_TIMEOUT_S: Final = 10.0
 PROBER_QUEUE: Final = "adversary-prober"  # no step ever names it (steps.py uses adv-*)
-# What the server logs when an event handler raised (gateway/server.py).
-INTERNAL_ERROR: Final = re.compile(r"internal error|Traceback")
+# What the server logs when an event handler raised (gateway/server.py), when a worker ended
+# and its supervisor starts it again (gateway/supervisor.py), and what ``faulthandler`` prints
+# when a process dies of a fatal signal: a worker that ends loses what it held in memory, so
+# its end is a breach even though the server goes on (seed 65852's run saw one only as a
+# zombie in the server's family).
+INTERNAL_ERROR: Final = re.compile(
+    r"internal error|Traceback|worker \d+ \(pid \d+\) ended|^Fatal Python error"
+)
 ROUNDS_KEPT: Final = 256
 ERROR_LINES: Final = 60  # an internal error's traceback through proton's dispatch and ours
 # What tells a held prober's cause (the server idle, the prober waiting): the memory budget
@@ -104,7 +110,10 @@ class ServerProcess:
         scratch = Path(self._scratch.name)
         self.log_path = scratch / "server.log"
         self._log = self.log_path.open("w")
-        command = [sys.executable, "-m", "sluicegate", "serve", "--listen", "127.0.0.1:0"]
+        # ``-X faulthandler``: a process killed by a fatal signal (a crash in proton's C) logs
+        # every thread's Python stack first, and its forked workers inherit it.
+        command = [sys.executable, "-X", "faulthandler", "-m", "sluicegate", "serve"]
+        command += ["--listen", "127.0.0.1:0"]
         self.metrics_port = free_port()
         metrics = f"127.0.0.1:{self.metrics_port}"
         command += ["--data-dir", str(scratch / "data"), "--metrics-listen", metrics]
@@ -143,8 +152,13 @@ class ServerProcess:
         return self.process.pid
 
     def rss(self) -> int:
-        """The server's resident set, in bytes (Linux's /proc): its workers' too."""
-        return sum(process_rss(member) for member in family(self.pid))
+        """The server's resident set, in bytes (Linux's /proc): its workers' too.
+
+        A worker that has just ended holds nothing: a zombie until its supervisor reaps it, or
+        gone between the listing and the reading. Its end is reported from the log
+        (:data:`INTERNAL_ERROR`), which its supervisor writes as it reaps it.
+        """
+        return sum(resident(member) or 0 for member in family(self.pid))
 
     def workers(self) -> list[int]:
         """The worker processes of a ``--workers N`` server by index (none for one process)."""
