@@ -415,32 +415,32 @@ class InboundFlow:
             publisher: weight - publisher.weight_at_block
             for publisher, weight in zip(remote, remote_weights, strict=True)
         }
-        growing = self.remote.growing = sum(
-            1 for growth in (*grown, *remote_grown.values()) if growth > 0
+        # Another worker's links count only if they stored since the holds were last decided
+        # (session/remote_publishers.py): one gone there takes no more.
+        growing = sum(1 for growth in grown if growth > 0) + sum(
+            1 for publisher, growth in remote_grown.items() if growth > 0 and publisher.stored
         )
         # What each publisher growing in the publishers' part may take of the room left in it
         # before it is held, but never less than the weighing's own step: a light publisher
         # whose queue holds a message or two as it is weighed near the ceiling would otherwise
         # be held, and weighed again only once the bytes move by that step.
-        share = (
-            max(self._room * HOLDER_SHARE / growing, budget.margin / RECLASSIFY_FLOOR)
-            if growing
-            else 0
-        )
+        share = max(self._room * HOLDER_SHARE / max(growing, 1), budget.margin / RECLASSIFY_FLOOR)
 
         def holds(weight: int, growth: int) -> bool:
             return (mean > 0 and 2 * weight >= mean and weight >= floor) or (
                 growth > 0 and growth >= share
             )
 
+        still_growing = 0
         for link, weight, growth in zip(links, weights, grown, strict=True):
             was_held = link.held
             link.held = holds(weight, growth)
             if was_held and not link.held and link.wants_credit:
                 self.renewals.add(link)
+            still_growing += growth > 0 and not link.held
         for publisher, weight in zip(remote, remote_weights, strict=True):
             publisher.held = holds(weight, remote_grown[publisher])
-        self.remote.forget_grown_nothing(remote_grown)
+        self.remote.decided(remote_grown, still_growing)
         return self._hold()
 
     def _release(self) -> Flushed:

@@ -46,7 +46,7 @@ PUBLISHER_STEP = 2
 class RemotePublisher:
     """One link on another worker, as the copies it stored here since the budget blocked."""
 
-    __slots__ = ("held", "queues", "weight_at_block")
+    __slots__ = ("counted", "held", "queues", "stored", "weight_at_block")
 
     def __init__(self) -> None:
         # The queues it stored into since the budget blocked, and what each weighed just before
@@ -55,6 +55,11 @@ class RemotePublisher:
         self.weight_at_block = 0
         # Its publishes park until it is not (gateway/peers.py).
         self.held = False
+        # Whether it stored since the holds were last decided: one that did not (its link may
+        # be gone: its worker does not say) shares no room with those that do; and whether it
+        # is among those that share it now (``RemotePublishers.growing``).
+        self.stored = False
+        self.counted = False
 
     def storing(self, queue: QueueType, weight: int) -> None:
         """A run of its publishes is stored into ``queue``, which weighs ``weight`` before it."""
@@ -75,8 +80,10 @@ class RemotePublishers:
     def __init__(self) -> None:
         # By the worker they are on and their number there.
         self.publishers: dict[tuple[int, int], RemotePublisher] = {}
-        # The publishers, this worker's and other workers', whose queues grew since the block,
-        # as the holds were last decided (session/inbound_flow.py), and the ones charged since.
+        # The publishers sharing the room left (:meth:`admit`): as the holds were last decided
+        # (session/inbound_flow.py), this worker's links and other workers' that grew and are
+        # not held, the latter only if they stored since the decision before; and the ones
+        # that stored since.
         self.growing = 0
 
     def storing(self, peer: int, publisher: int, queue: QueueType, weight: int) -> None:
@@ -108,13 +115,16 @@ class RemotePublishers:
         found = self.publishers.get((peer, publisher))
         if found is not None and found.held:
             return False
+        counted = found is not None and found.counted
         growth = nbytes if found is None else found.growth(weigh) + nbytes
-        growing = max(1, self.growing + 1 if found is None else self.growing)
+        growing = self.growing if counted else self.growing + 1
         if growth * growing > room * ADMITTED_SHARE:
             return False
-        if found is None:
+        if not counted:
             self.growing += 1
         self.storing(peer, publisher, queue, weigh(queue))
+        stored = self.publishers[peer, publisher]
+        stored.stored = stored.counted = True
         return True
 
     def held(self, peer: int, publisher: int) -> bool:
@@ -141,14 +151,33 @@ class RemotePublishers:
             if not publisher.queues:
                 del publishers[key]
 
-    def forget_grown_nothing(self, grown: dict[RemotePublisher, int]) -> None:
-        """Forget those not held whose queues weigh no more than they did when each was first
-        stored into (``grown``: by how much they did): weighed from now if they store again,
-        they are held no later, and the records of links that come and go on another worker
-        during a long block are as many as the links whose copies are still held."""
+    def decided(self, grown: dict[RemotePublisher, int], growing_here: int) -> None:
+        """The holds were decided again (session/inbound_flow.py), with ``grown``: by how much
+        each record's queues grew, and ``growing_here`` of this worker's links growing and not
+        held.
+
+        Those not held whose queues weigh no more than they did when each was first stored
+        into are forgotten: weighed from now if they store again, they are held no later, and
+        the records of links that come and go on another worker during a long block are as
+        many as the links whose copies are still held.
+
+        The room is shared from now among the publishers that may still take of it: not held,
+        grown, and for another worker's, stored since the decision before. Counted whatever
+        they did, records of links long gone on the other worker (it does not say) and held
+        ones cut every share, and a light link's run of one message did not fit its share
+        of the room left: the prober's publish waited for good (adversary seed 65870: 87
+        records, 3 held, 164 KB of room).
+        """
+        sharing = growing_here
         for key, publisher in list(self.publishers.items()):
-            if not publisher.held and grown.get(publisher, 0) <= 0:
+            growth = grown.get(publisher, 0)
+            if not publisher.held and growth <= 0:
                 del self.publishers[key]
+                continue
+            publisher.counted = publisher.stored and not publisher.held
+            publisher.stored = False
+            sharing += publisher.counted
+        self.growing = sharing
 
     def clear(self) -> None:
         """The budget let go: nobody is held, and what is stored from now is not charged."""

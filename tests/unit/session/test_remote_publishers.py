@@ -205,3 +205,49 @@ def test_a_run_past_its_share_of_the_room_left_is_not_admitted() -> None:
     assert flow.remote.admit(PEER, PROBING, queue, 1000, 4000, queue_weight)
     assert not flow.remote.admit(PEER + 1, PROBING, queue, 600, 4000, queue_weight)
     assert flow.remote.admit(PEER + 1, PROBING, queue, 600, 8000, queue_weight)
+
+
+def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_room() -> None:
+    """Seed 65870: during a long block, 87 records of another worker's links, most of them
+    gone there (it does not say), each grown a little and not held, cut every share of the
+    room to a 87th: the prober's publish of one message never fit its share of 164 KB left,
+    and waited for good. Those that store nothing between two decisions share nothing."""
+    budget = MemoryBudget(LIMIT)
+    flow = InboundFlow(budget, LIMITS)
+    held = HeldBytes()
+    nobody: dict[IncomingLink, int] = {}
+    flow.flush(LIMIT, 0, nobody.__getitem__)
+    assert budget.blocked
+    gone = [ClassicQueue(f"light{i}", held=held) for i in range(80)]
+    for number, queue in enumerate(gone):
+        room = budget.publishing_ceiling - budget.publishing_level(LIMIT + held.total)
+        assert flow.remote.admit(PEER, 100 + 2 * number, queue, 2_000, room, queue_weight)
+        _store(queue, 2_000)
+    assert flow.remote.growing == len(gone)
+    # The holds are decided again: every link grew under a holder's floor, none is held.
+    flow.flush(LIMIT + held.total, 0, nobody.__getitem__)
+    assert not any(publisher.held for publisher in flow.remote.publishers.values())
+    assert len(flow.remote.publishers) == len(gone)
+    assert flow.remote.growing == len(gone), "they stored since the decision before"
+    # Other bytes move (a consumer's writer, by an eighth of the margin: past the sixteenth
+    # that decides the holds again, session/inbound_flow.py's RECLASSIFY_SHARE); none of them
+    # stored meanwhile (their links are gone on the other worker).
+    moved = budget.margin // 8
+    flow.flush(LIMIT + held.total, moved, nobody.__getitem__)
+    assert len(flow.remote.publishers) == len(gone)
+    assert flow.remote.growing == 0
+    room = budget.publishing_ceiling - budget.publishing_level(budget.used)
+    # A run whose share among the 81 would be too small: room / 4 / 81 < size <= room / 4.
+    size = room // 100
+    probed = ClassicQueue("probed", held=held)
+    assert flow.remote.admit(PEER, PROBING, probed, size, room, queue_weight)
+    assert flow.remote.growing == 1
+    # One of the gone links' numbers storing again shares the room from then on, once.
+    assert flow.remote.admit(PEER, 100, gone[0], 10, room, queue_weight)
+    assert flow.remote.admit(PEER, 100, gone[0], 10, room, queue_weight)
+    assert flow.remote.growing == 2
+    _store(probed, size)
+    _store(gone[0], 20)
+    # Those that stored since the decision before share the room after the next one too.
+    flow.flush(LIMIT + held.total, 0, nobody.__getitem__)
+    assert flow.remote.growing == 2
