@@ -32,6 +32,19 @@ def _store(queue: ClassicQueue, size: int) -> None:
     queue.enqueue(Message(b"x" * size))
 
 
+# No link of this worker's publishes: only the other worker's are weighed.
+NOBODY: dict[IncomingLink, int] = {}
+
+
+def _blocked() -> tuple[MemoryBudget, InboundFlow, HeldBytes]:
+    """A budget blocked at its limit by bytes no publisher holds, and what counts the queues."""
+    budget = MemoryBudget(LIMIT)
+    flow = InboundFlow(budget, LIMITS)
+    flow.flush(LIMIT, 0, NOBODY.__getitem__)
+    assert budget.blocked
+    return budget, flow, HeldBytes()
+
+
 def test_a_fan_out_to_many_light_queues_holds_its_publisher_not_the_light_ones() -> None:
     """Seeds 66102 and 66103: the limit held by a queue nobody reads, another worker's fan-out
     copies went to 50 queues here, each far under a holder's floor; weighed per queue, nobody
@@ -75,19 +88,14 @@ def test_a_publisher_whose_queues_are_drained_is_let_go_and_forgotten() -> None:
     """A held link whose queues weigh no more than they did is weighed again from its next
     store: the records of links that come and go on another worker during a long block are as
     many as those whose copies are still held here."""
-    budget = MemoryBudget(LIMIT)
-    flow = InboundFlow(budget, LIMITS)
-    held = HeldBytes()
-    nobody: dict[IncomingLink, int] = {}
-    flow.flush(LIMIT, 0, nobody.__getitem__)
-    assert budget.blocked
+    budget, flow, held = _blocked()
     queue = ClassicQueue("fan", held=held)
     flow.remote.storing(PEER, FANNING, queue, 0)
     _store(queue, budget.margin // 2)
-    flow.flush(LIMIT + held.total, 0, nobody.__getitem__)
+    flow.flush(LIMIT + held.total, 0, NOBODY.__getitem__)
     assert flow.remote.held(PEER, FANNING)
     queue.purge()
-    flow.flush(LIMIT - budget.margin, 0, nobody.__getitem__)
+    flow.flush(LIMIT - budget.margin, 0, NOBODY.__getitem__)
     assert budget.blocked
     assert not flow.remote.held(PEER, FANNING)
     assert flow.remote.publishers == {}
@@ -212,12 +220,7 @@ def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_
     gone there (it does not say), each grown a little and not held, cut every share of the
     room to a 87th: the prober's publish of one message never fit its share of 164 KB left,
     and waited for good. Those that store nothing between two decisions share nothing."""
-    budget = MemoryBudget(LIMIT)
-    flow = InboundFlow(budget, LIMITS)
-    held = HeldBytes()
-    nobody: dict[IncomingLink, int] = {}
-    flow.flush(LIMIT, 0, nobody.__getitem__)
-    assert budget.blocked
+    budget, flow, held = _blocked()
     gone = [ClassicQueue(f"light{i}", held=held) for i in range(80)]
     for number, queue in enumerate(gone):
         room = budget.publishing_ceiling - budget.publishing_level(LIMIT + held.total)
@@ -225,7 +228,7 @@ def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_
         _store(queue, 2_000)
     assert flow.remote.growing == len(gone)
     # The holds are decided again: every link grew under a holder's floor, none is held.
-    flow.flush(LIMIT + held.total, 0, nobody.__getitem__)
+    flow.flush(LIMIT + held.total, 0, NOBODY.__getitem__)
     assert not any(publisher.held for publisher in flow.remote.publishers.values())
     assert len(flow.remote.publishers) == len(gone)
     assert flow.remote.growing == len(gone), "they stored since the decision before"
@@ -233,7 +236,7 @@ def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_
     # that decides the holds again, session/inbound_flow.py's RECLASSIFY_SHARE); none of them
     # stored meanwhile (their links are gone on the other worker).
     moved = budget.margin // 8
-    flow.flush(LIMIT + held.total, moved, nobody.__getitem__)
+    flow.flush(LIMIT + held.total, moved, NOBODY.__getitem__)
     assert len(flow.remote.publishers) == len(gone)
     assert flow.remote.growing == 0
     room = budget.publishing_ceiling - budget.publishing_level(budget.used)
@@ -249,5 +252,5 @@ def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_
     _store(probed, size)
     _store(gone[0], 20)
     # Those that stored since the decision before share the room after the next one too.
-    flow.flush(LIMIT + held.total, 0, nobody.__getitem__)
+    flow.flush(LIMIT + held.total, 0, NOBODY.__getitem__)
     assert flow.remote.growing == 2
