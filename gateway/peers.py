@@ -701,12 +701,12 @@ class Peers:
         window = budget.keep_for_letters(len(self.remotes))
         for remote in self.remotes.values():
             remote.letter_window = window
-        full = budget.blocked and budget.publishers_full(budget.used)
+        full = budget.blocked and budget.publishers_full(budget.current)
         self._floor = int(budget.margin * HOLDER_SHARE)
         self._heavy = 0 if full else self._floor
         parked = self._parked
         # Stored as far as the limit: what they add blocks the budget again at its update.
-        room = budget.limit - budget.used
+        room = budget.limit - budget.current
         while parked and not blocked and room > 0:
             peer, publish = parked.popleft()
             room -= _publish_bytes(publish)
@@ -714,7 +714,7 @@ class Peers:
                 self._store(peer, publish)
         self._below_limit = room
         if parked and blocked and not full:
-            self._store_light(budget.publishing_ceiling - budget.publishing_level(budget.used))
+            self._store_light(budget.publishing_ceiling - budget.publishing_level(budget.current))
         if self._parked_more and blocked:
             self._parked_more = False
             self._give_back(window)
@@ -883,7 +883,18 @@ class Peers:
 
     def _store(self, peer: int, frame: Publish) -> None:
         """Store another worker's run of publishes in a queue here; each is confirmed once
-        stored. Their envelopes were read where they were published (``frame.stamps``)."""
+        stored. Their envelopes were read where they were published (``frame.stamps``).
+
+        What it stores is charged to the budget at once, as a read of this worker's own
+        publishers is (``MemoryBudget.reading``), until the next flush counts what the queues
+        hold: stored after the flush that decided who waits, uncharged, the light runs left
+        this worker's publishers the room they had just taken, and one pass's reads took it
+        again, past the publishers' ceiling, where every publisher waits for as long as queues
+        nobody reads hold it (the likeliest path to adversary seed 65854's worker, 187 KB past
+        that ceiling with its prober waiting, which its replay did not show again)."""
+        flow = self._flow
+        assert flow is not None  # a channel is read from serve on
+        flow.budget.reading += _publish_bytes(frame)
         confirms = self._confirms[peer]
         first = frame.publish
         vhost = self.tenancy.vhosts.get(frame.vhost)

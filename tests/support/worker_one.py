@@ -18,8 +18,11 @@ from sluicegate.gateway.rules.vhosts import parse_vhosts
 from sluicegate.gateway.supervisor import WorkerChannels
 from sluicegate.queues.filters.view import ViewCache
 from sluicegate.queues.registry import QueueRegistry
+from sluicegate.session.channel.codec import FrameReader, encode
+from sluicegate.session.channel.frames import Confirm, Publish, Settled, Stamp
 from sluicegate.session.inbound_flow import InboundFlow, InboundLimits
 from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.wire.sections import DEFAULT_HEADER
 
 # The reactor's turns a test waits for its frames to be read, at most.
 WITHIN = 5.0
@@ -107,3 +110,37 @@ def worker_one(tmp_path: Path, budget: MemoryBudget | None = None) -> Iterator[W
         peers.close()
         for sock in [*sockets, one, zero, worker.zero, supervisor, control]:
             sock.close()
+
+
+def publish_frame(
+    publish: int, queue: str, payloads: list[bytes], publisher: int, letters: bool = False
+) -> bytes:
+    """Worker 0's run of ``payloads`` to ``queue``, published on its link ``publisher`` (0:
+    dead letters)."""
+    stamps: list[Stamp] = [(None, DEFAULT_HEADER, 0)] * len(payloads)
+    frame = Publish(publish, "/", queue, "", queue, payloads, stamps, letters, publisher)
+    return b"".join(encode(frame))
+
+
+def parked(worker: Worker1, frames: list[bytes]) -> None:
+    """Worker 0's runs sent, and parked by worker 1, one at a time: the socket pair holds
+    less than them all."""
+    worker.container.timeout = 0.1  # a turn with nothing to read ends
+    for count, frame in enumerate(frames, 1):
+        worker.send(frame)
+        deadline = time.monotonic() + WITHIN
+        while len(worker.peers._parked) < count:
+            assert time.monotonic() < deadline
+            worker.container.process()
+
+
+def confirms(worker: Worker1, reader: FrameReader, wanted: int) -> dict[int, Settled]:
+    """The outcomes worker 1 sent worker 0, by publish id, once ``wanted`` are in."""
+    outcomes: dict[int, Settled] = {}
+    worker.zero.settimeout(WITHIN)
+    while len(outcomes) < wanted:
+        for frame in reader.feed(worker.zero.recv(1 << 16)):
+            if isinstance(frame, Confirm):
+                for publish in range(frame.first, frame.last + 1):
+                    outcomes[publish] = frame.outcome
+    return outcomes
