@@ -126,7 +126,8 @@ def parked(worker: Worker1, frames: list[bytes]) -> None:
     """Worker 0's runs sent, and parked by worker 1, one at a time: the socket pair holds
     less than them all."""
     worker.container.timeout = 0.1  # a turn with nothing to read ends
-    for count, frame in enumerate(frames, 1):
+    already = len(worker.peers._parked)
+    for count, frame in enumerate(frames, already + 1):
         worker.send(frame)
         deadline = time.monotonic() + WITHIN
         while len(worker.peers._parked) < count:

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from support.worker_one import Worker1, confirms, parked, publish_frame, worker_one
 
+from sluicegate.gateway import peers as peers_module
+from sluicegate.gateway.peers import GIVE_BACK_STEP
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.channel.codec import FrameReader
-from sluicegate.session.channel.frames import Settled
+from sluicegate.session.channel.frames import Confirm, Settled
+from sluicegate.session.inbound_flow import queue_weight
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.amqp_types import Described
 from sluicegate.wire.encoding import encode as amqp
@@ -84,3 +90,57 @@ def test_a_light_queues_publish_keeps_its_place_behind_letters_filling_the_windo
         budget.update(budget.limit + 1)
         worker.peers.flush(budget)
         assert confirms(worker, reader, 2) == {5: Settled.ACCEPTED, 6: Settled.ACCEPTED}
+
+
+def test_the_parked_are_walked_once_a_step_of_the_window_is_parked_anew_reading_each_queue_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adversary seed 65890: walked at every flush that parked anything, reading each parked
+    publish's queue statistics, 4,800 small publishes parked took 5 ms a flush (15 ms with
+    the statistics) and a stream of them held the reactor for the whole second. A walk now
+    waits for a sixteenth of the window parked anew, and reads each queue's weight once."""
+    budget = MemoryBudget(LIMIT)
+    read: list[str] = []
+
+    def counted(queue: QueueType) -> int:
+        read.append(queue.name)
+        return queue_weight(queue)
+
+    monkeypatch.setattr(peers_module, "queue_weight", counted)
+    with worker_one(tmp_path, budget) as worker:
+        _at_the_ceiling(worker, budget)
+        window = budget.keep_for_letters(1)
+        # Four publishes that leave 1,000 bytes of the window (each small enough for the socket
+        # pair), then one of 2,000 bytes: past the window by less than a step.
+        quarter = _payload((window - 1_000) // 4 - MESSAGE_OVERHEAD)
+        parked(worker, [publish_frame(n, "heavy", [quarter], HEAVY_PUBLISHER) for n in range(1, 5)])
+        reader = FrameReader(1 << 21)
+        worker.peers.flush(budget)
+        assert read == ["heavy"], "one read of the queue's weight for its four publishes"
+        over = _payload(2_000 - MESSAGE_OVERHEAD)
+        assert window // GIVE_BACK_STEP > 2_000
+        parked(worker, [publish_frame(5, "heavy", [over], HEAVY_PUBLISHER)])
+        worker.peers.flush(budget)
+        assert not _any_confirm(worker, reader), "nothing given back yet"
+        # A step more parked: the window is kept again, the newest past it given back.
+        parked(worker, [publish_frame(6, "heavy", [LARGE], HEAVY_PUBLISHER)])
+        worker.peers.flush(budget)
+        assert confirms(worker, reader, 2) == {5: Settled.RELEASED, 6: Settled.RELEASED}
+
+
+def _payload(size: int) -> bytes:
+    """An encoded AMQP value section of exactly ``size`` bytes (a vbin32 past 255 bytes)."""
+    encoded = amqp(Described(0x75, b"x" * (size - len(amqp(Described(0x75, b"x" * 256))) + 256)))
+    assert len(encoded) == size
+    return encoded
+
+
+def _any_confirm(worker: Worker1, reader: FrameReader) -> bool:
+    """Whether worker 1 sent worker 0 an outcome within a moment."""
+    worker.zero.settimeout(0.2)
+    try:
+        while True:
+            if any(isinstance(frame, Confirm) for frame in reader.feed(worker.zero.recv(1 << 16))):
+                return True
+    except TimeoutError:
+        return False
