@@ -74,7 +74,12 @@ from sluicegate.session.channel.remote import (
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.inbound import Unconfirmed
-from sluicegate.session.inbound_flow import HOLDER_SHARE, InboundFlow, queue_weight
+from sluicegate.session.inbound_flow import (
+    HOLDER_SHARE,
+    RECLASSIFY_FLOOR,
+    InboundFlow,
+    queue_weight,
+)
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.remote_publishers import RemotePublishers
@@ -238,6 +243,7 @@ class VhostPlacement:
 # at most that much until the next walk, and makes a walk's cost a constant per byte parked.
 GIVE_BACK_STEP: Final = 16
 
+
 class Peers:
     """This worker's channels, what crosses them, and the topology it shares."""
 
@@ -285,6 +291,12 @@ class Peers:
         # (:data:`GIVE_BACK_STEP`).
         self.given_back = 0
         self._parked_since = 0
+        # Publishes parked in all (a count), and what the last walk of the light ones found
+        # when it stored nothing: the room, that count, the holds' decisions and the weight a
+        # queue parks at. Until one of them changes, or the room grows by a step, a walk would
+        # store nothing again (:meth:`_store_light`).
+        self._parked_count = 0
+        self._light_idle: tuple[int, int, int, int] | None = None
         # Set while a change from another worker is applied: it is not sent on again.
         self.applying = False
         # Channels ended because their peer broke the protocol (a metric: it never should).
@@ -399,6 +411,7 @@ class Peers:
             log.warning("channel to worker %d ended: %s", peer, reason)
         self._confirms.pop(peer, None)
         self._publishers.forget(peer)
+        self._light_idle = None
         if self._flow is not None:
             self._flow.owner_stored(peer)
         # Its parked publishes go unconfirmed: the peer releases their publishers as its side
@@ -485,8 +498,10 @@ class Peers:
         }
 
     def _queue_gone(self, queue: QueueType) -> None:
-        """A queue here was deleted: other workers' links forget it (remote_publishers.py)."""
+        """A queue here was deleted: other workers' links forget it (remote_publishers.py), and
+        what is parked for it is released at the next walk."""
         self._publishers.queue_deleted(queue)
+        self._light_idle = None
 
     def letters_sent(self) -> tuple[int, int, int]:
         """Bytes of this worker's dead letters sent to other workers and not yet confirmed
@@ -597,6 +612,7 @@ class Peers:
                 self._parked.append((peer, publish))
                 self._parked_queues.add(to)
                 self._parked_since += _publish_bytes(publish)
+                self._parked_count += 1
             else:
                 self._below_limit -= _publish_bytes(publish)
                 self._store(peer, publish)
@@ -722,7 +738,14 @@ class Peers:
                 self._store(peer, publish)
         self._below_limit = room
         if parked and blocked and not full:
-            self._store_light(budget.publishing_ceiling - budget.publishing_level(budget.current))
+            room = budget.publishing_ceiling - budget.publishing_level(budget.current)
+            idle = self._light_idle
+            if (
+                idle is None
+                or room >= idle[0] + budget.margin // RECLASSIFY_FLOOR
+                or idle[1:] != self._light_state()
+            ):
+                self._store_light(room)
         if blocked and self._parked_since >= max(1, window // GIVE_BACK_STEP):
             self._parked_since = 0
             self._give_back(window)
@@ -759,6 +782,8 @@ class Peers:
         waiting."""
         kept: deque[tuple[int, Publish]] = deque()
         waiting: set[tuple[str, str]] = set()
+        before = len(self._parked)
+        idle = (room, *self._light_state())
         for peer, publish in self._parked:
             to = (publish.vhost, publish.queue)
             if to not in waiting and peer in self._confirms:
@@ -780,6 +805,15 @@ class Peers:
             kept.append((peer, publish))
         self._parked = kept
         self._parked_queues = waiting
+        self._light_idle = idle if len(kept) == before else None
+
+    def _light_state(self) -> tuple[int, int, int]:
+        """What, beside the room, decides whether a parked publish to a light queue is stored
+        (:meth:`_store_light`): the publishes parked, the holds' decisions, and the weight a
+        queue's publishes park at."""
+        flow = self._flow
+        assert flow is not None  # a channel is read from serve on
+        return self._parked_count, flow.decisions, self._heavy
 
     def _give_back(self, window: int) -> None:
         """Keep parked, of each other worker's letters and publishes, at most ``window`` bytes

@@ -151,6 +151,9 @@ class InboundFlow:
         # Other workers' links, as what they store here while blocked is charged to them
         # (session/remote_publishers.py): weighed with this worker's own.
         self.remote = RemotePublishers()
+        # How many times the holds were decided or let go: what another worker's parked
+        # publishes may be stored by changes only then (gateway/peers.py).
+        self.decisions = 0
         # This worker's links whose publishes another worker gave back, by that worker: they
         # get no credit until it stores a publish of this worker's again, or their channel
         # ends. Given back and granted again at once, a publisher to a queue of a worker
@@ -391,6 +394,7 @@ class InboundFlow:
         and share the part with this worker's.
         """
         budget = self.budget
+        self.decisions += 1
         self._classified_at = budget.used
         self._over_ceiling = budget.publishers_full(budget.used)
         self._room = max(0, budget.publishing_ceiling - budget.publishing_level(budget.used))
@@ -445,6 +449,7 @@ class InboundFlow:
 
     def _release(self) -> Flushed:
         """The budget is back under its low-water mark: nobody is held for it any more."""
+        self.decisions += 1
         self._classified_at = None
         self._over_ceiling = False
         self.remote.clear()
