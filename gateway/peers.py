@@ -784,6 +784,7 @@ class Peers:
         waiting: set[tuple[str, str]] = set()
         before = len(self._parked)
         idle = (room, *self._light_state())
+        grown: dict[tuple[int, int], int] = {}
         for peer, publish in self._parked:
             to = (publish.vhost, publish.queue)
             if to not in waiting and peer in self._confirms:
@@ -794,7 +795,7 @@ class Peers:
                     continue
                 nbytes = _publish_bytes(publish)
                 if not self._parks(peer, publish, queue) and self._publishers.admit(
-                    peer, publish.publisher, queue, nbytes, room, queue_weight
+                    peer, publish.publisher, queue, nbytes, room, queue_weight, grown
                 ):
                     room -= nbytes
                     self._store(peer, publish)

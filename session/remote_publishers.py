@@ -104,6 +104,7 @@ class RemotePublishers:
         nbytes: int,
         room: int,
         weigh: Callable[[QueueType], int],
+        grown: dict[tuple[int, int], int],
     ) -> bool:
         """Whether worker ``peer``'s link ``publisher`` may store a run of ``nbytes`` into
         ``queue`` while blocked, with ``room`` left in the publishers' part: its growth with the
@@ -111,15 +112,29 @@ class RemotePublishers:
         among them). Charged if so; if not, the run waits and is weighed again at the next
         flush, with the room then left (held for it, a light link whose run came as the room
         was short waited until the holds were decided again, which only a move of the bytes
-        brings)."""
-        found = self.publishers.get((peer, publisher))
+        brings).
+
+        ``grown``: what each publisher grew by, weighed at its first run of one walk of the
+        parked and added to as its runs are admitted: weighed at each run, a link whose copies
+        went to a thousand queues (``x-cc``) read its queues' statistics a thousand times for
+        its thousand runs, a million reads in one walk.
+        """
+        key = (peer, publisher)
+        found = self.publishers.get(key)
         if found is not None and found.held:
             return False
         counted = found is not None and found.counted
-        growth = nbytes if found is None else found.growth(weigh) + nbytes
+        if found is None:
+            before = 0
+        elif key in grown:
+            before = grown[key]
+        else:
+            before = grown[key] = found.growth(weigh)
+        growth = before + nbytes
         growing = self.growing if counted else self.growing + 1
         if growth * growing > room * ADMITTED_SHARE:
             return False
+        grown[key] = growth
         if not counted:
             self.growing += 1
         self.storing(peer, publisher, queue, weigh(queue))

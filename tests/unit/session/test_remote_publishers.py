@@ -9,6 +9,7 @@ from __future__ import annotations
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import Message
+from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.session.channel.frames import Publish
@@ -193,12 +194,12 @@ def test_links_in_turn_never_take_the_last_of_the_part_and_a_light_one_goes_on()
 
     for link in range(PROBING + 1, PROBING + 301):
         pile = ClassicQueue(f"pile{link}", held=held)
-        while flow.remote.admit(PEER, link, pile, run, room(), queue_weight):
+        while flow.remote.admit(PEER, link, pile, run, room(), queue_weight, {}):
             _store(pile, run)
             flow.flush(LIMIT + held.total, 0, weights.__getitem__)
         assert room() > 0
         # The other worker's prober: one small message, consumed at once.
-        assert flow.remote.admit(PEER, PROBING, probed, 500, room(), queue_weight)
+        assert flow.remote.admit(PEER, PROBING, probed, 500, room(), queue_weight, {})
     assert not budget.publishers_full(budget.used)
 
 
@@ -208,11 +209,11 @@ def test_a_run_past_its_share_of_the_room_left_is_not_admitted() -> None:
     queue = ClassicQueue("q", held=HeldBytes())
     # Alone, a publisher may grow by a quarter of the room; a second shares it. A run refused
     # holds nobody: it is weighed again with the room the next flush finds.
-    assert not flow.remote.admit(PEER, FANNING, queue, 1001, 4000, queue_weight)
+    assert not flow.remote.admit(PEER, FANNING, queue, 1001, 4000, queue_weight, {})
     assert not flow.remote.held(PEER, FANNING)
-    assert flow.remote.admit(PEER, PROBING, queue, 1000, 4000, queue_weight)
-    assert not flow.remote.admit(PEER + 1, PROBING, queue, 600, 4000, queue_weight)
-    assert flow.remote.admit(PEER + 1, PROBING, queue, 600, 8000, queue_weight)
+    assert flow.remote.admit(PEER, PROBING, queue, 1000, 4000, queue_weight, {})
+    assert not flow.remote.admit(PEER + 1, PROBING, queue, 600, 4000, queue_weight, {})
+    assert flow.remote.admit(PEER + 1, PROBING, queue, 600, 8000, queue_weight, {})
 
 
 def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_room() -> None:
@@ -224,7 +225,7 @@ def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_
     gone = [ClassicQueue(f"light{i}", held=held) for i in range(80)]
     for number, queue in enumerate(gone):
         room = budget.publishing_ceiling - budget.publishing_level(LIMIT + held.total)
-        assert flow.remote.admit(PEER, 100 + 2 * number, queue, 2_000, room, queue_weight)
+        assert flow.remote.admit(PEER, 100 + 2 * number, queue, 2_000, room, queue_weight, {})
         _store(queue, 2_000)
     assert flow.remote.growing == len(gone)
     # The holds are decided again: every link grew under a holder's floor, none is held.
@@ -243,14 +244,39 @@ def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_
     # A run whose share among the 81 would be too small: room / 4 / 81 < size <= room / 4.
     size = room // 100
     probed = ClassicQueue("probed", held=held)
-    assert flow.remote.admit(PEER, PROBING, probed, size, room, queue_weight)
+    assert flow.remote.admit(PEER, PROBING, probed, size, room, queue_weight, {})
     assert flow.remote.growing == 1
     # One of the gone links' numbers storing again shares the room from then on, once.
-    assert flow.remote.admit(PEER, 100, gone[0], 10, room, queue_weight)
-    assert flow.remote.admit(PEER, 100, gone[0], 10, room, queue_weight)
+    assert flow.remote.admit(PEER, 100, gone[0], 10, room, queue_weight, {})
+    assert flow.remote.admit(PEER, 100, gone[0], 10, room, queue_weight, {})
     assert flow.remote.growing == 2
     _store(probed, size)
     _store(gone[0], 20)
     # Those that stored since the decision before share the room after the next one too.
     flow.flush(LIMIT + held.total, 0, NOBODY.__getitem__)
     assert flow.remote.growing == 2
+
+
+def test_a_walk_weighs_a_publishers_queues_once_however_many_of_its_runs_it_admits() -> None:
+    """A link whose copies went to a thousand queues here (``x-cc``) has a run parked for
+    each: weighed at each run, one walk of the parked read its queues' statistics a million
+    times. Weighed at its first run of the walk, its growth goes on with what is admitted."""
+    budget, flow, held = _blocked()
+    queues = [ClassicQueue(f"cc{i}", held=held) for i in range(200)]
+    room = budget.publishing_ceiling - budget.publishing_level(budget.used)
+    for queue in queues[:100]:
+        assert flow.remote.admit(PEER, FANNING, queue, 10, room, queue_weight, {})
+        _store(queue, 10)
+    weighed: list[QueueType] = []
+
+    def weigh(queue: QueueType) -> int:
+        weighed.append(queue)
+        return queue_weight(queue)
+
+    grown: dict[tuple[int, int], int] = {}
+    growth = flow.remote.publishers[PEER, FANNING].growth(queue_weight)
+    for queue in queues[100:]:
+        assert flow.remote.admit(PEER, FANNING, queue, 10, room, weigh, grown)
+    # Its hundred queues weighed once for the walk, then each new queue as it is first stored.
+    assert len(weighed) == 100 + 100
+    assert grown[PEER, FANNING] == growth + 100 * 10
