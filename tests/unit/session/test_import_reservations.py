@@ -213,10 +213,22 @@ FRESH_LINK_STEPS = [
     ("arrive", 0, 0),
 ]
 
+# Found by Hypothesis: a 40 KB delivery after 1 KB ones on credit the queue kept, reserved in
+# the smaller unit less each delivery's cost, left nothing reserved for the four still to come.
+LARGER_DELIVERY_STEPS = [
+    ("arrive", 0, 0),
+    ("publish", 2, 1),
+    ("up", 0, 0),
+    ("arrive", 0, 0),
+    ("up", 0, 0),
+    ("large", 2, 0),
+]
+
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(STEP, max_size=60), st.integers(IMPORT_BATCH, 3 * IMPORT_BATCH))
 @example(FRESH_LINK_STEPS, 2 * (IMPORT_BATCH + WAITING_DELIVERY_COST) + 1)
+@example(LARGER_DELIVERY_STEPS, IMPORT_BATCH + 7_876)
 def test_what_may_still_come_is_reserved_within_the_room_and_everything_arrives_once(
     steps: list[tuple[str, int, int]], cap: int
 ) -> None:
