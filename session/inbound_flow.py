@@ -342,15 +342,19 @@ class InboundFlow:
         below the limit, before it blocked, that no consumer can drain, and that would
         otherwise take the publishers' part. Each was settled nothing yet, so its client may
         send it again (AMQP 1.0 §3.4.4); the oldest goes last, and only if it holds more than
-        its part and one read (read while blocked, it stops within that)."""
+        its part and one read (read while blocked, it stops within that), or more than its
+        part with the publishers' part full: what it holds past its part weighs on theirs, and
+        a delivery that never finished, 131 KB past its part, kept every publisher of its
+        worker waiting at their ceiling, the prober too (adversary seed 65912)."""
         budget = self.budget
         part = budget.unfinished_part
         before = budget.unfinished
         released: list[IncomingLink] = []
         arriving = list(self.arriving)
         oldest = arriving[0]
+        allowance = 0 if budget.publishers_full(budget.used) else self.limits.read_size
         for inbound in reversed(arriving):
-            kept = part + self.limits.read_size if inbound is oldest else part
+            kept = part + allowance if inbound is oldest else part
             for link in [link for link in inbound.links if link.unfinished]:
                 if budget.unfinished > kept:
                     inbound.give_up(link)

@@ -654,6 +654,41 @@ def test_the_oldest_arriving_delivery_stops_at_its_part_of_the_margin_below_the_
     assert not prober.held
 
 
+def test_the_oldest_delivery_past_its_part_goes_back_once_the_publishers_part_is_full() -> None:
+    """Adversary seed 65912: the oldest delivery arriving, begun before the budget blocked,
+    was kept past its part by less than a read, as it may be, and what it held past it took
+    the publishers' part to its ceiling beside queues nobody read: every publisher waited, the
+    prober too, for as long as it stayed unfinished. With their part full, it goes back."""
+    chunk = 50
+    flow = InboundFlow(
+        MemoryBudget(10_000),
+        InboundLimits(
+            max_link_credit=4, max_message_size=2_000, max_unfinished_size=4_000, read_size=chunk
+        ),
+    )
+    budget = flow.budget
+    polite, attacker = Inbound(flow, Account()), Inbound(flow, Account())
+    polite.attach()
+    slow = attacker.attach()
+    flow.flush(budget.limit // 2, 0, _nothing)
+    received = 0
+    while received <= budget.unfinished_part:
+        flow.charge_read(attacker, chunk)
+        received += chunk
+        assert attacker.frame(slow, received) is None
+    assert received <= budget.unfinished_part + chunk, "within what the oldest may keep"
+    # Queues nobody reads fill up to just under the publishers' ceiling less that excess.
+    queued = budget.publishing_ceiling - (received - budget.unfinished_part) // 2
+    out = flow.flush(queued, 0, _nothing)
+    assert budget.blocked
+    assert out is not None
+    assert out.release == [slow], "past its part with the publishers' part full: given up"
+    assert budget.unfinished == 0
+    assert not budget.publishers_full(budget.used)
+    flow.charge_read(polite, 10)
+    assert not polite.paused
+
+
 # -- the state machine -------------------------------------------------------------------
 
 MAX_LINK_CREDIT = 6
