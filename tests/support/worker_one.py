@@ -10,17 +10,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from proton.reactor import Container
 
+from sluicegate.gateway import peers as peers_module
 from sluicegate.gateway.peers import Peers
 from sluicegate.gateway.rules.tenancy import Tenancy
 from sluicegate.gateway.rules.vhosts import parse_vhosts
 from sluicegate.gateway.supervisor import WorkerChannels
 from sluicegate.queues.filters.view import ViewCache
+from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.channel.codec import FrameReader, encode
 from sluicegate.session.channel.frames import Confirm, Publish, Settled, Stamp
-from sluicegate.session.inbound_flow import InboundFlow, InboundLimits
+from sluicegate.session.inbound_flow import InboundFlow, InboundLimits, queue_weight
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.sections import DEFAULT_HEADER
 
@@ -145,3 +148,16 @@ def confirms(worker: Worker1, reader: FrameReader, wanted: int) -> dict[int, Set
                 for publish in range(frame.first, frame.last + 1):
                     outcomes[publish] = frame.outcome
     return outcomes
+
+
+def weights_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the queues whose weight worker 1's parked walks read from now on, in
+    order (gateway/peers.py reads them through ``queue_weight``)."""
+    read: list[str] = []
+
+    def counted(queue: QueueType) -> int:
+        read.append(queue.name)
+        return queue_weight(queue)
+
+    monkeypatch.setattr(peers_module, "queue_weight", counted)
+    return read

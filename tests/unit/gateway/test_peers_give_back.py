@@ -8,16 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.worker_one import Worker1, confirms, parked, publish_frame, worker_one
+from support.worker_one import Worker1, confirms, parked, publish_frame, weights_read, worker_one
 
-from sluicegate.gateway import peers as peers_module
 from sluicegate.gateway.peers import GIVE_BACK_STEP
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.channel.codec import FrameReader
 from sluicegate.session.channel.frames import Confirm, Settled
-from sluicegate.session.inbound_flow import queue_weight
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.amqp_types import Described
 from sluicegate.wire.encoding import encode as amqp
@@ -100,13 +97,7 @@ def test_the_parked_are_walked_once_a_step_of_the_window_is_parked_anew_reading_
     the statistics) and a stream of them held the reactor for the whole second. A walk now
     waits for a sixteenth of the window parked anew, and reads each queue's weight once."""
     budget = MemoryBudget(LIMIT)
-    read: list[str] = []
-
-    def counted(queue: QueueType) -> int:
-        read.append(queue.name)
-        return queue_weight(queue)
-
-    monkeypatch.setattr(peers_module, "queue_weight", counted)
+    read = weights_read(monkeypatch)
     with worker_one(tmp_path, budget) as worker:
         _at_the_ceiling(worker, budget)
         window = budget.keep_for_letters(1)

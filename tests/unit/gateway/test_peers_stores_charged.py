@@ -8,14 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.worker_one import confirms, parked, publish_frame, worker_one
+from support.worker_one import confirms, parked, publish_frame, weights_read, worker_one
 
-from sluicegate.gateway import peers as peers_module
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.channel.codec import FrameReader
 from sluicegate.session.channel.frames import Settled
-from sluicegate.session.inbound_flow import queue_weight
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.wire.amqp_types import Described
 from sluicegate.wire.encoding import encode as amqp
@@ -61,13 +58,7 @@ def test_a_walk_that_stored_nothing_is_not_walked_again_until_something_changes(
     brought it (a `/tmp` script on this harness), though a walk that stored nothing stores
     nothing again until the room grows, a publish is parked, or the holds are decided."""
     budget = MemoryBudget(LIMIT)
-    read: list[str] = []
-
-    def counted(queue: QueueType) -> int:
-        read.append(queue.name)
-        return queue_weight(queue)
-
-    monkeypatch.setattr(peers_module, "queue_weight", counted)
+    read = weights_read(monkeypatch)
     with worker_one(tmp_path, budget) as worker:
         heavy = worker.registry.declare_queue("heavy")
         for _ in range(3):

@@ -612,19 +612,27 @@ def test_a_read_that_exhausts_the_budget_pauses_publishers_but_the_oldest_arrivi
     assert flow.budget.blocked
 
 
+# One socket read of the two tests below: small beside a 10,000-byte budget's margin.
+CHUNK = 50
+
+
+def _read_in_chunks() -> InboundFlow:
+    """A 10,000-byte budget whose publishers' connections are read :data:`CHUNK` at a time."""
+    return InboundFlow(
+        MemoryBudget(10_000),
+        InboundLimits(
+            max_link_credit=4, max_message_size=2_000, max_unfinished_size=4_000, read_size=CHUNK
+        ),
+    )
+
+
 def test_the_oldest_arriving_delivery_stops_at_its_part_of_the_margin_below_the_ceiling() -> None:
     """Adversary seed 65501: the budget blocked by queues nobody consumes and nobody held, a
     publisher began a 6 MB delivery and, as the oldest arriving, was read on through the 8 MiB
     margin and past the ceiling, where every publisher waits. It now stops at the part of the
     margin kept for deliveries still arriving: its bytes land below the ceiling, and a polite
     publisher goes on in its own part (session/memory_budget.py)."""
-    chunk = 50
-    flow = InboundFlow(
-        MemoryBudget(10_000),
-        InboundLimits(
-            max_link_credit=4, max_message_size=2_000, max_unfinished_size=4_000, read_size=chunk
-        ),
-    )
+    flow = _read_in_chunks()
     budget = flow.budget
     assert (budget.unfinished_part, budget.publishing_ceiling) == (156, 11_094)
     polite, attacker = Inbound(flow, Account()), Inbound(flow, Account())
@@ -635,15 +643,15 @@ def test_the_oldest_arriving_delivery_stops_at_its_part_of_the_margin_below_the_
     received, highest = 0, 0
     # The delivery is larger than the whole margin; its connection is read while not held.
     while received < 2_000 and not attacker.paused:
-        flow.charge_read(attacker, chunk)
+        flow.charge_read(attacker, CHUNK)
         highest = max(highest, budget.current)
-        received += chunk
+        received += CHUNK
         assert attacker.frame(slow, received) is None
         flow.flush(queued, 0, _nothing)
         highest = max(highest, budget.used)
     assert attacker.paused
-    assert budget.unfinished == received <= budget.unfinished_part + chunk, "kept, not released"
-    assert highest <= queued + budget.unfinished_part + chunk, "one read past its part at most"
+    assert budget.unfinished == received <= budget.unfinished_part + CHUNK, "kept, not released"
+    assert highest <= queued + budget.unfinished_part + CHUNK, "one read past its part at most"
     assert not polite.paused, "the polite publisher is read on"
     flow.charge_read(polite, 100)
     assert not polite.paused
@@ -659,13 +667,7 @@ def test_the_oldest_delivery_past_its_part_goes_back_once_the_publishers_part_is
     was kept past its part by less than a read, as it may be, and what it held past it took
     the publishers' part to its ceiling beside queues nobody read: every publisher waited, the
     prober too, for as long as it stayed unfinished. With their part full, it goes back."""
-    chunk = 50
-    flow = InboundFlow(
-        MemoryBudget(10_000),
-        InboundLimits(
-            max_link_credit=4, max_message_size=2_000, max_unfinished_size=4_000, read_size=chunk
-        ),
-    )
+    flow = _read_in_chunks()
     budget = flow.budget
     polite, attacker = Inbound(flow, Account()), Inbound(flow, Account())
     polite.attach()
@@ -673,10 +675,10 @@ def test_the_oldest_delivery_past_its_part_goes_back_once_the_publishers_part_is
     flow.flush(budget.limit // 2, 0, _nothing)
     received = 0
     while received <= budget.unfinished_part:
-        flow.charge_read(attacker, chunk)
-        received += chunk
+        flow.charge_read(attacker, CHUNK)
+        received += CHUNK
         assert attacker.frame(slow, received) is None
-    assert received <= budget.unfinished_part + chunk, "within what the oldest may keep"
+    assert received <= budget.unfinished_part + CHUNK, "within what the oldest may keep"
     # Queues nobody reads fill up to just under the publishers' ceiling less that excess.
     queued = budget.publishing_ceiling - (received - budget.unfinished_part) // 2
     out = flow.flush(queued, 0, _nothing)
