@@ -222,6 +222,8 @@ class ClassicQueue:
         unacked = state.unacked
         for message in unsent:
             held = unacked.pop(message.seq, None)
+            if held is not None:
+                state.unacked_bytes -= held.held
             if held is message or (held is None and message.state == ARCHIVED):
                 self._take_back(message)
 
@@ -414,7 +416,7 @@ class ClassicQueue:
             dead_lettering_bytes=self._dead_letterer.waiting_bytes,
             overflowed=self._overflowed,
             lock_expired=self._lock_expired,
-            unacked_bytes=sum(m.held for c in consumers for m in c.unacked.values()),
+            unacked_bytes=sum(c.unacked_bytes for c in consumers),
         )
 
     def log_slots(self) -> int:

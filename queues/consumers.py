@@ -33,6 +33,7 @@ class Consumer:
         "lost",
         "priority",
         "unacked",
+        "unacked_bytes",
         "waiting",
     )
 
@@ -47,6 +48,11 @@ class Consumer:
         self.delivery_count = 0
         self.credit = 0
         self.unacked: dict[int, Message] = {}
+        # What its unacked messages hold (``Message.held``), kept as they come and go: summed
+        # over them, a queue's statistics cost a pass over every unacked delivery, and the
+        # budget weighs queues by them once a run of another worker's publishes while blocked
+        # (gateway/peers.py), a publish request of the HTTP API reads them too.
+        self.unacked_bytes = 0
         # True while the consumer sits in the queue's rotation of consumers with credit.
         self.waiting = False
         # False for a single-active-consumer queue's consumers that wait their turn.

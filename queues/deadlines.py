@@ -24,6 +24,7 @@ class LockHolder(Protocol):
     """A consumer as its locks see it: what it holds, and what it lost to lock expiry."""
 
     unacked: dict[int, Message]
+    unacked_bytes: int
     lost: dict[int, None]
 
 
@@ -93,6 +94,7 @@ class Deadlines:
             seq = message.seq
             if holder.unacked.get(seq) is message and message.lock_deadline == deadline:
                 del holder.unacked[seq]
+                holder.unacked_bytes -= message.held
                 lost = holder.lost
                 if len(lost) >= _MAX_LOST_LOCKS:
                     del lost[next(iter(lost))]

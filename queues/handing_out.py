@@ -48,6 +48,7 @@ class HandOut:
         backlog.ready_bytes -= message.read_size()
         if consumer.ack_required:
             consumer.unacked[message.seq] = message
+            consumer.unacked_bytes += message.held
             deadlines = self._deadlines
             if deadlines.timeout is not None:
                 deadlines.lock(message, consumer, self._clock.now)
@@ -65,9 +66,12 @@ class HandOut:
         ack_required = consumer.ack_required
         if ack_required:
             unacked = consumer.unacked
+            held_taken = 0
             for message in taken:
                 size_taken += message.read_size()
+                held_taken += message.held
                 unacked[message.seq] = message
+            consumer.unacked_bytes += held_taken
             acquire_all(taken)
         else:
             self._held.let_go_all(taken)

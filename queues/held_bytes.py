@@ -86,20 +86,25 @@ class HeldBytes:
         """:meth:`take` for each of ``messages``."""
         self.total += sum(map(charge, messages))
 
-    def let_go_all(self, messages: Iterable[Message]) -> None:
+    def let_go_all(self, messages: Iterable[Message]) -> int:
         """:meth:`let_go` for each of ``messages``, in one pass: a consumer settles thousands
-        in one DISPOSITION, and the common message, alone with its payload, costs no call."""
-        freed = count = 0
+        in one DISPOSITION, and the common message, alone with its payload, costs no call.
+        Returns what they held, each counted whole (``Message.held``): what a consumer's
+        unacked bytes lose as it accepts them (queues/settlement.py), read in the same pass."""
+        freed = whole = count = 0
         for message in messages:
             count += 1
+            size = message.held
+            whole += size
             share = message.share
             if share is None:
-                freed += message.held
+                freed += size
             else:
                 share.holders -= 1
                 if not share.holders:
-                    freed += message.held
+                    freed += size
         self.total -= freed + count * MESSAGE_OVERHEAD
+        return whole
 
     def rewrite(self, message: Message, change: Callable[[], None]) -> None:
         """Run ``change`` on a counted message, which may give it new bytes: it is counted

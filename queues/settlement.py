@@ -69,7 +69,7 @@ def accept_all(consumer: Consumer, seqs: list[int], backlog: Backlog, held: Held
         if message is not None:
             del messages[seq]
             keep(message)
-    held.let_go_all(accepted)
+    consumer.unacked_bytes -= held.let_go_all(accepted)
     archive_all(accepted)
     return len(accepted)
 
@@ -102,6 +102,7 @@ def settle_each(
         message = unacked.pop(seq, None)
         if message is None:
             continue
+        consumer.unacked_bytes -= message.held
         if outcome is Outcome.ACCEPTED:
             settled.accepted += 1
             backlog.archive(message)

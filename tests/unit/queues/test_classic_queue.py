@@ -229,6 +229,29 @@ def test_ready_bytes_count_returned_messages() -> None:
     assert queue.statistics().ready_bytes == 8
 
 
+def test_statistics_read_no_unacked_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue's statistics cost a step per consumer, not per delivery held: the budget weighs
+    queues by them once a run of another worker's publishes while blocked (gateway/peers.py),
+    and a consumer holding every message the budget allows made each weighing a pass over
+    them all."""
+    queue = ClassicQueue("q")
+    queue.attach("c", ack_required=True)
+    for i in range(1_000):
+        queue.enqueue(Message(_payload(i)))
+    delivered, _ = queue.credit("c", 0, 1_000, False)
+    queue.settle("c", [m.seq for m in delivered[:10]], Outcome.ACCEPTED, False)
+    expected = sum(m.held for m in delivered[10:])
+    reads = 0
+    def counted(message: Message) -> int:
+        nonlocal reads
+        reads += 1
+        return len(message.payload)
+
+    monkeypatch.setattr(Message, "held", property(counted))
+    stats = queue.statistics()
+    assert (stats.unacked, stats.unacked_bytes, reads) == (990, expected, 0)
+
+
 def test_acknowledged_counts_each_consumed_message_once() -> None:
     queue = ClassicQueue("q")
     queue.attach("a", ack_required=False)
@@ -528,6 +551,10 @@ class ClassicQueueMachine(RuleBasedStateMachine):
         assert stats.published == self.enqueued
         assert self.queue.available == stats.ready == states["ready"]
         assert stats.unacked == states["unacked"]
+        # Kept as deliveries come and go, not summed over them.
+        assert stats.unacked_bytes == sum(
+            model.message.held for model in self.messages.values() if model.state == "unacked"
+        )
         assert stats.consumers == len(self.models)
         # Each unacked message is held by exactly the consumer the model says.
         for key, consumer in self.models.items():

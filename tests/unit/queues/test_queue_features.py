@@ -541,6 +541,10 @@ class FeatureMachine(RuleBasedStateMachine):
         assert stats.published == len(self.state)
         assert stats.ready == ready
         assert stats.unacked == held
+        # Kept as deliveries come and go (lock expiry among them), not summed over them.
+        assert stats.unacked_bytes == sum(
+            self.messages[s].held for s, state in self.state.items() if state == "held"
+        )
         assert stats.dead_letter_failed == stranded
         assert self.queue.held.total == sum(
             m.held + MESSAGE_OVERHEAD for s, m in self.messages.items() if self.state[s] != "gone"

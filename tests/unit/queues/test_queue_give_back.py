@@ -50,6 +50,7 @@ def test_deliveries_given_back_are_sent_again_in_order_as_never_delivered(
     assert queue.give_back("c", delivered[2:]) == []
     stats = queue.statistics()
     assert (stats.ready, stats.unacked) == (3, 2 if ack_required else 0)
+    assert stats.unacked_bytes == (sum(m.held for m in delivered[:2]) if ack_required else 0)
     assert stats.delivered == 2
     again, reply = queue.credit("c", 5, 10, False)
     assert [m.seq for m in again] == [2, 3, 4]
