@@ -405,9 +405,17 @@ class InboundFlow:
         links = [link for inbound in self.connections for link in inbound.links]
         weights = [weigh(link) for link in links]
         remote = list(self.remote.publishers.values())
-        remote_weights = [
-            sum(queue_weight(queue) for queue in publisher.queues) for publisher in remote
-        ]
+        # Each queue read once a decision, however many records stored into it: read per
+        # record, a fan-out's queues were read once for each link of it.
+        read: dict[QueueType, int] = {}
+
+        def weight_of(queue: QueueType) -> int:
+            weight = read.get(queue)
+            if weight is None:
+                weight = read[queue] = queue_weight(queue)
+            return weight
+
+        remote_weights = [sum(map(weight_of, publisher.queues)) for publisher in remote]
         # The mean and the floor are this worker's links' only: another worker's link weighs
         # every copy of its fan-out whole (they share no payload here), and in the mean it
         # could raise it past the links holding this worker's own queues, letting them go.

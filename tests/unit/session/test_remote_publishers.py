@@ -6,10 +6,12 @@ light ones beside it."""
 
 from __future__ import annotations
 
+import pytest
+
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import Message
-from sluicegate.queues.queue_type import QueueType
+from sluicegate.queues.queue_type import QueueStatistics, QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.session.channel.frames import Publish
@@ -18,7 +20,12 @@ from sluicegate.session.inbound import Inbound
 from sluicegate.session.inbound_flow import InboundFlow, InboundLimits, queue_weight
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
-from sluicegate.session.remote_publishers import FIRST_HTTP_CLIENT, NO_PUBLISHER, PUBLISHER_STEP
+from sluicegate.session.remote_publishers import (
+    FIRST_HTTP_CLIENT,
+    FIRST_LINK,
+    NO_PUBLISHER,
+    PUBLISHER_STEP,
+)
 
 # Large enough that a message's overhead in its queue is small beside the copies' bytes.
 LIMIT = 10_000_000
@@ -280,3 +287,31 @@ def test_a_walk_weighs_a_publishers_queues_once_however_many_of_its_runs_it_admi
     # Its hundred queues weighed once for the walk, then each new queue as it is first stored.
     assert len(weighed) == 100 + 100
     assert grown[PEER, FANNING] == growth + 100 * 10
+
+
+def test_a_decision_reads_each_queue_once_however_many_records_stored_into_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The links of another worker's fan-out each store into its queues here: read once per
+    record, a decision read each queue's statistics once for each link of the fan-out."""
+    budget, flow, held = _blocked()
+    queues = [ClassicQueue(f"fan{i}", held=held) for i in range(FANOUT)]
+    links = range(FIRST_LINK, FIRST_LINK + 30 * PUBLISHER_STEP, PUBLISHER_STEP)
+    for link in links:
+        for queue in queues:
+            flow.remote.storing(PEER, link, queue, queue_weight(queue))
+    for queue in queues:
+        _store(queue, budget.margin // 4 // FANOUT)
+    reads: list[str] = []
+    statistics = ClassicQueue.statistics
+
+    def counted(queue: ClassicQueue) -> QueueStatistics:
+        reads.append(queue.name)
+        return statistics(queue)
+
+    monkeypatch.setattr(ClassicQueue, "statistics", counted)
+    decisions = flow.decisions
+    flow.flush(LIMIT + held.total, 0, NOBODY.__getitem__)
+    assert flow.decisions == decisions + 1
+    assert sorted(reads) == sorted(queue.name for queue in queues)
+    assert all(flow.remote.held(PEER, link) for link in links)
