@@ -10,6 +10,8 @@ Durable exchanges, and bindings whose both ends are durable, are logged.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from itertools import repeat
 from typing import Final
 
 from sluicegate.queues.errors import AccessRefused, NotFound, PreconditionFailed
@@ -24,6 +26,7 @@ from sluicegate.queues.headers import Headers, routing_headers
 from sluicegate.queues.log.records import Arguments
 from sluicegate.queues.queue_homes import Placement
 from sluicegate.queues.queue_type import QueueType
+from sluicegate.queues.route_steps import RouteSteps
 from sluicegate.queues.topology_log import TopologyLog, loggable
 
 DEFAULT_EXCHANGE: Final = ""
@@ -303,8 +306,10 @@ class ExchangeGraph:
 
         ``payload`` is the encoded message, whose headers are read only if a headers exchange
         is on the way. An exchange that routes nowhere passes the message to its alternate
-        exchange, if any. Raises ``amqp:not-found`` for an exchange that does not exist, and
-        ``amqp:decode-error`` for headers a headers exchange cannot read.
+        exchange, if any. Raises ``amqp:not-found`` for an exchange that does not exist,
+        ``amqp:decode-error`` for headers a headers exchange cannot read, and
+        ``amqp:resource-limit-exceeded`` for a message whose routing would take more than
+        ``MAX_ROUTE_STEPS`` (queues/route_steps.py).
         """
         if exchange == DEFAULT_EXCHANGE:
             queue = self._queues.get(routing_key)
@@ -317,68 +322,90 @@ class ExchangeGraph:
             targets = [queues[q] for q in found.route(routing_key) if q in queues]
             if targets or found.settings.alternate_exchange is None:
                 return targets
-        return self._route_through(found, routing_key, payload, [])
+        return self._route_through(found, (routing_key,), payload)
 
     def route_keys(
         self, exchange: str, routing_keys: Iterable[str], payload: bytes | memoryview = b""
     ) -> list[QueueType]:
         """The queues any of ``routing_keys`` reaches through ``exchange``, each once (a
-        message's ``x-cc`` keys): a headers exchange on the way reads the message's headers
-        once for all the keys, not once per key."""
-        found = self._exchanges.get(exchange) if exchange != DEFAULT_EXCHANGE else None
-        if found is None or found.plain:
-            reached = {id(q): q for key in routing_keys for q in self.route(exchange, key, payload)}
+        message's ``x-cc`` keys), in one walk of the exchanges for all of them."""
+        if exchange == DEFAULT_EXCHANGE:
+            reached = {id(q): q for key in routing_keys for q in self.route(exchange, key)}
             return list(reached.values())
-        headers: list[Headers] = []
-        reached = {
-            id(q): q
-            for key in routing_keys
-            for q in self._route_through(found, key, payload, headers)
-        }
-        return list(reached.values())
+        found = self._exchanges.get(exchange)
+        if found is None:
+            raise NotFound(f"no exchange '{exchange}'")
+        return self._route_through(found, routing_keys, payload)
 
     def _route_through(
-        self,
-        start: Exchange,
-        routing_key: str,
-        payload: bytes | memoryview,
-        read_headers: list[Headers],
+        self, start: Exchange, routing_keys: Iterable[str], payload: bytes | memoryview
     ) -> list[QueueType]:
-        """Follow exchange-to-exchange bindings and alternate exchanges, each exchange once.
+        """Follow exchange-to-exchange bindings and alternate exchanges, each exchange once for
+        each routing key that reaches it, within the steps a message may take
+        (queues/route_steps.py).
 
-        As in RabbitMQ, an exchange whose bindings take the message nowhere (no queue and no
+        As in RabbitMQ, an exchange whose bindings take a key nowhere (no queue and no
         exchange) passes it to its alternate exchange; a queue reached several ways gets one
-        copy, and a cycle of bindings ends where it meets an exchange already visited. The
-        message's headers are read into ``read_headers`` the first time a headers exchange
-        needs them, and read from there by the next routings of the same message.
+        copy, and a cycle of bindings ends where it meets an exchange already visited with that
+        key. An exchange whose routing ignores the key (fanout, headers, local-random) is
+        visited once for all the keys that reach it together, and the message's headers are
+        read once, by the first headers exchange on the way: walked once per key, 256 ``x-cc``
+        keys through a fanout bound to 2,000 exchanges took 368 ms of the reactor.
         """
-        headers: Headers | None = read_headers[0] if read_headers else None
-        seen = {start.name}
-        pending = [start]
+        take = RouteSteps().take
+        keys = frozenset(routing_keys)
+        headers: Headers | None = None
+        # The keys each exchange was visited with, and the visits still to make.
+        visited: dict[str, AbstractSet[str]] = {start.name: keys}
+        pending: list[tuple[Exchange, AbstractSet[str]]] = [(start, keys)]
         reached: dict[str, None] = {}
-        for exchange in pending:
+        exchanges = self._exchanges
+        for exchange, with_keys in pending:
+            onward: Iterable[tuple[str, AbstractSet[str]]]
             queues: Iterable[str]
-            onward: Iterable[str]
-            if exchange.type is ExchangeType.HEADERS:
-                if headers is None:
-                    headers = routing_headers(payload)
-                    read_headers.append(headers)
-                queues, onward = exchange.route_headers(headers)
-            elif exchange.plain:
-                queues, onward = exchange.route(routing_key), ()
+            to: Iterable[str]
+            if exchange.keyed:
+                take(len(with_keys))
+                going: dict[str, set[str]] = {}
+                for key in with_keys:
+                    queues = exchange.route(key, take)
+                    to = () if exchange.plain else exchange.route_exchanges(key, take)
+                    if not queues and not to:
+                        alternate = exchange.settings.alternate_exchange
+                        to = () if alternate is None else (alternate,)
+                    reached.update(dict.fromkeys(queues))
+                    for name in to:
+                        going.setdefault(name, set()).add(key)
+                onward = going.items()
             else:
-                queues = exchange.route(routing_key)
-                onward = exchange.route_exchanges(routing_key)
-            if not queues and not onward:
-                alternate = exchange.settings.alternate_exchange
-                onward = () if alternate is None else (alternate,)
-            reached.update(dict.fromkeys(queues))
-            for name in onward:
-                if name not in seen:
-                    seen.add(name)
-                    following = self._exchanges.get(name)
+                if exchange.type is ExchangeType.HEADERS:
+                    take(exchange.patterns())
+                    if headers is None:
+                        headers = routing_headers(payload)
+                    queues, to = exchange.route_headers(headers)
+                else:
+                    take(1)
+                    queues = exchange.route("")
+                    to = () if exchange.plain else exchange.route_exchanges("")
+                if not queues and not to:
+                    alternate = exchange.settings.alternate_exchange
+                    to = () if alternate is None else (alternate,)
+                if queues:
+                    reached.update(dict.fromkeys(queues))
+                onward = zip(to, repeat(with_keys)) if to else ()
+            for name, arriving in onward:
+                before = visited.get(name)
+                if before is None:
+                    following = exchanges.get(name)
                     if following is not None:
-                        pending.append(following)
+                        visited[name] = arriving
+                        pending.append((following, arriving))
+                    continue
+                take(len(arriving))
+                fresh = arriving - before
+                if fresh:
+                    visited[name] = before | fresh
+                    pending.append((exchanges[name], fresh))
         found = self._queues
         return [found[q] for q in reached if q in found]
 

@@ -28,6 +28,7 @@ from typing import Final, cast
 
 from sluicegate.queues.errors import PreconditionFailed
 from sluicegate.queues.headers import Headers, HeadersMatch, headers_match
+from sluicegate.queues.route_steps import Take
 from sluicegate.queues.topic_trie import TopicTrie
 from sluicegate.wire.amqp_types import Value
 from sluicegate.wire.encoding import encode_canonical
@@ -47,6 +48,10 @@ class ExchangeType(enum.Enum):
     # consistent-hash exchange plugin, for spreading keys over queues stably.
     CONSISTENT_HASH = "x-consistent-hash"
 
+
+# The exchange types whose routing ignores the routing key: a message is routed through them
+# once for all its keys (queues/exchange_graph.py).
+_UNKEYED: Final = frozenset({ExchangeType.FANOUT, ExchangeType.HEADERS, ExchangeType.LOCAL_RANDOM})
 
 # Points a consistent-hash binding may put on its exchange's ring (its binding key), and all
 # its bindings together: the ring is rebuilt when a binding changes and searched per message,
@@ -215,7 +220,9 @@ class _Routes:
         at = bisect.bisect_left(hashes, _hash(routing_key))
         return (names[at % len(names)],)
 
-    def route(self, kind: ExchangeType, routing_key: str) -> Iterable[str]:
+    def route(
+        self, kind: ExchangeType, routing_key: str, take: Take | None = None
+    ) -> Iterable[str]:
         if kind is ExchangeType.DIRECT:
             return self.by_selector.get(routing_key, ())
         if kind is ExchangeType.FANOUT:
@@ -229,7 +236,7 @@ class _Routes:
             return ()
         by_selector = self.by_selector
         found: dict[str, int] = {}
-        for key in topics.match(routing_key):
+        for key in topics.match(routing_key, take):
             found.update(by_selector[key])
         return found
 
@@ -257,7 +264,16 @@ def _decrement(counts: dict[str, int], name: str) -> None:
 class Exchange:
     """One exchange and its bindings."""
 
-    __slots__ = ("_exchanges", "_patterns", "_queues", "bindings", "name", "plain", "settings")
+    __slots__ = (
+        "_exchanges",
+        "_patterns",
+        "_queues",
+        "bindings",
+        "keyed",
+        "name",
+        "plain",
+        "settings",
+    )
 
     def __init__(self, name: str, settings: ExchangeSettings) -> None:
         self.name = name
@@ -270,6 +286,10 @@ class Exchange:
         self._patterns: dict[bytes, HeadersMatch] = {}
         # Routes by routing key to queues only: the registry's one-step path.
         self.plain = settings.type is not ExchangeType.HEADERS
+        # Whether where a message goes depends on its routing key: a fanout, headers or
+        # local-random exchange routes every key of a message alike (queues/exchange_graph.py
+        # walks it once for all of them).
+        self.keyed = settings.type not in _UNKEYED
 
     @property
     def type(self) -> ExchangeType:
@@ -362,13 +382,17 @@ class Exchange:
             self._exchanges.everywhere
         )
 
-    def route(self, routing_key: str) -> Iterable[str]:
+    def route(self, routing_key: str, take: Take | None = None) -> Iterable[str]:
         """The names of the queues a message with ``routing_key`` goes to (not headers)."""
-        return self._queues.route(self.settings.type, routing_key)
+        return self._queues.route(self.settings.type, routing_key, take)
 
-    def route_exchanges(self, routing_key: str) -> Iterable[str]:
+    def route_exchanges(self, routing_key: str, take: Take | None = None) -> Iterable[str]:
         """The names of the exchanges a message with ``routing_key`` goes on to (not headers)."""
-        return self._exchanges.route(self.settings.type, routing_key)
+        return self._exchanges.route(self.settings.type, routing_key, take)
+
+    def patterns(self) -> int:
+        """The binding patterns a headers exchange matches a message's headers against."""
+        return len(self._queues.by_selector) + len(self._exchanges.by_selector)
 
     def route_headers(self, headers: Headers) -> tuple[list[str], list[str]]:
         """The queues and the exchanges a message with ``headers`` goes to (headers only)."""

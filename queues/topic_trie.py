@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 from sluicegate.queues.errors import ResourceLimitExceeded
+from sluicegate.queues.route_steps import Take
 
 _HASH: Final = "#"
 _STAR: Final = "*"
@@ -76,16 +77,18 @@ class TopicTrie:
             node = child
         node.key = None
 
-    def match(self, routing_key: str) -> list[str]:
-        """The binding keys that match ``routing_key``, each once."""
+    def match(self, routing_key: str, take: Take | None = None) -> list[str]:
+        """The binding keys that match ``routing_key``, each once; the states visited are
+        taken from what routing the message may still do (``take``), if given."""
         words = routing_key.split(".")
         end = len(words)
         found: list[str] = []
         seen: set[tuple[_Node, int]] | None = set() if self._hashes else None
         pending = [(self._root, 0)]
-        steps = 0
+        steps = popped = 0
         while pending:
             state = pending.pop()
+            popped += 1
             if seen is not None:
                 steps += 1
                 if steps > MAX_STATES:
@@ -115,6 +118,8 @@ class TopicTrie:
                 word = children.get(words[at])
                 if word is not None and word is not star and not word.hash:
                     pending.append((word, at + 1))
+        if take is not None:
+            take(popped)
         return found
 
 

@@ -158,3 +158,57 @@ def test_x_cc_keys_through_a_headers_exchange_read_the_headers_once(
     assert [server.queue(f"cc-headers-{q}").ready for q in range(_QUEUES)] == [5] * _QUEUES
     assert prober.seen.failures == []
     assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
+
+
+@pytest.mark.alone  # bounds a latency: docs/testing.md
+def test_x_cc_keys_through_a_fanout_of_exchanges_leave_others_served(
+    server: RunningServer,
+) -> None:
+    """A fanout bound to 2,000 exchanges: each of a message's 256 ``x-cc`` keys walked them all
+    again, 368 ms of the reactor for one message that went nowhere and was charged nothing. One
+    walk for all the keys now; and a message whose walk would pass its steps (each of 40 topic
+    exchanges fed by the fanout looks every key up) is ``rejected`` with
+    ``amqp:resource-limit-exceeded``, the link open."""
+
+    def declare() -> None:
+        registry = server.server.registry
+        registry.declare_exchange("cc-wide", "fanout")
+        registry.declare_queue("cc-wide-end")
+        for n in range(2_000):
+            registry.declare_exchange(f"cc-wide-{n}", "fanout")
+            registry.bind("cc-wide", f"cc-wide-{n}", "", to_exchange=True)
+        registry.bind("cc-wide-7", "cc-wide-end")
+        registry.declare_exchange("cc-keyed", "fanout")
+        for n in range(40):
+            registry.declare_exchange(f"cc-keyed-{n}", "topic")
+            registry.bind("cc-keyed", f"cc-keyed-{n}", "", to_exchange=True)
+            registry.bind(f"cc-keyed-{n}", "cc-wide-end", "#")
+
+    server.call(declare)
+    keys = [f"key.{n}" for n in range(DEFAULT_MAX_CC_KEYS)]
+    with Prober(server.url) as prober:
+        prober.wait_rounds(2, timeout=60)
+        wide = publish(
+            server.url,
+            "/exchanges/cc-wide/none",
+            messages=[Message(body=f"m{i}", annotations=_cc(keys)) for i in range(20)],
+        )
+        prober.wait_rounds(len(prober.seen.rounds) + 2, timeout=60)
+    assert wide.outcomes == ["accepted"] * 20
+    assert server.queue("cc-wide-end").ready == 20
+    assert prober.seen.failures == []
+    assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
+    connection = BlockingConnection(server.url)
+    try:
+        sender = connection.create_sender("/exchanges/cc-keyed/none")
+        refused = sender.send(Message(body="far", annotations=_cc(keys)), error_states=[])
+        assert refused.remote_state == refused.REJECTED
+        condition = refused.remote.condition
+        assert condition is not None
+        assert condition.name == "amqp:resource-limit-exceeded"
+        assert "steps through its exchanges' bindings" in str(condition.description)
+        ok = sender.send(Message(body="near", annotations=_cc(keys[:4])))
+        assert ok.remote_state == ok.ACCEPTED
+    finally:
+        connection.close()
+    assert server.queue("cc-wide-end").ready == 21

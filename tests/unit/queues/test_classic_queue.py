@@ -242,6 +242,7 @@ def test_statistics_read_no_unacked_delivery(monkeypatch: pytest.MonkeyPatch) ->
     queue.settle("c", [m.seq for m in delivered[:10]], Outcome.ACCEPTED, False)
     expected = sum(m.held for m in delivered[10:])
     reads = 0
+
     def counted(message: Message) -> int:
         nonlocal reads
         reads += 1

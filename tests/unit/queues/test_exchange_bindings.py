@@ -270,6 +270,10 @@ class ExchangeGraph(RuleBasedStateMachine):
                 routed = [q.name for q in self.registry.route(start, key)]
                 assert len(routed) == len(set(routed))
                 assert set(routed) == self._reachable(start, key)
+            # A message's x-cc keys walk the graph once, together, to the same queues.
+            together = [q.name for q in self.registry.route_keys(start, _KEYS)]
+            assert len(together) == len(set(together))
+            assert set(together) == set().union(*(self._reachable(start, k) for k in _KEYS))
 
 
 ExchangeGraph.TestCase.settings = settings(
