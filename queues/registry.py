@@ -405,8 +405,11 @@ class QueueRegistry(ExchangeGraph):
 
     def route_dead_letters(self, room: int | None = None) -> list[Dispatch]:
         """Deliver a batch of pending dead letters to their dead-letter exchange's queues,
-        their copies holding about ``room`` bytes at most (None: no limit)."""
-        return self.dead_letter_router.route_all(room)
+        their copies holding about ``room`` bytes at most (None: no limit). A letter waiting
+        for room is weighed again at once if the bindings, exchanges or queues are fewer or
+        more than they were: one that routed it may have gone."""
+        topology = (self.binding_count, len(self._exchanges), len(self._queues))
+        return self.dead_letter_router.route_all(room, topology)
 
     # -- time -----------------------------------------------------------------------------
 
