@@ -691,6 +691,36 @@ def test_the_oldest_delivery_past_its_part_goes_back_once_the_publishers_part_is
     assert not polite.paused
 
 
+def test_the_oldest_delivery_stops_where_it_would_finish_at_the_publishers_ceiling() -> None:
+    """Adversary seed 65945: queues nobody read held the blocked budget just under its
+    publishers' ceiling, and the oldest delivery arriving, within its part of the margin, was
+    read to its end: its 300 KB went to a fanout's queues and took the publishers 339 KB past
+    their ceiling, where every publisher waited for good, the prober too. It now stops where,
+    finished, it would reach the ceiling; a polite publisher is read on."""
+    flow = _read_in_chunks()
+    budget = flow.budget
+    polite, attacker = Inbound(flow, Account()), Inbound(flow, Account())
+    polite.attach()
+    slow = attacker.attach()
+    room = 2 * CHUNK
+    queued = budget.publishing_ceiling - room
+    flow.flush(queued, 0, _nothing)
+    assert budget.blocked
+    assert budget.unfinished_part > room + CHUNK, "its part alone would let it finish"
+    received = 0
+    while received < room + CHUNK and not attacker.paused:
+        flow.charge_read(attacker, CHUNK)
+        received += CHUNK
+        assert attacker.frame(slow, received) is None
+        flow.flush(queued, 0, _nothing)
+    assert attacker.paused
+    assert received == room, "stopped at the read that would finish it at the ceiling"
+    assert not budget.publishers_full(budget.used)
+    assert not polite.paused
+    flow.charge_read(polite, 10)
+    assert not polite.paused
+
+
 # -- the state machine -------------------------------------------------------------------
 
 MAX_LINK_CREDIT = 6
