@@ -45,10 +45,10 @@ from sluicegate.queues.queue_type import (
     LockExpired,
     Outcome,
     QueueStatistics,
-    QueueType,
 )
 from sluicegate.queues.settlement import Outcomes, accept_all, settle_each
 from sluicegate.queues.storage import QueueStore
+from sluicegate.queues.timed_queues import TimedQueues
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
 
 _NO_DISPATCH: Final[list[Dispatch]] = []
@@ -72,7 +72,7 @@ class ClassicQueue:
         clock: Clock | None = None,
         dead_letters: list[DeadLetter] | None = None,
         held: HeldBytes | None = None,
-        timed: set[QueueType] | None = None,
+        timed: TimedQueues | None = None,
     ) -> None:
         self.name = name
         # The server-wide count of bytes held, for the memory budget.
@@ -82,7 +82,7 @@ class ClassicQueue:
         # Where dead letters go for routing to the dead-letter exchange (the registry's outbox).
         self.dead_letters: list[DeadLetter] = dead_letters if dead_letters is not None else []
         # The server's queues that have deadlines, so the timer visits only those.
-        self.timed: set[QueueType] = timed if timed is not None else set()
+        self.timed = timed if timed is not None else TimedQueues()
         self._deadlines = Deadlines(
             self, self.timed, arguments.message_ttl, arguments.consumer_timeout
         )

@@ -14,6 +14,7 @@ from typing import Final, Protocol
 
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import QueueType
+from sluicegate.queues.timed_queues import TimedQueues
 
 # Deliveries whose lock expired that a consumer may still settle late and get a clear error;
 # older ones are forgotten (their late settlement is then ignored like any unknown one).
@@ -34,7 +35,7 @@ class Deadlines:
     __slots__ = ("expiries", "locks", "owner", "tickets", "timed", "timeout", "ttl")
 
     def __init__(
-        self, owner: QueueType, timed: set[QueueType], ttl: int | None, timeout: int | None
+        self, owner: QueueType, timed: TimedQueues, ttl: int | None, timeout: int | None
     ) -> None:
         self.owner = owner
         # The server's queues that have deadlines: joined here, left when expire() runs dry.
@@ -58,7 +59,7 @@ class Deadlines:
     def watch(self, message: Message, expires: int) -> None:
         """Expire the available message at ``expires`` (its expiry) unless it leaves before."""
         heapq.heappush(self.expiries, (expires, message.seq))
-        self.timed.add(self.owner)
+        self.timed.add(self.owner, expires)
 
     def lock(self, message: Message, holder: LockHolder, now: int) -> None:
         """Release the delivery back to the queue if ``holder`` has not settled it in time."""
@@ -68,7 +69,7 @@ class Deadlines:
         deadline = message.lock_deadline = now + timeout
         self.tickets += 1
         heapq.heappush(self.locks, (deadline, self.tickets, message, holder))
-        self.timed.add(self.owner)
+        self.timed.add(self.owner, deadline)
 
     def join(self) -> None:
         """The queue has something to time besides its heaps (a page's head message)."""

@@ -57,9 +57,9 @@ from sluicegate.queues.queue_type import (
     Dispatch,
     Outcome,
     QueueStatistics,
-    QueueType,
 )
 from sluicegate.queues.settlement import rewrite
+from sluicegate.queues.timed_queues import TimedQueues
 from sluicegate.wire.delivery_time import delivery_time
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.redelivery_counts import redelivery_annotations, with_redelivery_counts
@@ -254,7 +254,7 @@ class QuorumQueue(ClassicQueue):
         clock: Clock | None = None,
         dead_letters: list[DeadLetter] | None = None,
         held: HeldBytes | None = None,
-        timed: set[QueueType] | None = None,
+        timed: TimedQueues | None = None,
     ) -> None:
         super().__init__(
             name, arguments, clock=clock, dead_letters=dead_letters, held=held, timed=timed

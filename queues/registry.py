@@ -29,6 +29,7 @@ from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, Dispatch, QueueStatistics, QueueType
 from sluicegate.queues.quorum import QuorumQueue
 from sluicegate.queues.stream import StreamQueue
+from sluicegate.queues.timed_queues import TimedQueues
 from sluicegate.queues.topology_log import TopologyLog, loggable
 from sluicegate.queues.volatile import VolatileQueue, is_reply_to
 
@@ -62,7 +63,7 @@ class QueueContext:
     dead_letters: list[DeadLetter]
     held: HeldBytes
     # Queues with deadlines pending; a queue type with none never joins.
-    timed: set[QueueType]
+    timed: TimedQueues
 
 
 # How each queue type is built; another queue type (streams) registers its factory here.
@@ -121,7 +122,7 @@ class QueueRegistry(ExchangeGraph):
         self.dead_letter_router = DeadLetterRouter(
             self.clock, self.route, self.persists, store, self.held
         )
-        self.timed: set[QueueType] = set()
+        self.timed = TimedQueues()
         self.context = QueueContext(
             self.clock, self.dead_letter_router.outbox, self.held, self.timed
         )
@@ -415,22 +416,23 @@ class QueueRegistry(ExchangeGraph):
 
     def expire(self) -> list[Dispatch]:
         """Run the due expiries and lock releases of every queue that has deadlines."""
-        now = self.clock.now
+        timed = self.timed
+        due = timed.due(self.clock.now)
         dispatches: list[Dispatch] = []
-        for queue in list(self.timed):
-            deadline = queue.next_deadline()
-            if deadline is None:
-                self.timed.discard(queue)
-            elif deadline <= now:
+        try:
+            for queue in due:
                 dispatches.extend(queue.expire())
+        finally:
+            # Timed again from their next deadlines, if they have any, whatever happened.
+            for queue in due:
+                timed.add(queue)
         return dispatches
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of any queue: a message's, a lock's or an unused queue's."""
-        deadlines = [d for q in self.timed if (d := q.next_deadline()) is not None]
-        lease = self._leases.next_deadline()
-        if lease is not None:
-            deadlines.append(lease)
+        deadlines = [
+            d for d in (self.timed.next_deadline(), self._leases.next_deadline()) if d is not None
+        ]
         return min(deadlines) if deadlines else None
 
     # -- queue expiry (x-expires) ---------------------------------------------------------

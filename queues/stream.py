@@ -49,9 +49,9 @@ from sluicegate.queues.queue_type import (
     OffsetSpec,
     Outcome,
     QueueStatistics,
-    QueueType,
 )
 from sluicegate.queues.storage import QueueStore, StreamEntries
+from sluicegate.queues.timed_queues import TimedQueues
 from sluicegate.wire.annotations import read_stream_offset, stamp_stream_offset
 from sluicegate.wire.errors import DecodeError
 from sluicegate.wire.serial import SERIAL_MASK, link_credit_snd
@@ -174,14 +174,14 @@ class StreamQueue:
         *,
         clock: Clock | None = None,
         held: HeldBytes | None = None,
-        timed: set[QueueType] | None = None,
+        timed: TimedQueues | None = None,
     ) -> None:
         self.name = name
         self.arguments = arguments
         self.clock = clock if clock is not None else Clock()
         self.held = HeldBytes() if held is None else held
         # The registry's queues with deadlines: joined while x-max-age has messages to age.
-        self._timed: set[QueueType] = set() if timed is None else timed
+        self._timed = TimedQueues() if timed is None else timed
         extra = dict(arguments.extra)
         self.max_age = parse_max_age(extra["x-max-age"]) if "x-max-age" in extra else None
         self.max_bytes = arguments.max_length_bytes

@@ -6,6 +6,7 @@ import pytest
 from support.deaths import deaths_of
 
 from sluicegate.queues.arguments import Overflow, parse_arguments
+from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.errors import (
     NotFound,
     NotImplementedByServer,
@@ -317,13 +318,53 @@ def test_the_timer_visits_only_queues_with_deadlines() -> None:
     timed = registry.declare_queue("timed", {"x-message-ttl": 100})
     idle.enqueue(Message(_body("a")))
     timed.enqueue(Message(_body("b")))
-    assert registry.timed == {timed}
+    assert set(registry.timed) == {timed}
     assert registry.next_deadline() == 100
     clock.now = 100
     assert registry.expire() == []
     assert timed.statistics().expired == 1
-    assert registry.timed == set()
+    assert set(registry.timed) == set()
     assert registry.next_deadline() is None
+
+
+def test_a_tick_reads_only_the_queues_due_however_many_are_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """10,000 queues each with a message of a day's TTL: the timer read every one's next
+    deadline twice a tick, 20 times a second, some 40 % of the reactor. Now a tick reads the
+    queues due and the earliest deadline only."""
+    clock = Clock(0)
+    registry = QueueRegistry(clock)
+    far = [registry.declare_queue(f"far-{n}", {"x-message-ttl": 86_400_000}) for n in range(2_000)]
+    for queue in far:
+        queue.enqueue(Message(_body("a")))
+    near = registry.declare_queue("near", {"x-message-ttl": 100})
+    near.enqueue(Message(_body("b")))
+    read: list[str] = []
+    next_deadline = ClassicQueue.next_deadline
+
+    def counted(queue: ClassicQueue) -> int | None:
+        read.append(queue.name)
+        return next_deadline(queue)
+
+    monkeypatch.setattr(ClassicQueue, "next_deadline", counted)
+    assert registry.next_deadline() == 100
+    clock.now = 50
+    assert registry.expire() == []
+    assert read == []
+    clock.now = 100
+    assert registry.expire() == []
+    assert near.statistics().expired == 1
+    assert read == ["near"], "read once to be timed again from its next deadline: none"
+    assert registry.next_deadline() == 86_400_000
+    assert len(registry.timed) == 2_000
+    # A message that expires sooner times its queue from then.
+    far[7].enqueue(Message(_body("c"), expires=1_000))
+    assert registry.next_deadline() == 1_000
+    clock.now = 1_000
+    registry.expire()
+    assert far[7].statistics().expired == 1
+    assert far[7].statistics().ready == 1
 
 
 def test_the_default_queue_mode_is_kept_and_changes_nothing() -> None:
