@@ -317,7 +317,6 @@ class InboundFlow:
             if (
                 classified is None
                 or not was_blocked
-                or oldest is not self._oldest
                 or budget.publishers_full(budget.used) != self._over_ceiling
                 or abs(budget.used - classified) * RECLASSIFY_SHARE
                 >= max(min(self._room, budget.margin), budget.margin // RECLASSIFY_FLOOR)
@@ -325,8 +324,11 @@ class InboundFlow:
                 out = self._classify(weigh)
         elif was_blocked:
             out = self._release()
-        if out is None and (moved or (self.unfinished_full and oldest is not self._oldest)):
-            out = self._hold()
+        if out is None:
+            if moved:
+                out = self._hold()
+            elif oldest is not self._oldest and (budget.blocked or self.unfinished_full):
+                out = self._hold_turn(self._oldest, oldest)
         if released:
             assert out is not None
             out.release = released
@@ -518,11 +520,31 @@ class InboundFlow:
         out = Flushed()
         oldest = None if self._past_part else next(iter(self.arriving), None)
         for inbound in self.connections:
-            hold = bool(inbound.links) and inbound is not oldest and self._holds(inbound)
-            if hold != inbound.budget_paused:
-                inbound.budget_paused = hold
-                (out.pause if hold else out.resume).append(inbound)
+            self._decide(inbound, oldest, out)
         return out
+
+    def _hold_turn(
+        self, previous: PublishingConnection | None, oldest: PublishingConnection | None
+    ) -> Flushed:
+        """Only the oldest arriving delivery changed: decided again are the connection whose
+        delivery was the oldest and the one whose is now, the others' holds are as they were.
+        Decided again over every link, with every queue weighed, a connection sending
+        multi-frame deliveries of two frames each made each frame a pass over them all."""
+        out = Flushed()
+        kept = None if self._past_part else oldest
+        for inbound in (previous, oldest):
+            if inbound is not None and inbound in self.connections:
+                self._decide(inbound, kept, out)
+        return out
+
+    def _decide(
+        self, inbound: PublishingConnection, oldest: PublishingConnection | None, out: Flushed
+    ) -> None:
+        """Hold or let go ``inbound`` as :meth:`_holds` says, but ``oldest``."""
+        hold = bool(inbound.links) and inbound is not oldest and self._holds(inbound)
+        if hold != inbound.budget_paused:
+            inbound.budget_paused = hold
+            (out.pause if hold else out.resume).append(inbound)
 
     def _renew(self, grants: list[tuple[IncomingLink, int]]) -> None:
         """Renew what the rule allows, each grant backed by the budget's headroom.
