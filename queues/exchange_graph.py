@@ -328,7 +328,8 @@ class ExchangeGraph:
         self, exchange: str, routing_keys: Iterable[str], payload: bytes | memoryview = b""
     ) -> list[QueueType]:
         """The queues any of ``routing_keys`` reaches through ``exchange``, each once (a
-        message's ``x-cc`` keys), in one walk of the exchanges for all of them."""
+        message's ``x-cc`` keys), in one walk of the exchanges for all of them; through the
+        default exchange, each key by :meth:`route` (a subclass's too)."""
         if exchange == DEFAULT_EXCHANGE:
             reached = {id(q): q for key in routing_keys for q in self.route(exchange, key)}
             return list(reached.values())
@@ -370,9 +371,7 @@ class ExchangeGraph:
                 for key in with_keys:
                     queues = exchange.route(key, take)
                     to = () if exchange.plain else exchange.route_exchanges(key, take)
-                    if not queues and not to:
-                        alternate = exchange.settings.alternate_exchange
-                        to = () if alternate is None else (alternate,)
+                    to = exchange.onward(queues, to)
                     reached.update(dict.fromkeys(queues))
                     for name in to:
                         going.setdefault(name, set()).add(key)
@@ -387,9 +386,7 @@ class ExchangeGraph:
                     take(1)
                     queues = exchange.route("")
                     to = () if exchange.plain else exchange.route_exchanges("")
-                if not queues and not to:
-                    alternate = exchange.settings.alternate_exchange
-                    to = () if alternate is None else (alternate,)
+                to = exchange.onward(queues, to)
                 if queues:
                     reached.update(dict.fromkeys(queues))
                 onward = zip(to, repeat(with_keys)) if to else ()

@@ -394,6 +394,14 @@ class Exchange:
         """The binding patterns a headers exchange matches a message's headers against."""
         return len(self._queues.by_selector) + len(self._exchanges.by_selector)
 
+    def onward(self, queues: Iterable[str], exchanges: Iterable[str]) -> Iterable[str]:
+        """Where a message this exchange routed to ``queues`` and ``exchanges`` goes on: those
+        exchanges, or its alternate exchange when it routed it nowhere (as in RabbitMQ)."""
+        if queues or exchanges:
+            return exchanges
+        alternate = self.settings.alternate_exchange
+        return () if alternate is None else (alternate,)
+
     def route_headers(self, headers: Headers) -> tuple[list[str], list[str]]:
         """The queues and the exchanges a message with ``headers`` goes to (headers only)."""
         patterns = self._patterns

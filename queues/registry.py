@@ -10,7 +10,7 @@ start, as in RabbitMQ.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sluicegate.queues.arguments import (
@@ -282,16 +282,6 @@ class QueueRegistry(ExchangeGraph):
             if volatile is not None:
                 return [volatile]
         return super().route(exchange, routing_key, payload)
-
-    def route_keys(
-        self, exchange: str, routing_keys: Iterable[str], payload: bytes | memoryview = b""
-    ) -> list[QueueType]:
-        """:meth:`ExchangeGraph.route_keys`, where the default exchange also finds reply
-        queues."""
-        if exchange == DEFAULT_EXCHANGE:
-            reached = {id(q): q for key in routing_keys for q in self.route(exchange, key)}
-            return list(reached.values())
-        return super().route_keys(exchange, routing_keys, payload)
 
     @staticmethod
     def _check_equivalent(name: str, current: QueueSettings, wanted: QueueSettings) -> None:

@@ -68,9 +68,6 @@ class TimedQueues:
             heapq.heappop(heap)
         return None
 
-    def __contains__(self, queue: object) -> bool:
-        return queue in self._at
-
     def __iter__(self) -> Iterator[QueueType]:
         return iter(list(self._at))
 

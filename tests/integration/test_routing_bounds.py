@@ -47,24 +47,39 @@ def _topic_exchange(server: RunningServer, name: str) -> None:
     server.call(declare)
 
 
+def _refused_then_routed(
+    server: RunningServer, address: str, refused: list[str], routed: list[str], naming: str
+) -> None:
+    """A message naming the ``refused`` x-cc keys is ``rejected`` with
+    ``amqp:resource-limit-exceeded``, its description saying ``naming``; the next on the same
+    link, naming ``routed``, is accepted."""
+    connection = BlockingConnection(server.url)
+    try:
+        sender = connection.create_sender(address)
+        delivery = sender.send(Message(body="big", annotations=_cc(refused)), error_states=[])
+        assert delivery.remote_state == delivery.REJECTED
+        condition = delivery.remote.condition
+        assert condition is not None
+        assert condition.name == "amqp:resource-limit-exceeded"
+        assert naming in str(condition.description)
+        ok = sender.send(Message(body="small", annotations=_cc(routed)))
+        assert ok.remote_state == ok.ACCEPTED
+    finally:
+        connection.close()
+
+
 def test_x_cc_over_the_limit_is_rejected_and_the_link_stays_open(server: RunningServer) -> None:
     """The tester's 5,000 keys: ``rejected`` with ``amqp:resource-limit-exceeded`` naming the
     setting; the next message on the same link is routed."""
     _topic_exchange(server, "cc-limit")
     keys = [f"k.{n}.x" for n in range(5000)]
-    connection = BlockingConnection(server.url)
-    try:
-        sender = connection.create_sender("/exchanges/cc-limit/none")
-        delivery = sender.send(Message(body="big", annotations=_cc(keys)), error_states=[])
-        assert delivery.remote_state == delivery.REJECTED
-        condition = delivery.remote.condition
-        assert condition is not None
-        assert condition.name == "amqp:resource-limit-exceeded"
-        assert f"max_cc_keys {DEFAULT_MAX_CC_KEYS}" in str(condition.description)
-        ok = sender.send(Message(body="small", annotations=_cc(["k.1.x", "k.1.x", "k.3.x"])))
-        assert ok.remote_state == ok.ACCEPTED
-    finally:
-        connection.close()
+    _refused_then_routed(
+        server,
+        "/exchanges/cc-limit/none",
+        keys,
+        ["k.1.x", "k.1.x", "k.3.x"],
+        f"max_cc_keys {DEFAULT_MAX_CC_KEYS}",
+    )
     # k.1.# and k.3.# bind queues 1 and 3; the key named twice routes once.
     assert server.queue("cc-limit-1").ready == 1
     assert server.queue("cc-limit-3").ready == 1
@@ -198,17 +213,11 @@ def test_x_cc_keys_through_a_fanout_of_exchanges_leave_others_served(
     assert server.queue("cc-wide-end").ready == 20
     assert prober.seen.failures == []
     assert prober.seen.worst < PROBE_BOUND, prober.seen.rounds
-    connection = BlockingConnection(server.url)
-    try:
-        sender = connection.create_sender("/exchanges/cc-keyed/none")
-        refused = sender.send(Message(body="far", annotations=_cc(keys)), error_states=[])
-        assert refused.remote_state == refused.REJECTED
-        condition = refused.remote.condition
-        assert condition is not None
-        assert condition.name == "amqp:resource-limit-exceeded"
-        assert "steps through its exchanges' bindings" in str(condition.description)
-        ok = sender.send(Message(body="near", annotations=_cc(keys[:4])))
-        assert ok.remote_state == ok.ACCEPTED
-    finally:
-        connection.close()
+    _refused_then_routed(
+        server,
+        "/exchanges/cc-keyed/none",
+        keys,
+        keys[:4],
+        "steps through its exchanges' bindings",
+    )
     assert server.queue("cc-wide-end").ready == 21
