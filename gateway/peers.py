@@ -284,6 +284,9 @@ class Peers:
         self._heavy = 0
         # A holder's floor, whether at the ceiling or not: what a light queue weighs less than.
         self._floor = 0
+        # The least a publisher that has not grown may grow by while blocked, the holds' own
+        # least (session/remote_publishers.py's admit).
+        self._least = 0
         self._below_limit = 0
         # Other workers' publishes given back released past the parked window (a metric), and
         # the bytes parked since the window was last kept: what was kept fits it until more
@@ -728,6 +731,7 @@ class Peers:
         full = budget.blocked and budget.publishers_full(budget.current)
         self._floor = int(budget.margin * HOLDER_SHARE)
         self._heavy = 0 if full else self._floor
+        self._least = budget.margin // RECLASSIFY_FLOOR
         parked = self._parked
         # Stored as far as the limit: what they add blocks the budget again at its update.
         room = budget.limit - budget.current
@@ -795,7 +799,7 @@ class Peers:
                     continue
                 nbytes = _publish_bytes(publish)
                 if not self._parks(peer, publish, queue) and self._publishers.admit(
-                    peer, publish.publisher, queue, nbytes, room, queue_weight, grown
+                    peer, publish.publisher, queue, nbytes, room, self._least, queue_weight, grown
                 ):
                     room -= nbytes
                     self._store(peer, publish)

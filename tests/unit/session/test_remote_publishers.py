@@ -17,7 +17,12 @@ from sluicegate.session.account import Account
 from sluicegate.session.channel.frames import Publish
 from sluicegate.session.channel.remote import Remote, RemoteQueue
 from sluicegate.session.inbound import Inbound
-from sluicegate.session.inbound_flow import InboundFlow, InboundLimits, queue_weight
+from sluicegate.session.inbound_flow import (
+    RECLASSIFY_FLOOR,
+    InboundFlow,
+    InboundLimits,
+    queue_weight,
+)
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
 from sluicegate.session.remote_publishers import (
@@ -195,19 +200,51 @@ def test_links_in_turn_never_take_the_last_of_the_part_and_a_light_one_goes_on()
     assert budget.blocked
     probed = ClassicQueue("probed", held=held)
     run = 8_000
+    least = budget.margin // RECLASSIFY_FLOOR
 
     def room() -> int:
         return budget.publishing_ceiling - budget.publishing_level(budget.used)
 
     for link in range(PROBING + 1, PROBING + 301):
         pile = ClassicQueue(f"pile{link}", held=held)
-        while flow.remote.admit(PEER, link, pile, run, room(), queue_weight, {}):
+        while flow.remote.admit(PEER, link, pile, run, room(), least, queue_weight, {}):
             _store(pile, run)
             flow.flush(LIMIT + held.total, 0, weights.__getitem__)
         assert room() > 0
         # The other worker's prober: one small message, consumed at once.
-        assert flow.remote.admit(PEER, PROBING, probed, 500, room(), queue_weight, {})
+        assert flow.remote.admit(PEER, PROBING, probed, 500, room(), least, queue_weight, {})
     assert not budget.publishers_full(budget.used)
+
+
+def test_a_publisher_not_grown_takes_the_least_the_holds_weigh_among_many_growing() -> None:
+    """Seed 65965: a worker blocked 12.7 KB under its publishers' ceiling, some 40 of the other
+    worker's links growing in queues nobody reads, each stood under its share; a quarter of the
+    room shared among them was some 80 bytes, under the prober's one message, which waited
+    for good. A publisher that has not grown may take the holds' least, within a quarter of
+    the room; the ones that grew stay within their shares, so the room does not go to them."""
+    budget, flow, held = _blocked()
+    room = 12_700
+    least = budget.margin // RECLASSIFY_FLOOR
+    assert least > room // 4
+    piles = [ClassicQueue(f"pile{i}", held=held) for i in range(40)]
+    for number, pile in enumerate(piles):
+        assert flow.remote.admit(PEER, 100 + 2 * number, pile, 70, room, least, queue_weight, {})
+        _store(pile, 70)
+    assert flow.remote.growing == len(piles)
+    # A second run of one that grew: past its share (a 41st of the quarter), refused.
+    grown: dict[tuple[int, int], int] = {}
+    assert not flow.remote.admit(PEER, 100, piles[0], 70, room, least, queue_weight, grown)
+    probed = ClassicQueue("probed", held=held)
+    # The prober's message: past a 41st of the quarter, within the quarter.
+    assert room // 4 // 41 < 300 < room // 4
+    assert flow.remote.admit(PEER, PROBING, probed, 300, room, least, queue_weight, grown)
+    # Never more than a quarter of the room in one run, whatever the publisher grew by.
+    past = room // 4 + 1
+    assert not flow.remote.admit(PEER, FANNING, probed, past, room, least, queue_weight, {})
+    # Consumed, its queue is back to its weight at the block: it may take the least again.
+    _store(probed, 300)
+    probed.purge()
+    assert flow.remote.admit(PEER, PROBING, probed, 300, room, least, queue_weight, {})
 
 
 def test_a_run_past_its_share_of_the_room_left_is_not_admitted() -> None:
@@ -216,11 +253,11 @@ def test_a_run_past_its_share_of_the_room_left_is_not_admitted() -> None:
     queue = ClassicQueue("q", held=HeldBytes())
     # Alone, a publisher may grow by a quarter of the room; a second shares it. A run refused
     # holds nobody: it is weighed again with the room the next flush finds.
-    assert not flow.remote.admit(PEER, FANNING, queue, 1001, 4000, queue_weight, {})
+    assert not flow.remote.admit(PEER, FANNING, queue, 1001, 4000, 0, queue_weight, {})
     assert not flow.remote.held(PEER, FANNING)
-    assert flow.remote.admit(PEER, PROBING, queue, 1000, 4000, queue_weight, {})
-    assert not flow.remote.admit(PEER + 1, PROBING, queue, 600, 4000, queue_weight, {})
-    assert flow.remote.admit(PEER + 1, PROBING, queue, 600, 8000, queue_weight, {})
+    assert flow.remote.admit(PEER, PROBING, queue, 1000, 4000, 0, queue_weight, {})
+    assert not flow.remote.admit(PEER + 1, PROBING, queue, 600, 4000, 0, queue_weight, {})
+    assert flow.remote.admit(PEER + 1, PROBING, queue, 600, 8000, 0, queue_weight, {})
 
 
 def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_room() -> None:
@@ -232,7 +269,7 @@ def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_
     gone = [ClassicQueue(f"light{i}", held=held) for i in range(80)]
     for number, queue in enumerate(gone):
         room = budget.publishing_ceiling - budget.publishing_level(LIMIT + held.total)
-        assert flow.remote.admit(PEER, 100 + 2 * number, queue, 2_000, room, queue_weight, {})
+        assert flow.remote.admit(PEER, 100 + 2 * number, queue, 2_000, room, 0, queue_weight, {})
         _store(queue, 2_000)
     assert flow.remote.growing == len(gone)
     # The holds are decided again: every link grew under a holder's floor, none is held.
@@ -251,11 +288,11 @@ def test_only_the_publishers_that_stored_since_the_holds_were_decided_share_the_
     # A run whose share among the 81 would be too small: room / 4 / 81 < size <= room / 4.
     size = room // 100
     probed = ClassicQueue("probed", held=held)
-    assert flow.remote.admit(PEER, PROBING, probed, size, room, queue_weight, {})
+    assert flow.remote.admit(PEER, PROBING, probed, size, room, 0, queue_weight, {})
     assert flow.remote.growing == 1
     # One of the gone links' numbers storing again shares the room from then on, once.
-    assert flow.remote.admit(PEER, 100, gone[0], 10, room, queue_weight, {})
-    assert flow.remote.admit(PEER, 100, gone[0], 10, room, queue_weight, {})
+    assert flow.remote.admit(PEER, 100, gone[0], 10, room, 0, queue_weight, {})
+    assert flow.remote.admit(PEER, 100, gone[0], 10, room, 0, queue_weight, {})
     assert flow.remote.growing == 2
     _store(probed, size)
     _store(gone[0], 20)
@@ -272,7 +309,7 @@ def test_a_walk_weighs_a_publishers_queues_once_however_many_of_its_runs_it_admi
     queues = [ClassicQueue(f"cc{i}", held=held) for i in range(200)]
     room = budget.publishing_ceiling - budget.publishing_level(budget.used)
     for queue in queues[:100]:
-        assert flow.remote.admit(PEER, FANNING, queue, 10, room, queue_weight, {})
+        assert flow.remote.admit(PEER, FANNING, queue, 10, room, 0, queue_weight, {})
         _store(queue, 10)
     weighed: list[QueueType] = []
 
@@ -283,7 +320,7 @@ def test_a_walk_weighs_a_publishers_queues_once_however_many_of_its_runs_it_admi
     grown: dict[tuple[int, int], int] = {}
     growth = flow.remote.publishers[PEER, FANNING].growth(queue_weight)
     for queue in queues[100:]:
-        assert flow.remote.admit(PEER, FANNING, queue, 10, room, weigh, grown)
+        assert flow.remote.admit(PEER, FANNING, queue, 10, room, 0, weigh, grown)
     # Its hundred queues weighed once for the walk, then each new queue as it is first stored.
     assert len(weighed) == 100 + 100
     assert grown[PEER, FANNING] == growth + 100 * 10
