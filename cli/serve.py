@@ -92,11 +92,14 @@ def serve(
         print(f"sluicegate: {error}", file=sys.stderr)
         return 1
     # What start-up made (modules, the recovered topology) lives as long as the process: the
-    # collector leaves it alone from now on. Its thresholds stay Python's, but nothing relies
-    # on it: a closed connection, an ended session or a detached link is freed by reference
-    # counting as it ends (gateway/state.py), since an idle server runs no collection at all
-    # and its cycles held every unsettled delivery (tests/integration/test_connection_leaks.py).
+    # collector leaves it alone from now on. Nothing relies on it: a closed connection, an
+    # ended session or a detached link is freed by reference counting as it ends
+    # (gateway/state.py), since an idle server runs no collection at all and its cycles held
+    # every unsettled delivery (tests/integration/test_connection_leaks.py). It runs on the
+    # reactor thread only, at Python's thresholds (gateway/collection.py): run by the thread
+    # that allocated, it freed proton objects beside the reactor and the worker aborted.
     gc.freeze()
+    gc.disable()
 
     def stop(signum: int, frame: FrameType | None) -> None:
         server.request_shutdown()

@@ -19,6 +19,7 @@ from proton import Condition
 
 from sluicegate.gateway import runtime_vhosts
 from sluicegate.gateway.broker import Broker
+from sluicegate.gateway.collection import ReactorCollection
 from sluicegate.gateway.config import ConfigError, ServerConfig
 from sluicegate.gateway.durability import Durability
 from sluicegate.gateway.expiry import tick
@@ -314,6 +315,7 @@ class Server:
         container.start()
         tick(self.registry)
         self.broker.expiry.start(container)
+        self._collection = ReactorCollection()
         self.ready.set()
         while self._process():
             if self._stopping and time.monotonic() > self._deadline:
@@ -347,6 +349,7 @@ class Server:
     def _process(self) -> bool:
         """Run the reactor once; a failure while handling one connection closes only that one."""
         tick(self.registry)
+        self._collection.run_due()
         try:
             return self.container.process()
         except Exception:
