@@ -1127,7 +1127,14 @@ class Peers:
 
 
 class _Gathering(Handler):
-    """A management request waiting for its owners' answers, and its deadline's timer."""
+    """A management request waiting for its owners' answers, and its deadline's timer.
+
+    Finished, it lets go of its timer and of ``done``: the timer's task names it as its
+    handler, and the cycle held ``done``'s request, its link pair and their proton objects past
+    the client's connection, freed by a collection at any moment on any thread, beside the
+    reactor in proton (adversary seed 65972: the worker aborted). A cancelled task stays in the
+    container's heap until its deadline, naming this one, so ``done`` goes too.
+    """
 
     def __init__(
         self, peers: Peers, figures: Figures, done: Callable[[Asked | None], None]
@@ -1135,7 +1142,7 @@ class _Gathering(Handler):
         super().__init__()
         self.peers = peers
         self.figures = figures
-        self.done = done
+        self.done: Callable[[Asked | None], None] | None = done
         self.timer: Task | None = None
 
     def finish(self, failure: Asked | None) -> None:
@@ -1143,9 +1150,12 @@ class _Gathering(Handler):
         if self not in gathering:
             return
         del gathering[self]
-        if self.timer is not None:
-            self.timer.cancel()
-        self.done(failure)
+        timer, self.timer = self.timer, None
+        if timer is not None:
+            timer.cancel()
+        done, self.done = self.done, None
+        if done is not None:
+            done(failure)
 
     def on_timer_task(self, event: Event) -> None:
         self.timer = None
