@@ -53,6 +53,12 @@ def is_reply_to(name: str) -> bool:
 class VolatileQueue:
     """One requester's reply queue, implementing :class:`queues.queue_type.QueueType`."""
 
+    # Its deliveries are a responder's bytes on their way through, which the budget gated as
+    # they were read, dropped while the requester is backlogged: not bytes a request brings
+    # from storage, which a blocked budget asks for by bytes (session/outgoing_link.py
+    # ``uncounted``); held to that, a requester had one reply in flight per write.
+    passes_through: Final = True
+
     def __init__(self, name: str | None = None) -> None:
         self.name = (
             name if name is not None else REPLY_TO_PREFIX + secrets.token_urlsafe(_NAME_BYTES)

@@ -222,6 +222,11 @@ class Session:
                 # queues may still count their payload: each waiting one is counted as one more
                 # holder of it until sent (adversary seed 64301: 7.5 MB counted twice).
                 link.shares = held
+        # What ``deliver`` and ``ask_queue`` may charge in full: a pre-settled consumer's
+        # stored messages come with their bodies read for it, not shared (a durable queue's).
+        link.uncounted = not (
+            link.imports or link.counted or getattr(queue, "passes_through", False)
+        )
         self.links[handle] = link
         queue.attach(link, ack_required=ack_required, options=options)
         return link
@@ -243,6 +248,8 @@ class Session:
         link.waiting.clear()
         self.waiting.forget(link)
         server = self.waiting.server
+        if link.uncounted:
+            server.uncounted.pop(link, None)
         if link.reserved:
             server.reserve(link, 0)
         if link.imports:
@@ -374,9 +381,11 @@ class Session:
             if not (drain and self._starved(link)):
                 link.stashed_credit_req = CreditReq(delivery_count, link_credit, drain, echo)
                 return
-            # Its request waits for the budget: the drain replaces it and is answered now.
+            # Its request waits for the budget: the drain replaces it, and any FLOW stashed
+            # before it, and is answered now (a stale stash popped after its reply did not).
             self.waiting.forget(link)
             link.credit_req_in_flight = False
+            link.stashed_credit_req = None
         client = link.client_flow_ctl
         desired = link_credit_snd(delivery_count, link_credit, client.delivery_count)
         client.credit = desired
@@ -629,7 +638,9 @@ class Session:
         memory budget has no room for them (session/waiting.py): it is in flight either way. A held
         link's request asks for nothing, which costs nothing to make at once. Another worker's
         queue is asked for at most ``IMPORT_BATCH`` bytes by the largest delivery the link was
-        sent, one before it was sent any, and for none by a drain while it may not ask."""
+        sent, one before it was sent any, and for none by a drain while it may not ask; so is,
+        while the budget is blocked, a local queue whose deliveries no queue counts
+        (``OutgoingLink.uncounted``, sized as it is asked: :meth:`ask_queue`)."""
         if link.imports:
             if drain and not self.waiting.may_ask(link, credit or 1):
                 # Nothing new may come now (session/waiting.py): a drain asks for none and is
@@ -637,6 +648,8 @@ class Session:
                 credit = 0
             else:
                 credit = _import_batch(link, credit)
+        elif drain and link.uncounted and not self.waiting.may_import():
+            credit = 0
         link.queue_flow_ctl.credit = credit
         link.credit_req_in_flight = True
         if link.held or not self.waiting.defer(link, drain):
@@ -645,29 +658,53 @@ class Session:
     def _starved(self, link: OutgoingLink) -> bool:
         """Whether the link's request waits for the memory budget (session/waiting.py)."""
         waiting = self.waiting
-        return (
-            link.imports
-            and link in waiting.deferred
-            and not waiting.may_ask(link, link.queue_flow_ctl.credit or 1)
-        )
+        if link not in waiting.deferred:
+            return False
+        if link.imports:
+            return not waiting.may_ask(link, link.queue_flow_ctl.credit or 1)
+        return link.uncounted and not waiting.may_import()
 
     def ask_queue(self, link: OutgoingLink, drain: bool) -> None:
         """Request the credit the link's queue flow control holds; the batch and the reply
         join ``outgoing_pending``. Every request to a queue comes here: a held link's asks for
         none, which takes back what the queue held (a drain is then answered at once)."""
         queue_ctl = link.queue_flow_ctl
+        # Deliveries no queue counts asked for while the budget is blocked: their largest
+        # sizes the next request.
+        gated = False
         if link.held:
             queue_ctl.credit = 0
         elif link.imports and queue_ctl.credit:
             self._reserve(link)
+        elif link.uncounted and queue_ctl.credit:
+            server = self.waiting.server
+            if server.blocked:
+                # Sized here, so that a request deferred before the budget blocked is too.
+                queue_ctl.credit = _import_batch(link, queue_ctl.credit)
+                gated = True
+            else:
+                # What its queue holds for it is taken back if the budget blocks.
+                server.uncounted[link] = None
         messages, reply = link.queue.credit(link, queue_ctl.delivery_count, queue_ctl.credit, drain)
+        if gated and messages:
+            largest = max([message.held for message in messages])
+            if largest > link.largest:
+                link.largest = largest
         pending = self.outgoing_pending
         held = 0
         # Of held, what is counted elsewhere: by their queue, or as holders of their payload.
         counted = 0
         shares = link.shares
         if messages and shares is not None:
-            messages = [_shared(link, shares, message) for message in messages]
+            # A pre-settled consumer's stored messages come with bodies read for it that no
+            # queue shares: charged in full, as ``deliver`` charges them. Taken as holders of a
+            # payload here, they were never let go once sent (only plain messages are), and
+            # the held bytes kept each one's body for good, 2.7 MB after 89 of 30 KB.
+            browse = link.browse
+            messages = [
+                _shared(link, shares, message) if browse or type(message) is Message else message
+                for message in messages
+            ]
             counted = sum(m.held for m in messages if type(m) is Message)
         for message in messages:
             pending.append((link, message))
@@ -727,9 +764,11 @@ class Session:
         server.room_full = True
 
     def take_back(self, link: OutgoingLink) -> None:
-        """Credit granted to another worker's queue beyond the server's room is taken back:
+        """Credit granted to another worker's queue beyond the server's room, or held by a
+        local queue whose deliveries no queue counts when the budget blocks, is taken back:
         a request for none, made at once, as for a held link; its reply gives the
-        reservation back, and the next request waits for the room (session/waiting.py)."""
+        reservation back, and the next request waits for the room or is asked as a blocked
+        budget allows (session/waiting.py)."""
         link.queue_flow_ctl.credit = 0
         link.credit_req_in_flight = True
         self.ask_queue(link, False)
@@ -864,6 +903,15 @@ class Session:
             elif reply.credit and held:
                 # Held while this request was out: the queue's credit is taken back.
                 self._request_credit(link, 0, False)
+            elif (
+                link.uncounted
+                and self.waiting.server.blocked
+                and reply.credit > _import_batch(link, reply.credit)
+            ):
+                # The budget blocked while this request was out, or its batch brought a
+                # delivery larger than any before: what its queue kept is more than a blocked
+                # budget asks for now, and is taken back.
+                self.take_back(link)
             else:
                 link.credit_req_in_flight = False
                 if client.echo:
@@ -883,7 +931,7 @@ class Session:
             reply.delivery_count == queue_ctl.delivery_count
             and client.credit > 0
             and not held
-            and not (link.imports and not self.waiting.may_import())
+            and not ((link.imports or link.uncounted) and not self.waiting.may_import())
         ):
             # The queue spent the whole batch on messages: it may hold more, drain another round
             # (a held link's drain ends here: nothing more is handed out to it, nor to one that
@@ -986,8 +1034,9 @@ def _given_back(link: OutgoingLink, item: object) -> bool:
 
 
 def _import_batch(link: OutgoingLink, credit: int) -> int:
-    """The most a request to another worker's queue asks for: ``IMPORT_BATCH`` bytes by the
-    link's largest delivery, one before it was sent any (session/waiting.py)."""
+    """The most a request to another worker's queue asks for, or, while the budget is
+    blocked, one to a local queue whose deliveries no queue counts: ``IMPORT_BATCH`` bytes by
+    the link's largest delivery, one before it was sent any (session/waiting.py)."""
     if credit <= 1:
         return credit
     largest = link.largest
@@ -1001,13 +1050,18 @@ def budget_flushed(
     worker's queue for deliveries, new bytes here, and for how many (``import_room``,
     session/waiting.py): credit granted beyond the room is taken back, and when the budget
     lets go, is no longer ``full`` or has room again, the requests that waited for it are
-    made, connection by connection, each as far as it now may; return the sessions to pump."""
+    made, connection by connection, each as far as it now may; return the sessions to pump.
+    When it blocks, what local queues whose deliveries no queue counts hold is taken back
+    (:func:`take_back_uncounted`)."""
     unblocked = server.blocked and not blocked
+    newly_blocked = blocked and not server.blocked
     let_go = unblocked or (server.full and not full)
     server.blocked = blocked
     server.full = full
     server.import_room = import_room
     touched: set[LinkOwner] = set()
+    if newly_blocked and server.uncounted:
+        touched |= take_back_uncounted(server)
     if blocked and (full or server.room_full) and server.starved and server.check_stalls:
         touched |= reclaim(server)
     elif unblocked and server.stalled:
@@ -1061,6 +1115,41 @@ def reclaim(server: WaitingBytes) -> set[LinkOwner]:
             session = cast(Session, link.session)
             session.preempt(link)
             touched.add(session)
+    return touched
+
+
+def take_back_uncounted(server: WaitingBytes) -> set[LinkOwner]:
+    """The budget blocked: the credit local queues hold for links whose deliveries no queue
+    counts, granted while it had room, is taken back, so that what they hand out from now on
+    is what a blocked budget asks for (session/waiting.py); return the sessions to pump.
+    Without it, a pre-settled consumer's credit on a durable queue whose messages another
+    consumer held brought them all when that consumer's connection dropped: 5 MB of their
+    bodies waited in a session that was not read, in one pass (docs/bounds.md). A request
+    deferred meanwhile asks for none now (a drain is answered), one out is taken back when
+    its reply comes (``Session._credit_reply``), and each asks again from its reply. Looked
+    at once per block, over the links that asked since the last one; one whose reply is
+    still to come stays among them, for the reply may come once the budget let go and leave
+    its queue the credit."""
+    touched: set[LinkOwner] = set()
+    awaited: dict[OutgoingLink, None] = {}
+    for link in server.uncounted:
+        if link.held:
+            continue
+        session = cast(Session, link.session)
+        queue_ctl = link.queue_flow_ctl
+        drain = session.waiting.forget(link)
+        if drain is not None:
+            queue_ctl.credit = 0
+            session.ask_queue(link, drain)
+        elif link.credit_req_in_flight:
+            awaited[link] = None
+            continue
+        elif queue_ctl.credit > len(link.waiting):
+            session.take_back(link)
+        else:
+            continue
+        touched.add(session)
+    server.uncounted = awaited
     return touched
 
 

@@ -121,6 +121,7 @@ class OutgoingLink:
         "stashed_credit_req",
         "top_up_below",
         "transport_count",
+        "uncounted",
         "unsettled",
         "waiting",
     )
@@ -158,6 +159,14 @@ class OutgoingLink:
         # for only while the memory budget is not blocked, in batches of at most
         # ``IMPORT_BATCH`` bytes by the largest it was sent (session/waiting.py).
         self.imports = False
+        # A local queue's deliveries that the session may charge the budget in full, bytes no
+        # queue counts (a stream's reader, a pre-settled consumer handed stored messages with
+        # their bodies read for it): while the budget is blocked they are asked for as
+        # another worker's are, and the credit its queue holds when it blocks is taken back
+        # (session/waiting.py). Set as the session attaches it.
+        self.uncounted = False
+        # The largest delivery it was sent (another worker's), or handed by a request made
+        # while the budget was blocked (``uncounted``): what a request's bytes are sized by.
         self.largest = 0
         # Its queue's last reply kept credit with nothing to send (another worker's): what it
         # has reserved waits for messages not yet published, and is lent back when another

@@ -15,6 +15,11 @@ asking queues for credit: each request is deferred, in order, and made once the 
 at half the limit, so a connection holds at most its limit plus one batch of one link
 (docs/outbound-flow-control.md). The reactor keeps serving everyone else meanwhile; the client
 that stopped reading is the only one that waits.
+
+That limit is no bound for a blocked budget: such bodies are bytes no queue counts, and a
+consumer that never read pulled its limit into the count while the budget was blocked, past
+the publishers' ceiling, where every publisher waited for it (docs/bounds.md). While blocked,
+they are asked for as another worker's deliveries are (:class:`WaitingBytes`).
 """
 
 from __future__ import annotations
@@ -93,6 +98,15 @@ class WaitingBytes(ServerBytes):
     (``reclaim`` in session/outbound.py): deliveries waiting on clients that read nothing go
     back to their queues, and credit reserved on empty queues is lent, its links asking
     again behind the connections that waited first (``starved`` keeps their order).
+
+    A local queue's deliveries that no queue counts (``OutgoingLink.uncounted``: a stream's
+    reader, a pre-settled consumer's stored messages, their bodies read for it) are new bytes
+    in the count too, on the publishers' part: while the budget is blocked their requests go
+    as an import's would (:meth:`Waiting.may_import`), sized by bytes, and wait, starved,
+    otherwise; there is no reservation (their queue answers at once), so the credit such a
+    queue holds when the budget blocks is taken back (``uncounted``, ``take_back_uncounted``
+    in session/outbound.py). Without it, a client that never read pulled its connection's
+    limit, 8 MiB, into a blocked budget (docs/bounds.md).
     """
 
     __slots__ = (
@@ -108,6 +122,7 @@ class WaitingBytes(ServerBytes):
         "room_full",
         "stalled",
         "starved",
+        "uncounted",
     )
 
     def __init__(self) -> None:
@@ -136,6 +151,9 @@ class WaitingBytes(ServerBytes):
         self.check_stalls = False
         # Deliveries stalled links gave back to their queues, since the worker started.
         self.given_back = 0
+        # Links whose deliveries no queue counts that asked for credit since the budget was
+        # last blocked: what their queues may hold is taken back when it blocks again.
+        self.uncounted: dict[OutgoingLink, None] = {}
 
     def reserve(self, link: OutgoingLink, nbytes: int) -> None:
         """What ``link``'s queue may still send is worth ``nbytes`` now."""
@@ -228,10 +246,17 @@ class Waiting:
         connection holds its limit, or the request would bring new bytes into a blocked
         budget (:class:`WaitingBytes`)."""
         credit = link.queue_flow_ctl.credit
-        if link.imports and credit and not self.may_ask(link, credit):
-            self.deferred[link] = drain
-            self.server.starve(self)
-            return True
+        if credit:
+            if link.imports and not self.may_ask(link, credit):
+                self.deferred[link] = drain
+                self.server.starve(self)
+                return True
+            if link.uncounted and not self.may_import():
+                # Its connection waits for its own unsent bytes, or the budget: not for the
+                # imports' part, so nothing another client holds there is taken back for it.
+                self.deferred[link] = drain
+                self.server.starved[self] = None
+                return True
         if not self.paused:
             if self.bytes < self.limit:
                 return False
@@ -241,8 +266,8 @@ class Waiting:
         return True
 
     def may_import(self) -> bool:
-        """Whether the connection may ask another worker's queue for deliveries now
-        (:class:`WaitingBytes`)."""
+        """Whether the connection may ask for deliveries that are new bytes here now: another
+        worker's, or a local queue's that no queue counts (:class:`WaitingBytes`)."""
         server = self.server
         if not server.blocked:
             return True
@@ -279,11 +304,15 @@ class Waiting:
     @property
     def resumable(self) -> bool:
         """Enough has left the sessions for the deferred requests to go on: paused and back
-        at ``resume_at``, or, starved (:class:`WaitingBytes`), allowed to ask again."""
+        at ``resume_at``, or, starved (:class:`WaitingBytes`), allowed to ask again: an
+        import once the server's room has some left, a local queue at once."""
         if self.paused:
             return self.bytes <= self.resume_at
         server = self.server
-        return self in server.starved and self.may_import() and server.reserved < server.import_room
+        if self not in server.starved or not self.may_import():
+            return False
+        head = next(iter(self.deferred), None)
+        return head is None or not head.imports or server.reserved < server.import_room
 
     def next_deferred(self) -> tuple[OutgoingLink, bool] | None:
         """The oldest deferred request, while the bytes stay under the limit; None pauses again
@@ -297,6 +326,9 @@ class Waiting:
             self.paused = True
             self.pauses += 1
             return None
+        # Under the limit again: whatever still waits below waits for the budget (starved),
+        # not for the bytes to fall to ``resume_at``, or it looked resumable for good.
+        self.paused = False
         head = next(iter(deferred))
         credit = head.queue_flow_ctl.credit
         if head.imports and credit and not self.may_ask(head, credit):
@@ -307,7 +339,10 @@ class Waiting:
             else:
                 self.server.starve(self)
             return None
-        self.paused = False
+        if head.uncounted and credit and not self.may_import():
+            # Bytes no queue counts into a blocked budget: it waits as in :meth:`defer`.
+            self.server.starved[self] = None
+            return None
         return deferred.popitem(last=False)
 
     def statistics(self) -> WaitingStatistics:

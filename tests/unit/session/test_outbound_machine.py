@@ -3,9 +3,11 @@
 The machine plays the client (FLOWs with any credit, drain and echo, sometimes with a stale
 delivery-count as when a FLOW crosses transfers on the wire), the publishers (enqueue, routed to
 the session), the network (the remote incoming window opens and closes; the writer drains some
-bytes), the consumer's settlements and detaches, and the dead letters its outcomes make and the
+bytes), the consumer's settlements and detaches, the dead letters its outcomes make and the
 router stores (the connection's dead-letter debt, which holds the links that owe letters at its
-limit). After every step it checks the bounds the design promises.
+limit), and the memory budget blocking and letting go (a pre-settled consumer's deliveries are
+then asked for by bytes, session/waiting.py). After every step it checks the bounds the design
+promises.
 """
 
 from __future__ import annotations
@@ -28,11 +30,17 @@ from sluicegate.session.outbound import (
     Session,
     TransferPart,
     apply_hold,
+    budget_flushed,
     resume,
     route,
 )
 from sluicegate.session.outgoing_link import OutgoingLink
-from sluicegate.session.waiting import WAITING_DELIVERY_COST, Waiting
+from sluicegate.session.waiting import (
+    IMPORT_BATCH,
+    UNLIMITED_IMPORT_ROOM,
+    WAITING_DELIVERY_COST,
+    Waiting,
+)
 from sluicegate.wire.amqp_types import Described
 from sluicegate.wire.encoding import encode
 from sluicegate.wire.serial import serial_diff
@@ -48,6 +56,12 @@ WAITING_LIMIT = 3000
 DEBT_LIMIT = 6
 
 
+def blocked_batch(link: OutgoingLink) -> int:
+    """The most a request of a link whose deliveries no queue counts asks for while the budget
+    is blocked: IMPORT_BATCH bytes by its largest delivery, one before it was handed any."""
+    return max(1, IMPORT_BATCH // link.largest) if link.largest else 1
+
+
 class RecordingQueue(ClassicQueue):
     """Counts credit requests per consumer."""
 
@@ -55,6 +69,8 @@ class RecordingQueue(ClassicQueue):
         super().__init__(name)
         self.requests: Counter[int] = Counter()
         self.requested: list[tuple[int, int, bool]] = []
+        # The consumers' connection, whose blocked budget a request must respect.
+        self.waiting: Waiting | None = None
 
     def credit(
         self, consumer: ConsumerKey, delivery_count: int, credit: int, drain: bool
@@ -62,6 +78,11 @@ class RecordingQueue(ClassicQueue):
         assert isinstance(consumer, OutgoingLink)
         self.requests[id(consumer)] += 1
         self.requested.append((id(consumer), credit, drain))
+        waiting = self.waiting
+        if consumer.uncounted and credit and waiting is not None and waiting.server.blocked:
+            # New bytes into a blocked budget: only as another worker's deliveries are asked.
+            assert waiting.may_import(), "asked with the connection holding unsent bytes"
+            assert credit <= blocked_batch(consumer), f"{credit} asked for while blocked"
         messages, reply = super().credit(consumer, delivery_count, credit, drain)
         if consumer.held:
             # A held link's every request asks for nothing, and gets nothing.
@@ -140,6 +161,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.queue = RecordingQueue("q")
         self.writer = Writer(initial_credit=WRITER_CREDIT, more_credit_after=WRITER_MORE_AFTER)
         self.session = SpySession(self.writer)
+        self.queue.waiting = self.session.waiting
         self.clients: dict[int, ClientLink] = {}
         self.slots: list[OutgoingLink | None] = [None, None, None]
         self.next_handle = 0
@@ -261,15 +283,19 @@ class SessionMachine(RuleBasedStateMachine):
         client.closed = False
         requests_before = self.queue.requests[id(link)]
         in_flight = link.credit_req_in_flight
+        waiting = self.session.waiting
+        # A drain replaces a deferred request that the budget would not let go now, and is
+        # answered at once.
+        starved = drain and link in waiting.deferred and link.uncounted and not waiting.may_import()
         self.session.client_flow(link, base & 0xFFFFFFFF, credit, drain, echo)
         # Either exactly one credit request (deferred while the connection's waiting deliveries
         # are over its bound), or (while one is in flight) a stash.
-        if in_flight:
+        if in_flight and not starved:
             assert self.queue.requests[id(link)] == requests_before
             assert link.stashed_credit_req is not None
-        elif link in self.session.waiting.deferred:
+        elif link in waiting.deferred:
             assert self.queue.requests[id(link)] == requests_before
-            assert self.session.waiting.paused
+            assert waiting.paused or waiting in waiting.server.starved
         else:
             assert self.queue.requests[id(link)] == requests_before + 1
 
@@ -324,6 +350,15 @@ class SessionMachine(RuleBasedStateMachine):
         for _ in range(count):
             self.route(self.queue.enqueue(Message(_payload(self.enqueued, size))))
             self.enqueued += 1
+
+    @rule(blocked=st.booleans(), full=st.booleans())
+    def budget(self, blocked: bool, full: bool) -> None:
+        """The gateway's flush finds the memory budget blocked (its imports' part taken, or
+        not) or not, and pumps what that touched, then resumes what may go on."""
+        server = self.session.waiting.server
+        touched = budget_flushed(server, blocked, blocked and full, UNLIMITED_IMPORT_ROOM)
+        assert touched <= {self.session}
+        self.resume()
 
     @rule(window=st.sampled_from([0, 1, 2, 5, 20, 1000, 1000]))
     def set_window(self, window: int) -> None:
@@ -510,7 +545,22 @@ class SessionMachine(RuleBasedStateMachine):
         assert self.queue.held.total == sum(m.held + MESSAGE_OVERHEAD for m in (*queued, *holders))
         assert self.session.pending_server == waiting.server.total == charged - counted
         assert not waiting.resumable, "deferred credit requests with room for them"
-        assert waiting.paused or not waiting.deferred
+        # A deferred request waits for the bytes to go back to half the limit, or, starved, for
+        # the budget or the connection's unsent bytes; never for nothing.
+        assert waiting.paused or not waiting.deferred or waiting in waiting.server.starved
+
+    @invariant()
+    def a_blocked_budget_is_asked_by_bytes(self) -> None:
+        """While the budget is blocked, the queue holds for a pre-settled consumer (its
+        deliveries may be bytes no queue counts) at most what a request may ask for then,
+        once the reply to any request out came back: what it held when the budget blocked
+        was taken back."""
+        if not self.session.waiting.server.blocked:
+            return
+        for client in self.live():
+            link = client.link
+            if link.uncounted and not link.credit_req_in_flight and not link.held:
+                assert self.queue.consumer_credit(link) <= blocked_batch(link)
 
     @invariant()
     def closed_links_stay_silent(self) -> None:
