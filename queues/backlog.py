@@ -22,6 +22,7 @@ sequence numbers.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
@@ -61,11 +62,16 @@ class Backlog:
     )
 
     def __init__(
-        self, held: HeldBytes, deadlines: Deadlines, expire: Callable[[Message], None]
+        self,
+        held: HeldBytes,
+        deadlines: Deadlines,
+        expire: weakref.WeakMethod[Callable[[Message], None]],
     ) -> None:
         self.held = held
         self.deadlines = deadlines
-        # What the queue does with a message found dead (counts it, dead-letters it).
+        # What the queue does with a message found dead (counts it, dead-letters it): a method
+        # of the queue, held weakly, since the queue holds this backlog and a reference back
+        # made every deleted queue a cycle, kept with what it held until a collection.
         self.expire = expire
         self.messages: dict[int, Message] = {}
         self.low = 0
@@ -115,7 +121,9 @@ class Backlog:
             expires = message.expires
             if expires is not None and expires <= now:
                 if state == AVAILABLE:
-                    self.expire(message)
+                    expire = self.expire()
+                    assert expire is not None  # its queue holds this backlog
+                    expire(message)
                 continue
             if accept is not None:
                 if budget is None:

@@ -20,6 +20,7 @@ serving them at the next tick (:meth:`ClassicQueue.expire`).
 
 from __future__ import annotations
 
+import weakref
 from typing import Final
 
 from sluicegate.queues.arguments import DEFAULT_ARGUMENTS, QueueArguments
@@ -86,7 +87,7 @@ class ClassicQueue:
         self._deadlines = Deadlines(
             self, self.timed, arguments.message_ttl, arguments.consumer_timeout
         )
-        self._backlog = Backlog(self.held, self._deadlines, self._expire)
+        self._backlog = Backlog(self.held, self._deadlines, weakref.WeakMethod(self._expire))
         self._order: Ordering = (
             Cursor(self._backlog, 0)
             if arguments.max_priority is None

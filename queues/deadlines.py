@@ -10,6 +10,7 @@ server's set of timed queues, so the timer visits only those.
 from __future__ import annotations
 
 import heapq
+import weakref
 from typing import Final, Protocol
 
 from sluicegate.queues.message import Message
@@ -37,7 +38,9 @@ class Deadlines:
     def __init__(
         self, owner: QueueType, timed: TimedQueues, ttl: int | None, timeout: int | None
     ) -> None:
-        self.owner = owner
+        # Weakly: the queue owns its deadlines, and a reference back made every deleted queue
+        # a cycle, kept with what it held until a collection.
+        self.owner = weakref.ref(owner)
         # The server's queues that have deadlines: joined here, left when expire() runs dry.
         self.timed = timed
         # x-message-ttl and x-consumer-timeout, in milliseconds.
@@ -49,6 +52,11 @@ class Deadlines:
         self.locks: list[tuple[int, int, Message, LockHolder]] = []
         self.tickets = 0
 
+    def _queue(self) -> QueueType:
+        owner = self.owner()
+        assert owner is not None  # it owns these deadlines, which live only as long as it
+        return owner
+
     def apply_ttl(self, message: Message, now: int) -> None:
         """Shorten a new message's expiry to the queue's x-message-ttl from ``now``."""
         if self.ttl is not None:
@@ -59,7 +67,7 @@ class Deadlines:
     def watch(self, message: Message, expires: int) -> None:
         """Expire the available message at ``expires`` (its expiry) unless it leaves before."""
         heapq.heappush(self.expiries, (expires, message.seq))
-        self.timed.add(self.owner, expires)
+        self.timed.add(self._queue(), expires)
 
     def lock(self, message: Message, holder: LockHolder, now: int) -> None:
         """Release the delivery back to the queue if ``holder`` has not settled it in time."""
@@ -69,11 +77,11 @@ class Deadlines:
         deadline = message.lock_deadline = now + timeout
         self.tickets += 1
         heapq.heappush(self.locks, (deadline, self.tickets, message, holder))
-        self.timed.add(self.owner, deadline)
+        self.timed.add(self._queue(), deadline)
 
     def join(self) -> None:
         """The queue has something to time besides its heaps (a page's head message)."""
-        self.timed.add(self.owner)
+        self.timed.add(self._queue())
 
     def due(self, now: int) -> list[tuple[int, int]]:
         """The expiries that are ``now`` or past: (deadline, sequence number) of each."""
@@ -115,4 +123,4 @@ class Deadlines:
     def settle_timer(self, head: int | None) -> None:
         """Leave the server's timed queues when nothing is left to time."""
         if self.next_deadline(head) is None:
-            self.timed.discard(self.owner)
+            self.timed.discard(self._queue())
