@@ -17,19 +17,18 @@ back to the system (gateway/proton/heap_trim.py).
 
 from __future__ import annotations
 
-import gc
 import re
 import time
 import urllib.request
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Final
 
 import proton
 import pytest
 from integration.conftest import RunningServer
 from support.clients import consume, publish
+from support.collector import collector_off
 from support.flood import Flood
 from support.frames import FRAME_HEADER, described, encode_frame
 from support.polling import wait_until
@@ -101,19 +100,6 @@ def _alive(server: RunningServer, refs: list[weakref.ref[object]]) -> list[str]:
     return server.call(check)
 
 
-@contextmanager
-def _collector_off() -> Iterator[None]:
-    """Python's cyclic collector off (the server runs in this process): what goes, goes by
-    reference counting alone, as soon as nothing refers to it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _end(client: RawClient, ending: str) -> None:
     if ending == "close":
         client.close()
@@ -133,7 +119,7 @@ def test_nothing_of_a_closed_connection_survives(
     server = make_server()
     name = f"leak-{ending}"
     records = server.server.broker.records
-    with _collector_off():
+    with collector_off():
         client = _busy_connection(server, f"leak-{ending}", name)
         refs = _records_of(server, name)
         assert len(refs) >= 10
@@ -174,7 +160,7 @@ def test_an_ended_session_leaves_nothing_while_its_connection_stays(
     message is back in its queue; the connection goes on serving."""
     server = make_server()
     queue = "/queues/session-end"
-    with _collector_off():
+    with collector_off():
         client = RawClient.connect(server.host, server.port, container_id="session-end")
         client.begin(0)
         kept = client.begin(1)
@@ -213,7 +199,7 @@ def test_a_detached_link_leaves_nothing_while_its_session_stays(
     and the session goes on serving."""
     server = make_server()
     queue = "/queues/link-detach"
-    with _collector_off():
+    with collector_off():
         client = RawClient.connect(server.host, server.port, container_id="link-detach")
         client.begin()
         publisher = client.attach("p", "sender", target=queue)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.collector import collector_off
 
 from sluicegate.gateway.collection import OLDEST, ReactorCollection, generation_due
 
@@ -54,16 +55,12 @@ def collection_off() -> Iterator[list[tuple[str, int]]]:
     def record(phase: str, info: dict[str, Any]) -> None:
         seen.append((phase, threading.get_ident()))
 
-    was = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    gc.callbacks.append(record)
-    try:
-        yield seen
-    finally:
-        gc.callbacks.remove(record)
-        if was:
-            gc.enable()
+    with collector_off():
+        gc.callbacks.append(record)
+        try:
+            yield seen
+        finally:
+            gc.callbacks.remove(record)
 
 
 def test_cycles_made_on_another_thread_are_collected_only_where_the_collections_run(

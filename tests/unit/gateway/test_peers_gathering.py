@@ -5,13 +5,13 @@ freed by a collection at any moment on any thread, where the worker aborted."""
 
 from __future__ import annotations
 
-import gc
 import weakref
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
 import pytest
+from support.collector import collector_off
 from support.worker_one import worker_one
 
 from sluicegate.session.channel.queries import Asked, Figures
@@ -33,14 +33,8 @@ def _answer(caller: Caller, failure: Asked | None) -> None:
 
 @pytest.fixture
 def no_collection() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @pytest.mark.usefixtures("no_collection")

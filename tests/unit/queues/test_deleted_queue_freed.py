@@ -5,11 +5,11 @@ ran, which may be never on an idle server (gateway/collection.py)."""
 
 from __future__ import annotations
 
-import gc
 import weakref
 from collections.abc import Iterator
 
 import pytest
+from support.collector import collector_off
 
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock
@@ -21,14 +21,8 @@ DAY = 86_400_000
 
 @pytest.fixture
 def no_collection() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @pytest.mark.usefixtures("no_collection")
