@@ -74,6 +74,7 @@ class Backlog:
         # made every deleted queue a cycle, kept with what it held until a collection.
         self.expire = expire
         self.messages: dict[int, Message] = {}
+        deadlines.messages = self.messages
         self.low = 0
         self.next_seq = 0
         # Set for a durable queue: ready messages beyond ``resident_ready`` go to pages.
@@ -107,38 +108,45 @@ class Backlog:
         available (taken, settled, gone) and expires what it finds dead, so a message past its
         expiry is never delivered, even before the timer runs. A browser (``browse``) also sees
         what other consumers hold; a filtered consumer takes only what it ``accept``s, its
-        filter's work charged to ``budget`` (queues.filters.budget).
+        filter's work charged to ``budget`` (queues.filters.budget), and so is each step over
+        what the walk does not take: a gap behind a message held unacked is every settled
+        message since, which every new walk met.
         """
         messages = self.messages
         count = len(taken)
         for seq in seqs:
             message = messages.get(seq)
-            if message is None:
-                continue
-            state = message.state
-            if state != AVAILABLE and not (browse and state == ACQUIRED):
-                continue
-            expires = message.expires
-            if expires is not None and expires <= now:
-                if state == AVAILABLE:
-                    expire = self.expire()
-                    assert expire is not None  # its queue holds this backlog
-                    expire(message)
-                continue
-            if accept is not None:
-                if budget is None:
-                    passed = accept(message)
-                else:
-                    passed = budget.passes(accept, message, views)
-                    if not passed and budget.spent:
-                        return seq + 1
-                if not passed:
-                    continue
-            taken.append(message)
-            count += 1
-            if count >= limit:
-                return seq + 1
+            if message is not None:
+                state = message.state
+                if state == AVAILABLE or (browse and state == ACQUIRED):
+                    expires = message.expires
+                    if expires is not None and expires <= now:
+                        if state == AVAILABLE:
+                            expire = self.expire()
+                            assert expire is not None  # its queue holds this backlog
+                            expire(message)
+                    elif (
+                        accept is None
+                        or (budget is None and accept(message))
+                        or (budget is not None and budget.passes(accept, message, views))
+                    ):
+                        taken.append(message)
+                        count += 1
+                        if count >= limit:
+                            return seq + 1
+                        continue
+            if budget is not None:
+                # A step over what it does not take: a gap settled messages left, another
+                # consumer's, the dead, the unmatched (after its evaluation's cost).
+                budget.units -= 1
+                if budget.units <= 0:
+                    return seq + 1
         return None
+
+    def available(self, seq: int) -> bool:
+        """Whether the message numbered ``seq`` is resident and available."""
+        message = self.messages.get(seq)
+        return message is not None and message.state == AVAILABLE
 
     def append(self, message: Message) -> None:
         """A new message: it takes the next sequence number."""

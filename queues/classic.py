@@ -33,7 +33,7 @@ from sluicegate.queues.filters.budget import ReadBudget
 from sluicegate.queues.handing_out import HandOut
 from sluicegate.queues.held_bytes import HeldBytes
 from sluicegate.queues.message import ARCHIVED, AVAILABLE, Message
-from sluicegate.queues.ordering import Cursor, Ordering, PriorityLanes
+from sluicegate.queues.ordering import Cursor, Ordering, PriorityLanes, ReleasedLog
 from sluicegate.queues.overflow import Limits
 from sluicegate.queues.paging import Pager
 from sluicegate.queues.queue_type import (
@@ -96,6 +96,8 @@ class ClassicQueue:
         self._consumers = Consumers(arguments.single_active_consumer)
         # Filters' work per call; when a call spent it, serving goes on at the next tick.
         self._budget = ReadBudget()
+        # Messages released back, for the filtered consumers' walks to read.
+        self._released = ReleasedLog()
         self._walks_paused = False
         self._dead_letterer = DeadLetterer(
             name,
@@ -181,6 +183,7 @@ class ClassicQueue:
             options.browse,
             self._budget,
             options.views,
+            self._released if options.filter is not None and not options.browse else None,
         )
         self._consumers.add(Consumer(consumer, ack_required, options, cursor))
 
@@ -212,6 +215,10 @@ class ClassicQueue:
         if state.browse:
             cursor = state.cursor
             cursor.position = min(cursor.position, min(message.seq for message in unsent))
+            if state.waiting:
+                self._consumers.behind[consumer] = state
+                self._walks_paused = True
+                self._deadlines.join()
             return _NO_DISPATCH
         self._take_back_unsent(state, unsent)
         return self._dispatch()
@@ -237,6 +244,8 @@ class ClassicQueue:
         self._budget.refill()
         delivered = self._take(state, state.credit) if state.active else []
         self._pause_if_spent()
+        if state.browse and self._walks_paused and state.credit > 0 and not drain:
+            self._consumers.behind[consumer] = state
         if drain and state.credit > 0:
             # AMQP 1.0 §2.6.7: a drained sender advances delivery-count by its unused credit.
             state.delivery_count = (state.delivery_count + state.credit) & SERIAL_MASK
@@ -350,8 +359,7 @@ class ClassicQueue:
         """Drop every available message; return how many were dropped."""
         count = self._backlog.purge()
         self._order.clear()
-        for state in self._consumers.filtered:
-            state.cursor.clear()
+        self._released.clear()
         self._deadlines.expiries.clear()
         return count
 
@@ -432,8 +440,7 @@ class ClassicQueue:
         self._backlog.ready += 1
         self._backlog.ready_bytes += message.read_size()
         self._order.requeue(message)
-        for state in self._consumers.filtered:
-            state.cursor.requeue(message)
+        self._released.add(message.seq)
         if message.expires is not None:
             self._deadlines.watch(message, message.expires)
 
@@ -475,10 +482,31 @@ class ClassicQueue:
     # -- handing out ----------------------------------------------------------------------
 
     def _dispatch(self) -> list[Dispatch]:
-        """Serve waiting consumers within a fresh budget."""
+        """Serve waiting consumers within a fresh budget: the browsers behind first."""
         self._budget.refill()
-        dispatches = self._consumers.dispatch(self._fetch, self._backlog)
+        consumers = self._consumers
+        if consumers.behind:
+            dispatches = self._walk_behind()
+            dispatches += consumers.dispatch(self._fetch, self._backlog)
+        else:
+            dispatches = consumers.dispatch(self._fetch, self._backlog)
         self._pause_if_spent()
+        return dispatches
+
+    def _walk_behind(self) -> list[Dispatch]:
+        """Walk on the browsers behind, in turn, until each caught up or the budget is spent."""
+        consumers = self._consumers
+        behind = consumers.behind
+        budget = self._budget
+        dispatches: list[Dispatch] = []
+        for key in list(behind):
+            state = behind.pop(key)
+            dispatches.extend((key, message) for message in self._take(state, state.credit))
+            if state.credit == 0:
+                consumers.leave(state)
+            elif budget.spent:
+                behind[key] = state
+                break
         return dispatches
 
     def _pause_if_spent(self) -> None:

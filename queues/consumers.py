@@ -79,6 +79,7 @@ class Consumers:
     """Every consumer of one queue, and the rotation of those waiting with credit."""
 
     __slots__ = (
+        "behind",
         "browsers",
         "browsing",
         "by_key",
@@ -98,6 +99,10 @@ class Consumers:
         self.waiting = 0
         self.browsing = 0
         self.browsers: list[Consumer] = []
+        # Browsers waiting with credit whose walk stopped on the queue's spent budget, or was
+        # moved back (their session's unsent deliveries given back): the queue walks them on at
+        # its next tick, since no new message is offered to a browser behind it.
+        self.behind: dict[ConsumerKey, Consumer] = {}
         # Filtered consumers that acquire: each sees messages released behind its cursor.
         self.filtered: list[Consumer] = []
         # A new message was left for a filtered consumer's walk (see offer): the queue must
@@ -125,6 +130,9 @@ class Consumers:
             self.browsers.remove(state)
         elif state.filter is not None:
             self.filtered.remove(state)
+        released = state.cursor.released
+        if released is not None:
+            released.leave(state.cursor)
         return state
 
     def join(self, state: Consumer) -> None:
@@ -151,6 +159,7 @@ class Consumers:
         state.waiting = False
         if state.browse:
             self.browsing -= 1
+            self.behind.pop(state.key, None)
             return
         self.waiting -= 1
         for priority, group in self.rotation:
@@ -178,20 +187,32 @@ class Consumers:
     def offer(self, message: Message, give: Give) -> list[Dispatch]:
         """A new message: copies to waiting browsers, then the first waiting taker that wants it.
 
-        A taker's filter runs on the queue's read budget, as in a walk: with the budget spent,
-        or a cursor behind the message (messages before it not read yet), the message is left
-        for that consumer's walk at the queue's next tick (``deferred``), so a publisher's burst
-        costs filtered consumers a budget per tick, not an evaluation per message each.
+        A filter runs on the queue's read budget, as in a walk: with the budget spent, or a
+        cursor behind the message (messages before it not read yet), the message is left for
+        that consumer's walk at the queue's next tick (``deferred``; a browser goes ``behind``),
+        so a publisher's burst costs filtered consumers a budget per tick, not an evaluation
+        per message each.
         """
         dispatches: list[Dispatch] = []
         if self.browsing:
             for state in self.browsers:
                 if not state.waiting:
                     continue
-                # A browser is served only here and at its credit requests (no walk at the
-                # next tick would find a message left for it): its filter reads each one now.
-                state.cursor.position = message.seq + 1
-                if state.filter is not None and not state.filter(message):
+                cursor = state.cursor
+                accept = state.filter
+                budget = cursor.budget
+                if cursor.position != message.seq or (
+                    accept is not None and budget is not None and budget.spent
+                ):
+                    self.behind[state.key] = state
+                    self.deferred = True
+                    continue
+                cursor.position = message.seq + 1
+                if accept is not None and not (
+                    accept(message)
+                    if budget is None
+                    else budget.passes(accept, message, cursor.views)
+                ):
                     continue
                 dispatches.append((state.key, give(state, message)))
                 if state.credit == 0:

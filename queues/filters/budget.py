@@ -2,8 +2,9 @@
 
 A filtered consumer skips what it does not match, and a filter that matches nothing would walk
 the whole backlog in one credit request: with 100,000 messages and a few such consumers, seconds
-of the reactor. So every walk that runs filters draws on a :class:`ReadBudget`: a unit per step
-that costs O(1) (a stream chunk skipped, a digest compared), :data:`EVALUATION_COST` per message
+of the reactor. So every walk that runs filters, and a browser's, draws on a :class:`ReadBudget`:
+a unit per step that costs O(1) (a stream chunk skipped, a digest compared, a classic queue's
+message or gap not taken, a release read from its log), :data:`EVALUATION_COST` per message
 a filter reads, plus the bytes the filter decoded (queues.filters.view) and the work its
 evaluation measured (the nodes called, the characters compared and matched: the view cache's
 ``work``, queues.filters.expression), so one evaluation costs what it did. When the budget is
