@@ -165,7 +165,7 @@ class _Routes:
     route to the same one.
     """
 
-    __slots__ = ("by_selector", "everywhere", "ring", "topics")
+    __slots__ = ("by_selector", "everywhere", "picks", "ring", "topics")
 
     def __init__(self, topics: TopicTrie | None) -> None:
         self.by_selector: dict[str | bytes, dict[str, int]] = {}
@@ -176,6 +176,9 @@ class _Routes:
         # A consistent-hash exchange's ring (sorted points, their destinations), made on the
         # first message after its bindings change.
         self.ring: tuple[list[int], list[str]] | None = None
+        # An x-local-random exchange's destinations to pick from, made on the first message
+        # after its bindings change: a list of them per message cost O(bindings) a message.
+        self.picks: tuple[str, ...] | None = None
 
     def add(self, selector: str | bytes, destination: str) -> None:
         destinations = self.by_selector.get(selector)
@@ -185,7 +188,7 @@ class _Routes:
                 self.topics.add(cast(str, selector))
         destinations[destination] = destinations.get(destination, 0) + 1
         self.everywhere[destination] = self.everywhere.get(destination, 0) + 1
-        self.ring = None
+        self.ring = self.picks = None
 
     def remove(self, selector: str | bytes, destination: str) -> None:
         destinations = self.by_selector[selector]
@@ -195,7 +198,7 @@ class _Routes:
             if self.topics is not None:
                 self.topics.remove(cast(str, selector))
         _decrement(self.everywhere, destination)
-        self.ring = None
+        self.ring = self.picks = None
 
     def points(self) -> int:
         """The points a consistent-hash exchange's bindings put on its ring."""
@@ -228,7 +231,10 @@ class _Routes:
         if kind is ExchangeType.FANOUT:
             return self.everywhere
         if kind is ExchangeType.LOCAL_RANDOM:
-            return (random.choice(list(self.everywhere)),) if self.everywhere else ()
+            picks = self.picks
+            if picks is None:
+                picks = self.picks = tuple(self.everywhere)
+            return (random.choice(picks),) if picks else ()
         if kind is ExchangeType.CONSISTENT_HASH:
             return self._hashed(routing_key)
         topics = self.topics

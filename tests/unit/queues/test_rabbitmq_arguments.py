@@ -71,6 +71,30 @@ def test_x_local_random_routes_each_message_to_one_bound_queue() -> None:
     assert set(picked) == {"a", "b", "c"}
 
 
+def test_x_local_random_picks_among_its_queues_without_listing_them_per_message() -> None:
+    """Before, each message listed every bound queue to pick one: O(bindings) a message. The
+    list is made once per change of the bindings, and a new binding is picked from."""
+    registry = QueueRegistry()
+    registry.declare_exchange("spread", "x-local-random")
+    names = [f"q{n}" for n in range(1_000)]
+    for name in names:
+        registry.declare_queue(name)
+        registry.bind("spread", name)
+    routes = registry.exchange("spread")._queues
+    picked = {q.name for _ in range(200) for q in registry.route("spread", "k")}
+    picks = routes.picks
+    assert picks is not None
+    picked |= {q.name for _ in range(200) for q in registry.route("spread", "k")}
+    assert routes.picks is picks
+    registry.declare_queue("late")
+    registry.bind("spread", "late")
+    # 40,000 picks of 1,001: the chance that "late" is never picked is e**-40.
+    picked |= {q.name for _ in range(40_000) for q in registry.route("spread", "k")}
+    assert routes.picks is not picks
+    assert "late" in picked
+    assert picked <= {*names, "late"}
+
+
 @pytest.mark.parametrize(
     ("destination", "binding_key", "refused"),
     [
