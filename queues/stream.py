@@ -199,6 +199,10 @@ class StreamQueue:
         self._chunks = ChunkFilters(filter_size(arguments.extra))
         # Filtered readers whose last read ran out of budget with credit left, oldest first.
         self._paused: dict[StreamConsumer, None] = {}
+        # Readers at the tail with credit: those a new message goes to. Walking every reader
+        # per message made each publish cost O(readers), most of them behind or with no
+        # credit (docs/bounds.md).
+        self._tail: dict[StreamConsumer, None] = {}
         self._consumers: dict[ConsumerKey, StreamConsumer] = {}
         self._published = 0
         self._delivered = 0
@@ -278,8 +282,10 @@ class StreamQueue:
         if self.max_age is not None:
             self._timed.add(self)
         dispatches = _NO_DISPATCH
-        for state in self._consumers.values():
-            if state.credit > 0 and state.position == offset:
+        tail = self._tail
+        if tail:
+            spent: list[StreamConsumer] = []
+            for state in tail:
                 reader = state.reader
                 if reader is not None and not reader.wants(message, message_digest):
                     state.position = offset + 1
@@ -288,6 +294,10 @@ class StreamQueue:
                     dispatches = []
                 self._give(state, message)
                 dispatches.append((state.key, message))
+                if not state.credit:
+                    spent.append(state)
+            for state in spent:
+                del tail[state]
         self._retain(self.clock.now)
         return dispatches
 
@@ -326,6 +336,7 @@ class StreamQueue:
         state = self._consumers.pop(consumer, None)
         if state is not None:
             self._paused.pop(state, None)
+            self._tail.pop(state, None)
         return _NO_DISPATCH
 
     def give_back(self, consumer: ConsumerKey, unsent: list[Message]) -> list[Dispatch]:
@@ -335,6 +346,7 @@ class StreamQueue:
         if state is not None and unsent:
             state.position = min(state.position, min(message.seq for message in unsent))
             self._delivered -= len(unsent)
+            self._tail.pop(state, None)
         return _NO_DISPATCH
 
     def credit(
@@ -346,6 +358,7 @@ class StreamQueue:
         taken = self._read(state)
         if drain and state.credit > 0:
             self._paused.pop(state, None)
+            self._tail.pop(state, None)
             state.delivery_count = (state.delivery_count + state.credit) & SERIAL_MASK
             state.credit = 0
         available = self.next_offset - max(state.position, self.first)
@@ -381,7 +394,15 @@ class StreamQueue:
             self._timed.add(self)
         else:
             self._paused.pop(state, None)
+        self._at_tail(state)
         return taken
+
+    def _at_tail(self, state: StreamConsumer) -> None:
+        """After a read: the reader waits at the tail for new messages if it has credit left."""
+        if state.credit > 0 and state.position >= self.next_offset:
+            self._tail[state] = None
+        else:
+            self._tail.pop(state, None)
 
     def _read_all(self, state: StreamConsumer) -> list[Message]:
         """An unfiltered reader takes every message on from its position, one batch of entries
@@ -397,6 +418,7 @@ class StreamQueue:
         else:
             taken = []
         self._paused.pop(state, None)
+        self._at_tail(state)
         return taken
 
     def _give(self, state: StreamConsumer, message: Message) -> None:

@@ -75,6 +75,39 @@ def test_every_reader_gets_everything_from_first() -> None:
     assert all(read_stream_offset(m.payload) == 5 for _, m in dispatched)
 
 
+def test_a_new_message_walks_only_the_readers_waiting_at_the_tail() -> None:
+    """Each append walked every reader, with credit or not, behind or not: O(readers) per
+    message for thousands of idle readers one client attached. Readers join the tail's
+    waiters as a read leaves them there with credit, and leave it when spent, drained,
+    moved back or gone; each still gets what it is owed."""
+    queue = _stream()
+    for i in range(1_000):
+        _reader(queue, f"idle{i}", OffsetSpec("first"))
+    _reader(queue, "a", OffsetSpec("next"))
+    _reader(queue, "b", OffsetSpec("next"))
+    _reader(queue, "drained", OffsetSpec("next"))
+    assert _read(queue, "a", 3) == []
+    assert _read(queue, "b", 10) == []
+    queue.credit("drained", 0, 5, True)
+    assert set(queue._tail) == {queue._consumers["a"], queue._consumers["b"]}
+    sent = [queue.enqueue(Message(_payload(i))) for i in range(4)]
+    assert [sorted(str(key) for key, _ in dispatched) for dispatched in sent] == [
+        ["a", "b"], ["a", "b"], ["a", "b"], ["b"],
+    ]  # fmt: skip
+    # "a" spent its credit: out; "b" handed back what its session never sent: out, and reads
+    # them again at its next request.
+    b_messages = [m for dispatched in sent for key, m in dispatched if key == "b"]
+    queue.give_back("b", b_messages[2:])
+    assert queue._tail == {}
+    again, _ = queue.credit("b", 2, 10, False)
+    assert [m.seq for m in again] == [2, 3]
+    assert set(queue._tail) == {queue._consumers["b"]}
+    queue.detach("b", [])
+    assert queue._tail == {}
+    # An idle reader asked later reads everything from where it is.
+    assert _read(queue, "idle7", 10) == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
