@@ -80,7 +80,6 @@ class Consumers:
 
     __slots__ = (
         "behind",
-        "browsers",
         "browsing",
         "by_key",
         "deferred",
@@ -95,10 +94,11 @@ class Consumers:
         self.by_key: dict[ConsumerKey, Consumer] = {}
         # Consumers with credit by priority, highest first; round robin within a priority.
         self.rotation: list[tuple[int, deque[Consumer]]] = []
-        # How many consumers wait in the rotation, and how many browsers wait.
+        # How many consumers wait in the rotation, and the browsers that wait: only those are
+        # offered a new message (walking every browser per message, with credit or not, cost
+        # O(browsers) a message).
         self.waiting = 0
-        self.browsing = 0
-        self.browsers: list[Consumer] = []
+        self.browsing: dict[Consumer, None] = {}
         # Browsers waiting with credit whose walk stopped on the queue's spent budget, or was
         # moved back (their session's unsent deliveries given back): the queue walks them on at
         # its next tick, since no new message is offered to a browser behind it.
@@ -114,9 +114,7 @@ class Consumers:
         if self.single_active and not state.browse:
             state.active = not any(c.active and not c.browse for c in self.by_key.values())
         self.by_key[state.key] = state
-        if state.browse:
-            self.browsers.append(state)
-        elif state.filter is not None:
+        if state.filter is not None and not state.browse:
             self.filtered.append(state)
 
     def remove(self, key: ConsumerKey) -> Consumer | None:
@@ -126,9 +124,7 @@ class Consumers:
             return None
         state.credit = 0
         self.leave(state)
-        if state.browse:
-            self.browsers.remove(state)
-        elif state.filter is not None:
+        if state.filter is not None and not state.browse:
             self.filtered.remove(state)
         released = state.cursor.released
         if released is not None:
@@ -141,7 +137,7 @@ class Consumers:
             return
         state.waiting = True
         if state.browse:
-            self.browsing += 1
+            self.browsing[state] = None
             return
         self.waiting += 1
         rotation = self.rotation
@@ -158,7 +154,7 @@ class Consumers:
             return
         state.waiting = False
         if state.browse:
-            self.browsing -= 1
+            del self.browsing[state]
             self.behind.pop(state.key, None)
             return
         self.waiting -= 1
@@ -195,9 +191,7 @@ class Consumers:
         """
         dispatches: list[Dispatch] = []
         if self.browsing:
-            for state in self.browsers:
-                if not state.waiting:
-                    continue
+            for state in list(self.browsing):
                 cursor = state.cursor
                 accept = state.filter
                 budget = cursor.budget

@@ -208,3 +208,19 @@ def test_a_browser_given_back_deliveries_walks_them_again_without_a_new_request(
     again = [m.seq for key, m in queue.expire() if key == "b"]
     assert again == [1, 2, 3]
     assert [(key, m.seq) for key, m in queue.enqueue(_message(4))] == [("b", 4)]
+
+
+def test_a_new_message_is_offered_only_to_the_browsers_that_wait() -> None:
+    """Each new message walked every browser of the queue, with credit or not: O(browsers)
+    per message for thousands of idle browsers one client attached."""
+    queue = ClassicQueue("q", clock=Clock(1_000))
+    for n in range(1_000):
+        queue.attach(f"idle{n}", ack_required=False, options=ConsumerOptions(browse=True))
+    queue.attach("b", ack_required=False, options=ConsumerOptions(browse=True))
+    queue.credit("b", 0, 2, False)
+    assert list(queue._consumers.browsing) == [queue._consumers.by_key["b"]]
+    offered = [[key for key, _ in queue.enqueue(_message(n))] for n in range(3)]
+    assert offered == [["b"], ["b"], []]
+    assert not queue._consumers.browsing
+    seen, _ = queue.credit("idle9", 0, 10, False)
+    assert [m.seq for m in seen] == [0, 1, 2]
