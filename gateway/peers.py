@@ -59,6 +59,7 @@ from sluicegate.session.channel.frames import (
     Publish,
     QueryOp,
     Settled,
+    Short,
     Topology,
 )
 from sluicegate.session.channel.owner import Owner
@@ -333,6 +334,7 @@ class Peers:
         debt_of: DebtOf,
         hold: Callable[[DeadLetterDebt], None],
         flow: InboundFlow,
+        shorted: Callable[[OutgoingLink, int], None],
     ) -> None:
         """Start serving the channels the worker was forked with, and take new ones;
         ``filter_views`` is what the worker's consumer filters decode messages through,
@@ -342,13 +344,15 @@ class Peers:
         ``flow`` is this worker's inbound flow: its ``remote`` are the other workers' links as
         the memory budget holds them, which what their publishes store here is charged to
         (session/remote_publishers.py), and its links wait for the workers that give their
-        publishes back (:meth:`_give_back`)."""
+        publishes back (:meth:`_give_back`); ``shorted`` tells a consumer's session that its
+        queue's owner holds back deliveries past the bytes it reserved (frames.Short)."""
         self.tenancy = tenancy
         self.container = container
         self.durability = durability
         self._route = route
         self._delivered = delivered
         self._replied = replied
+        self._shorted = shorted
         self._refuse = refuse
         self._attached = attached
         self._queue_deleted = queue_deleted
@@ -579,6 +583,10 @@ class Peers:
             replied = remote.replied(cast(CreditReply, frame))
             if replied is not None:
                 self._replied(cast(OutgoingLink, replied[0]), replied[1])
+        elif kind is Short:
+            shorted = remote.shorted(cast(Short, frame))
+            if shorted is not None:
+                self._shorted(cast(OutgoingLink, shorted[0]), shorted[1])
         elif kind is Confirm:
             confirmed = cast(Confirm, frame)
             error = (

@@ -81,6 +81,14 @@ class Sending:
             session.credit_replied(link, reply)
             self._dirty.add(self._states[session])
 
+    def shorted(self, link: OutgoingLink, size: int) -> None:
+        """Another worker's queue holds back a consumer's deliveries past what it reserved
+        (gateway/peers.py)."""
+        if not link.detached:
+            session = cast(Session, link.session)
+            session.shorted(link, size)
+            self._dirty.add(self._states[session])
+
     def sender_of(self, link: OutgoingLink) -> OutgoingLinkState | None:
         """A consumer's link record, if its session still lives."""
         state = self._states.get(link.session)

@@ -198,6 +198,7 @@ class Server:
                 broker.sending.debt_of,
                 broker.sending.hold,
                 broker.publishing.flow,
+                broker.sending.shorted,
             )
 
     def _start_http(self) -> None:

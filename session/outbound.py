@@ -468,6 +468,11 @@ class Session:
         self.pending_imported += cost
         waiting = self.waiting
         waiting.charge(cost, server_cost, cost)
+        # What arrived takes the room it was reserved in until the next flush counts it: the
+        # reservation it turns into waiting bytes is no room for another (a link reserving
+        # in the room freed so took its worker past the room by a delivery, Hypothesis's
+        # example in tests/unit/session/test_import_reservations.py).
+        waiting.server.import_room -= cost
         reserved = link.reserved
         if reserved:
             # They were reserved while on their way (session/waiting.py): now they wait.
@@ -836,6 +841,31 @@ class Session:
                 # Not when the queue holds a whole batch already (it had nothing to send):
                 # asked again, an idle consumer of an empty queue made a round trip per pass.
                 self._request_credit(link, credit, False)
+        if link.short:
+            self._ask_short(link)
+
+    def shorted(self, link: OutgoingLink, size: int) -> None:
+        """Another worker's queue holds back deliveries this link has credit for: the next
+        costs ``size``, more than the bytes reserved for it let come (frames.Short). It is
+        the link's largest delivery from now on, and the link asks again, reserving for it
+        within the room, or waits for room as any request for imports does; while a request
+        is out, once its reply is in."""
+        largest = size - WAITING_DELIVERY_COST
+        if largest > link.largest:
+            link.largest = largest
+        link.short = True
+        self._ask_short(link)
+
+    def _ask_short(self, link: OutgoingLink) -> None:
+        """Ask again for a link held back by its queue's owner, unless a request is out (its
+        reply asks) or the link asks for none anyway (held, or gone)."""
+        if link.credit_req_in_flight:
+            return
+        link.short = False
+        if link.held or link.detached:
+            return
+        client = link.client_flow_ctl
+        self._request_credit(link, min(client.credit, link.batch), False)
 
     def _sent(self, link: OutgoingLink) -> None:
         """A delivery left the session (RabbitMQ's sent_pending_delivery), forced through even if
@@ -887,7 +917,15 @@ class Session:
         top_ups.clear()
 
     def _credit_reply(self, link: OutgoingLink, reply: CreditReply, out: list[Action]) -> None:
-        """Handle the queue's reply once every earlier delivery has left (handle_credit_reply)."""
+        """Handle the queue's reply once every earlier delivery has left (handle_credit_reply);
+        then a link its queue's owner held back asks again (:meth:`shorted`)."""
+        self._handle_credit_reply(link, reply, out)
+        if link.short:
+            self._ask_short(link)
+
+    def _handle_credit_reply(
+        self, link: OutgoingLink, reply: CreditReply, out: list[Action]
+    ) -> None:
         client = link.client_flow_ctl
         queue_ctl = link.queue_flow_ctl
         held = link.held

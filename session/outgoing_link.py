@@ -116,6 +116,7 @@ class OutgoingLink:
         "sent",
         "session",
         "shares",
+        "short",
         "stale",
         "stalled",
         "stashed_credit_req",
@@ -168,6 +169,9 @@ class OutgoingLink:
         # The largest delivery it was sent (another worker's), or handed by a request made
         # while the budget was blocked (``uncounted``): what a request's bytes are sized by.
         self.largest = 0
+        # Its queue's owner holds back deliveries past the bytes reserved (another worker's,
+        # frames.Short): it asks again once no request is out (``Session.shorted``).
+        self.short = False
         # Its queue's last reply kept credit with nothing to send (another worker's): what it
         # has reserved waits for messages not yet published, and is lent back when another
         # connection waits for the imports' part (``preempted`` until it asks again,

@@ -40,6 +40,13 @@ WAITING_DELIVERY_COST: Final = 256
 # worker did not hold, so what the requests out when the budget blocks can still bring is a
 # quarter MiB a link, while a batch of 100-byte messages is still the whole 256.
 IMPORT_BATCH: Final = 256 * 1024
+# The owner sends no more than what was reserved (session/channel/frames.py ``Credit``) and
+# holds back the rest, asking for more (``Short``): reserved at exactly the largest delivery
+# seen, a message one byte longer cost a round trip between the workers. An eighth more lets
+# sizes vary that much, and only a delivery larger than that waits for a reservation of its own;
+# small ones vary by a few bytes (a counter in the body), less than an eighth of them.
+SIZE_SLACK: Final = 8
+MIN_SLACK: Final = 64
 # Twice the writer's buffer (4 MiB): a connection over it has more ready than its writer may
 # hand proton at once, so deferring its credit requests never leaves its socket idle.
 DEFAULT_MAX_OUTGOING_PENDING: Final = 8 * 1024 * 1024
@@ -48,10 +55,14 @@ UNLIMITED_IMPORT_ROOM: Final = 1 << 62
 
 
 def import_unit(link: OutgoingLink) -> int:
-    """What one delivery of another worker's queue is reserved as: the link's largest so far,
-    or, before it was sent any, a whole batch (its first request asks for one), with the cost
-    of its place in the session, as it is charged when it arrives."""
-    return (link.largest or IMPORT_BATCH) + WAITING_DELIVERY_COST
+    """What one delivery of another worker's queue is reserved as: the link's largest so far
+    and an eighth more, at least :data:`MIN_SLACK`, or, before it was sent any, a whole batch
+    (its first request asks for one), with the cost of its place in the session, as it is
+    charged when it arrives."""
+    largest = link.largest
+    if not largest:
+        return IMPORT_BATCH + WAITING_DELIVERY_COST
+    return largest + max(largest // SIZE_SLACK, MIN_SLACK) + WAITING_DELIVERY_COST
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from sluicegate.session.channel.frames import (
     QueryOp,
     Settle,
     Settled,
+    Short,
     Stamp,
     Topology,
 )
@@ -50,7 +51,8 @@ _U32: Final = struct.Struct("<I")
 _ATTACH: Final = struct.Struct("<IBBi")
 _DETACH: Final = struct.Struct("<III")
 _GIVE_BACK: Final = struct.Struct("<II")
-_CREDIT: Final = struct.Struct("<IIIB")
+_CREDIT: Final = struct.Struct("<IIIBQ")
+_SHORT: Final = struct.Struct("<IQ")
 _REPLY: Final = struct.Struct("<IIIQB")
 _DELIVERIES: Final = struct.Struct("<II")
 _SETTLE: Final = struct.Struct("<IBBI")
@@ -117,9 +119,12 @@ def encode(frame: Frame) -> list[bytes]:
         )
     if type(frame) is Credit:
         flags = (_DRAIN if frame.drain else 0) | (_ECHO if frame.echo else 0)
-        return _frame(
-            Kind.CREDIT, [_CREDIT.pack(frame.consumer, frame.delivery_count, frame.credit, flags)]
+        credit = _CREDIT.pack(
+            frame.consumer, frame.delivery_count, frame.credit, flags, frame.byte_limit
         )
+        return _frame(Kind.CREDIT, [credit])
+    if type(frame) is Short:
+        return _frame(Kind.SHORT, [_SHORT.pack(frame.consumer, frame.size)])
     if type(frame) is CreditReply:
         flags = (_DRAIN if frame.drain else 0) | (_ECHO if frame.echo else 0)
         reply = _REPLY.pack(
@@ -367,8 +372,18 @@ def decode(kind: int, data: memoryview) -> Frame:
         seqs = body.ints("Q", count)
         frame = Deliveries(consumer, seqs, tuple(_payloads(body, body.ints("I", count))))
     elif kind == Kind.CREDIT:
-        consumer, delivery_count, credit, flags = body.take(_CREDIT)
-        frame = Credit(consumer, delivery_count, credit, bool(flags & _DRAIN), bool(flags & _ECHO))
+        consumer, delivery_count, credit, flags, byte_limit = body.take(_CREDIT)
+        frame = Credit(
+            consumer,
+            delivery_count,
+            credit,
+            bool(flags & _DRAIN),
+            bool(flags & _ECHO),
+            byte_limit,
+        )
+    elif kind == Kind.SHORT:
+        consumer, size = body.take(_SHORT)
+        frame = Short(consumer, size)
     elif kind == Kind.CREDIT_REPLY:
         consumer, delivery_count, credit, available, flags = body.take(_REPLY)
         frame = CreditReply(

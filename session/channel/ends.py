@@ -25,10 +25,13 @@ T = TypeVar("T")
 class SessionEnd:
     """A consumer of a remote queue, in the worker serving its client."""
 
-    __slots__ = ("consumer", "credit", "delivery_count", "in_flight", "stashed")
+    __slots__ = ("arrived", "consumer", "credit", "delivery_count", "in_flight", "stashed")
 
     def __init__(self, consumer: int) -> None:
         self.consumer = consumer
+        # The bytes of every delivery that arrived, as the owner counts them against the
+        # request's byte limit (frames.Credit).
+        self.arrived = 0
         # The queue-side delivery-count as far as this worker has seen, and the credit the
         # queue may still spend from it.
         self.delivery_count = 0
@@ -60,13 +63,15 @@ class SessionEnd:
         self.credit = max(self.credit, link_credit_snd(counted, credit, seen))
         return Credit(self.consumer, counted, credit, drain, echo)
 
-    def delivered(self, count: int) -> None:
-        """``count`` deliveries arrived: within the credit, or the queue broke the protocol."""
+    def delivered(self, count: int, nbytes: int = 0) -> None:
+        """``count`` deliveries worth ``nbytes`` arrived: within the credit, or the queue broke
+        the protocol."""
         if count > self.credit:
             raise ChannelError(
                 f"consumer {self.consumer}: {count} deliveries on a credit of {self.credit}"
             )
         self.credit -= count
+        self.arrived += nbytes
         self.delivery_count = (self.delivery_count + count) & SERIAL_MASK
 
     def replied(self, reply: CreditReply) -> Credit | None:

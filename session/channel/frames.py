@@ -37,6 +37,7 @@ class Kind(enum.IntEnum):
     ATTACHED = 13
     LETTERS = 14
     GIVE_BACK = 15
+    SHORT = 16
 
 
 class Settled(enum.IntEnum):
@@ -121,15 +122,39 @@ class GiveBack:
     unsent: tuple[int, ...]
 
 
+# A credit request that puts no bound on the bytes its deliveries bring (a test's, a peer's
+# consumer that counts nothing): the owner's byte limit is the largest it can be.
+NO_BYTE_LIMIT: Final = (1 << 64) - 1
+
+
 @dataclass(frozen=True, slots=True)
 class Credit:
-    """A credit request: at most one in flight per consumer (:mod:`.ends`)."""
+    """A credit request: at most one in flight per consumer (:mod:`.ends`).
+
+    ``byte_limit`` bounds the bytes of what the owner sends the consumer, counted from its
+    first delivery on (each delivery's payload and ``WAITING_DELIVERY_COST``): what had
+    arrived when the request left plus what the session reserved for what may still come
+    (session/waiting.py). The owner holds back what would pass it and says so (:class:`Short`):
+    reserved by the largest delivery seen, a batch of larger ones came whole, 6 MB past a
+    worker's ceiling (docs/bounds.md).
+    """
 
     consumer: int
     delivery_count: int
     credit: int
     drain: bool
     echo: bool
+    byte_limit: int = NO_BYTE_LIMIT
+
+
+@dataclass(frozen=True, slots=True)
+class Short:
+    """The owner holds back deliveries the consumer has credit for, since they would pass its
+    byte limit; ``size`` is what the next one costs. Its session reserves for it and asks
+    again, or waits for room (session/outbound.py ``Session.shorted``)."""
+
+    consumer: int
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +313,7 @@ Frame: TypeAlias = (
     | Query
     | Answer
     | Letters
+    | Short
 )
 
 

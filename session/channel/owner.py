@@ -37,6 +37,7 @@ from sluicegate.session.channel.codec import DELIVERY_ENTRY_SIZE, ChannelError
 from sluicegate.session.channel.ends import QueueEnd
 from sluicegate.session.channel.filter_sets import decode_filter_set
 from sluicegate.session.channel.frames import (
+    NO_BYTE_LIMIT,
     Answer,
     Attach,
     Attached,
@@ -51,8 +52,10 @@ from sluicegate.session.channel.frames import (
     QueryOp,
     Settle,
     Settled,
+    Short,
 )
 from sluicegate.session.channel.queries import counts_of, no_counts
+from sluicegate.session.waiting import WAITING_DELIVERY_COST
 from sluicegate.wire.errors import AmqpError
 from sluicegate.wire.serial import SERIAL_MASK, serial_diff
 
@@ -77,6 +80,11 @@ DeclareQueue = Callable[[str, str, bytes], bool]
 FindRouter = Callable[[str], DeadLetterRouter | None]
 # The outcomes that may make a dead letter (a rejection, a modified one: its delivery limit).
 _LETTER_OUTCOMES: Final = frozenset({Settled.REJECTED, Settled.MODIFIED})
+
+
+def _cost(message: Message) -> int:
+    """What a delivery counts against its consumer's byte limit, as its session counts it."""
+    return message.read_size() + WAITING_DELIVERY_COST
 
 
 class RemoteLetters:
@@ -149,13 +157,18 @@ class RemoteConsumer:
     __slots__ = (
         "__weakref__",
         "asked",
+        "byte_limit",
         "counts",
         "detached",
         "end",
+        "held",
         "letters",
         "queue",
         "recent",
+        "rewound",
+        "sent_bytes",
         "session",
+        "short",
         "vhost",
     )
 
@@ -173,6 +186,17 @@ class RemoteConsumer:
         self.detached = False
         # What its outcomes' letters owe here, from its first settlement that made one.
         self.letters: RemoteLetters | None = None
+        # The bytes sent it (each delivery's payload and WAITING_DELIVERY_COST) and the most
+        # its last request lets it be sent (frames.Credit); what the queue gave it past that
+        # waits here, in order, and ``short`` says its session was told (frames.Short).
+        self.sent_bytes = 0
+        self.byte_limit = NO_BYTE_LIMIT
+        self.held: deque[Message] = deque()
+        self.short = False
+        # Deliveries the queue counted that went back to it unsent, beyond the credit of the
+        # request that took them back: the queue's delivery-count is the consumer's plus these
+        # and those held (serial arithmetic), which :meth:`Owner._credit` translates.
+        self.rewound = 0
 
 
 class Owner:
@@ -226,8 +250,8 @@ class Owner:
         settlement or a detach may hand a message to any consumer)."""
         sent = self.flush()
         if type(frame) is Credit:
-            return sent + self._credit(frame), []
-        if type(frame) is Settle:
+            frames, local = self._credit(frame)
+        elif type(frame) is Settle:
             frames, local = self._settle(frame)
         elif type(frame) is Attach:
             frames, local = self._attach(frame), []
@@ -381,17 +405,57 @@ class Owner:
             raise ChannelError(f"consumer {consumer} is not attached")
         return key
 
-    def _credit(self, frame: Credit) -> list[Frame]:
+    def _credit(self, frame: Credit) -> tuple[list[Frame], list[Dispatch]]:
+        """Serve a request within its credit and its byte limit.
+
+        The queue counts what waits here as delivered: it is asked from its own count (the
+        consumer's, plus what is held and was rewound) and its reply told as the consumer's.
+        Held deliveries beyond the request's credit go back to the queue, the newest first,
+        as never sent (``rewound``); a drain sends what fits and gives back the rest, their
+        credit spent as a drain spends it (AMQP 1.0 §2.6.7)."""
         key = self._consumer(frame.consumer)
         end = key.end
-        end.granted(frame)
+        credit = end.granted(frame)
+        key.byte_limit = frame.byte_limit
+        key.short = False
         self._keep(key, frame.credit)
-        messages, reply = key.queue.credit(key, frame.delivery_count, frame.credit, frame.drain)
+        held = key.held
+        # Counted from the queue's delivery-count less what is held, its credit leaves out
+        # what is held: the queue hands out only what the request's credit has room for.
+        messages, reply = key.queue.credit(
+            key, (frame.delivery_count + key.rewound) & SERIAL_MASK, frame.credit, frame.drain
+        )
         # The owner finds its own queues only, and those answer at once.
         assert reply is not None
-        frames: list[Frame] = [*self._deliveries(key, messages)] if messages else []
-        frames.append(end.reply(frame, reply.delivery_count, reply.credit, reply.available))
-        return frames
+        frames: list[Frame] = []
+        local: list[Dispatch] = []
+        excess = len(held) - credit
+        if excess > 0:
+            key.rewound += excess
+            self._take_back(key, excess, frames, local)
+        if messages or held:
+            frames.extend(self._deliveries(key, messages, short=not frame.drain))
+        if frame.drain and held:
+            self._take_back(key, len(held), frames, local)
+        waiting = len(held)
+        delivery_count = (reply.delivery_count - key.rewound - waiting) & SERIAL_MASK
+        frames.append(
+            end.reply(frame, delivery_count, reply.credit + waiting, reply.available + waiting)
+        )
+        return frames, local
+
+    def _take_back(
+        self, key: RemoteConsumer, count: int, frames: list[Frame], local: list[Dispatch]
+    ) -> None:
+        """The ``count`` newest held deliveries go back to their queue as never sent."""
+        held = key.held
+        unsent = [held.pop() for _ in range(count)]
+        unsent.reverse()
+        if not key.end.ack_required:
+            self.recent_bytes -= sum(message.held for message in unsent)
+        more, mine = self.route(key.queue.give_back(key, unsent))
+        frames.extend(more)
+        local.extend(mine)
 
     def _settle(self, frame: Settle) -> tuple[list[Frame], list[Dispatch]]:
         key = self._consumer(frame.consumer)
@@ -434,6 +498,12 @@ class Owner:
             for count, message in zip(key.counts, key.recent, strict=True)
             if message.seq in wanted or serial_diff(count, seen) > 0
         ]
+        held = key.held
+        if held:
+            unsent.extend(held)
+            if not key.end.ack_required:
+                self.recent_bytes -= sum(message.held for message in held)
+            held.clear()
         key.detached = True
         if key.letters is not None:
             # The last word on what it owes after its last settlement, so that its worker
@@ -482,7 +552,46 @@ class Owner:
         key.recent = deque(recent, maxlen=keep)
         key.counts = deque(key.counts, maxlen=keep)
 
-    def _deliveries(self, key: RemoteConsumer, messages: list[Message]) -> list[Deliveries]:
+    def _deliveries(
+        self, key: RemoteConsumer, messages: list[Message], *, short: bool = True
+    ) -> list[Frame]:
+        """What the queue gave a consumer, after what it held: those within its byte limit
+        as DELIVERIES frames (:meth:`_send`), the rest held in order, and its session told
+        once (``short``) what the next costs."""
+        held = key.held
+        if held:
+            if not key.end.ack_required:
+                self.recent_bytes += sum(message.held for message in messages)
+            held.extend(messages)
+            room = key.byte_limit - key.sent_bytes
+            sending: list[Message] = []
+            while held and (cost := _cost(held[0])) <= room:
+                sending.append(held.popleft())
+                room -= cost
+        else:
+            room = key.byte_limit - key.sent_bytes
+            fitting = len(messages)
+            if room < fitting * (self.max_deliveries_size + WAITING_DELIVERY_COST):
+                # Sizes read only where the limit may stop the run.
+                for index, message in enumerate(messages):
+                    cost = _cost(message)
+                    if cost > room:
+                        fitting = index
+                        break
+                    room -= cost
+            sending = messages if fitting == len(messages) else messages[:fitting]
+            if fitting < len(messages):
+                rest = messages[fitting:]
+                if not key.end.ack_required:
+                    self.recent_bytes += sum(message.held for message in rest)
+                held.extend(rest)
+        frames: list[Frame] = [*self._send(key, sending)] if sending else []
+        if held and short and not key.short:
+            key.short = True
+            frames.append(Short(key.end.consumer, _cost(held[0])))
+        return frames
+
+    def _send(self, key: RemoteConsumer, messages: list[Message]) -> list[Deliveries]:
         """A run of one consumer's messages as DELIVERIES frames, each within
         :attr:`max_deliveries_size`: one frame of a credit's worth of large messages would be
         over what the other worker's reader takes, and end the channel."""
@@ -512,8 +621,10 @@ class Owner:
                 recent.append(message)
         consumer = end.consumer
         seqs = tuple([message.seq for message in messages])
+        payload_bytes = sum(map(len, payloads))
+        key.sent_bytes += payload_bytes + sending * WAITING_DELIVERY_COST
         limit = self.max_deliveries_size
-        if sum(map(len, payloads)) + sending * DELIVERY_ENTRY_SIZE <= limit:
+        if payload_bytes + sending * DELIVERY_ENTRY_SIZE <= limit:
             # The common case: the run fits one frame.
             return [Deliveries(consumer, seqs, payloads)]
         frames: list[Deliveries] = []

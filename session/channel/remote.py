@@ -15,7 +15,7 @@ letters are (session/dead_letter_debt.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, cast
 
 from sluicegate.queues.errors import (
@@ -50,6 +50,7 @@ from sluicegate.session.channel.frames import (
     Attach,
     Attached,
     Confirm,
+    Credit,
     Deliveries,
     Detach,
     Error,
@@ -60,6 +61,7 @@ from sluicegate.session.channel.frames import (
     QueryOp,
     Settle,
     Settled,
+    Short,
     Stamp,
     ranges_of,
 )
@@ -74,6 +76,7 @@ from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.inbound import Unconfirmed
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.remote_publishers import NO_PUBLISHER
+from sluicegate.session.waiting import WAITING_DELIVERY_COST
 from sluicegate.wire.errors import AmqpError
 
 # A consumer's connection's dead-letter debt, while its session lives (the gateway's).
@@ -216,9 +219,10 @@ class Remote:
         consumer = self.ids.get(key)
         if consumer is None:
             return
-        request = self.consumers[consumer][1].request(credit, drain, False, delivery_count)
+        end = self.consumers[consumer][1]
+        request = end.request(credit, drain, False, delivery_count)
         if request is not None:
-            self.outgoing.append(request)
+            self.outgoing.append(_limited(key, end, request))
 
     def settle(self, key: ConsumerKey, settle: Settle) -> None:
         """A consumer's settlement of deliveries, by ranges."""
@@ -341,8 +345,15 @@ class Remote:
         if held is None:
             return None
         key, end = held
-        end.delivered(len(frame.seqs))
+        count = len(frame.seqs)
+        end.delivered(count, sum(map(len, frame.payloads)) + count * WAITING_DELIVERY_COST)
         return key, imported(frame.seqs, frame.payloads)
+
+    def shorted(self, frame: Short) -> tuple[ConsumerKey, int] | None:
+        """The owner holds back a consumer's deliveries past its byte limit: the consumer and
+        what the next one costs (None for a consumer detached since)."""
+        held = self.consumers.get(frame.consumer)
+        return None if held is None else (held[0], frame.size)
 
     def replied(self, frame: frames.CreditReply) -> tuple[ConsumerKey, CreditReply] | None:
         """The reply to a consumer's request, for its session; the stashed request goes out."""
@@ -352,7 +363,7 @@ class Remote:
         key, end = held
         stashed = end.replied(frame)
         if stashed is not None:
-            self.outgoing.append(stashed)
+            self.outgoing.append(_limited(key, end, stashed))
         return key, CreditReply(frame.delivery_count, frame.credit, frame.available, frame.drain)
 
     def letters(self, frame: Letters) -> DeadLetterDebt | None:
@@ -457,6 +468,15 @@ class Remote:
                 toggled[owed.debt] = None
         self.owed.clear()
         return list(toggled)
+
+
+def _limited(key: ConsumerKey, end: SessionEnd, request: Credit) -> Credit:
+    """``request`` with its byte limit (frames.Credit): what arrived and what the consumer's
+    session reserved for what may still come, as it leaves (a stashed request's reservation
+    may have changed since it was made)."""
+    if type(key) is not OutgoingLink:
+        return request
+    return replace(request, byte_limit=end.arrived + key.reserved)
 
 
 def letters_fitting(targets: Sequence[QueueType], size: int) -> int:

@@ -15,6 +15,7 @@ served.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -122,3 +123,55 @@ def test_consumers_of_another_workers_queue_ask_only_while_their_worker_has_room
             reader.close()
         management.close()
         owner.close()
+
+
+# Session 28's reproduction: small deliveries first, so the link's reservation is sized by
+# them, then large ones on the same credit.
+SMALL: Final = 3
+LARGE_BODY: Final = "y" * 200_000
+LARGE: Final = 100
+
+
+@pytest.mark.slow
+def test_deliveries_larger_than_any_before_bring_no_more_than_was_reserved(
+    two_workers: tuple[int, list[int], Path],
+) -> None:
+    """Reserved by the largest delivery seen, a request's batch of larger ones came whole: on
+    worker 1, holding 25 MB of its own, a consumer of worker 0's queue that never read counted
+    17.2 MB of 200 KB deliveries sent on credit reserved at 100 bytes each, 42.3 MB against its
+    37.7 MB ceiling, where every publisher on it waits. The owner now sends no more than the
+    request's byte limit and holds back the rest, telling the consumer's session what the next
+    costs (frames.Short), which reserves for it within the room and asks again."""
+    port, pids, data_dir = two_workers
+    management = ManagementClient(f"amqp://127.0.0.1:{port}")
+    owner = blocking_on(port, pids, pids[0])
+    local = blocking_on(port, pids, pids[1])
+    reader = blocking_on(port, pids, pids[1])
+    try:
+        queue = homed_on(0, 2, "growing")
+        own = homed_on(1, 2, "growing-own")
+        for name in (queue, own):
+            assert management.request("PUT", f"/queues/{name}", {"durable": False}).status == 201
+        sender = owner.create_sender(f"/queues/{queue}")
+        bodies = ["x" * 100] * SMALL + [LARGE_BODY] * LARGE
+        for body in bodies:
+            sender.send(Message(body=body))
+        own_sender = local.create_sender(f"/queues/{own}")
+        for _ in range(OWN):
+            own_sender.send(Message(body=BODY))
+        assert own_sample(data_dir, 1, "sluicegate_memory_budget_blocked") == 0
+        receiver = reader.create_receiver(f"/queues/{queue}", credit=len(bodies))
+        # The client reads nothing: what crosses waits on worker 1.
+        for _ in range(20):
+            assert budget_used(data_dir, 1) <= CEILING
+            time.sleep(0.1)
+        # Once it reads, everything arrives, once, in order.
+        got = []
+        for _ in bodies:
+            got.append(receiver.receive(timeout=20).body)
+            receiver.accept()
+        assert got == bodies
+    finally:
+        for connection in (reader, local, owner):
+            connection.close()
+        management.close()

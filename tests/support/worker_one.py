@@ -104,6 +104,7 @@ def worker_one(tmp_path: Path, budget: MemoryBudget | None = None) -> Iterator[W
             MemoryBudget(1 << 24) if budget is None else budget,
             InboundLimits(256, 1 << 20, 1 << 20),
         ),
+        shorted=lambda link, size: None,
     )
     worker = Worker1(peers, registry, container, zero, supervisor)
     try:

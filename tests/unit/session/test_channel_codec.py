@@ -303,7 +303,7 @@ def _query(op: int, declaration: bytes) -> bytes:
     [
         (_raw(99, b""), "unknown frame kind 99"),
         (_raw(Kind.CREDIT, b"\x01\x00"), "ends inside its fields"),
-        (_raw(Kind.CREDIT, struct.pack("<IIIB", 1, 2, 3, 0) + b"!"), "bytes after its fields"),
+        (_raw(Kind.CREDIT, struct.pack("<IIIBQ", 1, 2, 3, 0, 4) + b"!"), "bytes after its fields"),
         # A count of 2**32-1 deliveries in a 20-byte body: refused before any table is built.
         (_raw(Kind.DELIVERIES, struct.pack("<II", 1, 2**32 - 1) + b"\0" * 12), "counts more"),
         # A payload size past the frame's end.

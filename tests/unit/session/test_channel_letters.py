@@ -22,6 +22,7 @@ from sluicegate.session.channel.frames import (
     Error,
     Frame,
     Letters,
+    Short,
 )
 from sluicegate.session.channel.owner import Owner
 from sluicegate.session.channel.remote import Remote, RemoteQueue
@@ -99,6 +100,10 @@ class Pair:
             replied = self.remote.replied(frame)
             if replied is not None:
                 self.session.credit_replied(self.link, replied[1])
+        elif type(frame) is Short:
+            shorted = self.remote.shorted(frame)
+            if shorted is not None:
+                self.session.shorted(self.link, shorted[1])
         elif type(frame) is Letters:
             self.reports.append(frame)
             debt = self.remote.letters(frame)

@@ -24,6 +24,7 @@ from sluicegate.session.channel.frames import (
     Frame,
     Publish,
     Settled,
+    Short,
 )
 from sluicegate.session.channel.owner import Owner
 from sluicegate.session.channel.remote import Remote, RemoteQueue, WorkerDown
@@ -109,6 +110,10 @@ class Pair:
                 replied = self.remote.replied(frame)
                 if replied is not None:
                     self.session.credit_replied(self.link, replied[1])
+            elif type(frame) is Short:
+                shorted = self.remote.shorted(frame)
+                if shorted is not None:
+                    self.session.shorted(self.link, shorted[1])
             elif type(frame) is Error:
                 key = self.remote.refused(frame)
                 if key is not None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sluicegate.queues.classic import ClassicQueue
 from sluicegate.queues.message import Message
-from sluicegate.session.channel.frames import Credit, CreditReply, Deliveries, Frame
+from sluicegate.session.channel.frames import Credit, CreditReply, Deliveries, Frame, Short
 from sluicegate.session.channel.owner import Owner
 from sluicegate.session.channel.remote import Remote, RemoteQueue
 from sluicegate.session.memory_budget import MemoryBudget
@@ -19,6 +19,8 @@ from sluicegate.session.outbound import Session, budget_flushed, route
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.waiting import (
     IMPORT_BATCH,
+    MIN_SLACK,
+    SIZE_SLACK,
     UNLIMITED_IMPORT_ROOM,
     WAITING_DELIVERY_COST,
     Waiting,
@@ -53,6 +55,9 @@ class Worker:
         self.server = WaitingBytes()
         self.cap = cap
         self.others = 0
+        # What the last flush left the imports and what they held then: the room they have
+        # until the next (others growing meanwhile weigh from then on).
+        self.flushed_cap = cap
         self.queues = [ClassicQueue(f"q{n}") for n in range(links)]
         self.remote = Remote(1)
         self.remote.opened()
@@ -110,6 +115,12 @@ class Worker:
                     link = replied[0]
                     assert isinstance(link, OutgoingLink)
                     self.sessions[self.links.index(link)].credit_replied(link, replied[1])
+            elif type(frame) is Short:
+                shorted = self.remote.shorted(frame)
+                if shorted is not None:
+                    link = shorted[0]
+                    assert isinstance(link, OutgoingLink)
+                    self.sessions[self.links.index(link)].shorted(link, shorted[1])
 
     def read(self, consumer: int, window: int) -> None:
         """Consumer ``consumer``'s client lets ``window`` transfers go."""
@@ -144,7 +155,8 @@ class Worker:
     def flush(self) -> None:
         """The gateway's flush: what the budget leaves to imports (``MemoryBudget.import_room``,
         here with ``cap`` for its half way) once everything else is counted."""
-        room = self.cap - self.others - self.server.total
+        self.flushed_cap = self.cap - self.others
+        room = self.flushed_cap - self.server.total
         budget_flushed(self.server, False, False, room)
 
     def asked(self) -> list[int]:
@@ -237,9 +249,6 @@ def test_what_may_still_come_is_reserved_within_the_room_and_everything_arrives_
         session.client_flow(link, 0, 10_000, False, False)
     worker.flush()
     worker.up()
-    # Whether every message so far is as long: a delivery larger than any before on its link
-    # passes what was reserved for it, an estimate by the largest so far.
-    uniform = True
     for kind, a, b in steps:
         before = worker.level()
         reserved_before = worker.server.reserved
@@ -257,7 +266,7 @@ def test_what_may_still_come_is_reserved_within_the_room_and_everything_arrives_
             if taking_back(link)
         )
         if worker.step(kind, a, b):
-            uniform = uniform and kind != "large"
+            pass
         elif kind == "others":
             # Something else took (or gave back) part of the budget.
             worker.others = a * IMPORT_BATCH // 4
@@ -269,9 +278,9 @@ def test_what_may_still_come_is_reserved_within_the_room_and_everything_arrives_
         # counted 81.9 MB on a 32 MB worker (adversary seed 65809).
         assert worker.server.reserved <= max(reserved_before, worker.server.import_room)
         # Imports never take the count past the room the last flush left; over it (others
-        # grew), they only give back.
-        if uniform:
-            assert worker.level() <= max(before, worker.cap - worker.others) + estimated
+        # grew), they only give back. Whatever the deliveries' sizes: the owner sends no more
+        # than the request's byte limit, and holds back the rest (session/channel/owner.py).
+        assert worker.level() <= max(before, worker.flushed_cap) + estimated
     # The budget lets go: everything published arrives, once, in order.
     worker.others = 0
     worker.cap = UNLIMITED_IMPORT_ROOM
@@ -353,7 +362,7 @@ def test_the_budgets_import_room_is_the_imports_part_less_what_imports_hold() ->
     assert budget.import_room(600) == 600 + part - 1000 - 5000
 
 
-def test_a_delivery_is_reserved_as_its_links_largest_and_a_batch_before_any() -> None:
+def test_a_delivery_is_reserved_as_its_links_largest_with_slack_and_a_batch_before_any() -> None:
     worker = Worker(1, UNLIMITED_IMPORT_ROOM)
     link = worker.links[0]
     assert import_unit(link) == IMPORT_BATCH + WAITING_DELIVERY_COST
@@ -361,7 +370,11 @@ def test_a_delivery_is_reserved_as_its_links_largest_and_a_batch_before_any() ->
     worker.sessions[0].client_flow(link, 0, 10, False, False)
     assert link.reserved == import_unit(link)
     worker.quiesce()
-    assert import_unit(link) == link.largest + WAITING_DELIVERY_COST
+    # Its largest and the slack for sizes that vary a little (session/waiting.py).
+    largest = link.largest
+    assert (
+        import_unit(link) == largest + max(largest // SIZE_SLACK, MIN_SLACK) + WAITING_DELIVERY_COST
+    )
 
 
 @pytest.mark.parametrize("echo", [False, True])
