@@ -408,8 +408,9 @@ class Owner:
     def _credit(self, frame: Credit) -> tuple[list[Frame], list[Dispatch]]:
         """Serve a request within its credit and its byte limit.
 
-        The queue counts what waits here as delivered: it is asked from its own count (the
-        consumer's, plus what is held and was rewound) and its reply told as the consumer's.
+        The queue counts what waits here, and what went back to it unsent, as delivered: it
+        is asked from the consumer's count plus what was rewound, so that its credit leaves
+        out what waits, and its reply is told as the consumer's.
         Held deliveries beyond the request's credit go back to the queue, the newest first,
         as never sent (``rewound``); a drain sends what fits and gives back the rest, their
         credit spent as a drain spends it (AMQP 1.0 §2.6.7)."""
@@ -431,7 +432,7 @@ class Owner:
         local: list[Dispatch] = []
         excess = len(held) - credit
         if excess > 0:
-            key.rewound += excess
+            key.rewound = (key.rewound + excess) & SERIAL_MASK
             self._take_back(key, excess, frames, local)
         if messages or held:
             frames.extend(self._deliveries(key, messages, short=not frame.drain))
