@@ -106,21 +106,23 @@ class Worker:
             if type(frame) is Deliveries:
                 delivered = self.remote.delivered(frame)
                 if delivered is not None:
-                    link = delivered[0]
-                    assert isinstance(link, OutgoingLink)
-                    self.sessions[self.links.index(link)].deliver_all(link, delivered[1])
+                    link, session = self._session(delivered[0])
+                    session.deliver_all(link, delivered[1])
             elif type(frame) is CreditReply:
                 replied = self.remote.replied(frame)
                 if replied is not None:
-                    link = replied[0]
-                    assert isinstance(link, OutgoingLink)
-                    self.sessions[self.links.index(link)].credit_replied(link, replied[1])
+                    link, session = self._session(replied[0])
+                    session.credit_replied(link, replied[1])
             elif type(frame) is Short:
                 shorted = self.remote.shorted(frame)
                 if shorted is not None:
-                    link = shorted[0]
-                    assert isinstance(link, OutgoingLink)
-                    self.sessions[self.links.index(link)].shorted(link, shorted[1])
+                    link, session = self._session(shorted[0])
+                    session.shorted(link, shorted[1])
+
+    def _session(self, key: object) -> tuple[OutgoingLink, Session]:
+        """A consumer the channel names, and its session."""
+        assert isinstance(key, OutgoingLink)
+        return key, self.sessions[self.links.index(key)]
 
     def read(self, consumer: int, window: int) -> None:
         """Consumer ``consumer``'s client lets ``window`` transfers go."""
