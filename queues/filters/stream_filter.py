@@ -240,12 +240,14 @@ class StreamReader:
         self.masks = chunks.masks(wanted) if wanted is not None else []
         self.views = views
 
-    def wants(self, message: Message, message_digest: int) -> bool:
-        """Whether a message just appended, of this digest, goes to this reader."""
+    def wants(self, message: Message, message_digest: int, budget: ReadBudget) -> bool:
+        """Whether a message just appended, of this digest, goes to this reader: a unit of
+        ``budget`` for the digest, and what the filter's evaluation cost."""
+        budget.units -= 1
         wanted = self.wanted
         if wanted is not None and not wanted.wants_digest(message_digest):
             return False
-        return self.accept is None or self.accept(message)
+        return self.accept is None or budget.passes(self.accept, message, self.views)
 
     def _value_wanted(self, message: Message, message_digest: int, budget: ReadBudget) -> bool:
         """A candidate's value is wanted by its digest; a recovered one's is read from it."""

@@ -9,6 +9,7 @@ from support.examples import examples
 
 from sluicegate.queues.arguments import parse_arguments
 from sluicegate.queues.errors import PreconditionFailed
+from sluicegate.queues.filters.budget import EVALUATION_COST, READ_BUDGET
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Clock, ConsumerOptions, OffsetSpec, Outcome
 from sluicegate.queues.registry import QueueRegistry
@@ -106,6 +107,38 @@ def test_a_new_message_walks_only_the_readers_waiting_at_the_tail() -> None:
     assert queue._tail == {}
     # An idle reader asked later reads everything from where it is.
     assert _read(queue, "idle7", 10) == [0, 1, 2, 3]
+
+
+def test_the_filters_of_readers_at_the_tail_cost_the_appends_a_budget_per_tick() -> None:
+    """Each append ran the filter of every filtered reader at the tail, uncharged: 1,000 of
+    them made a publish 1,000 evaluations. Now they draw on one budget until the next tick;
+    those past it read the message on at the tick, in their turn, and miss nothing."""
+    queue = _stream()
+    evaluations = 0
+
+    def even(message: Message) -> bool:
+        nonlocal evaluations
+        evaluations += 1
+        return read_stream_offset(message.payload) % 2 == 0
+
+    readers = [f"r{i}" for i in range(1_000)]
+    for key in readers:
+        queue.attach(key, ack_required=True, options=ConsumerOptions(filter=even))
+        assert _read(queue, key, 10) == []
+    got: dict[str, list[int]] = {key: [] for key in readers}
+    for i in range(4):
+        for key, message in queue.enqueue(Message(_payload(i))):
+            got[str(key)].append(message.seq)
+    # One budget's worth of evaluations for the four appends together.
+    assert evaluations <= READ_BUDGET // (EVALUATION_COST + 1) + 1
+    ticks = 0
+    while queue.next_deadline() is not None:
+        for key, message in queue.expire():
+            got[str(key)].append(message.seq)
+        ticks += 1
+        assert ticks <= len(readers)
+    assert got == {key: [0, 2] for key in readers}
+    assert evaluations <= 4 * len(readers)
 
 
 @pytest.mark.parametrize(
