@@ -119,7 +119,7 @@ def test_the_filters_of_readers_at_the_tail_cost_the_appends_a_budget_per_tick()
     def even(message: Message) -> bool:
         nonlocal evaluations
         evaluations += 1
-        return read_stream_offset(message.payload) % 2 == 0
+        return (read_stream_offset(message.payload) or 0) % 2 == 0
 
     readers = [f"r{i}" for i in range(1_000)]
     for key in readers:
@@ -127,14 +127,14 @@ def test_the_filters_of_readers_at_the_tail_cost_the_appends_a_budget_per_tick()
         assert _read(queue, key, 10) == []
     got: dict[str, list[int]] = {key: [] for key in readers}
     for i in range(4):
-        for key, message in queue.enqueue(Message(_payload(i))):
-            got[str(key)].append(message.seq)
+        for consumer, message in queue.enqueue(Message(_payload(i))):
+            got[str(consumer)].append(message.seq)
     # One budget's worth of evaluations for the four appends together.
     assert evaluations <= READ_BUDGET // (EVALUATION_COST + 1) + 1
     ticks = 0
     while queue.next_deadline() is not None:
-        for key, message in queue.expire():
-            got[str(key)].append(message.seq)
+        for consumer, message in queue.expire():
+            got[str(consumer)].append(message.seq)
         ticks += 1
         assert ticks <= len(readers)
     assert got == {key: [0, 2] for key in readers}
