@@ -106,7 +106,7 @@ class Broker(Handler):
             sending.route,
             QueueLinks(),
             self.close_for_error,
-            sending.outbound_bytes,
+            sending,
             durability,
         )
         self.links = Links(

@@ -29,6 +29,7 @@ from sluicegate.gateway.proton.deliveries import CDelivery
 from sluicegate.gateway.proton.internals import c_object
 from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.rules.vhost_log import logged_name
+from sluicegate.gateway.sending import Sending
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
 from sluicegate.queues.held_bytes import copies_cost
 from sluicegate.queues.message import Message
@@ -70,7 +71,7 @@ class Publishing:
         dispatch: Callable[[list[Dispatch]], None],
         queue_links: QueueLinks,
         close_connection: Callable[[ConnectionState, AmqpError], None],
-        outbound: Callable[[], int],
+        sending: Sending,
         durability: Durability | None = None,
     ) -> None:
         self.config = config
@@ -88,6 +89,10 @@ class Publishing:
                 reading.READ_BATCH,
             ),
         )
+        # The consumers' unsettled deliveries, which the budget weighs with its publishers
+        # (session/unsettled.py), and the sessions that hold or let go their links.
+        self.sending = sending
+        self.flow.unsettled = sending.unsettled
         # Deliveries a store handed to consumers at once; the broker marks their sessions.
         self._dispatch = dispatch
         self.links: set[IncomingLinkState] = set()
@@ -96,7 +101,6 @@ class Publishing:
         # How a connection is closed for an error, what it held given back first.
         self.close_connection = close_connection
         # Bytes handed to transports and metadata of unsettled deliveries (gateway/sending.py).
-        self.outbound = outbound
         # Where persistent messages to durable queues are stored before they are confirmed
         # (gateway/confirming.py confirms them after the fsync).
         self.durability = durability
@@ -345,7 +349,7 @@ class Publishing:
             self.durability.flush()
         self._weights.clear()
         out = self.flow.flush(
-            self.registry.held.total, self.outbound(), self._weigh, time.monotonic()
+            self.registry.held.total, self.sending.outbound_bytes(), self._weigh, time.monotonic()
         )
         if out is not None:
             self._apply(out)
@@ -363,6 +367,8 @@ class Publishing:
                 receiver.flow(grant)
         for link in out.release:
             self._give_up(cast(IncomingLinkState, link.owner))
+        if out.hold_consumers or out.let_go_consumers:
+            self.sending.hold_unsettled(out.hold_consumers, out.let_go_consumers)
         for inbound in out.close:
             connection = cast(ConnectionState, inbound.owner)
             if not connection.closed:

@@ -20,17 +20,16 @@ from sluicegate.queues.message import Imported, Message
 from sluicegate.queues.queue_type import ConsumerKey, CreditReply, Dispatch
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outbound import (
-    UNSETTLED_DELIVERY_COST,
     LinkFlow,
     Session,
     TransferPart,
-    Unsettled,
     apply_hold,
     budget_flushed,
     resume,
     route,
 )
 from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
+from sluicegate.session.unsettled import UNSETTLED_DELIVERY_COST, Unsettled
 from sluicegate.session.waiting import WaitingBytes
 from sluicegate.writer.writer import ServerBytes
 
@@ -116,6 +115,23 @@ class Sending:
         states = self._states
         for pure in apply_hold(debt):
             state = states.get(pure)
+            if state is not None:
+                self._dirty.add(state)
+
+    def hold_unsettled(self, held: list[OutgoingLink], let_go: list[OutgoingLink]) -> None:
+        """The blocked budget holds, or lets go, consumer links for the deliveries they took
+        unsettled since it blocked (session/unsettled.py); their sessions are pumped."""
+        states = self._states
+        for link in held:
+            session = cast(Session, link.session)
+            session.hold_unsettled(link)
+            state = states.get(session)
+            if state is not None:
+                self._dirty.add(state)
+        for link in let_go:
+            session = cast(Session, link.session)
+            session.release_unsettled(link)
+            state = states.get(session)
             if state is not None:
                 self._dirty.add(state)
 

@@ -19,7 +19,9 @@ from typing import Final, Protocol, TypeAlias
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
+from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.remote_publishers import RemotePublishers
+from sluicegate.session.unsettled import Unsettled
 
 # While blocked, the holds are decided again once the bytes held moved by this share of the
 # margin above the limit: a publisher not yet weighed (a fresh link) adds at most a sixteenth of
@@ -116,6 +118,10 @@ class Flushed:
     # Links whose arriving delivery is given up (settled ``released``, its bytes dropped):
     # deliveries still arriving beyond their part of a blocked budget's margin.
     release: list[IncomingLink] = field(default_factory=list)
+    # Consumer links to hold, and to let go, for the deliveries they took unsettled while the
+    # budget is blocked (session/unsettled.py).
+    hold_consumers: list[OutgoingLink] = field(default_factory=list)
+    let_go_consumers: list[OutgoingLink] = field(default_factory=list)
 
 
 class InboundFlow:
@@ -151,6 +157,9 @@ class InboundFlow:
         # Other workers' links, as what they store here while blocked is charged to them
         # (session/remote_publishers.py): weighed with this worker's own.
         self.remote = RemotePublishers()
+        # The consumers' unsettled deliveries (the gateway's, shared with every session): the
+        # links that took more while blocked are weighed with the publishers that grew.
+        self.unsettled = Unsettled()
         # How many times the holds were decided or let go: what another worker's parked
         # publishes may be stored by changes only then (gateway/peers.py).
         self.decisions = 0
@@ -181,6 +190,9 @@ class InboundFlow:
         # the oldest arriving delivery is no longer read either (session/memory_budget.py).
         self._past_part = False
         self._oldest: PublishingConnection | None = None
+        # What a consumer's unsettled deliveries may have grown by since the block before it
+        # is held, as the holds were last decided (session/unsettled.py).
+        self._consumer_share = 0.0
 
     def join(self, publisher: PublishingConnection) -> None:
         """A connection's inbound state, from its first publishing link on."""
@@ -293,6 +305,7 @@ class InboundFlow:
         budget = self.budget
         was_blocked = budget.blocked
         budget.update(queued + outbound + budget.unfinished)
+        self.unsettled.blocked = budget.blocked
         self._unfinished_reading = 0
         moved = False
         resume = self._unfinished_resume
@@ -312,6 +325,7 @@ class InboundFlow:
             self._past_part = past_part
             moved = True
         out: Flushed | None = None
+        decided = self.decisions
         if budget.blocked:
             classified = self._classified_at
             if (
@@ -332,6 +346,13 @@ class InboundFlow:
         if released:
             assert out is not None
             out.release = released
+        if self.unsettled.settled:
+            # Decided now, every held consumer was looked at.
+            under = self.unsettled.back_under(self._consumer_share)
+            if under and decided == self.decisions:
+                if out is None:
+                    out = Flushed()
+                out.let_go_consumers = under
         self._oldest = oldest
         if self._overdue(oldest, now):
             assert oldest is not None
@@ -452,10 +473,15 @@ class InboundFlow:
             publisher: weight - publisher.weight_at_block
             for publisher, weight in zip(remote, remote_weights, strict=True)
         }
+        consumers_grown = self.unsettled.grown()
         # Another worker's links count only if they stored since the holds were last decided
         # (session/remote_publishers.py): one gone there takes no more.
-        growing = sum(1 for growth in grown if growth > 0) + sum(
-            1 for publisher, growth in remote_grown.items() if growth > 0 and publisher.stored
+        growing = (
+            sum(1 for growth in grown if growth > 0)
+            + sum(
+                1 for publisher, growth in remote_grown.items() if growth > 0 and publisher.stored
+            )
+            + sum(1 for growth in consumers_grown.values() if growth > 0)
         )
         # What each publisher growing in the publishers' part may take of the room left in it
         # before it is held, but never less than the weighing's own step: a light publisher
@@ -478,7 +504,13 @@ class InboundFlow:
         for publisher, weight in zip(remote, remote_weights, strict=True):
             publisher.held = holds(weight, remote_grown[publisher])
         self.remote.decided(remote_grown, still_growing)
-        return self._hold()
+        self._consumer_share = share
+        out = self._hold()
+        for consumer, growth in consumers_grown.items():
+            held = growth > 0 and growth >= share
+            if held != consumer.unsettled_held:
+                (out.hold_consumers if held else out.let_go_consumers).append(consumer)
+        return out
 
     def _release(self) -> Flushed:
         """The budget is back under its low-water mark: nobody is held for it any more."""
@@ -492,7 +524,9 @@ class InboundFlow:
                 link.weight_at_block = None
                 if link.wants_credit:
                     self.renewals.add(link)
-        return self._hold()
+        out = self._hold()
+        out.let_go_consumers = self.unsettled.let_go()
+        return out
 
     def _holds(self, inbound: PublishingConnection) -> bool:
         """Whether the budget or the cap on unfinished bytes keeps ``inbound`` unread."""

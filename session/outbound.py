@@ -35,6 +35,7 @@ from sluicegate.queues.queue_type import (
 )
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
 from sluicegate.session.outgoing_link import CreditReq, LinkOwner, OutgoingLink
+from sluicegate.session.unsettled import Unsettled
 from sluicegate.session.waiting import (
     IMPORT_BATCH,
     WAITING_DELIVERY_COST,
@@ -70,20 +71,6 @@ IMPORT_CREDIT_FACTOR: Final = 4
 TRANSFER_FRAME_OVERHEAD: Final = 64
 # AMQP 1.0 §2.7.1: the smallest max-frame-size a peer may announce.
 MIN_MAX_FRAME_SIZE: Final = 512
-# What the server holds per unsettled outgoing delivery beyond the queued message: proton's
-# delivery record with its emptied buffer and tag, and the queue's entry for it, measured by
-# test_an_unsettled_delivery_costs_at_most_a_kibibyte_beyond_its_message in
-# tests/integration/test_memory_bounds.py; the memory budget counts it.
-UNSETTLED_DELIVERY_COST: Final = 512
-
-
-class Unsettled:
-    """Unsettled deliveries to consumers over every session: the memory budget counts them."""
-
-    __slots__ = ("count",)
-
-    def __init__(self) -> None:
-        self.count = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +225,7 @@ class Session:
         link.detached = True
         self.links.pop(link.handle, None)
         self.unsettled.count -= link.unsettled
+        self.unsettled.forget(link)
         link.unsettled = 0
         if self.outgoing_pending and self.outgoing_pending[0][0] is link:
             # A message of this link partly handed over: the client never gets all of it.
@@ -292,7 +280,7 @@ class Session:
         """The debt is back at half its limit: the link asks for the credit its client
         granted again, unless it is stalled too."""
         link.debt_held = False
-        if not link.stalled:
+        if not (link.stalled or link.unsettled_held):
             self._ask_again(link)
 
     def stall(self, link: OutgoingLink) -> None:
@@ -315,7 +303,20 @@ class Session:
         link.stalled = False
         self.stalled_links.pop(link, None)
         self.waiting.server.stalled.pop(link, None)
-        if not link.debt_held:
+        if not (link.debt_held or link.unsettled_held):
+            self._ask_again(link)
+
+    def hold_unsettled(self, link: OutgoingLink) -> None:
+        """The blocked budget holds the link for the unsettled deliveries it took since it
+        blocked (session/unsettled.py): held as for a debt."""
+        self.unsettled.hold(link)
+        self._hold(link)
+
+    def release_unsettled(self, link: OutgoingLink) -> None:
+        """It settled back under its share, or the budget let go: it asks for the credit its
+        client granted again, unless held for another reason."""
+        self.unsettled.release(link)
+        if not (link.debt_held or link.stalled):
             self._ask_again(link)
 
     def _hold(self, link: OutgoingLink) -> None:
@@ -416,7 +417,10 @@ class Session:
         """The client settled deliveries of a link; released ones may go to other consumers."""
         settled = min(len(seqs), link.unsettled)
         link.unsettled -= settled
-        self.unsettled.count -= settled
+        unsettled = self.unsettled
+        unsettled.count -= settled
+        if link.unsettled_held:
+            unsettled.settled[link] = None
         return link.queue.settle(
             link,
             seqs,
@@ -873,7 +877,10 @@ class Session:
         link.sent += 1
         if link.ack_required:
             link.unsettled += 1
-            self.unsettled.count += 1
+            unsettled = self.unsettled
+            unsettled.count += 1
+            if unsettled.blocked and link not in unsettled.since:
+                unsettled.since[link] = link.unsettled - 1
         client = link.client_flow_ctl
         client.delivery_count = (client.delivery_count + 1) & SERIAL_MASK
         if client.credit > 0:

@@ -124,6 +124,7 @@ class OutgoingLink:
         "transport_count",
         "uncounted",
         "unsettled",
+        "unsettled_held",
         "waiting",
     )
 
@@ -181,13 +182,16 @@ class OutgoingLink:
         # The bytes its queue may still send on the credit granted, reserved in the memory
         # budget until they arrive or the credit is given back (session/waiting.py).
         self.reserved = 0
-        # Every credit request it makes asks its queue for none (``held``), for either of
-        # two reasons: its connection's dead-letter debt (session/dead_letter_debt.py), or,
-        # another worker's consumer, it gave back what it held unsent when its client stopped
-        # reading and others waited for the imports' part (``stalled``, session/waiting.py).
+        # Every credit request it makes asks its queue for none (``held``), for any of three
+        # reasons: its connection's dead-letter debt (session/dead_letter_debt.py); another
+        # worker's consumer, it gave back what it held unsent when its client stopped reading
+        # and others waited for the imports' part (``stalled``, session/waiting.py); or the
+        # blocked memory budget holds it for the deliveries it took unsettled since it
+        # blocked (``unsettled_held``, session/unsettled.py).
         self.held = False
         self.debt_held = False
         self.stalled = False
+        self.unsettled_held = False
         # Of its entries in outgoing_pending, those given back and not yet dropped.
         self.stale = 0
         self.detached = False

@@ -17,7 +17,7 @@ from support.raw_client import RawClient
 
 from sluicegate.gateway.statistics import SLICE, ServerStatistics, gathering
 from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD
-from sluicegate.session.outbound import UNSETTLED_DELIVERY_COST
+from sluicegate.session.unsettled import UNSETTLED_DELIVERY_COST
 from sluicegate.session.waiting import WAITING_DELIVERY_COST
 from sluicegate.wire.annotations import routing_annotations
 

@@ -11,6 +11,7 @@ that take and settle messages and a flush after any step, and checks the bounds 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 from hypothesis import settings
@@ -43,6 +44,8 @@ from sluicegate.session.inbound_flow import (
 )
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import MemoryBudget
+from sluicegate.session.outgoing_link import LinkOwner, OutgoingLink
+from sluicegate.session.unsettled import UNSETTLED_DELIVERY_COST, Unsettled
 from sluicegate.wire.amqp_types import Described
 from sluicegate.wire.encoding import encode
 
@@ -1114,3 +1117,70 @@ def test_a_publish_given_back_after_its_link_detached_makes_nobody_wait() -> Non
     assert flow.owner_full == {}
     flow.owner_stored(1)
     assert link not in flow.renewals
+
+
+def _took_unsettled(unsettled: Unsettled, link: OutgoingLink, count: int) -> None:
+    """What a session does as ``count`` deliveries of ``link`` leave it unsettled."""
+    if unsettled.blocked:
+        unsettled.since.setdefault(link, link.unsettled)
+    link.unsettled += count
+    unsettled.count += count
+
+
+def _settled(unsettled: Unsettled, link: OutgoingLink, count: int) -> None:
+    """What a session does as the client settles ``count`` of ``link``'s deliveries."""
+    link.unsettled -= count
+    unsettled.count -= count
+    if link.unsettled_held:
+        unsettled.settled[link] = None
+
+
+def _apply(unsettled: Unsettled, out: Flushed | None) -> tuple[list[int], list[int]]:
+    """The holds a flush decided, applied as the sessions do: the handles held and let go."""
+    assert out is not None
+    for link in out.hold_consumers:
+        unsettled.hold(link)
+    for link in out.let_go_consumers:
+        unsettled.release(link)
+    return [link.handle for link in out.hold_consumers], [
+        link.handle for link in out.let_go_consumers
+    ]
+
+
+def test_consumers_that_take_deliveries_unsettled_while_blocked_are_held_by_their_growth() -> None:
+    """Each unsettled delivery costs UNSETTLED_DELIVERY_COST beyond its message; a consumer
+    settling nothing took a blocked budget's publishers past their ceiling, where every
+    publisher waits. Its growth since the block is weighed with the publishers' that grew:
+    held past its share, let go once it settled back under it, or the budget lets go."""
+    budget = MemoryBudget(1_000_000)
+    flow = InboundFlow(budget, LIMITS)
+    unsettled = flow.unsettled
+    queue = ClassicQueue("q")
+    hoarder, settler = (OutgoingLink(cast(LinkOwner, None), n, queue, True) for n in (1, 2))
+    _took_unsettled(unsettled, settler, 3)
+    flow.flush(1_000_000, 0, _nothing)
+    assert budget.blocked
+    assert unsettled.blocked
+    assert unsettled.since == {}
+    _took_unsettled(unsettled, hoarder, 100)
+    _took_unsettled(unsettled, settler, 1)
+    grown = 101 * UNSETTLED_DELIVERY_COST
+    # A quarter of the room left below the publishers' ceiling, shared by the two grown; the
+    # settler's one delivery is under the floor of a share.
+    assert _apply(unsettled, flow.flush(1_000_000 + grown, 0, _nothing)) == ([1], [])
+    # The hoarder settles what it took: let go at the next flush, though the bytes it finds
+    # did not move for the holds to be decided again.
+    decisions = flow.decisions
+    _settled(unsettled, hoarder, 100)
+    out = flow.flush(1_000_000 + grown, 0, _nothing)
+    assert flow.decisions == decisions
+    assert _apply(unsettled, out) == ([], [1])
+    assert unsettled.held == {}
+    # Held again for taking more; every hold ends as the budget lets go.
+    _took_unsettled(unsettled, hoarder, 200)
+    out = flow.flush(1_000_000 + 201 * UNSETTLED_DELIVERY_COST, 0, _nothing)
+    assert _apply(unsettled, out) == ([1], [])
+    assert _apply(unsettled, flow.flush(budget.resume_at, 0, _nothing)) == ([], [1])
+    assert (unsettled.blocked, unsettled.since, unsettled.held, unsettled.settled) == (
+        False, {}, {}, {},
+    )  # fmt: skip

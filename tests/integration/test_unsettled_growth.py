@@ -1,0 +1,90 @@
+"""A consumer that takes deliveries and settles none, while the memory budget is blocked
+(session/unsettled.py).
+
+Each unsettled delivery costs the server 512 bytes beyond its message. Before, a consumer
+granting 100,000 credit on a queue of 12,000 small messages took an 8 MiB budget, blocked by a
+queue nobody reads, to 14.6 MB against its 9 MiB ceiling, and every publisher on the server,
+polite or not, waited for as long as it stayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import proton
+from integration.conftest import RunningServer
+from proton.utils import BlockingConnection, BlockingReceiver, SendException
+from support.clients import publish
+from support.polling import wait_until
+
+KiB: Final = 1024
+MiB: Final = 1024 * KiB
+SMALL: Final = 12_000
+
+
+def _fill_until_held(server: RunningServer, queue: str) -> BlockingConnection:
+    """Publish 100 KB messages to ``queue``, which nobody reads, until the budget holds the
+    publisher; its connection is returned, held."""
+    connection = BlockingConnection(server.url, timeout=10)
+    sender = connection.create_sender(f"/queues/{queue}")
+    while True:
+        try:
+            sender.send(proton.Message(body=b"f" * 100_000), timeout=3)
+        except (proton.Timeout, SendException):
+            assert server.call(lambda: server.server.broker.publishing.budget.blocked)
+            return connection
+
+
+def _take(receiver: BlockingReceiver, most: int) -> int:
+    """Receive, settling nothing, until nothing comes for a second or ``most`` came."""
+    taken = 0
+    while taken < most:
+        try:
+            receiver.receive(timeout=1)
+        except proton.Timeout:
+            break
+        taken += 1
+    return taken
+
+
+def _polite_publish(server: RunningServer) -> bool:
+    connection = BlockingConnection(server.url, timeout=10)
+    sender = connection.create_sender("/queues/polite")
+    try:
+        sender.send(proton.Message(body=b"polite"), timeout=5)
+    except (proton.Timeout, SendException):
+        return False
+    connection.close()
+    return True
+
+
+def test_a_consumer_settling_nothing_is_held_before_it_takes_the_publishers_part(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    server = make_server(memory_budget=8 * MiB)
+    budget = server.server.broker.publishing.budget
+    assert publish(server.url, "/queues/small", [b"s" * 100] * SMALL).outcomes == (
+        ["accepted"] * SMALL
+    )
+    # Held, it stays open until the server stops: its CLOSE would not be read before.
+    _filler = _fill_until_held(server, "nobody-reads")
+    hoarder = BlockingConnection(server.url, timeout=30)
+    receiver = hoarder.create_receiver("/queues/small", credit=100_000)
+    taken = _take(receiver, SMALL)
+    # Held once it grew by its share of the publishers' part: a fraction of the queue.
+    assert 0 < taken < SMALL // 2, f"{taken} deliveries taken unsettled"
+    level, ceiling = server.call(
+        lambda: (budget.publishing_level(budget.current), budget.publishing_ceiling)
+    )
+    assert level < ceiling, f"publishers' level {level} past their ceiling {ceiling}"
+    assert _polite_publish(server)
+    # Settled, it is let go at the next decision and takes more.
+    for _ in range(taken):
+        receiver.accept()
+    assert _take(receiver, SMALL) > 0
+    unsettled = server.call(lambda: server.server.broker.sending.unsettled)
+    hoarder.close()
+    # Nothing of it is left once it is gone.
+    wait_until(lambda: server.call(lambda: (unsettled.count, len(unsettled.since))) == (0, 0))
+    assert server.call(lambda: len(unsettled.held)) == 0
