@@ -83,7 +83,6 @@ class Consumers:
         "browsing",
         "by_key",
         "deferred",
-        "filtered",
         "rotation",
         "single_active",
         "waiting",
@@ -103,8 +102,6 @@ class Consumers:
         # moved back (their session's unsent deliveries given back): the queue walks them on at
         # its next tick, since no new message is offered to a browser behind it.
         self.behind: dict[ConsumerKey, Consumer] = {}
-        # Filtered consumers that acquire: each sees messages released behind its cursor.
-        self.filtered: list[Consumer] = []
         # A new message was left for a filtered consumer's walk (see offer): the queue must
         # walk again at its next tick.
         self.deferred = False
@@ -114,8 +111,6 @@ class Consumers:
         if self.single_active and not state.browse:
             state.active = not any(c.active and not c.browse for c in self.by_key.values())
         self.by_key[state.key] = state
-        if state.filter is not None and not state.browse:
-            self.filtered.append(state)
 
     def remove(self, key: ConsumerKey) -> Consumer | None:
         """A consumer detached: out of the rotation, with no credit left."""
@@ -124,8 +119,6 @@ class Consumers:
             return None
         state.credit = 0
         self.leave(state)
-        if state.filter is not None and not state.browse:
-            self.filtered.remove(state)
         released = state.cursor.released
         if released is not None:
             released.leave(state.cursor)

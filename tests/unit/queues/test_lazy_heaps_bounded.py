@@ -122,7 +122,7 @@ def test_a_release_costs_one_entry_whatever_the_filtered_consumers() -> None:
         queue.settle("c", [m.seq for m in got], Outcome.RELEASED, False)
     log = queue._released
     assert len(log.seqs) <= RELEASED_LOG_MAX
-    consumers = queue._consumers.filtered
+    consumers = queue._consumers.by_key.values()
     assert sum(len(state.cursor.returned) for state in consumers) == 0
 
 
