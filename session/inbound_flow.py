@@ -21,7 +21,7 @@ from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.memory_budget import DEFAULT_RESUME_RATIO, MemoryBudget
 from sluicegate.session.outgoing_link import OutgoingLink
 from sluicegate.session.remote_publishers import RemotePublishers
-from sluicegate.session.unsettled import Unsettled
+from sluicegate.session.unsettled import UNSETTLED_DELIVERY_COST, Unsettled
 
 # While blocked, the holds are decided again once the bytes held moved by this share of the
 # margin above the limit: a publisher not yet weighed (a fresh link) adds at most a sixteenth of
@@ -190,9 +190,6 @@ class InboundFlow:
         # the oldest arriving delivery is no longer read either (session/memory_budget.py).
         self._past_part = False
         self._oldest: PublishingConnection | None = None
-        # What a consumer's unsettled deliveries may have grown by since the block before it
-        # is held, as the holds were last decided (session/unsettled.py).
-        self._consumer_share = 0.0
 
     def join(self, publisher: PublishingConnection) -> None:
         """A connection's inbound state, from its first publishing link on."""
@@ -346,13 +343,17 @@ class InboundFlow:
         if released:
             assert out is not None
             out.release = released
-        if self.unsettled.settled:
-            # Decided now, every held consumer was looked at.
-            under = self.unsettled.back_under(self._consumer_share)
-            if under and decided == self.decisions:
-                if out is None:
-                    out = Flushed()
-                out.let_go_consumers = under
+        unsettled = self.unsettled
+        if unsettled.reached or unsettled.settled:
+            if out is None:
+                out = Flushed()
+            # Held by a delivery since the last flush: what their queues hold is taken back.
+            out.hold_consumers.extend(unsettled.reached)
+            unsettled.reached.clear()
+            under = unsettled.back_under()
+            # Decided now, every held consumer was looked at already.
+            if decided == self.decisions:
+                out.let_go_consumers.extend(under)
         self._oldest = oldest
         if self._overdue(oldest, now):
             assert oldest is not None
@@ -473,7 +474,8 @@ class InboundFlow:
             publisher: weight - publisher.weight_at_block
             for publisher, weight in zip(remote, remote_weights, strict=True)
         }
-        consumers_grown = self.unsettled.grown()
+        unsettled = self.unsettled
+        consumers_grown = unsettled.grown()
         # Another worker's links count only if they stored since the holds were last decided
         # (session/remote_publishers.py): one gone there takes no more.
         growing = (
@@ -504,10 +506,13 @@ class InboundFlow:
         for publisher, weight in zip(remote, remote_weights, strict=True):
             publisher.held = holds(weight, remote_grown[publisher])
         self.remote.decided(remote_grown, still_growing)
-        self._consumer_share = share
+        # A consumer's share in deliveries, each costing what it does beyond its message, and
+        # what all may ask for until the next decision.
+        unsettled.share = max(1, int(share) // UNSETTLED_DELIVERY_COST)
+        unsettled.room = int(self._room * HOLDER_SHARE) // UNSETTLED_DELIVERY_COST
         out = self._hold()
         for consumer, growth in consumers_grown.items():
-            held = growth > 0 and growth >= share
+            held = growth >= unsettled.share
             if held != consumer.unsettled_held:
                 (out.hold_consumers if held else out.let_go_consumers).append(consumer)
         return out

@@ -681,6 +681,10 @@ class Session:
         # Deliveries no queue counts asked for while the budget is blocked: their largest
         # sizes the next request.
         gated = False
+        if link.ack_required and queue_ctl.credit and self.unsettled.blocked and not link.held:
+            # What is left of its share of the blocked budget (session/unsettled.py); none
+            # holds it.
+            queue_ctl.credit = self.unsettled.grant(link, queue_ctl.credit)
         if link.held:
             queue_ctl.credit = 0
         elif link.imports and queue_ctl.credit:
@@ -879,8 +883,10 @@ class Session:
             link.unsettled += 1
             unsettled = self.unsettled
             unsettled.count += 1
-            if unsettled.blocked and link not in unsettled.since:
-                unsettled.since[link] = link.unsettled - 1
+            if unsettled.blocked:
+                before = unsettled.since.setdefault(link, link.unsettled - 1)
+                if link.unsettled - before >= unsettled.share and not link.unsettled_held:
+                    unsettled.reach(link)
         client = link.client_flow_ctl
         client.delivery_count = (client.delivery_count + 1) & SERIAL_MASK
         if client.credit > 0:

@@ -1165,9 +1165,25 @@ def test_consumers_that_take_deliveries_unsettled_while_blocked_are_held_by_thei
     _took_unsettled(unsettled, hoarder, 100)
     _took_unsettled(unsettled, settler, 1)
     grown = 101 * UNSETTLED_DELIVERY_COST
-    # A quarter of the room left below the publishers' ceiling, shared by the two grown; the
-    # settler's one delivery is under the floor of a share.
+    # A quarter of the room left below the publishers' ceiling, shared by the two grown, is
+    # 14 deliveries each, and a quarter of it all the requests may ask for until the next
+    # decision.
     assert _apply(unsettled, flow.flush(1_000_000 + grown, 0, _nothing)) == ([1], [])
+    assert (unsettled.share, unsettled.room) == (14, 28)
+    # A request asks for what is left of both; a link granted none is held at once.
+    assert unsettled.grant(settler, 256) == 13
+    fresh = [OutgoingLink(cast(LinkOwner, None), n, queue, True) for n in (3, 4, 5)]
+    assert [unsettled.grant(link, 256) for link in fresh] == [14, 1, 1]
+    assert unsettled.room == 0
+    # With the room spent, a link holding no more than when the budget blocked still gets one
+    # (consumers settling as they go drain the queues); one that grew is held.
+    unsettled.since[fresh[2]] = 0
+    fresh[2].unsettled = 1
+    assert unsettled.grant(fresh[2], 256) == 0
+    assert fresh[2].unsettled_held
+    assert fresh[2].held
+    assert unsettled.reached == {fresh[2]: None}
+    unsettled.forget(fresh[2])
     # The hoarder settles what it took: let go at the next flush, though the bytes it finds
     # did not move for the holds to be decided again.
     decisions = flow.decisions
@@ -1176,7 +1192,9 @@ def test_consumers_that_take_deliveries_unsettled_while_blocked_are_held_by_thei
     assert flow.decisions == decisions
     assert _apply(unsettled, out) == ([], [1])
     assert unsettled.held == {}
-    # Held again for taking more; every hold ends as the budget lets go.
+    # Held again for taking more, while the settler, which settled, is not; every hold ends
+    # as the budget lets go.
+    _settled(unsettled, settler, 1)
     _took_unsettled(unsettled, hoarder, 200)
     out = flow.flush(1_000_000 + 201 * UNSETTLED_DELIVERY_COST, 0, _nothing)
     assert _apply(unsettled, out) == ([1], [])
