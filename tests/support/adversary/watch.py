@@ -94,6 +94,8 @@ SPAWN: Final = multiprocessing.get_context("spawn")  # no fork of a process with
 # breach shows where the server was, not only that it was busy (seed 72005: a 2 s pass whose
 # cause its replay never showed again).
 STALL_DUMP_S: Final = 0.8
+# How long a killed prober's reader may take to read its pipe's end: it is there at once.
+READER_JOIN_S: Final = 5.0
 STALL_WATCH_S: Final = 0.1  # how often the watcher looks: a stall is dumped within 0.9 s
 STALL_DUMP_TIMEOUT_S: Final = 10.0
 STACKS_SHOWN: Final = 6_000  # characters of each process's stacks a breach report shows
@@ -404,9 +406,9 @@ class ProberProcess:
     def __init__(
         self, port: int, server_pid: int, watched: Callable[[], list[int]] | None = None
     ) -> None:
-        self._pipe, theirs = SPAWN.Pipe()
+        self._pipe, self._theirs = SPAWN.Pipe()
         self._process = SPAWN.Process(
-            target=_prober_process, args=(port, server_pid, theirs), daemon=True
+            target=_prober_process, args=(port, server_pid, self._theirs), daemon=True
         )
         self.rounds: deque[Round] = deque(maxlen=ROUNDS_KEPT)
         # The round since :meth:`take_latest` with the most time no run-queue wait explains:
@@ -530,6 +532,12 @@ class ProberProcess:
         if self._process.pid is not None:  # started
             self._process.kill()
             self._process.join()
+        # This process's copy of the prober's end first: the reader then reads the pipe's end
+        # and returns. Closed under it, its read failed on a closed handle (a TypeError that
+        # failed the test it ran in).
+        self._theirs.close()
+        if self._reader.is_alive():
+            self._reader.join(READER_JOIN_S)
         self._pipe.close()
 
 
