@@ -236,7 +236,16 @@ class Publishing:
         # as bytes read, so that the copies of one read's messages hold the publishers before
         # the next read rather than at the flush (adversary seed 64103: one read to a fanout
         # of 50 queues went 11 MB past the ceiling when each copy counted its payload).
-        self.charge_read(state.connection, copies_cost(total, len(queues), whole))
+        further = copies_cost(total, len(queues), whole)
+        if not self.flow.fits(further):
+            # They would take the publishers past their ceiling at once, where every publisher
+            # waits, and for good if nobody reads them: three 70 KB messages read together to
+            # a fan-out of 24 queues of another worker went 1.5 MB past it (adversary seed
+            # 66100). Stored nowhere, released: the client may send it again (AMQP 1.0 §3.4.4).
+            for _ in queues:
+                confirm(pending, Outcome.RELEASED)
+            return
+        self.charge_read(state.connection, further)
         # Copies first: a queue may change its copy (its x-message-ttl) when it stores it.
         copies = [message, *(message.copy() for _ in queues[1:])]
         for queue, copy in zip(queues, copies, strict=True):

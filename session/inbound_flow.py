@@ -273,6 +273,12 @@ class InboundFlow:
             hold = True
         return self._hold().pause if hold else []
 
+    def fits(self, copies: int) -> bool:
+        """Whether a fan-out's further copies, ``copies`` bytes beyond the payload its read
+        charged, stay below the publishers' ceiling with what is held and read now."""
+        budget = self.budget
+        return budget.publishing_level(budget.current) + copies < budget.publishing_ceiling
+
     def unfinished_charged(
         self, inbound: PublishingConnection, begins: bool
     ) -> Hold | Release | None:

@@ -1202,3 +1202,19 @@ def test_consumers_that_take_deliveries_unsettled_while_blocked_are_held_by_thei
     assert (unsettled.blocked, unsettled.since, unsettled.held, unsettled.settled) == (
         False, {}, {}, {},
     )  # fmt: skip
+
+
+def test_a_fan_outs_copies_fit_only_below_the_publishers_ceiling() -> None:
+    """What gateway/publishing.py asks before it makes a fan-out's copies: with what is held
+    and what was read since the last flush, do they stay below the publishers' ceiling."""
+    budget = MemoryBudget(100_000)
+    flow = InboundFlow(budget, LIMITS)
+    flow.flush(90_000, 0, _nothing)
+    room = budget.publishing_ceiling - 90_000
+    assert flow.fits(room - 1)
+    assert not flow.fits(room)
+    inbound = Inbound(flow, Account())
+    inbound.attach()
+    flow.charge_read(inbound, 1_000)
+    assert not flow.fits(room - 1)
+    assert flow.fits(room - 1_001)
