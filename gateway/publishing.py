@@ -31,6 +31,7 @@ from sluicegate.gateway.queue_links import QueueLinks
 from sluicegate.gateway.rules.vhost_log import logged_name
 from sluicegate.gateway.sending import Sending
 from sluicegate.gateway.state import ConnectionState, IncomingLinkState, forget_endpoint
+from sluicegate.queues.errors import ResourceLimitExceeded
 from sluicegate.queues.held_bytes import copies_cost
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import Dispatch, Outcome, QueueType
@@ -241,9 +242,19 @@ class Publishing:
             # They would take the publishers past their ceiling at once, where every publisher
             # waits, and for good if nobody reads them: three 70 KB messages read together to
             # a fan-out of 24 queues of another worker went 1.5 MB past it (adversary seed
-            # 66100). Stored nowhere, released: the client may send it again (AMQP 1.0 §3.4.4).
+            # 66100). Stored nowhere, released: the client may send it again (AMQP 1.0 §3.4.4);
+            # rejected if they could not fit in the publishers' whole part.
+            outcome, error = Outcome.RELEASED, None
+            if further >= self.flow.budget.publishing_ceiling:
+                outcome, error = (
+                    Outcome.REJECTED,
+                    ResourceLimitExceeded(
+                        f"its {len(queues)} copies would cost {further} bytes, more than the "
+                        "server's memory budget lets publishers hold"
+                    ),
+                )
             for _ in queues:
-                confirm(pending, Outcome.RELEASED)
+                confirm(pending, outcome, error)
             return
         self.charge_read(state.connection, further)
         # Copies first: a queue may change its copy (its x-message-ttl) when it stores it.

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Final
 
 import proton
+import pytest
 from integration.conftest import RunningServer
 from proton.utils import BlockingConnection, SendException
 
@@ -92,3 +93,30 @@ def test_a_fan_out_whose_copies_would_pass_the_ceiling_is_released(
         return {registry.queue(f"wide-{index}").statistics().ready for index in range(WIDE)}
 
     assert running.call(counts) == {accepted}
+
+
+def test_a_fan_out_that_could_never_fit_is_rejected_with_the_reason(
+    make_server: Callable[..., RunningServer],
+) -> None:
+    """3,100 copies cost 1.19 MB of overhead, more than a 1 MiB budget's publishers may hold
+    at all (1.16 MB): released, the client would send it again for ever."""
+    running = make_server(memory_budget=1 * MiB)
+    registry = running.server.registry
+
+    def declare() -> None:
+        registry.declare_exchange("huge", "fanout")
+        for index in range(3_100):
+            registry.declare_queue(f"huge-{index}")
+            registry.bind("huge", f"huge-{index}")
+
+    running.call(declare)
+    connection = BlockingConnection(running.url, timeout=10)
+    sender = connection.create_sender("/exchanges/huge")
+    with pytest.raises(SendException) as refused:
+        sender.send(proton.Message(body=b"x"), timeout=5)
+    assert refused.value.state == proton.Delivery.REJECTED
+    assert running.call(lambda: registry.queue("huge-0").statistics().ready) == 0
+    # The connection goes on.
+    connection.create_sender("/queues/huge-1").send(proton.Message(body=b"y"), timeout=5)
+    assert running.call(lambda: registry.queue("huge-1").statistics().ready) == 1
+    connection.close()
