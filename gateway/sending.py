@@ -122,15 +122,12 @@ class Sending:
         """The blocked budget holds, or lets go, consumer links for the deliveries they took
         unsettled since it blocked (session/unsettled.py); their sessions are pumped."""
         states = self._states
-        for link in held:
+        for link, holds in [*((link, True) for link in held), *((link, False) for link in let_go)]:
             session = cast(Session, link.session)
-            session.hold_unsettled(link)
-            state = states.get(session)
-            if state is not None:
-                self._dirty.add(state)
-        for link in let_go:
-            session = cast(Session, link.session)
-            session.release_unsettled(link)
+            if holds:
+                session.hold_unsettled(link)
+            else:
+                session.release_unsettled(link)
             state = states.get(session)
             if state is not None:
                 self._dirty.add(state)

@@ -17,6 +17,7 @@ from typing import Final
 
 import proton
 from integration.conftest import RunningServer
+from integration.test_consumer_budget import _fill_until_held
 from proton.utils import BlockingConnection, BlockingReceiver, SendException
 from support.clients import publish
 from support.polling import wait_until
@@ -25,19 +26,6 @@ from support.raw_client import RawClient
 KiB: Final = 1024
 MiB: Final = 1024 * KiB
 SMALL: Final = 12_000
-
-
-def _fill_until_held(server: RunningServer, queue: str) -> BlockingConnection:
-    """Publish 100 KB messages to ``queue``, which nobody reads, until the budget holds the
-    publisher; its connection is returned, held."""
-    connection = BlockingConnection(server.url, timeout=10)
-    sender = connection.create_sender(f"/queues/{queue}")
-    while True:
-        try:
-            sender.send(proton.Message(body=b"f" * 100_000), timeout=3)
-        except (proton.Timeout, SendException):
-            assert server.call(lambda: server.server.broker.publishing.budget.blocked)
-            return connection
 
 
 def _take(receiver: BlockingReceiver, most: int) -> int:
@@ -71,8 +59,8 @@ def test_a_consumer_settling_nothing_is_held_before_it_takes_the_publishers_part
     assert publish(server.url, "/queues/small", [b"s" * 100] * SMALL).outcomes == (
         ["accepted"] * SMALL
     )
-    # Held, it stays open until the server stops: its CLOSE would not be read before.
-    _filler = _fill_until_held(server, "nobody-reads")
+    # Its publisher held, the budget blocked (the connection stays until the server stops).
+    assert _fill_until_held(server, "nobody-reads") > 0
     hoarder = BlockingConnection(server.url, timeout=30)
     receiver = hoarder.create_receiver("/queues/small", credit=100_000)
     taken = _take(receiver, SMALL)
@@ -103,7 +91,7 @@ def test_many_links_that_never_read_take_no_more_than_the_room_left(
     assert publish(server.url, "/queues/small", [b"s" * 100] * SMALL).outcomes == (
         ["accepted"] * SMALL
     )
-    _filler = _fill_until_held(server, "nobody-reads")
+    assert _fill_until_held(server, "nobody-reads") > 0
     clients = []
     for number in range(4):
         client = RawClient.connect(
