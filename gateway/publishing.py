@@ -170,8 +170,6 @@ class Publishing:
         """A transfer from a publisher: refuse it, or route it and store a copy per queue."""
         inbound = state.connection.inbound
         assert inbound is not None
-        if state.released and self._released(state, delivery):
-            return
         pure = state.link
         link = c_object(state.receiver)
         if deliveries.partial(delivery):
@@ -267,21 +265,12 @@ class Publishing:
 
         Settling makes proton drop the rest of the delivery unread once it has written the
         settlement; until then (for ever, while the client does not read and the server's output
-        is full) it goes on buffering its frames, which are dropped here as their events come
-        (gateway/proton/payload_buffers.py), so a client that keeps sending on a refused link
-        makes the server hold nothing.
+        is full) it goes on buffering its frames, which are dropped as their events come
+        (``Settling.on_delivery_of``, gateway/proton/payload_buffers.py), so a client that keeps
+        sending on a refused link makes the server hold nothing.
         """
         deliveries.settle(delivery)
         payload_buffers.drop(delivery)
-
-    def _released(self, state: IncomingLinkState, delivery: CDelivery) -> bool:
-        """Whether the transfer continues the delivery the link released as it began (its
-        bytes are dropped): proton goes on buffering it as :meth:`discard` says."""
-        if payload_buffers.settled_here(delivery):
-            payload_buffers.drop(delivery)
-            return True
-        state.released = False  # a new delivery: the released one has ended
-        return False
 
     def store(self, pending: Unconfirmed, queue: QueueType, message: Message) -> None:
         """Enqueue one copy; an in-memory queue has stored it once ``enqueue`` returns.
@@ -338,7 +327,6 @@ class Publishing:
         if isinstance(refusal, Release):
             deliveries.settle_as(delivery, DISPOSITIONS[Outcome.RELEASED])
             payload_buffers.drop(delivery)
-            state.released = True
             return
         deliveries.settle(delivery)
         payload_buffers.drop(delivery)

@@ -75,6 +75,18 @@ class Settling:
             self._settled(state, delivery)
             return
         self.apply_settlements()
+        if not deliveries.readable(delivery):
+            # A transfer's event is for the delivery its link is receiving. Any other updates
+            # one received before: a publisher settling or stating what it sent, as a sender
+            # may (AMQP 1.0 §2.6.12), while its copies wait to be stored, or more frames of a
+            # delivery refused before its end; a consumer's settlements went to
+            # ``_settled``. Taken for a transfer, each was routed as a message of no bytes and
+            # advanced the delivery arriving after it (adversary seed 66159).
+            if payload_buffers.settled_here(delivery) and deliveries.on_receiver(delivery):
+                # Proton goes on buffering a refused delivery's frames: dropped as they come
+                # (Publishing.discard).
+                payload_buffers.drop(delivery)
+            return
         if type(state) is IncomingLinkState:
             self._publishing.receive(state, delivery)
         elif state is None:

@@ -318,9 +318,6 @@ class IncomingLinkState:
         self.router = router
         # The bytes of the delivery still arriving, drained from proton frame by frame.
         self.partial: bytearray | None = None
-        # Its last delivery was released as it began, and may still be arriving
-        # (Publishing._released).
-        self.released = False
         # The queues its last message went to: what the memory budget weighs it by.
         self.queues: list[QueueType] = []
 

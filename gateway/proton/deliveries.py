@@ -116,6 +116,8 @@ def wrap(delivery: CDelivery) -> Delivery:
     return Delivery(delivery)  # type: ignore[no-untyped-call]
 
 
+# Whether it is the delivery its link is receiving now (a receiver link's current one).
+readable = lib.pn_delivery_readable
 partial = lib.pn_delivery_partial
 pending = lib.pn_delivery_pending
 aborted = lib.pn_delivery_aborted

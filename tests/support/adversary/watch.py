@@ -59,6 +59,10 @@ INTERNAL_ERROR: Final = re.compile(
 )
 ROUNDS_KEPT: Final = 256
 ERROR_LINES: Final = 60  # an internal error's traceback through proton's dispatch and ours
+# Lines kept before the first internal error: what the C library said before it aborted the
+# process ("free(): double free detected"), which faulthandler's report comes after (seed
+# 66159's worker aborted in proton, and its report began after that line).
+LINES_BEFORE: Final = 3
 # What tells a held prober's cause (the server idle, the prober waiting): the memory budget
 # and whose reads are paused (gateway/metrics.py).
 HOLD_GAUGES: Final = frozenset(
@@ -172,9 +176,10 @@ class ServerProcess:
         return process_cpu_seconds(self.pid)
 
     def new_errors(self) -> list[str]:
-        """The log written since the last call from its first internal error on, at most
-        :data:`ERROR_LINES` lines: the traceback too, since the log goes with the run's
-        directory (seed 69502's replay breached so, and its next replays did not)."""
+        """The log written since the last call from just before its first internal error on
+        (:data:`LINES_BEFORE`), at most :data:`ERROR_LINES` lines after it: the traceback
+        too, since the log goes with the run's directory (seed 69502's replay breached so, and
+        its next replays did not)."""
         self._log.flush()
         with self.log_path.open() as log:
             log.seek(self._log_offset)
@@ -182,7 +187,9 @@ class ServerProcess:
             self._log_offset = log.tell()
         lines = text.splitlines()
         first = next((n for n, line in enumerate(lines) if INTERNAL_ERROR.search(line)), None)
-        return [] if first is None else lines[first : first + ERROR_LINES]
+        if first is None:
+            return []
+        return lines[max(0, first - LINES_BEFORE) : first + ERROR_LINES]
 
     def hold_gauges(self) -> str:
         """The metrics that say what holds a prober while the server is idle, as one line:
