@@ -2,9 +2,11 @@
 ``unsettled`` or ``mixed`` mode settles a delivery whenever it is done with it, and may update its
 state with a DISPOSITION of role sender). Proton reports such an update as an event for the
 delivery, which the server took for the next transfer of the link: a message of no bytes was
-routed, the link's credit taken again, and the link's delivery still arriving advanced under its
-feet. Adversary seed 66159 (two workers) aborted a worker in ``pn_delivery_settle`` after such
-updates, with the publisher's connection gone and its copies confirmed by the other worker.
+routed and stored, a credit taken, and the link advanced past whatever delivery it was
+receiving. Found following adversary seed 66159 (two workers), whose worker aborted in
+``pn_delivery_settle`` as it settled a publisher's held delivery, confirmed by the other worker
+after the publisher's connection had gone; the only path found where a held delivery is handled
+twice.
 """
 
 from __future__ import annotations
