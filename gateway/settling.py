@@ -80,8 +80,9 @@ class Settling:
             # one received before: a publisher settling or stating what it sent, as a sender
             # may (AMQP 1.0 §2.6.12), while its copies wait to be stored, or more frames of a
             # delivery refused before its end; a consumer's settlements went to
-            # ``_settled``. Taken for a transfer, each was routed as a message of no bytes and
-            # advanced the delivery arriving after it (adversary seed 66159).
+            # ``_settled``. Taken for a transfer, each was stored as a message of no bytes and
+            # advanced the link past the delivery it was receiving (found following adversary
+            # seed 66159's abort, tests/integration/test_publisher_settles_first.py).
             if payload_buffers.settled_here(delivery) and deliveries.on_receiver(delivery):
                 # Proton goes on buffering a refused delivery's frames: dropped as they come
                 # (Publishing.discard).
