@@ -59,6 +59,30 @@ def refund(message: Message) -> int:
     return MESSAGE_OVERHEAD if share.holders else message.held + MESSAGE_OVERHEAD
 
 
+def hold_payload(message: Message) -> int:
+    """What one more holder of ``message`` outside its queues adds (another worker's
+    pre-settled consumer's recent deliveries, session/channel/owner.py): its payload, unless a
+    copy sharing it is counted already. Counted whole, a fan-out's copies delivered to such a
+    consumer each counted the payload its other queues still counted, 30 KB for the 384 B
+    its queue gave back, and took the worker 1 MB past its publishers' ceiling (adversary
+    seed 66181). Matched by one :func:`release_payload`."""
+    share = message.share
+    if share is None:
+        return message.held
+    share.holders += 1
+    return 0 if share.holders > 1 else message.held
+
+
+def release_payload(message: Message) -> int:
+    """What letting go of a :func:`hold_payload` takes away: the payload with its last
+    holder."""
+    share = message.share
+    if share is None:
+        return message.held
+    share.holders -= 1
+    return 0 if share.holders else message.held
+
+
 class HeldBytes:
     """A running total of message bytes held in memory: every message a queue holds is
     counted through :meth:`take` and :meth:`let_go` (or :func:`charge` and :func:`refund`)."""

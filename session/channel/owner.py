@@ -23,6 +23,7 @@ from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import QueueError
 from sluicegate.queues.filters.filter_set import compile_filters
 from sluicegate.queues.filters.view import ViewCache
+from sluicegate.queues.held_bytes import hold_payload, release_payload
 from sluicegate.queues.message import Message, send_all
 from sluicegate.queues.queue_type import (
     Clock,
@@ -204,6 +205,10 @@ class Owner:
 
     ``recent_bytes`` is what the recent deliveries of pre-settled consumers hold: gone from
     their queues, kept only here, so the worker's memory budget counts them (docs/bounds.md).
+    They hold their payload as one more copy would (queues/held_bytes.py's ``hold_payload``):
+    counted once with the queues' count, by whichever holder came first and until the last
+    goes, so only the sum of the two means anything (this one is below zero while it gives
+    back payloads a queue counted first).
     ``left`` names the queues whose remote consumers detached since the gateway last took it:
     an auto-delete queue goes, and an x-expires countdown restarts, when its last consumer
     leaves, wherever that consumer was.
@@ -453,7 +458,7 @@ class Owner:
         unsent = [held.pop() for _ in range(count)]
         unsent.reverse()
         if not key.end.ack_required:
-            self.recent_bytes -= sum(message.held for message in unsent)
+            self.recent_bytes -= sum(map(release_payload, unsent))
         more, mine = self.route(key.queue.give_back(key, unsent))
         frames.extend(more)
         local.extend(mine)
@@ -503,7 +508,7 @@ class Owner:
         if held:
             unsent.extend(held)
             if not key.end.ack_required:
-                self.recent_bytes -= sum(message.held for message in held)
+                self.recent_bytes -= sum(map(release_payload, held))
             held.clear()
         key.detached = True
         if key.letters is not None:
@@ -511,7 +516,7 @@ class Owner:
             # forgets it once nothing is owed (remote.py).
             self.changed[key.end.consumer] = key.letters
         if not key.end.ack_required:
-            self.recent_bytes -= sum(message.held for message in key.recent)
+            self.recent_bytes -= sum(map(release_payload, key.recent))
         key.recent.clear()
         key.counts.clear()
         dispatches = self.route(key.queue.detach(key, unsent))
@@ -549,7 +554,7 @@ class Owner:
             return
         drop = len(recent) - keep
         if drop > 0 and not key.end.ack_required:
-            self.recent_bytes -= sum(message.held for message in islice(recent, drop))
+            self.recent_bytes -= sum(map(release_payload, islice(recent, drop)))
         key.recent = deque(recent, maxlen=keep)
         key.counts = deque(key.counts, maxlen=keep)
 
@@ -562,13 +567,17 @@ class Owner:
         held = key.held
         if held:
             if not key.end.ack_required:
-                self.recent_bytes += sum(message.held for message in messages)
+                self.recent_bytes += sum(map(hold_payload, messages))
             held.extend(messages)
             room = key.byte_limit - key.sent_bytes
             sending: list[Message] = []
             while held and (cost := _cost(held[0])) <= room:
                 sending.append(held.popleft())
                 room -= cost
+            if sending and not key.end.ack_required:
+                # No longer held: :meth:`_send` counts them as recent deliveries. Counted in
+                # both, each held one stayed in the count for good once sent.
+                self.recent_bytes -= sum(map(release_payload, sending))
         else:
             room = key.byte_limit - key.sent_bytes
             fitting = len(messages)
@@ -584,7 +593,7 @@ class Owner:
             if fitting < len(messages):
                 rest = messages[fitting:]
                 if not key.end.ack_required:
-                    self.recent_bytes += sum(message.held for message in rest)
+                    self.recent_bytes += sum(map(hold_payload, rest))
                 held.extend(rest)
         frames: list[Frame] = [*self._send(key, sending)] if sending else []
         if held and short and not key.short:
@@ -617,8 +626,8 @@ class Owner:
         else:
             for message in messages:
                 if len(recent) == recent.maxlen:
-                    self.recent_bytes -= recent[0].held
-                self.recent_bytes += message.held
+                    self.recent_bytes -= release_payload(recent[0])
+                self.recent_bytes += hold_payload(message)
                 recent.append(message)
         consumer = end.consumer
         seqs = tuple([message.seq for message in messages])

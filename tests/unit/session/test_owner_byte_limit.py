@@ -7,6 +7,7 @@ queue end checks every reply (session/channel/ends.py)."""
 from __future__ import annotations
 
 from sluicegate.queues.classic import ClassicQueue
+from sluicegate.queues.held_bytes import MESSAGE_OVERHEAD, HeldBytes
 from sluicegate.queues.message import Message
 from sluicegate.queues.queue_type import QueueType
 from sluicegate.session.channel.frames import (
@@ -126,3 +127,49 @@ def test_what_waits_goes_back_as_never_sent_when_the_consumer_detaches() -> None
         # The two held back, and the one sent unsettled back as a failed attempt.
         assert (stats.ready, stats.unacked) == ((3 if ack_required else 2), 0)
         assert consumer.owner.recent_bytes <= len(SMALL) + 64
+
+
+def test_a_presettled_consumers_held_deliveries_are_counted_once_sent() -> None:
+    consumer = Consumer([SMALL, LARGE, LARGE], ack_required=False)
+    consumer.ask(10, _cost(SMALL))
+    owner = consumer.owner
+    assert owner.recent_bytes == len(SMALL) + 2 * len(LARGE)
+    # Sent once the limit lets them: now recent deliveries, counted there and only there
+    # (before, each stayed counted as held too: 20,000 bytes more for good).
+    consumer.ask(10, 2 * _cost(LARGE))
+    assert consumer.received == [SMALL, LARGE, LARGE]
+    assert owner.recent_bytes == len(SMALL) + 2 * len(LARGE)
+    owner.receive(Detach(1, consumer.delivery_count))
+    assert owner.recent_bytes == 0
+
+
+def test_a_presettled_consumer_of_a_fan_outs_copies_counts_no_payload_another_queue_counts() -> (
+    None
+):
+    """Adversary seed 66181: a fan-out's copies delivered to another worker's pre-settled
+    consumer each counted their payload again, though the fan-out's other queues counted it and
+    their queue gave back only its overhead."""
+    held = HeldBytes()
+    fanned = ClassicQueue("q", held=held)
+    other = ClassicQueue("other", held=held)
+    for _ in range(3):
+        message = Message(LARGE)
+        copy = message.copy()
+        fanned.enqueue(message)
+        other.enqueue(copy)
+    before = held.total
+    assert before == 3 * (len(LARGE) + 2 * MESSAGE_OVERHEAD)
+    queue: QueueType = fanned
+    owner = Owner(lambda vhost, name: queue, 256)
+    owner.receive(Attach(1, "/", "q", False, False, 0))
+    frames, _ = owner.receive(Credit(1, 0, 10, False, False, 10 * _cost(LARGE)))
+    assert sum(len(frame.seqs) for frame in frames if type(frame) is Deliveries) == 3
+    # Gone from their queue, kept by the owner: their payload is still the other queue's.
+    assert held.total == 3 * (len(LARGE) + MESSAGE_OVERHEAD)
+    assert owner.recent_bytes == 0
+    # The other queue lets go: the payload stays counted while the owner keeps the messages,
+    # once, and goes with them.
+    other.purge()
+    assert held.total + owner.recent_bytes == 3 * len(LARGE)
+    owner.receive(Detach(1, 3))
+    assert held.total + owner.recent_bytes == 0
