@@ -399,6 +399,7 @@ class Peers:
             views=self.filter_views,
             clock=self.tenancy.default.registry.clock,
             routers=self._router,
+            held=self.tenancy.default.registry.held,
         )
         self.owners[peer].max_deliveries_size = self.max_frame_size - FRAME_OVERHEAD
         self._confirms[peer] = Confirms()

@@ -23,7 +23,7 @@ from sluicegate.queues.dead_lettering import DeadLetterRouter
 from sluicegate.queues.errors import QueueError
 from sluicegate.queues.filters.filter_set import compile_filters
 from sluicegate.queues.filters.view import ViewCache
-from sluicegate.queues.held_bytes import hold_payload, release_payload
+from sluicegate.queues.held_bytes import HeldBytes, hold_payload, release_payload
 from sluicegate.queues.message import Message, send_all
 from sluicegate.queues.queue_type import (
     Clock,
@@ -208,7 +208,8 @@ class Owner:
     They hold their payload as one more copy would (queues/held_bytes.py's ``hold_payload``):
     counted once with the queues' count, by whichever holder came first and until the last
     goes, so only the sum of the two means anything (this one is below zero while it gives
-    back payloads a queue counted first).
+    back payloads a queue counted first, and folded into the queues' count when the channel
+    ends).
     ``left`` names the queues whose remote consumers detached since the gateway last took it:
     an auto-delete queue goes, and an x-expires countdown restarts, when its last consumer
     leaves, wherever that consumer was.
@@ -225,12 +226,16 @@ class Owner:
         views: ViewCache | None = None,
         clock: Clock | None = None,
         routers: FindRouter | None = None,
+        held: HeldBytes | None = None,
     ) -> None:
         self.find = find
         self.used = used
         self.delete = delete
         self.declare = declare
         self.routers = routers
+        # The queues' count of bytes held, which takes what is left of :attr:`recent_bytes`
+        # when the channel ends (:meth:`close`).
+        self.held = held
         # Remote consumers whose letters' units changed since the last flush, by id.
         self.changed: dict[int, RemoteLetters] = {}
         # What a remote consumer's filters decode messages through, and the time they read:
@@ -320,6 +325,12 @@ class Owner:
             seen = self.consumers[consumer].end.delivery_count
             dispatches.extend(self._detach(Detach(consumer, seen))[1])
         self.outbox.waiting.clear()
+        if self.held is not None:
+            # Every recent delivery is let go: what is left here is what payloads first
+            # counted by their queues and given back here took below zero, which the queues'
+            # count still holds. Folded into it, the two stay right once this owner is gone.
+            self.held.total += self.recent_bytes
+            self.recent_bytes = 0
         return dispatches
 
     # -- frames ---------------------------------------------------------------------------
