@@ -121,14 +121,13 @@ class Sending:
     def hold_unsettled(self, held: list[OutgoingLink], let_go: list[OutgoingLink]) -> None:
         """The blocked budget holds, or lets go, consumer links for the deliveries they took
         unsettled since it blocked (session/unsettled.py); their sessions are pumped."""
+        for link in held:
+            cast(Session, link.session).hold_unsettled(link)
+        for link in let_go:
+            cast(Session, link.session).release_unsettled(link)
         states = self._states
-        for link, holds in [*((link, True) for link in held), *((link, False) for link in let_go)]:
-            session = cast(Session, link.session)
-            if holds:
-                session.hold_unsettled(link)
-            else:
-                session.release_unsettled(link)
-            state = states.get(session)
+        for link in (*held, *let_go):
+            state = states.get(cast(Session, link.session))
             if state is not None:
                 self._dirty.add(state)
 

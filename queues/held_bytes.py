@@ -38,34 +38,14 @@ def copies_cost(size: int, copies: int, whole: int = 0) -> int:
     return further * MESSAGE_OVERHEAD + min(whole, further) * size
 
 
-def charge(message: Message) -> int:
-    """What counting ``message`` adds: its bytes, unless a copy sharing them is counted, and
-    its overhead. Every :func:`charge` is matched by one :func:`refund` of the message as it
-    is (:meth:`HeldBytes.rewrite` for a change of its bytes meanwhile)."""
-    share = message.share
-    if share is None:
-        return message.held + MESSAGE_OVERHEAD
-    share.holders += 1
-    return MESSAGE_OVERHEAD if share.holders > 1 else message.held + MESSAGE_OVERHEAD
-
-
-def refund(message: Message) -> int:
-    """What no longer counting ``message``, charged before, takes away: the payload's bytes
-    go with the last copy sharing them."""
-    share = message.share
-    if share is None:
-        return message.held + MESSAGE_OVERHEAD
-    share.holders -= 1
-    return MESSAGE_OVERHEAD if share.holders else message.held + MESSAGE_OVERHEAD
-
-
 def hold_payload(message: Message) -> int:
-    """What one more holder of ``message`` outside its queues adds (another worker's
-    pre-settled consumer's recent deliveries, session/channel/owner.py): its payload, unless a
-    copy sharing it is counted already. Counted whole, a fan-out's copies delivered to such a
-    consumer each counted the payload its other queues still counted, 30 KB for the 384 B
-    its queue gave back, and took the worker 1 MB past its publishers' ceiling (adversary
-    seed 66181). Matched by one :func:`release_payload`."""
+    """What one more holder of ``message``'s payload adds (a queue's copy, through
+    :func:`charge`, or another worker's pre-settled consumer's recent deliveries,
+    session/channel/owner.py): the payload, unless a copy sharing it is counted already.
+    Counted whole, a fan-out's copies delivered to such a consumer each counted the payload
+    its other queues still counted, 30 KB for the 384 B its queue gave back, and took the
+    worker 1 MB past its publishers' ceiling (adversary seed 66181). Matched by one
+    :func:`release_payload`."""
     share = message.share
     if share is None:
         return message.held
@@ -81,6 +61,19 @@ def release_payload(message: Message) -> int:
         return message.held
     share.holders -= 1
     return 0 if share.holders else message.held
+
+
+def charge(message: Message) -> int:
+    """What counting ``message`` adds: its bytes, unless a copy sharing them is counted, and
+    its overhead. Every :func:`charge` is matched by one :func:`refund` of the message as it
+    is (:meth:`HeldBytes.rewrite` for a change of its bytes meanwhile)."""
+    return hold_payload(message) + MESSAGE_OVERHEAD
+
+
+def refund(message: Message) -> int:
+    """What no longer counting ``message``, charged before, takes away: the payload's bytes
+    go with the last copy sharing them."""
+    return release_payload(message) + MESSAGE_OVERHEAD
 
 
 class HeldBytes:
