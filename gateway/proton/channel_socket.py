@@ -34,6 +34,12 @@ READ_BATCH: Final = 256 * 1024
 READ_CHUNK: Final = 64 * 1024
 # Pieces per sendmsg: Linux's IOV_MAX.
 IOV_MAX: Final = 1024
+# Bytes written per flush or writability, as for a client (gateway/proton/io_layer.py's
+# WRITE_BATCH), larger since a channel carries many clients' traffic: about a millisecond of
+# writing. Unbounded, a flush wrote for as long as the other worker read: a fan-out's copies
+# share one payload here but cross once per queue, and seed 66073 spent 2 s in one flush while
+# every client of this worker waited (docs/adversary.md).
+WRITE_BATCH: Final = 1024 * 1024
 
 
 class ChannelSocket:
@@ -69,10 +75,12 @@ class ChannelSocket:
             self.output.extend(filter(None, pieces))
 
     def flush(self) -> None:
-        """Write what the socket takes now; wait for writability for the rest."""
+        """Write what the socket takes now, up to :data:`WRITE_BATCH`; wait for writability
+        for the rest."""
         output = self.output
         sock = self.sock
-        while output and not self.closed:
+        left = WRITE_BATCH
+        while output and left > 0 and not self.closed:
             whole = len(output) <= IOV_MAX
             batch = list(output) if whole else list(islice(output, IOV_MAX))
             try:
@@ -86,6 +94,7 @@ class ChannelSocket:
                 # All of it, as almost always: no walk over a frame's pieces.
                 output.clear()
                 break
+            left -= written
             while written:
                 head = output[0]
                 if len(head) <= written:
