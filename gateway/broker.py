@@ -37,7 +37,7 @@ from sluicegate.gateway.events import (
     transport_of,
 )
 from sluicegate.gateway.expiry import ExpiryTimer
-from sluicegate.gateway.limits import AttachDataExceeded, SessionLimitExceeded
+from sluicegate.gateway.limits import AttachDataExceeded, EndpointsFull, SessionLimitExceeded
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.login import PasswordChecks
 from sluicegate.gateway.management.node import ManagementNode
@@ -151,6 +151,7 @@ class Broker(Handler):
         self.connections = self._connections.open
         self.handshakes = self._connections.handshakes
         self.records = self._connections.records
+        self.endpoints = self._connections.endpoints
         self.accept = self._connections.accept
         self.release_connection = self._connections.release
         self.queue_links = self.publishing.queue_links
@@ -207,7 +208,12 @@ class Broker(Handler):
     # -- sessions -------------------------------------------------------------------------
 
     def on_session_remote_open(self, event: Event) -> None:
-        self.sessions.begin(session_of(event))
+        """A BEGIN; one the account of endpoints has no room for closes the connection."""
+        session = session_of(event)
+        try:
+            self.sessions.begin(session)
+        except EndpointsFull as error:
+            self.close_for_error(session.connection.sg, error)
 
     def on_session_remote_close(self, event: Event) -> None:
         self.sessions.ended(session_of(event))
@@ -215,8 +221,9 @@ class Broker(Handler):
     # -- links ----------------------------------------------------------------------------
 
     def on_link_remote_open(self, event: Event) -> None:
-        """An ATTACH; one over the connection's limit on attach data closes the connection,
-        one over the session's limit on links ends the session."""
+        """An ATTACH; one over the connection's limit on attach data, or that the account of
+        endpoints has no room for, closes the connection; one over the session's limit on
+        links ends the session."""
         link = link_of(event)
         session: SessionState | None = getattr(link.session, "sg", None)
         if session is None:
@@ -226,7 +233,7 @@ class Broker(Handler):
             return  # frames read in the same pass as the CLOSE or the error that ended it
         try:
             self.links.attach(link, session)
-        except AttachDataExceeded as error:
+        except (AttachDataExceeded, EndpointsFull) as error:
             self.close_for_error(connection, error)
         except SessionLimitExceeded as error:
             self.sessions.end(session)

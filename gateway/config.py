@@ -50,6 +50,10 @@ UNFINISHED_MESSAGES: Final = 2
 # max_unfinished_total_size 0: a quarter of the memory budget. Bytes still arriving are bytes
 # no consumer can drain; the other three quarters stay for messages that can be consumed.
 UNFINISHED_BUDGET_SHARE: Final = 4
+# max_endpoints_size 0: a quarter of the memory budget, beside it, as the server's RSS bound
+# counts it (docs/operations.md): 128 MiB, some 5,000 connections of a few links each, at the
+# default budget.
+ENDPOINTS_BUDGET_SHARE: Final = 4
 # The oldest delivery still arriving is always read: one that makes no progress while the cap is
 # reached keeps every other multi-frame publisher released. A minute is far more than any client
 # sending a message needs between two frames, as the idle timeout's default is.
@@ -213,6 +217,9 @@ class ServerConfig:
     # Bytes of ATTACH data (names, termini, filters, properties) one connection's links may
     # make the server hold; an ATTACH past it is refused (gateway/limits.py).
     max_attach_data_size: int = DEFAULT_MAX_ATTACH_DATA_SIZE
+    # Bytes all connections, sessions and links (ATTACH data included) may make the server
+    # hold together (session/endpoint_memory.py); 0: a quarter of memory_budget.
+    max_endpoints_size: int = 0
     # PLAIN logins waiting for their password check on one listener, and from one address;
     # over either, a login gets SASL sys-temp at once (gateway/login.py).
     max_pending_logins: int = DEFAULT_MAX_PENDING_LOGINS
@@ -286,6 +293,8 @@ class ServerConfig:
                 "max_unfinished_total_size: must be 0 (a quarter of memory_budget) or at most "
                 "memory_budget"
             )
+        if self.max_endpoints_size < 0:
+            raise ConfigError("max_endpoints_size: must be 0 (a quarter of memory_budget) or more")
         if self.unfinished_timeout < 0:
             raise ConfigError("unfinished_timeout: must be 0 (no deadline) or positive")
         if self.log_segment_size > MAX_SEGMENT_SIZE:
@@ -354,6 +363,11 @@ class ServerConfig:
     def unfinished_total_limit(self) -> int:
         """Bytes of deliveries still arriving all connections may have together."""
         return self.max_unfinished_total_size or self.memory_budget // UNFINISHED_BUDGET_SHARE
+
+    @property
+    def endpoints_limit(self) -> int:
+        """Bytes all clients' connections, sessions and links may make the server hold."""
+        return self.max_endpoints_size or self.memory_budget // ENDPOINTS_BUDGET_SHARE
 
     @property
     def host(self) -> str:

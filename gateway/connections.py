@@ -18,7 +18,12 @@ from sluicegate.gateway.conditions import close, condition_of
 from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.disposition_bound import Copies, DispositionBound
 from sluicegate.gateway.identity import open_properties
-from sluicegate.gateway.limits import Handshakes, check_connections
+from sluicegate.gateway.limits import (
+    Handshakes,
+    check_connections,
+    connection_ended,
+    endpoint_taken,
+)
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
 from sluicegate.gateway.oauth2 import credential_lifetime
@@ -32,6 +37,7 @@ from sluicegate.gateway.sessions import Sessions
 from sluicegate.gateway.state import ConnectionState, forget
 from sluicegate.session.account import Account
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
+from sluicegate.session.endpoint_memory import CONNECTION_COST, EndpointMemory
 from sluicegate.session.waiting import Waiting
 from sluicegate.wire.errors import AmqpError
 from sluicegate.wire.link_names import LinkNames
@@ -69,6 +75,8 @@ class Connections:
         self.open: set[ConnectionState] = set()
         # Connections that have not sent their OPEN yet, among ``open``.
         self.handshakes = Handshakes(config.max_unauthenticated_connections)
+        # What every connection's endpoints hold, charged as each opens, begins and attaches.
+        self.endpoints = EndpointMemory(config.endpoints_limit)
         self._open_properties = open_properties(config.rabbitmq_compatible)
         # Every connection's record, open or closed, until it is freed: what a closed
         # connection leaves behind shows here (tests/integration/test_connection_leaks.py).
@@ -99,6 +107,7 @@ class Connections:
             DeadLetterDebt(config.account_limit),
             DispositionBound(self._dispositions, self.release),
             LinkNames(config.max_frame_size) if config.rabbitmq_compatible else None,
+            self.endpoints,
         )
         self.open.add(state)
         self.records.add(state)
@@ -142,6 +151,7 @@ class Connections:
         )
         try:
             check_connections(len(self.open) - self.handshakes.pending, self._config)
+            endpoint_taken(state, CONNECTION_COST, "connection")
             admission = self._tenancy.admit(state.user, connection.remote_hostname)
         except AmqpError as error:
             close(connection, error)
@@ -188,9 +198,11 @@ class Connections:
             self._tenancy.leave(state.user, state.vhost)
         state.writer.close()
         self._sending.released(state)
+        endpoints = connection_ended(state)
         # What it held (its unsettled deliveries in proton above all, and proton's pool of
-        # those its ended sessions held) is freed with its record.
-        released = max(held - self._sending.outbound_bytes(), state.pooled)
+        # those its ended sessions held; its endpoints and their ATTACH data) is freed with its
+        # record.
+        released = max(held - self._sending.outbound_bytes(), state.pooled) + endpoints
         if released > 0:
             weakref.finalize(state, self._trimmer.freed, released).atexit = False
 

@@ -1,5 +1,5 @@
 """Limits that hold under abuse: connections, sessions, links per session, ATTACH data per
-connection, frames, idleness.
+connection, what every connection's endpoints hold together, frames, idleness.
 
 Frame size, channel-max and idle-time-out are proton's to enforce once set on the transport
 (it announces them in OPEN and closes a connection that breaks them); the connection count and
@@ -16,6 +16,7 @@ from sluicegate.gateway.config import ServerConfig
 from sluicegate.gateway.proton.internals import remote_properties_size
 from sluicegate.gateway.state import ConnectionState, SessionState
 from sluicegate.queues.errors import QueueError
+from sluicegate.session.endpoint_memory import LINK_COST
 
 
 class LimitExceeded(QueueError):
@@ -78,6 +79,37 @@ class AttachDataExceeded(LimitExceeded):
     """A client kept attaching links past refusals for their data: its connection is closed."""
 
 
+class EndpointsFull(LimitExceeded):
+    """No room in the server's account of endpoints (session/endpoint_memory.py) for one more
+    session or link of a connection: the connection is closed, so that nothing refused stays
+    held (proton keeps a refused link until the client detaches it)."""
+
+
+def endpoint_taken(connection: ConnectionState, size: int, what: str) -> None:
+    """Charge ``size`` bytes of a new ``what`` to the server's account of endpoints, or raise
+    :class:`EndpointsFull` with nothing charged."""
+    endpoints = connection.endpoints
+    refusal = endpoints.refusal(connection.endpoint_bytes, size)
+    if refusal is not None:
+        raise EndpointsFull(f"no room for this {what}: {refusal}")
+    connection.endpoint_bytes = endpoints.change(connection.endpoint_bytes, size)
+
+
+def endpoint_given_back(connection: ConnectionState, size: int) -> None:
+    """Give back ``size`` bytes of a connection's endpoints; a closed connection gave back
+    everything already (:func:`connection_ended`)."""
+    if not connection.closed:
+        connection.endpoint_bytes = connection.endpoints.change(connection.endpoint_bytes, -size)
+
+
+def connection_ended(connection: ConnectionState) -> int:
+    """Everything the connection held in the account of endpoints goes back at once, however
+    it ended: its sessions and links go with it. Returns what it held."""
+    held = connection.endpoint_bytes
+    connection.endpoint_bytes = connection.endpoints.change(held, -held)
+    return held
+
+
 def attach_size(link: Link) -> int:
     """Bytes of ATTACH data the server holds for ``link``: its name and properties, and its
     source and target (address, filter, capabilities, outcomes, node properties) twice.
@@ -97,17 +129,21 @@ def attach_size(link: Link) -> int:
 
 
 def link_attached(session: SessionState, link: Link, config: ServerConfig) -> None:
-    """Count a client's ATTACH on ``session`` and charge its data to the connection; raise if
-    the link is one too many or its data would pass ``max_attach_data_size``.
+    """Count a client's ATTACH on ``session`` and charge its data to the connection, and the
+    link with its data to the server's account of endpoints; raise if the link is one too
+    many, its data would pass ``max_attach_data_size`` or the account has no room for it
+    (:class:`EndpointsFull`, nothing counted).
 
     A refused link stays counted and charged until the client answers our DETACH with its own
     (proton holds it until then), so that unanswered refusals cannot pile up: past twice the
     link limit the session itself is ended (:class:`SessionLimitExceeded`).
     """
-    session.links += 1
     size = attach_size(link)
-    session.attach_bytes += size
     connection = session.connection
+    endpoint_taken(connection, LINK_COST + size, "link")
+    session.endpoint_bytes += LINK_COST + size
+    session.links += 1
+    session.attach_bytes += size
     connection.attach_bytes += size
     limit = config.max_links_per_session
     if session.links > 2 * limit:
@@ -137,7 +173,9 @@ def link_detached(link: Link) -> None:
         session.links -= 1
         size = attach_size(link)
         session.attach_bytes -= size
+        session.endpoint_bytes -= LINK_COST + size
         session.connection.attach_bytes -= size
+        endpoint_given_back(session.connection, LINK_COST + size)
 
 
 def session_ended(session: SessionState) -> None:
@@ -145,3 +183,5 @@ def session_ended(session: SessionState) -> None:
     ATTACH data. Not at the server's own END: proton holds the links until the client's."""
     session.connection.attach_bytes -= session.attach_bytes
     session.attach_bytes = 0
+    endpoint_given_back(session.connection, session.endpoint_bytes)
+    session.endpoint_bytes = 0

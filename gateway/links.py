@@ -22,6 +22,7 @@ from sluicegate.gateway.consumers import consumer_options
 from sluicegate.gateway.dynamic import Declare, dynamic_source, dynamic_target
 from sluicegate.gateway.limits import (
     AttachDataExceeded,
+    EndpointsFull,
     SessionLimitExceeded,
     link_attached,
     link_detached,
@@ -127,7 +128,8 @@ class Links:
         """An ATTACH: echo both termini, then serve the queue the address names or refuse.
 
         Raises what ends more than the link (the connection's or the session's limit on
-        attach data and links) for the broker to end that.
+        attach data and links, no room in the server's account of endpoints) for the broker
+        to end that.
         """
         connection = session.connection
         link.source.copy(link.remote_source)
@@ -167,7 +169,7 @@ class Links:
                 connection.temporary[state] = (vhost.registry, name)
             else:
                 self._publishing.attach(link)
-        except (AttachDataExceeded, SessionLimitExceeded):
+        except (AttachDataExceeded, EndpointsFull, SessionLimitExceeded):
             raise
         except AmqpError as error:
             # The refusal of §2.6.3: a null terminus in the reply, then a DETACH with the error.

@@ -78,6 +78,21 @@ class ServerCollector(Collector):
             "Connection records in memory: the open connections and closed ones not yet freed.",
             stats.connection_records,
         )
+        yield _gauge(
+            "sluicegate_endpoints_bytes",
+            "What clients' connections, sessions and links hold, their ATTACH data included.",
+            stats.endpoints_bytes,
+        )
+        yield _gauge(
+            "sluicegate_endpoints_peak_bytes",
+            "The most the connections, sessions and links have held since the server started.",
+            stats.endpoints_peak_bytes,
+        )
+        yield _gauge(
+            "sluicegate_endpoints_limit_bytes",
+            "max_endpoints_size: past it a connection is refused at OPEN, BEGIN or ATTACH.",
+            stats.endpoints_limit_bytes,
+        )
         yield CounterMetricFamily(
             "sluicegate_heap_trims",
             "Times the server gave freed heap memory back to the system (malloc_trim).",

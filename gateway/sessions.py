@@ -12,7 +12,7 @@ from proton import Session
 
 from sluicegate.gateway.conditions import close
 from sluicegate.gateway.config import ServerConfig
-from sluicegate.gateway.limits import session_ended
+from sluicegate.gateway.limits import EndpointsFull, endpoint_taken, session_ended
 from sluicegate.gateway.links import Links
 from sluicegate.gateway.management.node import ManagementNode
 from sluicegate.gateway.publishing import Publishing
@@ -25,6 +25,7 @@ from sluicegate.gateway.state import (
     SessionState,
     forget_session,
 )
+from sluicegate.session.endpoint_memory import SESSION_COST
 from sluicegate.session.outbound import IMPORT_CREDIT_FACTOR
 from sluicegate.session.outbound import Session as PureSession
 from sluicegate.wire.errors import AmqpError
@@ -54,6 +55,8 @@ class Sessions:
         """A BEGIN: pair the proton session with a pure outbound session.
 
         A session over its user's limit is refused: BEGIN answered, then END with the reason.
+        One the server's account of endpoints has no room for raises :class:`EndpointsFull`,
+        which closes the connection.
         """
         connection: ConnectionState = session.connection.sg
         if connection.vhost is None or connection.closed:
@@ -65,6 +68,11 @@ class Sessions:
             session.open()
             close(session, error)
             return
+        try:
+            endpoint_taken(connection, SESSION_COST, "session")
+        except EndpointsFull:
+            self._tenancy.end_session(connection.user)
+            raise
         # Parts of a message are cut at our own max-frame-size at most, whatever the client's.
         max_frame_size = self._config.max_frame_size
         remote = connection.transport.remote_max_frame_size
@@ -77,6 +85,7 @@ class Sessions:
             waiting=connection.waiting,
         )
         state = SessionState(connection, session, pure)
+        state.endpoint_bytes = SESSION_COST
         connection.sessions[pure.writer_credit] = state
         self._sending.begin(state)
         session.sg = state

@@ -43,6 +43,7 @@ from sluicegate.queues.queue_type import QueueType
 from sluicegate.queues.registry import QueueRegistry
 from sluicegate.session.account import Account
 from sluicegate.session.dead_letter_debt import DeadLetterDebt
+from sluicegate.session.endpoint_memory import EndpointMemory
 from sluicegate.session.inbound import Inbound
 from sluicegate.session.incoming_link import IncomingLink
 from sluicegate.session.outbound import TRANSFER_FRAME_OVERHEAD, LinkFlow
@@ -105,6 +106,8 @@ class ConnectionState:
         "credit_hold",
         "deadlines",
         "dispositions",
+        "endpoint_bytes",
+        "endpoints",
         "fresh_links",
         "held",
         "inbound",
@@ -138,6 +141,7 @@ class ConnectionState:
         letters: DeadLetterDebt,
         dispositions: InboundCheck,
         link_names: LinkNames | None,
+        endpoints: EndpointMemory,
     ) -> None:
         self.connection = connection
         self.transport = transport
@@ -193,6 +197,10 @@ class ConnectionState:
         self.temporary: dict[object, tuple[QueueRegistry, str]] = {}
         # What its live sessions' links' ATTACH data costs (gateway/limits.py).
         self.attach_bytes = 0
+        # The server's account of what connections, sessions and links hold, and what this
+        # connection holds in it: itself, its live sessions and their links (gateway/limits.py).
+        self.endpoints = endpoints
+        self.endpoint_bytes = 0
         # Consumer links whose ATTACH reply the socket has not taken yet: their credit waits
         # for it (gateway/links.py, Links.attaches_written).
         self.fresh_links: list[OutgoingLinkState] = []
@@ -247,6 +255,7 @@ class SessionState:
         "address",
         "attach_bytes",
         "connection",
+        "endpoint_bytes",
         "links",
         "pure",
         "senders",
@@ -264,6 +273,8 @@ class SessionState:
         self.links = 0
         # What those links' ATTACH data costs, part of the connection's ``attach_bytes``.
         self.attach_bytes = 0
+        # What it and those links hold, part of the connection's ``endpoint_bytes``.
+        self.endpoint_bytes = 0
 
     @property
     def live(self) -> bool:

@@ -59,6 +59,11 @@ class ServerStatistics:
     # times the heap was given back to the system (gateway/proton/heap_trim.py).
     connection_records: int
     heap_trims: int
+    # What clients' connections, sessions and links hold (session/endpoint_memory.py), its
+    # peak and its limit.
+    endpoints_bytes: int
+    endpoints_peak_bytes: int
+    endpoints_limit_bytes: int
     # Channels to other workers ended because the peer broke the protocol (gateway/peers.py).
     channel_protocol_errors: int
     # Connections handed to other workers, taken from them, and kept after an attempt
@@ -165,6 +170,9 @@ def gathering(broker: Broker, tenancy: Tenancy) -> Generator[None, None, ServerS
         deleted_delivered=sum(registry.deleted_delivered for registry in registries),
         connection_records=len(broker.records),
         heap_trims=broker.trimmer.trims,
+        endpoints_bytes=broker.endpoints.held,
+        endpoints_peak_bytes=broker.endpoints.peak,
+        endpoints_limit_bytes=broker.endpoints.limit,
         channel_protocol_errors=0 if broker.peers is None else broker.peers.protocol_errors,
         handovers_given=0 if handovers is None else handovers.given,
         handovers_taken=0 if handovers is None else handovers.taken,

@@ -171,6 +171,7 @@ def worker_config(
         "data_dir": worker_dir(config.data_dir, index),
         "memory_budget": max(1, config.memory_budget // workers),
         "max_unfinished_total_size": config.max_unfinished_total_size // workers,
+        "max_endpoints_size": config.max_endpoints_size // workers,
         "max_connections": max(1, config.max_connections // workers)
         if config.max_connections
         else 0,
