@@ -117,10 +117,13 @@ class Connections:
         """Answer OPEN with our identity and let the connection into its virtual host.
 
         Proton negotiates frame size and channels. A connection refused here (a server or
-        vhost limit, a virtual host it may not enter) gets its OPEN and then a CLOSE saying why,
-        but for one refused its virtual host with ``rabbitmq_compatible`` on: that one is
-        dropped without OPEN or CLOSE, the reason logged, as RabbitMQ's reader drops it (its
-        OPEN handling fails the handshake, ``rabbit_amqp_reader``). RabbitMQ's Python client
+        vhost limit, no room in the account of endpoints, a virtual host it may not enter) gets
+        its OPEN and then a CLOSE saying why, and nothing more is read from it: the socket is
+        closed once the CLOSE is written, whether or not the client answers (waiting for its
+        answer, a refused client sending heartbeats kept its connection, counted nowhere).
+        One refused its virtual host with ``rabbitmq_compatible`` on is dropped without OPEN
+        or CLOSE, the reason logged, as RabbitMQ's reader drops it (its OPEN handling fails
+        the handshake, ``rabbit_amqp_reader``). RabbitMQ's Python client
         takes a CLOSE for a lost connection and reconnects from its handler without end; a
         connection dropped before OPEN makes it raise.
         """
@@ -154,7 +157,12 @@ class Connections:
             endpoint_taken(state, CONNECTION_COST, "connection")
             admission = self._tenancy.admit(state.user, connection.remote_hostname)
         except AmqpError as error:
-            close(connection, error)
+            if state.arrival is None:
+                self.close_for_error(state, error)
+            else:
+                # Offered by another worker, which keeps it when this one's output differs
+                # from its own (gateway/handover.py).
+                close(connection, error)
             return
         state.entered(admission.vhost, admission.permissions)
         state.opened_at = time.monotonic()

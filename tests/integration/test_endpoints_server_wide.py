@@ -125,6 +125,9 @@ def test_at_the_limit_a_connection_is_refused_at_open_until_one_leaves(
         assert _figures(server)[0] == limit
         with RawClient.connect(server.host, server.port, container_id="one-more") as refused:
             close = refused.wait_for("close")
+            # Its socket is closed with no answer from it: a refused client held nothing
+            # for as long as it sent heartbeats.
+            assert refused.socket_closed()
         assert close["error"]["condition"] == RESOURCE_LIMIT
         assert "max_endpoints_size" in close["error"]["description"]
         # A session is refused the same way: its connection closed, nothing of it kept.

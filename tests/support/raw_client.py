@@ -680,6 +680,21 @@ class RawClient:
 
     # ----- reading -----
 
+    def socket_closed(self, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        """Whether the peer closes the TCP connection within ``timeout`` seconds, whatever it
+        sends before (dropped)."""
+        deadline = time.monotonic() + timeout
+        self._sock.settimeout(timeout)
+        try:
+            while time.monotonic() < deadline:
+                if not self._sock.recv(RECV_SIZE):
+                    return True
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+        return False
+
     def _fill(self, deadline: float) -> bool:
         """Read once, waiting until ``deadline`` at most; False once the socket is done.
 

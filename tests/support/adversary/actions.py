@@ -51,6 +51,9 @@ RECEIVED_KEPT: Final = 512
 LONG_SUBJECT: Final = "a" * 60_000  # for LIKE patterns: their cost grows with it
 LEARNED_KEPT: Final = 16
 HANGING_KEPT: Final = 300  # half-sent metrics and API requests held open at once
+# Connections a `hoard-endpoints` step keeps open, oldest dropped first: with up to 40 links of
+# 100 KiB each, more than a worker's account of endpoints holds (docs/bounds.md).
+HOARDERS_KEPT: Final = 8
 # An API answer may take a busy reactor's turn (gateway/http/): waited for this long, and one
 # step's requests for this long in all, so that a server slow to answer slows the run little.
 HTTP_ANSWER_S: Final = 2.0
@@ -193,6 +196,8 @@ class Fleet:
         self.workers = list(workers)
         # Sockets to the metrics endpoint left open with half a request, oldest first.
         self.hanging: deque[socket.socket] = deque()
+        # Connections holding links with large properties, oldest first (`hoard-endpoints`).
+        self.hoarders: deque[RawClient] = deque()
         self.slots: dict[int, Slot] = {}
         self.learned: deque[str] = deque(maxlen=LEARNED_KEPT)
         self.dropped = 0  # connections the server closed on us or we dropped
@@ -206,6 +211,8 @@ class Fleet:
             self._forget(index)
         while self.hanging:
             self.hanging.popleft().close()
+        while self.hoarders:
+            self.hoarders.popleft().abort()
 
     def _forget(self, index: int) -> None:
         slot = self.slots.pop(index, None)
@@ -1121,6 +1128,39 @@ class Fleet:
             except (*_GONE, TimeoutError):
                 client.abort()
             self.dropped += 1
+
+    def _hoard_endpoints(self, slot: Slot, step: Step) -> None:
+        """Connections kept open, each attaching links with large properties and reading
+        nothing: the server's account of endpoints filled while the prober connects again."""
+        p = step.params
+        properties: dict[str, PythonAMQPData] = {"hoard": "x" * (int(p["kib"] or 0) * 1024)}
+        for index in range(int(p["connections"] or 1)):
+            try:
+                client = RawClient.connect(
+                    self.host, self.port, container_id=f"adv-hoard-{index}", timeout=CONNECT_S
+                )
+            except (*_GONE, TimeoutError):
+                continue
+            self.hoarders.append(client)
+            while len(self.hoarders) > HOARDERS_KEPT:
+                self.hoarders.popleft().abort()
+                self.dropped += 1
+            try:
+                client.write_timeout = WRITE_S
+                client.begin(0, timeout=ANSWER_S)
+                with client.corked():
+                    for link in range(int(p["links"] or 0)):
+                        client.attach(
+                            f"hoard-{link}",
+                            "sender",
+                            target=f"/queues/adv-q{link % QUEUES}",
+                            properties=properties,
+                        )
+            except (*_GONE, TimeoutError):
+                # The server closed it (no room left in its account) or stopped reading it.
+                self.hoarders.remove(client)
+                client.abort()
+                self.dropped += 1
 
 
 def _received(sock: socket.socket, deadline: float) -> bytes:

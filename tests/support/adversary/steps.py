@@ -364,6 +364,15 @@ def _churn(rng: random.Random) -> Params:
     }
 
 
+def _hoard(rng: random.Random) -> Params:
+    """Connections kept open with links of large properties (up to 4 MB each)."""
+    return {
+        "connections": _choice(rng, (1, 4, 8)),
+        "links": _choice(rng, (10, 40)),
+        "kib": _choice(rng, (1, 30, 100)),
+    }
+
+
 def _dynamic(rng: random.Random) -> Params:
     return _link_options(rng) | {
         "repeat": _choice(rng, (1, 1, 10, 100)),
@@ -462,6 +471,7 @@ ACTIONS: Final[dict[str, Callable[[random.Random], Params]]] = {
     "manage-chain": _chain,
     "topic-cc": _topic,
     "churn": _churn,
+    "hoard-endpoints": _hoard,
     "metrics": _metrics,
     HTTP_ACTION: _http_api,
     "dynamic": _dynamic,
@@ -502,6 +512,7 @@ DEFAULT_WEIGHTS: Final[Mapping[str, int]] = {
     "manage-chain": 1,
     "topic-cc": 1,
     "churn": 1,
+    "hoard-endpoints": 1,
     "metrics": 1,
     HTTP_ACTION: 3,
     "dynamic": 2,
