@@ -623,9 +623,9 @@ class Peers:
             if self._blocked or self._below_limit <= 0 or to in self._parked_queues:
                 self._park(peer, publish)
             else:
-                head, tail = _split(publish, self._below_limit, first=True)
+                head, tail, took = _split(publish, self._below_limit, first=True)
                 assert head is not None  # the first message always goes
-                self._below_limit -= _publish_bytes(head)
+                self._below_limit -= took
                 self._store(peer, head)
                 if tail is not None:
                     self._park(peer, tail)
@@ -755,13 +755,13 @@ class Peers:
         first = True
         while parked and not blocked and room > 0:
             peer, publish = parked.popleft()
-            head, tail = _split(publish, room, first)
+            head, tail, took = _split(publish, room, first)
             if tail is not None:
                 parked.appendleft((peer, tail))
             if head is None:
                 break
             first = False
-            room -= _publish_bytes(head)
+            room -= took
             if peer in self._confirms:
                 self._store(peer, head)
         self._below_limit = room
@@ -1227,27 +1227,31 @@ def _fitting(payloads: list[bytes], room: int, first: bool) -> tuple[int, int]:
     return fit, took
 
 
-def _split(publish: Publish, room: int, first: bool) -> tuple[Publish | None, Publish | None]:
+def _split(publish: Publish, room: int, first: bool) -> tuple[Publish | None, Publish | None, int]:
     """The messages of a run that fit ``room`` bytes (at least one if ``first``, so that a
-    message larger than any room still goes), and the rest, to park. A run holds what one
+    message larger than any room still goes), the rest, to park, and what the first take (as
+    :func:`_publish_bytes` counts; a run that fits is weighed once, as before). A run holds what one
     publisher sent in a pass, up to the largest message: stored whole on the last byte of
     room, a run of a publisher's or HTTP client's messages, or of a fan-out's copies to one
     queue, took a worker its size past its limit, toward the publishers' ceiling, where every
     publisher waits for as long as queues nobody reads hold it (the likeliest path to
     adversary seeds 66072 and 66218, 33 KB and 125 KB past that ceiling, whose replays did
     not show it again)."""
+    whole = _publish_bytes(publish)
+    if whole <= room:
+        return publish, None, whole
     payloads = publish.payloads
-    fit, _ = _fitting(payloads, room, first)
+    fit, took = _fitting(payloads, room, first)
     if fit == len(payloads):
-        return publish, None
+        return publish, None, took
     if fit == 0:
-        return None, publish
+        return None, publish, 0
     stamps = publish.stamps
     head = replace(publish, payloads=payloads[:fit], stamps=stamps[:fit])
     tail = replace(
         publish, publish=publish.publish + fit, payloads=payloads[fit:], stamps=stamps[fit:]
     )
-    return head, tail
+    return head, tail, took
 
 
 def _publish_bytes(publish: Publish) -> int:
