@@ -1099,18 +1099,24 @@ class Fleet:
             buffered = buffered[remaining:]
         return True
 
+    def _extra(self, name: str) -> RawClient | None:
+        """A connection of a step's own, outside the slots; None if the server would not have
+        it (closed, or too slow to open)."""
+        try:
+            client = RawClient.connect(self.host, self.port, container_id=name, timeout=CONNECT_S)
+        except (*_GONE, TimeoutError):
+            return None
+        client.write_timeout = WRITE_S
+        return client
+
     def _churn(self, slot: Slot, step: Step) -> None:
         """Open connections (with links) and leave them at once, as a crashing fleet would."""
         p = step.params
         for index in range(int(p["connections"] or 1)):
-            try:
-                client = RawClient.connect(
-                    self.host, self.port, container_id=f"adv-churn-{index}", timeout=CONNECT_S
-                )
-            except (*_GONE, TimeoutError):
+            client = self._extra(f"adv-churn-{index}")
+            if client is None:
                 continue
             try:
-                client.write_timeout = WRITE_S
                 if p["links"]:
                     client.begin(0, timeout=ANSWER_S)
                 with client.corked():
@@ -1135,18 +1141,14 @@ class Fleet:
         p = step.params
         properties: dict[str, PythonAMQPData] = {"hoard": "x" * (int(p["kib"] or 0) * 1024)}
         for index in range(int(p["connections"] or 1)):
-            try:
-                client = RawClient.connect(
-                    self.host, self.port, container_id=f"adv-hoard-{index}", timeout=CONNECT_S
-                )
-            except (*_GONE, TimeoutError):
+            client = self._extra(f"adv-hoard-{index}")
+            if client is None:
                 continue
             self.hoarders.append(client)
             while len(self.hoarders) > HOARDERS_KEPT:
                 self.hoarders.popleft().abort()
                 self.dropped += 1
             try:
-                client.write_timeout = WRITE_S
                 client.begin(0, timeout=ANSWER_S)
                 with client.corked():
                     for link in range(int(p["links"] or 0)):
